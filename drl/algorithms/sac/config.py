@@ -1,0 +1,20 @@
+"""SAC hyperparameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from drl.fields import opt
+
+
+@dataclass(frozen=True)
+class SACConfig:
+    """Soft actor-critic hyperparameters (twin critics, learned temperature)."""
+
+    hidden: tuple[int, ...] = opt((256, 256), "Hidden layer sizes of actor and critics.")
+    lr: float = opt(3e-4, "Adam learning rate of actor, critics and temperature.")
+    gamma: float = opt(0.99, "Discount factor.")
+    tau: float = opt(0.005, "Polyak coefficient of the target critics.")
+    batch_size: int = opt(256, "Transitions per gradient update.")
+    init_alpha: float = opt(1.0, "Initial entropy temperature.")
+    target_entropy: float | None = opt(None, "Entropy target; default is -(action dimensions).")

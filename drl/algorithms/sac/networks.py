@@ -1,0 +1,61 @@
+"""SAC networks: a tanh-squashed Gaussian actor and twin Q critics."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+def mlp(sizes: list[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class Actor(nn.Module):
+    """Outputs actions in [-1, 1]^d; the actor wrapper rescales them to the environment's bounds."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]):
+        super().__init__()
+        self.trunk = mlp([obs_dim, *hidden])
+        self.trunk.append(nn.ReLU())
+        self.mean = nn.Linear(hidden[-1], act_dim)
+        self.log_std = nn.Linear(hidden[-1], act_dim)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.trunk(obs)
+        log_std = torch.tanh(self.log_std(h))
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
+        return self.mean(h), log_std
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised sample and its log-probability under the squashed distribution."""
+        mean, log_std = self(obs)
+        std = log_std.exp()
+        noise = torch.randn_like(mean)
+        pre = mean + std * noise
+        action = torch.tanh(pre)
+        log_prob = (-0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        log_prob = log_prob - (2 * (math.log(2) - pre - nn.functional.softplus(-2 * pre))).sum(-1)
+        return action, log_prob
+
+    def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self(obs)[0])
+
+
+class TwinCritic(nn.Module):
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]):
+        super().__init__()
+        self.q1 = mlp([obs_dim + act_dim, *hidden, 1])
+        self.q2 = mlp([obs_dim + act_dim, *hidden, 1])
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.cat([obs, action], dim=-1)
+        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)

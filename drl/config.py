@@ -1,0 +1,200 @@
+"""Typed, frozen experiment configuration: the one source of every option.
+
+Each field carries its documentation in ``metadata["doc"]``; the CLI (``orchestrator/cli.py``) is generated
+from these dataclasses, and every service receives the whole configuration as JSON in the ``DRL_CONFIG``
+environment variable, so nothing reaches a service except through its command and environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from drl.algorithms.sac.config import SACConfig
+from drl.errors import ConfigError
+from drl.fields import opt
+
+MODES = ("sync", "async")
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """A whole distributed run: what to learn, with how many processes, and where data goes."""
+
+    preset: str = opt("sac", "Preset the run started from (informational once resolved).")
+    algorithm: str = opt("sac", "Learning algorithm.", choices=("sac",))
+    env: str = opt("Pendulum-v1", "Any registered gymnasium environment id.")
+    workers: int = opt(2, "Rollout worker processes.")
+    envs_per_worker: int = opt(1, "Environments stepped together inside each rollout worker.")
+    mode: str = opt("sync", "sync: workers and trainer take turns per policy version; async: both run continuously.",
+                    choices=MODES)
+    steps: int = opt(20_000, "Total environment steps collected by all workers together.")
+    seed: int = opt(0, "Base random seed; each worker and the evaluator derive their own from it.")
+    memory: str = opt("", "Redis URL of the memory backend (redis://HOST:PORT/DB, rediss://, unix://); "
+                          "empty starts a private Valkey/Redis server.")
+    store: str = opt("", "Data store for policies: a directory or file:// URL; empty means <output>/<run>/store.")
+    run_name: str = opt("", "Run name; empty picks <preset>-<env>-<time>.")
+    output: str = opt("runs", "Directory that receives one folder per run (logs, evaluations, summary).")
+    target_return: float | None = opt(None, "Stop early once a mean evaluation return reaches this value.")
+    batch_transitions: int = opt(64, "Transitions per stream entry sent by a rollout worker.")
+    random_steps: int = opt(1000, "Initial environment steps (all workers together) taken with uniform random actions.")
+    learning_starts: int = opt(1000, "Transitions in replay before the first gradient update.")
+    updates_per_transition: float = opt(1.0, "Gradient updates per consumed transition (the replay ratio).")
+    replay_size: int = opt(1_000_000, "Replay buffer capacity in transitions.")
+    sync_steps_per_iteration: int = opt(1000, "SYNC: environment steps per iteration, shared by the live workers.")
+    sync_deadline_s: float = opt(60.0, "SYNC: seconds the trainer waits for an iteration's stragglers before "
+                                       "training without them.")
+    publish_every_updates: int = opt(250, "ASYNC: gradient updates between two published policy versions.")
+    max_backlog_entries: int = opt(16, "Stream entries waiting for the trainer before producers pause "
+                                       "(back-pressure).")
+    eval_episodes: int = opt(10, "Deterministic episodes per evaluated policy version.")
+    trainer_threads: int = opt(1, "Torch intra-op threads of the trainer.")
+    keep_policies: int = opt(10, "Published policy versions kept in the store (the newest is never deleted).")
+    sac: SACConfig = opt(SACConfig(), "SAC hyperparameters.")
+
+    def validate(self) -> "ExperimentConfig":
+        """Checks values that need no environment or server; raises ConfigError with every problem found."""
+        problems = []
+        for name in ("workers", "envs_per_worker", "steps", "batch_transitions", "eval_episodes",
+                     "trainer_threads", "keep_policies", "sync_steps_per_iteration", "publish_every_updates",
+                     "max_backlog_entries", "replay_size"):
+            value = getattr(self, name)
+            if value < 1:
+                problems.append(f"--{_flag(name)} must be a positive integer, got {value}")
+        for name in ("random_steps", "learning_starts"):
+            if getattr(self, name) < 0:
+                problems.append(f"--{_flag(name)} must be zero or more, got {getattr(self, name)}")
+        if self.updates_per_transition <= 0:
+            problems.append(f"--updates-per-transition must be positive, got {self.updates_per_transition}")
+        if self.sync_deadline_s <= 0:
+            problems.append(f"--sync-deadline-s must be positive, got {self.sync_deadline_s}")
+        if self.mode not in MODES:
+            problems.append(f"unknown mode {self.mode!r}; accepted: {', '.join(MODES)}")
+        choices = _field("algorithm").metadata["choices"]
+        if self.algorithm not in choices:
+            problems.append(f"unknown algorithm {self.algorithm!r}; accepted: {', '.join(choices)}")
+        if not self.env:
+            problems.append("--env must name a gymnasium environment id")
+        if self.run_name and not all(c.isalnum() or c in "-_." for c in self.run_name):
+            problems.append(f"--run-name may hold letters, digits, '-', '_' and '.', got {self.run_name!r}")
+        if self.workers > self.steps:
+            problems.append(f"--workers ({self.workers}) exceeds --steps ({self.steps})")
+        if any(h < 1 for h in self.sac.hidden) or not self.sac.hidden:
+            problems.append(f"--sac.hidden must be positive sizes, got {self.sac.hidden}")
+        if self.sac.batch_size < 1:
+            problems.append(f"--sac.batch-size must be positive, got {self.sac.batch_size}")
+        if problems:
+            raise ConfigError("; ".join(problems))
+        return self
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ExperimentConfig":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"configuration is not valid JSON: {exc}") from None
+        return from_dict(cls, data)
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _field(name: str) -> dataclasses.Field:
+    return next(f for f in dataclasses.fields(ExperimentConfig) if f.name == name)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def coerce(tp: Any, value: Any, where: str) -> Any:
+    """Converts a JSON or CLI value to the annotated type, or raises ConfigError naming the field."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "")):
+            return None
+        return coerce(args[0], value, where)
+    if origin is tuple:
+        (inner, *_rest) = typing.get_args(tp)
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} expects a comma-separated list, got {value!r}")
+        return tuple(coerce(inner, v, where) for v in value)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} expects an object, got {value!r}")
+        return from_dict(tp, value, prefix=f"{where}.")
+    try:
+        if tp is bool:
+            if isinstance(value, str):
+                if value.lower() in ("1", "true", "yes", "on"):
+                    return True
+                if value.lower() in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(value)
+            return bool(value)
+        if tp is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            if isinstance(value, str):
+                value = value.replace("_", "")
+                return int(float(value)) if "e" in value.lower() else int(value)
+            return int(value)
+        if tp is float:
+            return float(value)
+        if tp is str:
+            if not isinstance(value, str):
+                raise ValueError(value)
+            return value
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where} expects {getattr(tp, '__name__', tp)}, got {value!r}") from None
+    raise ConfigError(f"{where}: unsupported type {tp}")
+
+
+def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
+    """Builds a config dataclass from a dict, refusing unknown keys and wrong types."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"configuration {prefix or 'root'} must be an object")
+    hints = _hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"unknown configuration key(s): {', '.join(prefix + u for u in unknown)}")
+    values = {k: coerce(hints[k], v, f"{prefix}{k}") for k, v in data.items()}
+    return cls(**values)
+
+
+def replace(cfg: Any, **changes: Any) -> Any:
+    """dataclasses.replace that also accepts dotted keys for nested configs ("sac.lr")."""
+    nested: dict[str, dict[str, Any]] = {}
+    flat = {}
+    for key, value in changes.items():
+        if "." in key:
+            head, tail = key.split(".", 1)
+            nested.setdefault(head, {})[tail] = value
+        else:
+            flat[key] = value
+    for head, sub in nested.items():
+        flat[head] = replace(getattr(cfg, head), **sub)
+    return dataclasses.replace(cfg, **flat)
+
+
+def iter_options(cls: type = ExperimentConfig, prefix: str = ""):
+    """Yields (dotted name, type, default, doc, choices) for every leaf option, for the CLI and the docs."""
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            yield from iter_options(tp, prefix=f"{prefix}{f.name}.")
+            continue
+        yield f"{prefix}{f.name}", tp, f.default, f.metadata.get("doc", ""), f.metadata.get("choices")

@@ -1,0 +1,116 @@
+"""Environment construction and a small vectorised stepper.
+
+Any registered gymnasium id works. The stepper keeps its own list of environments instead of gymnasium's
+vector envs so that the true final observation of an episode is what goes into a transition, with no
+autoreset step in between.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from drl.errors import UserError
+
+
+@dataclass(frozen=True)
+class SpaceSpec:
+    """Shapes and dtypes of an environment's spaces: what the wire format and the networks need."""
+
+    obs_shape: tuple[int, ...]
+    obs_dtype: str
+    act_shape: tuple[int, ...]
+    act_dtype: str
+    discrete_actions: int  # 0 for Box actions
+    act_low: tuple[float, ...] = ()
+    act_high: tuple[float, ...] = ()
+    observation_space: str = ""
+    action_space: str = ""
+
+    @classmethod
+    def from_env(cls, env: gym.Env) -> "SpaceSpec":
+        obs, act = env.observation_space, env.action_space
+        if not isinstance(obs, (gym.spaces.Box, gym.spaces.Discrete)):
+            raise UserError(f"observation space {obs} is not supported (Box or Discrete)")
+        obs_shape = tuple(obs.shape) if isinstance(obs, gym.spaces.Box) else ()
+        obs_dtype = np.dtype(obs.dtype).newbyteorder("<").str
+        if isinstance(act, gym.spaces.Box):
+            return cls(obs_shape, obs_dtype, tuple(act.shape), np.dtype(np.float32).str, 0,
+                       tuple(float(x) for x in act.low.ravel()), tuple(float(x) for x in act.high.ravel()),
+                       repr(obs), repr(act))
+        if isinstance(act, gym.spaces.Discrete):
+            return cls(obs_shape, obs_dtype, (), np.dtype("<i8").str, int(act.n), (), (), repr(obs), repr(act))
+        raise UserError(f"action space {act} is not supported (Box or Discrete)")
+
+
+def check_env_id(env_id: str) -> None:
+    """Raises UserError when env_id is not a registered gymnasium id, naming close matches."""
+    if env_id in gym.envs.registry:
+        return
+    import difflib
+
+    close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; see gymnasium.envs.registry for the ids"
+    raise UserError(f"unknown environment id {env_id!r}{hint}")
+
+
+def make_env(env_id: str, render_mode: str | None = None) -> gym.Env:
+    check_env_id(env_id)
+    try:
+        return gym.make(env_id, render_mode=render_mode)
+    except gym.error.Error as exc:
+        raise UserError(f"environment {env_id!r} cannot be created: {exc}") from None
+    except ImportError as exc:
+        raise UserError(f"environment {env_id!r} needs a missing package: {exc}") from None
+
+
+def space_spec(env_id: str) -> SpaceSpec:
+    env = make_env(env_id)
+    try:
+        return SpaceSpec.from_env(env)
+    finally:
+        env.close()
+
+
+class VecEnv:
+    """N environments stepped in lock-step, each reset on its own when its episode ends."""
+
+    def __init__(self, env_id: str, n: int, seed: int):
+        self.envs = [make_env(env_id) for _ in range(n)]
+        self.spec = SpaceSpec.from_env(self.envs[0])
+        self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
+        for i, env in enumerate(self.envs):
+            env.action_space.seed(seed + 10_000 + i)
+        self.episode_returns = np.zeros(n)
+        self.finished_returns: list[float] = []
+
+    def random_actions(self) -> np.ndarray:
+        return np.stack([env.action_space.sample() for env in self.envs])
+
+    def step(self, actions: np.ndarray) -> dict[str, np.ndarray]:
+        """Steps every env once; returns the transitions (obs, action, reward, next_obs, terminated)."""
+        obs = self.obs
+        next_obs = np.empty_like(obs)
+        rewards = np.empty(len(self.envs), dtype=np.float32)
+        terminated = np.empty(len(self.envs), dtype=np.uint8)
+        carry = np.empty_like(obs)
+        for i, env in enumerate(self.envs):
+            o, r, term, trunc, _ = env.step(actions[i])
+            next_obs[i] = o
+            rewards[i] = r
+            terminated[i] = term
+            self.episode_returns[i] += r
+            if term or trunc:
+                self.finished_returns.append(float(self.episode_returns[i]))
+                self.episode_returns[i] = 0.0
+                o, _ = env.reset()
+            carry[i] = o
+        self.obs = carry
+        return {"obs": obs, "action": np.asarray(actions), "reward": rewards, "next_obs": next_obs,
+                "terminated": terminated}
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

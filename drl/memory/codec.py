@@ -1,0 +1,116 @@
+"""Wire format of experience batches: a protobuf header plus one blob of raw little-endian arrays.
+
+A stream entry has two fields, ``h`` (a serialized ``drl.v1.BatchHeader``) and ``d`` (the arrays back to back).
+Decoding never trusts the entry: sizes, dtypes, shapes and the run are checked against what the reader
+expects, and any mismatch raises ``DecodeError`` so the caller can dead-letter the entry. See docs/wire-format.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from google.protobuf.message import DecodeError as _ProtoDecodeError
+
+from drl._proto import experience_pb2
+from drl.envs import SpaceSpec
+
+FORMAT_VERSION = 1
+FIELDS = ("obs", "action", "reward", "next_obs", "terminated")
+ALLOWED_DTYPES = frozenset({"<f4", "<f8", "<f2", "|u1", "|i1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8", "|b1"})
+MAX_ENTRY_BYTES = 256 * 1024 * 1024
+
+
+class DecodeError(ValueError):
+    """An entry that cannot be accepted; ``kind`` names the reason for dead-letter accounting."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+
+
+@dataclass
+class Batch:
+    header: experience_pb2.BatchHeader
+    arrays: dict[str, np.ndarray]
+
+    @property
+    def count(self) -> int:
+        return self.header.count
+
+
+def _le(arr: np.ndarray) -> np.ndarray:
+    dt = arr.dtype
+    if dt.byteorder == ">" or (dt.byteorder == "=" and not np.little_endian):
+        arr = arr.astype(dt.newbyteorder("<"))
+    return np.ascontiguousarray(arr)
+
+
+def encode(header: experience_pb2.BatchHeader, arrays: dict[str, np.ndarray]) -> tuple[bytes, bytes]:
+    """Fills header.format_version, count and arrays; returns the (h, d) field values."""
+    header.format_version = FORMAT_VERSION
+    del header.arrays[:]
+    parts = []
+    offset = 0
+    count = None
+    for name, arr in arrays.items():
+        arr = _le(np.asarray(arr))
+        if count is None:
+            count = arr.shape[0]
+        elif arr.shape[0] != count:
+            raise ValueError(f"array {name} has {arr.shape[0]} rows, expected {count}")
+        info = header.arrays.add(name=name, dtype=arr.dtype.str, shape=list(arr.shape), offset=offset,
+                                 nbytes=arr.nbytes)
+        offset += info.nbytes
+        parts.append(arr.tobytes())
+    header.count = count or 0
+    return header.SerializeToString(), b"".join(parts)
+
+
+def expected_layout(spec: SpaceSpec) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """dtype and per-transition shape of each field for an environment's spaces."""
+    return {
+        "obs": (spec.obs_dtype, spec.obs_shape),
+        "action": (spec.act_dtype, spec.act_shape),
+        "reward": ("<f4", ()),
+        "next_obs": (spec.obs_dtype, spec.obs_shape),
+        "terminated": ("|u1", ()),
+    }
+
+
+def decode(fields: dict, run: str, layout: dict[str, tuple[str, tuple[int, ...]]]) -> Batch:
+    """Decodes one stream entry's fields, checking it against the run and the expected layout."""
+    h = fields.get(b"h")
+    d = fields.get(b"d")
+    if not isinstance(h, bytes) or not isinstance(d, bytes):
+        raise DecodeError("bad_entry", "entry lacks the h and d fields")
+    header = experience_pb2.BatchHeader()
+    try:
+        header.ParseFromString(h)
+    except (_ProtoDecodeError, RuntimeError, ValueError) as exc:
+        raise DecodeError("bad_header", f"header does not parse: {exc}") from None
+    if header.format_version != FORMAT_VERSION:
+        raise DecodeError("bad_header", f"format version {header.format_version} unknown")
+    if header.run != run:
+        raise DecodeError("foreign_run", f"entry of run {header.run!r}, expected {run!r}")
+    if not header.worker_id or header.seq < 1:
+        raise DecodeError("bad_header", "missing worker id or sequence number")
+    if header.count < 1:
+        raise DecodeError("bad_header", "empty batch")
+    names = [a.name for a in header.arrays]
+    if sorted(names) != sorted(layout):
+        raise DecodeError("wrong_shape", f"arrays {names}, expected {sorted(layout)}")
+    arrays = {}
+    view = memoryview(d)
+    for info in header.arrays:
+        dtype, shape = layout[info.name]
+        if info.dtype != dtype:
+            raise DecodeError("wrong_dtype", f"{info.name} has dtype {info.dtype}, expected {dtype}")
+        full = (header.count, *shape)
+        if tuple(info.shape) != full:
+            raise DecodeError("wrong_shape", f"{info.name} has shape {tuple(info.shape)}, expected {full}")
+        nbytes = int(np.prod(full)) * np.dtype(dtype).itemsize
+        if info.nbytes != nbytes or info.offset + nbytes > len(d):
+            raise DecodeError("truncated", f"{info.name} needs {nbytes} bytes at {info.offset}, blob has {len(d)}")
+        arrays[info.name] = np.frombuffer(view[info.offset:info.offset + nbytes], dtype=dtype).reshape(full)
+    return Batch(header, arrays)

@@ -1,0 +1,19 @@
+"""Presets: named functions returning an ExperimentConfig with defaults per environment family."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from drl.config import ExperimentConfig
+from drl.errors import UserError
+from drl.presets.sac import sac
+
+PRESETS: dict[str, Callable[[str | None], ExperimentConfig]] = {"sac": sac}
+
+
+def get_preset(name: str, env: str | None = None) -> ExperimentConfig:
+    try:
+        factory = PRESETS[name]
+    except KeyError:
+        raise UserError(f"unknown preset {name!r}; accepted: {', '.join(sorted(PRESETS))}") from None
+    return factory(env)

@@ -1,0 +1,95 @@
+"""The DataStore interface: a flat namespace of keys ("policies/v00000001/manifest.json") holding bytes."""
+
+from __future__ import annotations
+
+import abc
+import os
+from pathlib import Path
+
+from drl.errors import UserError
+
+
+class DataStore(abc.ABC):
+    """Bytes under string keys. ``put`` must be atomic: a reader sees the old object, the new one, or none."""
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes:
+        """Returns the object's bytes; raises KeyError when it does not exist."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str) -> list[str]:
+        """Keys starting with prefix, sorted."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None: ...
+
+    @abc.abstractmethod
+    def describe(self) -> str: ...
+
+
+class LocalStore(DataStore):
+    """A directory; atomic puts by writing a temporary file in the same folder and renaming it."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"store directory {self.root} cannot be created: {exc.strerror}") from None
+
+    def _path(self, key: str) -> Path:
+        if key.startswith("/") or ".." in key.split("/"):
+            raise ValueError(f"invalid store key {key!r}")
+        return self.root / key
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            raise KeyError(key) from None
+
+    def list(self, prefix: str) -> list[str]:
+        base = self._path(prefix.rsplit("/", 1)[0]) if "/" in prefix else self.root
+        if not base.exists():
+            return []
+        keys = []
+        for path in base.rglob("*"):
+            if path.is_file() and not path.name.startswith("."):
+                key = path.relative_to(self.root).as_posix()
+                if key.startswith(prefix):
+                    keys.append(key)
+        return sorted(keys)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        path.unlink(missing_ok=True)
+        parent = path.parent
+        while parent != self.root and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
+
+    def describe(self) -> str:
+        return str(self.root)
+
+
+def open_store(url: str) -> DataStore:
+    """Opens a store from a directory path or file:// URL."""
+    if url.startswith("file://"):
+        return LocalStore(url[len("file://"):])
+    if "://" in url:
+        scheme = url.split("://", 1)[0]
+        raise UserError(f"store URL scheme {scheme!r} is not supported yet; accepted: a directory or file://PATH")
+    return LocalStore(url)

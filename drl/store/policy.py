@@ -1,0 +1,102 @@
+"""Policy publication: weights (safetensors) first, manifest last, readers verify checksums.
+
+A manifest is the JSON form of ``drl.v1.PolicyManifest``. Because it is written after every object it names,
+and each put is atomic, a reader that finds a manifest finds complete objects; it still checks the sha256 of
+each one and refuses the version (``ManifestError``) when anything differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+from google.protobuf import json_format
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
+import numpy as np
+
+from drl._proto import policy_pb2
+from drl.store.base import DataStore
+
+WEIGHTS = "policy.safetensors"
+MANIFEST = "manifest.json"
+
+
+class ManifestError(Exception):
+    """A published version whose manifest or objects cannot be trusted."""
+
+
+def _folder(version: int) -> str:
+    return f"policies/v{version:08d}/"
+
+
+class PolicyStore:
+    def __init__(self, store: DataStore, run: str):
+        self.store = store
+        self.run = run
+
+    def publish(self, version: int, weights: dict[str, np.ndarray], *, algorithm: str, env_steps: int,
+                updates: int, observation_space: str = "", action_space: str = "") -> policy_pb2.PolicyManifest:
+        blob = st_save({k: np.ascontiguousarray(v) for k, v in weights.items()})
+        folder = _folder(version)
+        self.store.put(folder + WEIGHTS, blob)
+        manifest = policy_pb2.PolicyManifest(
+            run=self.run, version=version, algorithm=algorithm, env_steps=env_steps, updates=updates,
+            created_at=time.time(), observation_space=observation_space, action_space=action_space)
+        manifest.objects.add(name=WEIGHTS, sha256=hashlib.sha256(blob).hexdigest(), size=len(blob))
+        self.store.put(folder + MANIFEST, json_format.MessageToJson(manifest, preserving_proto_field_name=True,
+                                                                    indent=1).encode())
+        return manifest
+
+    def manifest(self, version: int) -> policy_pb2.PolicyManifest:
+        try:
+            raw = self.store.get(_folder(version) + MANIFEST)
+        except KeyError:
+            raise ManifestError(f"version {version} has no manifest") from None
+        manifest = policy_pb2.PolicyManifest()
+        try:
+            json_format.Parse(raw.decode("utf-8"), manifest)
+        except (json_format.ParseError, UnicodeDecodeError) as exc:
+            raise ManifestError(f"version {version}: manifest does not parse: {exc}") from None
+        if manifest.version != version or manifest.run != self.run:
+            raise ManifestError(f"version {version}: manifest names run {manifest.run!r} version {manifest.version}")
+        return manifest
+
+    def load(self, version: int) -> tuple[policy_pb2.PolicyManifest, dict[str, np.ndarray]]:
+        """Returns the manifest and weights of a version after checking every object's size and sha256."""
+        manifest = self.manifest(version)
+        objects = {o.name: o for o in manifest.objects}
+        if WEIGHTS not in objects:
+            raise ManifestError(f"version {version}: manifest lists no {WEIGHTS}")
+        try:
+            blob = self.store.get(_folder(version) + WEIGHTS)
+        except KeyError:
+            raise ManifestError(f"version {version}: {WEIGHTS} is missing") from None
+        meta = objects[WEIGHTS]
+        if len(blob) != meta.size or hashlib.sha256(blob).hexdigest() != meta.sha256:
+            raise ManifestError(f"version {version}: {WEIGHTS} does not match its manifest checksum")
+        try:
+            weights = st_load(blob)
+        except Exception as exc:  # safetensors raises its own error types for corrupt headers
+            raise ManifestError(f"version {version}: weights do not parse: {exc}") from None
+        return manifest, weights
+
+    def versions(self) -> list[int]:
+        found = set()
+        for key in self.store.list("policies/v"):
+            folder, _, name = key.rpartition("/")
+            if name == MANIFEST:
+                try:
+                    found.add(int(folder.rsplit("/v", 1)[1]))
+                except (IndexError, ValueError):
+                    continue
+        return sorted(found)
+
+    def retain(self, keep: int) -> None:
+        """Deletes all but the newest ``keep`` versions; the manifest goes first so readers never see a torso."""
+        versions = self.versions()
+        for version in versions[:-keep] if keep > 0 else []:
+            folder = _folder(version)
+            self.store.delete(folder + MANIFEST)
+            for key in self.store.list(folder):
+                self.store.delete(key)

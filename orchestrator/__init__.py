@@ -1,0 +1,1 @@
+"""drl-orchestrate: turns an experiment configuration into workloads and runs them."""

@@ -1,0 +1,230 @@
+"""Local backend: every workload replica as an OS process on this machine.
+
+It starts a private Valkey/Redis server unless ``--memory`` names one, starts the plan's commands with their
+environments (logs under ``<run dir>/logs``), shows progress, and stops every process it started when the
+trainer finishes, on Ctrl-C, or as soon as any process fails. Children die with the orchestrator even if it
+is killed (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from drl.config import ExperimentConfig
+from drl.errors import UserError
+from drl.memory.redis_backend import Consumer, Keys, connect
+from orchestrator.plan import plan
+from orchestrator.progress import Progress
+from orchestrator.redis_server import RedisServer
+
+EVALUATOR_GRACE_S = 300.0
+STOP_GRACE_S = 15.0
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+@dataclass
+class Proc:
+    name: str
+    role: str
+    popen: subprocess.Popen
+    log: Path
+
+
+class LocalRun:
+    def __init__(self, cfg: ExperimentConfig, run: str, run_dir: Path):
+        self.cfg = cfg
+        self.run = run
+        self.run_dir = run_dir
+        self.procs: list[Proc] = []
+        self.server: RedisServer | None = None
+        self.client: redis.Redis | None = None
+        self.keys = Keys(run)
+        self.interrupted = False
+        self.started = time.time()
+
+    # -- setup ------------------------------------------------------------------------------------------
+    def prepare(self) -> tuple[str, str]:
+        if self.cfg.memory:
+            self.client = connect(self.cfg.memory)
+            memory_url = self.cfg.memory
+        else:
+            self.server = RedisServer(self.run_dir / "redis").start()
+            memory_url = self.server.url
+            self.client = connect(memory_url)
+        if self.client.exists(self.keys.policy, self.keys.stream):
+            raise UserError(f"run {self.run!r} already has data on the memory server; pick another --run-name")
+        self.client.set(self.keys.started_at, self.started)
+        store_url = self.cfg.store or str(self.run_dir / "store")
+        return memory_url, store_url
+
+    def spawn(self, memory_url: str, store_url: str) -> None:
+        logs = self.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for workload in plan(self.cfg, run=self.run, run_dir=str(self.run_dir), memory_url=memory_url,
+                             store_url=store_url, python=sys.executable):
+            for i in range(workload.replicas):
+                name = workload.replica_name(i)
+                log_path = logs / f"{name}.log"
+                env = {**os.environ, **workload.replica_env(i)}
+                with open(log_path, "ab") as log:
+                    popen = subprocess.Popen(list(workload.command), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True,
+                                             preexec_fn=_die_with_parent)
+                self.procs.append(Proc(name, workload.role, popen, log_path))
+
+    # -- monitoring -------------------------------------------------------------------------------------
+    def status(self, role: str) -> dict[str, str]:
+        try:
+            raw = self.client.hgetall(self.keys.status(role))
+        except (redis.ConnectionError, redis.TimeoutError):
+            return {}
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
+    def failed(self) -> Proc | None:
+        for p in self.procs:
+            code = p.popen.poll()
+            if code not in (None, 0):
+                return p
+        return None
+
+    def show(self, progress: Progress, force: bool = False) -> None:
+        t, e = self.status("trainer"), self.status("evaluator")
+        progress.show(force=force, steps=int(t.get("env_steps") or 0), version=int(t.get("policy_version") or 0),
+                      updates=int(t.get("updates") or 0), last_eval=_float(e.get("last_eval_return")),
+                      best_eval=_float(e.get("best_eval_return")), backlog=int(t.get("backlog") or 0))
+
+    def wait(self, progress: Progress) -> str:
+        trainer = next(p for p in self.procs if p.role == "trainer")
+        trainer_done_at = None
+        while True:
+            if self.interrupted:
+                return "interrupted"
+            bad = self.failed()
+            if bad:
+                return f"failed: {bad.name} exited with code {bad.popen.returncode} (log: {bad.log})"
+            self.show(progress)
+            if trainer.popen.poll() == 0:
+                trainer_done_at = trainer_done_at or time.monotonic()
+                if all(p.popen.poll() is not None for p in self.procs):
+                    return "finished"
+                evaluator_done = all(p.popen.poll() is not None for p in self.procs if p.role == "evaluator")
+                if evaluator_done or time.monotonic() - trainer_done_at > EVALUATOR_GRACE_S:
+                    return "finished"
+            time.sleep(0.2)
+
+    def stop_all(self) -> None:
+        """Asks services to stop through the run's stop flag, then terminates, then kills what remains."""
+        alive = [p for p in self.procs if p.popen.poll() is None]
+        if alive and self.client is not None:
+            try:
+                self.client.set(self.keys.stop, "orchestrator")
+            except (redis.ConnectionError, redis.TimeoutError):
+                pass
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline and any(p.popen.poll() is None for p in alive):
+                time.sleep(0.1)
+        for p in self.procs:
+            if p.popen.poll() is None:
+                p.popen.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for p in self.procs:
+            try:
+                p.popen.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
+                p.popen.wait()
+
+    # -- summary ----------------------------------------------------------------------------------------
+    def summary(self, outcome: str) -> dict:
+        t = self.status("trainer")
+        evals = read_evaluations(self.run_dir / "evaluations.jsonl")
+        try:
+            produced = sum(int(v) for v in self.client.hvals(self.keys.produced))
+            backlog = Consumer(self.client, self.keys, consumer="orchestrator").backlog_transitions()
+            dead = {k.decode(): int(v) for k, v in self.client.hgetall(self.keys.dead_letter_counts).items()}
+        except (redis.ConnectionError, redis.TimeoutError, AttributeError):
+            produced, backlog, dead = -1, -1, {}
+        reason = t.get("exit_reason") if outcome == "finished" else outcome
+        if outcome == "finished" and t.get("state") != "finished":
+            reason = "failed: trainer did not report a final state"
+        return {
+            "run": self.run, "preset": self.cfg.preset, "algorithm": self.cfg.algorithm, "env": self.cfg.env,
+            "mode": self.cfg.mode, "workers": self.cfg.workers, "envs_per_worker": self.cfg.envs_per_worker,
+            "seed": self.cfg.seed, "steps_requested": self.cfg.steps,
+            "env_steps": produced, "updates": int(t.get("updates") or 0),
+            "policy_version": int(t.get("policy_version") or -1),
+            "transitions_produced": produced, "transitions_consumed": int(t.get("transitions_consumed") or 0),
+            "transitions_unconsumed": backlog, "duplicates_dropped": int(t.get("duplicates_dropped") or 0),
+            "stale_dropped": int(t.get("stale_dropped") or 0), "dead_lettered": dead,
+            "evaluations": len(evals),
+            "best_eval_return": max((e["mean_return"] for e in evals), default=None),
+            "last_eval_return": evals[-1]["mean_return"] if evals else None,
+            "wall_seconds": round(time.time() - self.started, 2), "exit_reason": reason,
+        }
+
+    def cleanup(self) -> None:
+        if self.server:
+            self.server.stop()
+
+
+def read_evaluations(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line:
+            out.append(json.loads(line))
+    return out
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def run_local(cfg: ExperimentConfig, run: str, run_dir: Path) -> tuple[int, dict]:
+    """Runs a whole experiment; returns (exit code, summary). The summary is also written to summary.json."""
+    job = LocalRun(cfg, run, run_dir)
+
+    def on_signal(signum, frame):
+        job.interrupted = True
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    progress = Progress(cfg.steps)
+    summary: dict = {}
+    try:
+        memory_url, store_url = job.prepare()
+        job.spawn(memory_url, store_url)
+        outcome = job.wait(progress)
+        job.show(progress, force=True)
+        progress.close()
+        job.stop_all()
+        summary = job.summary(outcome)
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    finally:
+        job.stop_all()
+        job.cleanup()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    reason = summary.get("exit_reason") or ""
+    code = 0 if reason in ("steps_done", "target_reached") else (130 if reason == "interrupted" else 1)
+    return code, summary

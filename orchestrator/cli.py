@@ -1,0 +1,182 @@
+"""The ``drl-orchestrate`` command line, generated from the configuration dataclasses.
+
+    drl-orchestrate --preset sac --env Pendulum-v1 --workers 4
+    drl-orchestrate presets
+    drl-orchestrate --preset sac --help        (options with that preset's defaults)
+
+Every option of ``ExperimentConfig`` (and of nested algorithm configs, as ``--sac.lr``) is a flag; only flags
+given on the command line override the preset. Bad input prints one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from drl.config import ConfigError, ExperimentConfig, coerce, from_dict, iter_options, replace
+from drl.errors import UserError
+from drl.presets import PRESETS, get_preset
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{message} (see drl-orchestrate --help)")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _type_name(tp: Any) -> str:
+    text = getattr(tp, "__name__", None) or str(tp)
+    return text.replace("typing.", "")
+
+
+def build_parser(defaults: ExperimentConfig) -> argparse.ArgumentParser:
+    parser = _Parser(prog="drl-orchestrate", argument_default=argparse.SUPPRESS,
+                     description="Run a distributed RL experiment: rollout workers, a trainer and an evaluator "
+                                 "over a Redis memory backend. Subcommand: 'presets' lists the presets.",
+                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--config", metavar="FILE", help="JSON file with configuration values (flags override it)")
+    for name, tp, _default, doc, choices in iter_options():
+        current = defaults
+        for part in name.split("."):
+            current = getattr(current, part)
+        if isinstance(current, tuple):
+            current = ",".join(str(x) for x in current)
+        help_text = f"{doc} [{_type_name(tp)}; default for this preset: {current}]"
+        kwargs: dict[str, Any] = {"dest": name, "help": help_text.replace("%", "%%"), "metavar": name.split(".")[-1].upper()}
+        if choices:
+            kwargs["choices"] = choices
+            kwargs.pop("metavar")
+        parser.add_argument(_flag(name), **kwargs)
+    return parser
+
+
+def _option_types() -> dict[str, Any]:
+    return {name: tp for name, tp, *_ in iter_options()}
+
+
+def resolve_config(argv: list[str]) -> ExperimentConfig:
+    """Preset, then config file, then flags; validated."""
+    pre = _Parser(add_help=False, argument_default=argparse.SUPPRESS)
+    pre.add_argument("--preset")
+    pre.add_argument("--env")
+    known, _ = pre.parse_known_args(argv)
+    preset_name = getattr(known, "preset", "sac")
+    base = get_preset(preset_name, getattr(known, "env", None))
+    parser = build_parser(base)
+    args = vars(parser.parse_args(argv))
+    cfg = base
+    config_file = args.pop("config", None)
+    if config_file:
+        cfg = _apply_file(cfg, Path(config_file))
+    types = _option_types()
+    changes = {name: coerce(types[name], value, _flag(name)) for name, value in args.items()}
+    cfg = replace(cfg, **changes)
+    return cfg.validate()
+
+
+def _apply_file(cfg: ExperimentConfig, path: Path) -> ExperimentConfig:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid JSON: {exc}") from None
+    merged = _merge(dataclasses.asdict(cfg), data, str(path))
+    return from_dict(ExperimentConfig, merged)
+
+
+def _merge(base: dict, data: Any, where: str) -> dict:
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {where} must hold a JSON object")
+    out = dict(base)
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            out[key] = _merge(base[key], value, where)
+        else:
+            out[key] = value
+    return out
+
+
+def check_environment(cfg: ExperimentConfig) -> None:
+    """Checks what needs gymnasium: the env id exists and the algorithm fits its action space."""
+    from drl.algorithms import check_spaces
+    from drl.envs import check_env_id, space_spec
+
+    check_env_id(cfg.env)
+    check_spaces(cfg.algorithm, space_spec(cfg.env), cfg.env)
+
+
+def default_run_name(cfg: ExperimentConfig) -> str:
+    env = re.sub(r"[^A-Za-z0-9.-]+", "-", cfg.env).strip("-").lower()
+    return f"{cfg.preset}-{env}-{cfg.mode}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def cmd_run(argv: list[str]) -> int:
+    cfg = resolve_config(argv)
+    check_environment(cfg)
+    run = cfg.run_name or default_run_name(cfg)
+    run_dir = Path(cfg.output).resolve() / run
+    if (run_dir / "summary.json").exists():
+        raise UserError(f"run {run!r} already exists in {run_dir.parent}; pick another --run-name")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"output directory {run_dir} cannot be created: {exc.strerror}") from None
+    cfg = replace(cfg, run_name=run)
+    (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2) + "\n")
+    print(f"drl: run {run} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, {cfg.steps:,} steps) "
+          f"-> {run_dir}", file=sys.stderr)
+    from orchestrator.backends.local import run_local
+
+    code, summary = run_local(cfg, run, run_dir)
+    keys = ("exit_reason", "env_steps", "updates", "policy_version", "transitions_produced",
+            "transitions_consumed", "duplicates_dropped", "best_eval_return", "last_eval_return", "wall_seconds")
+    print(json.dumps({k: summary.get(k) for k in keys}))
+    print(f"drl: summary written to {run_dir / 'summary.json'}", file=sys.stderr)
+    return code
+
+
+def cmd_presets(argv: list[str]) -> int:
+    if argv:
+        raise UserError(f"'presets' takes no arguments, got {' '.join(argv)}")
+    for name in sorted(PRESETS):
+        cfg = get_preset(name)
+        doc = (PRESETS[name].__doc__ or "").strip().splitlines()[0]
+        print(f"{name}: {doc}")
+        print(f"    algorithm={cfg.algorithm} env={cfg.env} steps={cfg.steps} mode={cfg.mode} workers={cfg.workers}")
+    return 0
+
+
+COMMANDS = {"presets": cmd_presets}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in COMMANDS:
+            code = COMMANDS[argv[0]](argv[1:])
+        else:
+            code = cmd_run(argv)
+    except UserError as exc:
+        print(f"drl-orchestrate: error: {exc}", file=sys.stderr)
+        code = EXIT_USAGE
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""Config -> workloads: the exact command and environment of every process of a run.
+
+The local backend starts these commands as processes; a Kubernetes backend would turn the same workloads
+into pod specs. Services receive nothing but this command and this environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from drl.config import ExperimentConfig
+
+
+@dataclass(frozen=True)
+class Workload:
+    role: str
+    replicas: int
+    command: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    per_replica_env: str = ""  # name of the variable holding the replica index, if any
+
+    def replica_env(self, index: int) -> dict[str, str]:
+        env = dict(self.env)
+        if self.per_replica_env:
+            env[self.per_replica_env] = str(index)
+        return env
+
+    def replica_name(self, index: int) -> str:
+        return f"{self.role}-{index}" if self.replicas > 1 or self.per_replica_env else self.role
+
+
+def plan(cfg: ExperimentConfig, *, run: str, run_dir: str, memory_url: str, store_url: str,
+         python: str = "python") -> list[Workload]:
+    """The workloads of a run: one trainer, ``cfg.workers`` rollout workers and one evaluator."""
+    common = {
+        "DRL_CONFIG": cfg.to_json(),
+        "DRL_RUN": run,
+        "DRL_RUN_DIR": run_dir,
+        "DRL_MEMORY_URL": memory_url,
+        "DRL_STORE": store_url,
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    return [
+        Workload("trainer", 1, (python, "-m", "services.trainer"),
+                 {**common, "OMP_NUM_THREADS": str(cfg.trainer_threads)}),
+        Workload("rollout", cfg.workers, (python, "-m", "services.rollout"), common, "DRL_WORKER_INDEX"),
+        Workload("evaluator", 1, (python, "-m", "services.evaluator"), common),
+    ]

@@ -1,0 +1,42 @@
+"""Regenerates drl/_proto from proto/ with grpcio-tools.
+
+The generated modules are committed so that installing drl needs no code generator; the test
+tests/unit/test_proto_current.py runs this generator into a temporary folder and fails when the
+committed copy differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROTO_ROOT = ROOT / "proto"
+OUT = ROOT / "drl" / "_proto"
+
+
+def generate(out: Path) -> list[Path]:
+    from grpc_tools import protoc
+    import grpc_tools
+
+    files = sorted(PROTO_ROOT.glob("drl/v1/*.proto"))
+    out.mkdir(parents=True, exist_ok=True)
+    include = Path(grpc_tools.__file__).parent / "_proto"
+    args = ["protoc", f"-I{PROTO_ROOT}", f"-I{include}", f"--python_out={out}", f"--pyi_out={out}"]
+    args += [str(f.relative_to(PROTO_ROOT)) for f in files]
+    if protoc.main(args) != 0:
+        raise SystemExit("protoc failed")
+    return sorted(p for p in out.rglob("*_pb2.py*"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    for path in generate(args.out):
+        print(path.relative_to(args.out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Process shells around the drl library: rollout workers, the trainer and the evaluator."""

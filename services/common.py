@@ -1,0 +1,98 @@
+"""What every service shares: reading its context from the environment, logging, and exit codes.
+
+A service learns everything from its environment (set by the orchestrator's plan): ``DRL_CONFIG`` (the
+experiment configuration as JSON), ``DRL_RUN``, ``DRL_RUN_DIR``, ``DRL_MEMORY_URL``, ``DRL_STORE`` and, for
+rollout workers, ``DRL_WORKER_INDEX``. Credentials therefore never appear in process arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import redis
+
+from drl.config import ExperimentConfig
+from drl.errors import UserError
+from drl.memory.redis_backend import Keys, connect, retrying
+
+EXIT_USAGE = 2
+
+
+@dataclass
+class ServiceContext:
+    role: str
+    config: ExperimentConfig
+    run: str
+    run_dir: Path
+    memory_url: str
+    store_url: str
+    worker_index: int
+
+    @classmethod
+    def from_env(cls, role: str) -> "ServiceContext":
+        env = os.environ
+        missing = [k for k in ("DRL_CONFIG", "DRL_RUN", "DRL_RUN_DIR", "DRL_MEMORY_URL", "DRL_STORE") if not env.get(k)]
+        if missing:
+            raise UserError(f"{role}: environment variable(s) {', '.join(missing)} must be set "
+                            "(services are started by drl-orchestrate, which sets them)")
+        config = ExperimentConfig.from_json(env["DRL_CONFIG"]).validate()
+        try:
+            index = int(env.get("DRL_WORKER_INDEX", "0"))
+        except ValueError:
+            raise UserError(f"DRL_WORKER_INDEX must be an integer, got {env['DRL_WORKER_INDEX']!r}") from None
+        return cls(role, config, env["DRL_RUN"], Path(env["DRL_RUN_DIR"]), env["DRL_MEMORY_URL"], env["DRL_STORE"],
+                   index)
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.worker_index}" if self.role == "rollout" else self.role
+
+    def redis(self) -> redis.Redis:
+        return connect(self.memory_url)
+
+    def keys(self) -> Keys:
+        return Keys(self.run)
+
+
+class StatusWriter:
+    """Publishes a service's counters to its status hash at most once per ``every`` seconds."""
+
+    def __init__(self, client: redis.Redis, key: str, every: float = 1.0):
+        self.client = client
+        self.key = key
+        self.every = every
+        self._last = 0.0
+
+    def write(self, fields: dict, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < self.every:
+            return
+        self._last = now
+        fields = {k: ("" if v is None else v) for k, v in fields.items()}
+        retrying(lambda: self.client.hset(self.key, mapping=fields), "status")
+
+
+def run_service(role: str, body: Callable[[ServiceContext], int]) -> None:
+    """Runs a service body with logging set up; UserError becomes one line and exit code 2."""
+    logging.basicConfig(level=os.environ.get("DRL_LOG_LEVEL", "INFO"),
+                        format=f"%(asctime)s {role} %(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        ctx = ServiceContext.from_env(role)
+        code = body(ctx)
+    except UserError as exc:
+        print(f"drl {role}: error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(code)
+
+
+def share(total: int, parts: int, index: int) -> int:
+    """Index-th of parts near-equal shares of total (the first ones get the remainder)."""
+    return total // parts + (1 if index < total % parts else 0)

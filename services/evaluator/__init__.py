@@ -1,0 +1,1 @@
+"""Evaluator: follows published policy versions and scores them with deterministic episodes."""

@@ -1,0 +1,90 @@
+"""The evaluator's process shell: evaluate the newest published version, record it, maybe stop the run.
+
+It always jumps to the newest version (intermediate ones are skipped when training outpaces evaluation),
+appends one ``drl.v1.EvaluationResult`` per evaluated version to ``<run dir>/evaluations.jsonl``, and sets the
+run's stop flag once ``--target-return`` is reached. It ends after evaluating the trainer's final version.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import numpy as np
+import torch
+from google.protobuf import json_format
+
+from drl._proto import evaluation_pb2
+from drl.algorithms import make_actor
+from drl.envs import space_spec
+from drl.evaluation import run_episodes
+from drl.memory.redis_backend import Announcer, retrying
+from drl.store import ManifestError, PolicyStore, open_store
+from services.common import ServiceContext, StatusWriter
+
+log = logging.getLogger("drl.evaluator")
+
+
+class Evaluator:
+    def __init__(self, ctx: ServiceContext):
+        cfg = ctx.config
+        self.ctx, self.cfg = ctx, cfg
+        self.client = ctx.redis()
+        self.keys = ctx.keys()
+        self.announcer = Announcer(self.client, self.keys)
+        self.policies = PolicyStore(open_store(ctx.store_url), ctx.run)
+        self.spec = space_spec(cfg.env)
+        self.actor = make_actor(cfg.algorithm, self.spec, cfg, seed=cfg.seed)
+        self.status = StatusWriter(self.client, self.keys.status("evaluator"), every=0.0)
+        self.results_path = ctx.run_dir / "evaluations.jsonl"
+        self.started = float(retrying(lambda: self.client.get(self.keys.started_at), "GET") or time.time())
+        self.best = -float("inf")
+        self.evaluated = -1
+
+    def evaluate(self, version: int) -> evaluation_pb2.EvaluationResult | None:
+        try:
+            manifest, weights = self.policies.load(version)
+            self.actor.load(weights)
+        except (ManifestError, ValueError) as exc:
+            log.error("version %d not evaluated: %s", version, exc)
+            return None
+        returns = run_episodes(self.cfg.env, self.actor, self.cfg.eval_episodes, seed=self.cfg.seed + 1_000_000)
+        result = evaluation_pb2.EvaluationResult(
+            run=self.ctx.run, version=version, env_steps=manifest.env_steps, updates=manifest.updates,
+            episodes=len(returns), mean_return=float(np.mean(returns)), std_return=float(np.std(returns)),
+            returns=returns, wall_seconds=time.time() - self.started, created_at=time.time())
+        with open(self.results_path, "a") as fh:
+            fh.write(json.dumps(json_format.MessageToDict(result, preserving_proto_field_name=True,
+                                                          always_print_fields_with_no_presence=True)) + "\n")
+        self.best = max(self.best, result.mean_return)
+        self.status.write({"role": "evaluator", "policy_version": version, "env_steps": manifest.env_steps,
+                           "last_eval_return": result.mean_return, "best_eval_return": self.best,
+                           "evaluations": self.evaluated + 1})
+        log.info("version %d (%d env steps): return %.1f +- %.1f", version, manifest.env_steps, result.mean_return,
+                 result.std_return)
+        return result
+
+    def run(self) -> int:
+        target = self.cfg.target_return
+        while True:
+            latest = self.announcer.latest()
+            if latest > self.evaluated:
+                result = self.evaluate(latest)
+                self.evaluated = latest
+                if result is not None and target is not None and result.mean_return >= target:
+                    log.info("target return %.1f reached by version %d; stopping the run", target, latest)
+                    retrying(lambda: self.client.set(self.keys.stop, f"target_reached:{latest}"), "SET stop")
+                    return 0
+                continue
+            done = retrying(lambda: self.client.get(self.keys.trainer_done), "GET trainer done")
+            if done is not None and self.evaluated >= int(done):
+                return 0
+            if retrying(lambda: self.client.exists(self.keys.stop), "EXISTS stop"):
+                return 0
+            self.announcer.wait_for(self.evaluated + 1, timeout=1.0, should_stop=lambda: False)
+
+
+def serve(ctx: ServiceContext) -> int:
+    torch.set_num_threads(1)
+    return Evaluator(ctx).run()

@@ -1,0 +1,144 @@
+"""The rollout worker's process shell.
+
+SYNC: wait for policy version k, collect this worker's share of the iteration with it, mark the last entry
+``iteration_end``, wait for k+1. ASYNC: never wait for the trainer; switch to a newer policy as soon as an
+append reports one (the append script returns the latest version). Either way the worker stops after its
+share of ``--steps`` or when the run's stop flag is set, and records how many transitions it sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import torch
+
+from drl._proto import experience_pb2
+from drl.algorithms import make_actor
+from drl.envs import VecEnv
+from drl.memory import codec
+from drl.memory.redis_backend import Announcer, Producer, retrying
+from drl.store import ManifestError, PolicyStore, open_store
+from services.common import ServiceContext, StatusWriter, share
+
+log = logging.getLogger("drl.rollout")
+
+
+class RolloutWorker:
+    def __init__(self, ctx: ServiceContext):
+        cfg = ctx.config
+        self.ctx, self.cfg = ctx, cfg
+        self.client = ctx.redis()
+        self.keys = ctx.keys()
+        self.announcer = Announcer(self.client, self.keys)
+        self.policies = PolicyStore(open_store(ctx.store_url), ctx.run)
+        self.envs = VecEnv(cfg.env, cfg.envs_per_worker, seed=cfg.seed * 100_003 + 1000 * ctx.worker_index)
+        self.actor = make_actor(cfg.algorithm, self.envs.spec, cfg, seed=cfg.seed + 7919 * (ctx.worker_index + 1))
+        self.producer = Producer(self.client, self.keys, ctx.name, cfg.max_backlog_entries)
+        self.status = StatusWriter(self.client, self.keys.status(ctx.name))
+        self.total = share(cfg.steps, cfg.workers, ctx.worker_index)
+        self.random_steps = share(cfg.random_steps, cfg.workers, ctx.worker_index)
+        self.version = -1
+        self.seq = 0
+        self.produced = 0
+        self.stepped = 0
+        self.stop = False
+        self.pending: list[dict[str, np.ndarray]] = []
+        self.pending_n = 0
+
+    def load(self, version: int) -> bool:
+        """Switches to a published version; on a bad manifest keeps the current policy and says why."""
+        if version <= self.version:
+            return True
+        try:
+            _, weights = self.policies.load(version)
+            self.actor.load(weights)
+        except (ManifestError, ValueError) as exc:
+            log.error("policy version %d refused, keeping version %d: %s", version, self.version, exc)
+            return False
+        self.version = version
+        return True
+
+    def step(self, limit: int) -> None:
+        """Steps every env once and queues at most ``limit`` of the transitions."""
+        if self.stepped < self.random_steps or self.version < 0:
+            actions = self.envs.random_actions()
+        else:
+            actions = self.actor.act(self.envs.obs)
+        tr = self.envs.step(actions)
+        n = min(limit, len(tr["reward"]))
+        self.stepped += n
+        self.pending.append({k: v[:n] for k, v in tr.items()})
+        self.pending_n += n
+
+    def flush(self, iteration_end: bool = False) -> None:
+        if not self.pending_n:
+            return
+        arrays = {k: np.concatenate([p[k] for p in self.pending]) for k in codec.FIELDS}
+        self.seq += 1
+        final = self.produced + self.pending_n >= self.total
+        header = experience_pb2.BatchHeader(run=self.ctx.run, worker_id=self.ctx.name, seq=self.seq,
+                                            policy_version=max(self.version, 0), iteration_end=iteration_end or final,
+                                            final=final, produced_total=self.produced + self.pending_n)
+        h, d = codec.encode(header, arrays)
+        latest, stop = self.producer.send(h, d, self.produced + self.pending_n)
+        self.produced += self.pending_n
+        self.pending, self.pending_n = [], 0
+        self.stop = stop
+        if self.cfg.mode == "async" and latest > self.version:
+            self.load(latest)
+        self.report()
+
+    def report(self, force: bool = False) -> None:
+        returns = self.envs.finished_returns[-10:]
+        self.status.write({"role": "rollout", "produced": self.produced, "total": self.total,
+                           "policy_version": self.version, "seq": self.seq,
+                           "backpressure_s": round(self.producer.waited_s, 3),
+                           "episode_return": float(np.mean(returns)) if returns else ""}, force=force)
+
+    def collect(self, n: int) -> None:
+        """Collects n transitions, flushing full entries; the last entry of the n is flushed as iteration end."""
+        target = self.stepped + n
+        while self.stepped < target and not self.stop:
+            self.step(target - self.stepped)
+            if self.pending_n >= self.cfg.batch_transitions and self.stepped < target:
+                self.flush()
+        if not self.stop:
+            self.flush(iteration_end=True)
+
+    def stopped(self) -> bool:
+        self.stop = self.stop or bool(retrying(lambda: self.client.exists(self.keys.stop), "EXISTS stop"))
+        return self.stop
+
+    def run(self) -> int:
+        first = self.announcer.wait_for(0, timeout=600, should_stop=self.stopped)
+        if first < 0:
+            return self.finish("stopped before the first policy")
+        self.load(first)
+        if self.cfg.mode == "async":
+            self.collect(self.total)
+            return self.finish("share done" if not self.stop else "stop requested")
+        per_iteration = math.ceil(self.cfg.sync_steps_per_iteration / self.cfg.workers)
+        while self.produced < self.total and not self.stop:
+            self.collect(min(per_iteration, self.total - self.produced))
+            if self.produced >= self.total or self.stop:
+                break
+            nxt = self.announcer.wait_for(self.version + 1, timeout=self.cfg.sync_deadline_s * 10,
+                                          should_stop=self.stopped)
+            if nxt < 0:
+                break
+            if not self.load(nxt):
+                raise RuntimeError(f"SYNC needs policy version {nxt}, which cannot be loaded")
+        return self.finish("share done" if self.produced >= self.total else "stop requested")
+
+    def finish(self, why: str) -> int:
+        retrying(lambda: self.client.hset(self.keys.workers_done, self.ctx.name, self.produced), "HSET done")
+        self.report(force=True)
+        log.info("%s after %d transitions (%d entries): %s", self.ctx.name, self.produced, self.seq, why)
+        return 0
+
+
+def serve(ctx: ServiceContext) -> int:
+    torch.set_num_threads(1)
+    return RolloutWorker(ctx).run()

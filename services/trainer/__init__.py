@@ -1,0 +1,1 @@
+"""Trainer: memory backend -> replay -> learner -> data store."""
