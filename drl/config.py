@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -68,10 +69,11 @@ class ExperimentConfig:
         for name in ("random_steps", "learning_starts"):
             if getattr(self, name) < 0:
                 problems.append(f"--{_flag(name)} must be zero or more, got {getattr(self, name)}")
-        if self.updates_per_transition <= 0:
-            problems.append(f"--updates-per-transition must be positive, got {self.updates_per_transition}")
-        if self.sync_deadline_s <= 0:
-            problems.append(f"--sync-deadline-s must be positive, got {self.sync_deadline_s}")
+        for name in ("updates_per_transition", "sync_deadline_s"):
+            if not _positive(getattr(self, name)):
+                problems.append(f"--{_flag(name)} must be a positive number, got {getattr(self, name)}")
+        if self.target_return is not None and not math.isfinite(self.target_return):
+            problems.append(f"--target-return must be a finite number, got {self.target_return}")
         if self.mode not in MODES:
             problems.append(f"unknown mode {self.mode!r}; accepted: {', '.join(MODES)}")
         choices = _field("algorithm").metadata["choices"]
@@ -87,6 +89,14 @@ class ExperimentConfig:
             problems.append(f"--sac.hidden must be positive sizes, got {self.sac.hidden}")
         if self.sac.batch_size < 1:
             problems.append(f"--sac.batch-size must be positive, got {self.sac.batch_size}")
+        if not _positive(self.sac.lr):
+            problems.append(f"--sac.lr must be a positive number, got {self.sac.lr}")
+        if not _positive(self.sac.init_alpha):
+            problems.append(f"--sac.init-alpha must be a positive number, got {self.sac.init_alpha}")
+        for name in ("gamma", "tau"):
+            value = getattr(self.sac, name)
+            if not (0 < value <= 1):
+                problems.append(f"--sac.{name} must lie in (0, 1], got {value}")
         if problems:
             raise ConfigError("; ".join(problems))
         return self
@@ -101,6 +111,10 @@ class ExperimentConfig:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"configuration is not valid JSON: {exc}") from None
         return from_dict(cls, data)
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
 
 
 def _flag(name: str) -> str:
@@ -144,19 +158,25 @@ def coerce(tp: Any, value: Any, where: str) -> Any:
                 raise ValueError(value)
             return bool(value)
         if tp is int:
-            if isinstance(value, float) and not value.is_integer():
+            if isinstance(value, bool):
                 raise ValueError(value)
             if isinstance(value, str):
                 value = value.replace("_", "")
-                return int(float(value)) if "e" in value.lower() else int(value)
+                if "e" not in value.lower():
+                    return int(value)
+                value = float(value)
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
             return int(value)
         if tp is float:
+            if isinstance(value, bool):
+                raise ValueError(value)
             return float(value)
         if tp is str:
             if not isinstance(value, str):
                 raise ValueError(value)
             return value
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{where} expects {getattr(tp, '__name__', tp)}, got {value!r}") from None
     raise ConfigError(f"{where}: unsupported type {tp}")
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 
 from drl.algorithms import Actor
 from drl.envs import make_env
@@ -25,3 +28,21 @@ def run_episodes(env_id: str, actor: Actor, episodes: int, seed: int, max_steps:
     finally:
         env.close()
     return returns
+
+
+_INT64 = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
+          FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}
+
+
+def message_to_record(message: Message) -> dict:
+    """A flat message as a JSON-ready dict with proto field names, 64-bit integers kept as numbers.
+
+    (The canonical proto3 JSON mapping writes 64-bit integers as strings; JSONL readers expect numbers.
+    ``json_format.ParseDict`` accepts both, so records still parse back into the message.)
+    """
+    record = json_format.MessageToDict(message, preserving_proto_field_name=True,
+                                       always_print_fields_with_no_presence=True)
+    for field in message.DESCRIPTOR.fields:
+        if field.type in _INT64 and field.name in record and not isinstance(record[field.name], list):
+            record[field.name] = int(record[field.name])
+    return record

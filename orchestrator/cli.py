@@ -66,26 +66,25 @@ def _option_types() -> dict[str, Any]:
 
 
 def resolve_config(argv: list[str]) -> ExperimentConfig:
-    """Preset, then config file, then flags; validated."""
+    """Preset, then config file, then flags; validated. The preset and env may come from the file too."""
     pre = _Parser(add_help=False, argument_default=argparse.SUPPRESS)
     pre.add_argument("--preset")
     pre.add_argument("--env")
+    pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
-    preset_name = getattr(known, "preset", "sac")
-    base = get_preset(preset_name, getattr(known, "env", None))
+    file_data = _read_config_file(Path(known.config)) if getattr(known, "config", None) else {}
+    preset_name = getattr(known, "preset", None) or file_data.get("preset") or "sac"
+    base = get_preset(str(preset_name), getattr(known, "env", None) or file_data.get("env"))
     parser = build_parser(base)
     args = vars(parser.parse_args(argv))
-    cfg = base
-    config_file = args.pop("config", None)
-    if config_file:
-        cfg = _apply_file(cfg, Path(config_file))
+    args.pop("config", None)
+    cfg = from_dict(ExperimentConfig, _merge(dataclasses.asdict(base), file_data, known.config)) if file_data else base
     types = _option_types()
     changes = {name: coerce(types[name], value, _flag(name)) for name, value in args.items()}
-    cfg = replace(cfg, **changes)
-    return cfg.validate()
+    return replace(cfg, **changes).validate()
 
 
-def _apply_file(cfg: ExperimentConfig, path: Path) -> ExperimentConfig:
+def _read_config_file(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -94,8 +93,9 @@ def _apply_file(cfg: ExperimentConfig, path: Path) -> ExperimentConfig:
         raise ConfigError(f"config file {path} cannot be read: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid JSON: {exc}") from None
-    merged = _merge(dataclasses.asdict(cfg), data, str(path))
-    return from_dict(ExperimentConfig, merged)
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a JSON object")
+    return data
 
 
 def _merge(base: dict, data: Any, where: str) -> dict:
@@ -119,6 +119,18 @@ def check_environment(cfg: ExperimentConfig) -> None:
     check_spaces(cfg.algorithm, space_spec(cfg.env), cfg.env)
 
 
+def preflight_memory(cfg: ExperimentConfig) -> None:
+    """Fails before anything starts when the memory backend cannot be had: unreachable URL, no server binary."""
+    if cfg.memory:
+        from drl.memory import connect
+
+        connect(cfg.memory).close()
+    else:
+        from orchestrator.redis_server import find_server_binary
+
+        find_server_binary()
+
+
 def default_run_name(cfg: ExperimentConfig) -> str:
     env = re.sub(r"[^A-Za-z0-9.-]+", "-", cfg.env).strip("-").lower()
     return f"{cfg.preset}-{env}-{cfg.mode}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -127,6 +139,7 @@ def default_run_name(cfg: ExperimentConfig) -> str:
 def cmd_run(argv: list[str]) -> int:
     cfg = resolve_config(argv)
     check_environment(cfg)
+    preflight_memory(cfg)
     run = cfg.run_name or default_run_name(cfg)
     run_dir = Path(cfg.output).resolve() / run
     if (run_dir / "summary.json").exists():

@@ -24,9 +24,10 @@ MAX_ENTRY_BYTES = 256 * 1024 * 1024
 class DecodeError(ValueError):
     """An entry that cannot be accepted; ``kind`` names the reason for dead-letter accounting."""
 
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: str, message: str, header: "experience_pb2.BatchHeader | None" = None):
         super().__init__(f"{kind}: {message}")
         self.kind = kind
+        self.header = header
 
 
 @dataclass
@@ -95,6 +96,15 @@ def decode(fields: dict, run: str, layout: dict[str, tuple[str, tuple[int, ...]]
         raise DecodeError("foreign_run", f"entry of run {header.run!r}, expected {run!r}")
     if not header.worker_id or header.seq < 1:
         raise DecodeError("bad_header", "missing worker id or sequence number")
+    try:
+        return _decode_arrays(header, d, layout)
+    except DecodeError as exc:
+        exc.header = header
+        raise
+
+
+def _decode_arrays(header: experience_pb2.BatchHeader, d: bytes,
+                   layout: dict[str, tuple[str, tuple[int, ...]]]) -> Batch:
     if header.count < 1:
         raise DecodeError("bad_header", "empty batch")
     names = [a.name for a in header.arrays]

@@ -60,7 +60,7 @@ def connect(url: str, timeout: float = 5.0) -> redis.Redis:
         client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=max(timeout, 30.0),
                                       health_check_interval=30)
     except ValueError as exc:
-        raise UserError(f"memory URL {shown} is not valid: {exc} (accepted: redis://, rediss://, unix://)") from None
+        raise UserError(f"memory URL {shown} is not valid: {exc}") from None
     try:
         if client.ping() is not True:
             raise UserError(f"memory URL {shown} did not answer PING like a Redis server")
@@ -139,7 +139,13 @@ class Consumer:
                 raise
 
     def read(self, count: int, block_ms: int | None) -> list[tuple[bytes, dict]]:
-        """Returns up to count entries: this consumer's own pending ones first (after a restart), then new ones."""
+        """Returns up to count entries: this consumer's own pending ones first (after a restart), then new ones.
+
+        ``block_ms`` None returns at once; a positive value waits that long for new entries (0 would wait
+        forever, so it is refused).
+        """
+        if block_ms is not None and block_ms <= 0:
+            raise ValueError("block_ms must be positive or None")
         if self._pending_first:
             got = self._xread("0", count, None)
             if got:

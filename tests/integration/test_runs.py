@@ -1,0 +1,112 @@
+"""Tiny end-to-end runs through the real CLI, real processes and a real Valkey/Redis server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT, processes_mentioning, read_summary, run_cli
+
+SUMMARY_KEYS = {"run", "preset", "env", "mode", "workers", "env_steps", "updates", "policy_version",
+                "transitions_produced", "transitions_consumed", "duplicates_dropped", "best_eval_return",
+                "last_eval_return", "wall_seconds", "exit_reason"}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_two_worker_run_accounts_for_every_transition(tmp_path, mode):
+    run = f"tiny-{mode}"
+    proc = run_cli(["--preset", "sac", "--env", "Pendulum-v1", "--workers", "2", "--steps", "2000", "--mode", mode,
+                    "--eval-episodes", "2", "--output", str(tmp_path), "--run-name", run], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = tmp_path / run
+    summary = read_summary(run_dir)
+    assert SUMMARY_KEYS <= set(summary)
+    assert summary["exit_reason"] == "steps_done"
+    assert summary["env_steps"] == 2000
+    assert summary["transitions_produced"] == 2000
+    assert summary["transitions_consumed"] == 2000
+    assert summary["transitions_unconsumed"] == 0
+    assert summary["duplicates_dropped"] == 0
+    assert summary["updates"] == 1000  # replay ratio 1 after 1000 learning-start transitions
+    evaluations = [json.loads(line) for line in (run_dir / "evaluations.jsonl").read_text().splitlines()]
+    assert evaluations, "the evaluator wrote no result"
+    assert evaluations[-1]["version"] == summary["policy_version"], "the final policy was not evaluated"
+    assert all(len(e["returns"]) == 2 for e in evaluations)
+    assert summary["last_eval_return"] == evaluations[-1]["mean_return"]
+    assert not processes_mentioning(f"DRL_RUN={run}")
+
+
+def test_external_memory_url_is_used(tmp_path, redis_server, redis_client):
+    run = "external-memory"
+    proc = run_cli(["--workers", "1", "--steps", "300", "--random-steps", "300", "--learning-starts", "200",
+                    "--eval-episodes", "1", "--memory", redis_server.url, "--output", str(tmp_path),
+                    "--run-name", run], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not (tmp_path / run / "redis").exists(), "a private server was started although --memory was given"
+    assert redis_client.hget(f"drl:{{{run}}}:produced", "rollout-0") == b"300"
+    assert read_summary(tmp_path / run)["transitions_consumed"] == 300
+
+
+def _start(tmp_path, run, steps="200000"):
+    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "--workers", "2", "--steps", steps,
+                             "--output", str(tmp_path), "--run-name", run], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_until_running(tmp_path, run, proc, timeout=120):
+    """Waits until the trainer has started and both workers exist, then lets the run go on a little."""
+    log = tmp_path / run / "logs" / "trainer.log"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        if log.exists() and "trainer of run" in log.read_text() and len(_rollout_pids(run)) == 2:
+            time.sleep(3)
+            return
+        time.sleep(0.2)
+    raise AssertionError("the run did not start")
+
+
+def _rollout_pids(run: str) -> dict[int, int]:
+    """worker index -> pid of the run's rollout processes."""
+    pids = {}
+    for line in processes_mentioning(f"DRL_RUN={run}"):
+        pid = int(line.split(":")[0])
+        try:
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        for item in environ:
+            if item.startswith(b"DRL_WORKER_INDEX=") and b"services.rollout" in open(f"/proc/{pid}/cmdline", "rb").read():
+                pids[int(item.split(b"=")[1])] = pid
+    return pids
+
+
+def test_ctrl_c_stops_every_process(tmp_path):
+    run = "interrupted"
+    proc = _start(tmp_path, run)
+    _wait_until_running(tmp_path, run, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-3000:]
+    assert read_summary(tmp_path / run)["exit_reason"] == "interrupted"
+    assert not processes_mentioning(f"DRL_RUN={run}")
+    assert not processes_mentioning(str(tmp_path / run / "redis"))
+
+
+def test_failing_process_stops_the_run(tmp_path):
+    run = "failing"
+    proc = _start(tmp_path, run)
+    _wait_until_running(tmp_path, run, proc)
+    os.kill(_rollout_pids(run)[1], signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err[-3000:]
+    summary = read_summary(tmp_path / run)
+    assert summary["exit_reason"].startswith("failed: rollout-1 exited with code -9")
+    assert not processes_mentioning(f"DRL_RUN={run}")
+    assert not processes_mentioning(str(tmp_path / run / "redis"))

@@ -1,0 +1,342 @@
+"""Experience wire format: round trips for several space kinds, every rejection kind, and fuzzing."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from drl._proto import experience_pb2
+from drl.envs import SpaceSpec, space_spec
+from drl.memory import codec
+
+RUN = "run-1"
+
+PENDULUM = SpaceSpec((3,), "<f4", (1,), "<f4", 0, (-2.0,), (2.0,))
+BOX_ACTIONS = SpaceSpec((5,), "<f8", (2, 3), "<f4", 0, (-1.0,) * 6, (1.0,) * 6)
+IMAGES = SpaceSpec((84, 84, 4), "|u1", (6,), "<f4", 0, (-1.0,) * 6, (1.0,) * 6)
+DISCRETE = SpaceSpec((4,), "<f4", (), "<i8", 3)
+
+
+def make_arrays(spec: SpaceSpec, n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+
+    def sample(dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+        dt = np.dtype(dtype)
+        if dt.kind == "f":
+            return rng.standard_normal((n, *shape)).astype(dt)
+        if dt.kind == "u":
+            return rng.integers(0, 256, size=(n, *shape)).astype(dt)
+        return rng.integers(-(2**40), 2**40, size=(n, *shape)).astype(dt)
+
+    if spec.discrete_actions:
+        action = rng.integers(0, spec.discrete_actions, size=n).astype(spec.act_dtype)
+    else:
+        action = sample(spec.act_dtype, spec.act_shape)
+    return {
+        "obs": sample(spec.obs_dtype, spec.obs_shape),
+        "action": action,
+        "reward": rng.standard_normal(n).astype("<f4"),
+        "next_obs": sample(spec.obs_dtype, spec.obs_shape),
+        "terminated": rng.integers(0, 2, size=n).astype("|u1"),
+    }
+
+
+def make_header(**overrides) -> experience_pb2.BatchHeader:
+    values = dict(run=RUN, worker_id="rollout-0", seq=1, policy_version=7)
+    values.update(overrides)
+    return experience_pb2.BatchHeader(**values)
+
+
+def entry(spec: SpaceSpec = PENDULUM, n: int = 4, header=None, arrays=None) -> dict[bytes, bytes]:
+    h, d = codec.encode(header if header is not None else make_header(),
+                        arrays if arrays is not None else make_arrays(spec, n))
+    return {b"h": h, b"d": d}
+
+
+def reheader(fields: dict[bytes, bytes], **changes) -> dict[bytes, bytes]:
+    header = experience_pb2.BatchHeader()
+    header.ParseFromString(fields[b"h"])
+    for name, value in changes.items():
+        setattr(header, name, value)
+    return {b"h": header.SerializeToString(), b"d": fields[b"d"]}
+
+
+def decode_error(fields, spec: SpaceSpec = PENDULUM, run: str = RUN) -> codec.DecodeError:
+    with pytest.raises(codec.DecodeError) as info:
+        codec.decode(fields, run, codec.expected_layout(spec))
+    return info.value
+
+
+# -- round trips ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", [PENDULUM, BOX_ACTIONS, IMAGES, DISCRETE],
+                         ids=["pendulum", "box-actions", "uint8-images", "discrete"])
+@pytest.mark.parametrize("n", [1, 5])
+def test_round_trip(spec, n):
+    arrays = make_arrays(spec, n, seed=n)
+    header = make_header(seq=3, policy_version=11, iteration_end=True, produced_total=42)
+    h, d = codec.encode(header, arrays)
+
+    batch = codec.decode({b"h": h, b"d": d}, RUN, codec.expected_layout(spec))
+
+    assert batch.count == n
+    assert batch.header.worker_id == "rollout-0"
+    assert batch.header.seq == 3
+    assert batch.header.policy_version == 11
+    assert batch.header.iteration_end is True
+    assert batch.header.produced_total == 42
+    assert batch.header.format_version == codec.FORMAT_VERSION
+    assert set(batch.arrays) == set(codec.FIELDS)
+    for name, original in arrays.items():
+        got = batch.arrays[name]
+        assert got.dtype == original.dtype, name
+        assert got.shape == original.shape, name
+        np.testing.assert_array_equal(got, original, err_msg=name)
+    assert len(d) == sum(a.nbytes for a in arrays.values())
+
+
+def test_discrete_action_layout_is_int64_scalar():
+    layout = codec.expected_layout(DISCRETE)
+    assert layout["action"] == ("<i8", ())
+    batch = codec.decode(entry(DISCRETE, n=6), RUN, layout)
+    assert batch.arrays["action"].shape == (6,)
+    assert batch.arrays["action"].dtype == np.dtype("<i8")
+
+
+def test_image_layout_is_uint8():
+    layout = codec.expected_layout(IMAGES)
+    assert layout["obs"] == ("|u1", (84, 84, 4))
+    assert layout["next_obs"] == ("|u1", (84, 84, 4))
+
+
+def test_pendulum_space_spec_matches_wire_layout():
+    spec = space_spec("Pendulum-v1")
+    layout = codec.expected_layout(spec)
+    assert layout["obs"] == ("<f4", (3,))
+    assert layout["action"] == ("<f4", (1,))
+    assert layout["reward"] == ("<f4", ())
+    assert layout["terminated"] == ("|u1", ())
+    batch = codec.decode(entry(spec, n=3), RUN, layout)
+    assert batch.count == 3
+
+
+def test_big_endian_input_is_sent_little_endian():
+    arrays = make_arrays(PENDULUM, 3)
+    big = dict(arrays, obs=arrays["obs"].astype(">f4"))
+    batch = codec.decode(entry(arrays=big), RUN, codec.expected_layout(PENDULUM))
+    assert batch.arrays["obs"].dtype.str == "<f4"
+    np.testing.assert_array_equal(batch.arrays["obs"], arrays["obs"])
+
+
+def test_encode_rejects_arrays_with_different_row_counts():
+    arrays = make_arrays(PENDULUM, 3)
+    arrays["reward"] = arrays["reward"][:2]
+    with pytest.raises(ValueError):
+        codec.encode(make_header(), arrays)
+
+
+def test_decoded_arrays_are_views_of_the_blob():
+    fields = entry(IMAGES, n=2)
+    batch = codec.decode(fields, RUN, codec.expected_layout(IMAGES))
+    blob = np.frombuffer(fields[b"d"], dtype=np.uint8)
+    for name, arr in batch.arrays.items():
+        assert not arr.flags.owndata, name
+        assert np.shares_memory(arr, blob), name
+
+
+# -- rejections -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fields", [
+    {},
+    {b"h": b""},
+    {b"d": b""},
+    {"h": b"x", "d": b"y"},
+    {b"h": "text", b"d": b""},
+    {b"h": b"", b"d": None},
+], ids=["empty", "no-d", "no-h", "str-keys", "str-h", "none-d"])
+def test_missing_fields_are_bad_entry(fields):
+    assert decode_error(fields).kind == "bad_entry"
+
+
+@pytest.mark.parametrize("h", [b"\xff", b"\x08", b"\x0a\x05ab", b"\xff\xff\xff\xff"])
+def test_unparseable_header_is_bad_header(h):
+    assert decode_error({b"h": h, b"d": b""}).kind == "bad_header"
+
+
+@pytest.mark.parametrize("version", [0, 2, 99])
+def test_unknown_format_version_is_bad_header(version):
+    assert decode_error(reheader(entry(), format_version=version)).kind == "bad_header"
+
+
+def test_foreign_run():
+    err = decode_error(entry(header=make_header(run="someone-else")))
+    assert err.kind == "foreign_run"
+    assert decode_error(entry(), run="other-run").kind == "foreign_run"
+
+
+def test_missing_worker_id_is_bad_header():
+    assert decode_error(entry(header=make_header(worker_id=""))).kind == "bad_header"
+
+
+def test_sequence_zero_is_bad_header():
+    assert decode_error(entry(header=make_header(seq=0))).kind == "bad_header"
+
+
+def test_empty_batch_is_bad_header():
+    assert decode_error(reheader(entry(), count=0)).kind == "bad_header"
+
+
+def test_wrong_dtype():
+    arrays = make_arrays(PENDULUM, 4)
+    arrays["obs"] = arrays["obs"].astype(np.float64)
+    assert decode_error(entry(arrays=arrays)).kind == "wrong_dtype"
+
+
+def test_float_action_for_discrete_space_is_wrong_dtype():
+    arrays = make_arrays(DISCRETE, 4)
+    arrays["action"] = arrays["action"].astype(np.float32)
+    assert decode_error(entry(arrays=arrays), spec=DISCRETE).kind == "wrong_dtype"
+
+
+def test_wrong_shape():
+    arrays = make_arrays(PENDULUM, 4)
+    arrays["obs"] = np.zeros((4, 4), dtype=np.float32)
+    assert decode_error(entry(arrays=arrays)).kind == "wrong_shape"
+
+
+def test_count_disagreeing_with_array_rows_is_wrong_shape():
+    assert decode_error(reheader(entry(n=4), count=3)).kind == "wrong_shape"
+
+
+def test_missing_array_is_wrong_shape():
+    arrays = make_arrays(PENDULUM, 4)
+    del arrays["terminated"]
+    assert decode_error(entry(arrays=arrays)).kind == "wrong_shape"
+
+
+def test_extra_array_is_wrong_shape():
+    arrays = make_arrays(PENDULUM, 4)
+    arrays["extra"] = np.zeros(4, dtype=np.float32)
+    assert decode_error(entry(arrays=arrays)).kind == "wrong_shape"
+
+
+def test_truncated_blob():
+    fields = entry(n=4)
+    assert decode_error({b"h": fields[b"h"], b"d": fields[b"d"][:-1]}).kind == "truncated"
+    assert decode_error({b"h": fields[b"h"], b"d": b""}).kind == "truncated"
+
+
+def test_lying_nbytes_or_offset_is_truncated():
+    fields = entry(n=4)
+    header = experience_pb2.BatchHeader()
+    header.ParseFromString(fields[b"h"])
+    header.arrays[0].nbytes += 4
+    assert decode_error({b"h": header.SerializeToString(), b"d": fields[b"d"]}).kind == "truncated"
+    header.ParseFromString(fields[b"h"])
+    header.arrays[-1].offset = 2**64 - 1
+    assert decode_error({b"h": header.SerializeToString(), b"d": fields[b"d"]}).kind == "truncated"
+
+
+def test_decode_error_is_a_value_error_with_kind_in_message():
+    err = decode_error(entry(header=make_header(run="x")))
+    assert isinstance(err, ValueError)
+    assert str(err).startswith("foreign_run:")
+
+
+# -- property tests -------------------------------------------------------------------------------------
+
+PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+LAYOUT = codec.expected_layout(PENDULUM)
+
+
+def _decode_or_reject(fields, layout=LAYOUT):
+    """Returns the batch or None on DecodeError; any other exception fails the test."""
+    try:
+        return codec.decode(fields, RUN, layout)
+    except codec.DecodeError as exc:
+        assert exc.kind in {"bad_entry", "bad_header", "foreign_run", "wrong_dtype", "wrong_shape", "truncated"}
+        return None
+
+
+@PROPERTY
+@given(h=st.binary(max_size=512), d=st.binary(max_size=512))
+def test_random_bytes_only_raise_decode_error(h, d):
+    started = time.perf_counter()
+    _decode_or_reject({b"h": h, b"d": d})
+    assert time.perf_counter() - started < 1.0
+
+
+U32 = st.one_of(st.integers(0, 8), st.sampled_from([2**31, 2**32 - 1]), st.integers(0, 2**32 - 1))
+U64 = st.one_of(st.integers(0, 256), st.sampled_from([2**32, 2**63, 2**64 - 1]), st.integers(0, 2**64 - 1))
+DTYPES = st.sampled_from(["<f4", "<f8", "|u1", "<i8", ">f4", "float32", "", "<f4\x00", "O"])
+
+
+@st.composite
+def headers(draw):
+    """Headers that mostly look valid (so decoding goes deep) with random counts, shapes, offsets, sizes."""
+    count = draw(st.one_of(st.integers(1, 6), U32))
+    header = experience_pb2.BatchHeader(
+        format_version=draw(st.sampled_from([1] * 6 + [0, 2])),
+        run=draw(st.sampled_from([RUN] * 6 + ["other"])),
+        worker_id=draw(st.sampled_from(["rollout-0"] * 6 + [""])),
+        seq=draw(st.one_of(st.integers(1, 5), U64)),
+        count=count,
+    )
+    names = list(LAYOUT)
+    offset = 0
+    if draw(st.integers(0, 3)) == 0:
+        names = draw(st.lists(st.sampled_from([*LAYOUT, "junk"]), max_size=7))
+    for name in names:
+        dtype, shape = LAYOUT.get(name, ("<f4", ()))
+        full = [count, *shape]
+        if draw(st.integers(0, 15)) == 0:
+            dtype = draw(DTYPES)
+        if draw(st.integers(0, 15)) == 0:
+            full = draw(st.lists(U32, max_size=4))
+        itemsize = np.dtype(LAYOUT.get(name, ("<f4", ()))[0]).itemsize
+        honest = int(np.prod(full, dtype=object)) * itemsize if full else 0
+        nbytes = honest % 2**64 if draw(st.integers(0, 7)) else draw(U64)
+        at = offset % 2**64 if draw(st.integers(0, 7)) else draw(U64)
+        header.arrays.add(name=name, dtype=dtype, shape=full, offset=at, nbytes=nbytes)
+        offset += honest
+    return header
+
+
+@PROPERTY
+@given(header=headers(), d=st.one_of(st.binary(max_size=4096), st.binary(min_size=200, max_size=400)))
+def test_random_headers_only_raise_decode_error_and_never_allocate_beyond_the_blob(header, d):
+    fields = {b"h": header.SerializeToString(), b"d": d}
+    tracemalloc.start()
+    try:
+        started = time.perf_counter()
+        batch = _decode_or_reject(fields)
+        elapsed = time.perf_counter() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert elapsed < 1.0
+    assert peak < 1024 * 1024, f"decode allocated {peak} bytes for a {len(d)}-byte blob"
+    if batch is not None:
+        blob = np.frombuffer(d, dtype=np.uint8)
+        for name, arr in batch.arrays.items():
+            dtype, shape = LAYOUT[name]
+            assert arr.shape == (batch.count, *shape)
+            assert arr.dtype == np.dtype(dtype)
+            assert not arr.flags.owndata
+            assert np.shares_memory(arr, blob)
+
+
+@PROPERTY
+@given(n=st.integers(1, 8), seed=st.integers(0, 2**32 - 1), cut=st.integers(1, 64))
+def test_any_truncation_of_a_valid_entry_is_rejected(n, seed, cut):
+    fields = entry(n=n, arrays=make_arrays(PENDULUM, n, seed))
+    d = fields[b"d"]
+    short = d[: max(0, len(d) - cut)]
+    with pytest.raises(codec.DecodeError) as info:
+        codec.decode({b"h": fields[b"h"], b"d": short}, RUN, LAYOUT)
+    assert info.value.kind == "truncated"

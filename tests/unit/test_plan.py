@@ -1,0 +1,94 @@
+"""Config -> workloads: roles, replicas, commands and environments of a run's processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from drl.algorithms.sac import SACConfig
+from drl.config import ExperimentConfig
+from orchestrator.plan import plan
+
+SECRET = "s3cr3t-p4ss"
+MEMORY_URL = f"redis://trainer:{SECRET}@valkey.example:6380/2"
+
+
+@pytest.fixture(params=[2, 5], ids=["2-workers", "5-workers"])
+def cfg(request):
+    return ExperimentConfig(workers=request.param, mode="async", trainer_threads=3, run_name="r",
+                            target_return=-150.0, sac=SACConfig(hidden=(32, 32), lr=0.01))
+
+
+def make_plan(cfg, memory_url=MEMORY_URL, **kw):
+    return plan(cfg, run="r", run_dir="/runs/r", memory_url=memory_url, store_url="/runs/r/store", **kw)
+
+
+def by_role(workloads):
+    return {w.role: w for w in workloads}
+
+
+def test_roles_and_replicas(cfg):
+    workloads = make_plan(cfg)
+    assert [(w.role, w.replicas) for w in workloads] == [("trainer", 1), ("rollout", cfg.workers),
+                                                          ("evaluator", 1)]
+
+
+def test_commands_run_the_service_modules(cfg):
+    for w in make_plan(cfg):
+        assert w.command == ("python", "-m", f"services.{w.role}")
+    for w in make_plan(cfg, python="/venv/bin/python3"):
+        assert w.command == ("/venv/bin/python3", "-m", f"services.{w.role}")
+
+
+def test_every_workload_receives_the_whole_config(cfg):
+    for w in make_plan(cfg):
+        assert ExperimentConfig.from_json(w.env["DRL_CONFIG"]) == cfg, w.role
+        for i in range(w.replicas):
+            assert ExperimentConfig.from_json(w.replica_env(i)["DRL_CONFIG"]) == cfg
+
+
+def test_common_environment(cfg):
+    for w in make_plan(cfg):
+        env = w.env
+        assert env["DRL_RUN"] == "r"
+        assert env["DRL_RUN_DIR"] == "/runs/r"
+        assert env["DRL_MEMORY_URL"] == MEMORY_URL
+        assert env["DRL_STORE"] == "/runs/r/store"
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+    roles = by_role(make_plan(cfg))
+    assert roles["trainer"].env["OMP_NUM_THREADS"] == "3"
+    assert roles["rollout"].env["OMP_NUM_THREADS"] == "1"
+
+
+def test_rollout_replicas_get_their_index(cfg):
+    rollout = by_role(make_plan(cfg))["rollout"]
+    names = set()
+    for i in range(cfg.workers):
+        env = rollout.replica_env(i)
+        assert env["DRL_WORKER_INDEX"] == str(i)
+        names.add(rollout.replica_name(i))
+    assert names == {f"rollout-{i}" for i in range(cfg.workers)}
+    assert "DRL_WORKER_INDEX" not in rollout.env, "replica_env must not modify the shared environment"
+
+
+def test_single_replica_roles_have_no_index(cfg):
+    roles = by_role(make_plan(cfg))
+    for role in ("trainer", "evaluator"):
+        assert "DRL_WORKER_INDEX" not in roles[role].replica_env(0)
+        assert roles[role].replica_name(0) == role
+
+
+def test_single_rollout_worker_is_still_indexed():
+    rollout = by_role(make_plan(ExperimentConfig(workers=1)))["rollout"]
+    assert rollout.replica_env(0)["DRL_WORKER_INDEX"] == "0"
+    assert rollout.replica_name(0) == "rollout-0"
+
+
+@pytest.mark.parametrize("memory_url", [MEMORY_URL, f"rediss://:{SECRET}@host:6379/0",
+                                        f"unix:///tmp/valkey.sock?password={SECRET}"])
+def test_credentials_never_appear_in_process_arguments(cfg, memory_url):
+    for w in make_plan(cfg, memory_url=memory_url):
+        joined = " ".join(w.command)
+        assert memory_url not in joined, w.role
+        assert SECRET not in joined, w.role
+        assert all(SECRET not in arg for arg in w.command), w.role
+        assert w.env["DRL_MEMORY_URL"] == memory_url
