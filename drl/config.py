@@ -38,7 +38,7 @@ class ExperimentConfig:
     memory: str = opt("", "Redis URL of the memory backend (redis://HOST:PORT/DB, rediss://, unix://); "
                           "empty starts a private Valkey/Redis server.")
     store: str = opt("", "Data store for policies: a directory or file:// URL; empty means <output>/<run>/store.")
-    run_name: str = opt("", "Run name; empty picks <preset>-<env>-<time>.")
+    run_name: str = opt("", "Run name; empty picks <preset>-<env>-<mode>-<time>.")
     output: str = opt("runs", "Directory that receives one folder per run (logs, evaluations, summary).")
     target_return: float | None = opt(None, "Stop early once a mean evaluation return reaches this value.")
     batch_transitions: int = opt(64, "Transitions per stream entry sent by a rollout worker.")
@@ -46,7 +46,7 @@ class ExperimentConfig:
     learning_starts: int = opt(1000, "Transitions in replay before the first gradient update.")
     updates_per_transition: float = opt(1.0, "Gradient updates per consumed transition (the replay ratio).")
     replay_size: int = opt(1_000_000, "Replay buffer capacity in transitions.")
-    sync_steps_per_iteration: int = opt(1000, "SYNC: environment steps per iteration, shared by the live workers.")
+    sync_steps_per_iteration: int = opt(1000, "SYNC: environment steps per iteration, split evenly over the workers (rounded up).")
     sync_deadline_s: float = opt(60.0, "SYNC: seconds the trainer waits for an iteration's stragglers before "
                                        "training without them.")
     publish_every_updates: int = opt(250, "ASYNC: gradient updates between two published policy versions.")

@@ -87,7 +87,7 @@ class VecEnv:
         self.finished_returns: list[float] = []
 
     def random_actions(self) -> np.ndarray:
-        return np.stack([env.action_space.sample() for env in self.envs])
+        return np.stack([env.action_space.sample() for env in self.envs]).astype(self.spec.act_dtype)
 
     def step(self, actions: np.ndarray) -> dict[str, np.ndarray]:
         """Steps every env once; returns the transitions (obs, action, reward, next_obs, terminated)."""
@@ -108,7 +108,8 @@ class VecEnv:
                 o, _ = env.reset()
             carry[i] = o
         self.obs = carry
-        return {"obs": obs, "action": np.asarray(actions), "reward": rewards, "next_obs": next_obs,
+        return {"obs": obs, "action": np.asarray(actions, dtype=self.spec.act_dtype), "reward": rewards,
+                "next_obs": next_obs,
                 "terminated": terminated}
 
     def close(self) -> None:

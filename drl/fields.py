@@ -5,5 +5,5 @@ from typing import Any
 
 
 def opt(default: Any, doc: str, **kw: Any) -> Any:
-    """A dataclass field with its documentation attached (``--help`` and docs/configuration.md show it)."""
+    """A dataclass field with its documentation attached (``drl-orchestrate --help`` shows it)."""
     return field(default=default, metadata={"doc": doc, **kw})

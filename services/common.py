@@ -69,11 +69,13 @@ class StatusWriter:
         self.every = every
         self._last = 0.0
 
+    def due(self) -> bool:
+        return time.monotonic() - self._last >= self.every
+
     def write(self, fields: dict, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last < self.every:
+        if not force and not self.due():
             return
-        self._last = now
+        self._last = time.monotonic()
         fields = {k: ("" if v is None else v) for k, v in fields.items()}
         retrying(lambda: self.client.hset(self.key, mapping=fields), "status")
 

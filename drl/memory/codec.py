@@ -17,8 +17,7 @@ from drl.envs import SpaceSpec
 
 FORMAT_VERSION = 1
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated")
-ALLOWED_DTYPES = frozenset({"<f4", "<f8", "<f2", "|u1", "|i1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8", "|b1"})
-MAX_ENTRY_BYTES = 256 * 1024 * 1024
+MAX_ENTRY_BYTES = 64 * 1024 * 1024
 
 
 class DecodeError(ValueError):
@@ -85,6 +84,8 @@ def decode(fields: dict, run: str, layout: dict[str, tuple[str, tuple[int, ...]]
     d = fields.get(b"d")
     if not isinstance(h, bytes) or not isinstance(d, bytes):
         raise DecodeError("bad_entry", "entry lacks the h and d fields")
+    if len(d) > MAX_ENTRY_BYTES or len(h) > 1024 * 1024:
+        raise DecodeError("too_large", f"entry of {len(h) + len(d)} bytes exceeds the limit of {MAX_ENTRY_BYTES}")
     header = experience_pb2.BatchHeader()
     try:
         header.ParseFromString(h)

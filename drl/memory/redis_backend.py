@@ -97,6 +97,21 @@ def retrying(fn: Callable, what: str, attempts: int = 30, base: float = 0.1, cap
             delay = min(cap, delay * 2)
 
 
+def backlog_transitions(client: redis.Redis, keys: Keys) -> int:
+    """Transitions in entries still in the stream (unread or unacknowledged), counted from their headers."""
+    from drl._proto import experience_pb2
+
+    total = 0
+    for _, fields in retrying(lambda: client.xrange(keys.stream), "XRANGE"):
+        header = experience_pb2.BatchHeader()
+        try:
+            header.ParseFromString(fields.get(b"h", b""))
+        except Exception:  # an undecodable entry holds no countable transitions
+            continue
+        total += header.count
+    return total
+
+
 class Producer:
     """Appends encoded batches for one worker, waiting while the backlog is full."""
 
@@ -108,17 +123,21 @@ class Producer:
         self._add = client.register_script(_ADD_SCRIPT)
         self.waited_s = 0.0
 
-    def send(self, h: bytes, d: bytes, produced_total: int, stop_check: bool = True) -> tuple[int, bool]:
-        """Appends one entry; returns (latest announced policy version, stop requested)."""
+    def send(self, h: bytes, d: bytes, produced_total: int) -> tuple[bool, int, bool]:
+        """Appends one entry, waiting while the backlog is full.
+
+        Returns (appended, latest announced policy version, stop requested); it gives up without appending
+        only when the run is stopping.
+        """
         keys = [self.keys.stream, self.keys.policy, self.keys.stop, self.keys.produced]
         args = [self.max_backlog, h, d, self.worker_id, produced_total]
         pause = 0.001
         while True:
             added, version, stop = retrying(lambda: self._add(keys=keys, args=args), "XADD")
             if added:
-                return int(version), bool(stop)
-            if stop and stop_check:
-                return int(version), True
+                return True, int(version), bool(stop)
+            if stop:
+                return False, int(version), True
             time.sleep(pause)
             self.waited_s += pause
             pause = min(0.05, pause * 2)
@@ -188,20 +207,6 @@ class Consumer:
 
         retrying(_do, "dead-letter")
         self.ack([entry_id])
-
-    def backlog_transitions(self) -> int:
-        """Transitions in entries still in the stream (unread or unacknowledged), from their headers."""
-        from drl._proto import experience_pb2
-
-        total = 0
-        for _, fields in retrying(lambda: self.client.xrange(self.keys.stream), "XRANGE"):
-            header = experience_pb2.BatchHeader()
-            try:
-                header.ParseFromString(fields.get(b"h", b""))
-            except Exception:  # an undecodable entry holds no countable transitions
-                continue
-            total += header.count
-        return total
 
     def backlog(self) -> int:
         return int(retrying(lambda: self.client.xlen(self.keys.stream), "XLEN"))

@@ -8,7 +8,6 @@ is killed (PR_SET_PDEATHSIG).
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -22,20 +21,13 @@ import redis
 
 from drl.config import ExperimentConfig
 from drl.errors import UserError
-from drl.memory.redis_backend import Consumer, Keys, connect
+from drl.memory.redis_backend import Keys, backlog_transitions, connect
 from orchestrator.plan import plan
 from orchestrator.progress import Progress
-from orchestrator.redis_server import RedisServer
+from orchestrator.redis_server import RedisServer, die_with_parent
 
 EVALUATOR_GRACE_S = 300.0
 STOP_GRACE_S = 15.0
-
-
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 @dataclass
@@ -85,7 +77,7 @@ class LocalRun:
                 with open(log_path, "ab") as log:
                     popen = subprocess.Popen(list(workload.command), env=env, stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL, start_new_session=True,
-                                             preexec_fn=_die_with_parent)
+                                             preexec_fn=die_with_parent)
                 self.procs.append(Proc(name, workload.role, popen, log_path))
 
     # -- monitoring -------------------------------------------------------------------------------------
@@ -156,7 +148,7 @@ class LocalRun:
         evals = read_evaluations(self.run_dir / "evaluations.jsonl")
         try:
             produced = sum(int(v) for v in self.client.hvals(self.keys.produced))
-            backlog = Consumer(self.client, self.keys, consumer="orchestrator").backlog_transitions()
+            backlog = backlog_transitions(self.client, self.keys)
             dead = {k.decode(): int(v) for k, v in self.client.hgetall(self.keys.dead_letter_counts).items()}
         except (redis.ConnectionError, redis.TimeoutError, AttributeError):
             produced, backlog, dead = -1, -1, {}

@@ -40,6 +40,7 @@ class Evaluator:
         self.started = float(retrying(lambda: self.client.get(self.keys.started_at), "GET") or time.time())
         self.best = -float("inf")
         self.evaluated = -1
+        self.count = 0
 
     def evaluate(self, version: int) -> evaluation_pb2.EvaluationResult | None:
         try:
@@ -56,9 +57,10 @@ class Evaluator:
         with open(self.results_path, "a") as fh:
             fh.write(json.dumps(message_to_record(result)) + "\n")
         self.best = max(self.best, result.mean_return)
+        self.count += 1
         self.status.write({"role": "evaluator", "policy_version": version, "env_steps": manifest.env_steps,
                            "last_eval_return": result.mean_return, "best_eval_return": self.best,
-                           "evaluations": self.evaluated + 1})
+                           "evaluations": self.count})
         log.info("version %d (%d env steps): return %.1f +- %.1f", version, manifest.env_steps, result.mean_return,
                  result.std_return)
         return result

@@ -82,8 +82,11 @@ class RolloutWorker:
                                             policy_version=max(self.version, 0), iteration_end=iteration_end or final,
                                             final=final, produced_total=self.produced + self.pending_n)
         h, d = codec.encode(header, arrays)
-        latest, stop = self.producer.send(h, d, self.produced + self.pending_n)
-        self.produced += self.pending_n
+        appended, latest, stop = self.producer.send(h, d, self.produced + self.pending_n)
+        if appended:
+            self.produced += self.pending_n
+        else:
+            self.seq -= 1
         self.pending, self.pending_n = [], 0
         self.stop = stop
         if self.cfg.mode == "async" and latest > self.version:
@@ -127,7 +130,10 @@ class RolloutWorker:
             nxt = self.announcer.wait_for(self.version + 1, timeout=self.cfg.sync_deadline_s * 10,
                                           should_stop=self.stopped)
             if nxt < 0:
-                break
+                if self.stopped():
+                    break
+                raise RuntimeError(f"no policy version {self.version + 1} within "
+                                   f"{self.cfg.sync_deadline_s * 10:.0f}s; is the trainer alive?")
             if not self.load(nxt):
                 raise RuntimeError(f"SYNC needs policy version {nxt}, which cannot be loaded")
         return self.finish("share done" if self.produced >= self.total else "stop requested")

@@ -71,7 +71,7 @@ class Trainer:
         self.metrics: dict[str, float] = {}
         self.started = time.monotonic()
         self._stop_checked = 0.0
-        self.stop_requested = False
+        self.stop_reason = ""
 
     # -- experience -------------------------------------------------------------------------------------
     def ingest(self, entries, sync_version: int | None = None) -> list:
@@ -141,14 +141,19 @@ class Trainer:
         self.policies.retain(self.cfg.keep_policies)
         self.report(force=True)
 
-    def should_stop(self) -> bool:
+    def should_stop(self) -> str:
+        """The reason the run's stop flag gives ("target_reached" or "stopped"), or "" while it is unset."""
         now = time.monotonic()
-        if not self.stop_requested and now - self._stop_checked > 0.25:
+        if not self.stop_reason and now - self._stop_checked > 0.25:
             self._stop_checked = now
-            self.stop_requested = bool(retrying(lambda: self.client.exists(self.keys.stop), "EXISTS stop"))
-        return self.stop_requested
+            flag = retrying(lambda: self.client.get(self.keys.stop), "GET stop")
+            if flag is not None:
+                self.stop_reason = "target_reached" if flag.startswith(b"target_reached") else "stopped"
+        return self.stop_reason
 
     def report(self, force: bool = False, state: str = "running", reason: str = "") -> None:
+        if not force and not self.status.due():
+            return
         elapsed = max(1e-9, time.monotonic() - self.started)
         self.status.write({
             "role": "trainer", "state": state, "exit_reason": reason, "policy_version": self.version,
@@ -163,7 +168,7 @@ class Trainer:
         slack = max(1, int(self.cfg.updates_per_transition * self.cfg.batch_transitions))
         while True:
             if self.should_stop():
-                return "target_reached"
+                return self.stop_reason
             owed = self.owed_updates()
             behind = owed - self.learner.updates
             if behind < slack:
@@ -185,7 +190,7 @@ class Trainer:
             deadline = time.monotonic() + self.cfg.sync_deadline_s
             while waiting and time.monotonic() < deadline:
                 if self.should_stop():
-                    return "target_reached"
+                    return self.stop_reason
                 for h in self.ingest(self.consumer.read(count=64, block_ms=100), sync_version=version):
                     if h.iteration_end:
                         waiting.discard(h.worker_id)
@@ -202,7 +207,7 @@ class Trainer:
             while self.learner.updates < self.owed_updates():
                 self.update()
                 if self.learner.updates % 200 == 0 and self.should_stop():
-                    return "target_reached"
+                    return self.stop_reason
                 self.report()
             if self.all_finished() and self.consumer.backlog() == 0:
                 return "steps_done"
