@@ -35,8 +35,10 @@ class ExperimentConfig:
                     choices=MODES)
     steps: int = opt(20_000, "Total environment steps collected by all workers together.")
     seed: int = opt(0, "Base random seed; each worker and the evaluator derive their own from it.")
-    memory: str = opt("", "Redis URL of the memory backend (redis://HOST:PORT/DB, rediss://, unix://); "
-                          "empty starts a private Valkey/Redis server.")
+    memory: str = opt("", "Redis URL of the memory backend (redis://HOST:PORT/DB, rediss://HOST:PORT/DB, "
+                          "unix:///PATH?db=N; default $DRL_MEMORY_URL); empty starts a private Valkey/Redis server. "
+                          "Credentials and TLS files come from DRL_MEMORY_USERNAME, DRL_MEMORY_PASSWORD(_FILE), "
+                          "DRL_MEMORY_TLS_CA/_CERT/_KEY.")
     store: str = opt("", "Data store for policies: a directory or file:// URL; empty means <output>/<run>/store.")
     run_name: str = opt("", "Run name; empty picks <preset>-<env>-<mode>-<time>.")
     output: str = opt("runs", "Directory that receives one folder per run (logs, evaluations, summary).")
@@ -52,6 +54,13 @@ class ExperimentConfig:
     publish_every_updates: int = opt(250, "ASYNC: gradient updates between two published policy versions.")
     max_backlog_entries: int = opt(16, "Stream entries waiting for the trainer before producers pause "
                                        "(back-pressure).")
+    max_backlog_bytes: int = opt(256 * 1024 * 1024, "Bytes of stream entries waiting for the trainer before "
+                                                     "producers pause (back-pressure).")
+    ratio_tolerance: int = opt(64, "ASYNC: transitions the trainer may read ahead of the updates it owes "
+                                   "(the rate limiter's error buffer).")
+    reclaim_idle_s: float = opt(30.0, "Seconds an entry may stay pending at another (dead) consumer before the "
+                                      "trainer claims it.")
+    memory_retry_s: float = opt(120.0, "Seconds services keep retrying an unreachable memory server before failing.")
     eval_episodes: int = opt(10, "Deterministic episodes per evaluated policy version.")
     trainer_threads: int = opt(1, "Torch intra-op threads of the trainer.")
     keep_policies: int = opt(10, "Published policy versions kept in the store (the newest is never deleted).")
@@ -62,14 +71,14 @@ class ExperimentConfig:
         problems = []
         for name in ("workers", "envs_per_worker", "steps", "batch_transitions", "eval_episodes",
                      "trainer_threads", "keep_policies", "sync_steps_per_iteration", "publish_every_updates",
-                     "max_backlog_entries", "replay_size"):
+                     "max_backlog_entries", "max_backlog_bytes", "replay_size"):
             value = getattr(self, name)
             if value < 1:
                 problems.append(f"--{_flag(name)} must be a positive integer, got {value}")
-        for name in ("random_steps", "learning_starts"):
+        for name in ("random_steps", "learning_starts", "ratio_tolerance"):
             if getattr(self, name) < 0:
                 problems.append(f"--{_flag(name)} must be zero or more, got {getattr(self, name)}")
-        for name in ("updates_per_transition", "sync_deadline_s"):
+        for name in ("updates_per_transition", "sync_deadline_s", "reclaim_idle_s", "memory_retry_s"):
             if not _positive(getattr(self, name)):
                 problems.append(f"--{_flag(name)} must be a positive number, got {getattr(self, name)}")
         if self.target_return is not None and not math.isfinite(self.target_return):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import re
 import sys
 import time
@@ -79,6 +80,8 @@ def resolve_config(argv: list[str]) -> ExperimentConfig:
     args = vars(parser.parse_args(argv))
     args.pop("config", None)
     cfg = from_dict(ExperimentConfig, _merge(dataclasses.asdict(base), file_data, known.config)) if file_data else base
+    if "memory" not in args and not file_data.get("memory") and os.environ.get("DRL_MEMORY_URL"):
+        args["memory"] = os.environ["DRL_MEMORY_URL"]
     types = _option_types()
     changes = {name: coerce(types[name], value, _flag(name)) for name, value in args.items()}
     return replace(cfg, **changes).validate()
@@ -123,7 +126,11 @@ def preflight_memory(cfg: ExperimentConfig) -> None:
     """Fails before anything starts when the memory backend cannot be had: unreachable URL, no server binary."""
     if cfg.memory:
         from drl.memory import connect
+        from drl.memory.connection import url_has_password
 
+        if url_has_password(cfg.memory):
+            raise UserError("--memory must not carry a password (process arguments are visible to every user); "
+                            "put it in DRL_MEMORY_PASSWORD or DRL_MEMORY_PASSWORD_FILE")
         connect(cfg.memory).close()
     else:
         from orchestrator.redis_server import find_server_binary

@@ -1,34 +1,64 @@
-"""Redis Streams memory backend: at-least-once delivery with duplicates dropped, and bounded backlog.
+"""Redis Streams memory backend: at-least-once delivery with exactly-once effect, and a bounded backlog.
 
-Producers append entries with one Lua script that also refuses the entry while the stream holds
-``max_backlog`` entries (back-pressure: the producer keeps its batch and waits, nothing is dropped), records
-the producer's running total and returns the latest policy version and the stop flag, so a worker learns
-of new policies without an extra round trip. The trainer reads through a consumer group, acknowledges and
-deletes an entry only after it is in replay, so the stream length is exactly the backlog.
+Producers append entries with one Lua script (``_ADD``) that refuses the entry while the backlog holds
+``max_entries`` entries or ``max_bytes`` bytes (back-pressure: the producer keeps its batch and waits, nothing is
+dropped), records the producer's running total, and returns what the worker needs to know without another
+round trip: the latest policy version, the stop flag, the trainer's consumed watermark for this worker, and the
+data epoch (a token that changes when the server lost its data, so the worker re-sends what was not consumed).
+
+The trainer reads through a consumer group and commits in one transaction (``_COMMIT``): acknowledge, delete,
+release the backlog bytes and record its counters and per-worker sequence watermarks. A trainer restarted
+after SIGKILL reloads that state and re-reads its own pending entries first, so every entry counts once.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
+import secrets
 import time
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import redis
 
-from drl.errors import UserError
+from drl.memory.connection import connect, redact  # noqa: F401  (re-exported for callers)
 
 log = logging.getLogger(__name__)
 
 GROUP = "trainer"
+RETRY_S = 120.0
 
-_ADD_SCRIPT = """
-local n = redis.call('XLEN', KEYS[1])
+_ADD = """
 local v = redis.call('GET', KEYS[2]) or '-1'
 local s = redis.call('EXISTS', KEYS[3])
-if n >= tonumber(ARGV[1]) then return {0, v, s} end
-redis.call('XADD', KEYS[1], '*', 'h', ARGV[2], 'd', ARGV[3])
-redis.call('HSET', KEYS[4], ARGV[4], ARGV[5])
-return {1, v, s}
+local m = string.match(redis.call('HGET', KEYS[6], ARGV[7]) or '0', '^%d+') or '0'
+redis.call('SET', KEYS[7], ARGV[8], 'NX')
+local e = redis.call('GET', KEYS[7])
+local size = string.len(ARGV[3]) + string.len(ARGV[4])
+local b = tonumber(redis.call('GET', KEYS[5]) or '0')
+if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) or (b > 0 and b + size > tonumber(ARGV[2])) then
+  return {0, v, s, m, e}
+end
+redis.call('XADD', KEYS[1], '*', 'h', ARGV[3], 'd', ARGV[4])
+redis.call('INCRBY', KEYS[5], size)
+if tonumber(ARGV[6]) > tonumber(redis.call('HGET', KEYS[4], ARGV[5]) or '0') then
+  redis.call('HSET', KEYS[4], ARGV[5], ARGV[6])
+end
+return {1, v, s, m, e}
+"""
+
+_COMMIT = """
+local n = tonumber(ARGV[2])
+local freed = 0
+for i = 0, n - 1 do
+  local id = ARGV[3 + 2 * i]
+  redis.call('XACK', KEYS[1], ARGV[1], id)
+  if redis.call('XDEL', KEYS[1], id) == 1 then freed = freed + tonumber(ARGV[4 + 2 * i]) end
+end
+if freed > 0 then redis.call('DECRBY', KEYS[2], freed) end
+if 3 + 2 * n <= #ARGV then redis.call('HSET', KEYS[3], unpack(ARGV, 3 + 2 * n)) end
+return freed
 """
 
 
@@ -39,6 +69,9 @@ class Keys:
         p = f"drl:{{{run}}}:"
         self.run = run
         self.stream = p + "exp"
+        self.backlog_bytes = p + "exp:bytes"
+        self.epoch = p + "epoch"
+        self.consumer_state = p + "trainer:state"
         self.dead_letter = p + "dlq"
         self.dead_letter_counts = p + "dlq:counts"
         self.policy = p + "policy"
@@ -53,46 +86,23 @@ class Keys:
         return f"drl:{{{self.run}}}:status:{role}"
 
 
-def connect(url: str, timeout: float = 5.0) -> redis.Redis:
-    """Opens and checks a connection; raises UserError naming the URL (without credentials) when it fails."""
-    shown = redact(url)
-    try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=max(timeout, 30.0),
-                                      health_check_interval=30)
-    except ValueError as exc:
-        raise UserError(f"memory URL {shown} is not valid: {exc}") from None
-    try:
-        if client.ping() is not True:
-            raise UserError(f"memory URL {shown} did not answer PING like a Redis server")
-    except redis.AuthenticationError as exc:
-        raise UserError(f"memory server {shown} refused the credentials: {exc}") from None
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise UserError(f"memory server {shown} is unreachable: {exc}") from None
-    except redis.ResponseError as exc:
-        raise UserError(f"memory server {shown} answered PING with an error: {exc}") from None
-    return client
+def seq_field(worker_id: str) -> str:
+    return f"seq:{worker_id}"
 
 
-def redact(url: str) -> str:
-    """The URL with any password replaced, for messages and logs."""
-    if "@" not in url:
-        return url
-    scheme, _, rest = url.partition("://")
-    creds, _, host = rest.rpartition("@")
-    user = creds.split(":", 1)[0] if ":" in creds else ""
-    return f"{scheme}://{user}:***@{host}" if scheme else "***@" + host
-
-
-def retrying(fn: Callable, what: str, attempts: int = 30, base: float = 0.1, cap: float = 2.0):
-    """Calls fn, retrying connection errors with exponential backoff (the server may be restarting)."""
+def retrying(fn: Callable, what: str, within: float = RETRY_S, base: float = 0.05, cap: float = 2.0):
+    """Calls fn, retrying connection errors with exponential backoff for up to ``within`` seconds."""
+    deadline = time.monotonic() + within
     delay = base
-    for attempt in range(1, attempts + 1):
+    attempt = 0
+    while True:
         try:
             return fn()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            if attempt == attempts:
+            attempt += 1
+            if time.monotonic() + delay > deadline:
                 raise
-            log.warning("%s failed (%s); retry %d/%d in %.1fs", what, exc, attempt, attempts, delay)
+            log.warning("%s failed (%s); retry %d in %.2fs", what, exc, attempt, delay)
             time.sleep(delay)
             delay = min(cap, delay * 2)
 
@@ -112,50 +122,148 @@ def backlog_transitions(client: redis.Redis, keys: Keys) -> int:
     return total
 
 
-class Producer:
-    """Appends encoded batches for one worker, waiting while the backlog is full."""
+@dataclass
+class _Outgoing:
+    seq: int
+    h: bytes
+    d: bytes
+    produced_total: int
 
-    def __init__(self, client: redis.Redis, keys: Keys, worker_id: str, max_backlog: int):
+
+class Producer:
+    """Appends one worker's entries in order; keeps those not yet consumed so it can re-send them.
+
+    The retained entries are bounded by the backlog limit: an entry is dropped from the local buffer as soon
+    as the trainer's watermark for this worker covers its sequence number.
+    """
+
+    def __init__(self, client: redis.Redis, keys: Keys, worker_id: str, max_entries: int, max_bytes: int,
+                 retry_s: float = RETRY_S):
         self.client = client
         self.keys = keys
         self.worker_id = worker_id
-        self.max_backlog = max_backlog
-        self._add = client.register_script(_ADD_SCRIPT)
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.retry_s = retry_s
+        self._add = client.register_script(_ADD)
+        self.outbox: collections.deque[_Outgoing] = collections.deque()
+        self.retained: collections.deque[_Outgoing] = collections.deque()
+        self.epoch: bytes | None = None
+        self._candidate = secrets.token_hex(8)
         self.waited_s = 0.0
+        self.resent = 0
 
-    def send(self, h: bytes, d: bytes, produced_total: int) -> tuple[bool, int, bool]:
-        """Appends one entry, waiting while the backlog is full.
+    def send(self, seq: int, h: bytes, d: bytes, produced_total: int) -> tuple[bool, int, bool]:
+        """Appends one entry (after any re-sends due before it), waiting while the backlog is full.
 
         Returns (appended, latest announced policy version, stop requested); it gives up without appending
         only when the run is stopping.
         """
-        keys = [self.keys.stream, self.keys.policy, self.keys.stop, self.keys.produced]
-        args = [self.max_backlog, h, d, self.worker_id, produced_total]
+        self.outbox.append(_Outgoing(seq, h, d, produced_total))
+        return self._drain()
+
+    def _drain(self) -> tuple[bool, int, bool]:
+        version, stop = -1, False
         pause = 0.001
-        while True:
-            added, version, stop = retrying(lambda: self._add(keys=keys, args=args), "XADD")
+        keys = [self.keys.stream, self.keys.policy, self.keys.stop, self.keys.produced, self.keys.backlog_bytes,
+                self.keys.consumer_state, self.keys.epoch]
+        while self.outbox:
+            item = self.outbox[0]
+            args = [self.max_entries, self.max_bytes, item.h, item.d, self.worker_id, item.produced_total,
+                    seq_field(self.worker_id), self._candidate]
+            added, v, s, mark, epoch = retrying(lambda: self._add(keys=keys, args=args), "XADD", self.retry_s)
+            version, stop = int(v), bool(s)
+            self._observe(int(mark), epoch)
             if added:
-                return True, int(version), bool(stop)
+                self.outbox.remove(item)
+                self.retained.append(item)
+                pause = 0.001
+                continue
             if stop:
-                return False, int(version), True
+                self.outbox.clear()
+                return False, version, True
             time.sleep(pause)
             self.waited_s += pause
             pause = min(0.05, pause * 2)
+        return True, version, stop
+
+    def _observe(self, mark: int, epoch: bytes) -> None:
+        """Drops consumed entries from the local buffer; after a data loss on the server, re-queues the rest."""
+        if self.epoch is not None and epoch != self.epoch:
+            lost = [r for r in self.retained if r.seq > mark]
+            log.warning("memory server lost its data (epoch %s -> %s); re-sending %d unconsumed entries",
+                        self.epoch.decode(), epoch.decode(), len(lost))
+            self.resent += len(lost)
+            self.outbox.extendleft(reversed(lost))
+            self.retained.clear()
+        self.epoch = epoch
+        if self.retained:
+            self.retained = collections.deque(r for r in self.retained if r.seq > mark)
+
+    def wait_consumed(self, last_seq: int, timeout: float, should_stop: Callable[[], bool]) -> bool:
+        """Blocks until the trainer has consumed every entry up to last_seq, re-sending after a data loss."""
+        deadline = time.monotonic() + timeout
+
+        def fetch():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.set(self.keys.epoch, self._candidate, nx=True)
+            pipe.get(self.keys.epoch)
+            pipe.hget(self.keys.consumer_state, seq_field(self.worker_id))
+            return pipe.execute()
+
+        while time.monotonic() < deadline:
+            _, epoch, raw = retrying(fetch, "HGET watermark", self.retry_s)
+            mark = int((raw or b"0").split(b",")[0])
+            self._observe(mark, epoch)
+            if self.outbox and not self._drain()[0]:
+                return False
+            if mark >= last_seq:
+                return True
+            if should_stop():
+                return False
+            time.sleep(0.05)
+        return False
 
 
 class Consumer:
-    """The trainer's side: consumer-group reads, acknowledgement after insertion, dead-lettering."""
+    """The trainer's side: consumer-group reads, reclaim, and atomic commit of acknowledgements and state."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, consumer: str = "trainer-0"):
+    def __init__(self, client: redis.Redis, keys: Keys, consumer: str = "trainer-0",
+                 on_reset: Callable[[], None] | None = None, retry_s: float = RETRY_S):
         self.client = client
         self.keys = keys
         self.consumer = consumer
+        self.on_reset = on_reset
+        self.retry_s = retry_s
+        self._commit = client.register_script(_COMMIT)
         self._pending_first = True
+        self.resets = 0
+        self._ensure_group()
+
+    def _ensure_group(self) -> bool:
         try:
-            client.xgroup_create(keys.stream, GROUP, id="0", mkstream=True)
+            retrying(lambda: self.client.xgroup_create(self.keys.stream, GROUP, id="0", mkstream=True),
+                     "XGROUP CREATE", self.retry_s)
+            return True
         except redis.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
+            return False
+
+    def _call(self, fn: Callable, what: str):
+        """Runs a group command; when the server lost the group (restarted empty), recreates it and says so."""
+        while True:
+            try:
+                return retrying(fn, what, self.retry_s)
+            except redis.ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                log.warning("consumer group gone (memory server restarted without data); recreating it")
+                self._ensure_group()
+                self.resets += 1
+                self._pending_first = False
+                if self.on_reset:
+                    self.on_reset()
 
     def read(self, count: int, block_ms: int | None) -> list[tuple[bytes, dict]]:
         """Returns up to count entries: this consumer's own pending ones first (after a restart), then new ones.
@@ -173,51 +281,75 @@ class Consumer:
         return self._xread(">", count, block_ms)
 
     def _xread(self, start: str, count: int, block_ms: int | None) -> list[tuple[bytes, dict]]:
-        reply = retrying(lambda: self.client.xreadgroup(GROUP, self.consumer, {self.keys.stream: start},
-                                                        count=count, block=block_ms), "XREADGROUP")
+        reply = self._call(lambda: self.client.xreadgroup(GROUP, self.consumer, {self.keys.stream: start},
+                                                          count=count, block=block_ms), "XREADGROUP")
         if not reply:
             return []
         return [(eid, fields) for eid, fields in reply[0][1] if fields is not None]
 
-    def ack(self, ids: Iterable[bytes]) -> None:
-        ids = list(ids)
-        if not ids:
+    def reclaim(self, min_idle_ms: int, count: int = 64) -> list[tuple[bytes, dict]]:
+        """Claims entries left pending at other (dead) consumers for longer than min_idle_ms."""
+        claimed: list[tuple[bytes, dict]] = []
+        start = "0-0"
+        while len(claimed) < count:
+            reply = self._call(lambda: self.client.xautoclaim(self.keys.stream, GROUP, self.consumer, min_idle_ms,
+                                                              start_id=start, count=count), "XAUTOCLAIM")
+            start, entries = reply[0], reply[1]
+            claimed += [(eid, fields) for eid, fields in entries if fields is not None]
+            if start in (b"0-0", "0-0"):
+                break
+        return claimed
+
+    def commit(self, acks: Iterable[tuple[bytes, int]], state: dict[str, str | int],
+               dead: Iterable[tuple[bytes, dict, str, str]] = ()) -> None:
+        """In one transaction: dead-letter entries, acknowledge and delete entries, release their bytes, and
+        record the consumer's state (counters and watermarks), so a crash leaves all of it or none."""
+        acks = list(acks)
+        dead = list(dead)
+        if not acks and not state and not dead:
             return
+        args: list = [GROUP, len(acks)]
+        for entry_id, size in acks:
+            args += [entry_id, size]
+        for key, value in state.items():
+            args += [key, value]
 
         def _do():
-            pipe = self.client.pipeline(transaction=False)
-            pipe.xack(self.keys.stream, GROUP, *ids)
-            pipe.xdel(self.keys.stream, *ids)
+            pipe = self.client.pipeline(transaction=True)
+            for entry_id, fields, kind, reason in dead:
+                kept = {k: v for k, v in fields.items() if isinstance(k, bytes)}
+                kept.update({b"reason": reason.encode()[:1000], b"kind": kind.encode(), b"source_id": entry_id})
+                pipe.xadd(self.keys.dead_letter, kept, maxlen=10_000, approximate=True)
+                pipe.hincrby(self.keys.dead_letter_counts, kind, 1)
+            self._commit(keys=[self.keys.stream, self.keys.backlog_bytes, self.keys.consumer_state], args=args,
+                         client=pipe)
             pipe.execute()
 
-        retrying(_do, "XACK")
+        self._call(_do, "commit")
 
-    def dead_letter(self, entry_id: bytes, fields: dict, kind: str, reason: str) -> None:
-        """Moves an entry to the dead-letter stream (capped), counted by kind, and acknowledges it."""
-        fields = {k: v for k, v in fields.items() if isinstance(k, bytes)}
-        fields[b"reason"] = reason.encode()[:1000]
-        fields[b"kind"] = kind.encode()
-        fields[b"source_id"] = entry_id
-
-        def _do():
-            pipe = self.client.pipeline(transaction=False)
-            pipe.xadd(self.keys.dead_letter, fields, maxlen=10_000, approximate=True)
-            pipe.hincrby(self.keys.dead_letter_counts, kind, 1)
-            pipe.execute()
-
-        retrying(_do, "dead-letter")
-        self.ack([entry_id])
+    def load_state(self) -> dict[str, str]:
+        raw = retrying(lambda: self.client.hgetall(self.keys.consumer_state), "HGETALL state", self.retry_s)
+        return {k.decode(): v.decode() for k, v in raw.items()}
 
     def backlog(self) -> int:
-        return int(retrying(lambda: self.client.xlen(self.keys.stream), "XLEN"))
+        return int(retrying(lambda: self.client.xlen(self.keys.stream), "XLEN", self.retry_s))
+
+    def backlog_bytes(self) -> int:
+        return int(retrying(lambda: self.client.get(self.keys.backlog_bytes), "GET bytes", self.retry_s) or 0)
+
+
+def entry_size(fields: dict) -> int:
+    """Bytes an entry holds, as counted by the append script (h plus d)."""
+    return sum(len(v) for k, v in fields.items() if k in (b"h", b"d") and isinstance(v, bytes))
 
 
 class Announcer:
     """Policy version announcements: a key holding the latest version plus pub/sub for prompt wake-ups."""
 
-    def __init__(self, client: redis.Redis, keys: Keys):
+    def __init__(self, client: redis.Redis, keys: Keys, retry_s: float = RETRY_S):
         self.client = client
         self.keys = keys
+        self.retry_s = retry_s
 
     def announce(self, version: int) -> None:
         def _do():
@@ -226,25 +358,29 @@ class Announcer:
             pipe.publish(self.keys.policy_channel, version)
             pipe.execute()
 
-        retrying(_do, "announce")
+        retrying(_do, "announce", self.retry_s)
 
     def latest(self) -> int:
-        value = retrying(lambda: self.client.get(self.keys.policy), "GET policy")
+        value = retrying(lambda: self.client.get(self.keys.policy), "GET policy", self.retry_s)
         return -1 if value is None else int(value)
 
     def wait_for(self, min_version: int, timeout: float, should_stop: Callable[[], bool]) -> int:
         """Blocks until a version >= min_version is announced; returns it, or -1 when stopped or timed out."""
-        pubsub = self.client.pubsub(ignore_subscribe_messages=True)
-        try:
-            pubsub.subscribe(self.keys.policy_channel)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                latest = self.latest()
-                if latest >= min_version:
-                    return latest
-                if should_stop():
-                    return -1
-                pubsub.get_message(timeout=0.5)
-            return -1
-        finally:
-            pubsub.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.subscribe(self.keys.policy_channel)
+                while time.monotonic() < deadline:
+                    latest = self.latest()
+                    if latest >= min_version:
+                        return latest
+                    if should_stop():
+                        return -1
+                    pubsub.get_message(timeout=0.5)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning("policy announcements interrupted (%s); resubscribing", exc)
+                time.sleep(0.2)
+            finally:
+                pubsub.close()
+        return -1

@@ -24,6 +24,8 @@ from services.common import ServiceContext, StatusWriter, share
 
 log = logging.getLogger("drl.rollout")
 
+FLUSH_TIMEOUT_S = 3600.0
+
 
 class RolloutWorker:
     def __init__(self, ctx: ServiceContext):
@@ -31,11 +33,12 @@ class RolloutWorker:
         self.ctx, self.cfg = ctx, cfg
         self.client = ctx.redis()
         self.keys = ctx.keys()
-        self.announcer = Announcer(self.client, self.keys)
+        self.announcer = Announcer(self.client, self.keys, retry_s=cfg.memory_retry_s)
         self.policies = PolicyStore(open_store(ctx.store_url), ctx.run)
         self.envs = VecEnv(cfg.env, cfg.envs_per_worker, seed=cfg.seed * 100_003 + 1000 * ctx.worker_index)
         self.actor = make_actor(cfg.algorithm, self.envs.spec, cfg, seed=cfg.seed + 7919 * (ctx.worker_index + 1))
-        self.producer = Producer(self.client, self.keys, ctx.name, cfg.max_backlog_entries)
+        self.producer = Producer(self.client, self.keys, ctx.name, cfg.max_backlog_entries, cfg.max_backlog_bytes,
+                                 retry_s=cfg.memory_retry_s)
         self.status = StatusWriter(self.client, self.keys.status(ctx.name))
         self.total = share(cfg.steps, cfg.workers, ctx.worker_index)
         self.random_steps = share(cfg.random_steps, cfg.workers, ctx.worker_index)
@@ -82,7 +85,7 @@ class RolloutWorker:
                                             policy_version=max(self.version, 0), iteration_end=iteration_end or final,
                                             final=final, produced_total=self.produced + self.pending_n)
         h, d = codec.encode(header, arrays)
-        appended, latest, stop = self.producer.send(h, d, self.produced + self.pending_n)
+        appended, latest, stop = self.producer.send(self.seq, h, d, self.produced + self.pending_n)
         if appended:
             self.produced += self.pending_n
         else:
@@ -97,7 +100,8 @@ class RolloutWorker:
         returns = self.envs.finished_returns[-10:]
         self.status.write({"role": "rollout", "produced": self.produced, "total": self.total,
                            "policy_version": self.version, "seq": self.seq,
-                           "backpressure_s": round(self.producer.waited_s, 3),
+                           "backpressure_s": round(self.producer.waited_s, 3), "resent": self.producer.resent,
+                           "retained": len(self.producer.retained),
                            "episode_return": float(np.mean(returns)) if returns else ""}, force=force)
 
     def collect(self, n: int) -> None:
@@ -111,7 +115,8 @@ class RolloutWorker:
             self.flush(iteration_end=True)
 
     def stopped(self) -> bool:
-        self.stop = self.stop or bool(retrying(lambda: self.client.exists(self.keys.stop), "EXISTS stop"))
+        self.stop = self.stop or bool(retrying(lambda: self.client.exists(self.keys.stop), "EXISTS stop",
+                                               self.cfg.memory_retry_s))
         return self.stop
 
     def run(self) -> int:
@@ -139,7 +144,13 @@ class RolloutWorker:
         return self.finish("share done" if self.produced >= self.total else "stop requested")
 
     def finish(self, why: str) -> int:
-        retrying(lambda: self.client.hset(self.keys.workers_done, self.ctx.name, self.produced), "HSET done")
+        """Waits until the trainer has consumed everything this worker sent (re-sending after a memory server
+        restart), so that exiting loses nothing, then records the worker as done."""
+        if not self.stop and self.seq:
+            if not self.producer.wait_consumed(self.seq, timeout=FLUSH_TIMEOUT_S, should_stop=self.stopped):
+                why += "; stopped before the trainer consumed every entry"
+        retrying(lambda: self.client.hset(self.keys.workers_done, self.ctx.name, self.produced), "HSET done",
+                 self.cfg.memory_retry_s)
         self.report(force=True)
         log.info("%s after %d transitions (%d entries): %s", self.ctx.name, self.produced, self.seq, why)
         return 0

@@ -1,9 +1,14 @@
 """The trainer's process shell: consume experience, update the learner, publish policy versions.
 
 Every entry is decoded and checked (bad ones are dead-lettered), deduplicated by (worker, seq), inserted into
-replay and only then acknowledged. ASYNC keeps the replay ratio: it reads more experience only when the
-learner has done the updates owed for what it already has, so producers are paced by back-pressure.
-SYNC trains once per policy version, after every live worker has sent its share (or the deadline passed).
+replay and only then committed: acknowledgement, deletion and the trainer's counters and watermarks in one
+transaction, so a trainer killed at any point and restarted counts every transition exactly once.
+
+ASYNC is rate-limited as in Reverb: no update before ``learning_starts`` transitions, then updates follow
+``updates_per_transition``; new experience is read only while the trainer is less than ``ratio_tolerance``
+transitions ahead of the updates it owes, so producers are paced by back-pressure and the learner neither
+starves nor over-trains. SYNC trains once per policy version, after every live worker has sent its share of
+that version (or the deadline passed); entries of older versions are dropped and counted, never mixed in.
 """
 
 from __future__ import annotations
@@ -16,12 +21,15 @@ import torch
 from drl.algorithms import make_learner
 from drl.envs import space_spec
 from drl.memory import codec
-from drl.memory.redis_backend import Announcer, Consumer, retrying
+from drl.memory.redis_backend import Announcer, Consumer, entry_size, retrying, seq_field
 from drl.replay import ReplayBuffer
 from drl.store import PolicyStore, open_store
 from services.common import ServiceContext, StatusWriter
 
 log = logging.getLogger("drl.trainer")
+
+RECLAIM_EVERY_S = 5.0
+COUNTERS = ("consumed", "duplicates", "stale", "dead_letters", "updates")
 
 
 class SeqTracker:
@@ -44,6 +52,15 @@ class SeqTracker:
         self.watermark[worker] = mark
         return False
 
+    def dump(self, worker: str) -> str:
+        """"mark[,seq...]": the watermark first (producers read it), then the seqs seen above it."""
+        return ",".join(str(x) for x in [self.watermark.get(worker, 0), *sorted(self.above.get(worker, ()))])
+
+    def load(self, worker: str, text: str) -> None:
+        mark, *above = (int(x) for x in text.split(",") if x)
+        self.watermark[worker] = mark
+        self.above[worker] = set(above)
+
 
 class Trainer:
     def __init__(self, ctx: ServiceContext):
@@ -55,48 +72,109 @@ class Trainer:
         self.layout = codec.expected_layout(self.spec)
         self.learner = make_learner(cfg.algorithm, self.spec, cfg, seed=cfg.seed)
         self.replay = ReplayBuffer(self.spec, cfg.replay_size, seed=cfg.seed + 1)
-        self.consumer = Consumer(self.client, self.keys, consumer="trainer-0")
-        self.announcer = Announcer(self.client, self.keys)
+        self.consumer = Consumer(self.client, self.keys, consumer="trainer-0", on_reset=self.on_memory_reset,
+                                 retry_s=cfg.memory_retry_s)
+        self.announcer = Announcer(self.client, self.keys, retry_s=cfg.memory_retry_s)
         self.policies = PolicyStore(open_store(ctx.store_url), ctx.run)
         self.status = StatusWriter(self.client, self.keys.status("trainer"))
         self.workers = {f"rollout-{i}" for i in range(cfg.workers)}
         self.finished: set[str] = set()
         self.seqs = SeqTracker()
+        self.produced: dict[str, int] = {}
+        self.iteration_end: dict[str, int] = {}
         self.version = -1
         self.published_updates = -1
-        self.consumed = 0
-        self.duplicates = 0
-        self.stale = 0
-        self.dead_letters = 0
+        self.consumed = self.duplicates = self.stale = self.dead_letters = 0
         self.metrics: dict[str, float] = {}
         self.started = time.monotonic()
         self._stop_checked = 0.0
+        self._reclaimed_at = 0.0
         self.stop_reason = ""
+        self.restored = self.restore()
+
+    # -- durable state ----------------------------------------------------------------------------------
+    def restore(self) -> bool:
+        """Continues from the state a previous trainer process of this run committed (after SIGKILL)."""
+        state = self.consumer.load_state()
+        if not state:
+            return False
+        for name in COUNTERS:
+            value = int(state.get(name, 0))
+            if name == "updates":
+                self.learner.updates = value
+            else:
+                setattr(self, name, value)
+        for key, value in state.items():
+            kind, _, worker = key.partition(":")
+            if kind == "seq":
+                self.seqs.load(worker, value)
+            elif kind == "produced":
+                self.produced[worker] = int(value)
+            elif kind == "end":
+                self.iteration_end[worker] = int(value)
+            elif kind == "final":
+                self.finished.add(worker)
+        self.version = self.announcer.latest()
+        log.info("restored trainer state: %d transitions consumed, %d updates, policy version %d", self.consumed,
+                 self.learner.updates, self.version)
+        return True
+
+    def state(self, workers) -> dict[str, str | int]:
+        fields: dict[str, str | int] = {name: (self.learner.updates if name == "updates" else getattr(self, name))
+                                        for name in COUNTERS}
+        for w in workers:
+            fields[seq_field(w)] = self.seqs.dump(w)
+            if w in self.produced:
+                fields[f"produced:{w}"] = self.produced[w]
+            if w in self.iteration_end:
+                fields[f"end:{w}"] = self.iteration_end[w]
+            if w in self.finished:
+                fields[f"final:{w}"] = 1
+        return fields
+
+    def on_memory_reset(self) -> None:
+        """The memory server restarted empty: put back what services read from it."""
+        log.warning("memory server lost its data; re-announcing version %d and rewriting trainer state", self.version)
+        known = set(self.seqs.watermark) | set(self.produced)
+
+        def _do():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hset(self.keys.consumer_state, mapping=self.state(known))
+            if self.produced:
+                pipe.hset(self.keys.produced, mapping=self.produced)
+            if self.version >= 0:
+                pipe.set(self.keys.policy, self.version)
+                pipe.publish(self.keys.policy_channel, self.version)
+            pipe.execute()
+
+        retrying(_do, "restore memory state", self.cfg.memory_retry_s)
 
     # -- experience -------------------------------------------------------------------------------------
     def ingest(self, entries, sync_version: int | None = None) -> list:
-        """Decodes, deduplicates and inserts entries, then acknowledges them; returns the accepted headers."""
-        accepted, ids = [], []
+        """Decodes, deduplicates and inserts entries, then commits them; returns the accepted headers."""
+        accepted, acks, dead, touched = [], [], [], set()
         for entry_id, fields in entries:
+            acks.append((entry_id, entry_size(fields)))
             try:
                 batch = codec.decode(fields, self.ctx.run, self.layout)
             except codec.DecodeError as exc:
                 log.warning("entry %s dead-lettered: %s", entry_id, exc)
-                self.consumer.dead_letter(entry_id, fields, exc.kind, str(exc))
+                dead.append((entry_id, fields, exc.kind, str(exc)))
                 self.dead_letters += 1
                 if exc.header is not None and exc.header.worker_id in self.workers:
                     self.seqs.seen(exc.header.worker_id, exc.header.seq)
+                    touched.add(exc.header.worker_id)
                 continue
             h = batch.header
-            ids.append(entry_id)
             if h.worker_id not in self.workers:
-                self.consumer.dead_letter(entry_id, fields, "unknown_worker", f"worker {h.worker_id!r} not in run")
-                ids.pop()
+                dead.append((entry_id, fields, "unknown_worker", f"worker {h.worker_id!r} is not part of the run"))
                 self.dead_letters += 1
                 continue
+            touched.add(h.worker_id)
             if self.seqs.seen(h.worker_id, h.seq):
                 self.duplicates += h.count
                 continue
+            self.produced[h.worker_id] = max(self.produced.get(h.worker_id, 0), h.produced_total)
             if h.final:
                 self.finished.add(h.worker_id)
             if sync_version is not None and h.policy_version != sync_version:
@@ -104,16 +182,30 @@ class Trainer:
                 log.info("dropped %d transitions of %s for stale version %d (iteration %d)",
                          h.count, h.worker_id, h.policy_version, sync_version)
                 continue
+            if h.iteration_end:
+                self.iteration_end[h.worker_id] = h.policy_version
             self.replay.add(batch.arrays)
             self.consumed += h.count
             accepted.append(h)
-        self.consumer.ack(ids)
+        self.consumer.commit(acks, self.state(touched), dead)
         return accepted
+
+    def read(self, count: int, block_ms: int | None, sync_version: int | None = None) -> list:
+        """Reads and ingests entries, including, now and then, entries stranded at dead consumers."""
+        now = time.monotonic()
+        entries = []
+        if now - self._reclaimed_at > RECLAIM_EVERY_S:
+            self._reclaimed_at = now
+            entries = self.consumer.reclaim(int(self.cfg.reclaim_idle_s * 1000), count)
+            if entries:
+                log.warning("reclaimed %d entries left pending by another consumer", len(entries))
+        entries += self.consumer.read(count, block_ms if not entries else None)
+        return self.ingest(entries, sync_version) if entries else []
 
     def all_finished(self) -> bool:
         if self.finished >= self.workers:
             return True
-        done = retrying(lambda: self.client.hkeys(self.keys.workers_done), "HKEYS done")
+        done = retrying(lambda: self.client.hkeys(self.keys.workers_done), "HKEYS done", self.cfg.memory_retry_s)
         self.finished |= {d.decode() for d in done} & self.workers
         return self.finished >= self.workers
 
@@ -146,7 +238,7 @@ class Trainer:
         now = time.monotonic()
         if not self.stop_reason and now - self._stop_checked > 0.25:
             self._stop_checked = now
-            flag = retrying(lambda: self.client.get(self.keys.stop), "GET stop")
+            flag = retrying(lambda: self.client.get(self.keys.stop), "GET stop", self.cfg.memory_retry_s)
             if flag is not None:
                 self.stop_reason = "target_reached" if flag.startswith(b"target_reached") else "stopped"
         return self.stop_reason
@@ -160,24 +252,22 @@ class Trainer:
             "env_steps": self.consumed, "transitions_consumed": self.consumed, "updates": self.learner.updates,
             "duplicates_dropped": self.duplicates, "stale_dropped": self.stale, "dead_lettered": self.dead_letters,
             "transitions_per_s": round(self.consumed / elapsed, 1), "replay_size": len(self.replay),
-            "backlog": self.consumer.backlog(), **{k: round(v, 5) for k, v in self.metrics.items()},
+            "backlog": self.consumer.backlog(), "backlog_bytes": self.consumer.backlog_bytes(),
+            "memory_resets": self.consumer.resets, **{k: round(v, 5) for k, v in self.metrics.items()},
         }, force=force)
 
     # -- modes ------------------------------------------------------------------------------------------
     def run_async(self) -> str:
-        slack = max(1, int(self.cfg.updates_per_transition * self.cfg.batch_transitions))
+        tolerance = self.cfg.updates_per_transition * self.cfg.ratio_tolerance
         while True:
             if self.should_stop():
                 return self.stop_reason
-            owed = self.owed_updates()
-            behind = owed - self.learner.updates
-            if behind < slack:
-                entries = self.consumer.read(count=4, block_ms=None if behind > 0 else 100)
-                if entries:
-                    self.ingest(entries)
-                elif behind <= 0 and self.all_finished() and self.consumer.backlog() == 0:
+            behind = self.owed_updates() - self.learner.updates
+            if behind <= tolerance:
+                got = self.read(count=4, block_ms=None if behind > 0 else 100)
+                if not got and behind <= 0 and self.all_finished() and self.consumer.backlog() == 0:
                     return "steps_done"
-            for _ in range(min(behind, 16)):
+            for _ in range(min(max(behind, 0), 16)):
                 self.update()
             if self.learner.updates - max(self.published_updates, 0) >= self.cfg.publish_every_updates:
                 self.publish()
@@ -186,12 +276,12 @@ class Trainer:
     def run_sync(self) -> str:
         while True:
             version = self.version
-            waiting = set(self.workers - self.finished)
+            waiting = {w for w in self.workers - self.finished if self.iteration_end.get(w, -1) < version}
             deadline = time.monotonic() + self.cfg.sync_deadline_s
             while waiting and time.monotonic() < deadline:
                 if self.should_stop():
                     return self.stop_reason
-                for h in self.ingest(self.consumer.read(count=64, block_ms=100), sync_version=version):
+                for h in self.read(count=64, block_ms=100, sync_version=version):
                     if h.iteration_end:
                         waiting.discard(h.worker_id)
                 waiting -= self.finished
@@ -199,8 +289,8 @@ class Trainer:
                     waiting.clear()
                 self.report()
             if self.all_finished():
-                while entries := self.consumer.read(count=64, block_ms=None):
-                    self.ingest(entries, sync_version=version)
+                while self.read(count=64, block_ms=100, sync_version=version) or self.consumer.backlog():
+                    pass
             elif waiting:
                 log.warning("iteration %d: no complete share from %s within %.0fs; training without them",
                             version, ", ".join(sorted(waiting)), self.cfg.sync_deadline_s)
@@ -216,11 +306,13 @@ class Trainer:
     def run(self) -> int:
         log.info("trainer of run %s: %s on %s, %s mode, %d workers", self.ctx.run, self.cfg.algorithm,
                  self.cfg.env, self.cfg.mode, self.cfg.workers)
-        self.publish(force=True)
+        if self.version < 0:
+            self.publish(force=True)
         reason = self.run_async() if self.cfg.mode == "async" else self.run_sync()
         if reason == "steps_done":
             self.publish()
-        retrying(lambda: self.client.set(self.keys.trainer_done, self.version), "SET trainer done")
+        retrying(lambda: self.client.set(self.keys.trainer_done, self.version), "SET trainer done",
+                 self.cfg.memory_retry_s)
         self.report(force=True, state="finished", reason=reason)
         log.info("finished (%s): %d transitions consumed, %d updates, policy version %d", reason, self.consumed,
                  self.learner.updates, self.version)

@@ -1,0 +1,89 @@
+"""Connections to the memory server: URL forms, credentials and TLS from the environment, clear errors.
+
+Accepted URLs: ``redis://HOST:PORT/DB``, ``rediss://HOST:PORT/DB`` (TLS) and ``unix:///PATH?db=N``. Credentials
+and certificates never travel in process arguments; they come from the environment:
+
+- ``DRL_MEMORY_USERNAME``: ACL user (default: the default user)
+- ``DRL_MEMORY_PASSWORD`` or ``DRL_MEMORY_PASSWORD_FILE``: password (AUTH)
+- ``DRL_MEMORY_TLS_CA``, ``DRL_MEMORY_TLS_CERT``, ``DRL_MEMORY_TLS_KEY``: CA bundle and client certificate/key
+  for ``rediss://`` (server certificates are always verified)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import redis
+
+from drl.errors import UserError
+
+SCHEMES = ("redis", "rediss", "unix")
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    return parts._replace(netloc=netloc).geturl()
+
+
+def url_has_password(url: str) -> bool:
+    try:
+        return urlsplit(url).password is not None
+    except ValueError:
+        return False
+
+
+def credentials_from_env(env: dict[str, str] | None = None) -> dict:
+    """Keyword arguments for redis.Redis built from the DRL_MEMORY_* variables."""
+    env = os.environ if env is None else env
+    kwargs: dict = {}
+    if env.get("DRL_MEMORY_USERNAME"):
+        kwargs["username"] = env["DRL_MEMORY_USERNAME"]
+    if env.get("DRL_MEMORY_PASSWORD"):
+        kwargs["password"] = env["DRL_MEMORY_PASSWORD"]
+    elif env.get("DRL_MEMORY_PASSWORD_FILE"):
+        path = Path(env["DRL_MEMORY_PASSWORD_FILE"])
+        try:
+            kwargs["password"] = path.read_text().strip()
+        except OSError as exc:
+            raise UserError(f"DRL_MEMORY_PASSWORD_FILE {path} cannot be read: {exc.strerror}") from None
+    for var, key in (("DRL_MEMORY_TLS_CA", "ssl_ca_certs"), ("DRL_MEMORY_TLS_CERT", "ssl_certfile"),
+                     ("DRL_MEMORY_TLS_KEY", "ssl_keyfile")):
+        if env.get(var):
+            if not Path(env[var]).is_file():
+                raise UserError(f"{var}={env[var]} is not a readable file")
+            kwargs[key] = env[var]
+    return kwargs
+
+
+def connect(url: str, timeout: float = 5.0) -> redis.Redis:
+    """Opens and checks a connection; raises UserError naming the URL (without credentials) when it fails."""
+    shown = redact(url)
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in SCHEMES:
+        raise UserError(f"memory URL {shown} is not valid; accepted: redis://HOST:PORT/DB, rediss://HOST:PORT/DB, "
+                        "unix:///PATH?db=N")
+    kwargs = credentials_from_env()
+    if scheme != "rediss":
+        kwargs = {k: v for k, v in kwargs.items() if not k.startswith("ssl_")}
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=max(timeout, 30.0),
+                                      health_check_interval=30, **kwargs)
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"memory URL {shown} is not valid: {exc}") from None
+    try:
+        if client.ping() is not True:
+            raise UserError(f"memory URL {shown} did not answer PING like a Redis server")
+        client.xlen("drl:probe")
+    except redis.AuthenticationError as exc:
+        raise UserError(f"memory server {shown} refused the credentials: {exc}") from None
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        raise UserError(f"memory server {shown} is unreachable or not a Redis server: {exc}") from None
+    except redis.ResponseError as exc:
+        raise UserError(f"memory server {shown} does not behave like a Redis server with streams: {exc}") from None
+    return client
