@@ -56,7 +56,10 @@ for i = 0, n - 1 do
   redis.call('XACK', KEYS[1], ARGV[1], id)
   if redis.call('XDEL', KEYS[1], id) == 1 then freed = freed + tonumber(ARGV[4 + 2 * i]) end
 end
-if freed > 0 then redis.call('DECRBY', KEYS[2], freed) end
+if freed > 0 then
+  local left = tonumber(redis.call('GET', KEYS[2]) or '0') - freed
+  if left > 0 then redis.call('SET', KEYS[2], left) else redis.call('DEL', KEYS[2]) end
+end
 if 3 + 2 * n <= #ARGV then redis.call('HSET', KEYS[3], unpack(ARGV, 3 + 2 * n)) end
 return freed
 """

@@ -1,0 +1,1 @@
+"""Benchmarks that print figures; never part of the pass/fail suite."""

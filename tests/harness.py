@@ -1,0 +1,120 @@
+"""Runs a plan's services as real processes against a memory server the test controls.
+
+Unlike drl-orchestrate, nothing here stops the run when a process dies: fault tests kill, pause and
+restart processes (and the server) themselves, then check the accounting.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import redis
+
+from drl.config import ExperimentConfig
+from drl.memory.redis_backend import Keys
+from orchestrator.plan import plan
+from tests.conftest import ROOT
+
+
+class ServiceRun:
+    def __init__(self, cfg: ExperimentConfig, memory_url: str, run_dir: Path, run: str = "fault"):
+        self.cfg = cfg.validate()
+        self.run = run
+        self.run_dir = run_dir
+        self.keys = Keys(run)
+        self.memory_url = memory_url
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.workloads = {w.role: w for w in plan(cfg, run=run, run_dir=str(run_dir), memory_url=memory_url,
+                                                   store_url=str(run_dir / "store"), python=sys.executable)}
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.memory_url, socket_timeout=10)
+
+    def start(self, role: str, index: int = 0) -> subprocess.Popen:
+        workload = self.workloads[role]
+        name = workload.replica_name(index)
+        log = open(self.run_dir / "logs" / f"{name}.log", "ab")
+        proc = subprocess.Popen(list(workload.command), env={**os.environ, **workload.replica_env(index)},
+                                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def start_all(self, evaluator: bool = False) -> None:
+        self.start("trainer")
+        for i in range(self.cfg.workers):
+            self.start("rollout", i)
+        if evaluator:
+            self.start("evaluator")
+
+    def status(self, role: str) -> dict[str, str]:
+        try:
+            raw = self.client().hgetall(self.keys.status(role))
+        except redis.ConnectionError:
+            return {}
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
+    def wait_until(self, predicate, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            for name, proc in self.procs.items():
+                if proc.poll() not in (None, 0) and proc.returncode != -signal.SIGKILL:
+                    raise AssertionError(f"{name} exited with {proc.returncode}:\n{self.log_tail(name)}")
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}\n" + "\n".join(
+            f"--- {n}\n{self.log_tail(n)}" for n in self.procs))
+
+    def consumed(self) -> int:
+        state = self.client().hget(self.keys.consumer_state, "consumed")
+        return int(state or 0)
+
+    def wait_all(self, timeout: float = 300) -> None:
+        """Waits for every started process to exit 0."""
+        deadline = time.monotonic() + timeout
+        for name, proc in self.procs.items():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"{name} still running:\n{self.log_tail(name)}") from None
+            assert proc.returncode == 0, f"{name} exited with {proc.returncode}:\n{self.log_tail(name)}"
+
+    def log_tail(self, name: str, chars: int = 3000) -> str:
+        path = self.run_dir / "logs" / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def kill_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    def accounting(self) -> dict[str, int]:
+        """Counters from the server: what workers produced and what the trainer committed."""
+        c = self.client()
+        state = {k.decode(): v.decode() for k, v in c.hgetall(self.keys.consumer_state).items()}
+        produced = {k.decode(): int(v) for k, v in c.hgetall(self.keys.produced).items()}
+        dead = sum(int(v) for v in c.hvals(self.keys.dead_letter_counts))
+        return {"produced": sum(produced.values()), "consumed": int(state.get("consumed", 0)),
+                "duplicates": int(state.get("duplicates", 0)), "stale": int(state.get("stale", 0)),
+                "dead_letter_entries": dead, "backlog_entries": c.xlen(self.keys.stream),
+                "backlog_bytes": int(c.get(self.keys.backlog_bytes) or 0), "workers": len(produced)}
+
+
+def fast_config(**changes) -> ExperimentConfig:
+    """A small, quick SAC configuration for fault tests (tiny networks, few updates)."""
+    from drl.algorithms.sac.config import SACConfig
+
+    base = dict(env="Pendulum-v1", workers=3, mode="async", steps=6000, batch_transitions=32, random_steps=6000,
+                learning_starts=500, updates_per_transition=0.05, eval_episodes=1, max_backlog_entries=8,
+                publish_every_updates=50, sync_steps_per_iteration=600, sync_deadline_s=20,
+                sac=SACConfig(hidden=(16, 16), batch_size=32))
+    base.update(changes)
+    return ExperimentConfig(**base)

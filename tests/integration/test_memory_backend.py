@@ -1,0 +1,205 @@
+"""The memory backend against a real server: exactly-once effect, reclaim, dead letters, the append contract."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+import redis
+
+from drl._proto import experience_pb2
+from drl.envs import space_spec
+from drl.memory import codec
+from drl.memory.redis_backend import Consumer, Keys, Producer, entry_size, seq_field
+from services.common import ServiceContext
+from services.trainer.trainer import Trainer
+from tests.harness import fast_config
+
+RUN = "mem"
+
+
+def _arrays(n: int, obs_dim: int = 3, obs_dtype=np.float32) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(n)
+    return {"obs": rng.standard_normal((n, obs_dim)).astype(obs_dtype),
+            "action": rng.uniform(-2, 2, (n, 1)).astype(np.float32),
+            "reward": rng.standard_normal(n).astype(np.float32),
+            "next_obs": rng.standard_normal((n, obs_dim)).astype(obs_dtype),
+            "terminated": np.zeros(n, dtype=np.uint8)}
+
+
+def _entry(worker: str, seq: int, n: int = 8, run: str = RUN, **arrays_kw) -> tuple[bytes, bytes]:
+    header = experience_pb2.BatchHeader(run=run, worker_id=worker, seq=seq, produced_total=seq * n)
+    return codec.encode(header, _arrays(n, **arrays_kw))
+
+
+def _produce(url: str, worker: str, entries: int, n: int) -> None:
+    client = redis.Redis.from_url(url)
+    producer = Producer(client, Keys(RUN), worker, max_entries=32, max_bytes=1 << 20)
+    for seq in range(1, entries + 1):
+        h, d = _entry(worker, seq, n)
+        producer.send(seq, h, d, seq * n)
+
+
+def _trainer(tmp_path, url: str, **changes) -> Trainer:
+    cfg = fast_config(**changes)
+    ctx = ServiceContext("trainer", cfg, RUN, tmp_path, url, str(tmp_path / "store"), 0)
+    return Trainer(ctx)
+
+
+def test_n_producer_processes_are_consumed_exactly_once(tmp_path, redis_server, redis_client):
+    workers, entries, n = 4, 60, 16
+    trainer = _trainer(tmp_path, redis_server.url, workers=workers)
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_produce, args=(redis_server.url, f"rollout-{i}", entries, n)) for i in range(workers)]
+    for p in procs:
+        p.start()
+    seen: dict[str, list[int]] = {}
+    while trainer.consumed < workers * entries * n:
+        for h in trainer.read(count=16, block_ms=200):
+            seen.setdefault(h.worker_id, []).append(h.seq)
+        assert any(p.is_alive() for p in procs) or redis_client.xlen(Keys(RUN).stream) or \
+            trainer.consumed == workers * entries * n
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    assert trainer.consumed == workers * entries * n
+    assert trainer.duplicates == 0
+    assert {w: sorted(s) for w, s in seen.items()} == {f"rollout-{i}": list(range(1, entries + 1))
+                                                        for i in range(workers)}
+    assert redis_client.xlen(Keys(RUN).stream) == 0
+    assert int(redis_client.get(Keys(RUN).backlog_bytes) or 0) == 0
+    assert redis_client.hget(Keys(RUN).consumer_state, seq_field("rollout-2")) == str(entries).encode()
+
+
+def test_resent_entries_are_dropped_as_duplicates(tmp_path, redis_server, redis_client):
+    trainer = _trainer(tmp_path, redis_server.url, workers=1)
+    keys = Keys(RUN)
+    for seq in (1, 2, 2, 3, 1):
+        h, d = _entry("rollout-0", seq)
+        redis_client.xadd(keys.stream, {"h": h, "d": d})
+    while redis_client.xlen(keys.stream):
+        trainer.read(count=2, block_ms=100)
+    assert trainer.consumed == 3 * 8
+    assert trainer.duplicates == 2 * 8
+
+
+def test_entries_pending_at_a_dead_consumer_are_reclaimed(tmp_path, redis_server, redis_client):
+    keys = Keys(RUN)
+    dead = Consumer(redis_client, keys, consumer="trainer-old")
+    for seq in range(1, 6):
+        h, d = _entry("rollout-0", seq)
+        redis_client.xadd(keys.stream, {"h": h, "d": d})
+    taken = dead.read(count=5, block_ms=None)
+    assert len(taken) == 5
+    assert redis_client.xpending(keys.stream, "trainer")["pending"] == 5
+    trainer = _trainer(tmp_path, redis_server.url, workers=1, reclaim_idle_s=0.2)
+    assert trainer.read(count=10, block_ms=None) == [], "claimed before the idle time passed"
+    trainer._reclaimed_at = 0.0
+    import time
+
+    time.sleep(0.3)
+    accepted = trainer.read(count=10, block_ms=None)
+    assert [h.seq for h in accepted] == [1, 2, 3, 4, 5]
+    assert redis_client.xpending(keys.stream, "trainer")["pending"] == 0
+    assert redis_client.xlen(keys.stream) == 0
+
+
+def test_restarted_consumer_rereads_its_own_pending_entries_first(redis_server, redis_client):
+    keys = Keys(RUN)
+    first = Consumer(redis_client, keys)
+    for seq in range(1, 4):
+        h, d = _entry("rollout-0", seq)
+        redis_client.xadd(keys.stream, {"h": h, "d": d})
+    got = first.read(count=2, block_ms=None)
+    assert len(got) == 2
+    second = Consumer(redis_client, keys)  # same consumer name: a restart
+    again = second.read(count=10, block_ms=None)
+    assert [e[0] for e in again] == [e[0] for e in got]
+    second.commit([(eid, entry_size(f)) for eid, f in again], {"consumed": 16})
+    rest = second.read(count=10, block_ms=None)
+    assert len(rest) == 1
+
+
+def _bad_entries() -> dict[str, dict]:
+    good_h, good_d = _entry("rollout-0", 1)
+    header = experience_pb2.BatchHeader()
+    header.ParseFromString(good_h)
+    future = experience_pb2.BatchHeader()
+    future.CopyFrom(header)
+    future.format_version = 99
+    wrong_dtype_h, wrong_dtype_d = _entry("rollout-0", 3, obs_dtype=np.float64)
+    wrong_shape_h, wrong_shape_d = _entry("rollout-0", 4, obs_dim=5)
+    foreign_h, foreign_d = _entry("rollout-0", 5, run="another-run")
+    stranger_h, stranger_d = _entry("rollout-9", 1)
+    return {
+        "bad_entry": {"x": b"1"},
+        "bad_header": {"h": b"\xff\xff\xff\xff", "d": good_d},
+        "bad_header_version": {"h": future.SerializeToString(), "d": good_d},
+        "truncated": {"h": _entry("rollout-0", 2)[0], "d": good_d[:-5]},
+        "wrong_dtype": {"h": wrong_dtype_h, "d": wrong_dtype_d},
+        "wrong_shape": {"h": wrong_shape_h, "d": wrong_shape_d},
+        "foreign_run": {"h": foreign_h, "d": foreign_d},
+        "unknown_worker": {"h": stranger_h, "d": stranger_d},
+    }
+
+
+def test_each_kind_of_bad_entry_is_dead_lettered_and_counted(tmp_path, redis_server, redis_client):
+    keys = Keys(RUN)
+    trainer = _trainer(tmp_path, redis_server.url, workers=1)
+    bad = _bad_entries()
+    for fields in bad.values():
+        redis_client.xadd(keys.stream, fields)
+    good_h, good_d = _entry("rollout-0", 6)
+    redis_client.xadd(keys.stream, {"h": good_h, "d": good_d})
+    while redis_client.xlen(keys.stream):
+        trainer.read(count=3, block_ms=100)
+    counts = {k.decode(): int(v) for k, v in redis_client.hgetall(keys.dead_letter_counts).items()}
+    assert counts == {"bad_entry": 1, "bad_header": 2, "truncated": 1, "wrong_dtype": 1, "wrong_shape": 1,
+                      "foreign_run": 1, "unknown_worker": 1}
+    assert trainer.dead_letters == len(bad)
+    assert trainer.consumed == 8, "the good entry after the bad ones was lost"
+    letters = redis_client.xrange(keys.dead_letter)
+    assert len(letters) == len(bad)
+    assert all(b"reason" in f and b"kind" in f and b"source_id" in f for _, f in letters)
+    assert int(redis_client.get(keys.backlog_bytes) or 0) == 0
+    assert redis_client.xpending(keys.stream, "trainer")["pending"] == 0
+
+
+def test_append_script_refuses_when_full_and_reports_policy_and_stop(redis_server, redis_client):
+    keys = Keys(RUN)
+    producer = Producer(redis_client, keys, "rollout-0", max_entries=2, max_bytes=1 << 20)
+    for seq in (1, 2):
+        h, d = _entry("rollout-0", seq)
+        assert producer.send(seq, h, d, seq * 8)[0]
+    redis_client.set(keys.policy, 7)
+    redis_client.set(keys.stop, "test")
+    h, d = _entry("rollout-0", 3)
+    appended, version, stop = producer.send(3, h, d, 24)
+    assert (appended, version, stop) == (False, 7, True)
+    assert redis_client.xlen(keys.stream) == 2
+    assert redis_client.hget(keys.produced, "rollout-0") == b"16"
+    assert len(producer.retained) == 2
+
+
+@pytest.fixture(autouse=True)
+def _clean(redis_client):
+    yield
+    redis_client.flushdb()
+
+
+def test_sync_iteration_never_mixes_policy_versions(tmp_path, redis_server, redis_client):
+    keys = Keys(RUN)
+    trainer = _trainer(tmp_path, redis_server.url, workers=1, mode="sync")
+    for seq, version in ((1, 1), (2, 0), (3, 1)):
+        header = experience_pb2.BatchHeader(run=RUN, worker_id="rollout-0", seq=seq, policy_version=version,
+                                            produced_total=seq * 8)
+        h, d = codec.encode(header, _arrays(8))
+        redis_client.xadd(keys.stream, {"h": h, "d": d})
+    accepted = []
+    while redis_client.xlen(keys.stream):
+        accepted += trainer.read(count=8, block_ms=100, sync_version=1)
+    assert [h.seq for h in accepted] == [1, 3]
+    assert trainer.stale == 8 and trainer.consumed == 16
+    assert len(trainer.replay) == 16
+    assert redis_client.hget(keys.consumer_state, "stale") == b"8"
