@@ -86,20 +86,27 @@ class RedisServer:
             raise UserError(f"cannot start {self.binary}: {exc.strerror}") from None
         finally:
             log.close()
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
+        client = self.ready_client()
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                tail = self.log_path.read_text(errors="replace")[-500:]
-                raise UserError(f"{self.binary} exited at start (code {self.proc.returncode}): {tail.strip()}")
-            try:
-                if client.ping():
-                    client.close()
-                    return self
-            except (redis.ConnectionError, redis.TimeoutError):
-                time.sleep(0.05)
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    tail = self.log_path.read_text(errors="replace")[-500:]
+                    self.stop()
+                    raise UserError(f"{self.binary} exited at start (code {self.proc.returncode}): {tail.strip()}")
+                try:
+                    if client.ping():
+                        return self
+                except (redis.ConnectionError, redis.TimeoutError, OSError):
+                    time.sleep(0.05)
+        finally:
+            client.close()
         self.stop()
-        raise UserError(f"{self.binary} did not answer on port {self.port} within {timeout:.0f}s")
+        raise UserError(f"{self.binary} did not answer at {self.url} within {timeout:.0f}s")
+
+    def ready_client(self) -> redis.Redis:
+        """The client that checks the server answers; servers reached otherwise (TLS, a socket) override it."""
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -22,7 +21,7 @@ from typing import Iterator
 import redis
 
 from drl.errors import UserError
-from orchestrator.redis_server import RedisServer, die_with_parent, find_server_binary, free_port
+from orchestrator.redis_server import RedisServer, find_server_binary, free_port
 
 _OPENSSL_CONFIG = """\
 [req]
@@ -128,31 +127,8 @@ class MemoryServer(RedisServer):
         kwargs = {"socket_connect_timeout": 2, "socket_timeout": 10, **self.client_kwargs, **overrides}
         return redis.Redis(db=db, **kwargs)
 
-    def start(self, timeout: float = 15.0) -> "MemoryServer":
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--dir", str(self.workdir), "--protected-mode", "yes", *self.extra]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, preexec_fn=die_with_parent)
-        client = self.client(socket_connect_timeout=0.5)
-        deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    tail = self.log_path.read_text(errors="replace")[-800:]
-                    self.stop()
-                    raise RuntimeError(f"{self.binary} exited at start (code {self.proc.returncode}): {tail.strip()}")
-                try:
-                    if client.ping():
-                        return self
-                except (redis.ConnectionError, redis.TimeoutError, OSError):
-                    time.sleep(0.05)
-        finally:
-            client.close()
-        self.stop()
-        raise RuntimeError(f"{self.binary} did not answer at {self.url} within {timeout:.0f}s: "
-                           f"{self.log_path.read_text(errors='replace')[-800:]}")
+    def ready_client(self) -> redis.Redis:
+        return self.client(socket_connect_timeout=0.5)
 
     def stop(self) -> None:
         super().stop()
@@ -198,7 +174,8 @@ def acl_server(workdir: Path, username: str, password: str, *, binary: str | Non
     port = free_port()
     return MemoryServer(workdir, url=f"redis://127.0.0.1:{port}/0", binary=binary, port=port,
                         client_kwargs={"host": "127.0.0.1", "port": port, "username": username, "password": password},
-                        extra=["--user", username, "on", f">{password}", "~*", "&*", "+@all", "--user", "default", "off"])
+                        extra=["--user", username, "on", f">{password}", "~*", "&*", "+@all",
+                               "--user", "default", "off"])
 
 
 def unix_server(workdir: Path, *, binary: str | None = None) -> MemoryServer:

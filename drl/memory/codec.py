@@ -7,6 +7,8 @@ expects, and any mismatch raises ``DecodeError`` so the caller can dead-letter t
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,7 +64,7 @@ def encode(header: experience_pb2.BatchHeader, arrays: dict[str, np.ndarray]) ->
         info = header.arrays.add(name=name, dtype=arr.dtype.str, shape=list(arr.shape), offset=offset,
                                  nbytes=arr.nbytes)
         offset += info.nbytes
-        parts.append(arr.tobytes())
+        parts.append(arr)  # C-contiguous: join copies its buffer once (tobytes would copy it twice)
     header.count = count or 0
     return header.SerializeToString(), b"".join(parts)
 
@@ -104,24 +106,34 @@ def decode(fields: dict, run: str, layout: dict[str, tuple[str, tuple[int, ...]]
         raise
 
 
+@functools.lru_cache(maxsize=256)
+def _itemsize(dtype: str) -> int:
+    return np.dtype(dtype).itemsize
+
+
 def _decode_arrays(header: experience_pb2.BatchHeader, d: bytes,
                    layout: dict[str, tuple[str, tuple[int, ...]]]) -> Batch:
-    if header.count < 1:
+    count = header.count
+    if count < 1:
         raise DecodeError("bad_header", "empty batch")
-    names = [a.name for a in header.arrays]
+    infos = list(header.arrays)
+    names = [a.name for a in infos]
     if sorted(names) != sorted(layout):
         raise DecodeError("wrong_shape", f"arrays {names}, expected {sorted(layout)}")
     arrays = {}
     view = memoryview(d)
-    for info in header.arrays:
-        dtype, shape = layout[info.name]
+    size = len(d)
+    for name, info in zip(names, infos):
+        dtype, shape = layout[name]
         if info.dtype != dtype:
-            raise DecodeError("wrong_dtype", f"{info.name} has dtype {info.dtype}, expected {dtype}")
-        full = (header.count, *shape)
-        if tuple(info.shape) != full:
-            raise DecodeError("wrong_shape", f"{info.name} has shape {tuple(info.shape)}, expected {full}")
-        nbytes = int(np.prod(full)) * np.dtype(dtype).itemsize
-        if info.nbytes != nbytes or info.offset + nbytes > len(d):
-            raise DecodeError("truncated", f"{info.name} needs {nbytes} bytes at {info.offset}, blob has {len(d)}")
-        arrays[info.name] = np.frombuffer(view[info.offset:info.offset + nbytes], dtype=dtype).reshape(full)
+            raise DecodeError("wrong_dtype", f"{name} has dtype {info.dtype}, expected {dtype}")
+        full = (count, *shape)
+        got = tuple(info.shape)
+        if got != full:
+            raise DecodeError("wrong_shape", f"{name} has shape {got}, expected {full}")
+        nbytes = math.prod(full) * _itemsize(dtype)
+        offset = info.offset
+        if info.nbytes != nbytes or offset + nbytes > size:
+            raise DecodeError("truncated", f"{name} needs {nbytes} bytes at {offset}, blob has {size}")
+        arrays[name] = np.frombuffer(view[offset:offset + nbytes], dtype=dtype).reshape(full)
     return Batch(header, arrays)

@@ -25,10 +25,11 @@ SCHEMES = ("redis", "rediss", "unix")
 def redact(url: str) -> str:
     """The URL with any password replaced, for messages and logs."""
     parts = urlsplit(url)
-    if parts.password is None:
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if not at or ":" not in userinfo:
         return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
-    return parts._replace(netloc=netloc).geturl()
+    user = userinfo.split(":", 1)[0]
+    return parts._replace(netloc=f"{user}:***@{hostport}").geturl()
 
 
 def url_has_password(url: str) -> bool:
@@ -52,6 +53,8 @@ def credentials_from_env(env: dict[str, str] | None = None) -> dict:
             kwargs["password"] = path.read_text().strip()
         except OSError as exc:
             raise UserError(f"DRL_MEMORY_PASSWORD_FILE {path} cannot be read: {exc.strerror}") from None
+    if bool(env.get("DRL_MEMORY_TLS_CERT")) != bool(env.get("DRL_MEMORY_TLS_KEY")):
+        raise UserError("DRL_MEMORY_TLS_CERT and DRL_MEMORY_TLS_KEY go together: set both for a client certificate")
     for var, key in (("DRL_MEMORY_TLS_CA", "ssl_ca_certs"), ("DRL_MEMORY_TLS_CERT", "ssl_certfile"),
                      ("DRL_MEMORY_TLS_KEY", "ssl_keyfile")):
         if env.get(var):
@@ -68,6 +71,9 @@ def connect(url: str, timeout: float = 5.0) -> redis.Redis:
     if scheme not in SCHEMES:
         raise UserError(f"memory URL {shown} is not valid; accepted: redis://HOST:PORT/DB, rediss://HOST:PORT/DB, "
                         "unix:///PATH?db=N")
+    path = urlsplit(url).path.strip("/") if scheme != "unix" else ""
+    if path and not path.isdigit():
+        raise UserError(f"memory URL {shown}: the database index must be a number, got {path!r}")
     kwargs = credentials_from_env()
     if scheme != "rediss":
         kwargs = {k: v for k, v in kwargs.items() if not k.startswith("ssl_")}
@@ -83,7 +89,11 @@ def connect(url: str, timeout: float = 5.0) -> redis.Redis:
     except redis.AuthenticationError as exc:
         raise UserError(f"memory server {shown} refused the credentials: {exc}") from None
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise UserError(f"memory server {shown} is unreachable or not a Redis server: {exc}") from None
+        hint = ""
+        if scheme == "rediss" and ("EOF" in str(exc) or "certificate" in str(exc).lower()):
+            hint = " (TLS handshake failed: check DRL_MEMORY_TLS_CA, and whether the server wants a client " \
+                   "certificate in DRL_MEMORY_TLS_CERT/_KEY)"
+        raise UserError(f"memory server {shown} is unreachable or not a Redis server: {exc}{hint}") from None
     except redis.ResponseError as exc:
         raise UserError(f"memory server {shown} does not behave like a Redis server with streams: {exc}") from None
     return client

