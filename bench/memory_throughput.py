@@ -56,6 +56,8 @@ POOL = 4  # distinct pre-generated batches per producer, cycled
 RING_BYTES = 128 * 1024 * 1024
 READ_BYTES = 4 * 1024 * 1024  # target size of one XREADGROUP reply
 RAW_PIPELINE_BYTES = 8 * 1024 * 1024  # target size of one raw XADD pipeline
+MALLOC_MMAP_THRESHOLD = 32 * 1024 * 1024
+MALLOC_TRIM_THRESHOLD = 512 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,55 @@ def random_batch(layout: dict, n: int, rng: np.random.Generator) -> dict[str, np
     return out
 
 
+class _SplitPacker:
+    """Packs commands like redis-py's hiredis packer, but hands arguments over 64 KiB to the pure-Python packer,
+    which sends them as separate buffers instead of copying them into one new (page-faulting) string."""
+
+    CUTOFF = 64 * 1024
+
+    def __init__(self, encode):
+        from redis.connection import HiredisRespSerializer, PythonRespSerializer
+
+        self.small = HiredisRespSerializer()
+        self.large = PythonRespSerializer(6000, encode)
+
+    def pack(self, *args):
+        if any(isinstance(a, (bytes, bytearray, memoryview)) and len(a) > self.CUTOFF for a in args):
+            return self.large.pack(*args)
+        return self.small.pack(*args)
+
+
+def open_client(url: str, tuning: dict):
+    """A client made by drl's own connect(); with ``tuning`` (bench experiments only) its pool is rebuilt with
+    the given command packer ("split") and socket read size before any measured command."""
+    client = connect(url)
+    if tuning.get("packer") or tuning.get("read_size"):
+        pool = client.connection_pool
+        if tuning.get("packer") == "split":
+            pool.connection_kwargs["command_packer"] = _SplitPacker(pool.get_encoder().encode)
+        if tuning.get("read_size"):
+            pool.connection_kwargs["socket_read_size"] = tuning["read_size"]
+        pool.disconnect()
+        pool.reset()
+        client.ping()
+    return client
+
+
+def malloc_tuning(enabled: bool) -> None:
+    """Bench experiment: keep freed memory in glibc's heap instead of returning it to the kernel, so that large
+    buffers do not page-fault on every use. Applies to this process now and, through GLIBC_TUNABLES, to the
+    producers and servers started after it."""
+    if not enabled:
+        return
+    import ctypes
+
+    os.environ["GLIBC_TUNABLES"] = (f"glibc.malloc.mmap_threshold={MALLOC_MMAP_THRESHOLD}:"
+                                    f"glibc.malloc.trim_threshold={MALLOC_TRIM_THRESHOLD}")
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallopt(-3, MALLOC_MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
+    libc.mallopt(-1, MALLOC_TRIM_THRESHOLD)  # M_TRIM_THRESHOLD
+
+
 # -- producers (separate processes, started once and reused) ------------------------------------------------
 def _producer_process(conn, index: int) -> None:
     """Waits for jobs; for each: connects, prepares data, reports ready, waits for go, sends, reports timings."""
@@ -129,7 +180,7 @@ def _produce(conn, index: int, job: dict) -> dict:
     batch = job["batch"]
     rng = np.random.default_rng(1000 + index)
     pool = [random_batch(size.layout, batch, rng) for _ in range(POOL)]
-    client = connect(job["url"])
+    client = open_client(job["url"], job["tuning"])
     producer = Producer(client, Keys(RUN), worker, job["max_entries"], job["max_bytes"])
     n = job["entries"]
     template = None
@@ -257,7 +308,7 @@ class Seqs:
 
 def run_e2e(size: Size, url: str, producers: Producers, cfg: argparse.Namespace, batch: int, entries: int) -> dict:
     layout = size.layout
-    client = connect(url)
+    client = open_client(url, cfg.tuning)
     keys = Keys(RUN)
     consumer = Consumer(client, keys, consumer="trainer-0")
     ring = Ring(layout, max(batch, min(1_000_000, RING_BYTES // size.transition_bytes)))
@@ -265,7 +316,7 @@ def run_e2e(size: Size, url: str, producers: Producers, cfg: argparse.Namespace,
     count = cfg.read_count or max(1, min(256, READ_BYTES // entry_bytes))
     producers.prepare({"url": url, "size": size.name, "batch": batch, "entries": entries,
                        "max_entries": cfg.max_entries, "max_bytes": cfg.max_bytes, "pre_encode": cfg.pre_encode,
-                       "profile": cfg.profile})
+                       "profile": cfg.profile, "tuning": cfg.tuning})
     expected = len(producers.conns) * entries * batch
     seqs = Seqs()
     got = duplicates = dead = reads = 0
@@ -325,13 +376,13 @@ def run_e2e(size: Size, url: str, producers: Producers, cfg: argparse.Namespace,
             "producer_encode_s": max(r["encode_s"] for r in results)}
 
 
-def run_raw(size: Size, url: str, batch: int, entries: int) -> dict:
+def run_raw(size: Size, url: str, batch: int, entries: int, tuning: dict) -> dict:
     """Pipelined XADD of entries with the same h and d sizes from one process: the server's raw append rate."""
     rng = np.random.default_rng(7)
     header = experience_pb2.BatchHeader(run=RUN, worker_id="rollout-0", seq=1, policy_version=0,
                                         produced_total=batch)
     h, d = codec.encode(header, random_batch(size.layout, batch, rng))
-    client = connect(url)
+    client = open_client(url, tuning)
     key = Keys(RUN).stream
     depth = max(1, min(128, RAW_PIPELINE_BYTES // (len(h) + len(d))))
     fields = {"h": h, "d": d}
@@ -479,6 +530,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="producers encode the array blobs once up front (only the header per entry)")
     ap.add_argument("--profile", metavar="DIR",
                     help="write cProfile statistics of the consumer and every producer to DIR (slows the run)")
+    ap.add_argument("--packer", choices=("default", "split"), default="default",
+                    help="experiment: 'split' packs arguments over 64 KiB with redis-py's Python packer (no copy) "
+                         "instead of hiredis")
+    ap.add_argument("--read-size", type=int, default=0,
+                    help="experiment: socket read size of every client (redis-py's default is 64 KiB)")
+    ap.add_argument("--malloc-tuning", action="store_true",
+                    help="experiment: glibc malloc keeps freed memory (GLIBC_TUNABLES for producers and servers)")
     ap.add_argument("--start-method", choices=("spawn", "forkserver"), default="spawn")
     cfg = ap.parse_args(argv)
     names = [n.strip() for n in cfg.sizes.split(",") if n.strip()]
@@ -490,6 +548,8 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.profile:
         cfg.profile = str(Path(cfg.profile).resolve())
         Path(cfg.profile).mkdir(parents=True, exist_ok=True)
+    cfg.tuning = {"packer": cfg.packer if cfg.packer != "default" else None, "read_size": cfg.read_size}
+    malloc_tuning(cfg.malloc_tuning)
     batches = parse_overrides(cfg.batch, "batch")
     entry_counts = parse_overrides(cfg.entries, "entries")
 
@@ -503,6 +563,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"setup   : {cfg.producers} producer processes ({cfg.start_method}), 1 consumer, transport {cfg.transport}, "
           f"{cfg.repeats} repeats (medians), back-pressure {cfg.max_entries} entries / {cfg.max_bytes} bytes, "
           f"{'pre-encoded blobs' if cfg.pre_encode else 'encode per entry'}")
+    experiments = [name for name, on in (("packer=split", cfg.packer == "split"),
+                                         (f"read-size={cfg.read_size}", cfg.read_size),
+                                         ("malloc-tuning", cfg.malloc_tuning)) if on]
+    if experiments:
+        print(f"tuning  : {', '.join(experiments)} (experiments, not drl's defaults)")
     print(flush=True)
 
     summary: dict = {}
@@ -525,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         e2e.append(run_e2e(size, server.url, producers, cfg, batch, entries))
                 with Server(cfg.transport) as server:
-                    raw.append(run_raw(size, server.url, batch, entries * cfg.producers))
+                    raw.append(run_raw(size, server.url, batch, entries * cfg.producers, cfg.tuning))
                 print(f"  {name:12s} repeat {rep + 1}: end to end {fmt_rate(e2e[-1]['transitions_per_s'])}/s "
                       f"({e2e[-1]['elapsed_s']:.2f} s), raw {fmt_rate(raw[-1]['transitions_per_s'])}/s "
                       f"({raw[-1]['elapsed_s']:.2f} s); cpu s: " + cpu_line(e2e[-1], raw[-1]), flush=True)
@@ -570,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     print("goal    : >= 1,000,000 Pendulum-like transitions/s end to end and ratio >= 0.5 for every size: "
           + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in goals.items()))
     summary.update({"goal_met": all(goals.values()) and len(summary) == len(SIZES), "goals": goals,
-                    "command": command, "producers": cfg.producers, "transport": cfg.transport,
+                    "command": command, "producers": cfg.producers, "experiments": experiments, "transport": cfg.transport,
                     "repeats": cfg.repeats, "quick": cfg.quick, "machine": info_machine, "versions": info_versions})
     print(json.dumps(summary, separators=(",", ":")), flush=True)
     return 0

@@ -63,6 +63,9 @@ class ExperimentConfig:
     memory_retry_s: float = opt(120.0, "Seconds services keep retrying an unreachable memory server before failing.")
     eval_episodes: int = opt(10, "Deterministic episodes per evaluated policy version.")
     trainer_threads: int = opt(1, "Torch intra-op threads of the trainer.")
+    checkpoint_every_s: float = opt(60.0, "Seconds between full trainer checkpoints (one is also written at exit).")
+    keep_checkpoints: int = opt(3, "Checkpoints kept in the store (the newest is never deleted).")
+    checkpoint_replay: bool = opt(False, "Include the replay buffer in checkpoints (large; off by default).")
     keep_policies: int = opt(10, "Published policy versions kept in the store (the newest is never deleted).")
     sac: SACConfig = opt(SACConfig(), "SAC hyperparameters.")
 
@@ -70,7 +73,7 @@ class ExperimentConfig:
         """Checks values that need no environment or server; raises ConfigError with every problem found."""
         problems = []
         for name in ("workers", "envs_per_worker", "steps", "batch_transitions", "eval_episodes",
-                     "trainer_threads", "keep_policies", "sync_steps_per_iteration", "publish_every_updates",
+                     "trainer_threads", "keep_policies", "keep_checkpoints", "sync_steps_per_iteration", "publish_every_updates",
                      "max_backlog_entries", "max_backlog_bytes", "replay_size"):
             value = getattr(self, name)
             if value < 1:
@@ -78,7 +81,8 @@ class ExperimentConfig:
         for name in ("random_steps", "learning_starts", "ratio_tolerance"):
             if getattr(self, name) < 0:
                 problems.append(f"--{_flag(name)} must be zero or more, got {getattr(self, name)}")
-        for name in ("updates_per_transition", "sync_deadline_s", "reclaim_idle_s", "memory_retry_s"):
+        for name in ("updates_per_transition", "sync_deadline_s", "reclaim_idle_s", "memory_retry_s",
+                     "checkpoint_every_s"):
             if not _positive(getattr(self, name)):
                 problems.append(f"--{_flag(name)} must be a positive number, got {getattr(self, name)}")
         if self.target_return is not None and not math.isfinite(self.target_return):

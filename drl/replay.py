@@ -43,3 +43,15 @@ class ReplayBuffer:
             x = torch.from_numpy(store[idx])
             out[name] = x.float() if x.dtype != torch.int64 else x
         return out
+
+    def dump(self) -> tuple[dict[str, np.ndarray], dict]:
+        """The stored transitions (oldest first) and the buffer's position, for checkpoints."""
+        order = np.arange(self.pos - self.size, self.pos) % self.capacity
+        return {name: store[order] for name, store in self.data.items()}, {"size": self.size}
+
+    def load(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
+        """Refills the buffer from ``dump``'s output (a smaller capacity keeps the newest transitions)."""
+        self.pos = self.size = 0
+        n = int(meta["size"])
+        keep = slice(max(0, n - self.capacity), n)
+        self.add({name: np.asarray(arrays[name])[keep] for name in self.data})

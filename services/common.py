@@ -20,6 +20,8 @@ import redis
 from drl.config import ExperimentConfig
 from drl.errors import UserError
 from drl.memory.redis_backend import Keys, connect, retrying
+from drl.store import PolicyStore, open_store
+from drl.store.cache import PolicyCache
 
 EXIT_USAGE = 2
 
@@ -58,6 +60,11 @@ class ServiceContext:
 
     def keys(self) -> Keys:
         return Keys(self.run)
+
+    def policy_store(self) -> PolicyStore:
+        """The run's policies; a remote store is read through the node-local cache."""
+        store = open_store(self.store_url)
+        return PolicyStore(store, self.run, cache=PolicyCache() if store.remote else None)
 
 
 class StatusWriter:

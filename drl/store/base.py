@@ -19,6 +19,17 @@ class DataStore(abc.ABC):
     def get(self, key: str) -> bytes:
         """Returns the object's bytes; raises KeyError when it does not exist."""
 
+    def get_optional(self, key: str) -> bytes | None:
+        try:
+            return self.get(key)
+        except KeyError:
+            return None
+
+    @property
+    def remote(self) -> bool:
+        """Whether reads cross the network (and so go through the node-local cache)."""
+        return False
+
     @abc.abstractmethod
     def list(self, prefix: str) -> list[str]:
         """Keys starting with prefix, sorted."""
@@ -92,10 +103,15 @@ class LocalStore(DataStore):
 
 
 def open_store(url: str) -> DataStore:
-    """Opens a store from a directory path or file:// URL."""
+    """Opens a store from a directory path, a file:// URL or an s3://BUCKET/PREFIX URL."""
     if url.startswith("file://"):
         return LocalStore(url[len("file://"):])
+    if url.startswith("s3://"):
+        from drl.store.s3 import S3Store
+
+        return S3Store(url)
     if "://" in url:
         scheme = url.split("://", 1)[0]
-        raise UserError(f"store URL scheme {scheme!r} is not supported yet; accepted: a directory or file://PATH")
+        raise UserError(f"store URL scheme {scheme!r} is not supported; accepted: a directory, file://PATH, "
+                        "s3://BUCKET/PREFIX")
     return LocalStore(url)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from typing import TYPE_CHECKING
 
 from google.protobuf import json_format
 from safetensors.numpy import load as st_load
@@ -18,6 +19,9 @@ import numpy as np
 from drl._proto import policy_pb2
 from drl.store.base import DataStore
 
+if TYPE_CHECKING:
+    from drl.store.cache import PolicyCache
+
 WEIGHTS = "policy.safetensors"
 MANIFEST = "manifest.json"
 
@@ -26,33 +30,45 @@ class ManifestError(Exception):
     """A published version whose manifest or objects cannot be trusted."""
 
 
-def _folder(version: int) -> str:
+def folder(version: int) -> str:
     return f"policies/v{version:08d}/"
 
 
+def parse_weights(version: int, blob: bytes) -> dict[str, np.ndarray]:
+    try:
+        return st_load(blob)
+    except Exception as exc:  # safetensors raises its own error types for corrupt headers
+        raise ManifestError(f"version {version}: weights do not parse: {exc}") from None
+
+
 class PolicyStore:
-    def __init__(self, store: DataStore, run: str):
+    """Policy versions of one run in a data store; remote stores read through a node-local cache."""
+
+    def __init__(self, store: DataStore, run: str, cache: "PolicyCache | None" = None):
         self.store = store
         self.run = run
+        self.cache = cache
 
     def publish(self, version: int, weights: dict[str, np.ndarray], *, algorithm: str, env_steps: int,
                 updates: int, observation_space: str = "", action_space: str = "") -> policy_pb2.PolicyManifest:
         blob = st_save({k: np.ascontiguousarray(v) for k, v in weights.items()})
-        folder = _folder(version)
-        self.store.put(folder + WEIGHTS, blob)
+        base = folder(version)
+        self.store.put(base + WEIGHTS, blob)
         manifest = policy_pb2.PolicyManifest(
             run=self.run, version=version, algorithm=algorithm, env_steps=env_steps, updates=updates,
             created_at=time.time(), observation_space=observation_space, action_space=action_space)
         manifest.objects.add(name=WEIGHTS, sha256=hashlib.sha256(blob).hexdigest(), size=len(blob))
-        self.store.put(folder + MANIFEST, json_format.MessageToJson(manifest, preserving_proto_field_name=True,
+        self.store.put(base + MANIFEST, json_format.MessageToJson(manifest, preserving_proto_field_name=True,
                                                                     indent=1).encode())
         return manifest
 
     def manifest(self, version: int) -> policy_pb2.PolicyManifest:
-        try:
-            raw = self.store.get(_folder(version) + MANIFEST)
-        except KeyError:
-            raise ManifestError(f"version {version} has no manifest") from None
+        raw = self.store.get_optional(folder(version) + MANIFEST)
+        if raw is None:
+            raise ManifestError(f"version {version} has no manifest")
+        return self.parse_manifest(version, raw)
+
+    def parse_manifest(self, version: int, raw: bytes) -> policy_pb2.PolicyManifest:
         manifest = policy_pb2.PolicyManifest()
         try:
             json_format.Parse(raw.decode("utf-8"), manifest)
@@ -62,32 +78,39 @@ class PolicyStore:
             raise ManifestError(f"version {version}: manifest names run {manifest.run!r} version {manifest.version}")
         return manifest
 
-    def load(self, version: int) -> tuple[policy_pb2.PolicyManifest, dict[str, np.ndarray]]:
-        """Returns the manifest and weights of a version after checking every object's size and sha256."""
+    def fetch(self, version: int) -> tuple[policy_pb2.PolicyManifest, bytes]:
+        """The manifest and the verified weights blob of a version (checked for size and sha256)."""
         manifest = self.manifest(version)
+        return manifest, self.verified_blob(manifest, self.store.get_optional(folder(version) + WEIGHTS))
+
+    @staticmethod
+    def verified_blob(manifest: policy_pb2.PolicyManifest, blob: bytes | None) -> bytes:
+        version = manifest.version
         objects = {o.name: o for o in manifest.objects}
         if WEIGHTS not in objects:
             raise ManifestError(f"version {version}: manifest lists no {WEIGHTS}")
-        try:
-            blob = self.store.get(_folder(version) + WEIGHTS)
-        except KeyError:
-            raise ManifestError(f"version {version}: {WEIGHTS} is missing") from None
+        if blob is None:
+            raise ManifestError(f"version {version}: {WEIGHTS} is missing")
         meta = objects[WEIGHTS]
         if len(blob) != meta.size or hashlib.sha256(blob).hexdigest() != meta.sha256:
             raise ManifestError(f"version {version}: {WEIGHTS} does not match its manifest checksum")
-        try:
-            weights = st_load(blob)
-        except Exception as exc:  # safetensors raises its own error types for corrupt headers
-            raise ManifestError(f"version {version}: weights do not parse: {exc}") from None
-        return manifest, weights
+        return blob
+
+    def load(self, version: int) -> tuple[policy_pb2.PolicyManifest, dict[str, np.ndarray]]:
+        """Returns the manifest and weights of a version after checking every object's size and sha256."""
+        if self.cache is not None:
+            manifest, blob, _ = self.cache.fetch(self, version)
+        else:
+            manifest, blob = self.fetch(version)
+        return manifest, parse_weights(version, blob)
 
     def versions(self) -> list[int]:
         found = set()
         for key in self.store.list("policies/v"):
-            folder, _, name = key.rpartition("/")
+            parent, _, name = key.rpartition("/")
             if name == MANIFEST:
                 try:
-                    found.add(int(folder.rsplit("/v", 1)[1]))
+                    found.add(int(parent.rsplit("/v", 1)[1]))
                 except (IndexError, ValueError):
                     continue
         return sorted(found)
@@ -96,7 +119,7 @@ class PolicyStore:
         """Deletes all but the newest ``keep`` versions; the manifest goes first so readers never see a torso."""
         versions = self.versions()
         for version in versions[:-keep] if keep > 0 else []:
-            folder = _folder(version)
-            self.store.delete(folder + MANIFEST)
-            for key in self.store.list(folder):
+            base = folder(version)
+            self.store.delete(base + MANIFEST)
+            for key in self.store.list(base):
                 self.store.delete(key)

@@ -19,7 +19,7 @@ from drl.algorithms import make_actor
 from drl.envs import space_spec
 from drl.evaluation import message_to_record, run_episodes
 from drl.memory.redis_backend import Announcer, retrying
-from drl.store import ManifestError, PolicyStore, open_store
+from drl.store import ManifestError
 from services.common import ServiceContext, StatusWriter
 
 log = logging.getLogger("drl.evaluator")
@@ -32,7 +32,7 @@ class Evaluator:
         self.client = ctx.redis()
         self.keys = ctx.keys()
         self.announcer = Announcer(self.client, self.keys)
-        self.policies = PolicyStore(open_store(ctx.store_url), ctx.run)
+        self.policies = ctx.policy_store()
         self.spec = space_spec(cfg.env)
         self.actor = make_actor(cfg.algorithm, self.spec, cfg, seed=cfg.seed)
         self.status = StatusWriter(self.client, self.keys.status("evaluator"), every=0.0)

@@ -19,7 +19,7 @@ from drl.algorithms import make_actor
 from drl.envs import VecEnv
 from drl.memory import codec
 from drl.memory.redis_backend import Announcer, Producer, retrying
-from drl.store import ManifestError, PolicyStore, open_store
+from drl.store import ManifestError
 from services.common import ServiceContext, StatusWriter, share
 
 log = logging.getLogger("drl.rollout")
@@ -34,7 +34,7 @@ class RolloutWorker:
         self.client = ctx.redis()
         self.keys = ctx.keys()
         self.announcer = Announcer(self.client, self.keys, retry_s=cfg.memory_retry_s)
-        self.policies = PolicyStore(open_store(ctx.store_url), ctx.run)
+        self.policies = ctx.policy_store()
         self.envs = VecEnv(cfg.env, cfg.envs_per_worker, seed=cfg.seed * 100_003 + 1000 * ctx.worker_index)
         self.actor = make_actor(cfg.algorithm, self.envs.spec, cfg, seed=cfg.seed + 7919 * (ctx.worker_index + 1))
         self.producer = Producer(self.client, self.keys, ctx.name, cfg.max_backlog_entries, cfg.max_backlog_bytes,

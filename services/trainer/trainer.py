@@ -14,6 +14,7 @@ that version (or the deadline passed); entries of older versions are dropped and
 from __future__ import annotations
 
 import logging
+import signal
 import time
 
 import torch
@@ -24,6 +25,7 @@ from drl.memory import codec
 from drl.memory.redis_backend import Announcer, Consumer, entry_size, retrying, seq_field
 from drl.replay import ReplayBuffer
 from drl.store import PolicyStore, open_store
+from drl.store.checkpoint import CheckpointStore
 from services.common import ServiceContext, StatusWriter
 
 log = logging.getLogger("drl.trainer")
@@ -75,7 +77,10 @@ class Trainer:
         self.consumer = Consumer(self.client, self.keys, consumer="trainer-0", on_reset=self.on_memory_reset,
                                  retry_s=cfg.memory_retry_s)
         self.announcer = Announcer(self.client, self.keys, retry_s=cfg.memory_retry_s)
-        self.policies = PolicyStore(open_store(ctx.store_url), ctx.run)
+        store = open_store(ctx.store_url)
+        self.policies = PolicyStore(store, ctx.run)
+        self.checkpoints = CheckpointStore(store, ctx.run)
+        self._checkpointed_at = time.monotonic()
         self.status = StatusWriter(self.client, self.keys.status("trainer"))
         self.workers = {f"rollout-{i}" for i in range(cfg.workers)}
         self.finished: set[str] = set()
@@ -94,16 +99,31 @@ class Trainer:
 
     # -- durable state ----------------------------------------------------------------------------------
     def restore(self) -> bool:
-        """Continues from the state a previous trainer process of this run committed (after SIGKILL)."""
+        """Continues a run: networks, optimisers and RNG states from the newest checkpoint in the store, and the
+        exact counters and watermarks a previous trainer process committed to the memory server (after SIGKILL);
+        on a fresh memory server (``--resume``) the checkpoint's counters are used."""
+        checkpoint = self.checkpoints.latest()
         state = self.consumer.load_state()
-        if not state:
-            return False
-        for name in COUNTERS:
-            value = int(state.get(name, 0))
-            if name == "updates":
-                self.learner.updates = value
-            else:
+        if checkpoint is not None:
+            manifest, tensors, meta = checkpoint
+            self.learner.load_state({k[len("learner."):]: v for k, v in tensors.items() if k.startswith("learner.")},
+                                    meta["learner"])
+            torch.set_rng_state(torch.from_numpy(tensors["rng.torch"].copy()))
+            self.replay.rng.bit_generator.state = meta["replay_rng"]
+            if "replay.reward" in tensors:
+                self.replay.load({k[len("replay."):]: v for k, v in tensors.items() if k.startswith("replay.")},
+                                 meta["replay"])
+            for name, value in meta["counters"].items():
                 setattr(self, name, value)
+            log.info("restored checkpoint %d: policy version %d, %d env steps, %d updates", manifest.sequence,
+                     manifest.policy_version, manifest.env_steps, manifest.updates)
+        for name in COUNTERS:
+            if name in state:
+                value = int(state[name])
+                if name == "updates":
+                    self.learner.updates = value
+                else:
+                    setattr(self, name, value)
         for key, value in state.items():
             kind, _, worker = key.partition(":")
             if kind == "seq":
@@ -114,10 +134,33 @@ class Trainer:
                 self.iteration_end[worker] = int(value)
             elif kind == "final":
                 self.finished.add(worker)
-        self.version = self.announcer.latest()
-        log.info("restored trainer state: %d transitions consumed, %d updates, policy version %d", self.consumed,
-                 self.learner.updates, self.version)
-        return True
+        known = [self.announcer.latest(), *self.policies.versions()[-1:]]
+        if checkpoint is not None:
+            known.append(checkpoint[0].policy_version)
+        self.version = max(known)
+        if state or checkpoint is not None:
+            log.info("continuing: %d transitions consumed, %d updates, policy version %d", self.consumed,
+                     self.learner.updates, self.version)
+        return bool(state) or checkpoint is not None
+
+    def checkpoint(self) -> None:
+        """Writes a full checkpoint (networks, optimisers, counters, RNG states; replay if configured)."""
+        tensors, learner_meta = self.learner.state()
+        tensors = {f"learner.{k}": v for k, v in tensors.items()}
+        tensors["rng.torch"] = torch.get_rng_state().numpy()
+        meta = {"learner": learner_meta, "replay_rng": self.replay.rng.bit_generator.state,
+                "counters": {name: getattr(self, name) for name in COUNTERS if name != "updates"}}
+        if self.cfg.checkpoint_replay:
+            arrays, meta["replay"] = self.replay.dump()
+            tensors.update({f"replay.{k}": v for k, v in arrays.items()})
+        self.checkpoints.save(tensors, meta, algorithm=self.cfg.algorithm, policy_version=self.version,
+                              env_steps=self.consumed, updates=self.learner.updates)
+        self.checkpoints.retain(self.cfg.keep_checkpoints)
+        self._checkpointed_at = time.monotonic()
+
+    def maybe_checkpoint(self) -> None:
+        if time.monotonic() - self._checkpointed_at >= self.cfg.checkpoint_every_s:
+            self.checkpoint()
 
     def state(self, workers) -> dict[str, str | int]:
         fields: dict[str, str | int] = {name: (self.learner.updates if name == "updates" else getattr(self, name))
@@ -256,6 +299,10 @@ class Trainer:
             "memory_resets": self.consumer.resets, **{k: round(v, 5) for k, v in self.metrics.items()},
         }, force=force)
 
+    def _on_sigterm(self, signum, frame) -> None:
+        """SIGTERM (Kubernetes, the orchestrator) ends the run loop at the next check, with a final checkpoint."""
+        self.stop_reason = self.stop_reason or "stopped"
+
     # -- modes ------------------------------------------------------------------------------------------
     def run_async(self) -> str:
         tolerance = self.cfg.updates_per_transition * self.cfg.ratio_tolerance
@@ -271,6 +318,7 @@ class Trainer:
                 self.update()
             if self.learner.updates - max(self.published_updates, 0) >= self.cfg.publish_every_updates:
                 self.publish()
+                self.maybe_checkpoint()
             self.report()
 
     def run_sync(self) -> str:
@@ -302,15 +350,18 @@ class Trainer:
             if self.all_finished() and self.consumer.backlog() == 0:
                 return "steps_done"
             self.publish(force=True)
+            self.maybe_checkpoint()
 
     def run(self) -> int:
         log.info("trainer of run %s: %s on %s, %s mode, %d workers", self.ctx.run, self.cfg.algorithm,
                  self.cfg.env, self.cfg.mode, self.cfg.workers)
-        if self.version < 0:
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        if self.announcer.latest() < 0:
             self.publish(force=True)
         reason = self.run_async() if self.cfg.mode == "async" else self.run_sync()
         if reason == "steps_done":
             self.publish()
+        self.checkpoint()
         retrying(lambda: self.client.set(self.keys.trainer_done, self.version), "SET trainer done",
                  self.cfg.memory_retry_s)
         self.report(force=True, state="finished", reason=reason)

@@ -44,6 +44,7 @@ def test_trainer_sigkill_mid_batch_then_restart_counts_every_transition_once(tmp
     pending = _kill_mid_batch(run, trainer)
     assert pending > 0
     before = run.consumed()
+    version_before = int(run.client().get(run.keys.policy))
     run.start("trainer")
     run.wait_all(timeout=300)
     acc = run.accounting()
@@ -52,7 +53,8 @@ def test_trainer_sigkill_mid_batch_then_restart_counts_every_transition_once(tmp
     assert acc["workers"] == 3
     status = run.status("trainer")
     assert status["state"] == "finished" and status["exit_reason"] == "steps_done"
-    assert "restored trainer state" in run.log_tail("trainer", 100_000)
+    assert int(status["policy_version"]) > version_before, "a policy version was reused after the restart"
+    assert "continuing: " in run.log_tail("trainer", 100_000)
 
 
 def test_memory_server_killed_and_restarted_mid_run(tmp_path):

@@ -101,7 +101,7 @@ def test_open_store_accepts_paths_and_file_urls(tmp_path):
     assert by_url.describe() == str(tmp_path / "u")
 
 
-@pytest.mark.parametrize("url", ["s3://bucket/prefix", "http://minio:9000/bucket"])
+@pytest.mark.parametrize("url", ["gs://bucket/prefix", "http://minio:9000/bucket"])
 def test_open_store_rejects_unsupported_urls(url):
     with pytest.raises(UserError):
         open_store(url)

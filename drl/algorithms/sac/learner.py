@@ -79,6 +79,58 @@ class SACLearner:
         return {"critic_loss": critic_loss.item(), "actor_loss": actor_loss.item(), "alpha": float(alpha),
                 "entropy": -logp.mean().item()}
 
+    def _modules(self) -> dict:
+        return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
+
+    def _optimizers(self) -> dict:
+        return {"actor_opt": self.actor_opt, "critic_opt": self.critic_opt, "alpha_opt": self.alpha_opt}
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """Everything needed to continue training: tensors (networks, optimiser moments) and JSON-able meta."""
+        tensors = {"log_alpha": self.log_alpha.detach().numpy().copy()}
+        for name, module in self._modules().items():
+            for key, value in module.state_dict().items():
+                tensors[f"{name}.{key}"] = value.detach().numpy().copy()
+        meta: dict = {"updates": self.updates, "optimizers": {}}
+        for name, opt in self._optimizers().items():
+            sd = opt.state_dict()
+            scalars = {}
+            for index, slots in sd["state"].items():
+                for slot, value in slots.items():
+                    if torch.is_tensor(value):
+                        tensors[f"{name}.{index}.{slot}"] = value.detach().numpy().copy()
+                    else:
+                        scalars[f"{index}.{slot}"] = value
+            meta["optimizers"][name] = {"param_groups": sd["param_groups"], "scalars": scalars,
+                                        "indices": sorted(sd["state"])}
+        return tensors, meta
+
+    def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
+        """Restores what ``state`` returned; raises ValueError when it does not fit these networks."""
+        try:
+            for name, module in self._modules().items():
+                prefix = name + "."
+                module.load_state_dict({k[len(prefix):]: torch.from_numpy(np.array(v)) for k, v in tensors.items()
+                                        if k.startswith(prefix) and k[len(prefix):] in module.state_dict()})
+            with torch.no_grad():
+                self.log_alpha.copy_(torch.from_numpy(np.array(tensors["log_alpha"])))
+            for name, opt in self._optimizers().items():
+                saved = meta["optimizers"][name]
+                state: dict = {}
+                for index in saved["indices"]:
+                    slots = {}
+                    for key, value in tensors.items():
+                        if key.startswith(f"{name}.{index}."):
+                            slots[key.rsplit(".", 1)[1]] = torch.from_numpy(np.array(value))
+                    for key, value in saved["scalars"].items():
+                        if key.split(".", 1)[0] == str(index):
+                            slots[key.split(".", 1)[1]] = value
+                    state[int(index)] = slots
+                opt.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
+        except (KeyError, RuntimeError) as exc:
+            raise ValueError(f"checkpoint does not fit the SAC networks: {exc}") from None
+        self.updates = int(meta["updates"])
+
     def policy_weights(self) -> dict[str, np.ndarray]:
         """What rollout workers and the evaluator need to act: the actor's parameters."""
         return {k: v.detach().cpu().numpy().copy() for k, v in self.actor.state_dict().items()}

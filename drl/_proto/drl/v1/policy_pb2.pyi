@@ -37,3 +37,25 @@ class PolicyManifest(_message.Message):
     observation_space: str
     action_space: str
     def __init__(self, run: _Optional[str] = ..., version: _Optional[int] = ..., algorithm: _Optional[str] = ..., env_steps: _Optional[int] = ..., updates: _Optional[int] = ..., created_at: _Optional[float] = ..., objects: _Optional[_Iterable[_Union[StoredObject, _Mapping]]] = ..., observation_space: _Optional[str] = ..., action_space: _Optional[str] = ...) -> None: ...
+
+class CheckpointManifest(_message.Message):
+    __slots__ = ("run", "sequence", "policy_version", "env_steps", "updates", "created_at", "objects", "meta_json", "algorithm")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ENV_STEPS_FIELD_NUMBER: _ClassVar[int]
+    UPDATES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    META_JSON_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    run: str
+    sequence: int
+    policy_version: int
+    env_steps: int
+    updates: int
+    created_at: float
+    objects: _containers.RepeatedCompositeFieldContainer[StoredObject]
+    meta_json: str
+    algorithm: str
+    def __init__(self, run: _Optional[str] = ..., sequence: _Optional[int] = ..., policy_version: _Optional[int] = ..., env_steps: _Optional[int] = ..., updates: _Optional[int] = ..., created_at: _Optional[float] = ..., objects: _Optional[_Iterable[_Union[StoredObject, _Mapping]]] = ..., meta_json: _Optional[str] = ..., algorithm: _Optional[str] = ...) -> None: ...
