@@ -218,6 +218,7 @@ class Producers:
     def __init__(self, count: int, start_method: str):
         ctx = mp.get_context(start_method)
         self.conns, self.procs = [], []
+        self._early: dict[int, dict] = {}
         for i in range(count):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_producer_process, args=(child, i), daemon=True, name=f"bench-producer-{i}")
@@ -245,8 +246,17 @@ class Producers:
         for conn in self.conns:
             conn.send(("go", None))
 
+    def check(self) -> None:
+        """Raises at once if a producer failed (called by the consumer while it waits for entries)."""
+        for i, conn in enumerate(self.conns):
+            if i not in self._early and conn.poll():
+                self._early[i] = self._recv(conn, "done")
+
     def results(self) -> list[dict]:
-        return [self._recv(conn, "done") for conn in self.conns]
+        out = [self._early.pop(i) if i in self._early else self._recv(conn, "done")
+               for i, conn in enumerate(self.conns)]
+        self._early.clear()
+        return out
 
     def close(self) -> None:
         for conn, proc in zip(self.conns, self.procs):
@@ -329,6 +339,7 @@ def run_e2e(size: Size, url: str, producers: Producers, cfg: argparse.Namespace,
     while got < expected:
         entries_read = consumer.read(count, block_ms=1000)
         if not entries_read:
+            producers.check()
             now = time.perf_counter()
             idle_since = idle_since or now
             if now - idle_since > 60:
@@ -492,6 +503,45 @@ def cpu_line(e2e: dict, raw: dict) -> str:
             f"raw server {r['server']:.2f} client {r['client']:.2f}")
 
 
+def summarize(size: Size, batch: int, entries: int, e2e: list[dict], raw: list[dict]) -> dict:
+    """Medians over the repeats; the ratio is the median of each repeat's end-to-end over the raw run beside it."""
+    med = statistics.median(r["transitions_per_s"] for r in e2e)
+    raw_med = statistics.median(r["transitions_per_s"] for r in raw)
+    ratio = statistics.median(a["transitions_per_s"] / b["transitions_per_s"] for a, b in zip(e2e, raw))
+    mid = sorted(e2e, key=lambda r: r["transitions_per_s"])[len(e2e) // 2]
+    e2e_cpu = statistics.median(sum(r["cpu_s"].values()) / entries * 1e6 for r in e2e)
+    raw_cpu = statistics.median(sum(r["cpu_s"].values()) / entries * 1e6 for r in raw)
+    return {
+        "transitions_per_s": round(med), "raw_transitions_per_s": round(raw_med), "ratio_to_raw": round(ratio, 3),
+        "e2e_runs": [round(r["transitions_per_s"]) for r in e2e],
+        "raw_runs": [round(r["transitions_per_s"]) for r in raw],
+        "batch": batch, "entry_bytes": size.transition_bytes * batch, "entries": entries,
+        "mb_per_s": round(med * size.transition_bytes / 1e6, 1),
+        "raw_mb_per_s": round(raw_med * size.transition_bytes / 1e6, 1),
+        "cpu_us_per_entry": {"e2e": round(e2e_cpu, 1), "raw": round(raw_cpu, 1)},
+        "median_run": {
+            "elapsed_s": round(mid["elapsed_s"], 3),
+            "cpu_s": {k: round(v, 3) for k, v in mid["cpu_s"].items()},
+            "consumer_decode_s": round(mid["decode_s"], 3), "consumer_copy_s": round(mid["copy_s"], 3),
+            "consumer_commit_s": round(mid["commit_s"], 3), "reads": mid["reads"],
+            "producer_waited_s": round(mid["producer_waited_s"], 3),
+        },
+    }
+
+
+def print_table(summary: dict) -> None:
+    head = (f"{'size':12s} {'B':>5s} {'entry':>9s} {'end-to-end tr/s':>16s} {'(min - max)':>19s} {'MB/s':>7s} "
+            f"{'raw tr/s':>10s} {'MB/s':>7s} {'ratio':>6s} {'cpu us/entry e2e|raw':>21s}")
+    print(head)
+    print("-" * len(head))
+    for name, r in summary.items():
+        cpu = r["cpu_us_per_entry"]
+        span = f"{fmt_rate(min(r['e2e_runs']))} - {fmt_rate(max(r['e2e_runs']))}"
+        print(f"{name:12s} {r['batch']:5d} {r['entry_bytes'] / 1024:7.1f}Ki {fmt_rate(r['transitions_per_s']):>16s} "
+              f"{span:>19s} {r['mb_per_s']:7.1f} {fmt_rate(r['raw_transitions_per_s']):>10s} "
+              f"{r['raw_mb_per_s']:7.1f} {r['ratio_to_raw']:6.2f} {cpu['e2e']:>10.0f} | {cpu['raw']:<8.0f}")
+
+
 def fmt_rate(x: float) -> str:
     return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.1f} k"
 
@@ -571,7 +621,6 @@ def main(argv: list[str] | None = None) -> int:
     print(flush=True)
 
     summary: dict = {}
-    rows = []
     producers = Producers(cfg.producers, cfg.start_method)
     try:
         for name in names:
@@ -594,49 +643,26 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {name:12s} repeat {rep + 1}: end to end {fmt_rate(e2e[-1]['transitions_per_s'])}/s "
                       f"({e2e[-1]['elapsed_s']:.2f} s), raw {fmt_rate(raw[-1]['transitions_per_s'])}/s "
                       f"({raw[-1]['elapsed_s']:.2f} s); cpu s: " + cpu_line(e2e[-1], raw[-1]), flush=True)
-            med = statistics.median(r["transitions_per_s"] for r in e2e)
-            raw_med = statistics.median(r["transitions_per_s"] for r in raw)
-            entry_bytes = size.transition_bytes * batch
-            mid = sorted(e2e, key=lambda r: r["transitions_per_s"])[len(e2e) // 2]
-            summary[name] = {
-                "transitions_per_s": round(med), "raw_transitions_per_s": round(raw_med),
-                "ratio_to_raw": round(med / raw_med, 3),
-                "e2e_runs": [round(r["transitions_per_s"]) for r in e2e],
-                "raw_runs": [round(r["transitions_per_s"]) for r in raw],
-                "batch": batch, "entry_bytes": entry_bytes, "entries": entries * cfg.producers,
-                "mb_per_s": round(med * size.transition_bytes / 1e6, 1),
-                "raw_mb_per_s": round(raw_med * size.transition_bytes / 1e6, 1),
-                "consumer_s": {k: round(mid[k], 3) for k in ("elapsed_s", "decode_s", "copy_s", "commit_s")},
-                "cpu_s": {k: round(v, 3) for k, v in mid["cpu_s"].items()},
-                "producer_waited_s": round(mid["producer_waited_s"], 3),
-            }
-            rows.append((name, batch, entry_bytes, e2e, raw, med, raw_med))
+            summary[name] = summarize(size, batch, entries * cfg.producers, e2e, raw)
     finally:
         producers.close()
 
     print()
-    head = (f"{'size':12s} {'B':>5s} {'entry':>9s} {'end-to-end tr/s':>17s} {'(min-max)':>19s} {'MB/s':>7s} "
-            f"{'raw tr/s':>10s} {'MB/s':>7s} {'ratio':>6s}")
-    print(head)
-    print("-" * len(head))
-    for name, batch, entry_bytes, e2e, raw, med, raw_med in rows:
-        lo = min(r["transitions_per_s"] for r in e2e)
-        hi = max(r["transitions_per_s"] for r in e2e)
-        tb = SIZES[name].transition_bytes
-        print(f"{name:12s} {batch:5d} {entry_bytes / 1024:7.1f}Ki {fmt_rate(med):>17s} "
-              f"{fmt_rate(lo) + ' - ' + fmt_rate(hi):>19s} {med * tb / 1e6:7.1f} {fmt_rate(raw_med):>10s} "
-              f"{raw_med * tb / 1e6:7.1f} {med / raw_med:6.2f}")
+    print_table(summary)
     print()
     goals = {}
     if "pendulum" in summary:
         goals["pendulum_1M"] = summary["pendulum"]["transitions_per_s"] >= GOAL_TRANSITIONS_PER_S
     for name in summary:
         goals[f"{name}_ratio"] = summary[name]["ratio_to_raw"] >= GOAL_RATIO
-    print("goal    : >= 1,000,000 Pendulum-like transitions/s end to end and ratio >= 0.5 for every size: "
-          + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in goals.items()))
+    print(f"goal    : >= {GOAL_TRANSITIONS_PER_S:,} Pendulum-like transitions/s end to end and ratio >= {GOAL_RATIO} "
+          "for every size: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in goals.items()))
+    print(f"load    : 1-minute load average {info_machine['load_avg_1m']} at start, {os.getloadavg()[0]:.2f} at end "
+          f"({info_machine['cores']} cores; other work on the machine shows as spread between repeats)")
     summary.update({"goal_met": all(goals.values()) and len(summary) == len(SIZES), "goals": goals,
-                    "command": command, "producers": cfg.producers, "experiments": experiments, "transport": cfg.transport,
-                    "repeats": cfg.repeats, "quick": cfg.quick, "machine": info_machine, "versions": info_versions})
+                    "command": command, "producers": cfg.producers, "transport": cfg.transport,
+                    "repeats": cfg.repeats, "quick": cfg.quick, "experiments": experiments,
+                    "machine": info_machine, "versions": info_versions})
     print(json.dumps(summary, separators=(",", ":")), flush=True)
     return 0
 

@@ -39,7 +39,9 @@ class ExperimentConfig:
                           "unix:///PATH?db=N; default $DRL_MEMORY_URL); empty starts a private Valkey/Redis server. "
                           "Credentials and TLS files come from DRL_MEMORY_USERNAME, DRL_MEMORY_PASSWORD(_FILE), "
                           "DRL_MEMORY_TLS_CA/_CERT/_KEY.")
-    store: str = opt("", "Data store for policies: a directory or file:// URL; empty means <output>/<run>/store.")
+    store: str = opt("", "Data store for policies and checkpoints: a directory, file://PATH or s3://BUCKET/PREFIX "
+                         "(endpoint and credentials from DRL_S3_ENDPOINT, AWS_* variables or AWS credential files); "
+                         "runs live under their name in it; empty means the output directory.")
     run_name: str = opt("", "Run name; empty picks <preset>-<env>-<mode>-<time>.")
     output: str = opt("runs", "Directory that receives one folder per run (logs, evaluations, summary).")
     target_return: float | None = opt(None, "Stop early once a mean evaluation return reaches this value.")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
@@ -11,14 +13,19 @@ from drl.algorithms import Actor
 from drl.envs import make_env
 
 
-def run_episodes(env_id: str, actor: Actor, episodes: int, seed: int, max_steps: int = 100_000) -> list[float]:
-    env = make_env(env_id)
+def run_episodes(env_id: str, actor: Actor, episodes: int, seed: int, max_steps: int = 100_000,
+                 on_frame: Callable[[int, np.ndarray], None] | None = None) -> list[float]:
+    """Returns of deterministic episodes seeded seed, seed+1, ...; ``on_frame(episode, rgb)`` receives rendered
+    frames when given (the env is then made with render_mode="rgb_array")."""
+    env = make_env(env_id, render_mode="rgb_array" if on_frame else None)
     returns = []
     try:
         for i in range(episodes):
             obs, _ = env.reset(seed=seed + i)
             total, done, steps = 0.0, False, 0
             while not done and steps < max_steps:
+                if on_frame:
+                    on_frame(i, env.render())
                 action = actor.act(np.asarray(obs)[None], deterministic=True)[0]
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)

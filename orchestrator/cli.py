@@ -47,6 +47,8 @@ def build_parser(defaults: ExperimentConfig) -> argparse.ArgumentParser:
                                  "over a Redis memory backend. Subcommand: 'presets' lists the presets.",
                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--config", metavar="FILE", help="JSON file with configuration values (flags override it)")
+    parser.add_argument("--resume", metavar="RUN", help="continue RUN (in --output) from its newest checkpoint; "
+                                                        "flags such as --steps override its saved configuration")
     for name, tp, _default, doc, choices in iter_options():
         current = defaults
         for part in name.split("."):
@@ -72,13 +74,25 @@ def resolve_config(argv: list[str]) -> ExperimentConfig:
     pre.add_argument("--preset")
     pre.add_argument("--env")
     pre.add_argument("--config")
+    pre.add_argument("--resume")
+    pre.add_argument("--output")
     known, _ = pre.parse_known_args(argv)
+    resume = getattr(known, "resume", None)
+    if resume and getattr(known, "config", None):
+        raise UserError("--resume takes the run's own configuration; --config cannot be combined with it")
+    if resume:
+        saved = Path(getattr(known, "output", "runs")).resolve() / resume / "config.json"
+        if not saved.exists():
+            raise UserError(f"no run {resume!r} to resume: {saved} does not exist (is --output right?)")
+        known.config = str(saved)
     file_data = _read_config_file(Path(known.config)) if getattr(known, "config", None) else {}
     preset_name = getattr(known, "preset", None) or file_data.get("preset") or "sac"
     base = get_preset(str(preset_name), getattr(known, "env", None) or file_data.get("env"))
     parser = build_parser(base)
     args = vars(parser.parse_args(argv))
     args.pop("config", None)
+    if args.pop("resume", None):
+        args["run_name"] = resume
     cfg = from_dict(ExperimentConfig, _merge(dataclasses.asdict(base), file_data, known.config)) if file_data else base
     if "memory" not in args and not file_data.get("memory") and os.environ.get("DRL_MEMORY_URL"):
         args["memory"] = os.environ["DRL_MEMORY_URL"]
@@ -145,28 +159,52 @@ def default_run_name(cfg: ExperimentConfig) -> str:
 
 def cmd_run(argv: list[str]) -> int:
     cfg = resolve_config(argv)
+    resume = "--resume" in argv or any(a.startswith("--resume=") for a in argv)
     check_environment(cfg)
     preflight_memory(cfg)
     run = cfg.run_name or default_run_name(cfg)
     run_dir = Path(cfg.output).resolve() / run
-    if (run_dir / "summary.json").exists():
-        raise UserError(f"run {run!r} already exists in {run_dir.parent}; pick another --run-name")
+    steps_done = 0
+    if resume:
+        steps_done = resume_point(cfg, run)
+    elif (run_dir / "summary.json").exists() or (run_dir / "config.json").exists():
+        raise UserError(f"run {run!r} already exists in {run_dir.parent}; pick another --run-name or --resume {run}")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"output directory {run_dir} cannot be created: {exc.strerror}") from None
     cfg = replace(cfg, run_name=run)
     (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2) + "\n")
-    print(f"drl: run {run} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, {cfg.steps:,} steps) "
-          f"-> {run_dir}", file=sys.stderr)
+    what = f"resuming at {steps_done:,} of" if resume else "with"
+    print(f"drl: run {run} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, {what} "
+          f"{cfg.steps:,} steps) -> {run_dir}", file=sys.stderr)
     from orchestrator.backends.local import run_local
 
-    code, summary = run_local(cfg, run, run_dir)
+    code, summary = run_local(cfg, run, run_dir, steps_done=steps_done, resume=resume)
     keys = ("exit_reason", "env_steps", "updates", "policy_version", "transitions_produced",
             "transitions_consumed", "duplicates_dropped", "best_eval_return", "last_eval_return", "wall_seconds")
     print(json.dumps({k: summary.get(k) for k in keys}))
     print(f"drl: summary written to {run_dir / 'summary.json'}", file=sys.stderr)
     return code
+
+
+def store_url(cfg: ExperimentConfig) -> str:
+    return cfg.store or str(Path(cfg.output).resolve())
+
+
+def resume_point(cfg: ExperimentConfig, run: str) -> int:
+    """Env steps the newest checkpoint of the run covers; refuses runs with nothing to resume."""
+    from drl.store import run_store
+    from drl.store.checkpoint import CheckpointStore
+
+    latest = CheckpointStore(run_store(store_url(cfg), run), run).latest()
+    if latest is None:
+        raise UserError(f"run {run!r} has no checkpoint in {store_url(cfg)} to resume from")
+    done = int(latest[0].env_steps)
+    if done >= cfg.steps:
+        raise UserError(f"run {run!r} already did {done:,} of its {cfg.steps:,} steps; pass --steps N with N > "
+                        f"{done} to train longer")
+    return done
 
 
 def cmd_presets(argv: list[str]) -> int:
@@ -180,7 +218,13 @@ def cmd_presets(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"presets": cmd_presets}
+def cmd_evaluate(argv: list[str]) -> int:
+    from orchestrator.evaluate import evaluate
+
+    return evaluate(argv, _Parser)
+
+
+COMMANDS = {"presets": cmd_presets, "evaluate": cmd_evaluate}
 
 
 def main(argv: list[str] | None = None) -> int:

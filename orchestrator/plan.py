@@ -30,14 +30,18 @@ class Workload:
 
 
 def plan(cfg: ExperimentConfig, *, run: str, run_dir: str, memory_url: str, store_url: str,
-         python: str = "python") -> list[Workload]:
-    """The workloads of a run: one trainer, ``cfg.workers`` rollout workers and one evaluator."""
+         python: str = "python", steps_done: int = 0) -> list[Workload]:
+    """The workloads of a run: one trainer, ``cfg.workers`` rollout workers and one evaluator.
+
+    ``steps_done`` (a resumed run) is what the newest checkpoint already covers; workers share the rest.
+    """
     common = {
         "DRL_CONFIG": cfg.to_json(),
         "DRL_RUN": run,
         "DRL_RUN_DIR": run_dir,
         "DRL_MEMORY_URL": memory_url,
         "DRL_STORE": store_url,
+        "DRL_STEPS_DONE": str(steps_done),
         "PYTHONUNBUFFERED": "1",
         "OMP_NUM_THREADS": "1",
     }

@@ -12,8 +12,10 @@ def fmt_duration(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, total_steps: int, stream=sys.stderr, every_tty: float = 0.5, every_log: float = 10.0):
+    def __init__(self, total_steps: int, stream=sys.stderr, every_tty: float = 0.5, every_log: float = 10.0,
+                 start: int = 0):
         self.total = total_steps
+        self.start = start
         self.stream = stream
         self.tty = stream.isatty()
         self.every = every_tty if self.tty else every_log
@@ -24,7 +26,7 @@ class Progress:
     def line(self, steps: int, version: int, updates: int, last_eval: float | None, best_eval: float | None,
              backlog: int) -> str:
         elapsed = time.monotonic() - self.started
-        rate = steps / elapsed if elapsed > 0 else 0.0
+        rate = (steps - self.start) / elapsed if elapsed > 0 else 0.0
         left = (self.total - steps) / rate if rate > 0 else float("nan")
         pct = 100.0 * steps / self.total if self.total else 0.0
         evals = "eval -" if last_eval is None else f"eval {last_eval:.1f} (best {best_eval:.1f})"

@@ -20,7 +20,7 @@ import redis
 from drl.config import ExperimentConfig
 from drl.errors import UserError
 from drl.memory.redis_backend import Keys, connect, retrying
-from drl.store import PolicyStore, open_store
+from drl.store import PolicyStore, run_store
 from drl.store.cache import PolicyCache
 
 EXIT_USAGE = 2
@@ -35,6 +35,7 @@ class ServiceContext:
     memory_url: str
     store_url: str
     worker_index: int
+    steps_done: int = 0
 
     @classmethod
     def from_env(cls, role: str) -> "ServiceContext":
@@ -44,12 +45,14 @@ class ServiceContext:
             raise UserError(f"{role}: environment variable(s) {', '.join(missing)} must be set "
                             "(services are started by drl-orchestrate, which sets them)")
         config = ExperimentConfig.from_json(env["DRL_CONFIG"]).validate()
-        try:
-            index = int(env.get("DRL_WORKER_INDEX", "0"))
-        except ValueError:
-            raise UserError(f"DRL_WORKER_INDEX must be an integer, got {env['DRL_WORKER_INDEX']!r}") from None
+        numbers = {}
+        for var in ("DRL_WORKER_INDEX", "DRL_STEPS_DONE"):
+            try:
+                numbers[var] = int(env.get(var, "0"))
+            except ValueError:
+                raise UserError(f"{var} must be an integer, got {env[var]!r}") from None
         return cls(role, config, env["DRL_RUN"], Path(env["DRL_RUN_DIR"]), env["DRL_MEMORY_URL"], env["DRL_STORE"],
-                   index)
+                   numbers["DRL_WORKER_INDEX"], numbers["DRL_STEPS_DONE"])
 
     @property
     def name(self) -> str:
@@ -63,7 +66,7 @@ class ServiceContext:
 
     def policy_store(self) -> PolicyStore:
         """The run's policies; a remote store is read through the node-local cache."""
-        store = open_store(self.store_url)
+        store = run_store(self.store_url, self.run)
         return PolicyStore(store, self.run, cache=PolicyCache() if store.remote else None)
 
 

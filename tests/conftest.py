@@ -59,3 +59,52 @@ def processes_mentioning(marker: str) -> list[str]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")[:200]
             found.append(f"{entry.name}: {cmdline!r}")
     return found
+
+
+class S3Server:
+    """A real S3 HTTP endpoint (moto's server) in a subprocess on a free loopback port."""
+
+    def __init__(self, workdir: Path):
+        from orchestrator.redis_server import free_port
+
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.log = open(workdir / "s3.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        import time
+        import urllib.request
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(self.endpoint, timeout=1)
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("moto server did not start")
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"AWS_ACCESS_KEY_ID": "test-key", "AWS_SECRET_ACCESS_KEY": "test-secret", "AWS_REGION": "us-east-1",
+                "DRL_S3_ENDPOINT": self.endpoint}
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    server = S3Server(tmp_path_factory.mktemp("s3"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """The S3 endpoint and credentials in this process's environment (as users provide them)."""
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    return s3_server.env

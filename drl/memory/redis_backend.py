@@ -4,7 +4,8 @@ Producers append entries with one Lua script (``_ADD``) that refuses the entry w
 ``max_entries`` entries or ``max_bytes`` bytes (back-pressure: the producer keeps its batch and waits, nothing is
 dropped), records the producer's running total, and returns what the worker needs to know without another
 round trip: the latest policy version, the stop flag, the trainer's consumed watermark for this worker, and the
-data epoch (a token that changes when the server lost its data, so the worker re-sends what was not consumed).
+data epoch (a token that changes when the server lost its data, so the worker re-sends what was not consumed;
+every call offers a fresh random token, which the first call after a data loss installs).
 
 The trainer reads through a consumer group and commits in one transaction (``_COMMIT``): acknowledge, delete,
 release the backlog bytes and record its counters and per-worker sequence watermarks. A trainer restarted
@@ -151,8 +152,8 @@ class Producer:
         self._add = client.register_script(_ADD)
         self.outbox: collections.deque[_Outgoing] = collections.deque()
         self.retained: collections.deque[_Outgoing] = collections.deque()
+        self._retained_ordered = True  # retained seqs never decrease: consumed ones can be popped from the left
         self.epoch: bytes | None = None
-        self._candidate = secrets.token_hex(8)
         self.waited_s = 0.0
         self.resent = 0
 
@@ -173,12 +174,14 @@ class Producer:
         while self.outbox:
             item = self.outbox[0]
             args = [self.max_entries, self.max_bytes, item.h, item.d, self.worker_id, item.produced_total,
-                    seq_field(self.worker_id), self._candidate]
+                    seq_field(self.worker_id), secrets.token_hex(8)]
             added, v, s, mark, epoch = retrying(lambda: self._add(keys=keys, args=args), "XADD", self.retry_s)
             version, stop = int(v), bool(s)
             self._observe(int(mark), epoch)
             if added:
                 self.outbox.remove(item)
+                if self.retained and item.seq < self.retained[-1].seq:
+                    self._retained_ordered = False
                 self.retained.append(item)
                 pause = 0.001
                 continue
@@ -200,8 +203,14 @@ class Producer:
             self.outbox.extendleft(reversed(lost))
             self.retained.clear()
         self.epoch = epoch
-        if self.retained:
-            self.retained = collections.deque(r for r in self.retained if r.seq > mark)
+        retained = self.retained
+        if not retained:
+            self._retained_ordered = True
+        elif self._retained_ordered:
+            while retained and retained[0].seq <= mark:
+                retained.popleft()
+        else:
+            self.retained = collections.deque(r for r in retained if r.seq > mark)
 
     def wait_consumed(self, last_seq: int, timeout: float, should_stop: Callable[[], bool]) -> bool:
         """Blocks until the trainer has consumed every entry up to last_seq, re-sending after a data loss."""
@@ -209,7 +218,7 @@ class Producer:
 
         def fetch():
             pipe = self.client.pipeline(transaction=False)
-            pipe.set(self.keys.epoch, self._candidate, nx=True)
+            pipe.set(self.keys.epoch, secrets.token_hex(8), nx=True)
             pipe.get(self.keys.epoch)
             pipe.hget(self.keys.consumer_state, seq_field(self.worker_id))
             return pipe.execute()
@@ -317,6 +326,13 @@ class Consumer:
         for key, value in state.items():
             args += [key, value]
 
+        keys = [self.keys.stream, self.keys.backlog_bytes, self.keys.consumer_state]
+        if not dead:
+            # The script alone is atomic; a MULTI/EXEC pipeline would only add a round trip (the pipeline checks
+            # SCRIPT EXISTS before every execute).
+            self._call(lambda: self._commit(keys=keys, args=args), "commit")
+            return
+
         def _do():
             pipe = self.client.pipeline(transaction=True)
             for entry_id, fields, kind, reason in dead:
@@ -324,8 +340,7 @@ class Consumer:
                 kept.update({b"reason": reason.encode()[:1000], b"kind": kind.encode(), b"source_id": entry_id})
                 pipe.xadd(self.keys.dead_letter, kept, maxlen=10_000, approximate=True)
                 pipe.hincrby(self.keys.dead_letter_counts, kind, 1)
-            self._commit(keys=[self.keys.stream, self.keys.backlog_bytes, self.keys.consumer_state], args=args,
-                         client=pipe)
+            self._commit(keys=keys, args=args, client=pipe)
             pipe.execute()
 
         self._call(_do, "commit")
@@ -347,12 +362,20 @@ def entry_size(fields: dict) -> int:
 
 
 class Announcer:
-    """Policy version announcements: a key holding the latest version plus pub/sub for prompt wake-ups."""
+    """Policy version announcements: a key holding the latest version plus pub/sub for prompt wake-ups.
+
+    ``wait_for`` keeps one pub/sub connection for the announcer's life: it subscribes when a wait starts and
+    unsubscribes when it ends (so nothing piles up while the caller is busy), instead of opening and closing a
+    connection per wait; with 32 workers on a node those reconnects were a large part of the CPU spent between an
+    announcement and the last worker acting. After a connection error the connection is replaced; ``close``
+    ends it.
+    """
 
     def __init__(self, client: redis.Redis, keys: Keys, retry_s: float = RETRY_S):
         self.client = client
         self.keys = keys
         self.retry_s = retry_s
+        self._pubsub: redis.client.PubSub | None = None
 
     def announce(self, version: int) -> None:
         def _do():
@@ -371,19 +394,53 @@ class Announcer:
         """Blocks until a version >= min_version is announced; returns it, or -1 when stopped or timed out."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            pubsub = self.client.pubsub(ignore_subscribe_messages=True)
             try:
-                pubsub.subscribe(self.keys.policy_channel)
-                while time.monotonic() < deadline:
-                    latest = self.latest()
-                    if latest >= min_version:
-                        return latest
-                    if should_stop():
-                        return -1
-                    pubsub.get_message(timeout=0.5)
+                pubsub = self._subscribe()
+                try:
+                    while time.monotonic() < deadline:
+                        latest = self.latest()
+                        if latest >= min_version:
+                            return latest
+                        if should_stop():
+                            return -1
+                        self._next_announcement(pubsub, 0.5)
+                finally:
+                    self._unsubscribe()
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 log.warning("policy announcements interrupted (%s); resubscribing", exc)
+                self.close()
                 time.sleep(0.2)
-            finally:
-                pubsub.close()
         return -1
+
+    def _subscribe(self) -> "redis.client.PubSub":
+        """Subscribes the kept connection (opened on first use) before ``latest`` is read, so that no
+        announcement falls between the two."""
+        if self._pubsub is None:
+            self._pubsub = self.client.pubsub()
+        self._pubsub.subscribe(self.keys.policy_channel)
+        return self._pubsub
+
+    def _unsubscribe(self) -> None:
+        """Stops announcements reaching the idle connection until the next wait; drops a broken connection."""
+        if self._pubsub is None:
+            return
+        try:
+            self._pubsub.unsubscribe(self.keys.policy_channel)
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            self.close()
+
+    @staticmethod
+    def _next_announcement(pubsub: "redis.client.PubSub", timeout: float) -> dict | None:
+        """Waits up to ``timeout`` for an announcement, reading past (un)subscribe confirmations, which say
+        nothing new."""
+        end = time.monotonic() + timeout
+        while True:
+            message = pubsub.get_message(timeout=max(0.0, end - time.monotonic()))
+            if message is None or message.get("type") == "message" or time.monotonic() >= end:
+                return message
+
+    def close(self) -> None:
+        """Closes the kept pub/sub connection (a later ``wait_for`` opens a new one)."""
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            pubsub.close()

@@ -1,4 +1,9 @@
-"""The DataStore interface: a flat namespace of keys ("policies/v00000001/manifest.json") holding bytes."""
+"""The DataStore interface: a flat namespace of keys ("RUN/policies/v00000001/manifest.json") holding bytes.
+
+One store holds many runs: every run's objects live under its name (see ``run_store``), so ``--store DIR`` or
+``--store s3://BUCKET/PREFIX`` can be shared, and the default store is the output directory itself, which puts a
+run's policies and checkpoints inside its run folder.
+"""
 
 from __future__ import annotations
 
@@ -115,3 +120,40 @@ def open_store(url: str) -> DataStore:
         raise UserError(f"store URL scheme {scheme!r} is not supported; accepted: a directory, file://PATH, "
                         "s3://BUCKET/PREFIX")
     return LocalStore(url)
+
+
+class PrefixedStore(DataStore):
+    """A view of a store in which every key lives under ``prefix`` (one run's objects)."""
+
+    def __init__(self, inner: DataStore, prefix: str):
+        if not prefix or prefix.startswith("/") or ".." in prefix.split("/"):
+            raise ValueError(f"invalid store prefix {prefix!r}")
+        self.inner = inner
+        self.prefix = prefix.rstrip("/") + "/"
+
+    def put(self, key: str, data: bytes) -> None:
+        self.inner.put(self.prefix + key, data)
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self.inner.get(self.prefix + key)
+        except KeyError:
+            raise KeyError(key) from None
+
+    def list(self, prefix: str) -> list[str]:
+        return [k[len(self.prefix):] for k in self.inner.list(self.prefix + prefix)]
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(self.prefix + key)
+
+    @property
+    def remote(self) -> bool:
+        return self.inner.remote
+
+    def describe(self) -> str:
+        return f"{self.inner.describe()} [{self.prefix.rstrip('/')}]"
+
+
+def run_store(url: str, run: str) -> DataStore:
+    """The objects of one run in the store at ``url``."""
+    return PrefixedStore(open_store(url), run)

@@ -40,11 +40,27 @@ class PolicyCache:
         return path
 
     def fetch(self, policies: "PolicyStore", version: int) -> tuple["PolicyManifest", bytes, bool]:
-        """Returns (manifest, verified weights blob, whether this call downloaded it)."""
+        """Returns (manifest, verified weights blob, whether this call downloaded it).
+
+        A process that finds the lock taken (a sibling downloading or reading the version) waits for a shared
+        lock and reads the cached files alongside the other waiters, so the workers that wake together on an
+        announcement verify their copies in parallel instead of one after another. Downloading, and discarding
+        a corrupt entry, happen only under the exclusive lock.
+        """
         base = self._dir(policies)
         target = base / folder(version).rstrip("/").rsplit("/", 1)[-1]
         with open(base / f"{target.name}.lock", "a+b") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fcntl.flock(lock, fcntl.LOCK_SH)
+                try:
+                    found = self._read(policies, version, target, discard=False)
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+                if found is not None:
+                    return (*found, False)
+                fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 found = self._read(policies, version, target)
                 if found is not None:
@@ -64,7 +80,9 @@ class PolicyCache:
         return manifest, blob, True
 
     @staticmethod
-    def _read(policies: "PolicyStore", version: int, target: Path):
+    def _read(policies: "PolicyStore", version: int, target: Path, discard: bool = True):
+        """The cached version after verification, or None; a corrupt entry is deleted when ``discard``
+        (only under the exclusive lock)."""
         try:
             manifest_raw = (target / MANIFEST).read_bytes()
             blob = (target / WEIGHTS).read_bytes()
@@ -74,7 +92,8 @@ class PolicyCache:
             manifest = policies.parse_manifest(version, manifest_raw)
             return manifest, policies.verified_blob(manifest, blob)
         except ManifestError:
-            shutil.rmtree(target, ignore_errors=True)
+            if discard:
+                shutil.rmtree(target, ignore_errors=True)
             return None
 
     @staticmethod

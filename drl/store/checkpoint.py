@@ -20,6 +20,7 @@ from safetensors.numpy import save as st_save
 
 from drl._proto import policy_pb2
 from drl.store.base import DataStore
+from drl.store.policy import contiguous
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class CheckpointStore:
              env_steps: int, updates: int) -> policy_pb2.CheckpointManifest:
         sequences = self.sequences()
         sequence = (sequences[-1] if sequences else 0) + 1
-        blob = st_save({k: np.ascontiguousarray(v) for k, v in tensors.items()})
+        blob = st_save(contiguous(tensors))
         base = folder(sequence)
         self.store.put(base + TENSORS, blob)
         manifest = policy_pb2.CheckpointManifest(

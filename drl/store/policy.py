@@ -30,6 +30,12 @@ class ManifestError(Exception):
     """A published version whose manifest or objects cannot be trusted."""
 
 
+def contiguous(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """C-contiguous arrays for safetensors, keeping 0-d arrays 0-d (np.ascontiguousarray would make them 1-d)."""
+    return {k: v if v.flags.c_contiguous else np.ascontiguousarray(v) for k, v in
+            ((k, np.asarray(v)) for k, v in arrays.items())}
+
+
 def folder(version: int) -> str:
     return f"policies/v{version:08d}/"
 
@@ -51,7 +57,7 @@ class PolicyStore:
 
     def publish(self, version: int, weights: dict[str, np.ndarray], *, algorithm: str, env_steps: int,
                 updates: int, observation_space: str = "", action_space: str = "") -> policy_pb2.PolicyManifest:
-        blob = st_save({k: np.ascontiguousarray(v) for k, v in weights.items()})
+        blob = st_save(contiguous(weights))
         base = folder(version)
         self.store.put(base + WEIGHTS, blob)
         manifest = policy_pb2.PolicyManifest(

@@ -60,7 +60,7 @@ class S3Store(DataStore):
         region = query.get("region") or env.get("DRL_S3_REGION") or env.get("AWS_REGION") or \
             env.get("AWS_DEFAULT_REGION")
         self.retry_s = float(env.get("DRL_STORE_RETRY_S", "300"))
-        timeout = urllib3.Timeout(connect=5.0, read=20.0)
+        timeout = urllib3.Timeout(connect=5.0, read=10.0)
         http = urllib3.PoolManager(timeout=timeout, retries=False, maxsize=8,
                                    ca_certs=env.get("DRL_S3_CA") or None,
                                    cert_reqs="CERT_REQUIRED" if ep.scheme == "https" else None)

@@ -22,6 +22,7 @@ import redis
 from drl.config import ExperimentConfig
 from drl.errors import UserError
 from drl.memory.redis_backend import Keys, backlog_transitions, connect
+from drl.store import run_store
 from orchestrator.plan import plan
 from orchestrator.progress import Progress
 from orchestrator.redis_server import RedisServer, die_with_parent
@@ -39,10 +40,12 @@ class Proc:
 
 
 class LocalRun:
-    def __init__(self, cfg: ExperimentConfig, run: str, run_dir: Path):
+    def __init__(self, cfg: ExperimentConfig, run: str, run_dir: Path, steps_done: int = 0, resume: bool = False):
         self.cfg = cfg
         self.run = run
         self.run_dir = run_dir
+        self.steps_done = steps_done
+        self.resume = resume
         self.procs: list[Proc] = []
         self.server: RedisServer | None = None
         self.client: redis.Redis | None = None
@@ -59,17 +62,22 @@ class LocalRun:
             self.server = RedisServer(self.run_dir / "redis").start()
             memory_url = self.server.url
             self.client = connect(memory_url)
-        if self.client.exists(self.keys.policy, self.keys.stream):
+        if self.resume:
+            stale = list(self.client.scan_iter(match=f"drl:{{{self.run}}}:*", count=1000))
+            if stale:
+                self.client.delete(*stale)
+        elif self.client.exists(self.keys.policy, self.keys.stream):
             raise UserError(f"run {self.run!r} already has data on the memory server; pick another --run-name")
         self.client.set(self.keys.started_at, self.started)
-        store_url = self.cfg.store or str(self.run_dir / "store")
+        store_url = self.cfg.store or str(self.run_dir.resolve().parent)
+        run_store(store_url, self.run).put("config.json", self.cfg.to_json().encode())
         return memory_url, store_url
 
     def spawn(self, memory_url: str, store_url: str) -> None:
         logs = self.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         for workload in plan(self.cfg, run=self.run, run_dir=str(self.run_dir), memory_url=memory_url,
-                             store_url=store_url, python=sys.executable):
+                             store_url=store_url, python=sys.executable, steps_done=self.steps_done):
             for i in range(workload.replicas):
                 name = workload.replica_name(i)
                 log_path = logs / f"{name}.log"
@@ -159,9 +167,10 @@ class LocalRun:
             "run": self.run, "preset": self.cfg.preset, "algorithm": self.cfg.algorithm, "env": self.cfg.env,
             "mode": self.cfg.mode, "workers": self.cfg.workers, "envs_per_worker": self.cfg.envs_per_worker,
             "seed": self.cfg.seed, "steps_requested": self.cfg.steps,
-            "env_steps": produced, "updates": int(t.get("updates") or 0),
+            "resumed_from_env_steps": self.steps_done,
+            "env_steps": produced + self.steps_done if produced >= 0 else -1, "updates": int(t.get("updates") or 0),
             "policy_version": int(t.get("policy_version") or -1),
-            "transitions_produced": produced, "transitions_consumed": int(t.get("transitions_consumed") or 0),
+            "transitions_produced": produced + self.steps_done if produced >= 0 else -1, "transitions_consumed": int(t.get("transitions_consumed") or 0),
             "transitions_unconsumed": backlog, "duplicates_dropped": int(t.get("duplicates_dropped") or 0),
             "stale_dropped": int(t.get("stale_dropped") or 0), "dead_lettered": dead,
             "evaluations": len(evals),
@@ -193,15 +202,16 @@ def _float(value: str | None) -> float | None:
         return None
 
 
-def run_local(cfg: ExperimentConfig, run: str, run_dir: Path) -> tuple[int, dict]:
+def run_local(cfg: ExperimentConfig, run: str, run_dir: Path, steps_done: int = 0,
+              resume: bool = False) -> tuple[int, dict]:
     """Runs a whole experiment; returns (exit code, summary). The summary is also written to summary.json."""
-    job = LocalRun(cfg, run, run_dir)
+    job = LocalRun(cfg, run, run_dir, steps_done, resume)
 
     def on_signal(signum, frame):
         job.interrupted = True
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    progress = Progress(cfg.steps)
+    progress = Progress(cfg.steps, start=steps_done)
     summary: dict = {}
     try:
         memory_url, store_url = job.prepare()

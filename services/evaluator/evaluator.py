@@ -56,6 +56,7 @@ class Evaluator:
             returns=returns, wall_seconds=time.time() - self.started, created_at=time.time())
         with open(self.results_path, "a") as fh:
             fh.write(json.dumps(message_to_record(result)) + "\n")
+        self.policies.store.put("evaluations.jsonl", self.results_path.read_bytes())
         self.best = max(self.best, result.mean_return)
         self.count += 1
         self.status.write({"role": "evaluator", "policy_version": version, "env_steps": manifest.env_steps,

@@ -40,8 +40,8 @@ class RolloutWorker:
         self.producer = Producer(self.client, self.keys, ctx.name, cfg.max_backlog_entries, cfg.max_backlog_bytes,
                                  retry_s=cfg.memory_retry_s)
         self.status = StatusWriter(self.client, self.keys.status(ctx.name))
-        self.total = share(cfg.steps, cfg.workers, ctx.worker_index)
-        self.random_steps = share(cfg.random_steps, cfg.workers, ctx.worker_index)
+        self.total = share(max(0, cfg.steps - ctx.steps_done), cfg.workers, ctx.worker_index)
+        self.random_steps = share(max(0, cfg.random_steps - ctx.steps_done), cfg.workers, ctx.worker_index)
         self.version = -1
         self.seq = 0
         self.produced = 0

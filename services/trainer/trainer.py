@@ -24,7 +24,7 @@ from drl.envs import space_spec
 from drl.memory import codec
 from drl.memory.redis_backend import Announcer, Consumer, entry_size, retrying, seq_field
 from drl.replay import ReplayBuffer
-from drl.store import PolicyStore, open_store
+from drl.store import PolicyStore, run_store
 from drl.store.checkpoint import CheckpointStore
 from services.common import ServiceContext, StatusWriter
 
@@ -77,13 +77,14 @@ class Trainer:
         self.consumer = Consumer(self.client, self.keys, consumer="trainer-0", on_reset=self.on_memory_reset,
                                  retry_s=cfg.memory_retry_s)
         self.announcer = Announcer(self.client, self.keys, retry_s=cfg.memory_retry_s)
-        store = open_store(ctx.store_url)
+        store = run_store(ctx.store_url, ctx.run)
         self.policies = PolicyStore(store, ctx.run)
         self.checkpoints = CheckpointStore(store, ctx.run)
         self._checkpointed_at = time.monotonic()
         self.status = StatusWriter(self.client, self.keys.status("trainer"))
         self.workers = {f"rollout-{i}" for i in range(cfg.workers)}
         self.finished: set[str] = set()
+        self.final_seq: dict[str, int] = {}
         self.seqs = SeqTracker()
         self.produced: dict[str, int] = {}
         self.iteration_end: dict[str, int] = {}
@@ -133,7 +134,7 @@ class Trainer:
             elif kind == "end":
                 self.iteration_end[worker] = int(value)
             elif kind == "final":
-                self.finished.add(worker)
+                self.final_seq[worker] = int(value)
         known = [self.announcer.latest(), *self.policies.versions()[-1:]]
         if checkpoint is not None:
             known.append(checkpoint[0].policy_version)
@@ -171,8 +172,8 @@ class Trainer:
                 fields[f"produced:{w}"] = self.produced[w]
             if w in self.iteration_end:
                 fields[f"end:{w}"] = self.iteration_end[w]
-            if w in self.finished:
-                fields[f"final:{w}"] = 1
+            if w in self.final_seq:
+                fields[f"final:{w}"] = self.final_seq[w]
         return fields
 
     def on_memory_reset(self) -> None:
@@ -219,7 +220,7 @@ class Trainer:
                 continue
             self.produced[h.worker_id] = max(self.produced.get(h.worker_id, 0), h.produced_total)
             if h.final:
-                self.finished.add(h.worker_id)
+                self.final_seq[h.worker_id] = h.seq
             if sync_version is not None and h.policy_version != sync_version:
                 self.stale += h.count
                 log.info("dropped %d transitions of %s for stale version %d (iteration %d)",
@@ -246,6 +247,9 @@ class Trainer:
         return self.ingest(entries, sync_version) if entries else []
 
     def all_finished(self) -> bool:
+        """Whether every worker is done: its final entry and every entry before it consumed (entries re-sent
+        after a memory server restart may arrive after the final one), or it said so itself."""
+        self.finished |= {w for w, seq in self.final_seq.items() if self.seqs.watermark.get(w, 0) >= seq}
         if self.finished >= self.workers:
             return True
         done = retrying(lambda: self.client.hkeys(self.keys.workers_done), "HKEYS done", self.cfg.memory_retry_s)

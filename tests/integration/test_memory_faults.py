@@ -74,6 +74,8 @@ def test_memory_server_killed_and_restarted_mid_run(tmp_path):
         status = run.status("trainer")
         assert int(status["memory_resets"]) >= 1
         assert status["exit_reason"] == "steps_done"
+        resent = [int(run.status(f"rollout-{i}").get("resent", 0)) for i in range(3)]
+        print("entries re-sent after the restart:", resent, "duplicates dropped:", acc["duplicates"])
     finally:
         run.kill_all()
         server.stop()

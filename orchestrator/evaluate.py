@@ -1,0 +1,90 @@
+"""``drl-orchestrate evaluate``: score a published policy of a run, optionally saving videos.
+
+    drl-orchestrate evaluate --store s3://bucket/drl --run RUN --version latest --episodes 10 --video out/
+
+The run's configuration (environment, algorithm, network sizes) is read from ``RUN/config.json`` in the store,
+the policy from ``RUN/policies/`` (checksums verified). Videos are animated GIFs, one per episode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from drl.config import ExperimentConfig
+from drl.errors import UserError
+
+
+def parse(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> argparse.Namespace:
+    parser = parser_cls(prog="drl-orchestrate evaluate", description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--store", default="runs", help="the run's data store (directory or s3://BUCKET/PREFIX)")
+    parser.add_argument("--run", required=True, help="run name")
+    parser.add_argument("--version", default="latest", help="policy version number or 'latest'")
+    parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=1_000_000, help="seed of the first episode")
+    parser.add_argument("--video", metavar="DIR", help="save one GIF per episode in DIR")
+    args = parser.parse_args(argv)
+    if args.episodes < 1:
+        raise UserError(f"--episodes must be a positive integer, got {args.episodes}")
+    return args
+
+
+def evaluate(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> int:
+    from drl.algorithms import make_actor
+    from drl.envs import space_spec
+    from drl.evaluation import run_episodes
+    from drl.store import ManifestError, PolicyStore, run_store
+
+    args = parse(argv, parser_cls)
+    store = run_store(args.store, args.run)
+    raw = store.get_optional("config.json")
+    if raw is None:
+        raise UserError(f"no run {args.run!r} in {args.store} (missing {args.run}/config.json)")
+    cfg = ExperimentConfig.from_json(raw.decode())
+    policies = PolicyStore(store, args.run)
+    versions = policies.versions()
+    if not versions:
+        raise UserError(f"run {args.run!r} has no published policy in {args.store}")
+    if args.version == "latest":
+        version = versions[-1]
+    else:
+        try:
+            version = int(args.version)
+        except ValueError:
+            raise UserError(f"--version must be a number or 'latest', got {args.version!r}") from None
+        if version not in versions:
+            raise UserError(f"run {args.run!r} has no version {version}; stored: {versions[0]}..{versions[-1]}")
+    try:
+        manifest, weights = policies.load(version)
+    except ManifestError as exc:
+        raise UserError(f"policy version {version} cannot be trusted: {exc}") from None
+    actor = make_actor(cfg.algorithm, space_spec(cfg.env), cfg, seed=args.seed)
+    actor.load(weights)
+    frames: dict[int, list[np.ndarray]] = {}
+    on_frame = (lambda i, f: frames.setdefault(i, []).append(f)) if args.video else None
+    returns = run_episodes(cfg.env, actor, args.episodes, seed=args.seed, on_frame=on_frame)
+    videos = save_videos(Path(args.video), args.run, version, frames) if args.video else []
+    result = {"run": args.run, "version": version, "env": cfg.env, "env_steps": manifest.env_steps,
+              "episodes": len(returns), "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
+              "returns": returns, "videos": [str(v) for v in videos]}
+    print(f"{args.run} v{version} ({manifest.env_steps:,} env steps) on {cfg.env}: return "
+          f"{result['mean_return']:.1f} +- {result['std_return']:.1f} over {len(returns)} episodes", file=sys.stderr)
+    print(json.dumps(result))
+    return 0
+
+
+def save_videos(directory: Path, run: str, version: int, frames: dict[int, list[np.ndarray]]) -> list[Path]:
+    from PIL import Image
+
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for episode, images in sorted(frames.items()):
+        path = directory / f"{run}-v{version}-episode{episode}.gif"
+        first, *rest = [Image.fromarray(np.asarray(f, dtype=np.uint8)) for f in images]
+        first.save(path, save_all=True, append_images=rest, duration=33, loop=0)
+        paths.append(path)
+    return paths
