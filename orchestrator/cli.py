@@ -162,6 +162,9 @@ def cmd_run(argv: list[str]) -> int:
     resume = "--resume" in argv or any(a.startswith("--resume=") for a in argv)
     check_environment(cfg)
     preflight_memory(cfg)
+    from drl.store import open_store
+
+    open_store(store_url(cfg))
     run = cfg.run_name or default_run_name(cfg)
     run_dir = Path(cfg.output).resolve() / run
     steps_done = 0

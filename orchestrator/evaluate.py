@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -64,6 +65,8 @@ def evaluate(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> int:
         raise UserError(f"policy version {version} cannot be trusted: {exc}") from None
     actor = make_actor(cfg.algorithm, space_spec(cfg.env), cfg, seed=args.seed)
     actor.load(weights)
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     frames: dict[int, list[np.ndarray]] = {}
     on_frame = (lambda i, f: frames.setdefault(i, []).append(f)) if args.video else None
     returns = run_episodes(cfg.env, actor, args.episodes, seed=args.seed, on_frame=on_frame)

@@ -62,3 +62,23 @@ def test_run_name_already_used_on_the_memory_server(tmp_path, redis_server, redi
     assert proc.returncode == 2, proc.stderr
     assert "run 'taken' already has data on the memory server" in proc.stderr
     assert redis_client.get("drl:{taken}:policy") == b"3", "existing data must be left alone"
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["evaluate", "--run", "ghost"], "no run 'ghost' in"),
+    (["evaluate", "--run", "ghost", "--episodes", "0"], "--episodes must be a positive integer, got 0"),
+    (["evaluate"], "the following arguments are required: --run"),
+    (["--resume", "ghost"], "no run 'ghost' to resume"),
+    (["--resume", "ghost", "--config", "x.json"], "--config cannot be combined with it"),
+    (["--store", "gs://bucket/x"], "store URL scheme 'gs' is not supported"),
+])
+def test_bad_evaluate_resume_and_store_input(tmp_path, args, expected):
+    if args[0] == "evaluate":
+        args = [*args, "--store", str(tmp_path)]
+    else:
+        args = [*args, "--output", str(tmp_path)]
+    proc = run_cli(args, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert expected in proc.stderr
+    assert "Traceback" not in proc.stderr
