@@ -15,6 +15,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from drl.algorithms import ALGORITHMS
 from drl.algorithms.sac.config import SACConfig
 from drl.errors import ConfigError
 from drl.fields import opt
@@ -27,7 +28,7 @@ class ExperimentConfig:
     """A whole distributed run: what to learn, with how many processes, and where data goes."""
 
     preset: str = opt("sac", "Preset the run started from (informational once resolved).")
-    algorithm: str = opt("sac", "Learning algorithm.", choices=("sac",))
+    algorithm: str = opt("sac", "Learning algorithm.", choices=tuple(ALGORITHMS))
     env: str = opt("Pendulum-v1", "Any registered gymnasium environment id.")
     workers: int = opt(2, "Rollout worker processes.")
     envs_per_worker: int = opt(1, "Environments stepped together inside each rollout worker.")
@@ -100,18 +101,10 @@ class ExperimentConfig:
             problems.append(f"--run-name may hold letters, digits, '-', '_' and '.', got {self.run_name!r}")
         if self.workers > self.steps:
             problems.append(f"--workers ({self.workers}) exceeds --steps ({self.steps})")
-        if any(h < 1 for h in self.sac.hidden) or not self.sac.hidden:
-            problems.append(f"--sac.hidden must be positive sizes, got {self.sac.hidden}")
-        if self.sac.batch_size < 1:
-            problems.append(f"--sac.batch-size must be positive, got {self.sac.batch_size}")
-        if not _positive(self.sac.lr):
-            problems.append(f"--sac.lr must be a positive number, got {self.sac.lr}")
-        if not _positive(self.sac.init_alpha):
-            problems.append(f"--sac.init-alpha must be a positive number, got {self.sac.init_alpha}")
-        for name in ("gamma", "tau"):
-            value = getattr(self.sac, name)
-            if not (0 < value <= 1):
-                problems.append(f"--sac.{name} must lie in (0, 1], got {value}")
+        for f in dataclasses.fields(self):
+            block = getattr(self, f.name)
+            if dataclasses.is_dataclass(block) and hasattr(block, "problems"):
+                problems += block.problems(f"--{f.name}.")
         if problems:
             raise ConfigError("; ".join(problems))
         return self

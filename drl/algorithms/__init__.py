@@ -1,10 +1,14 @@
 """Algorithm registry: each algorithm folder holds config, networks, learner (update math) and actor.
 
-Nothing here touches processes, Redis or files; services compose these pieces.
+Nothing here touches processes, Redis or files; services compose these pieces. An algorithm registers the
+action spaces it handles, the name of its hyperparameter block in ``ExperimentConfig`` and factories for its
+learner and its acting policy.
 """
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -14,39 +18,72 @@ from drl.errors import UserError
 
 
 class Learner(Protocol):
+    """Gradient updates on batches of transitions; pure math, no I/O."""
+
     updates: int
+    batch_size: int
 
     def update(self, batch: dict[str, Any]) -> dict[str, float]: ...
 
     def policy_weights(self) -> dict[str, np.ndarray]: ...
 
+    def state(self) -> tuple[dict[str, np.ndarray], dict]: ...
+
+    def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None: ...
+
 
 class Actor(Protocol):
+    """The acting policy that rollout workers and the evaluator run."""
+
     def load(self, weights: dict[str, np.ndarray]) -> None: ...
 
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray: ...
 
 
+@dataclass(frozen=True)
+class Algorithm:
+    name: str
+    module: str  # drl.algorithms.<name>, exporting Learner and Actor classes
+    learner: str
+    actor: str
+    continuous: bool  # handles Box actions
+    discrete: bool  # handles Discrete actions
+
+    def load(self, attr: str):
+        return getattr(importlib.import_module(self.module), attr)
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    "sac": Algorithm("sac", "drl.algorithms.sac", "SACLearner", "SACActor", continuous=True, discrete=False),
+}
+
+
+def get(name: str) -> Algorithm:
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        raise UserError(f"unknown algorithm {name!r}; accepted: {', '.join(sorted(ALGORITHMS))}") from None
+
+
 def check_spaces(algorithm: str, spec: SpaceSpec, env_id: str) -> None:
     """Raises UserError when the algorithm cannot act in the environment's action space."""
-    if algorithm == "sac" and spec.discrete_actions:
-        raise UserError(f"algorithm sac needs continuous (Box) actions, but {env_id} has {spec.action_space}; "
-                        "pick a continuous environment such as Pendulum-v1")
-    if algorithm == "sac" and not all(np.isfinite(spec.act_low + spec.act_high)):
-        raise UserError(f"algorithm sac needs bounded actions, but {env_id} has {spec.action_space}")
+    algo = get(algorithm)
+    if spec.discrete_actions and not algo.discrete:
+        raise UserError(f"algorithm {algorithm} needs continuous (Box) actions, but {env_id} has "
+                        f"{spec.action_space}; pick a continuous environment such as Pendulum-v1")
+    if not spec.discrete_actions and not algo.continuous:
+        raise UserError(f"algorithm {algorithm} needs discrete actions, but {env_id} has {spec.action_space}; "
+                        "pick a discrete environment such as CartPole-v1")
+    if not spec.discrete_actions and not all(np.isfinite(spec.act_low + spec.act_high)):
+        raise UserError(f"algorithm {algorithm} needs bounded actions, but {env_id} has {spec.action_space}")
 
 
 def make_learner(algorithm: str, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
-    if algorithm == "sac":
-        from drl.algorithms.sac import SACLearner
-
-        return SACLearner(spec, cfg.sac, seed)
-    raise UserError(f"unknown algorithm {algorithm!r}")
+    """The learner of ``cfg.algorithm`` with its hyperparameter block (``cfg.<algorithm>``)."""
+    algo = get(algorithm)
+    return algo.load(algo.learner)(spec, getattr(cfg, algo.name), seed)
 
 
 def make_actor(algorithm: str, spec: SpaceSpec, cfg: Any, seed: int) -> Actor:
-    if algorithm == "sac":
-        from drl.algorithms.sac import SACActor
-
-        return SACActor(spec, cfg.sac, seed)
-    raise UserError(f"unknown algorithm {algorithm!r}")
+    algo = get(algorithm)
+    return algo.load(algo.actor)(spec, getattr(cfg, algo.name), seed)

@@ -259,12 +259,12 @@ class Trainer:
     # -- learning ---------------------------------------------------------------------------------------
     def owed_updates(self) -> int:
         """Updates the replay ratio asks for, given the transitions consumed so far."""
-        if len(self.replay) < max(self.cfg.learning_starts, self.cfg.sac.batch_size):
+        if len(self.replay) < max(self.cfg.learning_starts, self.learner.batch_size):
             return 0
         return int(self.cfg.updates_per_transition * max(0, self.consumed - self.cfg.learning_starts))
 
     def update(self) -> None:
-        self.metrics = self.learner.update(self.replay.sample(self.cfg.sac.batch_size))
+        self.metrics = self.learner.update(self.replay.sample(self.learner.batch_size))
 
     def publish(self, force: bool = False) -> None:
         """Publishes the learner's policy as the next version, unless nothing changed since the last one."""

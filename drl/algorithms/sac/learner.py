@@ -39,6 +39,7 @@ class SACLearner:
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.lr)
         self.center, self.half = action_scale(spec)
         self.updates = 0
+        self.batch_size = cfg.batch_size
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One gradient step of critics, actor and temperature on a batch from replay."""
