@@ -143,8 +143,8 @@ def preflight_memory(cfg: ExperimentConfig) -> None:
         from drl.memory.connection import url_has_password
 
         if url_has_password(cfg.memory):
-            raise UserError("--memory must not carry a password (process arguments are visible to every user); "
-                            "put it in DRL_MEMORY_PASSWORD or DRL_MEMORY_PASSWORD_FILE")
+            raise UserError("the memory URL must not carry a password (it would show in process arguments and run "
+                            "files); put it in DRL_MEMORY_PASSWORD or DRL_MEMORY_PASSWORD_FILE")
         connect(cfg.memory).close()
     else:
         from orchestrator.redis_server import find_server_binary

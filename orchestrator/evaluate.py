@@ -64,7 +64,10 @@ def evaluate(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> int:
     except ManifestError as exc:
         raise UserError(f"policy version {version} cannot be trusted: {exc}") from None
     actor = make_actor(cfg.algorithm, space_spec(cfg.env), cfg, seed=args.seed)
-    actor.load(weights)
+    try:
+        actor.load(weights)
+    except ValueError as exc:
+        raise UserError(f"policy version {version} does not fit the run's configuration: {exc}") from None
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     frames: dict[int, list[np.ndarray]] = {}

@@ -73,8 +73,9 @@ class ServiceContext:
 class StatusWriter:
     """Publishes a service's counters to its status hash at most once per ``every`` seconds."""
 
-    def __init__(self, client: redis.Redis, key: str, every: float = 1.0):
+    def __init__(self, client: redis.Redis, key: str, every: float = 1.0, retry_s: float = 120.0):
         self.client = client
+        self.retry_s = retry_s
         self.key = key
         self.every = every
         self._last = 0.0
@@ -87,7 +88,7 @@ class StatusWriter:
             return
         self._last = time.monotonic()
         fields = {k: ("" if v is None else v) for k, v in fields.items()}
-        retrying(lambda: self.client.hset(self.key, mapping=fields), "status")
+        retrying(lambda: self.client.hset(self.key, mapping=fields), "status", self.retry_s)
 
 
 def run_service(role: str, body: Callable[[ServiceContext], int]) -> None:

@@ -20,6 +20,7 @@ from drl.envs import SpaceSpec
 FORMAT_VERSION = 1
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated")
 MAX_ENTRY_BYTES = 64 * 1024 * 1024
+MAX_HEADER_BYTES = 1024 * 1024
 
 
 class DecodeError(ValueError):
@@ -86,8 +87,8 @@ def decode(fields: dict, run: str, layout: dict[str, tuple[str, tuple[int, ...]]
     d = fields.get(b"d")
     if not isinstance(h, bytes) or not isinstance(d, bytes):
         raise DecodeError("bad_entry", "entry lacks the h and d fields")
-    if len(d) > MAX_ENTRY_BYTES or len(h) > 1024 * 1024:
-        raise DecodeError("too_large", f"entry of {len(h) + len(d)} bytes exceeds the limit of {MAX_ENTRY_BYTES}")
+    if len(h) > MAX_HEADER_BYTES:
+        raise DecodeError("too_large", f"header of {len(h)} bytes exceeds the limit of {MAX_HEADER_BYTES}")
     header = experience_pb2.BatchHeader()
     try:
         header.ParseFromString(h)
@@ -100,6 +101,8 @@ def decode(fields: dict, run: str, layout: dict[str, tuple[str, tuple[int, ...]]
     if not header.worker_id or header.seq < 1:
         raise DecodeError("bad_header", "missing worker id or sequence number")
     try:
+        if len(d) > MAX_ENTRY_BYTES:
+            raise DecodeError("too_large", f"entry of {len(d)} bytes exceeds the limit of {MAX_ENTRY_BYTES}")
         return _decode_arrays(header, d, layout)
     except DecodeError as exc:
         exc.header = header

@@ -126,6 +126,26 @@ def backlog_transitions(client: redis.Redis, keys: Keys) -> int:
     return total
 
 
+def producer_position(client: redis.Redis, keys: Keys, worker_id: str) -> tuple[int, int]:
+    """(last sequence number, transitions produced) of a worker, from the trainer's watermark, the entries
+    still in the stream and the produced hash, so that a restarted worker process continues its numbering
+    instead of having every entry dropped as a duplicate."""
+    from drl._proto import experience_pb2
+
+    raw = retrying(lambda: client.hget(keys.consumer_state, seq_field(worker_id)), "HGET watermark")
+    seq = max((int(x) for x in raw.split(b",") if x), default=0) if raw else 0
+    for _, fields in retrying(lambda: client.xrange(keys.stream), "XRANGE"):
+        header = experience_pb2.BatchHeader()
+        try:
+            header.ParseFromString(fields.get(b"h", b""))
+        except Exception:  # undecodable entries are the trainer's to dead-letter
+            continue
+        if header.worker_id == worker_id:
+            seq = max(seq, header.seq)
+    produced = retrying(lambda: client.hget(keys.produced, worker_id), "HGET produced")
+    return seq, int(produced or 0)
+
+
 @dataclass
 class _Outgoing:
     seq: int

@@ -104,11 +104,17 @@ class PolicyCache:
                 v = int(path.name[1:].split(".")[0])
             except ValueError:
                 continue
-            if v < newest - KEEP_VERSIONS:
-                if path.is_dir():
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    path.unlink(missing_ok=True)
+            if v >= newest - KEEP_VERSIONS:
+                continue
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            with open(path, "a+b") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                path.unlink(missing_ok=True)
 
 
 def _write(path: Path, data: bytes) -> None:

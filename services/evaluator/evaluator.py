@@ -31,16 +31,20 @@ class Evaluator:
         self.ctx, self.cfg = ctx, cfg
         self.client = ctx.redis()
         self.keys = ctx.keys()
-        self.announcer = Announcer(self.client, self.keys)
+        self.announcer = Announcer(self.client, self.keys, retry_s=cfg.memory_retry_s)
         self.policies = ctx.policy_store()
         self.spec = space_spec(cfg.env)
         self.actor = make_actor(cfg.algorithm, self.spec, cfg, seed=cfg.seed)
-        self.status = StatusWriter(self.client, self.keys.status("evaluator"), every=0.0)
+        self.status = StatusWriter(self.client, self.keys.status("evaluator"), every=0.0,
+                                   retry_s=cfg.memory_retry_s)
         self.results_path = ctx.run_dir / "evaluations.jsonl"
-        self.started = float(retrying(lambda: self.client.get(self.keys.started_at), "GET") or time.time())
+        self.started = float(self.redis(lambda: self.client.get(self.keys.started_at), "GET") or time.time())
         self.best = -float("inf")
         self.evaluated = -1
         self.count = 0
+
+    def redis(self, fn, what: str):
+        return retrying(fn, what, self.cfg.memory_retry_s)
 
     def evaluate(self, version: int) -> evaluation_pb2.EvaluationResult | None:
         try:
@@ -75,13 +79,13 @@ class Evaluator:
                 self.evaluated = latest
                 if result is not None and target is not None and result.mean_return >= target:
                     log.info("target return %.1f reached by version %d; stopping the run", target, latest)
-                    retrying(lambda: self.client.set(self.keys.stop, f"target_reached:{latest}"), "SET stop")
+                    self.redis(lambda: self.client.set(self.keys.stop, f"target_reached:{latest}"), "SET stop")
                     return 0
                 continue
-            done = retrying(lambda: self.client.get(self.keys.trainer_done), "GET trainer done")
+            done = self.redis(lambda: self.client.get(self.keys.trainer_done), "GET trainer done")
             if done is not None and self.evaluated >= int(done):
                 return 0
-            if retrying(lambda: self.client.exists(self.keys.stop), "EXISTS stop"):
+            if self.redis(lambda: self.client.exists(self.keys.stop), "EXISTS stop"):
                 return 0
             self.announcer.wait_for(self.evaluated + 1, timeout=1.0, should_stop=lambda: False)
 

@@ -18,13 +18,14 @@ from drl._proto import experience_pb2
 from drl.algorithms import make_actor
 from drl.envs import VecEnv
 from drl.memory import codec
-from drl.memory.redis_backend import Announcer, Producer, retrying
+from drl.memory.redis_backend import Announcer, Producer, producer_position, retrying
 from drl.store import ManifestError
 from services.common import ServiceContext, StatusWriter, share
 
 log = logging.getLogger("drl.rollout")
 
 FLUSH_TIMEOUT_S = 3600.0
+FIRST_POLICY_TIMEOUT_S = 600.0
 
 
 class RolloutWorker:
@@ -39,13 +40,19 @@ class RolloutWorker:
         self.actor = make_actor(cfg.algorithm, self.envs.spec, cfg, seed=cfg.seed + 7919 * (ctx.worker_index + 1))
         self.producer = Producer(self.client, self.keys, ctx.name, cfg.max_backlog_entries, cfg.max_backlog_bytes,
                                  retry_s=cfg.memory_retry_s)
-        self.status = StatusWriter(self.client, self.keys.status(ctx.name))
+        self.status = StatusWriter(self.client, self.keys.status(ctx.name), retry_s=cfg.memory_retry_s)
         self.total = share(max(0, cfg.steps - ctx.steps_done), cfg.workers, ctx.worker_index)
         self.random_steps = share(max(0, cfg.random_steps - ctx.steps_done), cfg.workers, ctx.worker_index)
         self.version = -1
-        self.seq = 0
-        self.produced = 0
-        self.stepped = 0
+        self.seq, self.produced = producer_position(self.client, self.keys, ctx.name)
+        self.stepped = self.produced
+        if self.seq:
+            log.info("%s continues after a restart at entry %d, %d transitions produced", ctx.name, self.seq,
+                     self.produced)
+        transition_bytes = sum(np.dtype(dt).itemsize * int(np.prod(shape))
+                               for dt, shape in codec.expected_layout(self.envs.spec).values())
+        self.batch_transitions = max(1, min(cfg.batch_transitions, codec.MAX_ENTRY_BYTES // transition_bytes,
+                                            cfg.max_backlog_bytes // transition_bytes))
         self.stop = False
         self.pending: list[dict[str, np.ndarray]] = []
         self.pending_n = 0
@@ -109,7 +116,7 @@ class RolloutWorker:
         target = self.stepped + n
         while self.stepped < target and not self.stop:
             self.step(target - self.stepped)
-            if self.pending_n >= self.cfg.batch_transitions and self.stepped < target:
+            if self.pending_n >= self.batch_transitions and self.stepped < target:
                 self.flush()
         if not self.stop:
             self.flush(iteration_end=True)
@@ -120,12 +127,14 @@ class RolloutWorker:
         return self.stop
 
     def run(self) -> int:
-        first = self.announcer.wait_for(0, timeout=600, should_stop=self.stopped)
+        first = self.announcer.wait_for(0, timeout=FIRST_POLICY_TIMEOUT_S, should_stop=self.stopped)
         if first < 0:
-            return self.finish("stopped before the first policy")
+            if self.stopped():
+                return self.finish("stopped before the first policy")
+            raise RuntimeError(f"no policy was announced within {FIRST_POLICY_TIMEOUT_S:.0f}s; is the trainer alive?")
         self.load(first)
         if self.cfg.mode == "async":
-            self.collect(self.total)
+            self.collect(self.total - self.produced)
             return self.finish("share done" if not self.stop else "stop requested")
         per_iteration = math.ceil(self.cfg.sync_steps_per_iteration / self.cfg.workers)
         while self.produced < self.total and not self.stop:

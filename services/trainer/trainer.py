@@ -5,10 +5,10 @@ replay and only then committed: acknowledgement, deletion and the trainer's coun
 transaction, so a trainer killed at any point and restarted counts every transition exactly once.
 
 ASYNC is rate-limited as in Reverb: no update before ``learning_starts`` transitions, then updates follow
-``updates_per_transition``; new experience is read only while the trainer is less than ``ratio_tolerance``
-transitions ahead of the updates it owes, so producers are paced by back-pressure and the learner neither
-starves nor over-trains. SYNC trains once per policy version, after every live worker has sent its share of
-that version (or the deadline passed); entries of older versions are dropped and counted, never mixed in.
+``updates_per_transition``; new experience is read only while the updates owed are at most ``ratio_tolerance``
+transitions' worth ahead of those done, so producers are paced by back-pressure and the learner neither starves
+nor over-trains. SYNC trains once per policy version, after every live worker has sent its share of that
+version (or the deadline passed); entries of older versions are dropped and counted, never mixed in.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from drl.memory.redis_backend import Announcer, Consumer, entry_size, retrying, 
 from drl.replay import ReplayBuffer
 from drl.store import PolicyStore, run_store
 from drl.store.checkpoint import CheckpointStore
+from drl.errors import UserError
 from services.common import ServiceContext, StatusWriter
 
 log = logging.getLogger("drl.trainer")
@@ -81,7 +82,7 @@ class Trainer:
         self.policies = PolicyStore(store, ctx.run)
         self.checkpoints = CheckpointStore(store, ctx.run)
         self._checkpointed_at = time.monotonic()
-        self.status = StatusWriter(self.client, self.keys.status("trainer"))
+        self.status = StatusWriter(self.client, self.keys.status("trainer"), retry_s=cfg.memory_retry_s)
         self.workers = {f"rollout-{i}" for i in range(cfg.workers)}
         self.finished: set[str] = set()
         self.final_seq: dict[str, int] = {}
@@ -107,8 +108,12 @@ class Trainer:
         state = self.consumer.load_state()
         if checkpoint is not None:
             manifest, tensors, meta = checkpoint
-            self.learner.load_state({k[len("learner."):]: v for k, v in tensors.items() if k.startswith("learner.")},
-                                    meta["learner"])
+            try:
+                self.learner.load_state({k[len("learner."):]: v for k, v in tensors.items()
+                                         if k.startswith("learner.")}, meta["learner"])
+            except ValueError as exc:
+                raise UserError(f"checkpoint {manifest.sequence} cannot be restored (were network options changed "
+                                f"since it was written?): {exc}") from None
             torch.set_rng_state(torch.from_numpy(tensors["rng.torch"].copy()))
             self.replay.rng.bit_generator.state = meta["replay_rng"]
             if "replay.reward" in tensors:

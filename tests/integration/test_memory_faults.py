@@ -109,3 +109,19 @@ def test_backpressure_bounds_the_backlog_while_the_trainer_is_paused(tmp_path, r
     _reconciles(run.accounting(), 6000)
     waited = [float(run.status(f"rollout-{i}")["backpressure_s"]) for i in range(3)]
     assert sum(waited) > 1.0, waited
+
+
+def test_rollout_worker_sigkill_then_restart_continues_its_numbering(tmp_path, redis_server, redis_client):
+    run = ServiceRun(fast_config(steps=6000), redis_server.url, tmp_path)
+    run.start_all()
+    run.wait_until(lambda: int(redis_client.hget(run.keys.produced, "rollout-1") or 0) >= 600, 120,
+                   "rollout-1 has produced 600 transitions")
+    victim = run.procs["rollout-1"]
+    victim.kill()
+    victim.wait()
+    run.start("rollout", 1)
+    run.wait_all(timeout=300)
+    acc = run.accounting()
+    _reconciles(acc, 6000)
+    assert acc["duplicates"] == 0, "the restarted worker reused sequence numbers"
+    assert "continues after a restart" in run.log_tail("rollout-1", 100_000)
