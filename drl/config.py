@@ -17,6 +17,7 @@ from typing import Any
 
 from drl.algorithms import ALGORITHMS
 from drl.algorithms.sac.config import SACConfig
+from drl.algorithms.td3.config import TD3Config
 from drl.errors import ConfigError
 from drl.fields import opt
 
@@ -71,6 +72,7 @@ class ExperimentConfig:
     checkpoint_replay: bool = opt(False, "Include the replay buffer in checkpoints (large; off by default).")
     keep_policies: int = opt(10, "Published policy versions kept in the store (the newest is never deleted).")
     sac: SACConfig = opt(SACConfig(), "SAC hyperparameters.")
+    td3: TD3Config = opt(TD3Config(), "TD3 hyperparameters.")
 
     def validate(self) -> "ExperimentConfig":
         """Checks values that need no environment or server; raises ConfigError with every problem found."""

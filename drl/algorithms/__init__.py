@@ -55,6 +55,7 @@ class Algorithm:
 
 ALGORITHMS: dict[str, Algorithm] = {
     "sac": Algorithm("sac", "drl.algorithms.sac", "SACLearner", "SACActor", continuous=True, discrete=False),
+    "td3": Algorithm("td3", "drl.algorithms.td3", "TD3Learner", "TD3Actor", continuous=True, discrete=False),
 }
 
 
