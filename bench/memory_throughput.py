@@ -5,13 +5,13 @@ For each transition size (Pendulum-like: 3-float observations, LunarLander-like:
 batches and append them through the real ``Producer`` (the real Lua append script with back-pressure), and one
 consumer in this process that reads through the real ``Consumer``, decodes every entry with ``codec.decode``
 (numpy views, checked against the expected layout), drops duplicates by (worker, seq), copies the arrays into a
-preallocated numpy ring (as the replay buffer does) and commits acknowledgements and watermarks with
-``Consumer.commit``. Time runs from the moment the producers are told to start to the last commit.
+preallocated numpy ring (as the replay buffer does, here with slice copies) and commits acknowledgements and
+watermarks with ``Consumer.commit``. Time runs from the moment the producers are told to start to the last commit.
 
 In the same run, on a fresh server, it measures the server's raw ability: one process appending entries of the
 same ``h`` + ``d`` byte sizes with pipelined XADD and nothing else (no script, no reads, no deletes). The raw
 figure in transitions per second is entries per second times the batch size, and ``ratio_to_raw`` is the
-end-to-end figure over it.
+median over the repeats of each end-to-end figure divided by the raw figure measured right after it.
 
 Every measurement is repeated (``--repeats``, default 3) on a fresh server and the medians are reported. The
 last line printed is one JSON object with ``transitions_per_s``, ``raw_transitions_per_s`` and ``ratio_to_raw``

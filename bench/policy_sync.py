@@ -21,8 +21,13 @@ one private Valkey server and one S3 server serve the whole benchmark; the worke
 p50/p99 are numpy's linear-interpolated percentiles over the measured publications. The last line printed is
 one JSON object with the figures and whether the goal (p99 <= 250 ms for 32 workers with either store) was met.
 
-    python -m bench.policy_sync            # 1, 8, 32 workers x local, s3; 100 publications each (~5 minutes)
-    python -m bench.policy_sync --quick    # 20 publications each (~2 minutes)
+    python -m bench.policy_sync            # 1, 8, 32 workers x local, s3; 100 publications each (~2 minutes)
+    python -m bench.policy_sync --quick    # 20 publications each (~1 minute, most of it starting 32 workers)
+
+Because the machine may be shared, each configuration also reports CPU milliseconds per publication by part
+(workers, trainer, Valkey, S3 server) and what all other processes on the machine took meanwhile
+(``others_share_of_machine``: their fraction of all cores); latencies measured while that share is high
+say more about the neighbours than about drl. ``--profile DIR`` writes a CPU-time profile of every worker.
 """
 
 from __future__ import annotations
@@ -115,6 +120,7 @@ def _follow(index: int, job: dict, conn) -> dict:
     version, acted, downloads = -1, 0, 0
     out = results_key(job["run"])
     while True:
+        c_wait = time.process_time()
         nxt = announcer.wait_for(version + 1, timeout=job["timeout_s"], should_stop=stopped)
         t_wake = time.time()
         c_wake = time.process_time()
@@ -131,7 +137,7 @@ def _follow(index: int, job: dict, conn) -> dict:
         downloads = policies.cache.downloads if policies.cache is not None else 0
         client.xadd(out, {"w": index, "v": nxt, "wake": repr(t_wake), "loaded": repr(t_loaded),
                           "applied": repr(t_applied), "act": repr(t_act), "cpu": repr(cpu), "dl": int(fresh),
-                          "pcpu": repr(time.process_time())})
+                          "wait_cpu": repr(c_wake - c_wait), "pcpu": repr(time.process_time())})
         version = nxt
         acted += 1
     if prof is not None:
@@ -343,6 +349,7 @@ def cpu_snapshot(pids: dict[str, int], reports: dict) -> dict:
     snap["trainer"] = time.process_time()
     snap["workers"] = sum(r["pcpu"] for r in reports.values())
     snap["machine"] = machine_busy_s()
+    snap["wall"] = time.monotonic()
     return snap
 
 
@@ -350,8 +357,11 @@ def cpu_per_publication(start: dict, end: dict, publications: int) -> dict:
     """CPU milliseconds per measured publication by part, and what the rest of the machine used meanwhile."""
     if not start or not end or not publications:
         return {}
-    out = {k: round((end[k] - start[k]) * 1000.0 / publications, 2) for k in start}
+    wall = end["wall"] - start["wall"]
+    out = {k: round((end[k] - start[k]) * 1000.0 / publications, 2) for k in start if k != "wall"}
     out["other_processes"] = round(out["machine"] - sum(v for k, v in out.items() if k != "machine"), 2)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    out["others_share_of_machine"] = round(out["other_processes"] * publications / 1000.0 / (wall * cores), 3)
     return out
 
 
@@ -382,6 +392,7 @@ def row_of(t0: float, t_pub: float, t_ann: float, t_ret: float, reports: list[di
         "apply_max": max(r["applied"] - r["loaded"] for r in reports) * ms,
         "act_max": max(r["act"] - r["applied"] for r in reports) * ms,
         "cpu_med": statistics.median(r["cpu"] for r in reports) * ms,
+        "wait_cpu_med": statistics.median(r["wait_cpu"] for r in reports) * ms,
         "cpu_sum": sum(r["cpu"] for r in reports) * ms,
         "slowest_wake": (last["wake"] - t_ann) * ms,
         "slowest_load": (last["loaded"] - last["wake"]) * ms,
@@ -440,7 +451,7 @@ def parse_gap(text: str) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="20 publications per configuration (about 2 minutes)")
+    ap.add_argument("--quick", action="store_true", help="20 publications per configuration (about 1 minute)")
     ap.add_argument("--workers", default="1,8,32", help="comma-separated rollout worker process counts")
     ap.add_argument("--stores", default="local,s3", help="comma-separated subset of: local, s3")
     ap.add_argument("--publications", type=int, default=0,
@@ -515,9 +526,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"{b['announce']:.1f}, retain {b['retain']:.1f}, wake first/last {b['first_wake']:.1f}/"
                       f"{b['last_wake']:.1f}, load med/max {b['load_med']:.1f}/{b['load_max']:.1f}, "
                       f"apply max {b['apply_max']:.1f}, act max {b['act_max']:.1f}, worker cpu med "
-                      f"{b['cpu_med']:.1f} sum {b['cpu_sum']:.1f})", flush=True)
+                      f"{b['cpu_med']:.1f} sum {b['cpu_sum']:.1f}, in wait_for med {b['wait_cpu_med']:.1f})",
+                      flush=True)
                 print("      cpu ms per publication: " + ", ".join(
-                    f"{k} {v:.1f}" for k, v in res["cpu_ms_per_publication"].items()), flush=True)
+                    f"{k} {v:g}" for k, v in res["cpu_ms_per_publication"].items()), flush=True)
         print(f"total {time.perf_counter() - t:.0f} s")
     finally:
         if workers is not None:
@@ -530,12 +542,14 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
     print()
-    print(f"{'store':6s} {'workers':>7s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'n':>5s}")
+    print(f"{'store':6s} {'workers':>7s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'n':>5s} "
+          f"{'CPU taken by other processes':>29s}")
     for store_kind in stores:
         for n in counts:
             r = summary[store_kind][str(n)]
+            share = r["cpu_ms_per_publication"].get("others_share_of_machine", float("nan"))
             print(f"{store_kind:6s} {n:7d} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['max_ms']:8.1f} "
-                  f"{r['publications']:5d}")
+                  f"{r['publications']:5d} {share:28.0%}")
     biggest = str(max(counts))
     goal_met = max(counts) >= 32 and all(summary[s][biggest]["p99_ms"] <= GOAL_P99_MS for s in stores) \
         and set(stores) == {"local", "s3"}
