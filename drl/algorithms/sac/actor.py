@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from drl.algorithms.common import action_scale, load_weights
 from drl.algorithms.sac.config import SACConfig
-from drl.algorithms.sac.learner import action_scale
 from drl.algorithms.sac.networks import Actor
 from drl.envs import SpaceSpec
 
@@ -21,11 +21,7 @@ class SACActor:
 
     def load(self, weights: dict[str, np.ndarray]) -> None:
         """Loads published weights; raises ValueError when their names or shapes do not fit this network."""
-        state = {k: torch.from_numpy(np.array(v)) for k, v in weights.items()}
-        try:
-            self.net.load_state_dict(state, strict=True)
-        except RuntimeError as exc:
-            raise ValueError(f"policy weights do not fit the network: {exc}") from None
+        load_weights(self.net, weights)
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:

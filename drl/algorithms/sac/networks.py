@@ -7,16 +7,9 @@ import math
 import torch
 from torch import nn
 
+from drl.algorithms.common import mlp
+
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
-
-
-def mlp(sizes: list[int]) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for i in range(len(sizes) - 1):
-        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
-        if i < len(sizes) - 2:
-            layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
 
 
 class Actor(nn.Module):

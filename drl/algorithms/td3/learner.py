@@ -17,16 +17,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from drl.algorithms.common import action_scale, load_training_state, training_state
 from drl.algorithms.td3.config import TD3Config
 from drl.algorithms.td3.networks import Actor, TwinCritic
 from drl.envs import SpaceSpec
-
-
-def action_scale(spec: SpaceSpec) -> tuple[torch.Tensor, torch.Tensor]:
-    """Centre and half-range mapping [-1, 1] to the environment's Box bounds."""
-    low = torch.tensor(spec.act_low, dtype=torch.float32).reshape(spec.act_shape)
-    high = torch.tensor(spec.act_high, dtype=torch.float32).reshape(spec.act_shape)
-    return (high + low) / 2, (high - low) / 2
 
 
 class TD3Learner:
@@ -96,45 +90,14 @@ class TD3Learner:
 
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
         """Everything needed to continue training: tensors (networks, optimiser moments) and JSON-able meta."""
-        tensors: dict[str, np.ndarray] = {}
-        for name, module in self._modules().items():
-            for key, value in module.state_dict().items():
-                tensors[f"{name}.{key}"] = value.detach().numpy().copy()
-        meta: dict = {"updates": self.updates, "actor_updates": self.actor_updates,
-                      "last_actor_loss": self.last_actor_loss, "optimizers": {}}
-        for name, opt in self._optimizers().items():
-            sd = opt.state_dict()
-            scalars = {}
-            for index, slots in sd["state"].items():
-                for slot, value in slots.items():
-                    if torch.is_tensor(value):
-                        tensors[f"{name}.{index}.{slot}"] = value.detach().numpy().copy()
-                    else:
-                        scalars[f"{index}.{slot}"] = value
-            meta["optimizers"][name] = {"param_groups": sd["param_groups"], "scalars": scalars,
-                                        "indices": sorted(sd["state"])}
-        return tensors, meta
+        tensors, optimizers = training_state(self._modules(), self._optimizers())
+        return tensors, {"updates": self.updates, "actor_updates": self.actor_updates,
+                         "last_actor_loss": self.last_actor_loss, "optimizers": optimizers}
 
     def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
         """Restores what ``state`` returned; raises ValueError when it does not fit these networks."""
         try:
-            for name, module in self._modules().items():
-                prefix = name + "."
-                module.load_state_dict({k[len(prefix):]: torch.from_numpy(np.array(v)) for k, v in tensors.items()
-                                        if k.startswith(prefix) and k[len(prefix):] in module.state_dict()})
-            for name, opt in self._optimizers().items():
-                saved = meta["optimizers"][name]
-                state: dict = {}
-                for index in saved["indices"]:
-                    slots = {}
-                    for key, value in tensors.items():
-                        if key.startswith(f"{name}.{index}."):
-                            slots[key.rsplit(".", 1)[1]] = torch.from_numpy(np.array(value))
-                    for key, value in saved["scalars"].items():
-                        if key.split(".", 1)[0] == str(index):
-                            slots[key.split(".", 1)[1]] = value
-                    state[int(index)] = slots
-                opt.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
+            load_training_state(self._modules(), self._optimizers(), tensors, meta["optimizers"])
             updates, actor_updates = int(meta["updates"]), int(meta["actor_updates"])
             last_actor_loss = float(meta["last_actor_loss"])
         except (KeyError, RuntimeError, TypeError, ValueError) as exc:

@@ -5,14 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-
-def mlp(sizes: list[int]) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for i in range(len(sizes) - 1):
-        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
-        if i < len(sizes) - 2:
-            layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
+from drl.algorithms.common import mlp
 
 
 class Actor(nn.Module):
