@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from drl.algorithms import ALGORITHMS
+from drl.algorithms.dqn.config import DQNConfig
+from drl.algorithms.ppo.config import PPOConfig
 from drl.algorithms.sac.config import SACConfig
 from drl.algorithms.td3.config import TD3Config
 from drl.errors import ConfigError
@@ -71,8 +73,17 @@ class ExperimentConfig:
     keep_checkpoints: int = opt(3, "Checkpoints kept in the store (the newest is never deleted).")
     checkpoint_replay: bool = opt(False, "Include the replay buffer in checkpoints (large; off by default).")
     keep_policies: int = opt(10, "Published policy versions kept in the store (the newest is never deleted).")
+    prioritized: bool = opt(False, "Prioritized replay (sac, td3, dqn): sample transitions in proportion to "
+                                   "their TD error; the trainer updates priorities after each update.")
+    priority_alpha: float = opt(0.6, "Prioritized replay: exponent turning |TD error| into a priority.")
+    priority_beta: float = opt(0.4, "Prioritized replay: importance-sampling exponent at the start; it rises "
+                                    "linearly to 1 over the run.")
+    worker_priorities: bool = opt(False, "Prioritized replay: rollout workers compute each transition's initial "
+                                         "priority with their copy of the network (Ape-X; dqn).")
     sac: SACConfig = opt(SACConfig(), "SAC hyperparameters.")
     td3: TD3Config = opt(TD3Config(), "TD3 hyperparameters.")
+    ppo: PPOConfig = opt(PPOConfig(), "PPO hyperparameters.")
+    dqn: DQNConfig = opt(DQNConfig(), "DQN hyperparameters.")
 
     def validate(self) -> "ExperimentConfig":
         """Checks values that need no environment or server; raises ConfigError with every problem found."""
@@ -101,6 +112,27 @@ class ExperimentConfig:
             problems.append("--env must name a gymnasium environment id")
         if self.run_name and not all(c.isalnum() or c in "-_." for c in self.run_name):
             problems.append(f"--run-name may hold letters, digits, '-', '_' and '.', got {self.run_name!r}")
+        algo = ALGORITHMS.get(self.algorithm)
+        if algo is not None and algo.on_policy and self.mode == "async":
+            problems.append(f"{self.algorithm} is on-policy and runs only in --mode sync (it has no off-policy "
+                            "correction for the policy lag of async collection)")
+        if algo is not None and algo.on_policy and self.random_steps:
+            problems.append(f"--random-steps must be 0 for {self.algorithm}: it learns only from its own policy's "
+                            f"actions (got {self.random_steps})")
+        if algo is not None and algo.on_policy and self.prioritized:
+            problems.append(f"--prioritized applies to replay-based algorithms; {self.algorithm} trains on each "
+                            "iteration's rollout")
+        if self.worker_priorities and not self.prioritized:
+            problems.append("--worker-priorities needs --prioritized true")
+        elif self.worker_priorities and algo is not None and not algo.worker_priorities:
+            workers_can = ", ".join(n for n, a in ALGORITHMS.items() if a.worker_priorities)
+            problems.append(f"--worker-priorities: {self.algorithm}'s rollout workers have no value estimate to "
+                            f"compute priorities with (supported: {workers_can}); the trainer gives new "
+                            "transitions the largest priority instead")
+        if not 0 <= self.priority_alpha <= 1:
+            problems.append(f"--priority-alpha must lie in [0, 1], got {self.priority_alpha}")
+        if not 0 <= self.priority_beta <= 1:
+            problems.append(f"--priority-beta must lie in [0, 1], got {self.priority_beta}")
         if self.workers > self.steps:
             problems.append(f"--workers ({self.workers}) exceeds --steps ({self.steps})")
         for f in dataclasses.fields(self):

@@ -84,23 +84,36 @@ class VecEnv:
         for i, env in enumerate(self.envs):
             env.action_space.seed(seed + 10_000 + i)
         self.episode_returns = np.zeros(n)
+        box = not self.spec.discrete_actions
+        self._low = np.asarray(self.spec.act_low, np.float32).reshape(self.spec.act_shape) if box else None
+        self._high = np.asarray(self.spec.act_high, np.float32).reshape(self.spec.act_shape) if box else None
         self.finished_returns: list[float] = []
 
     def random_actions(self) -> np.ndarray:
         return np.stack([env.action_space.sample() for env in self.envs]).astype(self.spec.act_dtype)
 
     def step(self, actions: np.ndarray) -> dict[str, np.ndarray]:
-        """Steps every env once; returns the transitions (obs, action, reward, next_obs, terminated)."""
+        """Steps every env once; returns the transitions (obs, action, reward, next_obs, terminated, truncated,
+        env_index).
+
+        Box actions are clipped to the space's bounds for the environment, while the transition records the
+        action as given: an on-policy learner needs the sampled action to recompute its probability.
+        """
+        n = len(self.envs)
         obs = self.obs
         next_obs = np.empty_like(obs)
-        rewards = np.empty(len(self.envs), dtype=np.float32)
-        terminated = np.empty(len(self.envs), dtype=np.uint8)
+        rewards = np.empty(n, dtype=np.float32)
+        terminated = np.empty(n, dtype=np.uint8)
+        truncated = np.empty(n, dtype=np.uint8)
         carry = np.empty_like(obs)
+        actions = np.asarray(actions, dtype=self.spec.act_dtype)
+        env_actions = actions if self._low is None else np.clip(actions, self._low, self._high)
         for i, env in enumerate(self.envs):
-            o, r, term, trunc, _ = env.step(actions[i])
+            o, r, term, trunc, _ = env.step(env_actions[i])
             next_obs[i] = o
             rewards[i] = r
             terminated[i] = term
+            truncated[i] = trunc and not term
             self.episode_returns[i] += r
             if term or trunc:
                 self.finished_returns.append(float(self.episode_returns[i]))
@@ -108,9 +121,8 @@ class VecEnv:
                 o, _ = env.reset()
             carry[i] = o
         self.obs = carry
-        return {"obs": obs, "action": np.asarray(actions, dtype=self.spec.act_dtype), "reward": rewards,
-                "next_obs": next_obs,
-                "terminated": terminated}
+        return {"obs": obs, "action": actions, "reward": rewards, "next_obs": next_obs, "terminated": terminated,
+                "truncated": truncated, "env_index": np.arange(n, dtype=np.uint16)}
 
     def close(self) -> None:
         for env in self.envs:

@@ -48,6 +48,9 @@ class Algorithm:
     actor: str
     continuous: bool  # handles Box actions
     discrete: bool  # handles Discrete actions
+    on_policy: bool = False  # trains on each SYNC iteration's rollout (``train``) instead of replay (``update``)
+    extras: tuple[str, ...] = ()  # optional wire fields it needs (drl.memory.codec.EXTRA_FIELDS)
+    worker_priorities: bool = False  # its actor computes initial replay priorities (``priorities``)
 
     def load(self, attr: str):
         return getattr(importlib.import_module(self.module), attr)
@@ -56,6 +59,10 @@ class Algorithm:
 ALGORITHMS: dict[str, Algorithm] = {
     "sac": Algorithm("sac", "drl.algorithms.sac", "SACLearner", "SACActor", continuous=True, discrete=False),
     "td3": Algorithm("td3", "drl.algorithms.td3", "TD3Learner", "TD3Actor", continuous=True, discrete=False),
+    "ppo": Algorithm("ppo", "drl.algorithms.ppo", "PPOLearner", "PPOActor", continuous=True, discrete=True,
+                     on_policy=True, extras=("truncated", "env_index")),
+    "dqn": Algorithm("dqn", "drl.algorithms.dqn", "DQNLearner", "DQNActor", continuous=False, discrete=True,
+                     extras=("nsteps",), worker_priorities=True),
 }
 
 
@@ -75,8 +82,14 @@ def check_spaces(algorithm: str, spec: SpaceSpec, env_id: str) -> None:
     if not spec.discrete_actions and not algo.continuous:
         raise UserError(f"algorithm {algorithm} needs discrete actions, but {env_id} has {spec.action_space}; "
                         "pick a discrete environment such as CartPole-v1")
-    if not spec.discrete_actions and not all(np.isfinite(spec.act_low + spec.act_high)):
+    if not spec.discrete_actions and not algo.on_policy and not all(np.isfinite(spec.act_low + spec.act_high)):
         raise UserError(f"algorithm {algorithm} needs bounded actions, but {env_id} has {spec.action_space}")
+
+
+def wire_extras(cfg: Any) -> tuple[str, ...]:
+    """The optional wire fields of a run (``cfg`` an ExperimentConfig): its algorithm's, plus worker priorities."""
+    extras = get(cfg.algorithm).extras
+    return extras + ("priority",) if cfg.prioritized and cfg.worker_priorities else extras
 
 
 def make_learner(algorithm: str, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:

@@ -10,14 +10,51 @@ from torch import nn
 from drl.envs import SpaceSpec
 
 
-def mlp(sizes: list[int]) -> nn.Sequential:
-    """Linear layers with ReLU between them (none after the last)."""
+def mlp(sizes: list[int], activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
+    """Linear layers with ``activation`` between them (none after the last)."""
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
         layers.append(nn.Linear(sizes[i], sizes[i + 1]))
         if i < len(sizes) - 2:
-            layers.append(nn.ReLU())
+            layers.append(activation())
     return nn.Sequential(*layers)
+
+
+class ObsNorm(nn.Module):
+    """Running mean and variance of observations, kept as buffers so that they travel inside the published
+    policy weights: every worker and the evaluator normalise with exactly the statistics the learner used.
+
+    ``update`` merges a batch's moments into the running ones (Chan et al.'s parallel formula), so the trainer
+    can fold in every worker's experience; ``forward`` standardises and clips to [-clip, clip]. Disabled, it is
+    the identity and its statistics stay at mean 0, variance 1.
+    """
+
+    def __init__(self, shape: tuple[int, ...] | int, enabled: bool = True, clip: float = 10.0):
+        super().__init__()
+        self.enabled, self.clip = enabled, clip
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.enabled:
+            return x
+        scaled = (x - self.mean.float()) / torch.sqrt(self.var.float() + 1e-8)
+        return scaled.clamp(-self.clip, self.clip)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        if not self.enabled or len(x) == 0:
+            return
+        x = x.double()
+        n = float(len(x))
+        batch_mean, batch_var = x.mean(0), x.var(0, unbiased=False)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        m2 = self.var * self.count + batch_var * n + delta.square() * self.count * n / total
+        self.mean += delta * n / total
+        self.var.copy_(m2 / total)
+        self.count.fill_(total)
 
 
 def action_scale(spec: SpaceSpec) -> tuple[torch.Tensor, torch.Tensor]:

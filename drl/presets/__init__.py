@@ -6,10 +6,12 @@ from typing import Callable
 
 from drl.config import ExperimentConfig
 from drl.errors import UserError
+from drl.presets.dqn import dqn
+from drl.presets.ppo import ppo
 from drl.presets.sac import sac
 from drl.presets.td3 import td3
 
-PRESETS: dict[str, Callable[[str | None], ExperimentConfig]] = {"sac": sac, "td3": td3}
+PRESETS: dict[str, Callable[[str | None], ExperimentConfig]] = {"sac": sac, "td3": td3, "ppo": ppo, "dqn": dqn}
 
 
 def get_preset(name: str, env: str | None = None) -> ExperimentConfig:

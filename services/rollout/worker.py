@@ -15,9 +15,10 @@ import numpy as np
 import torch
 
 from drl._proto import experience_pb2
-from drl.algorithms import make_actor
+from drl.algorithms import make_actor, wire_extras
 from drl.envs import VecEnv
 from drl.memory import codec
+from drl.nstep import NStepFolder
 from drl.memory.redis_backend import Announcer, Producer, producer_position, retrying
 from drl.store import ManifestError
 from services.common import ServiceContext, StatusWriter, share
@@ -49,8 +50,12 @@ class RolloutWorker:
         if self.seq:
             log.info("%s continues after a restart at entry %d, %d transitions produced", ctx.name, self.seq,
                      self.produced)
-        transition_bytes = sum(np.dtype(dt).itemsize * int(np.prod(shape))
-                               for dt, shape in codec.expected_layout(self.envs.spec).values())
+        layout = codec.expected_layout(self.envs.spec, wire_extras(cfg))
+        self.fields = tuple(name for name in layout if name != "priority")
+        self.with_priorities = "priority" in layout
+        hyper = getattr(cfg, cfg.algorithm)
+        self.nstep = (NStepFolder(hyper.n_step, hyper.gamma, cfg.envs_per_worker) if "nsteps" in layout else None)
+        transition_bytes = sum(np.dtype(dt).itemsize * int(np.prod(shape)) for dt, shape in layout.values())
         self.batch_transitions = max(1, min(cfg.batch_transitions, codec.MAX_ENTRY_BYTES // transition_bytes,
                                             cfg.max_backlog_bytes // transition_bytes))
         self.stop = False
@@ -75,17 +80,25 @@ class RolloutWorker:
         if self.stepped < self.random_steps or self.version < 0:
             actions = self.envs.random_actions()
         else:
+            if hasattr(self.actor, "set_progress"):
+                self.actor.set_progress(self.stepped / max(self.total, 1))
             actions = self.actor.act(self.envs.obs)
         tr = self.envs.step(actions)
         n = min(limit, len(tr["reward"]))
         self.stepped += n
-        self.pending.append({k: v[:n] for k, v in tr.items()})
-        self.pending_n += n
+        self.queue(self.nstep.push(tr, n) if self.nstep else {k: tr[k][:n] for k in self.fields})
+
+    def queue(self, transitions: dict[str, np.ndarray] | None) -> None:
+        if transitions is not None:
+            self.pending.append(transitions)
+            self.pending_n += len(transitions["reward"])
 
     def flush(self, iteration_end: bool = False) -> None:
         if not self.pending_n:
             return
-        arrays = {k: np.concatenate([p[k] for p in self.pending]) for k in codec.FIELDS}
+        arrays = {k: np.concatenate([p[k] for p in self.pending]) for k in self.fields}
+        if self.with_priorities:
+            arrays["priority"] = self.actor.priorities(arrays)
         self.seq += 1
         final = self.produced + self.pending_n >= self.total
         header = experience_pb2.BatchHeader(run=self.ctx.run, worker_id=self.ctx.name, seq=self.seq,
@@ -118,6 +131,8 @@ class RolloutWorker:
             self.step(target - self.stepped)
             if self.pending_n >= self.batch_transitions and self.stepped < target:
                 self.flush()
+        if self.nstep:
+            self.queue(self.nstep.flush())
         if not self.stop:
             self.flush(iteration_end=True)
 

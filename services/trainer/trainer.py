@@ -19,11 +19,13 @@ import time
 
 import torch
 
-from drl.algorithms import make_learner
+import numpy as np
+
+from drl.algorithms import get as get_algorithm, make_learner, wire_extras
 from drl.envs import space_spec
 from drl.memory import codec
 from drl.memory.redis_backend import Announcer, Consumer, entry_size, retrying, seq_field
-from drl.replay import ReplayBuffer
+from drl.replay import PrioritizedReplay, ReplayBuffer
 from drl.store import PolicyStore, run_store
 from drl.store.checkpoint import CheckpointStore
 from drl.errors import UserError
@@ -72,9 +74,18 @@ class Trainer:
         self.client = ctx.redis()
         self.keys = ctx.keys()
         self.spec = space_spec(cfg.env)
-        self.layout = codec.expected_layout(self.spec)
+        extras = wire_extras(cfg)
+        self.layout = codec.expected_layout(self.spec, extras)
         self.learner = make_learner(cfg.algorithm, self.spec, cfg, seed=cfg.seed)
-        self.replay = ReplayBuffer(self.spec, cfg.replay_size, seed=cfg.seed + 1)
+        self.on_policy = get_algorithm(cfg.algorithm).on_policy
+        self.rollout: list[tuple[str, int, dict[str, np.ndarray]]] = []
+        if self.on_policy:
+            self.replay = None
+        elif cfg.prioritized:
+            self.replay = PrioritizedReplay(self.spec, cfg.replay_size, seed=cfg.seed + 1, extras=extras,
+                                            alpha=cfg.priority_alpha, beta=cfg.priority_beta)
+        else:
+            self.replay = ReplayBuffer(self.spec, cfg.replay_size, seed=cfg.seed + 1, extras=extras)
         self.consumer = Consumer(self.client, self.keys, consumer="trainer-0", on_reset=self.on_memory_reset,
                                  retry_s=cfg.memory_retry_s)
         self.announcer = Announcer(self.client, self.keys, retry_s=cfg.memory_retry_s)
@@ -115,8 +126,9 @@ class Trainer:
                 raise UserError(f"checkpoint {manifest.sequence} cannot be restored (were network options changed "
                                 f"since it was written?): {exc}") from None
             torch.set_rng_state(torch.from_numpy(tensors["rng.torch"].copy()))
-            self.replay.rng.bit_generator.state = meta["replay_rng"]
-            if "replay.reward" in tensors:
+            if self.replay is not None and meta.get("replay_rng"):
+                self.replay.rng.bit_generator.state = meta["replay_rng"]
+            if self.replay is not None and "replay.reward" in tensors:
                 self.replay.load({k[len("replay."):]: v for k, v in tensors.items() if k.startswith("replay.")},
                                  meta["replay"])
             for name, value in meta["counters"].items():
@@ -154,9 +166,10 @@ class Trainer:
         tensors, learner_meta = self.learner.state()
         tensors = {f"learner.{k}": v for k, v in tensors.items()}
         tensors["rng.torch"] = torch.get_rng_state().numpy()
-        meta = {"learner": learner_meta, "replay_rng": self.replay.rng.bit_generator.state,
+        meta = {"learner": learner_meta,
+                "replay_rng": self.replay.rng.bit_generator.state if self.replay is not None else None,
                 "counters": {name: getattr(self, name) for name in COUNTERS if name != "updates"}}
-        if self.cfg.checkpoint_replay:
+        if self.cfg.checkpoint_replay and self.replay is not None:
             arrays, meta["replay"] = self.replay.dump()
             tensors.update({f"replay.{k}": v for k, v in arrays.items()})
         self.checkpoints.save(tensors, meta, algorithm=self.cfg.algorithm, policy_version=self.version,
@@ -233,7 +246,10 @@ class Trainer:
                 continue
             if h.iteration_end:
                 self.iteration_end[h.worker_id] = h.policy_version
-            self.replay.add(batch.arrays)
+            if self.on_policy:
+                self.rollout.append((h.worker_id, h.seq, batch.arrays))
+            else:
+                self.replay.add(batch.arrays)
             self.consumed += h.count
             accepted.append(h)
         self.consumer.commit(acks, self.state(touched), dead)
@@ -269,7 +285,38 @@ class Trainer:
         return int(self.cfg.updates_per_transition * max(0, self.consumed - self.cfg.learning_starts))
 
     def update(self) -> None:
-        self.metrics = self.learner.update(self.replay.sample(self.learner.batch_size))
+        replay = self.replay
+        if isinstance(replay, PrioritizedReplay):
+            cfg = self.cfg
+            replay.beta = cfg.priority_beta + (1.0 - cfg.priority_beta) * min(1.0, self.consumed / cfg.steps)
+            self.metrics = self.learner.update(replay.sample(self.learner.batch_size))
+            replay.update_priorities(replay.last_indices, self.learner.td_errors)
+        else:
+            self.metrics = self.learner.update(replay.sample(self.learner.batch_size))
+
+    def segments(self) -> list[dict[str, np.ndarray]]:
+        """The iteration's rollout as per-environment trajectories: each worker's entries in sequence order,
+        split by the environment that took each step."""
+        by_worker: dict[str, list] = {}
+        for worker, seq, arrays in self.rollout:
+            by_worker.setdefault(worker, []).append((seq, arrays))
+        out = []
+        for worker in sorted(by_worker):
+            entries = [arrays for _, arrays in sorted(by_worker[worker], key=lambda e: e[0])]
+            joined = {k: np.concatenate([e[k] for e in entries]) for k in entries[0]}
+            for env in np.unique(joined["env_index"]):
+                mask = joined["env_index"] == env
+                out.append({k: v[mask] for k, v in joined.items()})
+        return out
+
+    def train_rollout(self) -> None:
+        """On-policy: one training pass over the iteration's rollout, which is then dropped."""
+        if not self.rollout:
+            return
+        size = sum(len(arrays["reward"]) for _, _, arrays in self.rollout)
+        progress = max(0, self.consumed - size) / self.cfg.steps
+        self.metrics = self.learner.train(self.segments(), progress=progress)
+        self.rollout.clear()
 
     def publish(self, force: bool = False) -> None:
         """Publishes the learner's policy as the next version, unless nothing changed since the last one."""
@@ -303,7 +350,8 @@ class Trainer:
             "role": "trainer", "state": state, "exit_reason": reason, "policy_version": self.version,
             "env_steps": self.consumed, "transitions_consumed": self.consumed, "updates": self.learner.updates,
             "duplicates_dropped": self.duplicates, "stale_dropped": self.stale, "dead_lettered": self.dead_letters,
-            "transitions_per_s": round(self.consumed / elapsed, 1), "replay_size": len(self.replay),
+            "transitions_per_s": round(self.consumed / elapsed, 1),
+            "replay_size": len(self.replay) if self.replay is not None else 0,
             "backlog": self.consumer.backlog(), "backlog_bytes": self.consumer.backlog_bytes(),
             "memory_resets": self.consumer.resets, **{k: round(v, 5) for k, v in self.metrics.items()},
         }, force=force)
@@ -351,7 +399,9 @@ class Trainer:
             elif waiting:
                 log.warning("iteration %d: no complete share from %s within %.0fs; training without them",
                             version, ", ".join(sorted(waiting)), self.cfg.sync_deadline_s)
-            while self.learner.updates < self.owed_updates():
+            if self.on_policy:
+                self.train_rollout()
+            while not self.on_policy and self.learner.updates < self.owed_updates():
                 self.update()
                 if self.learner.updates % 200 == 0 and self.should_stop():
                     return self.stop_reason

@@ -38,7 +38,7 @@ def test_config_is_frozen():
     ({"updates_per_transition": 0.0}, "--updates-per-transition"),
     ({"sync_deadline_s": -1.0}, "--sync-deadline-s"),
     ({"mode": "turbo"}, "unknown mode"),
-    ({"algorithm": "dqn"}, "unknown algorithm"),
+    ({"algorithm": "a2c"}, "unknown algorithm"),
     ({"env": ""}, "--env"),
     ({"run_name": "bad/name"}, "--run-name"),
     ({"run_name": "has space"}, "--run-name"),
@@ -55,7 +55,7 @@ def test_validate_rejects(changes, fragment):
 
 
 def test_validate_reports_every_problem_at_once():
-    cfg = replace(ExperimentConfig(), workers=0, mode="turbo", algorithm="dqn")
+    cfg = replace(ExperimentConfig(), workers=0, mode="turbo", algorithm="a2c")
     with pytest.raises(ConfigError) as info:
         cfg.validate()
     message = str(info.value)
@@ -221,7 +221,7 @@ def test_unknown_preset_is_a_user_error():
     ["--no-such-flag", "1"],
     ["--workers"],
     ["--mode", "turbo"],
-    ["--algorithm", "dqn"],
+    ["--algorithm", "a2c"],
     ["positional"],
     ["--e", "Pendulum-v1"],
 ])

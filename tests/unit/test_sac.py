@@ -177,6 +177,6 @@ def test_registry_builds_sac(spec):
     assert isinstance(make_learner("sac", spec, cfg, seed=0), SACLearner)
     assert isinstance(make_actor("sac", spec, cfg, seed=0), SACActor)
     with pytest.raises(UserError):
-        make_learner("dqn", spec, cfg, seed=0)
+        make_learner("a2c", spec, cfg, seed=0)
     with pytest.raises(UserError):
-        make_actor("dqn", spec, cfg, seed=0)
+        make_actor("a2c", spec, cfg, seed=0)

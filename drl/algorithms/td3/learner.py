@@ -6,6 +6,8 @@ plus clipped Gaussian noise (target policy smoothing). Every ``policy_delay``-th
 critic with the actor and moves the target actor and target critics by Polyak averaging.
 
 Pure math: it takes batches of tensors and returns metrics; replay, transport and storage live elsewhere.
+Under prioritized replay the critics' squared errors are weighted by the batch's importance-sampling weights,
+and ``td_errors`` keeps the mean of |q1 - y| and |q2 - y| per transition for the new priorities.
 Smoothing noise comes from torch's global RNG, which the trainer seeds and checkpoints.
 """
 
@@ -40,6 +42,7 @@ class TD3Learner:
         self.actor_updates = 0
         self.batch_size = cfg.batch_size
         self.last_actor_loss = 0.0
+        self.td_errors = np.zeros(0, dtype=np.float32)
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One critic step on a batch from replay; every ``policy_delay``-th call also an actor and target step.
@@ -59,7 +62,12 @@ class TD3Learner:
             q1_t, q2_t = self.critic_target(next_obs, next_action)
             target = reward + self.cfg.gamma * (1.0 - done) * torch.min(q1_t, q2_t)
         q1, q2 = self.critic(obs, action)
-        critic_loss = F.mse_loss(q1, target) + F.mse_loss(q2, target)
+        weight = batch.get("weight")
+        if weight is None:
+            critic_loss = F.mse_loss(q1, target) + F.mse_loss(q2, target)
+        else:
+            critic_loss = (weight * ((q1 - target).square() + (q2 - target).square())).mean()
+        self.td_errors = (0.5 * ((q1 - target).abs() + (q2 - target).abs())).detach().numpy().astype(np.float32)
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_opt.step()

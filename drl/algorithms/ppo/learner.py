@@ -1,0 +1,155 @@
+"""PPO updates over one on-policy rollout: GAE advantages, then epochs of clipped-surrogate minibatch steps.
+
+The trainer hands over the rollout as segments: each one the consecutive transitions of one environment of one
+worker in this iteration, oldest first. Every transition carries its ``next_obs``, so advantages need no
+ordering across segments:
+
+    delta_t = r_t + gamma (1 - terminated_t) V(s'_t) - V(s_t)
+    A_t     = delta_t + gamma lambda (1 - cut_t) A_{t+1},      cut_t = terminated, truncated or segment end
+
+A truncated episode or a segment cut off by the end of the iteration bootstraps from V(s'_t); a terminated one
+does not. The behaviour policy's log-probabilities are recomputed here: in SYNC mode the rollout was collected
+with exactly the policy the learner holds before this iteration (older versions are dropped by the trainer).
+Observation statistics are frozen during the iteration (they are the ones the workers used) and merged with the
+iteration's observations afterwards, for the next version.
+
+Pure math: no I/O.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from drl.algorithms.common import load_training_state, training_state
+from drl.algorithms.ppo.config import PPOConfig
+from drl.algorithms.ppo.networks import Policy, ValueNet
+from drl.envs import SpaceSpec
+
+
+def gae(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray, terminated: np.ndarray, cut: np.ndarray,
+        gamma: float, lam: float) -> np.ndarray:
+    """Generalised advantage estimates over concatenated segments (see the module docstring)."""
+    delta = reward + gamma * (1.0 - terminated) * next_value - value
+    adv = np.zeros_like(delta)
+    running = 0.0
+    for t in range(len(delta) - 1, -1, -1):
+        running = delta[t] + gamma * lam * (1.0 - cut[t]) * running
+        adv[t] = running
+    return adv
+
+
+class PPOLearner:
+    on_policy = True
+
+    def __init__(self, spec: SpaceSpec, cfg: PPOConfig, seed: int):
+        torch.manual_seed(seed)
+        self.cfg, self.spec = cfg, spec
+        obs_dim = int(np.prod(spec.obs_shape))
+        self.policy = Policy(obs_dim, int(np.prod(spec.act_shape)), spec.discrete_actions, cfg.hidden,
+                             cfg.normalize_obs, cfg.init_log_std)
+        self.value = ValueNet(obs_dim, cfg.hidden)
+        self.opt = torch.optim.Adam([*self.policy.parameters(), *self.value.parameters()], lr=cfg.lr, eps=1e-5)
+        self.rng = np.random.default_rng(seed)
+        self.updates = 0
+        self.iterations = 0
+        self.batch_size = 0
+
+    def prepare(self, segments: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
+        """One flat rollout with normalised observations, old log-probabilities, advantages and returns."""
+        cat = {k: np.concatenate([s[k] for s in segments]) for k in ("obs", "action", "reward", "next_obs",
+                                                                       "terminated", "truncated")}
+        cut = np.concatenate([np.eye(1, len(s["reward"]), len(s["reward"]) - 1)[0] for s in segments])
+        cut = np.maximum(cut, np.maximum(cat["terminated"], cat["truncated"]).astype(np.float64))
+        raw = torch.as_tensor(cat["obs"], dtype=torch.float32).flatten(1)
+        with torch.no_grad():
+            obs = self.policy.norm(raw)
+            next_obs = self.policy.norm(torch.as_tensor(cat["next_obs"], dtype=torch.float32).flatten(1))
+            action = torch.as_tensor(cat["action"])
+            old_logp = self.policy.log_prob(self.policy.dist(obs), action)
+            value = self.value(obs).numpy().astype(np.float64)
+            next_value = self.value(next_obs).numpy().astype(np.float64)
+        adv = gae(cat["reward"].astype(np.float64), value, next_value, cat["terminated"].astype(np.float64), cut,
+                  self.cfg.gamma, self.cfg.gae_lambda)
+        return {"raw_obs": raw, "obs": obs, "action": action, "old_logp": old_logp,
+                "advantage": torch.as_tensor(adv, dtype=torch.float32),
+                "return": torch.as_tensor(adv + value, dtype=torch.float32),
+                "old_value": torch.as_tensor(value, dtype=torch.float32)}
+
+    def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Clipped surrogate + value loss - entropy bonus on one minibatch (advantages standardised in it)."""
+        cfg = self.cfg
+        dist = self.policy.dist(mb["obs"])
+        logp = self.policy.log_prob(dist, mb["action"])
+        log_ratio = logp - mb["old_logp"]
+        ratio = log_ratio.exp()
+        adv = mb["advantage"]
+        if len(adv) > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip, 1 + cfg.clip)).mean()
+        value_loss = 0.5 * (self.value(mb["obs"]) - mb["return"]).square().mean()
+        entropy = self.policy.entropy(dist).mean()
+        total = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+        with torch.no_grad():
+            stats = {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
+                     "entropy": entropy.detach(), "approx_kl": ((ratio - 1) - log_ratio).mean(),
+                     "clip_fraction": ((ratio - 1).abs() > cfg.clip).float().mean()}
+        return total, stats
+
+    def train(self, segments: list[dict[str, np.ndarray]], progress: float = 0.0) -> dict[str, float]:
+        """Trains on one rollout; ``progress`` (0 to 1, the run's env steps done before it) sets the learning
+        rate when it is annealed."""
+        cfg = self.cfg
+        data = self.prepare(segments)
+        n = len(data["advantage"])
+        lr = cfg.lr * max(0.0, 1.0 - progress) if cfg.anneal_lr else cfg.lr
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        params = [*self.policy.parameters(), *self.value.parameters()]
+        size = max(1, n // cfg.minibatches)
+        self.batch_size = size
+        sums: dict[str, float] = {}
+        steps = 0
+        for _ in range(cfg.epochs):
+            order = torch.from_numpy(self.rng.permutation(n))
+            for start in range(0, n - size + 1, size):
+                idx = order[start:start + size]
+                total, stats = self.loss({k: v[idx] for k, v in data.items() if k != "raw_obs"})
+                self.opt.zero_grad(set_to_none=True)
+                total.backward()
+                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                self.opt.step()
+                steps += 1
+                for k, v in stats.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+        self.policy.norm.update(data["raw_obs"])
+        self.updates += steps
+        self.iterations += 1
+        returns = data["return"].numpy()
+        residual = returns - data["old_value"].numpy()
+        explained = 1.0 - residual.var() / returns.var() if returns.var() > 0 else 0.0
+        return {**{k: v / max(steps, 1) for k, v in sums.items()}, "explained_variance": float(explained),
+                "lr": lr}
+
+    def _modules(self) -> dict:
+        return {"policy": self.policy, "value": self.value}
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """Everything needed to continue training: tensors (networks, statistics, optimiser moments), meta."""
+        tensors, optimizers = training_state(self._modules(), {"opt": self.opt})
+        return tensors, {"updates": self.updates, "iterations": self.iterations, "optimizers": optimizers,
+                         "rng": self.rng.bit_generator.state}
+
+    def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
+        """Restores what ``state`` returned; raises ValueError when it does not fit these networks."""
+        try:
+            load_training_state(self._modules(), {"opt": self.opt}, tensors, meta["optimizers"])
+            updates, iterations = int(meta["updates"]), int(meta["iterations"])
+            self.rng.bit_generator.state = meta["rng"]
+        except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+            raise ValueError(f"checkpoint does not fit the PPO networks: {exc}") from None
+        self.updates, self.iterations = updates, iterations
+
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        """What rollout workers and the evaluator need to act: the policy with its observation statistics."""
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.policy.state_dict().items()}
