@@ -16,7 +16,7 @@ def _closed_port() -> int:
 
 
 CASES = {
-    "unknown_preset": (["--preset", "nope"], {}, "unknown preset 'nope'; accepted: sac"),
+    "unknown_preset": (["--preset", "nope"], {}, "unknown preset 'nope'; accepted: dqn, ppo, sac, td3"),
     "unknown_env": (["--env", "Pendulum-v9"], {}, "unknown environment id 'Pendulum-v9'; did you mean"),
     "unknown_mode": (["--mode", "sometimes"], {}, "invalid choice: 'sometimes' (choose from 'sync', 'async')"),
     "zero_workers": (["--workers", "0"], {}, "--workers must be a positive integer, got 0"),
@@ -29,6 +29,12 @@ CASES = {
     "discrete_env_for_sac": (["--env", "CartPole-v1"], {}, "algorithm sac needs continuous (Box) actions"),
     "missing_config_file": (["--config", "/nonexistent/drl.json"], {}, "config file /nonexistent/drl.json does not exist"),
     "unknown_flag": (["--wrokers", "2"], {}, "unrecognized arguments: --wrokers 2"),
+    "ppo_async": (["--preset", "ppo", "--mode", "async"], {}, "ppo is on-policy and runs only in --mode sync"),
+    "continuous_env_for_dqn": (["--preset", "dqn", "--env", "Pendulum-v1"], {},
+                               "algorithm dqn needs discrete actions, but Pendulum-v1 has Box"),
+    "worker_priorities_for_sac": (["--prioritized", "true", "--worker-priorities", "true"], {},
+                                  "--worker-priorities: sac's rollout workers have no value estimate"),
+    "prioritized_ppo": (["--preset", "ppo", "--prioritized", "true"], {}, "--prioritized applies to replay-based"),
 }
 
 

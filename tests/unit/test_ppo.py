@@ -1,0 +1,170 @@
+"""PPO: GAE over segments, the clipped surrogate on a hand-computed minibatch, observation statistics merged
+across batches and shipped with the policy, the acting policy, and checkpoints."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from drl.algorithms.common import ObsNorm
+from drl.algorithms.ppo import PPOActor, PPOConfig, PPOLearner
+from drl.algorithms.ppo.learner import gae
+from drl.envs import space_spec
+
+CFG = PPOConfig(hidden=(16,), epochs=2, minibatches=2)
+
+
+@pytest.fixture(scope="module")
+def cartpole():
+    return space_spec("CartPole-v1")
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    return space_spec("Pendulum-v1")
+
+
+def test_gae_by_hand():
+    reward = np.array([1.0, 1.0, 1.0, 1.0])
+    value = np.array([0.5, 0.4, 0.3, 0.2])
+    next_value = np.array([0.4, 0.3, 9.0, 0.1])
+    terminated = np.array([0.0, 0.0, 1.0, 0.0])
+    cut = np.array([0.0, 0.0, 1.0, 1.0])
+    adv = gae(reward, value, next_value, terminated, cut, gamma=0.5, lam=0.5)
+    d = [1 + 0.5 * 0.4 - 0.5, 1 + 0.5 * 0.3 - 0.4, 1 - 0.3, 1 + 0.5 * 0.1 - 0.2]  # terminated: no V(s')
+    expected = [d[0] + 0.25 * (d[1] + 0.25 * d[2]), d[1] + 0.25 * d[2], d[2], d[3]]
+    assert adv.tolist() == pytest.approx(expected)
+
+
+def segment(n: int, obs_value: float, truncated_at: int | None = None) -> dict[str, np.ndarray]:
+    seg = {"obs": np.full((n, 4), obs_value, np.float32), "action": np.zeros(n, np.int64),
+           "reward": np.ones(n, np.float32), "next_obs": np.full((n, 4), obs_value, np.float32),
+           "terminated": np.zeros(n, np.uint8), "truncated": np.zeros(n, np.uint8)}
+    if truncated_at is not None:
+        seg["truncated"][truncated_at] = 1
+    return seg
+
+
+def test_segments_are_cut_at_their_ends_and_truncations(cartpole):
+    learner = PPOLearner(cartpole, CFG, seed=0)
+    data = learner.prepare([segment(3, 0.0, truncated_at=0), segment(2, 1.0)])
+    with torch.no_grad():
+        v0 = learner.value(torch.zeros(1, 4)).item()
+        v1 = learner.value(torch.ones(1, 4)).item()
+    g, lam = CFG.gamma, CFG.gae_lambda
+    d0 = 1 + g * v0 - v0
+    d1 = 1 + g * v1 - v1
+    # segment 1: step 0 is truncated (cut, bootstrapped), steps 1-2 run to the segment's end
+    expected = [d0, d0 + g * lam * d0, d0, d1 + g * lam * d1, d1]
+    assert data["advantage"].tolist() == pytest.approx(expected, rel=1e-5)
+    assert data["return"].tolist() == pytest.approx([a + v for a, v in zip(expected, [v0] * 3 + [v1] * 2)],
+                                                    rel=1e-5)
+
+
+def test_clipped_surrogate_by_hand(cartpole):
+    learner = PPOLearner(cartpole, PPOConfig(hidden=(16,), clip=0.2, vf_coef=0.0, ent_coef=0.0), seed=0)
+    obs = torch.zeros(2, 4)
+    action = torch.tensor([0, 1])
+    with torch.no_grad():
+        logp = learner.policy.log_prob(learner.policy.dist(obs), action)
+    mb = {"obs": obs, "action": action, "old_logp": logp - np.log(1.5), "advantage": torch.tensor([1.0, -1.0]),
+          "return": torch.zeros(2), "old_value": torch.zeros(2)}
+    total, stats = learner.loss(mb)
+    # ratio 1.5; standardised advantages +-1/sqrt(2) (std of [1, -1] is sqrt(2)):
+    # A > 0: max(-A 1.5, -A 1.2) = -1.2 A; A < 0: max(-A 1.5, -A 1.2) = -1.5 A -> mean 0.15 / sqrt(2)
+    a = 1 / np.sqrt(2)
+    assert stats["policy_loss"].item() == pytest.approx((-1.2 * a + 1.5 * a) / 2, rel=1e-5)
+    assert stats["clip_fraction"].item() == 1.0
+    assert total.item() == pytest.approx(stats["policy_loss"].item(), rel=1e-6)
+
+
+def test_value_loss_and_entropy_terms(cartpole):
+    learner = PPOLearner(cartpole, PPOConfig(hidden=(16,), vf_coef=0.5, ent_coef=0.1), seed=0)
+    obs = torch.randn(4, 4)
+    action = torch.tensor([0, 1, 0, 1])
+    with torch.no_grad():
+        dist = learner.policy.dist(obs)
+        logp = learner.policy.log_prob(dist, action)
+        value = learner.value(obs)
+    mb = {"obs": obs, "action": action, "old_logp": logp, "advantage": torch.tensor([1.0, 2.0, 3.0, 4.0]),
+          "return": value + 2.0, "old_value": value}
+    total, stats = learner.loss(mb)
+    assert stats["value_loss"].item() == pytest.approx(0.5 * 4.0, rel=1e-5)
+    assert stats["policy_loss"].item() == pytest.approx(0.0, abs=1e-6)  # ratio 1, standardised advantages
+    assert total.item() == pytest.approx(0.5 * 2.0 - 0.1 * dist.entropy().mean().item(), rel=1e-5)
+
+
+def test_train_improves_the_surrogate_and_counts_steps(cartpole):
+    learner = PPOLearner(cartpole, CFG, seed=0)
+    rng = np.random.default_rng(0)
+    seg = {"obs": rng.normal(size=(64, 4)).astype(np.float32), "action": rng.integers(0, 2, 64),
+           "reward": rng.normal(size=64).astype(np.float32), "next_obs": rng.normal(size=(64, 4)).astype(np.float32),
+           "terminated": np.zeros(64, np.uint8), "truncated": np.zeros(64, np.uint8)}
+    before = learner.policy_weights()
+    metrics = learner.train([seg], progress=0.5)
+    assert learner.updates == CFG.epochs * CFG.minibatches
+    assert metrics["lr"] == pytest.approx(CFG.lr * 0.5)
+    assert all(np.isfinite(v) for v in metrics.values())
+    assert any(not np.array_equal(before[k], v) for k, v in learner.policy_weights().items())
+
+
+def test_obs_norm_merges_batches_like_one(pendulum):
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(3, 2, size=(100, 3)), rng.normal(-1, 0.5, size=(37, 3))
+    norm = ObsNorm(3)
+    norm.update(torch.from_numpy(a))
+    norm.update(torch.from_numpy(b))
+    both = np.concatenate([a, b])
+    np.testing.assert_allclose(norm.mean.numpy(), both.mean(0), rtol=1e-10)
+    np.testing.assert_allclose(norm.var.numpy(), both.var(0), rtol=1e-10)
+    assert norm.count.item() == 137
+    x = torch.tensor([[3.0, 3.0, 3.0]])
+    expected = (3.0 - both.mean(0)) / np.sqrt(both.var(0) + 1e-8)
+    np.testing.assert_allclose(norm(x).numpy()[0], expected, rtol=1e-5)
+    assert ObsNorm(3, enabled=False)(x).tolist() == x.tolist()
+
+
+def test_statistics_travel_with_the_policy(pendulum):
+    cfg = PPOConfig(hidden=(16,), normalize_obs=True, epochs=1, minibatches=1)
+    learner = PPOLearner(pendulum, cfg, seed=0)
+    rng = np.random.default_rng(1)
+    obs = rng.normal(5, 3, size=(50, 3)).astype(np.float32)
+    seg = {"obs": obs, "action": rng.normal(size=(50, 1)).astype(np.float32), "reward": np.ones(50, np.float32),
+           "next_obs": obs, "terminated": np.zeros(50, np.uint8), "truncated": np.zeros(50, np.uint8)}
+    learner.train([seg])
+    weights = learner.policy_weights()
+    np.testing.assert_allclose(weights["norm.mean"], obs.astype(np.float64).mean(0), rtol=1e-6)
+    assert weights["norm.count"] == 50
+    actor = PPOActor(pendulum, cfg, seed=0)
+    actor.load(weights)
+    x = torch.from_numpy(obs[:4])
+    with torch.no_grad():
+        expected = np.clip(learner.policy.body(learner.policy.norm(x)).numpy(), -2, 2)
+    np.testing.assert_allclose(actor.act(obs[:4], deterministic=True), expected, rtol=1e-6)
+
+
+def test_actor_samples_unclipped_and_evaluates_within_bounds(pendulum, cartpole):
+    cfg = PPOConfig(hidden=(16,), init_log_std=1.5)
+    actor = PPOActor(pendulum, cfg, seed=0)
+    sampled = actor.act(np.zeros((500, 3), np.float32))
+    assert sampled.shape == (500, 1) and np.abs(sampled).max() > 2.0
+    assert np.abs(actor.act(np.full((5, 3), 100.0, np.float32), deterministic=True)).max() <= 2.0
+    discrete = PPOActor(cartpole, cfg, seed=0).act(np.zeros((100, 4), np.float32))
+    assert discrete.dtype == np.int64 and set(discrete.tolist()) == {0, 1}
+
+
+def test_checkpoint_round_trip(cartpole):
+    a = PPOLearner(cartpole, CFG, seed=0)
+    seg = segment(16, 0.3)
+    a.train([seg])
+    tensors, meta = a.state()
+    b = PPOLearner(cartpole, CFG, seed=5)
+    b.load_state(tensors, meta)
+    assert (b.updates, b.iterations) == (a.updates, a.iterations)
+    a.train([seg])
+    b.train([seg])
+    for name, value in a.policy_weights().items():
+        np.testing.assert_allclose(value, b.policy_weights()[name], rtol=1e-6)
+    with pytest.raises(ValueError, match="does not fit"):
+        PPOLearner(cartpole, PPOConfig(hidden=(32,)), seed=0).load_state(tensors, meta)
