@@ -66,6 +66,17 @@ ALGORITHMS: dict[str, Algorithm] = {
 }
 
 
+def lazy_exports(package: str, names: dict[str, str]):
+    """A module ``__getattr__`` that imports ``names[attr]`` (a submodule of ``package``) on first access."""
+
+    def __getattr__(attr: str):
+        if attr in names:
+            return getattr(importlib.import_module(f"{package}.{names[attr]}"), attr)
+        raise AttributeError(f"module {package!r} has no attribute {attr!r}")
+
+    return __getattr__
+
+
 def get(name: str) -> Algorithm:
     try:
         return ALGORITHMS[name]

@@ -1,7 +1,11 @@
-"""Proximal policy optimisation (clipped surrogate, GAE) for discrete and continuous actions; on-policy, SYNC."""
+"""Proximal policy optimisation (clipped surrogate, GAE) for discrete and continuous actions; on-policy, SYNC.
 
-from drl.algorithms.ppo.actor import PPOActor
+The learner and actor (and torch with them) load on first use, so that reading a configuration, as the
+command line does, stays light.
+"""
+
+from drl.algorithms import lazy_exports
 from drl.algorithms.ppo.config import PPOConfig
-from drl.algorithms.ppo.learner import PPOLearner
 
 __all__ = ["PPOActor", "PPOConfig", "PPOLearner"]
+__getattr__ = lazy_exports(__name__, {"PPOActor": "actor", "PPOLearner": "learner"})
