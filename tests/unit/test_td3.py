@@ -314,3 +314,40 @@ def test_td3_preset():
     assert get_preset("td3") == small
     large = get_preset("td3", "HalfCheetah-v4").validate()
     assert large.td3.hidden == (256, 256) and large.steps > small.steps
+
+
+class _Fixed(torch.nn.Module):
+    """Stands in for a network with outputs chosen by hand (the learner only calls it)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def test_clipped_double_q_target_loss_and_priorities_by_hand(spec):
+    learner = TD3Learner(spec, TD3Config(hidden=(8,), gamma=0.5, target_noise=0.0), seed=0)
+    # target actor outputs 0.5 in [-1, 1] (1.0 in Pendulum units); target critics 3 and 2 + that action
+    learner.actor_target = _Fixed(lambda obs: torch.full((len(obs), 1), 0.5))
+    learner.critic_target = _Fixed(lambda obs, a: (torch.full((len(obs),), 3.0), 2.0 + a[:, 0]))
+    seen = {}
+
+    def critics(obs, action):
+        seen["action"] = action.clone()
+        return obs[:, 0] * 0 + torch.tensor([1.0, 0.0], requires_grad=True), torch.tensor([2.0, 4.0],
+                                                                                          requires_grad=True)
+
+    learner.critic.forward = critics
+    learner.critic_opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
+    batch = {"obs": torch.zeros(2, 3), "action": torch.tensor([[2.0], [-1.0]]), "reward": torch.tensor([1.0, 1.0]),
+             "next_obs": torch.zeros(2, 3), "terminated": torch.tensor([0.0, 1.0])}
+    metrics = learner.update(dict(batch))
+    # y = r + 0.5 (1 - d) min(3, 2.5) = [2.25, 1]; actions rescaled from [-2, 2] to [-1, 1]
+    assert seen["action"][:, 0].tolist() == [1.0, -0.5]
+    # critic loss: mean((1 - 2.25)^2, (0 - 1)^2) + mean((2 - 2.25)^2, (4 - 1)^2)
+    assert metrics["critic_loss"] == pytest.approx((1.5625 + 1.0) / 2 + (0.0625 + 9.0) / 2)
+    assert learner.td_errors.tolist() == pytest.approx([(1.25 + 0.25) / 2, (1.0 + 3.0) / 2])
+    weighted = learner.update(dict(batch, weight=torch.tensor([1.0, 0.5])))
+    assert weighted["critic_loss"] == pytest.approx((1.5625 + 0.0625 + 0.5 * (1.0 + 9.0)) / 2)
