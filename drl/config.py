@@ -155,6 +155,19 @@ class ExperimentConfig:
         return from_dict(cls, data)
 
 
+def merge(base: dict, data: Any, where: str) -> dict:
+    """``base`` with ``data``'s values laid over it, nested blocks merged key by key."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must hold a JSON object")
+    out = dict(base)
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            out[key] = merge(base[key], value, where)
+        else:
+            out[key] = value
+    return out
+
+
 def _positive(value: float) -> bool:
     return math.isfinite(value) and value > 0
 

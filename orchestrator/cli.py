@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from drl.config import ConfigError, ExperimentConfig, coerce, from_dict, iter_options, replace
+from drl.config import ConfigError, ExperimentConfig, coerce, from_dict, iter_options, merge, replace
 from drl.errors import UserError
 from drl.presets import PRESETS, get_preset
 
@@ -93,7 +93,7 @@ def resolve_config(argv: list[str]) -> ExperimentConfig:
     args.pop("config", None)
     if args.pop("resume", None):
         args["run_name"] = resume
-    cfg = from_dict(ExperimentConfig, _merge(dataclasses.asdict(base), file_data, known.config)) if file_data else base
+    cfg = from_dict(ExperimentConfig, merge(dataclasses.asdict(base), file_data, f"config file {known.config}")) if file_data else base
     if "memory" not in args and not file_data.get("memory") and os.environ.get("DRL_MEMORY_URL"):
         args["memory"] = os.environ["DRL_MEMORY_URL"]
     types = _option_types()
@@ -113,18 +113,6 @@ def _read_config_file(path: Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a JSON object")
     return data
-
-
-def _merge(base: dict, data: Any, where: str) -> dict:
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {where} must hold a JSON object")
-    out = dict(base)
-    for key, value in data.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            out[key] = _merge(base[key], value, where)
-        else:
-            out[key] = value
-    return out
 
 
 def check_environment(cfg: ExperimentConfig) -> None:

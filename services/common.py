@@ -1,12 +1,14 @@
 """What every service shares: reading its context from the environment, logging, and exit codes.
 
 A service learns everything from its environment (set by the orchestrator's plan): ``DRL_CONFIG`` (the
-experiment configuration as JSON), ``DRL_RUN``, ``DRL_RUN_DIR``, ``DRL_MEMORY_URL``, ``DRL_STORE`` and, for
+experiment configuration as a JSON object: every value, as local runs pass it, or only the preset, env and
+overrides, as the helm chart's ConfigMap holds it; ``drl.presets.resolve`` fills in the rest), ``DRL_RUN``, ``DRL_RUN_DIR``, ``DRL_MEMORY_URL``, ``DRL_STORE`` and, for
 rollout workers, ``DRL_WORKER_INDEX``. Credentials therefore never appear in process arguments.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -18,6 +20,7 @@ from typing import Callable
 import redis
 
 from drl.config import ExperimentConfig
+from drl.presets import resolve
 from drl.errors import UserError
 from drl.memory.redis_backend import Keys, connect, retrying
 from drl.store import PolicyStore, run_store
@@ -44,7 +47,11 @@ class ServiceContext:
         if missing:
             raise UserError(f"{role}: environment variable(s) {', '.join(missing)} must be set "
                             "(services are started by drl-orchestrate, which sets them)")
-        config = ExperimentConfig.from_json(env["DRL_CONFIG"]).validate()
+        try:
+            data = json.loads(env["DRL_CONFIG"])
+        except json.JSONDecodeError as exc:
+            raise UserError(f"DRL_CONFIG is not valid JSON: {exc}") from None
+        config = resolve(data, "DRL_CONFIG")
         numbers = {}
         for var in ("DRL_WORKER_INDEX", "DRL_STEPS_DONE"):
             try:
@@ -91,10 +98,33 @@ class StatusWriter:
         retrying(lambda: self.client.hset(self.key, mapping=fields), "status", self.retry_s)
 
 
+HEARTBEAT_EVERY_S = 5.0
+
+
+def start_heartbeat(path: str) -> None:
+    """Touches ``path`` every few seconds from a daemon thread: the exec probes of the Kubernetes pods check
+    its age (``find PATH -mmin -1``), so a process that is wedged hard enough to stop its threads is restarted."""
+    import threading
+
+    target = Path(path)
+
+    def beat() -> None:
+        while True:
+            try:
+                target.touch()
+            except OSError as exc:
+                logging.getLogger("drl").warning("heartbeat file %s cannot be written: %s", target, exc)
+            time.sleep(HEARTBEAT_EVERY_S)
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+
+
 def run_service(role: str, body: Callable[[ServiceContext], int]) -> None:
     """Runs a service body with logging set up; UserError becomes one line and exit code 2."""
     logging.basicConfig(level=os.environ.get("DRL_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s {role} %(levelname)s %(message)s", stream=sys.stderr)
+    if os.environ.get("DRL_HEARTBEAT_FILE"):
+        start_heartbeat(os.environ["DRL_HEARTBEAT_FILE"])
     try:
         ctx = ServiceContext.from_env(role)
         code = body(ctx)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
-from drl.config import ExperimentConfig
+from drl.config import ConfigError, ExperimentConfig, from_dict, merge
 from drl.errors import UserError
 from drl.presets.dqn import dqn
 from drl.presets.ppo import ppo
@@ -20,3 +21,13 @@ def get_preset(name: str, env: str | None = None) -> ExperimentConfig:
     except KeyError:
         raise UserError(f"unknown preset {name!r}; accepted: {', '.join(sorted(PRESETS))}") from None
     return factory(env)
+
+
+def resolve(data: dict, where: str = "configuration") -> ExperimentConfig:
+    """A configuration from a JSON object that may hold only some values (a helm chart's ConfigMap holds the
+    preset, the env and the chosen overrides; a local run's holds every value): the named preset for the named
+    env, overridden by the object's values, validated."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must be a JSON object")
+    base = get_preset(str(data.get("preset") or "sac"), data.get("env"))
+    return from_dict(ExperimentConfig, merge(dataclasses.asdict(base), data, where)).validate()
