@@ -1,0 +1,320 @@
+{{/*
+Names, labels and the pieces every drl pod shares. The objects, commands and environment follow
+docs/kubernetes.md ("The contract every deployment of a run follows").
+*/}}
+
+{{/* The release's full name: every object name starts with it (kept short enough for the longest suffix). */}}
+{{- define "drl.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The run name: runName, else the release name. */}}
+{{- define "drl.run" -}}
+{{- .Values.runName | default .Release.Name -}}
+{{- end -}}
+
+{{/* Labels of every object; call with (dict "ctx" $ "component" "<role>"). */}}
+{{- define "drl.labels" -}}
+{{ include "drl.selectorLabels" . }}
+app.kubernetes.io/part-of: drl
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_" }}
+drl.dev/run: {{ include "drl.run" .ctx }}
+{{- end -}}
+
+{{/* Labels a StatefulSet selects its pods and a Service its endpoints by. */}}
+{{- define "drl.selectorLabels" -}}
+app.kubernetes.io/name: drl
+app.kubernetes.io/instance: {{ include "drl.run" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* The pod annotation that changes whenever the rendered ConfigMap does. */}}
+{{- define "drl.checksumAnnotation" -}}
+checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
+{{- end -}}
+
+{{/* image: "repository:tag" for a component block, falling back to the top-level image; (dict "ctx" $ "component" "trainer"). */}}
+{{- define "drl.image" -}}
+{{- $own := (index .ctx.Values .component).image | default dict -}}
+{{- $repository := $own.repository | default .ctx.Values.image.repository -}}
+{{- $tag := $own.tag | default .ctx.Values.image.tag | default .ctx.Chart.AppVersion -}}
+{{- printf "%s:%s" $repository $tag -}}
+{{- end -}}
+
+{{- define "drl.imagePullPolicy" -}}
+{{- $own := (index .ctx.Values .component).image | default dict -}}
+{{- $own.pullPolicy | default .ctx.Values.image.pullPolicy -}}
+{{- end -}}
+
+{{/* The experiment configuration the ConfigMap holds: preset, env (when set), workers, mode, steps (when set),
+seed, run_name and the config overrides (the top-level values win). */}}
+{{- define "drl.configJson" -}}
+{{- $cfg := deepCopy (.Values.config | default dict) -}}
+{{- $_ := set $cfg "preset" .Values.preset -}}
+{{- if .Values.env -}}
+{{- $_ := set $cfg "env" .Values.env -}}
+{{- end -}}
+{{- $_ := set $cfg "workers" (int .Values.workers) -}}
+{{- $_ := set $cfg "mode" .Values.mode -}}
+{{- if not (kindIs "invalid" .Values.steps) -}}
+{{- $_ := set $cfg "steps" (int64 .Values.steps) -}}
+{{- end -}}
+{{- $_ := set $cfg "seed" (int64 .Values.seed) -}}
+{{- $_ := set $cfg "run_name" (include "drl.run" .) -}}
+{{- toPrettyJson $cfg -}}
+{{- end -}}
+
+{{- define "drl.memoryUrl" -}}
+{{- if .Values.externalRedis.enabled -}}
+{{- $url := required "externalRedis.url is required when externalRedis.enabled" .Values.externalRedis.url -}}
+{{- if regexMatch "^[a-z]+://[^/@]*:[^/@]*@" $url -}}
+{{- fail "externalRedis.url must not carry a password: put it in a Secret (externalRedis.existingSecret) or credentials.redisPassword" -}}
+{{- end -}}
+{{- $url -}}
+{{- else -}}
+{{- printf "redis://%s-redis:6379/0" (include "drl.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "drl.storeUrl" -}}
+{{- if .Values.externalS3.enabled -}}
+{{- printf "s3://%s/%s" (required "externalS3.bucket is required" .Values.externalS3.bucket) (.Values.externalS3.prefix | trimAll "/") | trimSuffix "/" -}}
+{{- else -}}
+s3://drl/runs
+{{- end -}}
+{{- end -}}
+
+{{- define "drl.s3Endpoint" -}}
+{{- if .Values.externalS3.enabled -}}
+{{- required "externalS3.endpoint is required when externalS3.enabled" .Values.externalS3.endpoint -}}
+{{- else -}}
+{{- printf "http://%s-minio:9000" (include "drl.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* secretKeyRef of the Redis password. */}}
+{{- define "drl.redisPasswordRef" -}}
+{{- if and .Values.externalRedis.enabled .Values.externalRedis.existingSecret -}}
+name: {{ .Values.externalRedis.existingSecret }}
+key: {{ .Values.externalRedis.passwordKey }}
+{{- else -}}
+name: {{ include "drl.fullname" . }}-credentials
+key: redis-password
+{{- end -}}
+{{- end -}}
+
+{{/* secretKeyRef of an S3 credential; (dict "ctx" $ "which" "access"|"secret"). */}}
+{{- define "drl.s3KeyRef" -}}
+{{- $s3 := .ctx.Values.externalS3 -}}
+{{- if and $s3.enabled $s3.existingSecret -}}
+name: {{ $s3.existingSecret }}
+key: {{ ternary $s3.accessKeyKey $s3.secretKeyKey (eq .which "access") }}
+{{- else -}}
+name: {{ include "drl.fullname" .ctx }}-credentials
+key: {{ ternary "s3-access-key" "s3-secret-key" (eq .which "access") }}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod-level security context of the drl roles. */}}
+{{- define "drl.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+fsGroup: 10001
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* Container security context; (dict "uid" N "gid" N). */}}
+{{- define "drl.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .uid }}
+runAsGroup: {{ .gid }}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+privileged: false
+capabilities:
+  drop:
+    - ALL
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* Scheduling fields of a component block; (dict "ctx" $ "component" "trainer"). */}}
+{{- define "drl.scheduling" -}}
+{{- $c := index .ctx.Values .component -}}
+{{- with $c.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $c.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $c.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .ctx.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The environment of a drl role, in the contract's order, then the component's extraEnv;
+(dict "ctx" $ "role" "trainer"|"rollout"|"evaluator"). */}}
+{{- define "drl.env" -}}
+{{- $ctx := .ctx -}}
+{{- $fullname := include "drl.fullname" $ctx -}}
+- name: DRL_CONFIG
+  valueFrom:
+    configMapKeyRef:
+      name: {{ $fullname }}-config
+      key: config.json
+- name: DRL_RUN
+  value: {{ include "drl.run" $ctx | quote }}
+- name: DRL_RUN_DIR
+  value: /var/lib/drl/run
+- name: DRL_MEMORY_URL
+  value: {{ include "drl.memoryUrl" $ctx | quote }}
+- name: DRL_MEMORY_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      {{- include "drl.redisPasswordRef" $ctx | nindent 6 }}
+- name: DRL_STORE
+  value: {{ include "drl.storeUrl" $ctx | quote }}
+- name: DRL_S3_ENDPOINT
+  value: {{ include "drl.s3Endpoint" $ctx | quote }}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef:
+      {{- include "drl.s3KeyRef" (dict "ctx" $ctx "which" "access") | nindent 6 }}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      {{- include "drl.s3KeyRef" (dict "ctx" $ctx "which" "secret") | nindent 6 }}
+{{- if and (eq .role "trainer") (not $ctx.Values.externalS3.enabled) }}
+- name: DRL_S3_CREATE_BUCKET
+  value: "1"
+{{- end }}
+- name: DRL_STEPS_DONE
+  value: "0"
+{{- if eq .role "rollout" }}
+- name: DRL_WORKER_INDEX
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.annotations['batch.kubernetes.io/job-completion-index']
+{{- end }}
+- name: PYTHONUNBUFFERED
+  value: "1"
+- name: OMP_NUM_THREADS
+  value: {{ ternary (($ctx.Values.config | default dict).trainer_threads | default 1 | int | toString) "1" (eq .role "trainer") | quote }}
+- name: DRL_HEARTBEAT_FILE
+  value: /tmp/drl/heartbeat
+- name: DRL_CACHE_DIR
+  value: /var/cache/drl
+- name: HOME
+  value: /tmp
+{{- with (index $ctx.Values .role).extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The pod template of a drl role (trainer, rollout, evaluator); (dict "ctx" $ "role" "trainer"). */}}
+{{- define "drl.podTemplate" -}}
+{{- $ctx := .ctx -}}
+{{- $c := index $ctx.Values .role -}}
+{{- $fullname := include "drl.fullname" $ctx -}}
+metadata:
+  labels:
+    {{- include "drl.labels" (dict "ctx" $ctx "component" .role) | nindent 4 }}
+  annotations:
+    {{- include "drl.checksumAnnotation" $ctx | nindent 4 }}
+spec:
+  restartPolicy: OnFailure
+  {{- if eq .role "trainer" }}
+  terminationGracePeriodSeconds: 60
+  {{- end }}
+  serviceAccountName: {{ $fullname }}
+  automountServiceAccountToken: false
+  enableServiceLinks: false
+  securityContext:
+    {{- include "drl.podSecurityContext" $ctx | nindent 4 }}
+  {{- with include "drl.scheduling" (dict "ctx" $ctx "component" .role) }}
+  {{- . | trim | nindent 2 }}
+  {{- end }}
+  containers:
+    - name: {{ .role }}
+      image: {{ include "drl.image" (dict "ctx" $ctx "component" .role) | quote }}
+      imagePullPolicy: {{ include "drl.imagePullPolicy" (dict "ctx" $ctx "component" .role) }}
+      command: ["python", "-m", "services.{{ .role }}"]
+      env:
+        {{- include "drl.env" . | nindent 8 }}
+      {{- $resources := deepCopy ($c.resources | default dict) }}
+      {{- if and (eq .role "trainer") $c.gpu.enabled }}
+      {{- $limits := get $resources "limits" | default dict }}
+      {{- $_ := set $limits $c.gpu.resourceName (int $c.gpu.count) }}
+      {{- $_ := set $resources "limits" $limits }}
+      {{- end }}
+      {{- with $resources }}
+      resources:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      securityContext:
+        {{- include "drl.containerSecurityContext" (dict "uid" 10001 "gid" 10001) | nindent 8 }}
+      startupProbe:
+        exec:
+          command:
+            - sh
+            - -c
+            - test -n "$(find /tmp/drl/heartbeat -mmin -1 2>/dev/null)"
+        periodSeconds: 5
+        timeoutSeconds: 5
+        failureThreshold: 60
+      livenessProbe:
+        exec:
+          command:
+            - sh
+            - -c
+            - test -n "$(find /tmp/drl/heartbeat -mmin -1 2>/dev/null)"
+        periodSeconds: 30
+        timeoutSeconds: 5
+        failureThreshold: 3
+      readinessProbe:
+        exec:
+          command:
+            - sh
+            - -c
+            - test -n "$(find /tmp/drl/heartbeat -mmin -1 2>/dev/null)"
+        periodSeconds: 15
+        timeoutSeconds: 5
+        failureThreshold: 2
+      volumeMounts:
+        - name: tmp
+          mountPath: /tmp
+        - name: heartbeat
+          mountPath: /tmp/drl
+        - name: run
+          mountPath: /var/lib/drl/run
+        - name: cache
+          mountPath: /var/cache/drl
+  volumes:
+    - name: tmp
+      emptyDir: {}
+    - name: heartbeat
+      emptyDir:
+        medium: Memory
+        sizeLimit: 1Mi
+    - name: run
+      emptyDir: {}
+    - name: cache
+      emptyDir: {}
+{{- end -}}

@@ -1,0 +1,635 @@
+"""The helm chart (helm/), rendered by Helm's own engine (helm-python-sdk) and checked against the contract in
+docs/kubernetes.md: lint, Kubernetes schemas (kubernetes-validate, strict), values.schema.json, names, labels,
+commands, environment, credentials, security settings and the ConfigMap's configuration."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from drl.presets import resolve
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm"
+RELEASE = "drl"
+NAMESPACE = "drl-test"
+# Recent Kubernetes minor versions the shipped kubernetes-validate has schemas for.
+K8S_VERSIONS = ("1.35", "1.36", "1.37")
+ROLES = ("trainer", "rollout", "evaluator")
+LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
+          "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by", "drl.dev/run")
+WORKLOAD_KINDS = ("Job", "StatefulSet")
+
+# The environment of each drl role, in the order the chart renders it (the table in docs/kubernetes.md).
+ENV_ORDER = {
+    "trainer": ["DRL_CONFIG", "DRL_RUN", "DRL_RUN_DIR", "DRL_MEMORY_URL", "DRL_MEMORY_PASSWORD", "DRL_STORE",
+                "DRL_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "DRL_S3_CREATE_BUCKET",
+                "DRL_STEPS_DONE", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "DRL_HEARTBEAT_FILE", "DRL_CACHE_DIR", "HOME"],
+    "rollout": ["DRL_CONFIG", "DRL_RUN", "DRL_RUN_DIR", "DRL_MEMORY_URL", "DRL_MEMORY_PASSWORD", "DRL_STORE",
+                "DRL_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "DRL_STEPS_DONE", "DRL_WORKER_INDEX",
+                "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "DRL_HEARTBEAT_FILE", "DRL_CACHE_DIR", "HOME"],
+    "evaluator": ["DRL_CONFIG", "DRL_RUN", "DRL_RUN_DIR", "DRL_MEMORY_URL", "DRL_MEMORY_PASSWORD", "DRL_STORE",
+                  "DRL_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "DRL_STEPS_DONE",
+                  "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "DRL_HEARTBEAT_FILE", "DRL_CACHE_DIR", "HOME"],
+}
+
+EXTERNAL = {
+    "externalRedis": {"enabled": True, "url": "rediss://redis.example.internal:6380/2",
+                      "existingSecret": "team-redis", "passwordKey": "password"},
+    "externalS3": {"enabled": True, "endpoint": "https://s3.eu-west-1.amazonaws.com", "bucket": "team-runs",
+                   "prefix": "drl/exp", "existingSecret": "team-s3", "accessKeyKey": "id", "secretKeyKey": "key"},
+}
+CUSTOM = {
+    "trainer": {"resources": {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"memory": "16Gi"}},
+                "nodeSelector": {"pool": "cpu-large"},
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "drl", "effect": "NoSchedule"}],
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
+                "extraEnv": [{"name": "DRL_LOG_LEVEL", "value": "DEBUG"}]},
+    "rollout": {"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": 1, "memory": "2Gi"}},
+                "nodeSelector": {"pool": "spot"},
+                "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]},
+    "evaluator": {"resources": {"requests": {"cpu": "1"}}, "nodeSelector": {"pool": "cpu"}},
+    "redis": {"resources": {"requests": {"cpu": "250m", "memory": "512Mi"}}, "nodeSelector": {"pool": "infra"},
+              "tolerations": [{"key": "infra", "operator": "Exists"}]},
+    "minio": {"resources": {"requests": {"cpu": "250m", "memory": "512Mi"}}, "nodeSelector": {"pool": "infra"},
+              "persistence": {"enabled": True, "size": "20Gi", "storageClass": "fast"}},
+    "imagePullSecrets": [{"name": "registry"}],
+    "image": {"repository": "registry.example.com/drl", "tag": "0.1.0", "pullPolicy": "Always"},
+}
+GPU = {"trainer": {"gpu": {"enabled": True, "count": 2}, "resources": {"limits": {"memory": "32Gi"}},
+                   "image": {"repository": "registry.example.com/drl-cuda"}},
+       "config": {"trainer_threads": 8}}
+
+VALUE_SETS = {
+    "default": {},
+    "sac-32": {"preset": "sac", "workers": 32},
+    "external": EXTERNAL,
+    "gpu": GPU,
+    "workers-64": {"workers": 64, "mode": "async", "steps": 1_000_000, "seed": 7, "env": "HalfCheetah-v5"},
+    "custom": CUSTOM,
+    "ppo": {"preset": "ppo", "workers": 8, "runName": "cartpole-1", "config": {"ppo": {"epochs": 5}}},
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _chart() -> helm.Chart:
+    return helm.Chart.load(CHART)
+
+
+@functools.lru_cache(maxsize=None)
+def _render_files(values_json: str, name: str) -> dict[str, str]:
+    return _chart().render(json.loads(values_json), name=name, namespace=NAMESPACE)
+
+
+def render_files(values: dict | None = None, name: str = RELEASE) -> dict[str, str]:
+    """The rendered templates by path (NOTES.txt included)."""
+    return _render_files(json.dumps(values or {}, sort_keys=True), name)
+
+
+def render(values: dict | None = None, name: str = RELEASE) -> list[dict]:
+    """Every Kubernetes object `helm template` would print for these values (the test hook included)."""
+    docs = []
+    for path, text in sorted(render_files(values, name).items()):
+        if path.endswith(".txt"):
+            continue
+        docs += [doc for doc in yaml.safe_load_all(text) if doc]
+    return docs
+
+
+def find(docs: list[dict], kind: str, name: str) -> dict:
+    matches = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(matches) == 1, f"{kind}/{name}: {len(matches)} found in {[(d['kind'], d['metadata']['name']) for d in docs]}"
+    return matches[0]
+
+
+def pod_specs(docs: list[dict]) -> list[tuple[str, dict, dict]]:
+    """(object name, pod metadata, pod spec) of every workload's pod template and of bare pods."""
+    out = []
+    for d in docs:
+        if d["kind"] in WORKLOAD_KINDS:
+            out.append((d["metadata"]["name"], d["spec"]["template"]["metadata"], d["spec"]["template"]["spec"]))
+        elif d["kind"] == "Pod":
+            out.append((d["metadata"]["name"], d["metadata"], d["spec"]))
+    return out
+
+
+def role_container(docs: list[dict], role: str, fullname: str = RELEASE) -> dict:
+    spec = find(docs, "Job", f"{fullname}-{role}")["spec"]["template"]["spec"]
+    [container] = spec["containers"]
+    return container
+
+
+def env_of(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def secret_values(docs: list[dict]) -> set[str]:
+    secret = next(d for d in docs if d["kind"] == "Secret")
+    return {base64.b64decode(v).decode() for v in secret.get("data", {}).values() if v}
+
+
+def strings(node):
+    if isinstance(node, dict):
+        for value in node.values():
+            yield from strings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from strings(value)
+    elif isinstance(node, str):
+        yield node
+
+
+# -- the chart as a whole ------------------------------------------------------------------------------------
+
+
+def test_chart_metadata():
+    meta = _chart().metadata
+    assert (meta["apiVersion"], meta["name"], meta["version"]) == ("v2", "drl", "0.1.0")
+    assert meta["appVersion"]
+    assert _chart().schema is not None
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_lint_clean(name):
+    report = helm.lint(CHART, VALUE_SETS[name], strict=True)
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_manifests_valid_for_recent_kubernetes(name):
+    docs = render(VALUE_SETS[name])
+    assert docs
+    for doc in docs:
+        for version in K8S_VERSIONS:
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                path = ".".join(str(p) for p in exc.path)
+                pytest.fail(f"{doc['kind']}/{doc['metadata']['name']} invalid for Kubernetes {version}: "
+                            f"{path}: {exc.message}")
+
+
+@pytest.mark.parametrize("values, complaint", [
+    ({"workers": 0}, "/workers"),
+    ({"mode": "turbo"}, "/mode"),
+    ({"turbo": True}, "turbo"),
+    ({"preset": "a2c"}, "/preset"),
+    ({"workers": "many"}, "/workers"),
+    ({"steps": 0}, "/steps"),
+    ({"seed": -1}, "/seed"),
+    ({"runName": "bad name!"}, "/runName"),
+    ({"trainer": {"gpu": {"enabled": True, "count": 0}}}, "/trainer/gpu/count"),
+    ({"trainer": {"replicas": 3}}, "replicas"),
+    ({"rollout": {"extraEnv": [{"value": "x"}]}}, "/rollout/extraEnv/0"),
+    ({"redis": {"image": {"pullPolicy": "Sometimes"}}}, "/redis/image/pullPolicy"),
+    ({"externalRedis": {"enabled": True}}, "/externalRedis"),
+    ({"externalRedis": {"enabled": True, "url": "http://redis:6379"}}, "/externalRedis/url"),
+    ({"externalS3": {"enabled": True}}, "/externalS3"),
+    ({"credentials": {"s3SecretKey": "short"}}, "/credentials/s3SecretKey"),
+    ({"config": {"memory": "redis://user:pw@host:6379/0"}}, "/config/memory"),
+])
+def test_schema_rejects_wrong_values(values, complaint):
+    with pytest.raises(helm.HelmValuesError, match=complaint):
+        _chart().validate_schema(values)
+    with pytest.raises(helm.HelmValuesError):
+        _chart().render(values, name=RELEASE, namespace=NAMESPACE)
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_schema_accepts_the_value_sets(name):
+    _chart().validate_schema(VALUE_SETS[name])
+
+
+def test_external_redis_url_with_password_is_refused():
+    values = {"externalRedis": {"enabled": True, "url": "redis://default:hunter2@redis:6379/0"}}
+    with pytest.raises(helm.HelmError, match="must not carry a password"):
+        _chart().render(values, name=RELEASE, namespace=NAMESPACE)
+
+
+# -- objects, names and labels -----------------------------------------------------------------------------
+
+
+def test_objects_of_a_default_release():
+    kinds = sorted((d["kind"], d["metadata"]["name"]) for d in render())
+    assert kinds == sorted([
+        ("ConfigMap", "drl-config"), ("Secret", "drl-credentials"),
+        ("ServiceAccount", "drl"), ("Role", "drl"), ("RoleBinding", "drl"),
+        ("Job", "drl-trainer"), ("Job", "drl-rollout"), ("Job", "drl-evaluator"),
+        ("StatefulSet", "drl-redis"), ("Service", "drl-redis"),
+        ("StatefulSet", "drl-minio"), ("Service", "drl-minio"),
+        ("Pod", "drl-test-run"),
+    ])
+
+
+def test_names_follow_the_release_and_labels_the_run():
+    docs = render({"runName": "exp-7"}, name="team")
+    names = {d["metadata"]["name"] for d in docs}
+    assert {"team-drl-config", "team-drl-credentials", "team-drl", "team-drl-trainer", "team-drl-rollout",
+            "team-drl-evaluator", "team-drl-redis", "team-drl-minio"} <= names
+    for doc in docs:
+        assert doc["metadata"]["labels"]["drl.dev/run"] == "exp-7"
+        assert doc["metadata"]["labels"]["app.kubernetes.io/instance"] == "exp-7"
+    env = env_of(role_container(docs, "trainer", "team-drl"))
+    assert env["DRL_RUN"]["value"] == "exp-7"
+    assert env["DRL_MEMORY_URL"]["value"] == "redis://team-drl-redis:6379/0"
+    assert json.loads(find(docs, "ConfigMap", "team-drl-config")["data"]["config.json"])["run_name"] == "exp-7"
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_every_object_and_pod_carries_the_labels(name):
+    values = VALUE_SETS[name]
+    run = values.get("runName") or RELEASE
+    docs = render(values)
+    labelled = [(d["kind"], d["metadata"]) for d in docs]
+    labelled += [("pod of " + n, meta) for n, meta, _ in pod_specs(docs)]
+    for what, meta in labelled:
+        labels = meta.get("labels", {})
+        missing = [k for k in LABELS if k not in labels]
+        assert not missing, f"{what} {meta.get('name', '')} lacks {missing}"
+        assert labels["app.kubernetes.io/name"] == "drl"
+        assert labels["app.kubernetes.io/part-of"] == "drl"
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        assert labels["app.kubernetes.io/instance"] == run
+        assert labels["drl.dev/run"] == run
+    shared = {"ConfigMap": "config", "Secret": "credentials", "ServiceAccount": "rbac", "Role": "rbac",
+              "RoleBinding": "rbac", "Pod": "test"}
+    for d in docs:
+        component = d["metadata"]["labels"]["app.kubernetes.io/component"]
+        if d["kind"] in ("Job", "StatefulSet", "Service"):
+            assert component == d["metadata"]["name"].rsplit("-", 1)[1]
+        else:
+            assert component == shared[d["kind"]]
+
+
+def test_service_account_and_role_grant_nothing_but_the_config():
+    docs = render()
+    assert find(docs, "ServiceAccount", "drl")["automountServiceAccountToken"] is False
+    [rule] = find(docs, "Role", "drl")["rules"]
+    assert rule == {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["drl-config"], "verbs": ["get"]}
+    binding = find(docs, "RoleBinding", "drl")
+    assert binding["roleRef"]["name"] == "drl"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "drl", "namespace": NAMESPACE}]
+    for name, _, spec in pod_specs(docs):
+        assert spec["serviceAccountName"] == "drl", name
+        assert spec["automountServiceAccountToken"] is False, name
+
+
+# -- jobs, commands, environment ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [1, 2, 32, 64])
+def test_rollout_job_runs_one_indexed_pod_per_worker(workers):
+    docs = render({"workers": workers})
+    job = find(docs, "Job", "drl-rollout")["spec"]
+    assert job["completionMode"] == "Indexed"
+    assert job["parallelism"] == job["completions"] == workers
+    assert job["template"]["spec"]["restartPolicy"] == "OnFailure"
+    index = env_of(role_container(docs, "rollout"))["DRL_WORKER_INDEX"]
+    assert index["valueFrom"] == {"fieldRef": {
+        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
+    config = json.loads(find(docs, "ConfigMap", "drl-config")["data"]["config.json"])
+    assert config["workers"] == workers
+
+
+def test_trainer_and_evaluator_jobs():
+    docs = render()
+    for role in ("trainer", "evaluator"):
+        job = find(docs, "Job", f"drl-{role}")["spec"]
+        assert job["completions"] == job["parallelism"] == 1
+        assert "completionMode" not in job
+        assert job["template"]["spec"]["restartPolicy"] == "OnFailure"
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_role_containers_commands_and_environment(name):
+    values = VALUE_SETS[name]
+    docs = render(values)
+    external = bool(values.get("externalS3", {}).get("enabled"))
+    threads = str(values.get("config", {}).get("trainer_threads", 1))
+    for role in ROLES:
+        container = role_container(docs, role)
+        assert container["name"] == role
+        assert container["command"] == ["python", "-m", f"services.{role}"]
+        assert "args" not in container
+        env = env_of(container)
+        expected = [n for n in ENV_ORDER[role] if not (n == "DRL_S3_CREATE_BUCKET" and external)]
+        extra = [e["name"] for e in values.get(role, {}).get("extraEnv", [])]
+        assert [e["name"] for e in container["env"]] == expected + extra
+        assert env["DRL_CONFIG"]["valueFrom"] == {"configMapKeyRef": {"name": "drl-config", "key": "config.json"}}
+        assert env["DRL_RUN"]["value"] == (values.get("runName") or RELEASE)
+        assert env["DRL_RUN_DIR"]["value"] == "/var/lib/drl/run"
+        assert env["DRL_STEPS_DONE"]["value"] == "0"
+        assert env["PYTHONUNBUFFERED"]["value"] == "1"
+        assert env["OMP_NUM_THREADS"]["value"] == (threads if role == "trainer" else "1")
+        assert env["DRL_HEARTBEAT_FILE"]["value"] == "/tmp/drl/heartbeat"
+        assert env["DRL_CACHE_DIR"]["value"] == "/var/cache/drl"
+        assert env["HOME"]["value"] == "/tmp"
+        if not external:
+            assert env["DRL_STORE"]["value"] == "s3://drl/runs"
+            assert env["DRL_S3_ENDPOINT"]["value"] == "http://drl-minio:9000"
+        if role == "trainer" and not external:
+            assert env["DRL_S3_CREATE_BUCKET"]["value"] == "1"
+
+
+def test_images():
+    docs = render(CUSTOM)
+    assert role_container(docs, "rollout")["image"] == "registry.example.com/drl:0.1.0"
+    assert role_container(docs, "rollout")["imagePullPolicy"] == "Always"
+    for _, _, spec in pod_specs(docs):
+        assert spec["imagePullSecrets"] == [{"name": "registry"}]
+    docs = render(GPU)
+    assert role_container(docs, "trainer")["image"] == "registry.example.com/drl-cuda:latest"
+    assert role_container(docs, "evaluator")["image"] == "drl:latest"
+    docs = render()
+    assert find(docs, "StatefulSet", "drl-redis")["spec"]["template"]["spec"]["containers"][0]["image"] == \
+        "valkey/valkey:8.1-alpine"
+    assert find(docs, "StatefulSet", "drl-minio")["spec"]["template"]["spec"]["containers"][0]["image"] == \
+        "minio/minio:RELEASE.2025-04-22T22-12-26Z"
+
+
+# -- credentials -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_credentials_are_referenced_never_inlined(name):
+    values = VALUE_SETS[name]
+    docs = render(values)
+    secrets = secret_values(docs)
+    for doc in docs:
+        if doc["kind"] == "Secret":
+            continue
+        leaked = secrets & set(strings(doc))
+        assert not leaked, f"{doc['kind']}/{doc['metadata']['name']} inlines a credential"
+    redis_secret = values.get("externalRedis", {}).get("existingSecret") or "drl-credentials"
+    s3_secret = values.get("externalS3", {}).get("existingSecret") or "drl-credentials"
+    for role in ROLES:
+        env = env_of(role_container(docs, role))
+        for var, secret in (("DRL_MEMORY_PASSWORD", redis_secret), ("AWS_ACCESS_KEY_ID", s3_secret),
+                            ("AWS_SECRET_ACCESS_KEY", s3_secret)):
+            assert "value" not in env[var], var
+            assert env[var]["valueFrom"]["secretKeyRef"]["name"] == secret, var
+
+
+def test_given_credentials_stay_in_the_secret():
+    given = {"redisPassword": "redis-pass-0123", "s3AccessKey": "access-0123", "s3SecretKey": "secret-key-0123456"}
+    docs = render({"credentials": given})
+    assert secret_values(docs) == set(given.values())
+    for doc in docs:
+        if doc["kind"] != "Secret":
+            assert not set(given.values()) & set(strings(doc)), doc["metadata"]["name"]
+    redis = find(docs, "StatefulSet", "drl-redis")["spec"]["template"]["spec"]["containers"][0]
+    assert env_of(redis)["VALKEY_PASSWORD"]["valueFrom"]["secretKeyRef"] == \
+        {"name": "drl-credentials", "key": "redis-password"}
+    minio = env_of(find(docs, "StatefulSet", "drl-minio")["spec"]["template"]["spec"]["containers"][0])
+    assert minio["MINIO_ROOT_USER"]["valueFrom"]["secretKeyRef"] == {"name": "drl-credentials", "key": "s3-access-key"}
+    assert minio["MINIO_ROOT_PASSWORD"]["valueFrom"]["secretKeyRef"] == \
+        {"name": "drl-credentials", "key": "s3-secret-key"}
+
+
+def test_generated_credentials_are_long_enough_for_minio():
+    secret = next(d for d in render() if d["kind"] == "Secret")
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert set(data) == {"redis-password", "s3-access-key", "s3-secret-key"}
+    assert len(data["redis-password"]) >= 24
+    assert len(data["s3-access-key"]) >= 3 and len(data["s3-secret-key"]) >= 8
+
+
+# -- the configuration -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("preset, workers", [("sac", 32), ("td3", 2), ("ppo", 4), ("dqn", 64)])
+def test_config_json_resolves_to_the_requested_run(preset, workers):
+    docs = render({"preset": preset, "workers": workers, "config": {"eval_episodes": 3}})
+    config_map = find(docs, "ConfigMap", "drl-config")
+    assert set(config_map["data"]) == {"config.json"}
+    data = json.loads(config_map["data"]["config.json"])
+    assert "env" not in data
+    cfg = resolve(data)
+    assert (cfg.preset, cfg.algorithm, cfg.workers, cfg.mode, cfg.run_name, cfg.eval_episodes) == \
+        (preset, preset, workers, "sync", RELEASE, 3)
+
+
+def test_config_json_overrides_and_top_level_values_win():
+    values = {"preset": "sac", "env": "HalfCheetah-v5", "workers": 3, "mode": "async", "steps": 50_000, "seed": 11,
+              "config": {"sac": {"lr": 0.001}, "workers": 99, "trainer_threads": 4, "batch_transitions": 128}}
+    docs = render(values)
+    data = json.loads(find(docs, "ConfigMap", "drl-config")["data"]["config.json"])
+    cfg = resolve(data)
+    assert (cfg.env, cfg.workers, cfg.mode, cfg.steps, cfg.seed) == ("HalfCheetah-v5", 3, "async", 50_000, 11)
+    assert (cfg.sac.lr, cfg.trainer_threads, cfg.batch_transitions) == (0.001, 4, 128)
+    assert cfg.sac.hidden == (256, 256)
+    assert env_of(role_container(docs, "trainer"))["OMP_NUM_THREADS"]["value"] == "4"
+    assert find(docs, "Job", "drl-rollout")["spec"]["parallelism"] == 3
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_config_map_holds_no_credentials(name):
+    docs = render(VALUE_SETS[name])
+    config_map = find(docs, "ConfigMap", "drl-config")
+    text = json.dumps(config_map)
+    for secret in secret_values(docs):
+        assert secret not in text
+    data = json.loads(config_map["data"]["config.json"])
+    assert not {"memory", "store"} & set(data)
+    assert "password" not in text.lower()
+    resolve(data)
+
+
+# -- external services and GPU -----------------------------------------------------------------------------
+
+
+def test_external_redis_and_s3_replace_the_built_in_ones():
+    docs = render(EXTERNAL)
+    assert not [d for d in docs if d["kind"] in ("StatefulSet", "Service")]
+    components = {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in docs}
+    assert not {"redis", "minio"} & components
+    for role in ROLES:
+        env = env_of(role_container(docs, role))
+        assert env["DRL_MEMORY_URL"]["value"] == "rediss://redis.example.internal:6380/2"
+        assert env["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "team-redis", "key": "password"}
+        assert env["DRL_STORE"]["value"] == "s3://team-runs/drl/exp"
+        assert env["DRL_S3_ENDPOINT"]["value"] == "https://s3.eu-west-1.amazonaws.com"
+        assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {"name": "team-s3", "key": "id"}
+        assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "team-s3", "key": "key"}
+        assert "DRL_S3_CREATE_BUCKET" not in env
+    test_pod = find(docs, "Pod", "drl-test-run")
+    assert env_of(test_pod["spec"]["containers"][0])["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == \
+        {"name": "team-redis", "key": "password"}
+
+
+def test_external_redis_without_secret_uses_the_release_secret():
+    docs = render({"externalRedis": {"enabled": True, "url": "redis://redis.shared:6379/0"},
+                   "credentials": {"redisPassword": "shared-pass"}})
+    assert not [d for d in docs if d["metadata"]["name"] == "drl-redis"]
+    assert [d for d in docs if d["metadata"]["name"] == "drl-minio"]
+    env = env_of(role_container(docs, "rollout"))
+    assert env["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "drl-credentials",
+                                                                       "key": "redis-password"}
+    assert "shared-pass" in secret_values(docs)
+
+
+def test_gpu_trainer_gets_the_gpu_limit():
+    docs = render(GPU)
+    resources = role_container(docs, "trainer")["resources"]
+    assert resources["limits"] == {"memory": "32Gi", "nvidia.com/gpu": 2}
+    for role in ("rollout", "evaluator"):
+        assert "nvidia.com/gpu" not in json.dumps(role_container(docs, role))
+    docs = render({"trainer": {"gpu": {"enabled": True, "resourceName": "amd.com/gpu"}}})
+    assert role_container(docs, "trainer")["resources"] == {"limits": {"amd.com/gpu": 1}}
+    assert "resources" not in role_container(render(), "trainer")
+
+
+def test_custom_resources_and_scheduling():
+    docs = render(CUSTOM)
+    for component, kind in (("trainer", "Job"), ("rollout", "Job"), ("evaluator", "Job"), ("redis", "StatefulSet"),
+                            ("minio", "StatefulSet")):
+        spec = find(docs, kind, f"drl-{component}")["spec"]["template"]["spec"]
+        block = CUSTOM[component]
+        assert spec["containers"][0]["resources"] == block["resources"], component
+        assert spec["nodeSelector"] == block["nodeSelector"], component
+        assert spec.get("tolerations") == block.get("tolerations"), component
+        assert spec.get("affinity") == block.get("affinity"), component
+    minio = find(docs, "StatefulSet", "drl-minio")["spec"]
+    [claim] = minio["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
+    assert claim["spec"]["storageClassName"] == "fast"
+    assert "data" not in {v["name"] for v in minio["template"]["spec"]["volumes"]}
+    default_spec = find(render(), "Job", "drl-trainer")["spec"]["template"]["spec"]
+    assert not {"nodeSelector", "tolerations", "affinity"} & set(default_spec)
+
+
+# -- pods: checksum, security, probes ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_every_pod_template_has_the_config_checksum(name):
+    files = render_files(VALUE_SETS[name])
+    checksum = hashlib.sha256(files["drl/templates/configmap.yaml"].encode()).hexdigest()
+    docs = render(VALUE_SETS[name])
+    templates = [(d["metadata"]["name"], d["spec"]["template"]["metadata"]) for d in docs if d["kind"] in WORKLOAD_KINDS]
+    assert len(templates) == (3 if name == "external" else 5)
+    for obj, meta in templates:
+        assert meta["annotations"]["checksum/config"] == checksum, obj
+
+
+def test_checksum_changes_with_the_config():
+    def checksum(values):
+        return find(render(values), "Job", "drl-trainer")["spec"]["template"]["metadata"]["annotations"][
+            "checksum/config"]
+
+    assert checksum({}) == checksum({})
+    assert checksum({}) != checksum({"config": {"sac": {"lr": 0.01}}})
+    assert checksum({}) != checksum({"workers": 3})
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_every_pod_runs_non_root_and_locked_down(name):
+    docs = render(VALUE_SETS[name])
+    uids = {"redis": 999, "minio": 1000}
+    for obj, meta, spec in pod_specs(docs):
+        component = meta["labels"]["app.kubernetes.io/component"]
+        uid = uids.get(component, 10001)
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True and pod["runAsUser"] == uid, obj
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, obj
+        assert spec["enableServiceLinks"] is False, obj
+        emptydirs = {v["name"] for v in spec["volumes"] if "emptyDir" in v}
+        for container in spec["containers"] + spec.get("initContainers", []):
+            sc = container["securityContext"]
+            assert sc["runAsNonRoot"] is True and sc["runAsUser"] == uid, obj
+            assert sc["readOnlyRootFilesystem"] is True, obj
+            assert sc["allowPrivilegeEscalation"] is False, obj
+            assert sc["capabilities"] == {"drop": ["ALL"]}, obj
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, obj
+            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            assert mounts["/tmp"] in emptydirs, obj
+            if component in ROLES:
+                assert mounts["/var/lib/drl/run"] in emptydirs, obj
+                assert mounts["/var/cache/drl"] in emptydirs, obj
+                assert mounts["/tmp/drl"] in emptydirs, obj
+            if component in ("redis", "minio"):
+                assert "/data" in mounts, obj
+
+
+def test_drl_roles_have_exec_probes_on_the_heartbeat():
+    docs = render()
+    expected = ["sh", "-c", 'test -n "$(find /tmp/drl/heartbeat -mmin -1 2>/dev/null)"']
+    for role in ROLES:
+        container = role_container(docs, role)
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+            assert container[probe]["exec"]["command"] == expected, (role, probe)
+
+
+def test_valkey_takes_its_password_on_stdin():
+    docs = render()
+    container = find(docs, "StatefulSet", "drl-redis")["spec"]["template"]["spec"]["containers"][0]
+    script = container["command"][-1]
+    assert "valkey-server" in script and "--save ''" in script and "--appendonly no" in script
+    assert 'requirepass "$VALKEY_PASSWORD"' in script
+    assert container["ports"][0]["containerPort"] == 6379
+    service = find(docs, "Service", "drl-redis")["spec"]
+    assert service["ports"][0]["port"] == 6379
+    assert service["selector"] == find(docs, "StatefulSet", "drl-redis")["spec"]["selector"]["matchLabels"]
+    minio = find(docs, "Service", "drl-minio")["spec"]
+    assert minio["ports"][0]["port"] == 9000
+
+
+# -- helm test and NOTES -----------------------------------------------------------------------------------
+
+
+def test_helm_test_pod():
+    docs = render()
+    pod = find(docs, "Pod", "drl-test-run")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    [container] = pod["spec"]["containers"]
+    assert container["image"] == "drl:latest"
+    assert container["command"][:2] == ["python", "-c"]
+    compile(container["command"][2], "test-run", "exec")
+    env = env_of(container)
+    assert env["DRL_MEMORY_URL"]["value"] == "redis://drl-redis:6379/0"
+    assert env["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "drl-credentials",
+                                                                       "key": "redis-password"}
+
+
+def test_helm_test_script_against_a_real_server(redis_server, redis_client):
+    """The hook's check, run against a real Valkey/Redis server: no status, a running trainer, a failed one."""
+    script = find(render(), "Pod", "drl-test-run")["spec"]["containers"][0]["command"][2]
+    env = {**os.environ, "DRL_RUN": "chart-test", "DRL_MEMORY_URL": redis_server.url, "PYTHONPATH": str(ROOT)}
+    env.pop("DRL_MEMORY_PASSWORD", None)
+
+    def check():
+        return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+
+    key = "drl:{chart-test}:status:trainer"
+    result = check()
+    assert result.returncode == 1 and "no trainer status" in result.stderr
+    redis_client.hset(key, mapping={"role": "trainer", "state": "running", "policy_version": 3, "env_steps": 100,
+                                    "updates": 50})
+    result = check()
+    assert result.returncode == 0, result.stderr
+    assert "healthy: trainer running" in result.stdout
+    redis_client.hset(key, mapping={"state": "failed", "exit_reason": "boom"})
+    result = check()
+    assert result.returncode == 1 and "failed" in result.stderr
+
+
+def test_notes_tell_how_to_follow_and_delete_the_run():
+    notes = render_files({"workers": 32})["drl/templates/NOTES.txt"]
+    assert "kubectl logs -n drl-test -f job/drl-trainer" in notes
+    assert "kubectl get pods -n drl-test -l drl.dev/run=drl" in notes
+    assert "helm uninstall -n drl-test drl" in notes
+    assert "helm test" in notes and "32 rollout worker(s)" in notes
