@@ -111,6 +111,7 @@ def start_heartbeat(path: str) -> None:
     def beat() -> None:
         while True:
             try:
+                target.parent.mkdir(parents=True, exist_ok=True)
                 target.touch()
             except OSError as exc:
                 logging.getLogger("drl").warning("heartbeat file %s cannot be written: %s", target, exc)
