@@ -3,9 +3,14 @@
     drl-orchestrate --preset sac --env Pendulum-v1 --workers 4
     drl-orchestrate presets
     drl-orchestrate --preset sac --help        (options with that preset's defaults)
+    drl-orchestrate --backend kubernetes --preset sac --workers 32 [--namespace NS] [--image IMAGE] [--detach]
+    drl-orchestrate render [same flags]        (the Kubernetes manifests as YAML; no cluster needed)
+    drl-orchestrate delete RUN [--namespace NS]
 
 Every option of ``ExperimentConfig`` (and of nested algorithm configs, as ``--sac.lr``) is a flag; only flags
-given on the command line override the preset. Bad input prints one line and exits 2.
+given on the command line override the preset. ``--backend``, ``--namespace``, ``--image`` and ``--detach`` say
+where and how a run is deployed, not what it computes, so they stay out of the configuration (like ``--config``
+and ``--resume``). Bad input prints one line and exits 2.
 """
 
 from __future__ import annotations
@@ -23,8 +28,11 @@ from typing import Any, NoReturn
 from drl.config import ConfigError, ExperimentConfig, coerce, from_dict, iter_options, merge, replace
 from drl.errors import UserError
 from drl.presets import PRESETS, get_preset
+from orchestrator.k8s import DEFAULT_IMAGE
 
 EXIT_USAGE = 2
+BACKENDS = ("local", "kubernetes")
+DEPLOYMENT_OPTIONS = ("backend", "namespace", "image", "detach")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,11 +52,15 @@ def _type_name(tp: Any) -> str:
 def build_parser(defaults: ExperimentConfig) -> argparse.ArgumentParser:
     parser = _Parser(prog="drl-orchestrate", argument_default=argparse.SUPPRESS,
                      description="Run a distributed RL experiment: rollout workers, a trainer and an evaluator "
-                                 "over a Redis memory backend. Subcommand: 'presets' lists the presets.",
+                                 "over a Redis memory backend, as local processes or as pods on Kubernetes. "
+                                 "Subcommands: 'presets' lists the presets; 'evaluate' evaluates a stored policy; "
+                                 "'render' prints the Kubernetes manifests of a run (same flags); 'delete RUN "
+                                 "[--namespace NS]' removes a run from Kubernetes.",
                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--config", metavar="FILE", help="JSON file with configuration values (flags override it)")
     parser.add_argument("--resume", metavar="RUN", help="continue RUN (in --output) from its newest checkpoint; "
                                                         "flags such as --steps override its saved configuration")
+    add_deployment_options(parser)
     for name, tp, _default, doc, choices in iter_options():
         current = defaults
         for part in name.split("."):
@@ -62,6 +74,35 @@ def build_parser(defaults: ExperimentConfig) -> argparse.ArgumentParser:
             kwargs.pop("metavar")
         parser.add_argument(_flag(name), **kwargs)
     return parser
+
+
+def add_deployment_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("deployment (where the run's processes run; not part of the configuration)")
+    group.add_argument("--backend", choices=BACKENDS,
+                       help="local: processes on this machine; kubernetes: pods in the cluster of the kubeconfig "
+                            "(or in-cluster config) [default: local]")
+    group.add_argument("--namespace", metavar="NS",
+                       help="Kubernetes namespace [default: the kubeconfig's current namespace, else default]")
+    group.add_argument("--image", metavar="IMAGE", help=f"drl image of the pods [default: {DEFAULT_IMAGE}]")
+    group.add_argument("--detach", action="store_true",
+                       help="kubernetes: return once the run's objects are created instead of following it")
+
+
+@dataclasses.dataclass(frozen=True)
+class Deployment:
+    backend: str = ""  # "" when not given: local for a run, kubernetes for render
+    namespace: str = ""
+    image: str = ""
+    detach: bool = False
+
+
+def deployment_options(argv: list[str]) -> Deployment:
+    """The deployment flags of a command line (the generated parser accepts them and leaves them out of the
+    configuration)."""
+    pre = _Parser(add_help=False, allow_abbrev=False, argument_default=argparse.SUPPRESS)
+    add_deployment_options(pre)
+    known, _ = pre.parse_known_args(argv)
+    return Deployment(**vars(known))
 
 
 def _option_types() -> dict[str, Any]:
@@ -91,6 +132,8 @@ def resolve_config(argv: list[str]) -> ExperimentConfig:
     parser = build_parser(base)
     args = vars(parser.parse_args(argv))
     args.pop("config", None)
+    for name in DEPLOYMENT_OPTIONS:
+        args.pop(name, None)
     if args.pop("resume", None):
         args["run_name"] = resume
     cfg = from_dict(ExperimentConfig, merge(dataclasses.asdict(base), file_data, f"config file {known.config}")) if file_data else base
@@ -145,9 +188,19 @@ def default_run_name(cfg: ExperimentConfig) -> str:
     return f"{cfg.preset}-{env}-{cfg.mode}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def _resuming(argv: list[str]) -> bool:
+    return "--resume" in argv or any(a.startswith("--resume=") for a in argv)
+
+
 def cmd_run(argv: list[str]) -> int:
+    deployment = deployment_options(argv)
+    if deployment.backend == "kubernetes":
+        return run_on_kubernetes(argv, deployment)
     cfg = resolve_config(argv)
-    resume = "--resume" in argv or any(a.startswith("--resume=") for a in argv)
+    given = [name for name in ("namespace", "image", "detach") if getattr(deployment, name)]
+    if given:
+        raise UserError(f"--{given[0]} applies to --backend kubernetes only")
+    resume = _resuming(argv)
     check_environment(cfg)
     preflight_memory(cfg)
     from drl.store import open_store
@@ -177,6 +230,40 @@ def cmd_run(argv: list[str]) -> int:
     print(json.dumps({k: summary.get(k) for k in keys}))
     print(f"drl: summary written to {run_dir / 'summary.json'}", file=sys.stderr)
     return code
+
+
+def kubernetes_objects(argv: list[str], deployment: Deployment) -> tuple[ExperimentConfig, str, str, list[dict]]:
+    """(configuration, run, namespace, manifests) of a Kubernetes run; reads no cluster."""
+    from orchestrator import k8s
+    from orchestrator.backends.kube_api import default_namespace
+
+    if _resuming(argv):
+        raise UserError("--resume applies to local runs; on Kubernetes a restarted trainer resumes from its "
+                        "checkpoint by itself")
+    if deployment.namespace:
+        k8s.check_namespace(deployment.namespace)
+    if any(c.isspace() for c in deployment.image):
+        raise UserError(f"--image must name an image, got {deployment.image!r}")
+    cfg = resolve_config(argv)
+    if cfg.run_name:
+        k8s.check_run_name(cfg.run_name)
+    k8s.check_memory_url(cfg.memory)
+    k8s.check_store_url(cfg.store)
+    check_environment(cfg)
+    namespace = deployment.namespace or k8s.check_namespace(default_namespace())
+    run = cfg.run_name or k8s.default_run_name(cfg)
+    cfg = replace(cfg, run_name=run)
+    objects = k8s.manifests(cfg, run, image=deployment.image or DEFAULT_IMAGE, namespace=namespace)
+    return cfg, run, namespace, objects
+
+
+def run_on_kubernetes(argv: list[str], deployment: Deployment) -> int:
+    cfg, run, namespace, objects = kubernetes_objects(argv, deployment)
+    print(f"drl: run {run} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, {cfg.steps:,} steps) "
+          f"-> Kubernetes namespace {namespace}", file=sys.stderr)
+    from orchestrator.backends.kubernetes import run_kubernetes
+
+    return run_kubernetes(run, objects, namespace=namespace, detach=deployment.detach)
 
 
 def store_url(cfg: ExperimentConfig) -> str:
@@ -215,7 +302,36 @@ def cmd_evaluate(argv: list[str]) -> int:
     return evaluate(argv, _Parser)
 
 
-COMMANDS = {"presets": cmd_presets, "evaluate": cmd_evaluate}
+def cmd_render(argv: list[str]) -> int:
+    """Prints the manifests ``--backend kubernetes`` would create, as a YAML stream (no cluster needed)."""
+    deployment = deployment_options(argv)
+    if deployment.backend == "local":
+        raise UserError("render prints Kubernetes manifests; --backend local has none")
+    from orchestrator import k8s
+
+    _, _, _, objects = kubernetes_objects(argv, deployment)
+    sys.stdout.write(k8s.to_yaml(objects))
+    return 0
+
+
+def cmd_delete(argv: list[str]) -> int:
+    parser = _Parser(prog="drl-orchestrate delete",
+                     description="Delete every Kubernetes object of a run (label drl.dev/run=RUN).")
+    parser.add_argument("run", metavar="RUN", help="the run's name")
+    parser.add_argument("--namespace", metavar="NS",
+                        help="namespace of the run [default: the kubeconfig's current namespace, else default]")
+    args = parser.parse_args(argv)
+    from orchestrator import k8s
+    from orchestrator.backends.kube_api import default_namespace
+
+    k8s.check_run_name(args.run, "RUN")
+    namespace = k8s.check_namespace(args.namespace or default_namespace())
+    from orchestrator.backends.kubernetes import delete_run
+
+    return delete_run(args.run, namespace)
+
+
+COMMANDS = {"presets": cmd_presets, "evaluate": cmd_evaluate, "render": cmd_render, "delete": cmd_delete}
 
 
 def main(argv: list[str] | None = None) -> int:

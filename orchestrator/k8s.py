@@ -1,0 +1,402 @@
+"""Config -> Kubernetes manifests: the objects of docs/kubernetes.md, built from the same plan as local processes.
+
+``manifests(cfg, run)`` is a pure function (no cluster, no kubernetes package): it turns the workloads of
+``orchestrator.plan.plan`` into pod specs, so the pods run exactly the command and environment a local run
+gives its processes, with the few differences the contract names (the configuration through a ConfigMap, the
+worker index from the Indexed Job, credentials from a Secret, writable paths on emptyDir volumes).
+``drl-orchestrate render`` prints its result; the kubernetes backend creates it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from drl.config import ExperimentConfig
+from drl.errors import UserError
+from orchestrator.plan import Workload, plan
+
+MANAGED_BY = "drl-orchestrate"
+RUN_LABEL = "drl.dev/run"
+ROLES = ("trainer", "rollout", "evaluator")
+
+DEFAULT_IMAGE = "drl:latest"
+REDIS_IMAGE = "valkey/valkey:8.1-alpine"
+MINIO_IMAGE = "minio/minio:RELEASE.2025-04-22T22-12-26Z"
+BUCKET = "drl"
+PREFIX = "runs"
+REDIS_PORT = 6379
+MINIO_PORT = 9000
+
+RUN_DIR = "/var/lib/drl/run"
+CACHE_DIR = "/var/cache/drl"
+HEARTBEAT_FILE = "/tmp/drl/heartbeat"
+UID = 10001
+REDIS_UID = 999  # the valkey user of the valkey/valkey image
+MINIO_UID = 1000
+BACKOFF_LIMIT = 6  # per pod: the rollout Job gets this many per worker
+COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+PROBE_COMMAND = ["sh", "-c", f'test -n "$(find {HEARTBEAT_FILE} -mmin -1 2>/dev/null)"']
+
+# "drl-<run>-redis" names a StatefulSet, whose pods get a controller-revision-hash label of
+# "<statefulset>-<10 chars>"; labels hold at most 63 characters, so the run name may hold 40.
+MAX_RUN_LEN = 40
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+SECRET_KEYS = ("redis-password", "s3-access-key", "s3-secret-key")
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """The values of the run's Secret; never written anywhere else (not the ConfigMap, not an argument)."""
+
+    redis_password: str
+    s3_access_key: str
+    s3_secret_key: str
+
+    def string_data(self) -> dict[str, str]:
+        return dict(zip(SECRET_KEYS, (self.redis_password, self.s3_access_key, self.s3_secret_key)))
+
+
+def object_name(run: str) -> str:
+    return f"drl-{run}"
+
+
+def labels(run: str, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "drl",
+        "app.kubernetes.io/instance": run,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": "drl",
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        RUN_LABEL: run,
+    }
+
+
+def run_selector(run: str) -> str:
+    return f"{RUN_LABEL}={run}"
+
+
+# -- input checks ---------------------------------------------------------------------------------------
+
+def check_namespace(namespace: str) -> str:
+    if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
+        raise UserError(f"--namespace must be a DNS label (lowercase letters, digits and '-', starting and ending "
+                        f"with a letter or digit, at most 63 characters), got {namespace!r}")
+    return namespace
+
+
+def check_run_name(run: str, what: str = "--run-name") -> str:
+    """Run names become object names and label values; Kubernetes allows fewer characters than local runs."""
+    if len(run) > MAX_RUN_LEN or not _DNS_LABEL.match(run):
+        raise UserError(f"{what} on Kubernetes must be lowercase letters, digits and '-', starting and ending "
+                        f"with a letter or digit, at most {MAX_RUN_LEN} characters, got {run!r}")
+    return run
+
+
+def default_run_name(cfg: ExperimentConfig, now: float | None = None) -> str:
+    """``<preset>-<env>-<mode>-<time>`` like a local run, folded into what Kubernetes names accept."""
+    def fold(text: str) -> str:
+        return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+    head = fold(cfg.preset) + "-"
+    tail = "-" + fold(cfg.mode) + "-" + time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    env = fold(cfg.env)[: max(0, MAX_RUN_LEN - len(head) - len(tail))].strip("-") or "env"
+    return (head + env + tail)[-MAX_RUN_LEN:].strip("-")
+
+
+def check_memory_url(url: str) -> None:
+    """An external memory URL must be reachable from pods and carry no password (that goes to the Secret)."""
+    if not url:
+        return
+    from drl.memory.connection import url_has_password
+
+    if url_has_password(url):
+        raise UserError("the memory URL must not carry a password (it would show in the ConfigMap); put it in "
+                        "DRL_MEMORY_PASSWORD, which goes into the run's Secret")
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in ("redis", "rediss") or not urlsplit(url).hostname:
+        raise UserError(f"--memory {url!r} cannot be reached from pods; on Kubernetes use redis://HOST:PORT/DB or "
+                        "rediss://HOST:PORT/DB, or leave it empty for the run's own Valkey")
+
+
+def check_store_url(url: str) -> None:
+    """Pods share nothing but the network: the store must be S3 (the run's own MinIO when empty)."""
+    if not url:
+        return
+    if url.startswith("file://") or "://" not in url:
+        raise UserError(f"--store {url!r} is a local directory, which pods cannot share; on Kubernetes use "
+                        "--store s3://BUCKET/PREFIX or leave it empty for the run's own MinIO")
+    parts = urlsplit(url)
+    if parts.scheme != "s3" or not parts.netloc:
+        raise UserError(f"--store {url!r} is not supported on Kubernetes; use s3://BUCKET/PREFIX or leave it empty "
+                        "for the run's own MinIO")
+    if "@" in parts.netloc:
+        raise UserError("store URL must not carry credentials; use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
+
+
+def make_credentials(memory_url: str, store_url: str, env: dict[str, str] | None = None) -> Credentials:
+    """Generated values for the run's own Valkey and MinIO; the orchestrator's environment for external ones.
+
+    An external Redis without ``DRL_MEMORY_PASSWORD`` (or ``DRL_MEMORY_PASSWORD_FILE``) gets an empty password
+    (no AUTH); an external S3 store needs ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY``.
+    """
+    env = dict(os.environ if env is None else env)
+    if memory_url:
+        password = env.get("DRL_MEMORY_PASSWORD", "")
+        if not password and env.get("DRL_MEMORY_PASSWORD_FILE"):
+            try:
+                with open(env["DRL_MEMORY_PASSWORD_FILE"]) as f:
+                    password = f.read().strip()
+            except OSError as exc:
+                raise UserError(f"DRL_MEMORY_PASSWORD_FILE {env['DRL_MEMORY_PASSWORD_FILE']} cannot be read: "
+                                f"{exc.strerror}") from None
+    else:
+        password = secrets.token_hex(24)
+    if store_url:
+        missing = [v for v in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if not env.get(v)]
+        if missing:
+            raise UserError(f"--store {store_url} on Kubernetes needs {' and '.join(missing)} in the environment "
+                            "(they go into the run's Secret)")
+        access, secret = env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]
+    else:
+        access, secret = "drl-" + secrets.token_hex(8), secrets.token_hex(24)
+    return Credentials(password, access, secret)
+
+
+# -- manifests ------------------------------------------------------------------------------------------
+
+def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, namespace: str = "default",
+              memory_url: str | None = None, store_url: str | None = None, credentials: Credentials | None = None,
+              env: dict[str, str] | None = None, redis_image: str = REDIS_IMAGE,
+              minio_image: str = MINIO_IMAGE) -> list[dict]:
+    """Every object of a run, in creation order: identity and access, configuration, data services, Jobs.
+
+    ``memory_url``/``store_url`` default to the configuration's ``memory``/``store``; empty ones add the run's
+    own Valkey and MinIO. ``credentials`` default to ``make_credentials`` (generated, or from ``env``);
+    ``env`` also supplies an external store's ``DRL_S3_ENDPOINT``. Names and labels follow docs/kubernetes.md.
+    """
+    check_run_name(run)
+    check_namespace(namespace)
+    memory_url = cfg.memory if memory_url is None else memory_url
+    store_url = cfg.store if store_url is None else store_url
+    check_memory_url(memory_url)
+    check_store_url(store_url)
+    env = dict(os.environ if env is None else env)
+    credentials = credentials or make_credentials(memory_url, store_url, env)
+    cfg = dataclasses.replace(cfg, run_name=run)
+    name = object_name(run)
+    builtin_memory, builtin_store = not memory_url, not store_url
+    if builtin_memory:
+        memory_url = f"redis://{name}-redis:{REDIS_PORT}/0"
+    if builtin_store:
+        store_url = f"s3://{BUCKET}/{PREFIX}"
+        s3_endpoint = f"http://{name}-minio:{MINIO_PORT}"
+    else:
+        s3_endpoint = env.get("DRL_S3_ENDPOINT", "")
+    ctx = _Context(run, name, namespace, image, s3_endpoint, builtin_store)
+
+    objects = [
+        _meta("v1", "ServiceAccount", name, ctx, "rbac", automountServiceAccountToken=False),
+        _meta("rbac.authorization.k8s.io/v1", "Role", name, ctx, "rbac",
+              rules=[{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [f"{name}-config"],
+                      "verbs": ["get"]}]),
+        _meta("rbac.authorization.k8s.io/v1", "RoleBinding", name, ctx, "rbac",
+              roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+              subjects=[{"kind": "ServiceAccount", "name": name, "namespace": namespace}]),
+        _meta("v1", "Secret", f"{name}-credentials", ctx, "credentials", type="Opaque",
+              stringData=credentials.string_data()),
+        _meta("v1", "ConfigMap", f"{name}-config", ctx, "config", data={"config.json": cfg.to_json()}),
+    ]
+    if builtin_memory:
+        objects += _redis(ctx, redis_image)
+    if builtin_store:
+        objects += _minio(ctx, minio_image)
+    workloads = plan(cfg, run=run, run_dir=RUN_DIR, memory_url=memory_url, store_url=store_url, python="python")
+    objects += [_job(ctx, w) for w in workloads]
+    return json.loads(json.dumps(objects))  # no dict shared between objects: callers may edit one freely
+
+
+@dataclass(frozen=True)
+class _Context:
+    run: str
+    name: str
+    namespace: str
+    image: str
+    s3_endpoint: str
+    builtin_store: bool
+
+
+def _meta(api_version: str, kind: str, name: str, ctx: _Context, component: str, **body) -> dict:
+    return {"apiVersion": api_version, "kind": kind,
+            "metadata": {"name": name, "namespace": ctx.namespace, "labels": labels(ctx.run, component)}, **body}
+
+
+def _secret_ref(ctx: _Context, key: str) -> dict:
+    return {"secretKeyRef": {"name": f"{ctx.name}-credentials", "key": key}}
+
+
+def _container_env(ctx: _Context, workload: Workload) -> list[dict]:
+    """The plan's variables (the configuration and the worker index by reference) with the contract's own
+    inserted where docs/kubernetes.md lists them, so the order matches the chart's."""
+    storage = [{"name": "DRL_S3_ENDPOINT", "value": ctx.s3_endpoint}] if ctx.s3_endpoint else []
+    storage += [{"name": "AWS_ACCESS_KEY_ID", "valueFrom": _secret_ref(ctx, "s3-access-key")},
+                {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": _secret_ref(ctx, "s3-secret-key")}]
+    if workload.role == "trainer" and ctx.builtin_store:
+        storage.append({"name": "DRL_S3_CREATE_BUCKET", "value": "1"})
+    index = [{"name": workload.per_replica_env, "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}}] \
+        if workload.per_replica_env else []
+    after = {"DRL_MEMORY_URL": [{"name": "DRL_MEMORY_PASSWORD", "valueFrom": _secret_ref(ctx, "redis-password")}],
+             "DRL_STORE": storage, "DRL_STEPS_DONE": index}
+    out: list[dict] = []
+    for key, value in workload.env.items():
+        if key == "DRL_CONFIG":
+            out.append({"name": key, "valueFrom": {"configMapKeyRef": {"name": f"{ctx.name}-config",
+                                                                      "key": "config.json"}}})
+        else:
+            out.append({"name": key, "value": value})
+        out += after.pop(key, [])
+    for rest in after.values():
+        out += rest
+    out += [{"name": "DRL_HEARTBEAT_FILE", "value": HEARTBEAT_FILE},
+            {"name": "DRL_CACHE_DIR", "value": CACHE_DIR},
+            {"name": "HOME", "value": "/tmp"}]
+    return out
+
+
+def _security(uid: int = UID, gid: int = UID) -> tuple[dict, dict]:
+    pod = {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": gid, "fsGroup": gid,
+           "seccompProfile": {"type": "RuntimeDefault"}}
+    container = {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": gid, "allowPrivilegeEscalation": False,
+                 "readOnlyRootFilesystem": True, "privileged": False, "capabilities": {"drop": ["ALL"]},
+                 "seccompProfile": {"type": "RuntimeDefault"}}
+    return pod, container
+
+
+def _pod_spec(ctx: _Context, containers: list[dict], volumes: dict[str, dict], restart: str | None,
+              pod_security: dict, **extra) -> dict:
+    spec = {"restartPolicy": restart} if restart else {}
+    return {**spec, **extra, "serviceAccountName": ctx.name, "automountServiceAccountToken": False,
+            "enableServiceLinks": False, "securityContext": pod_security, "containers": containers,
+            "volumes": [{"name": v, "emptyDir": source} for v, source in volumes.items()]}
+
+
+def _mounts(paths: dict[str, str]) -> list[dict]:
+    return [{"name": v, "mountPath": path} for v, path in paths.items()]
+
+
+def _job(ctx: _Context, workload: Workload) -> dict:
+    """One Job per role; the rollout Job is Indexed so that its completion index is the worker index."""
+    paths = {"tmp": "/tmp", "heartbeat": HEARTBEAT_FILE.rsplit("/", 1)[0], "run": RUN_DIR, "cache": CACHE_DIR}
+    volumes = {"tmp": {}, "heartbeat": {"medium": "Memory", "sizeLimit": "1Mi"}, "run": {}, "cache": {}}
+    pod_security, container_security = _security()
+    probe = {"exec": {"command": PROBE_COMMAND}, "timeoutSeconds": 5}
+    container = {
+        "name": workload.role, "image": ctx.image, "imagePullPolicy": "IfNotPresent",
+        "command": list(workload.command), "env": _container_env(ctx, workload),
+        "securityContext": container_security,
+        "startupProbe": {**probe, "periodSeconds": 5, "failureThreshold": 60},
+        "livenessProbe": {**probe, "periodSeconds": 30, "failureThreshold": 3},
+        "readinessProbe": {**probe, "periodSeconds": 15, "failureThreshold": 2},
+        "volumeMounts": _mounts(paths),
+    }
+    spec: dict = {"completions": 1, "parallelism": 1, "backoffLimit": BACKOFF_LIMIT}
+    if workload.per_replica_env:
+        spec = {"completionMode": "Indexed", "completions": workload.replicas, "parallelism": workload.replicas,
+                "backoffLimit": BACKOFF_LIMIT * workload.replicas}
+    grace = {"terminationGracePeriodSeconds": 60} if workload.role == "trainer" else {}
+    template = {"metadata": {"labels": labels(ctx.run, workload.role)},
+                "spec": _pod_spec(ctx, [container], volumes, "OnFailure", pod_security, **grace)}
+    return _meta("batch/v1", "Job", f"{ctx.name}-{workload.role}", ctx, workload.role,
+                 spec={**spec, "template": template})
+
+
+def _stateful_set(ctx: _Context, component: str, container: dict, port: int, uid: int, gid: int) -> list[dict]:
+    """A single-replica StatefulSet and its Service, with data on an emptyDir (the run's lifetime)."""
+    name = f"{ctx.name}-{component}"
+    port_name = container["ports"][0]["name"]
+    pod_security, container_security = _security(uid, gid)
+    if component == "minio":
+        pod_security["fsGroupChangePolicy"] = "OnRootMismatch"
+    selector = {k: v for k, v in labels(ctx.run, component).items()
+                if k in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")}
+    container = {**container, "imagePullPolicy": "IfNotPresent", "securityContext": container_security,
+                 "volumeMounts": _mounts({"data": "/data", "tmp": "/tmp"})}
+    service = _meta("v1", "Service", name, ctx, component,
+                    spec={"type": "ClusterIP", "selector": selector,
+                          "ports": [{"name": port_name, "port": port, "targetPort": port_name, "protocol": "TCP"}]})
+    stateful_set = _meta("apps/v1", "StatefulSet", name, ctx, component, spec={
+        "replicas": 1, "serviceName": name, "selector": {"matchLabels": selector},
+        "template": {"metadata": {"labels": labels(ctx.run, component)},
+                     "spec": _pod_spec(ctx, [container], {"data": {}, "tmp": {}}, None, pod_security)}})
+    return [service, stateful_set]
+
+
+def _redis(ctx: _Context, image: str) -> list[dict]:
+    """Valkey without persistence; the password reaches it on stdin, never in its arguments."""
+    container = {
+        "name": "redis", "image": image,
+        "command": ["sh", "-c", f"exec valkey-server --port {REDIS_PORT} --dir /data --save '' --appendonly no - "
+                                " <<EOF\nrequirepass \"$VALKEY_PASSWORD\"\nEOF\n"],
+        "env": [{"name": "VALKEY_PASSWORD", "valueFrom": _secret_ref(ctx, "redis-password")}],
+        "ports": [{"name": "redis", "containerPort": REDIS_PORT, "protocol": "TCP"}],
+        "livenessProbe": {"tcpSocket": {"port": "redis"}, "initialDelaySeconds": 5, "periodSeconds": 10,
+                          "timeoutSeconds": 5, "failureThreshold": 5},
+        "readinessProbe": {"exec": {"command": ["sh", "-c", f"valkey-cli -h 127.0.0.1 -p {REDIS_PORT} ping | "
+                                                            "grep -qE 'PONG|NOAUTH'"]},
+                           "initialDelaySeconds": 2, "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 3},
+    }
+    return _stateful_set(ctx, "redis", container, REDIS_PORT, REDIS_UID, 1000)
+
+
+def _minio(ctx: _Context, image: str) -> list[dict]:
+    container = {
+        "name": "minio", "image": image,
+        "command": ["minio", "server", "/data", "--address", f":{MINIO_PORT}", "--certs-dir", "/tmp/minio/certs"],
+        "env": [{"name": "MINIO_ROOT_USER", "valueFrom": _secret_ref(ctx, "s3-access-key")},
+                {"name": "MINIO_ROOT_PASSWORD", "valueFrom": _secret_ref(ctx, "s3-secret-key")},
+                {"name": "MINIO_BROWSER", "value": "off"},
+                {"name": "HOME", "value": "/tmp"}],
+        "ports": [{"name": "s3", "containerPort": MINIO_PORT, "protocol": "TCP"}],
+        "livenessProbe": {"httpGet": {"path": "/minio/health/live", "port": "s3"}, "initialDelaySeconds": 5,
+                          "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 5},
+        "readinessProbe": {"httpGet": {"path": "/minio/health/ready", "port": "s3"}, "initialDelaySeconds": 2,
+                           "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 3},
+    }
+    return _stateful_set(ctx, "minio", container, MINIO_PORT, MINIO_UID, 1000)
+
+
+def expected_pods(objects: list[dict]) -> dict[str, int]:
+    """Pods per component once the run is up: each StatefulSet's replicas and each Job's parallelism."""
+    out = {}
+    for obj in objects:
+        if obj["kind"] in ("Job", "StatefulSet"):
+            component = obj["metadata"]["labels"]["app.kubernetes.io/component"]
+            out[component] = obj["spec"].get("parallelism", obj["spec"].get("replicas", 1))
+    return out
+
+
+def to_yaml(objects: list[dict]) -> str:
+    """A YAML stream (multi-line strings as blocks); without PyYAML each document is JSON, which YAML parsers
+    read just the same."""
+    try:
+        import yaml
+    except ImportError:
+        return "".join(f"---\n{json.dumps(obj, indent=2)}\n" for obj in objects)
+
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data) -> bool:
+            return True
+
+    def text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+    Dumper.add_representer(str, text)
+    return "".join("---\n" + yaml.dump(obj, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=1 << 16)
+                   for obj in objects)

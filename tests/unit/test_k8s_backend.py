@@ -1,0 +1,502 @@
+"""The kubernetes backend against FakeKubeApi, a fake of orchestrator.backends.kube_api.KubeApi.
+
+The fake holds created objects and replays scripted pod and Job states, one step per poll (the backend's
+``sleep`` advances it), so creating, waiting, replacing crash-looping workers, failing and finishing are
+checked without a cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+
+import pytest
+
+from drl.config import ExperimentConfig
+from drl.errors import UserError
+from orchestrator import k8s
+from orchestrator.backends.kube_api import RUN_KINDS, ContainerState, JobCondition, JobState, KubeError, PodState
+from orchestrator.backends.kubernetes import KubeRun, delete_run, run_kubernetes
+from orchestrator.cli import main
+
+RUN, NS = "r1", "team-a"
+INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+class FakeKubeApi:
+    """Same methods as KubeApi. ``pods``/``jobs`` are lists of states, one per poll (the last one repeats)."""
+
+    def __init__(self, pods: list[list[PodState]] | None = None, jobs: dict[str, list[JobState]] | None = None,
+                 logs: dict[str, list[str]] | None = None, fail_create: dict[str, KubeError] | None = None,
+                 fail_list: dict[int, KubeError] | None = None):
+        self.objects: dict[tuple[str, str, str], dict] = {}
+        self.created: list[tuple[str, str]] = []
+        self.deleted: list[tuple[str, str, str]] = []
+        self.deleted_pods: list[str] = []
+        self.pods = pods or [[]]
+        self.jobs = jobs or {}
+        self.logs = logs or {}
+        self.log_requests: list[tuple[str, str]] = []
+        self.fail_create = fail_create or {}
+        self.fail_list = fail_list or {}
+        self.tick = 0
+        self.polls = 0
+
+    # -- test clock: the backend sleeps between polls --------------------------------------------------
+    def sleep(self, seconds: float) -> None:
+        self.tick += 1
+        assert self.tick < 200, "the backend never finished"
+
+    def clock(self) -> float:
+        return self.tick * 10.0
+
+    @staticmethod
+    def _at(script: list, tick: int):
+        return script[min(tick, len(script) - 1)]
+
+    # -- KubeApi ---------------------------------------------------------------------------------------
+    def create(self, obj: dict) -> None:
+        meta = obj["metadata"]
+        key = (obj["kind"], meta["namespace"], meta["name"])
+        if meta["name"] in self.fail_create:
+            raise self.fail_create[meta["name"]]
+        if key in self.objects:
+            raise KubeError(409, "Conflict", f"{obj['kind']} {meta['name']!r} already exists")
+        self.objects[key] = obj
+        self.created.append((obj["kind"], meta["name"]))
+
+    def delete(self, kind: str, namespace: str, name: str, propagation: str = "Background") -> bool:
+        self.deleted.append((kind, name, propagation))
+        return self.objects.pop((kind, namespace, name), None) is not None
+
+    def delete_pod(self, namespace: str, name: str) -> bool:
+        self.deleted_pods.append(name)
+        return True
+
+    def delete_by_label(self, namespace: str, selector: str, kinds: tuple[str, ...] = RUN_KINDS,
+                        propagation: str = "Background") -> list[tuple[str, str]]:
+        key, value = selector.split("=")
+        out = []
+        for kind in kinds:
+            for (k, ns, name), obj in list(self.objects.items()):
+                if k == kind and ns == namespace and obj["metadata"]["labels"].get(key) == value:
+                    self.delete(kind, namespace, name, propagation)
+                    out.append((kind, name))
+        return out
+
+    def list_pods(self, namespace: str, selector: str) -> list[PodState]:
+        assert selector == f"drl.dev/run={RUN}" and namespace == NS
+        self.polls += 1
+        if self.tick in self.fail_list:
+            raise self.fail_list[self.tick]
+        return [dataclasses.replace(p, deleting=p.name in self.deleted_pods) for p in self._at(self.pods, self.tick)]
+
+    def job_status(self, namespace: str, name: str) -> JobState | None:
+        script = self.jobs.get(name)
+        return self._at(script, self.tick) if script else JobState(name, active=1)
+
+    def pod_log(self, namespace: str, name: str, container: str, follow: bool = True):
+        self.log_requests.append((name, container))
+        return iter(self.logs.get(name, []))
+
+
+def pod(name: str, component: str, *, phase: str = "Running", ready: bool = True, reason: str = "",
+        restarts: int = 0, state: str = "running", exit_code: int | None = None, last_exit_code: int | None = None,
+        index: int | None = None, pod_reason: str = "") -> PodState:
+    labels = k8s.labels(RUN, component)
+    annotations = {INDEX: str(index)} if index is not None else {}
+    container = ContainerState(component, ready, restarts, state, reason, "", exit_code, last_exit_code)
+    return PodState(name, phase, labels, annotations, ready, False, pod_reason, "", (container,))
+
+
+def healthy(workers: int = 2) -> list[PodState]:
+    return ([pod("drl-r1-redis-0", "redis"), pod("drl-r1-minio-0", "minio"), pod("drl-r1-trainer-abc", "trainer"),
+             pod("drl-r1-evaluator-def", "evaluator")]
+            + [pod(f"drl-r1-rollout-{i}-x{i}", "rollout", index=i) for i in range(workers)])
+
+
+COMPLETE = JobState("drl-r1-trainer", succeeded=1, conditions=(JobCondition("Complete"),))
+ACTIVE = JobState("drl-r1-trainer", active=1)
+
+
+@pytest.fixture
+def objects():
+    return k8s.manifests(ExperimentConfig(workers=2), RUN, namespace=NS, env={})
+
+
+def start(fake: FakeKubeApi, objects: list[dict], detach: bool = False, **options) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = run_kubernetes(RUN, objects, namespace=NS, detach=detach, api=fake, out=out, err=err,
+                          sleep=fake.sleep, clock=fake.clock, **options)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_backend_with_fake_kube_api_creates_every_object_of_the_contract_once_in_order(objects):
+    fake = FakeKubeApi(jobs={"drl-r1-trainer": [COMPLETE]})
+    code, _, _ = start(fake, objects)
+    assert code == 0
+    assert sorted(fake.created) == sorted({
+        ("ServiceAccount", "drl-r1"), ("Role", "drl-r1"), ("RoleBinding", "drl-r1"),
+        ("Secret", "drl-r1-credentials"), ("ConfigMap", "drl-r1-config"),
+        ("Service", "drl-r1-redis"), ("StatefulSet", "drl-r1-redis"),
+        ("Service", "drl-r1-minio"), ("StatefulSet", "drl-r1-minio"),
+        ("Job", "drl-r1-trainer"), ("Job", "drl-r1-rollout"), ("Job", "drl-r1-evaluator")})
+    order = [kind for kind, _ in fake.created]
+    position = {kind: [i for i, k in enumerate(order) if k == kind] for kind in set(order)}
+    assert max(position["ServiceAccount"] + position["Role"]) < min(position["RoleBinding"])
+    assert max(position["Secret"] + position["ConfigMap"] + position["RoleBinding"]) < min(position["StatefulSet"])
+    assert max(position["StatefulSet"] + position["Service"]) < min(position["Job"])
+    assert fake.created[position["Job"][0]] == ("Job", "drl-r1-trainer")
+    assert all(ns == NS for _, ns, _ in fake.objects)
+
+
+def test_backend_with_fake_kube_api_detach_returns_at_once(objects):
+    fake = FakeKubeApi()
+    code, out, err = start(fake, objects, detach=True)
+    assert code == 0
+    assert len(fake.created) == len(objects)
+    assert fake.polls == 0 and fake.tick == 0 and not fake.log_requests
+    assert f"drl-orchestrate delete {RUN} --namespace {NS}" in err
+    assert f"kubectl -n {NS} logs -f job/drl-r1-trainer" in err
+
+
+def test_backend_with_fake_kube_api_waits_until_pods_are_ready(objects):
+    pending = [pod(p.name, p.component, phase="Pending", ready=False, state="waiting", reason="ContainerCreating",
+                   index=int(p.annotations[INDEX]) if INDEX in p.annotations else None) for p in healthy()]
+    half = healthy()[:3] + pending[3:]
+    fake = FakeKubeApi(pods=[pending, half, healthy(), healthy()],
+                       jobs={"drl-r1-trainer": [ACTIVE, ACTIVE, ACTIVE, COMPLETE]})
+    code, _, err = start(fake, objects)
+    assert code == 0
+    lines = err.splitlines()
+    waiting = [line for line in lines if "waiting for pods" in line]
+    assert waiting[0].startswith("drl: waiting for pods: 0/6 ready; drl-r1-redis-0: ContainerCreating")
+    assert "(+3 more)" in waiting[0]
+    ready = [i for i, line in enumerate(lines) if line == "drl: all 6 pods of run r1 are ready"]
+    assert len(ready) == 1
+    assert any("waiting for pods: 3/6 ready" in line for line in lines[:ready[0]])
+    assert "drl: run r1 finished: Job drl-r1-trainer complete" in err
+
+
+def test_backend_with_fake_kube_api_counts_finished_workers_as_ready(objects):
+    pods = healthy()
+    pods[-1] = pod(pods[-1].name, "rollout", phase="Succeeded", ready=False, state="terminated", exit_code=0, index=1)
+    fake = FakeKubeApi(pods=[pods], jobs={"drl-r1-trainer": [ACTIVE, COMPLETE]})
+    code, _, err = start(fake, objects)
+    assert code == 0 and "all 6 pods of run r1 are ready" in err
+
+
+def test_backend_with_fake_kube_api_replaces_a_crash_looping_rollout_pod(objects):
+    pods = healthy(4)
+    pods[4] = pod("drl-r1-rollout-0-x0", "rollout", ready=False, state="waiting", reason="CrashLoopBackOff",
+                  restarts=2, last_exit_code=1, index=0)
+    pods[5] = pod("drl-r1-rollout-1-x1", "rollout", restarts=4, last_exit_code=137, index=1)
+    pods[6] = pod("drl-r1-rollout-2-x2", "rollout", restarts=1, last_exit_code=1, index=2)
+    pods[7] = pod("drl-r1-rollout-3-x3", "rollout", phase="Failed", ready=False, state="terminated", exit_code=1,
+                  index=3)
+    pods[2] = pod("drl-r1-trainer-abc", "trainer", ready=False, state="waiting", reason="CrashLoopBackOff",
+                  restarts=2, last_exit_code=1)
+    fake = FakeKubeApi(pods=[pods, pods, pods], jobs={"drl-r1-trainer": [ACTIVE, ACTIVE, COMPLETE]})
+    code, _, err = start(fake, objects)
+    assert code == 0
+    assert fake.deleted_pods == ["drl-r1-rollout-0-x0", "drl-r1-rollout-1-x1", "drl-r1-rollout-3-x3"]
+    assert "replacing rollout pod drl-r1-rollout-0-x0 (worker 0): CrashLoopBackOff, 2 restarts, last exit code 1" in err
+    assert "replacing rollout pod drl-r1-rollout-1-x1 (worker 1): 4 restarts, last exit code 137" in err
+    assert "replacing rollout pod drl-r1-rollout-3-x3 (worker 3): pod failed" in err
+
+
+def test_backend_with_fake_kube_api_restart_threshold_is_configurable(objects):
+    pods = healthy()
+    pods[4] = pod("drl-r1-rollout-0-x0", "rollout", restarts=2, index=0)
+    fake = FakeKubeApi(pods=[pods], jobs={"drl-r1-trainer": [ACTIVE, COMPLETE]})
+    assert start(fake, objects, restart_threshold=1)[0] == 0
+    assert fake.deleted_pods == ["drl-r1-rollout-0-x0"]
+
+
+def test_backend_with_fake_kube_api_reports_a_failed_trainer_job(objects):
+    crashing = healthy()
+    crashing[2] = pod("drl-r1-trainer-abc", "trainer", ready=False, state="waiting", reason="CrashLoopBackOff",
+                      restarts=6, last_exit_code=3)
+    failed = JobState("drl-r1-trainer", failed=1, conditions=(
+        JobCondition("Failed", "True", "BackoffLimitExceeded", "Job has reached the specified backoff limit"),))
+    fake = FakeKubeApi(pods=[healthy(), crashing, []], jobs={"drl-r1-trainer": [ACTIVE, ACTIVE, failed]})
+    code, _, err = start(fake, objects)
+    assert code == 1
+    last = err.strip().splitlines()
+    assert ("drl-orchestrate: run r1 failed: trainer Job drl-r1-trainer failed (BackoffLimitExceeded: Job has "
+            "reached the specified backoff limit); last exit code 3; see kubectl -n team-a logs job/drl-r1-trainer"
+            ) in last
+    assert not fake.deleted_pods, "a crash-looping trainer is not replaced: its Job restarts it"
+
+
+def test_backend_with_fake_kube_api_reports_a_failed_trainer_pod_exit_1(objects):
+    pods = healthy()
+    pods[2] = pod("drl-r1-trainer-abc", "trainer", phase="Failed", ready=False, state="terminated", exit_code=1,
+                  reason="Error")
+    fake = FakeKubeApi(pods=[healthy(), pods], logs={"drl-r1-trainer-abc": ["trainer ERROR boom"]})
+    code, out, err = start(fake, objects)
+    assert code == 1
+    assert "drl-orchestrate: run r1 failed: trainer pod drl-r1-trainer-abc failed with exit code 1 (Error)" in err
+    assert "trainer ERROR boom" in out
+
+
+def test_backend_with_fake_kube_api_evicted_trainer_pod_does_not_end_the_run(objects):
+    evicted = healthy()
+    evicted[2] = pod("drl-r1-trainer-abc", "trainer", phase="Failed", ready=False, state="terminated",
+                     exit_code=137, pod_reason="Evicted")
+    fake = FakeKubeApi(pods=[evicted, healthy()], jobs={"drl-r1-trainer": [ACTIVE, COMPLETE]})
+    assert start(fake, objects)[0] == 0
+
+
+def test_backend_with_fake_kube_api_reports_a_failed_rollout_job(objects):
+    failed = JobState("drl-r1-rollout", conditions=(JobCondition("Failed", "True", "BackoffLimitExceeded", "limit"),))
+    fake = FakeKubeApi(pods=[healthy()], jobs={"drl-r1-rollout": [JobState("drl-r1-rollout", active=2), failed]})
+    code, _, err = start(fake, objects)
+    assert code == 1
+    assert "run r1 failed: rollout Job drl-r1-rollout failed (BackoffLimitExceeded: limit)" in err
+
+
+def test_backend_with_fake_kube_api_fails_on_an_image_that_cannot_be_pulled(objects):
+    pods = healthy()
+    pods[2] = pod("drl-r1-trainer-abc", "trainer", phase="Pending", ready=False, state="waiting",
+                  reason="ImagePullBackOff")
+    fake = FakeKubeApi(pods=[pods])
+    code, _, err = start(fake, objects, image_error_grace_s=30)
+    assert code == 1
+    assert "pod drl-r1-trainer-abc cannot start its container trainer: ImagePullBackOff" in err
+    assert fake.tick == 3
+
+
+def test_backend_with_fake_kube_api_succeeds_and_prints_the_trainers_log(objects):
+    lines = ["trainer INFO restored nothing", "trainer INFO published v1", "trainer INFO finished: steps_done"]
+    fake = FakeKubeApi(pods=[healthy(), healthy()], jobs={"drl-r1-trainer": [ACTIVE, COMPLETE]},
+                       logs={"drl-r1-trainer-abc": lines})
+    code, out, err = start(fake, objects)
+    assert code == 0
+    assert out.splitlines() == lines
+    assert fake.log_requests == [("drl-r1-trainer-abc", "trainer")]
+    assert "drl: run r1 finished: Job drl-r1-trainer complete" in err
+    assert "drl-orchestrate: " not in err
+
+
+def test_backend_with_fake_kube_api_follows_the_trainer_again_after_a_restart(objects):
+    restarted = healthy()
+    restarted[2] = pod("drl-r1-trainer-abc", "trainer", restarts=1, last_exit_code=1)
+    fake = FakeKubeApi(pods=[healthy(), restarted, restarted], jobs={"drl-r1-trainer": [ACTIVE, ACTIVE, COMPLETE]},
+                       logs={"drl-r1-trainer-abc": ["line"]})
+    code, out, _ = start(fake, objects)
+    assert code == 0
+    assert fake.log_requests == [("drl-r1-trainer-abc", "trainer")] * 2
+    assert out.splitlines() == ["line", "line"]
+
+
+def test_backend_with_fake_kube_api_rides_out_api_errors(objects):
+    fake = FakeKubeApi(pods=[healthy()], jobs={"drl-r1-trainer": [ACTIVE, ACTIVE, ACTIVE, COMPLETE]},
+                       fail_list={0: KubeError(0, "Unreachable", "connection refused"),
+                                  1: KubeError(503, "Service Unavailable", "etcd")})
+    code, _, err = start(fake, objects)
+    assert code == 0
+    assert err.count("warning: Kubernetes API call failed") == 1
+
+
+def test_backend_with_fake_kube_api_gives_up_after_a_long_api_outage(objects):
+    fake = FakeKubeApi(fail_list={t: KubeError(0, "Unreachable", "connection refused") for t in range(100)})
+    code, _, err = start(fake, objects, api_error_limit_s=50)
+    assert code == 1
+    assert "the Kubernetes API failed for 50 s" in err
+
+
+def test_backend_with_fake_kube_api_existing_run_is_refused_and_nothing_is_left_behind(objects):
+    fake = FakeKubeApi(fail_create={"drl-r1-config": KubeError(409, "Conflict", "configmaps already exists")})
+    with pytest.raises(UserError, match=r"ConfigMap drl-r1-config in namespace team-a already exists: run 'r1' is "
+                                        r"there already; remove it with drl-orchestrate delete r1 --namespace team-a"):
+        start(fake, objects)
+    assert not fake.objects
+    assert [(k, n) for k, n, _ in fake.deleted] == list(reversed(fake.created))
+    assert ("ConfigMap", "drl-r1-config") not in fake.created
+
+
+def test_backend_with_fake_kube_api_forbidden_is_one_clear_error(objects):
+    fake = FakeKubeApi(fail_create={"drl-r1": KubeError(403, "Forbidden", "serviceaccounts is forbidden")})
+    with pytest.raises(UserError, match="not allowed to create ServiceAccount drl-r1 in namespace team-a"):
+        start(fake, objects)
+
+
+def test_backend_with_fake_kube_api_delete_run_removes_only_that_run(objects):
+    fake = FakeKubeApi()
+    for obj in objects + k8s.manifests(ExperimentConfig(), "r2", namespace=NS, env={}):
+        fake.create(obj)
+    err = io.StringIO()
+    assert delete_run(RUN, NS, api=fake, err=err) == 0
+    removed = {(k, n) for k, n, _ in fake.deleted}
+    assert removed == {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert all(propagation == "Background" for _, _, propagation in fake.deleted)
+    assert {obj["metadata"]["labels"]["drl.dev/run"] for obj in fake.objects.values()} == {"r2"}
+    assert {o["kind"] for o in objects} <= set(RUN_KINDS)
+    assert "deleted run r1 in namespace team-a: 3 Job, 2 StatefulSet, 2 Service" in err.getvalue()
+    again = io.StringIO()
+    assert delete_run(RUN, NS, api=fake, err=again) == 0
+    assert "no objects of run r1 in namespace team-a" in again.getvalue()
+
+
+def test_backend_with_fake_kube_api_through_the_cli(monkeypatch, capsys):
+    fake = FakeKubeApi()
+    monkeypatch.setattr("orchestrator.backends.kube_api.KubeApi", lambda: fake)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--backend", "kubernetes", "--run-name", RUN, "--namespace", NS, "--workers", "3", "--steps", "3000",
+              "--image", "registry.example/drl:2", "--detach"])
+    assert exit_info.value.code == 0, capsys.readouterr().err
+    assert len(fake.created) == 12
+    rollout = fake.objects[("Job", NS, "drl-r1-rollout")]
+    assert rollout["spec"]["parallelism"] == 3
+    assert rollout["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/drl:2"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["delete", RUN, "--namespace", NS])
+    assert exit_info.value.code == 0
+    assert not fake.objects
+    assert "deleted run r1 in namespace team-a" in capsys.readouterr().err
+
+
+def test_backend_with_fake_kube_api_kube_run_can_be_driven_directly(objects):
+    fake = FakeKubeApi(pods=[healthy()], jobs={"drl-r1-trainer": [COMPLETE]})
+    watcher = KubeRun(fake, RUN, NS, objects, out=io.StringIO(), err=io.StringIO(), sleep=fake.sleep,
+                      clock=fake.clock)
+    assert watcher.poll() is True
+
+
+# -- the real wrapper, against the official client's classes (no cluster) -----------------------------------
+
+def test_kube_api_names_only_methods_the_official_client_has():
+    from kubernetes import client
+
+    from orchestrator.backends.kube_api import KINDS
+
+    classes = {"core": client.CoreV1Api, "apps": client.AppsV1Api, "batch": client.BatchV1Api,
+               "rbac": client.RbacAuthorizationV1Api}
+    for kind, (group, suffix) in KINDS.items():
+        for verb in ("create", "list", "delete"):
+            assert hasattr(classes[group], f"{verb}_namespaced_{suffix}"), (kind, verb)
+    assert hasattr(client.BatchV1Api, "read_namespaced_job")
+    assert hasattr(client.CoreV1Api, "read_namespaced_pod_log")
+
+
+class _Recorder:
+    """Stands in for one of the client's API classes: records calls, returns or raises what it is told."""
+
+    def __init__(self, results: dict):
+        self.calls: list[tuple[str, tuple, dict]] = []
+        self.results = results
+
+    def __getattr__(self, method: str):
+        def call(*args, **kwargs):
+            self.calls.append((method, args, kwargs))
+            result = self.results.get(method)
+            if isinstance(result, Exception):
+                raise result
+            return result
+        return call
+
+
+def _wrapper(results: dict):
+    from kubernetes import client
+
+    from orchestrator.backends.kube_api import KubeApi
+
+    api = KubeApi.__new__(KubeApi)
+    api.client = client
+    recorder = _Recorder(results)
+    api.groups = {"core": recorder, "apps": recorder, "batch": recorder, "rbac": recorder}
+    return api, recorder
+
+
+def test_kube_api_create_list_delete_and_errors():
+    from kubernetes.client import V1ConfigMap, V1ConfigMapList, V1ObjectMeta
+    from kubernetes.client.exceptions import ApiException
+
+    conflict = ApiException(status=409, reason="Conflict")
+    conflict.body = '{"kind": "Status", "message": "configmaps \\"drl-r1-config\\" already exists"}'
+    gone = ApiException(status=404, reason="Not Found")
+    listing = V1ConfigMapList(items=[V1ConfigMap(metadata=V1ObjectMeta(name="drl-r1-config"))])
+    api, rec = _wrapper({"create_namespaced_config_map": conflict, "list_namespaced_config_map": listing,
+                         "delete_namespaced_secret": gone})
+    obj = {"kind": "StatefulSet", "metadata": {"name": "x", "namespace": "ns"}}
+    api.create(obj)
+    assert rec.calls[-1] == ("create_namespaced_stateful_set", ("ns", obj), {})
+    with pytest.raises(KubeError) as error:
+        api.create({"kind": "ConfigMap", "metadata": {"name": "drl-r1-config", "namespace": "ns"}})
+    assert error.value.status == 409 and error.value.message == 'configmaps "drl-r1-config" already exists'
+    assert api.list_names("ConfigMap", "ns", "drl.dev/run=r1") == ["drl-r1-config"]
+    assert rec.calls[-1][2] == {"label_selector": "drl.dev/run=r1"}
+    assert api.delete("Secret", "ns", "s") is False
+    assert api.delete("Job", "ns", "j", "Foreground") is True
+    assert rec.calls[-1] == ("delete_namespaced_job", ("j", "ns"), {"propagation_policy": "Foreground"})
+    assert api.delete_by_label("ns", "drl.dev/run=r1", ("ConfigMap",)) == [("ConfigMap", "drl-r1-config")]
+
+
+def test_kube_api_pod_and_job_states_from_client_objects():
+    from kubernetes import client as c
+
+    from orchestrator.backends.kube_api import _pod_state
+
+    crash = c.V1Pod(
+        metadata=c.V1ObjectMeta(name="drl-r1-rollout-0-x", labels=k8s.labels(RUN, "rollout"),
+                                annotations={INDEX: "0"}),
+        status=c.V1PodStatus(
+            phase="Running",
+            conditions=[c.V1PodCondition(type="Ready", status="False")],
+            container_statuses=[c.V1ContainerStatus(
+                name="rollout", ready=False, restart_count=3, image="drl", image_id="", started=False,
+                state=c.V1ContainerState(waiting=c.V1ContainerStateWaiting(reason="CrashLoopBackOff",
+                                                                          message="back-off 40s")),
+                last_state=c.V1ContainerState(terminated=c.V1ContainerStateTerminated(exit_code=1,
+                                                                                     reason="Error")))]))
+    state = _pod_state(crash)
+    assert state.component == "rollout" and state.annotations[INDEX] == "0" and not state.ready
+    assert state.container("rollout") == ContainerState("rollout", False, 3, "waiting", "CrashLoopBackOff",
+                                                        "back-off 40s", None, 1)
+    pending = c.V1Pod(metadata=c.V1ObjectMeta(name="p"), status=c.V1PodStatus(
+        phase="Pending", conditions=[c.V1PodCondition(type="PodScheduled", status="False", reason="Unschedulable",
+                                                      message="0/3 nodes are available: 3 Insufficient cpu.")]))
+    state = _pod_state(pending)
+    assert (state.phase, state.reason, state.containers) == ("Pending", "Unschedulable", ())
+    job = c.V1Job(status=c.V1JobStatus(failed=7, conditions=[
+        c.V1JobCondition(type="Failed", status="True", reason="BackoffLimitExceeded", message="limit")]))
+    api, _ = _wrapper({"read_namespaced_job": job})
+    status = api.job_status("ns", "drl-r1-trainer")
+    assert status.failed == 7 and status.condition("Failed").reason == "BackoffLimitExceeded"
+    assert status.condition("Complete") is None
+
+
+def test_kube_api_pod_log_yields_lines_across_chunks():
+    class Response:
+        released = False
+
+        def stream(self, amount, decode_content=True):
+            yield from (b"trainer INFO a\ntrainer ", b"INFO b\n", b"tail without newline")
+
+        def release_conn(self):
+            Response.released = True
+
+    api, rec = _wrapper({"read_namespaced_pod_log": Response()})
+    assert list(api.pod_log("ns", "p", "trainer")) == ["trainer INFO a", "trainer INFO b", "tail without newline"]
+    assert rec.calls[-1] == ("read_namespaced_pod_log", ("p", "ns"),
+                             {"container": "trainer", "follow": True, "_preload_content": False})
+    assert Response.released
+
+
+def test_kube_api_without_configuration_is_one_clear_error(monkeypatch, tmp_path):
+    from orchestrator.backends.kube_api import KubeApi, default_namespace
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(UserError, match="no Kubernetes configuration"):
+        KubeApi()
+    assert default_namespace() == "default"
+    (tmp_path / "config").write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{name: k, cluster: {server: 'https://k:6443'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u, namespace: team-b}}]\n")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "config"))
+    assert default_namespace() == "team-b"
+    api = KubeApi()
+    assert api.groups["core"].api_client.configuration.host == "https://k:6443"

@@ -1,0 +1,357 @@
+"""`drl-orchestrate render`: the manifests of docs/kubernetes.md, valid for recent Kubernetes, built from the plan."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes_validate.utils import all_versions, major_minor
+
+from drl.config import ExperimentConfig, replace
+from drl.presets import resolve
+from orchestrator import k8s
+from orchestrator.cli import main, resolve_config
+from orchestrator.plan import plan
+from tests.conftest import ROOT
+
+KUBE_VERSIONS = sorted({major_minor(v) for v in all_versions()}, key=lambda v: tuple(map(int, v.split("."))))[-3:]
+FLAGS = ["--preset", "sac", "--workers", "32", "--steps", "50000", "--sac.lr", "0.001", "--run-name", "r1",
+         "--namespace", "team-a"]
+SECRETS = {"DRL_MEMORY_PASSWORD": "memory-pass-1234", "AWS_ACCESS_KEY_ID": "AKIAEXTERNAL",
+           "AWS_SECRET_ACCESS_KEY": "external-secret-5678"}
+EXTERNAL = ["--memory", "redis://valkey.example:6380/1", "--store", "s3://bucket/prefix"]
+LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
+          "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by", "drl.dev/run")
+
+
+def render(capsys, args: list[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["render", *args])
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def rendered(capsys, args: list[str]) -> list[dict]:
+    code, out, err = render(capsys, args)
+    assert code == 0, err
+    return [doc for doc in yaml.safe_load_all(out) if doc is not None]
+
+
+def find(objects: list[dict], kind: str, name: str) -> dict:
+    matches = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(matches) == 1, (kind, name, [(o["kind"], o["metadata"]["name"]) for o in objects])
+    return matches[0]
+
+
+def env_of(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container["env"]}
+
+
+@pytest.fixture
+def objects(capsys, monkeypatch):
+    for var in SECRETS:
+        monkeypatch.delenv(var, raising=False)
+    return rendered(capsys, FLAGS)
+
+
+def test_render_is_a_yaml_stream_of_the_contracts_objects(objects):
+    names = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert names == {("ServiceAccount", "drl-r1"), ("Role", "drl-r1"), ("RoleBinding", "drl-r1"),
+                     ("Secret", "drl-r1-credentials"), ("ConfigMap", "drl-r1-config"),
+                     ("Service", "drl-r1-redis"), ("StatefulSet", "drl-r1-redis"),
+                     ("Service", "drl-r1-minio"), ("StatefulSet", "drl-r1-minio"),
+                     ("Job", "drl-r1-trainer"), ("Job", "drl-r1-rollout"), ("Job", "drl-r1-evaluator")}
+    assert len(objects) == len(names)
+    assert all(o["metadata"]["namespace"] == "team-a" for o in objects)
+
+
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+def test_every_manifest_is_valid_in_strict_mode(objects, version):
+    assert len(KUBE_VERSIONS) >= 2
+    for obj in objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_every_object_and_pod_carries_the_run_labels(objects):
+    for obj in objects:
+        pods = [obj["spec"]["template"]] if obj["kind"] in ("Job", "StatefulSet") else []
+        for meta in [obj["metadata"]] + [p["metadata"] for p in pods]:
+            labels = meta["labels"]
+            assert set(LABELS) <= set(labels), obj["metadata"]["name"]
+            assert labels["app.kubernetes.io/instance"] == labels["drl.dev/run"] == "r1"
+            assert labels["app.kubernetes.io/managed-by"] == "drl-orchestrate"
+            assert labels["app.kubernetes.io/name"] == labels["app.kubernetes.io/part-of"] == "drl"
+    for role in k8s.ROLES:
+        job = find(objects, "Job", f"drl-r1-{role}")
+        assert job["metadata"]["labels"]["app.kubernetes.io/component"] == role
+        assert [c["name"] for c in job["spec"]["template"]["spec"]["containers"]] == [role]
+
+
+def test_configmap_resolves_to_the_flags_configuration(objects):
+    data = json.loads(find(objects, "ConfigMap", "drl-r1-config")["data"]["config.json"])
+    assert resolve(data, "ConfigMap") == resolve_config(FLAGS)
+    assert resolve(data).workers == 32 and resolve(data).sac.lr == 0.001
+
+
+def test_no_credential_in_the_configmap(capsys, monkeypatch):
+    for var, value in SECRETS.items():
+        monkeypatch.setenv(var, value)
+    for args in (FLAGS, FLAGS + EXTERNAL):
+        objs = rendered(capsys, args)
+        secret = find(objs, "Secret", "drl-r1-credentials")
+        assert set(secret["stringData"]) == {"redis-password", "s3-access-key", "s3-secret-key"}
+        configmap = json.dumps(find(objs, "ConfigMap", "drl-r1-config"))
+        for value in secret["stringData"].values():
+            assert value and value not in configmap
+        for value in SECRETS.values():
+            assert value not in configmap
+        for obj in objs:
+            if obj["kind"] != "Secret":
+                text = json.dumps(obj)
+                assert not any(v in text for v in secret["stringData"].values()), obj["metadata"]["name"]
+
+
+def test_rollout_job_is_indexed_with_one_completion_per_worker(objects):
+    spec = find(objects, "Job", "drl-r1-rollout")["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["parallelism"] == spec["completions"] == 32
+    assert spec["template"]["spec"]["restartPolicy"] == "OnFailure"
+    index = env_of(spec["template"]["spec"]["containers"][0])["DRL_WORKER_INDEX"]
+    assert index["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert find(objects, "Job", "drl-r1-trainer")["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
+
+
+def test_containers_run_the_plans_commands_and_environment(objects):
+    """What the local backend would start, with the contract's Kubernetes-only differences."""
+    cfg = resolve_config(FLAGS)
+    workloads = {w.role: w for w in plan(cfg, run="r1", run_dir=k8s.RUN_DIR, memory_url="redis://drl-r1-redis:6379/0",
+                                         store_url="s3://drl/runs", python="python")}
+    for role, workload in workloads.items():
+        container = find(objects, "Job", f"drl-r1-{role}")["spec"]["template"]["spec"]["containers"][0]
+        assert container["command"] == ["python", "-m", f"services.{role}"]
+        assert "args" not in container
+        env = env_of(container)
+        assert env["DRL_CONFIG"]["valueFrom"] == {"configMapKeyRef": {"name": "drl-r1-config", "key": "config.json"}}
+        for name, value in workload.env.items():
+            if name != "DRL_CONFIG":
+                assert env[name] == {"name": name, "value": value}, (role, name)
+        assert env["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "drl-r1-credentials",
+                                                                           "key": "redis-password"}
+        assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["key"] == "s3-access-key"
+        assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "s3-secret-key"
+        assert env["DRL_S3_ENDPOINT"]["value"] == "http://drl-r1-minio:9000"
+        assert env["DRL_HEARTBEAT_FILE"]["value"] == "/tmp/drl/heartbeat"
+        assert env["DRL_CACHE_DIR"]["value"] == "/var/cache/drl"
+        assert env["HOME"]["value"] == "/tmp"
+        assert env["DRL_RUN_DIR"]["value"] == "/var/lib/drl/run"
+        assert ("DRL_S3_CREATE_BUCKET" in env) == (role == "trainer")
+        assert ("DRL_WORKER_INDEX" in env) == (role == "rollout")
+
+
+def test_pods_follow_the_security_contract(objects):
+    for obj in objects:
+        if obj["kind"] not in ("Job", "StatefulSet"):
+            continue
+        pod = obj["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["serviceAccountName"] == "drl-r1"
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] == (10001 if obj["kind"] == "Job" else
+                                                      {"redis": 999, "minio": 1000}[pod["containers"][0]["name"]])
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert all(set(v) == {"name", "emptyDir"} for v in pod["volumes"])
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"] == {"drop": ["ALL"]}
+            assert sc["runAsNonRoot"] is True and sc["seccompProfile"] == {"type": "RuntimeDefault"}
+            assert c["imagePullPolicy"] == "IfNotPresent"
+            if obj["kind"] == "Job":
+                mounts = {m["mountPath"] for m in c["volumeMounts"]}
+                assert mounts == {"/tmp", "/tmp/drl", "/var/lib/drl/run", "/var/cache/drl"}
+                assert pod["restartPolicy"] == "OnFailure"
+                for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+                    assert c[probe]["exec"]["command"] == [
+                        "sh", "-c", 'test -n "$(find /tmp/drl/heartbeat -mmin -1 2>/dev/null)"']
+                assert c["image"] == "drl:latest"
+
+
+def test_role_grants_only_get_on_the_runs_configmap(objects):
+    role = find(objects, "Role", "drl-r1")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["drl-r1-config"],
+                              "verbs": ["get"]}]
+    assert find(objects, "ServiceAccount", "drl-r1")["automountServiceAccountToken"] is False
+    binding = find(objects, "RoleBinding", "drl-r1")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "drl-r1", "namespace": "team-a"}]
+
+
+def test_builtin_data_services(objects):
+    redis = find(objects, "StatefulSet", "drl-r1-redis")["spec"]
+    container = redis["template"]["spec"]["containers"][0]
+    assert container["image"].startswith("valkey/valkey")
+    script = container["command"][-1]
+    assert 'requirepass "$VALKEY_PASSWORD"' in script and "--save ''" in script and "--appendonly no" in script
+    assert "args" not in container, "the password goes to valkey-server on stdin, never in its arguments"
+    assert env_of(container)["VALKEY_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "redis-password"
+    assert find(objects, "Service", "drl-r1-redis")["spec"]["ports"][0]["port"] == 6379
+    minio = find(objects, "StatefulSet", "drl-r1-minio")["spec"]["template"]["spec"]["containers"][0]
+    assert minio["image"].startswith("minio/minio")
+    assert env_of(minio)["MINIO_ROOT_USER"]["valueFrom"]["secretKeyRef"]["key"] == "s3-access-key"
+    assert env_of(minio)["MINIO_ROOT_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "s3-secret-key"
+    assert find(objects, "Service", "drl-r1-minio")["spec"]["ports"][0]["port"] == 9000
+    for name in ("drl-r1-redis", "drl-r1-minio"):
+        sts, svc = find(objects, "StatefulSet", name), find(objects, "Service", name)
+        assert svc["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
+        assert set(svc["spec"]["selector"].items()) <= set(sts["spec"]["template"]["metadata"]["labels"].items())
+
+
+def test_external_memory_and_store_omit_redis_and_minio(capsys, monkeypatch):
+    for var, value in SECRETS.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.setenv("DRL_S3_ENDPOINT", "https://s3.example.com")
+    objs = rendered(capsys, FLAGS + EXTERNAL)
+    assert not [o for o in objs if o["kind"] in ("StatefulSet", "Service")]
+    assert find(objs, "Secret", "drl-r1-credentials")["stringData"] == {
+        "redis-password": "memory-pass-1234", "s3-access-key": "AKIAEXTERNAL", "s3-secret-key": "external-secret-5678"}
+    for role in k8s.ROLES:
+        env = env_of(find(objs, "Job", f"drl-r1-{role}")["spec"]["template"]["spec"]["containers"][0])
+        assert env["DRL_MEMORY_URL"]["value"] == "redis://valkey.example:6380/1"
+        assert env["DRL_STORE"]["value"] == "s3://bucket/prefix"
+        assert env["DRL_S3_ENDPOINT"]["value"] == "https://s3.example.com"
+        assert "DRL_S3_CREATE_BUCKET" not in env
+    for version in KUBE_VERSIONS[-2:]:
+        for obj in objs:
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_external_memory_alone_keeps_minio(capsys, monkeypatch):
+    monkeypatch.delenv("DRL_MEMORY_PASSWORD", raising=False)
+    objs = rendered(capsys, FLAGS + ["--memory", "redis://valkey.example:6380/1"])
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objs}
+    assert ("StatefulSet", "drl-r1-minio") in kinds and ("StatefulSet", "drl-r1-redis") not in kinds
+    assert find(objs, "Secret", "drl-r1-credentials")["stringData"]["redis-password"] == ""
+
+
+def test_generated_credentials_differ_between_renders(capsys, monkeypatch):
+    for var in SECRETS:
+        monkeypatch.delenv(var, raising=False)
+    first, second = (find(rendered(capsys, FLAGS), "Secret", "drl-r1-credentials")["stringData"] for _ in range(2))
+    assert all(len(v) >= 16 for v in first.values())
+    assert all(first[k] != second[k] for k in first)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--store", "/tmp/drl-store"], "--store '/tmp/drl-store' is a local directory, which pods cannot share"),
+    (["--store", "file:///tmp/drl-store"], "is a local directory, which pods cannot share"),
+    (["--namespace", "Team_A"], "--namespace must be a DNS label"),
+    (["--namespace", "team-"], "--namespace must be a DNS label"),
+    (["--run-name", "Run_1"], "--run-name on Kubernetes must be lowercase letters"),
+    (["--run-name", "r" * 41], "at most 40 characters"),
+    (["--memory", "unix:///tmp/valkey.sock"], "cannot be reached from pods"),
+    (["--memory", "redis://:pw@host:6379/0"], "the memory URL must not carry a password"),
+    (["--store", "s3://bucket/prefix"], "needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
+    (["--backend", "local"], "render prints Kubernetes manifests; --backend local has none"),
+    (["--backend", "nomad"], "invalid choice: 'nomad'"),
+    (["--workers", "0"], "--workers must be a positive integer, got 0"),
+    (["--resume", "r1"], "--resume applies to local runs"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, monkeypatch, args, expected):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    code, out, err = render(capsys, args)
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("drl-orchestrate: error: "), err
+    assert expected in lines[0]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--backend", "kubernetes", "--store", "/tmp/drl-store"], "is a local directory, which pods cannot share"),
+    (["--backend", "kubernetes", "--namespace", "a.b"], "--namespace must be a DNS label"),
+    (["--detach"], "--detach applies to --backend kubernetes only"),
+    (["--namespace", "x"], "--namespace applies to --backend kubernetes only"),
+    (["delete", "Bad_Run"], "RUN on Kubernetes must be lowercase letters"),
+    (["delete", "r1", "--namespace", "UPPER"], "--namespace must be a DNS label"),
+    (["delete"], "the following arguments are required: RUN"),
+])
+def test_bad_run_and_delete_input_is_one_line_and_exit_2(capsys, args, expected):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--steps", "1000"] if args[0] != "delete" else args)
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], lines
+
+
+def test_help_lists_the_deployment_flags_and_subcommands(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--backend {local,kubernetes}", "--namespace NS", "--image IMAGE", "--detach", "'render'", "'delete"):
+        assert flag in out, flag
+
+
+def test_deployment_flags_stay_out_of_the_configuration(capsys):
+    cfg = resolve_config(["--backend", "kubernetes", "--namespace", "ns", "--image", "x:1", "--detach",
+                          "--workers", "3"])
+    assert cfg == replace(resolve_config([]), workers=3)
+    assert not {"backend", "namespace", "image", "detach"} & set(json.loads(cfg.to_json()))
+
+
+def test_image_flag_and_default_run_name(capsys):
+    objs = rendered(capsys, ["--namespace", "ns", "--image", "registry.example/drl:1.2", "--env", "Pendulum-v1"])
+    run = objs[0]["metadata"]["labels"]["drl.dev/run"]
+    assert run.startswith("sac-pendulum-v1-sync-") and len(run) <= k8s.MAX_RUN_LEN
+    assert k8s.check_run_name(run) == run
+    for role in k8s.ROLES:
+        assert find(objs, "Job", f"drl-{run}-{role}")["spec"]["template"]["spec"]["containers"][0]["image"] == \
+            "registry.example/drl:1.2"
+
+
+def test_default_run_names_fit_kubernetes_for_long_env_ids():
+    cfg = ExperimentConfig(env="ALE/MontezumaRevenge-NoFrameskip.v4_long.name", mode="async")
+    run = k8s.default_run_name(cfg, now=0)
+    assert k8s.check_run_name(run) == run
+    assert run.startswith("sac-ale-montezuma") and re.search(r"-async-\d{8}-\d{6}$", run), run
+
+
+def test_manifests_is_callable_without_the_cli():
+    cfg = ExperimentConfig(workers=3, run_name="ignored")
+    objs = k8s.manifests(cfg, "t1", namespace="ns", env={})
+    rollout = find(objs, "Job", "drl-t1-rollout")
+    assert rollout["spec"]["completions"] == 3
+    config = json.loads(find(objs, "ConfigMap", "drl-t1-config")["data"]["config.json"])
+    assert ExperimentConfig.from_json(json.dumps(config)) == replace(cfg, run_name="t1")
+    creds = k8s.Credentials("p" * 16, "a" * 16, "s" * 16)
+    objs = k8s.manifests(cfg, "t1", credentials=creds, env={})
+    assert find(objs, "Secret", "drl-t1-credentials")["stringData"]["redis-password"] == "p" * 16
+
+
+def test_render_and_local_runs_do_not_import_the_kubernetes_client(tmp_path):
+    (tmp_path / "config").write_text("current-context: c\n"
+                                     "contexts: [{name: c, context: {namespace: from-kubeconfig}}]\n")
+    code = ("import sys, io, contextlib\n"
+            "from orchestrator.cli import main, resolve_config\n"
+            "import orchestrator.backends.local\n"
+            "resolve_config(['--workers', '2'])\n"
+            "out = io.StringIO()\n"
+            "with contextlib.redirect_stdout(out):\n"
+            "    try:\n"
+            "        main(['render', '--run-name', 'x'])\n"
+            "    except SystemExit as e:\n"
+            "        assert e.code == 0, e.code\n"
+            "assert 'namespace: from-kubeconfig' in out.getvalue()\n"
+            "loaded = sorted(m for m in sys.modules if m == 'kubernetes' or m.startswith('kubernetes.'))\n"
+            "assert not loaded, loaded\n")
+    env = {**os.environ, "KUBECONFIG": f"{tmp_path / 'missing'}:{tmp_path / 'config'}"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr
