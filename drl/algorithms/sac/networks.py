@@ -44,11 +44,32 @@ class Actor(nn.Module):
 
 
 class TwinCritic(nn.Module):
+    """Two independent Q networks (ReLU MLPs on the concatenated observation and action) stored as one.
+
+    Layer i of both critics is one weight ``weights[i]`` of shape [2, in, out] (critic k is ``weights[i][k]``,
+    laid out so that ``x @ weights[i][k]`` is its product) and one bias ``biases[i]`` of shape [2, 1, out]. A
+    batched product (``torch.baddbmm``) then runs both critics with one call per layer instead of two, which is
+    what the SAC learner's hand-written gradients rely on. Initial values are those of two ``nn.Linear`` MLPs
+    built one after the other, as separate critics would be.
+    """
+
     def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]):
         super().__init__()
-        self.q1 = mlp([obs_dim + act_dim, *hidden, 1])
-        self.q2 = mlp([obs_dim + act_dim, *hidden, 1])
+        sizes = [obs_dim + act_dim, *hidden, 1]
+        q1, q2 = mlp(sizes), mlp(sizes)
+        pairs = zip((m for m in q1 if isinstance(m, nn.Linear)), (m for m in q2 if isinstance(m, nn.Linear)))
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for a, b in pairs:
+            self.weights.append(nn.Parameter(torch.stack([a.weight.detach().t(), b.weight.detach().t()])))
+            self.biases.append(nn.Parameter(torch.stack([a.bias.detach(), b.bias.detach()]).unsqueeze(1)))
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.cat([obs, action], dim=-1)
-        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
+        h = x.expand(2, *x.shape)
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            h = torch.baddbmm(b, h, w)
+            if i < last:
+                h = torch.relu(h)
+        return h[0, :, 0], h[1, :, 0]
