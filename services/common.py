@@ -66,7 +66,9 @@ class ServiceContext:
         return f"{self.role}-{self.worker_index}" if self.role == "rollout" else self.role
 
     def redis(self) -> redis.Redis:
-        return connect(self.memory_url)
+        """A checked connection; an unreachable server is waited for up to ``memory_retry_s`` (pods start
+        together, the Redis pod may come up last)."""
+        return connect(self.memory_url, wait_s=self.config.memory_retry_s)
 
     def keys(self) -> Keys:
         return Keys(self.run)

@@ -11,7 +11,9 @@ and certificates never travel in process arguments; they come from the environme
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -64,8 +66,28 @@ def credentials_from_env(env: dict[str, str] | None = None) -> dict:
     return kwargs
 
 
-def connect(url: str, timeout: float = 5.0) -> redis.Redis:
-    """Opens and checks a connection; raises UserError naming the URL (without credentials) when it fails."""
+def connect(url: str, timeout: float = 5.0, wait_s: float = 0.0) -> redis.Redis:
+    """Opens and checks a connection; raises UserError naming the URL (without credentials) when it fails.
+
+    With ``wait_s``, an unreachable server is tried again every second for that long: pods of a run start
+    together, and a service should not fail because its Redis pod is still starting.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return _connect(url, timeout)
+        except _Unreachable as exc:
+            if time.monotonic() >= deadline:
+                raise UserError(str(exc)) from None
+            logging.getLogger("drl.memory").info("%s; trying again", exc)
+            time.sleep(1.0)
+
+
+class _Unreachable(Exception):
+    pass
+
+
+def _connect(url: str, timeout: float) -> redis.Redis:
     shown = redact(url)
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme not in SCHEMES:
@@ -93,7 +115,7 @@ def connect(url: str, timeout: float = 5.0) -> redis.Redis:
         if scheme == "rediss" and ("EOF" in str(exc) or "certificate" in str(exc).lower()):
             hint = " (TLS handshake failed: check DRL_MEMORY_TLS_CA, and whether the server wants a client " \
                    "certificate in DRL_MEMORY_TLS_CERT/_KEY)"
-        raise UserError(f"memory server {shown} is unreachable or not a Redis server: {exc}{hint}") from None
+        raise _Unreachable(f"memory server {shown} is unreachable or not a Redis server: {exc}{hint}") from None
     except redis.ResponseError as exc:
         raise UserError(f"memory server {shown} does not behave like a Redis server with streams: {exc}") from None
     return client

@@ -264,6 +264,43 @@ def test_unreachable_url_with_password_does_not_show_it():
     assert "unreachable" in message
 
 
+def test_connect_waits_for_a_server_that_starts_late(tmp_path):
+    import threading
+
+    from orchestrator.redis_server import RedisServer, free_port
+
+    server = RedisServer(tmp_path / "late", port=free_port())
+    result: dict = {}
+
+    def client_side() -> None:
+        started = time.monotonic()
+        try:
+            result["pong"] = connect(server.url, wait_s=30).ping()
+        except UserError as exc:
+            result["error"] = exc
+        result["waited"] = time.monotonic() - started
+
+    thread = threading.Thread(target=client_side)
+    thread.start()
+    time.sleep(1.5)
+    server.start()  # in this thread: the server dies with the thread that started it
+    try:
+        thread.join(30)
+        assert result.get("pong") is True, result
+        assert result["waited"] >= 1.0
+    finally:
+        server.stop()
+
+
+def test_connect_gives_up_after_its_wait(tmp_path):
+    from orchestrator.redis_server import free_port
+
+    started = time.monotonic()
+    with pytest.raises(UserError, match="unreachable"):
+        connect(f"redis://127.0.0.1:{free_port()}/0", wait_s=1.5)
+    assert 1.5 <= time.monotonic() - started < 10
+
+
 # --- CLI -------------------------------------------------------------------------------------------------------------
 
 def test_cli_refuses_a_password_in_the_memory_url(protected, tmp_path):
