@@ -16,16 +16,21 @@ from drl.envs import make_env
 def run_episodes(env_id: str, actor: Actor, episodes: int, seed: int, max_steps: int = 100_000,
                  on_frame: Callable[[int, np.ndarray], None] | None = None) -> list[float]:
     """Returns of deterministic episodes seeded seed, seed+1, ...; ``on_frame(episode, rgb)`` receives rendered
-    frames when given (the env is then made with render_mode="rgb_array")."""
-    env = make_env(env_id, render_mode="rgb_array" if on_frame else None)
+    frames when given (the env is then made with render_mode="rgb_array", one episode after the other).
+
+    Without frames the episodes run side by side, one policy call for every running episode per step: the same
+    episodes and returns, in a fraction of the time, so a run's evaluator reports a version sooner and takes less
+    CPU from the trainer."""
+    if on_frame is None:
+        return _run_together(env_id, actor, episodes, seed, max_steps)
+    env = make_env(env_id, render_mode="rgb_array")
     returns = []
     try:
         for i in range(episodes):
             obs, _ = env.reset(seed=seed + i)
             total, done, steps = 0.0, False, 0
             while not done and steps < max_steps:
-                if on_frame:
-                    on_frame(i, env.render())
+                on_frame(i, env.render())
                 action = actor.act(np.asarray(obs)[None], deterministic=True)[0]
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)
@@ -35,6 +40,30 @@ def run_episodes(env_id: str, actor: Actor, episodes: int, seed: int, max_steps:
     finally:
         env.close()
     return returns
+
+
+def _run_together(env_id: str, actor: Actor, episodes: int, seed: int, max_steps: int) -> list[float]:
+    envs = [make_env(env_id) for _ in range(episodes)]
+    try:
+        obs = [np.asarray(env.reset(seed=seed + i)[0]) for i, env in enumerate(envs)]
+        totals = [0.0] * episodes
+        running = list(range(episodes))
+        steps = 0
+        while running and steps < max_steps:
+            actions = actor.act(np.stack([obs[i] for i in running]), deterministic=True)
+            still = []
+            for i, action in zip(running, actions):
+                o, reward, terminated, truncated, _ = envs[i].step(action)
+                obs[i] = np.asarray(o)
+                totals[i] += float(reward)
+                if not (terminated or truncated):
+                    still.append(i)
+            running = still
+            steps += 1
+        return totals
+    finally:
+        for env in envs:
+            env.close()
 
 
 _INT64 = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
