@@ -25,6 +25,7 @@ from drl.errors import UserError
 from drl.memory.redis_backend import Keys, connect, retrying
 from drl.store import PolicyStore, run_store
 from drl.store.cache import PolicyCache
+from services.telemetry import TELEMETRY
 
 EXIT_USAGE = 2
 
@@ -93,6 +94,7 @@ class StatusWriter:
         return time.monotonic() - self._last >= self.every
 
     def write(self, fields: dict, force: bool = False) -> None:
+        TELEMETRY.update(fields)
         if not force and not self.due():
             return
         self._last = time.monotonic()
@@ -129,13 +131,22 @@ def run_service(role: str, body: Callable[[ServiceContext], int]) -> None:
     if os.environ.get("DRL_HEARTBEAT_FILE"):
         start_heartbeat(os.environ["DRL_HEARTBEAT_FILE"])
     try:
+        TELEMETRY.restarts = int(os.environ.get("DRL_RESTARTS", "0") or 0)
+    except ValueError:
+        TELEMETRY.restarts = 0
+    try:
         ctx = ServiceContext.from_env(role)
+        TELEMETRY.role, TELEMETRY.name, TELEMETRY.run = role, ctx.name, ctx.run
         code = body(ctx)
     except UserError as exc:
+        TELEMETRY.last_error = str(exc)
         print(f"drl {role}: error: {exc}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as exc:
+        TELEMETRY.last_error = f"{type(exc).__name__}: {exc}"
+        raise
     sys.exit(code)
 
 

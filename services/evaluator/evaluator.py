@@ -21,6 +21,7 @@ from drl.evaluation import message_to_record, run_episodes
 from drl.memory.redis_backend import Announcer, retrying
 from drl.store import ManifestError
 from services.common import ServiceContext, StatusWriter
+from services.telemetry import TELEMETRY
 
 log = logging.getLogger("drl.evaluator")
 
@@ -85,7 +86,7 @@ class Evaluator:
             done = self.redis(lambda: self.client.get(self.keys.trainer_done), "GET trainer done")
             if done is not None and self.evaluated >= int(done):
                 return 0
-            if self.redis(lambda: self.client.exists(self.keys.stop), "EXISTS stop"):
+            if TELEMETRY.stop.is_set() or self.redis(lambda: self.client.exists(self.keys.stop), "EXISTS stop"):
                 return 0
             self.announcer.wait_for(self.evaluated + 1, timeout=1.0, should_stop=lambda: False)
 

@@ -22,6 +22,7 @@ from drl.nstep import NStepFolder
 from drl.memory.redis_backend import Announcer, Producer, producer_position, retrying
 from drl.store import ManifestError
 from services.common import ServiceContext, StatusWriter, share
+from services.telemetry import TELEMETRY
 
 log = logging.getLogger("drl.rollout")
 
@@ -93,14 +94,16 @@ class RolloutWorker:
             self.pending.append(transitions)
             self.pending_n += len(transitions["reward"])
 
-    def flush(self, iteration_end: bool = False) -> None:
+    def flush(self, iteration_end: bool = False, last: bool = False) -> None:
+        """Sends the queued transitions as one entry; ``last`` marks it final even before the share is done
+        (a worker asked to stop through its control endpoint hands in what it has)."""
         if not self.pending_n:
             return
         arrays = {k: np.concatenate([p[k] for p in self.pending]) for k in self.fields}
         if self.with_priorities:
             arrays["priority"] = self.actor.priorities(arrays)
         self.seq += 1
-        final = self.produced + self.pending_n >= self.total
+        final = last or self.produced + self.pending_n >= self.total
         header = experience_pb2.BatchHeader(run=self.ctx.run, worker_id=self.ctx.name, seq=self.seq,
                                             policy_version=max(self.version, 0), iteration_end=iteration_end or final,
                                             final=final, produced_total=self.produced + self.pending_n)
@@ -127,14 +130,14 @@ class RolloutWorker:
     def collect(self, n: int) -> None:
         """Collects n transitions, flushing full entries; the last entry of the n is flushed as iteration end."""
         target = self.stepped + n
-        while self.stepped < target and not self.stop:
+        while self.stepped < target and not self.stop and not TELEMETRY.stop.is_set():
             self.step(target - self.stepped)
             if self.pending_n >= self.batch_transitions and self.stepped < target:
                 self.flush()
         if self.nstep:
             self.queue(self.nstep.flush())
         if not self.stop:
-            self.flush(iteration_end=True)
+            self.flush(iteration_end=True, last=TELEMETRY.stop.is_set())
 
     def stopped(self) -> bool:
         self.stop = self.stop or bool(retrying(lambda: self.client.exists(self.keys.stop), "EXISTS stop",
@@ -150,22 +153,27 @@ class RolloutWorker:
         self.load(first)
         if self.cfg.mode == "async":
             self.collect(self.total - self.produced)
-            return self.finish("share done" if not self.stop else "stop requested")
+            return self.finish(self.outcome())
         per_iteration = math.ceil(self.cfg.sync_steps_per_iteration / self.cfg.workers)
         while self.produced < self.total and not self.stop:
             self.collect(min(per_iteration, self.total - self.produced))
-            if self.produced >= self.total or self.stop:
+            if self.produced >= self.total or self.stop or TELEMETRY.stop.is_set():
                 break
             nxt = self.announcer.wait_for(self.version + 1, timeout=self.cfg.sync_deadline_s * 10,
-                                          should_stop=self.stopped)
+                                          should_stop=lambda: self.stopped() or TELEMETRY.stop.is_set())
             if nxt < 0:
-                if self.stopped():
+                if self.stopped() or TELEMETRY.stop.is_set():
                     break
                 raise RuntimeError(f"no policy version {self.version + 1} within "
                                    f"{self.cfg.sync_deadline_s * 10:.0f}s; is the trainer alive?")
             if not self.load(nxt):
                 raise RuntimeError(f"SYNC needs policy version {nxt}, which cannot be loaded")
-        return self.finish("share done" if self.produced >= self.total else "stop requested")
+        return self.finish(self.outcome())
+
+    def outcome(self) -> str:
+        if self.produced >= self.total:
+            return "share done"
+        return "stop requested" if self.stop else "asked to stop (everything sent is handed in)"
 
     def finish(self, why: str) -> int:
         """Waits until the trainer has consumed everything this worker sent (re-sending after a memory server

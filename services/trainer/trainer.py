@@ -30,6 +30,7 @@ from drl.store import PolicyStore, run_store
 from drl.store.checkpoint import CheckpointStore
 from drl.errors import UserError
 from services.common import ServiceContext, StatusWriter
+from services.telemetry import TELEMETRY
 
 log = logging.getLogger("drl.trainer")
 
@@ -335,6 +336,8 @@ class Trainer:
     def should_stop(self) -> str:
         """The reason the run's stop flag gives ("target_reached" or "stopped"), or "" while it is unset."""
         now = time.monotonic()
+        if not self.stop_reason and TELEMETRY.stop.is_set():
+            self.stop_reason = "stopped"
         if not self.stop_reason and now - self._stop_checked > 0.25:
             self._stop_checked = now
             flag = retrying(lambda: self.client.get(self.keys.stop), "GET stop", self.cfg.memory_retry_s)
