@@ -331,7 +331,8 @@ def cmd_delete(argv: list[str]) -> int:
     return delete_run(args.run, namespace)
 
 
-COMMANDS = {"presets": cmd_presets, "evaluate": cmd_evaluate, "render": cmd_render, "delete": cmd_delete}
+COMMANDS = {"presets": cmd_presets, "evaluate": cmd_evaluate, "render": cmd_render, "delete": cmd_delete,
+            "plot": lambda argv: __import__("orchestrator.plot", fromlist=["main"]).main(argv)}
 
 
 def main(argv: list[str] | None = None) -> int:

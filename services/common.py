@@ -130,6 +130,8 @@ def run_service(role: str, body: Callable[[ServiceContext], int]) -> None:
                         format=f"%(asctime)s {role} %(levelname)s %(message)s", stream=sys.stderr)
     if os.environ.get("DRL_HEARTBEAT_FILE"):
         start_heartbeat(os.environ["DRL_HEARTBEAT_FILE"])
+    from services.metrics import start_metrics
+    start_metrics()
     try:
         TELEMETRY.restarts = int(os.environ.get("DRL_RESTARTS", "0") or 0)
     except ValueError:

@@ -3,6 +3,7 @@
 It always jumps to the newest version (intermediate ones are skipped when training outpaces evaluation),
 appends one ``drl.v1.EvaluationResult`` per evaluated version to ``<run dir>/evaluations.jsonl``, and sets the
 run's stop flag once ``--target-return`` is reached. It ends after evaluating the trainer's final version.
+Each result is also a TensorBoard point, against env steps and against wall seconds (``eval/*`` tags).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from drl.envs import space_spec
 from drl.evaluation import message_to_record, run_episodes
 from drl.memory.redis_backend import Announcer, retrying
 from drl.store import ManifestError
+from drl.tensorboard import ScalarLog
 from services.common import ServiceContext, StatusWriter
 from services.telemetry import TELEMETRY
 
@@ -39,6 +41,7 @@ class Evaluator:
         self.status = StatusWriter(self.client, self.keys.status("evaluator"), every=0.0,
                                    retry_s=cfg.memory_retry_s)
         self.results_path = ctx.run_dir / "evaluations.jsonl"
+        self.tensorboard = ScalarLog(ctx.run_dir / "tensorboard" / "evaluator")
         self.started = float(self.redis(lambda: self.client.get(self.keys.started_at), "GET") or time.time())
         self.best = -float("inf")
         self.evaluated = -1
@@ -67,6 +70,11 @@ class Evaluator:
         self.status.write({"role": "evaluator", "policy_version": version, "env_steps": manifest.env_steps,
                            "last_eval_return": result.mean_return, "best_eval_return": self.best,
                            "evaluations": self.count})
+        self.tensorboard.scalars({"eval/mean_return": result.mean_return, "eval/std_return": result.std_return,
+                                  "eval/best_return": self.best}, step=manifest.env_steps)
+        self.tensorboard.scalars({"eval/mean_return_by_wall_s": result.mean_return},
+                                 step=int(round(result.wall_seconds)))
+        self.tensorboard.flush()
         log.info("version %d (%d env steps): return %.1f +- %.1f", version, manifest.env_steps, result.mean_return,
                  result.std_return)
         return result
@@ -93,4 +101,8 @@ class Evaluator:
 
 def serve(ctx: ServiceContext) -> int:
     torch.set_num_threads(1)
-    return Evaluator(ctx).run()
+    evaluator = Evaluator(ctx)
+    try:
+        return evaluator.run()
+    finally:
+        evaluator.tensorboard.close()

@@ -29,6 +29,7 @@ from drl.replay import PrioritizedReplay, ReplayBuffer
 from drl.store import PolicyStore, run_store
 from drl.store.checkpoint import CheckpointStore
 from drl.errors import UserError
+from drl.tensorboard import ScalarLog
 from services.common import ServiceContext, StatusWriter
 from services.telemetry import TELEMETRY
 
@@ -110,6 +111,8 @@ class Trainer:
         self._reclaimed_at = 0.0
         self.stop_reason = ""
         self.restored = self.restore()
+        self.tensorboard = ScalarLog(ctx.run_dir / "tensorboard" / "trainer")
+        self._scalars_at = (self.started, self.consumed, self.learner.updates)
 
     # -- durable state ----------------------------------------------------------------------------------
     def restore(self) -> bool:
@@ -349,7 +352,7 @@ class Trainer:
         if not force and not self.status.due():
             return
         elapsed = max(1e-9, time.monotonic() - self.started)
-        self.status.write({
+        fields = {
             "role": "trainer", "state": state, "exit_reason": reason, "policy_version": self.version,
             "env_steps": self.consumed, "transitions_consumed": self.consumed, "updates": self.learner.updates,
             "duplicates_dropped": self.duplicates, "stale_dropped": self.stale, "dead_lettered": self.dead_letters,
@@ -357,7 +360,27 @@ class Trainer:
             "replay_size": len(self.replay) if self.replay is not None else 0,
             "backlog": self.consumer.backlog(), "backlog_bytes": self.consumer.backlog_bytes(),
             "memory_resets": self.consumer.resets, **{k: round(v, 5) for k, v in self.metrics.items()},
-        }, force=force)
+        }
+        self.status.write(fields, force=force)
+        self.write_scalars(fields, final=state == "finished")
+
+    def write_scalars(self, fields: dict, final: bool = False) -> None:
+        """TensorBoard curves against env steps, at most once a second (reports are forced on every
+        publication): the learner's last metrics, the backlog, and throughput over the interval since the
+        previous point (the status hash has the average since start, which hides slowdowns)."""
+        now = time.monotonic()
+        at, consumed, updates = self._scalars_at
+        if now - at < 1.0 and not final:
+            return
+        values = {f"learner/{k}": v for k, v in self.metrics.items()}
+        values.update({"memory/backlog": fields["backlog"], "memory/backlog_bytes": fields["backlog_bytes"],
+                       "train/updates": self.learner.updates, "train/policy_version": self.version,
+                       "train/replay_size": fields["replay_size"]})
+        if now > at:
+            values["throughput/transitions_per_s"] = (self.consumed - consumed) / (now - at)
+            values["throughput/updates_per_s"] = (self.learner.updates - updates) / (now - at)
+        self._scalars_at = (now, self.consumed, self.learner.updates)
+        self.tensorboard.scalars(values, step=self.consumed)
 
     def _on_sigterm(self, signum, frame) -> None:
         """SIGTERM (Kubernetes, the orchestrator) ends the run loop at the next check, with a final checkpoint."""
@@ -434,4 +457,8 @@ class Trainer:
 
 def serve(ctx: ServiceContext) -> int:
     torch.set_num_threads(ctx.config.trainer_threads)
-    return Trainer(ctx).run()
+    trainer = Trainer(ctx)
+    try:
+        return trainer.run()
+    finally:
+        trainer.tensorboard.close()

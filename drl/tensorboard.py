@@ -1,0 +1,71 @@
+"""Scalars for TensorBoard, written so that they can never hurt the service that writes them.
+
+A service's curves go to ``<run dir>/tensorboard/<role>/`` (``tensorboard --logdir <run dir>/tensorboard``
+shows trainer and evaluator side by side; a resumed run adds a new event file to the same folder, which
+TensorBoard reads as one continuation). The writer opens lazily on the first scalars, so a service that never
+reports creates nothing. TensorBoard output is a convenience: if the folder cannot be written, or tensorboardX
+is missing, one warning is logged and every later call is a no-op. The callers decide how often to write (on
+their status reports and publications), which keeps the cost to a few small records a second.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Mapping
+
+log = logging.getLogger("drl.tensorboard")
+
+FLUSH_SECS = 10
+
+
+class ScalarLog:
+    def __init__(self, directory: str | Path, flush_secs: int = FLUSH_SECS):
+        self.directory = Path(directory)
+        self.flush_secs = flush_secs
+        self._writer = None
+        self._disabled = False
+
+    def _open(self):
+        if self._writer is None and not self._disabled:
+            try:
+                from tensorboardX import SummaryWriter
+
+                self.directory.mkdir(parents=True, exist_ok=True)
+                self._writer = SummaryWriter(str(self.directory), flush_secs=self.flush_secs)
+            except (ImportError, OSError) as exc:
+                self._fail(exc)
+        return self._writer
+
+    def _fail(self, exc: BaseException) -> None:
+        log.warning("TensorBoard scalars are not written to %s: %s", self.directory, exc)
+        self._disabled = True
+        self._writer = None
+
+    def scalars(self, values: Mapping[str, float], step: int, walltime: float | None = None) -> None:
+        """Adds one point per tag at ``step``; values that are not finite numbers are left out."""
+        writer = self._open()
+        if writer is None:
+            return
+        try:
+            for tag, value in values.items():
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    writer.add_scalar(tag, float(value), int(step), walltime=walltime)
+        except OSError as exc:
+            self._fail(exc)
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            try:
+                self._writer.flush()
+            except OSError as exc:
+                self._fail(exc)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except OSError as exc:
+                log.warning("TensorBoard event file in %s was not closed cleanly: %s", self.directory, exc)
+            self._writer = None

@@ -1,0 +1,120 @@
+"""A Prometheus ``/metrics`` page for every service, computed from the service's telemetry at scrape time.
+
+The page shows the same numbers as the Redis status hash and the control service's status because all three
+read ``services.telemetry.TELEMETRY``: a custom collector turns the snapshot into metric families when
+Prometheus scrapes, so there is no second set of counters to keep in step. Every numeric status field ``f``
+becomes ``drl_<f>`` with the labels ``run``, ``role`` and ``id``; fields that only ever grow (``COUNTERS``)
+are counters (samples ``drl_<f>_total``, so ``rate()`` works), the others gauges. ``drl_info`` carries the
+state and exit reason as labels, and the standard ``process_*`` metrics come along.
+
+Where: ``127.0.0.1`` unless ``DRL_METRICS_HOST`` names another address (``0.0.0.0`` in a pod), port
+``DRL_METRICS_PORT`` (0 or unset: a free port, which the local backend wants because all its services share
+one host). The port is recorded in ``TELEMETRY.ports["metrics_port"]`` and logged. Metrics are never worth a
+service: a bad setting or a busy port is logged and the service goes on without the page.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from prometheus_client import start_http_server
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.process_collector import ProcessCollector
+
+from services.telemetry import TELEMETRY, Telemetry
+
+log = logging.getLogger("drl.metrics")
+
+PREFIX = "drl_"
+LABELS = ("run", "role", "id")
+IDENTITY = {"run", "role", "id", "state", "exit_reason", "last_error"}
+COUNTERS = frozenset({
+    "env_steps", "transitions_consumed", "updates", "duplicates_dropped", "stale_dropped", "dead_lettered",
+    "memory_resets", "produced", "seq", "backpressure_s", "resent", "evaluations", "restarts",
+})
+HELP = {
+    "env_steps": "Environment steps: consumed by the trainer, or of the last evaluated version (evaluator).",
+    "transitions_consumed": "Transitions the trainer took into replay (or into the iteration's rollout).",
+    "updates": "Gradient updates (learner steps) so far.",
+    "transitions_per_s": "Transitions consumed per second since the trainer started.",
+    "backlog": "Entries waiting in the experience stream (unread plus unacknowledged).",
+    "backlog_bytes": "Bytes of the entries waiting in the experience stream.",
+    "policy_version": "Policy version published (trainer), acted with (rollout) or evaluated (evaluator).",
+    "restarts": "Times this service was restarted inside the run.",
+    "uptime_s": "Seconds since this process started.",
+    "last_eval_return": "Mean return of the latest evaluation.",
+    "best_eval_return": "Best mean return of the run's evaluations so far.",
+    "produced": "Transitions this rollout worker appended.",
+    "total": "Transitions this rollout worker is to collect (its share of --steps).",
+    "backpressure_s": "Seconds this rollout worker waited for room in the backlog.",
+}
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None
+
+
+class TelemetryCollector:
+    """Metric families from one ``Telemetry`` snapshot, taken when the page is scraped."""
+
+    def __init__(self, telemetry: Telemetry = TELEMETRY):
+        self.telemetry = telemetry
+
+    def collect(self):
+        snap = self.telemetry.snapshot()
+        labels = [str(snap.get(k, "")) for k in LABELS]
+        info = GaugeMetricFamily(PREFIX + "info", "Identity and state of the service (value always 1).",
+                                 labels=[*LABELS, "state", "exit_reason"])
+        info.add_metric([*labels, str(snap.get("state", "")), str(snap.get("exit_reason", ""))], 1.0)
+        yield info
+        ports = set(self.telemetry.ports)
+        for field, raw in sorted(snap.items()):
+            value = _number(raw)
+            if field in IDENTITY or field in ports or value is None:
+                continue
+            name = PREFIX + _metric_name(field)
+            help_text = HELP.get(field, f"Status field {field!r} of the service.")
+            kind = CounterMetricFamily if field in COUNTERS else GaugeMetricFamily
+            family = kind(name, help_text, labels=LABELS)
+            family.add_metric(labels, value)
+            yield family
+
+
+def _metric_name(field: str) -> str:
+    """A status field as a valid metric name part (learner metric names are free-form)."""
+    out = "".join(c if c.isalnum() or c == "_" else "_" for c in field)
+    return out if not out[:1].isdigit() else "_" + out
+
+
+def registry(telemetry: Telemetry = TELEMETRY) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(TelemetryCollector(telemetry))
+    ProcessCollector(registry=reg)
+    return reg
+
+
+def start_metrics() -> int:
+    """Serves ``/metrics`` from a daemon thread; returns the port, or 0 when the page could not be served."""
+    host = os.environ.get("DRL_METRICS_HOST") or "127.0.0.1"
+    raw = os.environ.get("DRL_METRICS_PORT") or "0"
+    try:
+        port = int(raw)
+        if not 0 <= port <= 65535:
+            raise ValueError
+    except ValueError:
+        log.warning("DRL_METRICS_PORT must be a port number, got %r; no metrics endpoint", raw)
+        return 0
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry())
+    except OSError as exc:
+        log.warning("metrics endpoint on %s:%d cannot be served (%s); going on without it", host, port, exc)
+        return 0
+    port = int(server.server_port)
+    TELEMETRY.ports["metrics_port"] = port
+    log.info("metrics on http://%s:%d/metrics", host, port)
+    return port

@@ -1,0 +1,103 @@
+"""``drl-orchestrate plot`` on synthetic runs, and the foreground progress bar."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+
+import pytest
+
+from orchestrator import cli
+from orchestrator.plot import FIGSIZE, DPI, read_curve
+from orchestrator.progress import BAR_WIDTH, Progress, bar
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def make_run(output, name, algorithm="sac", mode="async", workers=2, evaluations=5, resumed_at=None):
+    run_dir = output / name
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({"algorithm": algorithm, "mode": mode, "workers": workers}))
+    lines = []
+    for i in range(evaluations):
+        wall = 10.0 * i if resumed_at is None or i < resumed_at else 10.0 * (i - resumed_at)
+        lines.append(json.dumps({"version": i, "env_steps": 1000 * i, "wall_seconds": wall,
+                                 "mean_return": -1200.0 + 150 * i, "std_return": 20.0, "returns": []}))
+    (run_dir / "evaluations.jsonl").write_text("\n".join(lines) + "\n")
+    return run_dir
+
+
+def png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def run_main(argv):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    return exit_info.value.code
+
+
+def test_compare_two_runs_writes_one_png(tmp_path, capsys):
+    make_run(tmp_path, "a")
+    make_run(tmp_path, "b", algorithm="td3", mode="sync", workers=4, evaluations=3)
+    assert run_main(["plot", "a", "--compare", "b", "--output", str(tmp_path)]) == 0
+    out = tmp_path / "a" / "compare.png"
+    assert capsys.readouterr().out.strip() == str(out)
+    assert out.stat().st_size > 10_000
+    assert png_size(out) == (int(FIGSIZE[0] * DPI), int(FIGSIZE[1] * DPI))
+
+
+def test_single_run_default_file_and_explicit_out(tmp_path):
+    make_run(tmp_path, "a")
+    assert run_main(["plot", "a", "--output", str(tmp_path)]) == 0
+    png_size(tmp_path / "a" / "learning_curve.png")
+    target = tmp_path / "figures" / "curve.png"
+    assert run_main(["plot", "a", "--output", str(tmp_path), "--out", str(target)]) == 0
+    png_size(target)
+
+
+def test_label_and_resumed_wall_clock(tmp_path):
+    make_run(tmp_path, "r", resumed_at=3)
+    curve = read_curve(tmp_path, "r")
+    assert curve.label == "r (sac, async, 2 workers)"
+    assert curve.wall_seconds == [0.0, 10.0, 20.0, 20.0, 30.0]
+    assert curve.env_steps == [0.0, 1000.0, 2000.0, 3000.0, 4000.0]
+
+
+@pytest.mark.parametrize("case", ["missing", "no_evaluations", "missing_compare"])
+def test_bad_runs_are_one_line_and_exit_2(tmp_path, capsys, case):
+    make_run(tmp_path, "a")
+    if case == "no_evaluations":
+        make_run(tmp_path, "empty", evaluations=0)
+    argv = {"missing": ["plot", "nope"], "no_evaluations": ["plot", "empty"],
+            "missing_compare": ["plot", "a", "--compare", "nope"]}[case]
+    assert run_main([*argv, "--output", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("drl-orchestrate: error: ") and "\n" not in err
+    assert ("no evaluations" in err) if case == "no_evaluations" else ("no run 'nope'" in err)
+    assert not list(tmp_path.rglob("*.png"))
+
+
+class _Log(io.StringIO):
+    def isatty(self):
+        return False
+
+
+def test_progress_is_a_fixed_width_bar():
+    assert bar(0.0) == "[" + "-" * BAR_WIDTH + "]"
+    assert bar(0.5) == "[" + "#" * (BAR_WIDTH // 2) + "-" * (BAR_WIDTH // 2) + "]"
+    assert bar(2.0) == "[" + "#" * BAR_WIDTH + "]"
+    stream = _Log()
+    progress = Progress(10_000, stream=stream, every_log=0)
+    progress.started -= 10
+    progress.show(steps=2_500, version=3, updates=400, last_eval=-900.0, best_eval=-850.0, backlog=1)
+    progress.show(steps=5_000, version=4, updates=900, last_eval=None, best_eval=None, backlog=0)
+    first, second = stream.getvalue().splitlines()
+    assert first.startswith(bar(0.25) + "  25% 2,500/10,000 steps | policy v3")
+    assert "eval -900.0 (best -850.0)" in first and "left" in first
+    assert second.startswith(bar(0.5) + "  50% 5,000/10,000 steps")
+    assert first.index("%") == second.index("%")
