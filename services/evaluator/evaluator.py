@@ -13,7 +13,6 @@ import logging
 import time
 
 import numpy as np
-import torch
 
 from drl._proto import evaluation_pb2
 from drl.algorithms import make_actor
@@ -100,7 +99,6 @@ class Evaluator:
 
 
 def serve(ctx: ServiceContext) -> int:
-    torch.set_num_threads(1)
     evaluator = Evaluator(ctx)
     try:
         return evaluator.run()

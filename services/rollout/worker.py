@@ -12,7 +12,6 @@ import logging
 import math
 
 import numpy as np
-import torch
 
 from drl._proto import experience_pb2
 from drl.algorithms import make_actor, wire_extras
@@ -189,5 +188,4 @@ class RolloutWorker:
 
 
 def serve(ctx: ServiceContext) -> int:
-    torch.set_num_threads(1)
     return RolloutWorker(ctx).run()

@@ -85,7 +85,7 @@ def test_worker_keeps_its_policy_when_a_version_is_corrupt(tmp_path, redis_serve
     ctx = ServiceContext("rollout", cfg, "corrupt", tmp_path, redis_server.url, store_url, 0)
     policies = PolicyStore(run_store(store_url, "corrupt"), "corrupt")
     worker = RolloutWorker(ctx)
-    weights = {k: v.detach().numpy() for k, v in worker.actor.net.state_dict().items()}
+    weights = dict(worker.actor.weights)
     policies.publish(0, weights, algorithm="sac", env_steps=0, updates=0)
     policies.publish(1, {k: v + 1 for k, v in weights.items()}, algorithm="sac", env_steps=1, updates=1)
     blob = policies.store.get("policies/v00000001/policy.safetensors")

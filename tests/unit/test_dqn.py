@@ -27,6 +27,11 @@ def linear_q(weight: list[list[float]]) -> nn.Linear:
     return layer
 
 
+def linear_weights(weight: list[list[float]]) -> dict[str, np.ndarray]:
+    """The same linear Q-function as published weights of a Q-network with no hidden layer."""
+    return {"net.0.weight": np.array(weight, np.float32), "net.0.bias": np.zeros(2, np.float32)}
+
+
 # Online Q(s') = [1, 2] picks action 1, the target values it at 5: double DQN bootstraps 5 where max would take 7.
 ONLINE = [[1.0, 0.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0]]
 TARGET = [[7.0, 0.0, 0.0, 0.0], [5.0, 0.0, 0.0, 0.0]]
@@ -111,14 +116,14 @@ def test_checkpoint_round_trip(spec):
 
 
 def test_actor_epsilon_schedule_and_greedy_evaluation(spec):
-    actor = DQNActor(spec, DQNConfig(hidden=(8,), eps_start=1.0, eps_end=0.1, eps_decay_fraction=0.5), seed=0)
+    actor = DQNActor(spec, DQNConfig(hidden=(), eps_start=1.0, eps_end=0.1, eps_decay_fraction=0.5), seed=0)
     actor.set_progress(0.0)
     assert actor.epsilon == pytest.approx(1.0)
     actor.set_progress(0.25)
     assert actor.epsilon == pytest.approx(0.55)
     actor.set_progress(0.9)
     assert actor.epsilon == pytest.approx(0.1)
-    actor.net.net = linear_q(ONLINE)
+    actor.load(linear_weights(ONLINE))
     obs = np.tile(np.array([[1.0, 0, 0, 0]], np.float32), (200, 1))
     assert (actor.act(obs, deterministic=True) == 1).all()
     explored = actor.act(obs)
@@ -127,9 +132,20 @@ def test_actor_epsilon_schedule_and_greedy_evaluation(spec):
 
 
 def test_actor_priorities_are_td_errors_of_its_network(spec):
-    actor = DQNActor(spec, DQNConfig(hidden=(8,), gamma=0.9), seed=0)
-    actor.net.net = linear_q(ONLINE)
+    actor = DQNActor(spec, DQNConfig(hidden=(), gamma=0.9), seed=0)
+    actor.load(linear_weights(ONLINE))
     arrays = {k: v.numpy() for k, v in batch().items()}
     # own network: max_a Q(s') = 2; first: |2 - (1 + 0.729 * 2)| = 0.458; second terminated: |0.5 - 2| = 1.5
     assert actor.priorities(arrays).tolist() == pytest.approx([0.458, 1.5], rel=1e-5)
     assert math.isclose(0.9 ** 3, 0.729)
+
+
+def test_actor_greedy_actions_match_the_learners_network(spec):
+    learner = DQNLearner(spec, DQNConfig(hidden=(16, 16)), seed=3)
+    actor = DQNActor(spec, DQNConfig(hidden=(16, 16)), seed=0)
+    actor.load(learner.policy_weights())
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    with torch.no_grad():
+        q = learner.q(torch.from_numpy(obs)).numpy()
+    np.testing.assert_allclose(actor.q_values(obs), q, rtol=1e-5, atol=1e-6)
+    assert (actor.act(obs, deterministic=True) == q.argmax(1)).all()

@@ -168,3 +168,40 @@ def test_checkpoint_round_trip(cartpole):
         np.testing.assert_allclose(value, b.policy_weights()[name], rtol=1e-6)
     with pytest.raises(ValueError, match="does not fit"):
         PPOLearner(cartpole, PPOConfig(hidden=(32,)), seed=0).load_state(tensors, meta)
+
+
+def test_actor_matches_the_learners_policy_and_samples_its_distribution(cartpole, pendulum):
+    for spec in (cartpole, pendulum):
+        cfg = PPOConfig(hidden=(16,), normalize_obs=True, init_log_std=-0.5)
+        learner = PPOLearner(spec, cfg, seed=2)
+        obs_dim = spec.obs_shape[0]
+        learner.policy.norm.update(torch.randn(100, obs_dim, dtype=torch.float64) * 3 + 1)
+        actor = PPOActor(spec, cfg, seed=0)
+        actor.load(learner.policy_weights())
+        obs = np.random.default_rng(0).normal(size=(4000, obs_dim)).astype(np.float32) * 3 + 1
+        with torch.no_grad():
+            out = learner.policy.body(learner.policy.norm(torch.from_numpy(obs))).numpy()
+        if spec.discrete_actions:
+            assert (actor.act(obs, deterministic=True) == out.argmax(1)).all()
+            probs = torch.softmax(torch.from_numpy(out), 1).numpy()
+            sampled = actor.act(np.repeat(obs[:1], 20_000, 0))
+            assert (sampled == 1).mean() == pytest.approx(probs[0, 1], abs=0.015)
+        else:
+            np.testing.assert_allclose(actor.act(obs, deterministic=True), np.clip(out, -2, 2), rtol=1e-5,
+                                       atol=1e-5)
+            noise = actor.act(np.repeat(obs[:1], 20_000, 0))[:, 0] - out[0, 0]
+            assert noise.std() == pytest.approx(np.exp(-0.5), rel=0.03)
+
+
+def test_acting_processes_do_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, services.rollout.worker, services.evaluator.evaluator\n"
+            "from drl.algorithms import make_actor\nfrom drl.config import ExperimentConfig\n"
+            "from drl.envs import space_spec\n"
+            "for a, e in (('sac', 'Pendulum-v1'), ('td3', 'Pendulum-v1'), ('ppo', 'CartPole-v1'), "
+            "('dqn', 'CartPole-v1')):\n    make_actor(a, space_spec(e), ExperimentConfig(), 0)\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -216,16 +216,14 @@ def test_actions_scale_to_asymmetric_bounds(spec):
 def test_exploration_noise_has_the_configured_scale(spec):
     """Half-range 2 and exploration_noise 0.1: Gaussian noise of std 0.2 around the deterministic action."""
     actor = TD3Actor(spec, dataclasses.replace(CFG, exploration_noise=0.1), seed=0)
-    with torch.no_grad():
-        for p in actor.net.parameters():
-            p.zero_()
+    actor.load({k: np.zeros_like(v) for k, v in TD3Learner(spec, CFG, seed=0).policy_weights().items()})
     obs = np.zeros((20_000, 3), dtype=np.float32)
     np.testing.assert_array_equal(actor.act(obs, deterministic=True), 0.0)
     actions = actor.act(obs)
     assert abs(actions.mean()) < 0.01
     assert actions.std() == pytest.approx(0.2, rel=0.05)
     silent = TD3Actor(spec, dataclasses.replace(CFG, exploration_noise=0.0), seed=0)
-    silent.load({k: v.numpy().copy() for k, v in actor.net.state_dict().items()})
+    silent.load(dict(actor.weights))
     np.testing.assert_array_equal(silent.act(obs[:8]), silent.act(obs[:8], deterministic=True))
 
 

@@ -1,47 +1,58 @@
-"""PPO acting policy: sampled actions for collection, the mode (argmax or mean) for evaluation.
+"""PPO acting policy: sampled actions for collection, the mode (argmax or mean) for evaluation (numpy inference,
+see ``drl.algorithms.inference``).
 
 Sampled continuous actions are returned unclipped: the transition must hold the action whose probability the
 learner recomputes, and the rollout worker's environment stepper clips to the bounds. Evaluation actions are
-clipped here, since they go to the environment directly.
+clipped here, since they go to the environment directly. Observations are standardised with the statistics
+that came with the policy version, as ``drl.algorithms.common.ObsNorm`` does in the learner.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from drl.algorithms.common import load_weights
+from drl.algorithms import inference as nx
 from drl.algorithms.ppo.config import PPOConfig
-from drl.algorithms.ppo.networks import Policy
 from drl.envs import SpaceSpec
 
 
 class PPOActor:
     def __init__(self, spec: SpaceSpec, cfg: PPOConfig, seed: int = 0):
-        self.spec = spec
-        self.net = Policy(int(np.prod(spec.obs_shape)), int(np.prod(spec.act_shape)), spec.discrete_actions,
-                          cfg.hidden, cfg.normalize_obs, cfg.init_log_std)
-        self.net.requires_grad_(False)
-        self.generator = torch.Generator().manual_seed(seed)
+        self.spec, self.cfg = spec, cfg
+        obs_dim, act_dim = int(np.prod(spec.obs_shape)), int(np.prod(spec.act_shape))
+        self.layers = len(cfg.hidden) + 1
+        self.shapes = {"norm.mean": (obs_dim,), "norm.var": (obs_dim,), "norm.count": (),
+                       **nx.mlp_shapes("body.", [obs_dim, *cfg.hidden, spec.discrete_actions or act_dim])}
         if not spec.discrete_actions:
+            self.shapes["log_std"] = (act_dim,)
             self.low = np.asarray(spec.act_low, np.float32).reshape(spec.act_shape)
             self.high = np.asarray(spec.act_high, np.float32).reshape(spec.act_shape)
+        self.weights = nx.zeros(self.shapes)
+        self.weights["norm.var"][:] = 1.0
+        if not spec.discrete_actions:
+            self.weights["log_std"][:] = cfg.init_log_std
+        self.rng = np.random.default_rng(seed)
 
     def load(self, weights: dict[str, np.ndarray]) -> None:
         """Loads published weights (with the observation statistics); raises ValueError when they do not fit."""
-        load_weights(self.net, weights)
+        self.weights = nx.checked(weights, self.shapes)
 
-    @torch.no_grad()
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
-        x = self.net.norm(torch.as_tensor(obs, dtype=torch.float32).flatten(1))
-        out = self.net.body(x)
+        w = self.weights
+        x = nx.flat(obs)
+        if self.cfg.normalize_obs:
+            mean, var = w["norm.mean"].astype(np.float32), w["norm.var"].astype(np.float32)
+            x = np.clip((x - mean) / np.sqrt(var + np.float32(1e-8)), -10.0, 10.0).astype(np.float32)
+        out = nx.mlp(w, "body.", self.layers, x, activation=np.tanh)
         if self.spec.discrete_actions:
             if deterministic:
-                return out.argmax(1).numpy().astype(np.int64)
-            return torch.multinomial(torch.softmax(out, 1), 1, generator=self.generator).squeeze(1).numpy().astype(
-                np.int64)
+                return out.argmax(1).astype(np.int64)
+            logits = out - out.max(1, keepdims=True)
+            probs = np.exp(logits)
+            probs /= probs.sum(1, keepdims=True)
+            u = self.rng.random((len(probs), 1))
+            return np.minimum((probs.cumsum(1) < u).sum(1), probs.shape[1] - 1).astype(np.int64)
         if deterministic:
-            return np.clip(out.numpy().reshape(-1, *self.spec.act_shape), self.low, self.high).astype(np.float32)
-        noise = torch.randn(out.shape, generator=self.generator)
-        a = out + self.net.log_std.exp() * noise
-        return a.numpy().reshape(-1, *self.spec.act_shape).astype(np.float32)
+            return np.clip(out.reshape(-1, *self.spec.act_shape), self.low, self.high).astype(np.float32)
+        a = out + np.exp(w["log_std"]) * self.rng.standard_normal(out.shape, dtype=np.float32)
+        return a.reshape(-1, *self.spec.act_shape).astype(np.float32)
