@@ -47,7 +47,7 @@ def test_trainer_sigkill_resumes_from_its_checkpoint_with_counters_continuing(tm
 
 
 def test_resume_continues_a_stopped_run(tmp_path):
-    args = [*SMALL, "--steps", "6000", "--output", str(tmp_path), "--run-name", "again", "--checkpoint-every-s", "1"]
+    args = [*SMALL, "--steps", "20000", "--output", str(tmp_path), "--run-name", "again", "--checkpoint-every-s", "1"]
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     evaluations = tmp_path / "again" / "evaluations.jsonl"
@@ -61,14 +61,14 @@ def test_resume_continues_a_stopped_run(tmp_path):
     first = read_summary(tmp_path / "again")
     before = evaluations.read_text().splitlines()
     done = CheckpointStore(run_store(str(tmp_path), "again"), "again").latest()[0]
-    assert 0 < done.env_steps < 6000
+    assert 0 < done.env_steps < 20000
 
     resumed = run_cli(["--resume", "again", "--output", str(tmp_path)], timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = read_summary(tmp_path / "again")
     assert summary["exit_reason"] == "steps_done"
     assert summary["resumed_from_env_steps"] == done.env_steps
-    assert summary["env_steps"] == 6000
+    assert summary["env_steps"] == 20000
     assert summary["updates"] >= done.updates
     assert summary["policy_version"] > first["policy_version"]
     after = evaluations.read_text().splitlines()
@@ -76,7 +76,7 @@ def test_resume_continues_a_stopped_run(tmp_path):
     assert json.loads(after[-1])["version"] > json.loads(before[-1])["version"]
 
     again = run_cli(["--resume", "again", "--output", str(tmp_path)], timeout=60)
-    assert again.returncode == 2 and "already did 6,000 of its 6,000 steps" in again.stderr
+    assert again.returncode == 2 and "already did 20,000 of its 20,000 steps" in again.stderr
 
 
 def test_worker_keeps_its_policy_when_a_version_is_corrupt(tmp_path, redis_server, redis_client):
