@@ -1,16 +1,22 @@
 """The ``drl-orchestrate`` command line, generated from the configuration dataclasses.
 
-    drl-orchestrate --preset sac --env Pendulum-v1 --workers 4
+    drl-orchestrate --preset sac --env Pendulum-v1 --workers 4 [--detach]
+    drl-orchestrate status [RUN] [--output DIR]  (every service of a local run, asked over gRPC)
+    drl-orchestrate stop RUN [--output DIR]      (end a local run cleanly; prints its summary)
     drl-orchestrate presets
     drl-orchestrate --preset sac --help        (options with that preset's defaults)
     drl-orchestrate --backend kubernetes --preset sac --workers 32 [--namespace NS] [--image IMAGE] [--detach]
     drl-orchestrate render [same flags]        (the Kubernetes manifests as YAML; no cluster needed)
     drl-orchestrate delete RUN [--namespace NS]
+    drl-orchestrate status RUN --namespace NS   (a Kubernetes run's pods)
 
 Every option of ``ExperimentConfig`` (and of nested algorithm configs, as ``--sac.lr``) is a flag; only flags
 given on the command line override the preset. ``--backend``, ``--namespace``, ``--image`` and ``--detach`` say
 where and how a run is deployed, not what it computes, so they stay out of the configuration (like ``--config``
-and ``--resume``). Bad input prints one line and exits 2.
+and ``--resume``). A local run with ``--detach`` goes on in the background: after every check passed, the
+orchestrator runs again as a child in its own session (``DETACHED_COMMAND``, output in
+``<run dir>/orchestrator.log``), and the command prints the run's name once the child has started the
+processes. Bad input prints one line and exits 2.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import dataclasses
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +38,8 @@ from drl.presets import PRESETS, get_preset
 from orchestrator.k8s import DEFAULT_IMAGE
 
 EXIT_USAGE = 2
+DETACHED_COMMAND = "_run-detached"
+DETACH_START_S = 120.0
 BACKENDS = ("local", "kubernetes")
 DEPLOYMENT_OPTIONS = ("backend", "namespace", "image", "detach")
 
@@ -55,7 +64,8 @@ def build_parser(defaults: ExperimentConfig) -> argparse.ArgumentParser:
                                  "over a Redis memory backend, as local processes or as pods on Kubernetes. "
                                  "Subcommands: 'presets' lists the presets; 'evaluate' evaluates a stored policy; "
                                  "'render' prints the Kubernetes manifests of a run (same flags); 'delete RUN "
-                                 "[--namespace NS]' removes a run from Kubernetes.",
+                                 "[--namespace NS]' removes a run from Kubernetes; 'status [RUN]' shows every "
+                                 "service of a run; 'stop RUN' ends a local run cleanly.",
                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--config", metavar="FILE", help="JSON file with configuration values (flags override it)")
     parser.add_argument("--resume", metavar="RUN", help="continue RUN (in --output) from its newest checkpoint; "
@@ -85,7 +95,9 @@ def add_deployment_options(parser: argparse.ArgumentParser) -> None:
                        help="Kubernetes namespace [default: the kubeconfig's current namespace, else default]")
     group.add_argument("--image", metavar="IMAGE", help=f"drl image of the pods [default: {DEFAULT_IMAGE}]")
     group.add_argument("--detach", action="store_true",
-                       help="kubernetes: return once the run's objects are created instead of following it")
+                       help="return once the run is started instead of following it (local: the run goes on "
+                            "in the background; see 'status RUN' and 'stop RUN'; kubernetes: once its objects "
+                            "are created)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +209,7 @@ def cmd_run(argv: list[str]) -> int:
     if deployment.backend == "kubernetes":
         return run_on_kubernetes(argv, deployment)
     cfg = resolve_config(argv)
-    given = [name for name in ("namespace", "image", "detach") if getattr(deployment, name)]
+    given = [name for name in ("namespace", "image") if getattr(deployment, name)]
     if given:
         raise UserError(f"--{given[0]} applies to --backend kubernetes only")
     resume = _resuming(argv)
@@ -222,6 +234,8 @@ def cmd_run(argv: list[str]) -> int:
     what = f"resuming at {steps_done:,} of" if resume else "with"
     print(f"drl: run {run} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, {what} "
           f"{cfg.steps:,} steps) -> {run_dir}", file=sys.stderr)
+    if deployment.detach:
+        return detach(run, run_dir, steps_done, resume)
     from orchestrator.backends.local import run_local
 
     code, summary = run_local(cfg, run, run_dir, steps_done=steps_done, resume=resume)
@@ -230,6 +244,67 @@ def cmd_run(argv: list[str]) -> int:
     print(json.dumps({k: summary.get(k) for k in keys}))
     print(f"drl: summary written to {run_dir / 'summary.json'}", file=sys.stderr)
     return code
+
+
+def detach(run: str, run_dir: Path, steps_done: int, resume: bool) -> int:
+    """Starts the run's orchestrator as a child that outlives this command: its own session (no terminal
+    signals), no parent-death signal, stdin closed, output to ``<run dir>/orchestrator.log``. Returns once the
+    child has written state.json for this run (its processes exist), or with 1 if it ended first."""
+    from orchestrator.state import read_state
+
+    log_path = run_dir / "orchestrator.log"
+    command = [sys.executable, "-m", "orchestrator.cli", DETACHED_COMMAND, str(run_dir), str(steps_done)]
+    if resume:
+        command.append("--resume")
+    (run_dir / "state.json").unlink(missing_ok=True)
+    with open(log_path, "ab") as log:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True, cwd=os.getcwd())
+    deadline = time.monotonic() + DETACH_START_S
+    while time.monotonic() < deadline:
+        state = read_state(run_dir)
+        if state is not None and state.orchestrator_pid == child.pid:
+            break
+        if child.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
+            print(f"drl-orchestrate: error: the run ended at once (code {child.returncode}): "
+                  f"{tail[0] if tail else 'no output'} (log: {log_path})", file=sys.stderr)
+            return 1
+        time.sleep(0.1)
+    else:
+        print(f"drl: the run's processes are not started after {DETACH_START_S:.0f}s; it goes on in the background",
+              file=sys.stderr)
+    print(f"drl: run {run} goes on in the background (orchestrator pid {child.pid}, log {log_path}); "
+          f"drl-orchestrate status {run} / drl-orchestrate stop {run}", file=sys.stderr)
+    print(run)
+    return 0
+
+
+def cmd_run_detached(argv: list[str]) -> int:
+    """The detached orchestrator (started by ``detach``): runs the configuration cmd_run already checked and
+    wrote to ``<run dir>/config.json``."""
+    from orchestrator.backends.local import run_local
+
+    if len(argv) < 2 or not argv[1].isdigit():
+        raise UserError(f"{DETACHED_COMMAND} is started by --detach: {DETACHED_COMMAND} RUN_DIR STEPS_DONE [--resume]")
+    run_dir, steps_done = Path(argv[0]), int(argv[1])
+    cfg = ExperimentConfig.from_json((run_dir / "config.json").read_text())
+    code, summary = run_local(cfg, cfg.run_name, run_dir, steps_done=steps_done, resume="--resume" in argv[2:],
+                              detached=True)
+    print(json.dumps(summary), flush=True)
+    return code
+
+
+def cmd_status(argv: list[str]) -> int:
+    from orchestrator.status import cmd_status as status
+
+    return status(argv, _Parser)
+
+
+def cmd_stop(argv: list[str]) -> int:
+    from orchestrator.status import cmd_stop as stop
+
+    return stop(argv, _Parser)
 
 
 def kubernetes_objects(argv: list[str], deployment: Deployment) -> tuple[ExperimentConfig, str, str, list[dict]]:
@@ -333,6 +408,8 @@ def cmd_delete(argv: list[str]) -> int:
 
 COMMANDS = {"presets": cmd_presets, "evaluate": cmd_evaluate, "render": cmd_render, "delete": cmd_delete,
             "plot": lambda argv: __import__("orchestrator.plot", fromlist=["main"]).main(argv)}
+
+COMMANDS.update({"status": cmd_status, "stop": cmd_stop, DETACHED_COMMAND: cmd_run_detached})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -139,6 +139,8 @@ def run_service(role: str, body: Callable[[ServiceContext], int]) -> None:
     try:
         ctx = ServiceContext.from_env(role)
         TELEMETRY.role, TELEMETRY.name, TELEMETRY.run = role, ctx.name, ctx.run
+        from services.control import start_control
+        start_control(ctx)
         code = body(ctx)
     except UserError as exc:
         TELEMETRY.last_error = str(exc)

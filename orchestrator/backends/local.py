@@ -4,6 +4,12 @@ It starts a private Valkey/Redis server unless ``--memory`` names one, starts th
 environments (logs under ``<run dir>/logs``), shows progress, and stops every process it started when the
 trainer finishes, on Ctrl-C, or as soon as any process fails. Children die with the orchestrator even if it
 is killed (PR_SET_PDEATHSIG).
+
+It keeps ``<run dir>/state.json`` (``orchestrator.state``: its pid, the memory URL, each process's pid and
+control port) for ``drl-orchestrate status`` and ``stop``. ``stop`` asks for a clean end by creating
+``<run dir>/stop.request``; the orchestrator then stops the rollout workers through their control endpoints
+(each hands in what it collected and waits until the trainer consumed it), then the trainer (final
+checkpoint) and sets the run's stop flag, and ends the run as usual with the exit reason ``stopped``.
 """
 
 from __future__ import annotations
@@ -26,9 +32,13 @@ from drl.store import run_store
 from orchestrator.plan import plan
 from orchestrator.progress import Progress
 from orchestrator.redis_server import RedisServer, die_with_parent
+from orchestrator.state import ProcessState, RunState, write_state
 
 EVALUATOR_GRACE_S = 300.0
 STOP_GRACE_S = 15.0
+STOP_REQUEST = "stop.request"
+STOP_FLAG = "stopped"
+HAND_IN_S = 60.0
 
 
 @dataclass
@@ -52,6 +62,12 @@ class LocalRun:
         self.keys = Keys(run)
         self.interrupted = False
         self.started = time.time()
+        self.memory_url = ""
+        self.state: RunState | None = None
+        self._ports_checked = 0.0
+        self.stop_requested = False
+        self._hand_in_deadline: float | None = None
+        self._trainer_stopped = False
 
     # -- setup ------------------------------------------------------------------------------------------
     def prepare(self) -> tuple[str, str]:
@@ -62,6 +78,8 @@ class LocalRun:
             self.server = RedisServer(self.run_dir / "redis").start()
             memory_url = self.server.url
             self.client = connect(memory_url)
+        self.memory_url = memory_url
+        (self.run_dir / STOP_REQUEST).unlink(missing_ok=True)
         if self.resume:
             stale = list(self.client.scan_iter(match=f"drl:{{{self.run}}}:*", count=1000))
             if stale:
@@ -73,7 +91,7 @@ class LocalRun:
         run_store(store_url, self.run).put("config.json", self.cfg.to_json().encode())
         return memory_url, store_url
 
-    def spawn(self, memory_url: str, store_url: str) -> None:
+    def spawn(self, memory_url: str, store_url: str, detached: bool = False) -> None:
         logs = self.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         for workload in plan(self.cfg, run=self.run, run_dir=str(self.run_dir), memory_url=memory_url,
@@ -81,12 +99,17 @@ class LocalRun:
             for i in range(workload.replicas):
                 name = workload.replica_name(i)
                 log_path = logs / f"{name}.log"
-                env = {**os.environ, **workload.replica_env(i)}
+                env = {**os.environ, **workload.replica_env(i), "DRL_CONTROL_PORT": "0"}
                 with open(log_path, "ab") as log:
                     popen = subprocess.Popen(list(workload.command), env=env, stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL, start_new_session=True,
                                              preexec_fn=die_with_parent)
                 self.procs.append(Proc(name, workload.role, popen, log_path))
+        self.state = RunState(run=self.run, orchestrator_pid=os.getpid(), memory_url=self.memory_url,
+                              started_at=self.started, detached=detached,
+                              processes=[ProcessState(p.name, p.role, p.popen.pid, None, str(p.log))
+                                         for p in self.procs])
+        write_state(self.run_dir, self.state)
 
     # -- monitoring -------------------------------------------------------------------------------------
     def status(self, role: str) -> dict[str, str]:
@@ -95,6 +118,67 @@ class LocalRun:
         except (redis.ConnectionError, redis.TimeoutError):
             return {}
         return {k.decode(): v.decode() for k, v in raw.items()}
+
+    def refresh_state(self, force: bool = False) -> None:
+        """Brings state.json up to date: exit codes of processes that ended, and the control ports the
+        services recorded in their status hashes."""
+        if self.state is None or self.client is None:
+            return
+        ended = False
+        for proc in self.procs:
+            entry = self.state.process(proc.name)
+            code = proc.popen.poll()
+            if entry is not None and code is not None and entry.exit_code is None:
+                entry.exit_code, ended = code, True
+        if ended:
+            write_state(self.run_dir, self.state)
+        missing = [p for p in self.state.processes if p.control_port is None and p.exit_code is None]
+        now = time.monotonic()
+        if not missing or (not force and now - self._ports_checked < 1.0):
+            return
+        self._ports_checked = now
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for p in missing:
+                pipe.hget(self.keys.status(p.name), "control_port")
+            ports = pipe.execute()
+        except (redis.ConnectionError, redis.TimeoutError):
+            return
+        changed = False
+        for p, port in zip(missing, ports):
+            if port:
+                p.control_port, changed = int(port), True
+        if changed:
+            write_state(self.run_dir, self.state)
+
+    def advance_stop(self) -> None:
+        """One step of a requested clean stop: first every rollout worker is asked to stop (each hands in what
+        it has and waits until it is consumed, so no transition is left behind); once they have exited, or after
+        ``HAND_IN_S``, the trainer is asked to stop (final checkpoint) and the run's stop flag is set, which also
+        ends the evaluator and any worker that could not be reached."""
+        from orchestrator.status import stop_service
+
+        if self._trainer_stopped:
+            return
+        workers = [p for p in self.procs if p.role == "rollout"]
+        if self._hand_in_deadline is None:
+            print("drl: stop requested; rollout workers hand in what they collected", file=sys.stderr)
+            self._hand_in_deadline = time.monotonic() + HAND_IN_S
+            self.refresh_state(force=True)
+            for p in workers:
+                port = self.state.process(p.name).control_port if self.state else None
+                if p.popen.poll() is None and not (port and stop_service(port, "drl-orchestrate stop")):
+                    self._hand_in_deadline = time.monotonic()
+        if any(p.popen.poll() is None for p in workers) and time.monotonic() < self._hand_in_deadline:
+            return
+        self._trainer_stopped = True
+        try:
+            self.client.set(self.keys.stop, STOP_FLAG)
+        except (redis.ConnectionError, redis.TimeoutError):
+            pass
+        trainer = self.state.process("trainer") if self.state else None
+        if trainer and trainer.control_port:
+            stop_service(trainer.control_port, "drl-orchestrate stop")
 
     def failed(self) -> Proc | None:
         for p in self.procs:
@@ -115,6 +199,11 @@ class LocalRun:
         while True:
             if self.interrupted:
                 return "interrupted"
+            if not self.stop_requested and (self.run_dir / STOP_REQUEST).exists():
+                self.stop_requested = True
+            if self.stop_requested:
+                self.advance_stop()
+            self.refresh_state()
             bad = self.failed()
             if bad:
                 return f"failed: {bad.name} exited with code {bad.popen.returncode} (log: {bad.log})"
@@ -163,6 +252,8 @@ class LocalRun:
         reason = t.get("exit_reason") if outcome == "finished" else outcome
         if outcome == "finished" and t.get("state") != "finished":
             reason = "failed: trainer did not report a final state"
+        elif outcome == "finished" and self.stop_requested:
+            reason = "stopped"
         return {
             "run": self.run, "preset": self.cfg.preset, "algorithm": self.cfg.algorithm, "env": self.cfg.env,
             "mode": self.cfg.mode, "workers": self.cfg.workers, "envs_per_worker": self.cfg.envs_per_worker,
@@ -178,6 +269,21 @@ class LocalRun:
             "last_eval_return": evals[-1]["mean_return"] if evals else None,
             "wall_seconds": round(time.time() - self.started, 2), "exit_reason": reason,
         }
+
+    def final_state(self, exit_reason: str) -> None:
+        """Marks state.json finished, with each process's exit code and last status hash (read while the
+        memory server is still up, so that ``status`` shows a finished run's final counters)."""
+        if self.state is None:
+            return
+        self.refresh_state()
+        for entry in self.state.processes:
+            try:
+                raw = self.client.hgetall(self.keys.status(entry.name)) if self.client is not None else {}
+            except (redis.ConnectionError, redis.TimeoutError):
+                break
+            entry.last_status = {k.decode(): v.decode() for k, v in raw.items()}
+        self.state.state, self.state.exit_reason = "finished", exit_reason
+        write_state(self.run_dir, self.state)
 
     def cleanup(self) -> None:
         if self.server:
@@ -203,7 +309,7 @@ def _float(value: str | None) -> float | None:
 
 
 def run_local(cfg: ExperimentConfig, run: str, run_dir: Path, steps_done: int = 0,
-              resume: bool = False) -> tuple[int, dict]:
+              resume: bool = False, detached: bool = False) -> tuple[int, dict]:
     """Runs a whole experiment; returns (exit code, summary). The summary is also written to summary.json."""
     job = LocalRun(cfg, run, run_dir, steps_done, resume)
 
@@ -215,15 +321,20 @@ def run_local(cfg: ExperimentConfig, run: str, run_dir: Path, steps_done: int = 
     summary: dict = {}
     try:
         memory_url, store_url = job.prepare()
-        job.spawn(memory_url, store_url)
+        job.spawn(memory_url, store_url, detached=detached)
         outcome = job.wait(progress)
         job.show(progress, force=True)
         progress.close()
         job.stop_all()
         summary = job.summary(outcome)
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        job.final_state(summary["exit_reason"])
+        partial = run_dir / "summary.json.partial"
+        partial.write_text(json.dumps(summary, indent=2) + "\n")
+        os.replace(partial, run_dir / "summary.json")
     finally:
         job.stop_all()
+        if job.state is not None and job.state.state != "finished":
+            job.final_state(summary.get("exit_reason", "failed: the orchestrator stopped on an error"))
         job.cleanup()
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -276,7 +276,6 @@ def test_bad_input_is_one_line_and_exit_2(capsys, monkeypatch, args, expected):
 @pytest.mark.parametrize("args, expected", [
     (["--backend", "kubernetes", "--store", "/tmp/drl-store"], "is a local directory, which pods cannot share"),
     (["--backend", "kubernetes", "--namespace", "a.b"], "--namespace must be a DNS label"),
-    (["--detach"], "--detach applies to --backend kubernetes only"),
     (["--namespace", "x"], "--namespace applies to --backend kubernetes only"),
     (["delete", "Bad_Run"], "RUN on Kubernetes must be lowercase letters"),
     (["delete", "r1", "--namespace", "UPPER"], "--namespace must be a DNS label"),

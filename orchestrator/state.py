@@ -1,0 +1,118 @@
+"""``<run dir>/state.json``: what a live local run is made of, for the commands that reach it from outside.
+
+The orchestrator of a local run (in the foreground or detached) writes it once its processes are started and
+again as their control ports become known and when the run ends; ``drl-orchestrate status`` and ``stop`` read
+it. It holds process ids, names and ports and the memory URL without any password (credentials stay in the
+environment), so a run folder can be shared. Writes are atomic (a temporary file renamed over the old one), so
+a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+STATE_FILE = "state.json"
+
+
+@dataclass
+class ProcessState:
+    name: str
+    role: str
+    pid: int
+    control_port: int | None = None
+    log: str = ""
+    exit_code: int | None = None
+    # The process's status hash as the run ended (the private memory server goes away with the run).
+    last_status: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class RunState:
+    run: str
+    orchestrator_pid: int
+    memory_url: str
+    started_at: float = field(default_factory=time.time)
+    processes: list[ProcessState] = field(default_factory=list)
+    state: str = "running"  # running | finished
+    exit_reason: str = ""
+    detached: bool = False
+
+    def __post_init__(self) -> None:
+        self.memory_url = without_password(self.memory_url)
+
+    def process(self, name: str) -> ProcessState | None:
+        return next((p for p in self.processes if p.name == name), None)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunState":
+        data = dict(data)
+        procs = [ProcessState(**{k: v for k, v in p.items() if k in ProcessState.__dataclass_fields__})
+                 for p in data.pop("processes", [])]
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(processes=procs, **known)
+
+
+def without_password(url: str) -> str:
+    """The URL with its password removed (not masked: the file is meant to be readable and copyable)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+    except ValueError:
+        return url
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    return parts._replace(netloc=f"{user}@{hostport}" if user else hostport).geturl()
+
+
+def state_path(run_dir: Path) -> Path:
+    return Path(run_dir) / STATE_FILE
+
+
+def write_state(run_dir: Path, state: RunState) -> None:
+    path = state_path(run_dir)
+    fd, tmp = tempfile.mkstemp(prefix=".state-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(state.to_dict(), fh, indent=2)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_state(run_dir: Path) -> RunState | None:
+    """The run's state, or None when the run has none (not a local run, or not started yet)."""
+    try:
+        return RunState.from_dict(json.loads(state_path(run_dir).read_text()))
+    except FileNotFoundError:
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, exited but not reaped, counts as gone)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]

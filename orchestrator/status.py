@@ -1,0 +1,292 @@
+"""``drl-orchestrate status`` and ``stop``: a run seen and ended from outside, through its services' control
+endpoints (``drl.v1.Control`` over gRPC).
+
+A local run is found through ``<run dir>/state.json`` (``orchestrator.state``): process ids, and control ports
+either recorded there or read from the services' Redis status hashes (the memory URL is in the state file;
+credentials come from the environment, as for every memory connection). A service that does not answer is
+shown as ``exited`` or ``unreachable``, with the last counters of its status hash when Redis still has them,
+never as an error. A Kubernetes run has no state file; its pods' phases and restarts are listed instead.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from drl.errors import UserError
+from orchestrator.state import STATE_FILE, RunState, pid_alive, read_state
+
+RPC_TIMEOUT_S = 2.0
+COLUMNS = ("NAME", "ROLE", "STATE", "POLICY", "ENV STEPS", "RATE/S", "RESTARTS", "LAST ERROR")
+ERROR_WIDTH = 60
+
+
+def _channel(port: int, host: str = "127.0.0.1"):
+    import grpc
+
+    return grpc.insecure_channel(f"{host}:{port}")
+
+
+def get_status(port: int, timeout: float = RPC_TIMEOUT_S):
+    """The service's ``ServiceStatus``, or None when nothing answers on the port."""
+    import grpc
+
+    from drl._proto.drl.v1 import control_pb2, control_pb2_grpc
+
+    with _channel(port) as channel:
+        try:
+            return control_pb2_grpc.ControlStub(channel).GetStatus(control_pb2.StatusRequest(), timeout=timeout)
+        except grpc.RpcError:
+            return None
+
+
+def stop_service(port: int, reason: str = "", timeout: float = RPC_TIMEOUT_S) -> bool:
+    """Asks the service on ``port`` to stop cleanly; False when it did not answer."""
+    import grpc
+
+    from drl._proto.drl.v1 import control_pb2, control_pb2_grpc
+
+    with _channel(port) as channel:
+        try:
+            control_pb2_grpc.ControlStub(channel).Stop(control_pb2.StopRequest(reason=reason), timeout=timeout)
+            return True
+        except grpc.RpcError:
+            return False
+
+
+@dataclass
+class Row:
+    name: str
+    role: str
+    state: str
+    policy_version: int | None = None
+    env_steps: int | None = None
+    rate: float | None = None
+    restarts: int | None = None
+    last_error: str = ""
+
+
+def row_from_status(name: str, status) -> Row:
+    return Row(name, status.role, status.state, status.policy_version, status.env_steps,
+               status.transitions_per_s if status.transitions_per_s > 0 else None, status.restarts,
+               status.last_error)
+
+
+def format_table(rows: list[Row]) -> str:
+    """Rows as aligned columns; unknown values as ``-``, long errors cut to one short line."""
+    def cell(value) -> str:
+        if value is None or value == "":
+            return "-"
+        if isinstance(value, float):
+            return f"{value:,.1f}"
+        if isinstance(value, int):
+            return f"{value:,}" if value >= 0 else "-"
+        text = " ".join(str(value).split())
+        return text if len(text) <= ERROR_WIDTH else text[:ERROR_WIDTH - 3] + "..."
+
+    table = [list(COLUMNS)] + [[cell(r.name), cell(r.role), cell(r.state), cell(r.policy_version),
+                                cell(r.env_steps), cell(r.rate), cell(r.restarts), cell(r.last_error)]
+                               for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
+    numeric = {3, 4, 5, 6}
+    out = []
+    for line in table:
+        cells = [c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths))]
+        out.append("  ".join(cells).rstrip())
+    return "\n".join(out)
+
+
+def _status_hashes(state: RunState) -> dict[str, dict[str, str]]:
+    """name -> status hash of every process, or {} when the memory server is gone (a finished local run)."""
+    from drl.memory import connect
+    from drl.memory.redis_backend import Keys
+
+    try:
+        client = connect(state.memory_url, timeout=1.0)
+    except Exception:
+        return {}
+    try:
+        keys = Keys(state.run)
+        pipe = client.pipeline(transaction=False)
+        for p in state.processes:
+            pipe.hgetall(keys.status(p.name))
+        hashes = pipe.execute()
+    except Exception:
+        return {}
+    finally:
+        client.close()
+    return {p.name: {k.decode(): v.decode() for k, v in h.items()} for p, h in zip(state.processes, hashes)}
+
+
+def local_rows(state: RunState) -> list[Row]:
+    """One row per process: its live answer, else ``exited``/``unreachable`` with its last known counters."""
+    from services.control import status_message
+
+    hashes = None
+    rows = []
+    for p in state.processes:
+        port = p.control_port
+        if port is None:
+            hashes = _status_hashes(state) if hashes is None else hashes
+            port = int(hashes.get(p.name, {}).get("control_port") or 0) or None
+        status = get_status(port) if port and pid_alive(p.pid) else None
+        if status is not None and status.run == state.run and status.id == p.name:
+            rows.append(row_from_status(p.name, status))
+            continue
+        alive = pid_alive(p.pid)
+        if alive or not p.last_status:
+            hashes = _status_hashes(state) if hashes is None else hashes
+        last = (hashes or {}).get(p.name) or p.last_status
+        if alive:
+            label = "unreachable" if port else "starting"
+        else:
+            label = "exited" if p.exit_code is None else f"exited ({p.exit_code})"
+        if last:
+            row = row_from_status(p.name, status_message({"id": p.name, **last}))
+            row.state, row.rate, row.restarts = label, None, None
+        else:
+            row = Row(p.name, p.role, label)
+        rows.append(row)
+    return rows
+
+
+def newest_run(output: Path) -> str:
+    """The run in ``output`` whose state file says it started last."""
+    found = []
+    for path in output.glob(f"*/{STATE_FILE}"):
+        try:
+            found.append((json.loads(path.read_text()).get("started_at", 0.0), path.parent.name))
+        except (OSError, ValueError):
+            continue
+    if not found:
+        raise UserError(f"no local run in {output} (no */{STATE_FILE}); pass --output DIR, or RUN --namespace NS "
+                        "for a Kubernetes run")
+    return max(found)[1]
+
+
+def _age(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def show_local(run_dir: Path, state: RunState, stream=sys.stdout) -> None:
+    if state.state == "finished":
+        what = f"finished ({state.exit_reason or 'unknown reason'})"
+    elif pid_alive(state.orchestrator_pid):
+        what = f"running, orchestrator pid {state.orchestrator_pid}{', detached' if state.detached else ''}"
+    else:
+        what = f"orchestrator (pid {state.orchestrator_pid}) gone without a summary"
+    print(f"run {state.run}: {what}; started {_age(time.time() - state.started_at)} ago; {run_dir}", file=stream)
+    print(format_table(local_rows(state)), file=stream)
+
+
+def show_kubernetes(run: str, namespace: str, stream=sys.stdout) -> None:
+    """The pods of a Kubernetes run: phase, readiness and restarts (its services are not reachable from here)."""
+    from orchestrator import k8s
+    from orchestrator.backends.kube_api import KubeApi, KubeError
+
+    k8s.check_run_name(run, "RUN")
+    k8s.check_namespace(namespace)
+    try:
+        pods = KubeApi().list_pods(namespace, f"drl.dev/run={run}")
+    except KubeError as exc:
+        raise UserError(f"pods of run {run!r} in namespace {namespace} cannot be listed: {exc}") from None
+    if not pods:
+        raise UserError(f"no pods of run {run!r} in namespace {namespace}")
+    table = [["POD", "COMPONENT", "PHASE", "READY", "RESTARTS", "REASON"]]
+    for pod in sorted(pods, key=lambda p: p.name):
+        restarts = sum(c.restart_count for c in pod.containers)
+        reason = pod.reason or next((c.reason for c in pod.containers if c.reason), "")
+        table.append([pod.name, pod.component or "-", pod.phase, "yes" if pod.ready else "no", str(restarts),
+                      reason or "-"])
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    print(f"run {run}: Kubernetes namespace {namespace}", file=stream)
+    for line in table:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip(), file=stream)
+
+
+def find_local_run(run: str | None, output: str) -> tuple[Path, RunState]:
+    out = Path(output).resolve()
+    run = run or newest_run(out)
+    state = read_state(out / run)
+    if state is None:
+        raise UserError(f"no local run {run!r} in {out} (no {STATE_FILE}); for a Kubernetes run pass --namespace NS")
+    return out / run, state
+
+
+def cmd_status(argv: list[str], parser_cls) -> int:
+    parser = parser_cls(prog="drl-orchestrate status",
+                        description="One line per service of a run: state, policy version, env steps, rate, "
+                                    "restarts and last error, asked over gRPC (drl.v1.Control).")
+    parser.add_argument("run", metavar="RUN", nargs="?", help="the run's name [default: the newest run in --output]")
+    parser.add_argument("--output", default="runs", metavar="DIR", help="folder of the local runs")
+    parser.add_argument("--namespace", metavar="NS", help="a Kubernetes run: list its pods in this namespace")
+    args = parser.parse_args(argv)
+    if args.namespace:
+        if not args.run:
+            raise UserError("status --namespace needs the run's name")
+        show_kubernetes(args.run, args.namespace)
+        return 0
+    run_dir, state = find_local_run(args.run, args.output)
+    show_local(run_dir, state)
+    return 0
+
+
+def cmd_stop(argv: list[str], parser_cls) -> int:
+    parser = parser_cls(prog="drl-orchestrate stop",
+                        description="End a local run cleanly: the rollout workers hand in what they collected, "
+                                    "the trainer writes a final checkpoint, and the run's orchestrator writes "
+                                    "summary.json (exit_reason stopped), which is printed.")
+    parser.add_argument("run", metavar="RUN", help="the run's name")
+    parser.add_argument("--output", default="runs", metavar="DIR", help="folder of the local runs")
+    parser.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                        help="seconds to wait for the run to end")
+    args = parser.parse_args(argv)
+    run_dir, state = find_local_run(args.run, args.output)
+    summary_path = run_dir / "summary.json"
+    if not summary_path.exists():
+        if state.state == "finished" or not pid_alive(state.orchestrator_pid):
+            print(f"drl-orchestrate: error: the orchestrator of run {state.run} (pid {state.orchestrator_pid}) is "
+                  f"not running and left no summary; see {run_dir / 'orchestrator.log'}", file=sys.stderr)
+            return 1
+        from orchestrator.backends.local import STOP_REQUEST
+
+        (run_dir / STOP_REQUEST).write_text(f"{time.time()}\n")
+        print(f"drl: stopping run {state.run}", file=sys.stderr)
+        started = time.monotonic()
+        next_note = started + 5.0
+        while not summary_path.exists():
+            now = time.monotonic()
+            if now - started > args.timeout:
+                print(f"drl-orchestrate: error: run {state.run} did not end within {args.timeout:.0f}s; see "
+                      f"{run_dir / 'orchestrator.log'}", file=sys.stderr)
+                return 1
+            if not pid_alive(state.orchestrator_pid):
+                time.sleep(0.5)
+                if summary_path.exists():
+                    break
+                print(f"drl-orchestrate: error: the orchestrator of run {state.run} ended without a summary; see "
+                      f"{run_dir / 'orchestrator.log'}", file=sys.stderr)
+                return 1
+            if now >= next_note:
+                current = read_state(run_dir) or state
+                left = [p.name for p in current.processes if pid_alive(p.pid)]
+                print(f"drl: waiting for run {state.run} to end ({now - started:.0f}s): still running: "
+                      f"{', '.join(left) or 'none'}", file=sys.stderr)
+                next_note = now + 5.0
+            time.sleep(0.2)
+    else:
+        print(f"drl: run {state.run} had already ended", file=sys.stderr)
+    for _ in range(20):
+        try:
+            summary = json.loads(summary_path.read_text())
+            break
+        except ValueError:
+            time.sleep(0.1)
+    else:
+        raise UserError(f"{summary_path} is not valid JSON")
+    print(json.dumps(summary, indent=2))
+    return 0

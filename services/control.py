@@ -1,0 +1,151 @@
+"""Every service's gRPC endpoint: ``drl.v1.Control`` (status, stop) and the standard ``grpc.health.v1.Health``.
+
+The server runs on a small thread pool beside the service's own loop, so it answers while the service trains,
+steps environments or waits on Redis. It reads only ``services.telemetry.TELEMETRY``: the fields the service
+last wrote to its status hash, its identity and uptime. ``Stop`` sets ``TELEMETRY.stop``, which the service
+loops check next to the run's stop flag, so a stop through this endpoint ends a service the same clean way as
+the end of its work (the trainer checkpoints, a worker hands in what it has and waits until it is consumed).
+
+Where it listens: ``DRL_CONTROL_PORT`` (0 or unset: a free port, which is then written to the status hash as
+``control_port`` so that ``drl-orchestrate status`` finds it), on 127.0.0.1, or on every interface when
+``DRL_CONTROL_HOST`` says so or the process runs in a Kubernetes pod (probes and other pods connect from
+outside the container).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from drl._proto.drl.v1 import control_pb2, control_pb2_grpc
+from drl.errors import UserError
+from drl.memory.redis_backend import retrying
+from services.telemetry import TELEMETRY, Telemetry
+
+log = logging.getLogger("drl.control")
+
+SERVICE_NAME = "drl.v1.Control"
+TYPED = ("role", "id", "run", "policy_version", "env_steps", "updates", "transitions_per_s", "backlog", "restarts",
+         "last_error", "state", "uptime_s")
+
+
+def _int(value, default: int = 0) -> int:
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return default
+
+
+def _float(value, default: float = 0.0) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def status_message(snapshot: dict, stopping: bool = False) -> control_pb2.ServiceStatus:
+    """A telemetry snapshot as ``ServiceStatus``. Roles name their counters differently (a worker's
+    ``produced`` is its env steps); the typed fields take the common meaning and ``fields`` keeps every other
+    field as text."""
+    role = str(snapshot.get("role") or "")
+    env_steps = snapshot.get("env_steps", snapshot.get("produced"))
+    uptime = _float(snapshot.get("uptime_s"))
+    rate = snapshot.get("transitions_per_s")
+    if rate in (None, "") and role == "rollout" and uptime > 0:
+        rate = _int(env_steps) / uptime
+    state = str(snapshot.get("state") or "")
+    if state != "finished":
+        state = "stopping" if stopping else (state or "running")
+    return control_pb2.ServiceStatus(
+        role=role, id=str(snapshot.get("id") or ""), run=str(snapshot.get("run") or ""),
+        policy_version=_int(snapshot.get("policy_version"), -1), env_steps=_int(env_steps),
+        updates=_int(snapshot.get("updates")), transitions_per_s=_float(rate), backlog=_int(snapshot.get("backlog")),
+        restarts=max(0, _int(snapshot.get("restarts"))), last_error=str(snapshot.get("last_error") or ""),
+        state=state, uptime_s=uptime,
+        fields={k: ("" if v is None else str(v)) for k, v in snapshot.items() if k not in TYPED})
+
+
+class ControlServicer(control_pb2_grpc.ControlServicer):
+    def __init__(self, telemetry: Telemetry, health_servicer: health.HealthServicer):
+        self.telemetry = telemetry
+        self.health = health_servicer
+
+    def GetStatus(self, request, context):
+        return status_message(self.telemetry.snapshot(), stopping=self.telemetry.stop.is_set())
+
+    def Stop(self, request, context):
+        accepted = not self.telemetry.stop.is_set()
+        if accepted:
+            log.info("stop requested through the control endpoint%s",
+                     f" ({request.reason})" if request.reason else "")
+        self.telemetry.stop.set()
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        return control_pb2.StopReply(accepted=accepted, state="stopping")
+
+
+def listen_address() -> tuple[str, int]:
+    """(host, port) from ``DRL_CONTROL_HOST``/``DRL_CONTROL_PORT``; a bad port is a ``UserError``."""
+    text = os.environ.get("DRL_CONTROL_PORT", "").strip() or "0"
+    try:
+        port = int(text)
+    except ValueError:
+        raise UserError(f"DRL_CONTROL_PORT must be a port number, got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise UserError(f"DRL_CONTROL_PORT must be between 0 and 65535, got {port}")
+    host = os.environ.get("DRL_CONTROL_HOST", "").strip()
+    if not host:
+        host = "0.0.0.0" if os.environ.get("KUBERNETES_SERVICE_HOST") else "127.0.0.1"
+    return host, port
+
+
+def serve(telemetry: Telemetry = TELEMETRY, host: str = "127.0.0.1", port: int = 0) -> tuple[grpc.Server, int]:
+    """Starts Control and Health on ``host:port``; returns the server and the bound port, which is also in
+    ``telemetry.ports["control_port"]`` (set before the first request can read it)."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="control"),
+                         options=[("grpc.so_reuseport", 0)])
+    health_servicer = health.HealthServicer()
+    control_pb2_grpc.add_ControlServicer_to_server(ControlServicer(telemetry, health_servicer), server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:
+        raise UserError(f"control endpoint cannot listen on {host}:{port}: {exc}") from None
+    if not bound:
+        raise UserError(f"control endpoint cannot listen on {host}:{port} (in use?)")
+    telemetry.ports["control_port"] = bound
+    server.start()
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, bound
+
+
+def start_control(ctx) -> int:
+    """Starts this process's control endpoint and records its port: in ``TELEMETRY.ports`` (so every later
+    status answer and metrics page has it) and at once in the service's status hash, from a short-lived thread
+    with its own connection, because the service's first status write may come only after a long start (a
+    worker waits for the first policy) and ``drl-orchestrate status`` looks the port up there."""
+    host, port = listen_address()
+    server, bound = serve(TELEMETRY, host, port)
+    atexit.register(server.stop, 0.5)
+    log.info("control endpoint (drl.v1.Control, grpc.health.v1.Health) on %s:%d", host, bound)
+
+    def record() -> None:
+        try:
+            client = ctx.redis()
+            try:
+                retrying(lambda: client.hset(ctx.keys().status(ctx.name), "control_port", bound), "HSET control port",
+                         ctx.config.memory_retry_s)
+            finally:
+                client.close()
+        except Exception as exc:  # the service itself reports an unusable memory server
+            log.warning("control port %d not recorded in the status hash: %s", bound, exc)
+
+    threading.Thread(target=record, name="control-port", daemon=True).start()
+    return bound
