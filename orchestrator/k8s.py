@@ -42,7 +42,8 @@ REDIS_UID = 999  # the valkey user of the valkey/valkey image
 MINIO_UID = 1000
 BACKOFF_LIMIT = 6  # per pod: the rollout Job gets this many per worker
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-PROBE_COMMAND = ["sh", "-c", f'test -n "$(find {HEARTBEAT_FILE} -mmin -1 2>/dev/null)"']
+CONTROL_PORT = 50051  # gRPC: drl.v1.Control and grpc.health.v1 (the probes)
+METRICS_PORT = 9090  # Prometheus /metrics
 
 # "drl-<run>-redis" names a StatefulSet, whose pods get a controller-revision-hash label of
 # "<statefulset>-<10 chars>"; labels hold at most 63 characters, so the run name may hold 40.
@@ -266,7 +267,11 @@ def _container_env(ctx: _Context, workload: Workload) -> list[dict]:
         out += rest
     out += [{"name": "DRL_HEARTBEAT_FILE", "value": HEARTBEAT_FILE},
             {"name": "DRL_CACHE_DIR", "value": CACHE_DIR},
-            {"name": "HOME", "value": "/tmp"}]
+            {"name": "HOME", "value": "/tmp"},
+            {"name": "DRL_CONTROL_HOST", "value": "0.0.0.0"},
+            {"name": "DRL_CONTROL_PORT", "value": str(CONTROL_PORT)},
+            {"name": "DRL_METRICS_HOST", "value": "0.0.0.0"},
+            {"name": "DRL_METRICS_PORT", "value": str(METRICS_PORT)}]
     return out
 
 
@@ -296,11 +301,12 @@ def _job(ctx: _Context, workload: Workload) -> dict:
     paths = {"tmp": "/tmp", "heartbeat": HEARTBEAT_FILE.rsplit("/", 1)[0], "run": RUN_DIR, "cache": CACHE_DIR}
     volumes = {"tmp": {}, "heartbeat": {"medium": "Memory", "sizeLimit": "1Mi"}, "run": {}, "cache": {}}
     pod_security, container_security = _security()
-    probe = {"exec": {"command": PROBE_COMMAND}, "timeoutSeconds": 5}
+    probe = {"grpc": {"port": CONTROL_PORT}, "timeoutSeconds": 5}
     container = {
         "name": workload.role, "image": ctx.image, "imagePullPolicy": "IfNotPresent",
         "command": list(workload.command), "env": _container_env(ctx, workload),
         "securityContext": container_security,
+        "ports": [{"name": "grpc", "containerPort": CONTROL_PORT}, {"name": "metrics", "containerPort": METRICS_PORT}],
         "startupProbe": {**probe, "periodSeconds": 5, "failureThreshold": 60},
         "livenessProbe": {**probe, "periodSeconds": 30, "failureThreshold": 3},
         "readinessProbe": {**probe, "periodSeconds": 15, "failureThreshold": 2},

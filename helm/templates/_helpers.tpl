@@ -223,6 +223,14 @@ imagePullSecrets:
   value: /var/cache/drl
 - name: HOME
   value: /tmp
+- name: DRL_CONTROL_HOST
+  value: 0.0.0.0
+- name: DRL_CONTROL_PORT
+  value: "50051"
+- name: DRL_METRICS_HOST
+  value: 0.0.0.0
+- name: DRL_METRICS_PORT
+  value: "9090"
 {{- with (index $ctx.Values .role).extraEnv }}
 {{ toYaml . }}
 {{- end }}
@@ -270,30 +278,26 @@ spec:
       {{- end }}
       securityContext:
         {{- include "drl.containerSecurityContext" (dict "uid" 10001 "gid" 10001) | nindent 8 }}
+      ports:
+        - name: grpc
+          containerPort: 50051
+        - name: metrics
+          containerPort: 9090
       startupProbe:
-        exec:
-          command:
-            - sh
-            - -c
-            - test -n "$(find /tmp/drl/heartbeat -mmin -1 2>/dev/null)"
+        grpc:
+          port: 50051
         periodSeconds: 5
         timeoutSeconds: 5
         failureThreshold: 60
       livenessProbe:
-        exec:
-          command:
-            - sh
-            - -c
-            - test -n "$(find /tmp/drl/heartbeat -mmin -1 2>/dev/null)"
+        grpc:
+          port: 50051
         periodSeconds: 30
         timeoutSeconds: 5
         failureThreshold: 3
       readinessProbe:
-        exec:
-          command:
-            - sh
-            - -c
-            - test -n "$(find /tmp/drl/heartbeat -mmin -1 2>/dev/null)"
+        grpc:
+          port: 50051
         periodSeconds: 15
         timeoutSeconds: 5
         failureThreshold: 2

@@ -35,13 +35,16 @@ WORKLOAD_KINDS = ("Job", "StatefulSet")
 ENV_ORDER = {
     "trainer": ["DRL_CONFIG", "DRL_RUN", "DRL_RUN_DIR", "DRL_MEMORY_URL", "DRL_MEMORY_PASSWORD", "DRL_STORE",
                 "DRL_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "DRL_S3_CREATE_BUCKET",
-                "DRL_STEPS_DONE", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "DRL_HEARTBEAT_FILE", "DRL_CACHE_DIR", "HOME"],
+                "DRL_STEPS_DONE", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "DRL_HEARTBEAT_FILE", "DRL_CACHE_DIR", "HOME",
+                "DRL_CONTROL_HOST", "DRL_CONTROL_PORT", "DRL_METRICS_HOST", "DRL_METRICS_PORT"],
     "rollout": ["DRL_CONFIG", "DRL_RUN", "DRL_RUN_DIR", "DRL_MEMORY_URL", "DRL_MEMORY_PASSWORD", "DRL_STORE",
                 "DRL_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "DRL_STEPS_DONE", "DRL_WORKER_INDEX",
-                "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "DRL_HEARTBEAT_FILE", "DRL_CACHE_DIR", "HOME"],
+                "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "DRL_HEARTBEAT_FILE", "DRL_CACHE_DIR", "HOME",
+                "DRL_CONTROL_HOST", "DRL_CONTROL_PORT", "DRL_METRICS_HOST", "DRL_METRICS_PORT"],
     "evaluator": ["DRL_CONFIG", "DRL_RUN", "DRL_RUN_DIR", "DRL_MEMORY_URL", "DRL_MEMORY_PASSWORD", "DRL_STORE",
                   "DRL_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "DRL_STEPS_DONE",
-                  "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "DRL_HEARTBEAT_FILE", "DRL_CACHE_DIR", "HOME"],
+                  "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "DRL_HEARTBEAT_FILE", "DRL_CACHE_DIR", "HOME",
+                "DRL_CONTROL_HOST", "DRL_CONTROL_PORT", "DRL_METRICS_HOST", "DRL_METRICS_PORT"],
 }
 
 EXTERNAL = {
@@ -564,13 +567,16 @@ def test_every_pod_runs_non_root_and_locked_down(name):
                 assert "/data" in mounts, obj
 
 
-def test_drl_roles_have_exec_probes_on_the_heartbeat():
+def test_drl_roles_probe_the_grpc_health_service_and_expose_their_endpoints():
     docs = render()
-    expected = ["sh", "-c", 'test -n "$(find /tmp/drl/heartbeat -mmin -1 2>/dev/null)"']
     for role in ROLES:
         container = role_container(docs, role)
         for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
-            assert container[probe]["exec"]["command"] == expected, (role, probe)
+            assert container[probe]["grpc"] == {"port": 50051}, (role, probe)
+        assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"grpc": 50051, "metrics": 9090}
+        env = env_of(container)
+        assert env["DRL_CONTROL_PORT"]["value"] == "50051" and env["DRL_METRICS_PORT"]["value"] == "9090"
+        assert env["DRL_CONTROL_HOST"]["value"] == env["DRL_METRICS_HOST"]["value"] == "0.0.0.0"
 
 
 def test_valkey_takes_its_password_on_stdin():

@@ -89,7 +89,8 @@ def test_render_and_chart_agree_on_kubernetes_only_variables():
     for role in ROLES:
         r_env, c_env = rendered[role][1], charted[role][1]
         assert set(r_env) == set(c_env), role
-        for var in ("DRL_HEARTBEAT_FILE", "DRL_CACHE_DIR", "HOME", "PYTHONUNBUFFERED", "OMP_NUM_THREADS"):
+        for var in ("DRL_HEARTBEAT_FILE", "DRL_CACHE_DIR", "HOME", "PYTHONUNBUFFERED", "OMP_NUM_THREADS",
+                    "DRL_CONTROL_HOST", "DRL_CONTROL_PORT", "DRL_METRICS_HOST", "DRL_METRICS_PORT"):
             assert r_env[var].get("value") == c_env[var].get("value"), f"{role}: {var}"
         for var in ("DRL_MEMORY_PASSWORD", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
             assert r_env[var]["valueFrom"]["secretKeyRef"]["key"] == c_env[var]["valueFrom"]["secretKeyRef"]["key"]

@@ -178,8 +178,8 @@ def test_pods_follow_the_security_contract(objects):
                 assert mounts == {"/tmp", "/tmp/drl", "/var/lib/drl/run", "/var/cache/drl"}
                 assert pod["restartPolicy"] == "OnFailure"
                 for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-                    assert c[probe]["exec"]["command"] == [
-                        "sh", "-c", 'test -n "$(find /tmp/drl/heartbeat -mmin -1 2>/dev/null)"']
+                    assert c[probe]["grpc"] == {"port": 50051}
+                assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"grpc": 50051, "metrics": 9090}
                 assert c["image"] == "drl:latest"
 
 
