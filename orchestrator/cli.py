@@ -307,6 +307,12 @@ def cmd_stop(argv: list[str]) -> int:
     return stop(argv, _Parser)
 
 
+def cmd_scale(argv: list[str]) -> int:
+    from orchestrator.status import cmd_scale as scale
+
+    return scale(argv, _Parser)
+
+
 def kubernetes_objects(argv: list[str], deployment: Deployment) -> tuple[ExperimentConfig, str, str, list[dict]]:
     """(configuration, run, namespace, manifests) of a Kubernetes run; reads no cluster."""
     from orchestrator import k8s
@@ -409,7 +415,7 @@ def cmd_delete(argv: list[str]) -> int:
 COMMANDS = {"presets": cmd_presets, "evaluate": cmd_evaluate, "render": cmd_render, "delete": cmd_delete,
             "plot": lambda argv: __import__("orchestrator.plot", fromlist=["main"]).main(argv)}
 
-COMMANDS.update({"status": cmd_status, "stop": cmd_stop, DETACHED_COMMAND: cmd_run_detached})
+COMMANDS.update({"status": cmd_status, "stop": cmd_stop, "scale": cmd_scale, DETACHED_COMMAND: cmd_run_detached})
 
 
 def main(argv: list[str] | None = None) -> int:

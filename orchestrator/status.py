@@ -290,3 +290,42 @@ def cmd_stop(argv: list[str], parser_cls) -> int:
         raise UserError(f"{summary_path} is not valid JSON")
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def cmd_scale(argv: list[str], parser_cls) -> int:
+    parser = parser_cls(prog="drl-orchestrate scale",
+                        description="Add or remove rollout workers of a running local run. Removed workers hand "
+                                    "in what they collected before they exit; the steps not yet collected are "
+                                    "spread over the workers that remain; SYNC iterations split over the new count.")
+    parser.add_argument("run", metavar="RUN", help="the run's name")
+    parser.add_argument("--workers", type=int, required=True, metavar="N", help="rollout workers wanted")
+    parser.add_argument("--output", default="runs", metavar="DIR", help="folder of the local runs")
+    parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                        help="seconds to wait until the new number of workers runs")
+    args = parser.parse_args(argv)
+    if args.workers < 1:
+        raise UserError(f"--workers must be a positive integer, got {args.workers}")
+    run_dir, state = find_local_run(args.run, args.output)
+    if (run_dir / "summary.json").exists() or not pid_alive(state.orchestrator_pid):
+        raise UserError(f"run {state.run} is not running")
+    from orchestrator.backends.local import SCALE_REQUEST, SCALE_RESULT
+
+    request, result = run_dir / SCALE_REQUEST, run_dir / SCALE_RESULT
+    result.unlink(missing_ok=True)
+    request.with_suffix(".tmp").write_text(json.dumps({"workers": args.workers}))
+    request.with_suffix(".tmp").replace(request)
+    started = time.monotonic()
+    while time.monotonic() - started < args.timeout:
+        if result.exists() and not request.exists():
+            outcome = json.loads(result.read_text())
+            if "error" in outcome:
+                raise UserError(f"run {state.run} refused to scale: {outcome['error']}")
+            print(f"drl: run {state.run} collects with {len(outcome['collecting'])} rollout workers: "
+                  f"{', '.join(outcome['collecting'])}", file=sys.stderr)
+            return 0
+        if not pid_alive(state.orchestrator_pid):
+            break
+        time.sleep(0.2)
+    print(f"drl-orchestrate: error: run {state.run} did not reach {args.workers} rollout workers within "
+          f"{args.timeout:.0f}s; see {run_dir / 'orchestrator.log'}", file=sys.stderr)
+    return 1

@@ -85,6 +85,8 @@ class Keys:
         self.workers_done = p + "workers:done"
         self.trainer_done = p + "trainer:done"
         self.started_at = p + "started_at"
+        self.members = p + "workers:members"  # rollout worker -> "active" | "retired" (live scaling)
+        self.shares = p + "workers:shares"  # rollout worker -> transitions it is to produce in all
 
     def status(self, role: str) -> str:
         return f"drl:{{{self.run}}}:status:{role}"

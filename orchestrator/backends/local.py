@@ -10,6 +10,11 @@ control port) for ``drl-orchestrate status`` and ``stop``. ``stop`` asks for a c
 ``<run dir>/stop.request``; the orchestrator then stops the rollout workers through their control endpoints
 (each hands in what it collected and waits until the trainer consumed it), then the trainer (final
 checkpoint) and sets the run's stop flag, and ends the run as usual with the exit reason ``stopped``.
+
+``scale`` writes ``<run dir>/scale.request`` (the wanted number of rollout workers). The orchestrator owns the
+membership (``Keys.members``) and each worker's share of the steps (``Keys.shares``): it registers new workers
+before starting them, asks removed ones to stop through their control endpoints (each hands in everything it
+collected), and spreads the steps not yet produced evenly over the workers that remain.
 """
 
 from __future__ import annotations
@@ -33,10 +38,14 @@ from orchestrator.plan import plan
 from orchestrator.progress import Progress
 from orchestrator.redis_server import RedisServer, die_with_parent
 from orchestrator.state import ProcessState, RunState, write_state
+from services.common import share
 
 EVALUATOR_GRACE_S = 300.0
 STOP_GRACE_S = 15.0
 STOP_REQUEST = "stop.request"
+SCALE_REQUEST = "scale.request"
+SCALE_RESULT = "scale.result"
+SCALE_MARGIN_ENTRIES = 32
 STOP_FLAG = "stopped"
 HAND_IN_S = 60.0
 
@@ -92,24 +101,129 @@ class LocalRun:
         return memory_url, store_url
 
     def spawn(self, memory_url: str, store_url: str, detached: bool = False) -> None:
-        logs = self.run_dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        for workload in plan(self.cfg, run=self.run, run_dir=str(self.run_dir), memory_url=memory_url,
-                             store_url=store_url, python=sys.executable, steps_done=self.steps_done):
+        self.workloads = {w.role: w for w in plan(self.cfg, run=self.run, run_dir=str(self.run_dir),
+                                                  memory_url=memory_url, store_url=store_url,
+                                                  python=sys.executable, steps_done=self.steps_done)}
+        self.register_workers()
+        for workload in self.workloads.values():
             for i in range(workload.replicas):
-                name = workload.replica_name(i)
-                log_path = logs / f"{name}.log"
-                env = {**os.environ, **workload.replica_env(i), "DRL_CONTROL_PORT": "0"}
-                with open(log_path, "ab") as log:
-                    popen = subprocess.Popen(list(workload.command), env=env, stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True,
-                                             preexec_fn=die_with_parent)
-                self.procs.append(Proc(name, workload.role, popen, log_path))
+                self.start(workload, i)
         self.state = RunState(run=self.run, orchestrator_pid=os.getpid(), memory_url=self.memory_url,
                               started_at=self.started, detached=detached,
                               processes=[ProcessState(p.name, p.role, p.popen.pid, None, str(p.log))
                                          for p in self.procs])
         write_state(self.run_dir, self.state)
+
+    def start(self, workload, index: int) -> Proc:
+        logs = self.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        name = workload.replica_name(index)
+        log_path = logs / f"{name}.log"
+        env = {**os.environ, **workload.replica_env(index), "DRL_CONTROL_PORT": "0"}
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen(list(workload.command), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
+        proc = Proc(name, workload.role, popen, log_path)
+        self.procs.append(proc)
+        if self.state is not None:
+            self.state.processes.append(ProcessState(proc.name, proc.role, popen.pid, None, str(log_path)))
+            write_state(self.run_dir, self.state)
+        return proc
+
+    # -- scaling ----------------------------------------------------------------------------------------
+    def register_workers(self) -> None:
+        """Members and shares of a fresh run (a resumed one keeps what its memory server holds)."""
+        names = [f"rollout-{i}" for i in range(self.cfg.workers)]
+        if self.client.exists(self.keys.members):
+            return
+        total = max(0, self.cfg.steps - self.steps_done)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(self.keys.members, mapping={n: "active" for n in names})
+        pipe.hset(self.keys.shares, mapping={n: share(total, len(names), i) for i, n in enumerate(names)})
+        pipe.execute()
+
+    def active_workers(self) -> list[Proc]:
+        members = {k.decode(): v.decode() for k, v in self.client.hgetall(self.keys.members).items()}
+        return [p for p in self.procs
+                if p.role == "rollout" and p.popen.poll() is None and members.get(p.name) == "active"]
+
+    def scale(self, workers: int) -> list[str]:
+        """Adds or removes rollout workers while the run goes on (see the module docstring).
+
+        Removed workers are stopped first and waited for (each hands in what it collected), so that the
+        steps left are counted exactly before they are shared out. A worker about to complete its share may
+        hand in its last entry before it reads a new one: only workers with a good stretch left count as
+        collecting; the others finish their share and new workers take over.
+        """
+        from orchestrator.status import stop_service
+
+        collecting = self.collecting()
+        removed = sorted(collecting, key=lambda p: int(p.name.rsplit("-", 1)[1]))[workers:]
+        if removed:
+            print(f"drl: stopping {', '.join(p.name for p in removed)}; they hand in what they collected",
+                  file=sys.stderr)
+            self.client.hset(self.keys.members, mapping={p.name: "retired" for p in removed})
+            self.refresh_state(force=True)
+            for p in removed:
+                port = self.state.process(p.name).control_port if self.state else None
+                if not (port and stop_service(port, "drl-orchestrate scale")):
+                    produced = int(self.client.hget(self.keys.produced, p.name) or 0)
+                    self.client.hset(self.keys.shares, p.name, produced)
+            deadline = time.monotonic() + HAND_IN_S
+            while any(p.popen.poll() is None for p in removed) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            collecting = self.collecting()
+        produced = {k.decode(): int(v) for k, v in self.client.hgetall(self.keys.produced).items()}
+        assigned = {k.decode(): int(v) for k, v in self.client.hgetall(self.keys.shares).items()}
+        finishing = {p.name for p in self.active_workers()} - {p.name for p in collecting}
+        committed = sum(assigned.get(n, 0) if n in finishing else produced.get(n, 0)
+                        for n in set(produced) | finishing)
+        remaining = max(0, self.cfg.steps - self.steps_done - committed)
+        used = [int(p.name.rsplit("-", 1)[1]) for p in self.procs if p.role == "rollout"]
+        first = max(used, default=-1) + 1
+        added = [f"rollout-{i}" for i in range(first, first + max(0, workers - len(collecting)))] if remaining else []
+        names = [p.name for p in collecting] + added
+        if not names:
+            return []
+        print(f"drl: {len(names)} rollout workers share the {remaining:,} steps left", file=sys.stderr)
+        pipe = self.client.pipeline(transaction=True)
+        if added:
+            pipe.hset(self.keys.members, mapping={n: "active" for n in added})
+        pipe.hset(self.keys.shares, mapping={n: produced.get(n, 0) + share(remaining, len(names), i)
+                                             for i, n in enumerate(names)})
+        pipe.execute()
+        rollout = self.workloads["rollout"]
+        for n in added:
+            self.start(rollout, int(n.rsplit("-", 1)[1]))
+        return names
+
+    def collecting(self) -> list[Proc]:
+        """Active rollout workers with more than ``SCALE_MARGIN_ENTRIES`` entries of their share left."""
+        produced = {k.decode(): int(v) for k, v in self.client.hgetall(self.keys.produced).items()}
+        assigned = {k.decode(): int(v) for k, v in self.client.hgetall(self.keys.shares).items()}
+        margin = SCALE_MARGIN_ENTRIES * self.cfg.batch_transitions
+        return [p for p in self.active_workers() if assigned.get(p.name, 0) - produced.get(p.name, 0) > margin]
+
+    def take_scale_request(self) -> None:
+        path = self.run_dir / SCALE_REQUEST
+        if not path.exists():
+            return
+        try:
+            workers = int(json.loads(path.read_text())["workers"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"drl: ignoring a bad scale request: {exc}", file=sys.stderr)
+            workers = 0
+        result: dict = {"workers": workers}
+        if workers >= 1 and not self.stop_requested:
+            try:
+                result["collecting"] = self.scale(workers)
+            except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError, OSError) as exc:
+                print(f"drl: scaling failed: {exc}", file=sys.stderr)
+                result["error"] = f"scaling failed: {exc}"
+        else:
+            result["error"] = "bad request" if workers < 1 else "the run is stopping"
+        (self.run_dir / SCALE_RESULT).write_text(json.dumps(result))
+        path.unlink(missing_ok=True)
 
     # -- monitoring -------------------------------------------------------------------------------------
     def status(self, role: str) -> dict[str, str]:
@@ -203,6 +317,8 @@ class LocalRun:
                 self.stop_requested = True
             if self.stop_requested:
                 self.advance_stop()
+            else:
+                self.take_scale_request()
             self.refresh_state()
             bad = self.failed()
             if bad:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 import numpy as np
 
@@ -26,6 +27,8 @@ from services.telemetry import TELEMETRY
 log = logging.getLogger("drl.rollout")
 
 FLUSH_TIMEOUT_S = 3600.0
+SHARE_CHECK_S = 1.0
+ASYNC_CHUNK_ENTRIES = 16
 FIRST_POLICY_TIMEOUT_S = 600.0
 
 
@@ -43,6 +46,8 @@ class RolloutWorker:
                                  retry_s=cfg.memory_retry_s)
         self.status = StatusWriter(self.client, self.keys.status(ctx.name), retry_s=cfg.memory_retry_s)
         self.total = share(max(0, cfg.steps - ctx.steps_done), cfg.workers, ctx.worker_index)
+        self._share_checked = 0.0
+        self.refresh_share(force=True)
         self.random_steps = share(max(0, cfg.random_steps - ctx.steps_done), cfg.workers, ctx.worker_index)
         self.version = -1
         self.seq, self.produced = producer_position(self.client, self.keys, ctx.name)
@@ -61,6 +66,24 @@ class RolloutWorker:
         self.stop = False
         self.pending: list[dict[str, np.ndarray]] = []
         self.pending_n = 0
+
+    def refresh_share(self, force: bool = False) -> None:
+        """Takes up the share the orchestrator assigned (``Keys.shares``; it changes when the run is scaled),
+        at most once a second; without an assignment the even share of ``--workers`` stands."""
+        now = time.monotonic()
+        if not force and now - self._share_checked < SHARE_CHECK_S:
+            return
+        self._share_checked = now
+        value = retrying(lambda: self.client.hget(self.keys.shares, self.ctx.name), "HGET share",
+                         self.cfg.memory_retry_s)
+        if value is not None:
+            self.total = int(value)
+
+    def active_workers(self) -> int:
+        """Rollout workers taking part now (``Keys.members``), for the SYNC share of an iteration."""
+        states = retrying(lambda: self.client.hvals(self.keys.members), "HVALS members", self.cfg.memory_retry_s)
+        active = sum(1 for v in states if v == b"active")
+        return active or self.cfg.workers
 
     def load(self, version: int) -> bool:
         """Switches to a published version; on a bad manifest keeps the current policy and says why."""
@@ -151,11 +174,15 @@ class RolloutWorker:
             raise RuntimeError(f"no policy was announced within {FIRST_POLICY_TIMEOUT_S:.0f}s; is the trainer alive?")
         self.load(first)
         if self.cfg.mode == "async":
-            self.collect(self.total - self.produced)
+            chunk = self.batch_transitions * ASYNC_CHUNK_ENTRIES
+            while self.produced < self.total and not self.stop and not TELEMETRY.stop.is_set():
+                self.collect(min(chunk, self.total - self.produced))
+                self.refresh_share(force=True)
             return self.finish(self.outcome())
-        per_iteration = math.ceil(self.cfg.sync_steps_per_iteration / self.cfg.workers)
         while self.produced < self.total and not self.stop:
+            per_iteration = math.ceil(self.cfg.sync_steps_per_iteration / self.active_workers())
             self.collect(min(per_iteration, self.total - self.produced))
+            self.refresh_share(force=True)
             if self.produced >= self.total or self.stop or TELEMETRY.stop.is_set():
                 break
             nxt = self.announcer.wait_for(self.version + 1, timeout=self.cfg.sync_deadline_s * 10,

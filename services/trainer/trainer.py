@@ -97,6 +97,7 @@ class Trainer:
         self._checkpointed_at = time.monotonic()
         self.status = StatusWriter(self.client, self.keys.status("trainer"), retry_s=cfg.memory_retry_s)
         self.workers = {f"rollout-{i}" for i in range(cfg.workers)}
+        self.refresh_members()
         self.finished: set[str] = set()
         self.final_seq: dict[str, int] = {}
         self.seqs = SeqTracker()
@@ -233,6 +234,8 @@ class Trainer:
                 continue
             h = batch.header
             if h.worker_id not in self.workers:
+                self.refresh_members()
+            if h.worker_id not in self.workers:
                 dead.append((entry_id, fields, "unknown_worker", f"worker {h.worker_id!r} is not part of the run"))
                 self.dead_letters += 1
                 continue
@@ -271,10 +274,20 @@ class Trainer:
         entries += self.consumer.read(count, block_ms if not entries else None)
         return self.ingest(entries, sync_version) if entries else []
 
+    def refresh_members(self) -> None:
+        """Adds rollout workers the orchestrator registered since (``Keys.members``: the run was scaled up)."""
+        names = retrying(lambda: self.client.hkeys(self.keys.members), "HKEYS members", self.cfg.memory_retry_s)
+        added = {n.decode() for n in names} - self.workers
+        if added:
+            log.info("rollout workers joined: %s", ", ".join(sorted(added)))
+            self.workers |= added
+
     def all_finished(self) -> bool:
         """Whether every worker is done: its final entry and every entry before it consumed (entries re-sent
         after a memory server restart may arrive after the final one), or it said so itself."""
         self.finished |= {w for w, seq in self.final_seq.items() if self.seqs.watermark.get(w, 0) >= seq}
+        if self.finished >= self.workers:
+            self.refresh_members()
         if self.finished >= self.workers:
             return True
         done = retrying(lambda: self.client.hkeys(self.keys.workers_done), "HKEYS done", self.cfg.memory_retry_s)
