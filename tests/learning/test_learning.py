@@ -6,7 +6,8 @@ Goals (issue: algorithms), seeds fixed:
   steps (seeds 0-2 get there after about 3,000-7,000 env steps, 15-30 s each);
 - ppo on CartPole-v1, SYNC, 4 workers: at least 475 within 150,000 env steps (seeds 0-2: 6,000-9,000 steps);
 - dqn on CartPole-v1, 2 workers, both modes (ASYNC with prioritized replay and worker-computed priorities): best
-  evaluation of at least 475 within 100,000 env steps (seeds 0-2: 8,000-15,000 steps).
+  evaluation of at least 475 within 100,000 env steps (SYNC seeds 0-4: 8,000-9,512 steps; ASYNC seeds 0-2:
+  10,496-12,544 steps).
 
 The run stops once the evaluator sees the target; the evaluated version's env steps are checked against the
 budget and the evaluation must have run all 10 episodes.
