@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import time
 
 import numpy as np
@@ -215,4 +216,7 @@ class RolloutWorker:
 
 
 def serve(ctx: ServiceContext) -> int:
+    """SIGTERM (a pod deleted or drained, a Job scaled down) asks the worker to stop like its control endpoint
+    does: it hands in what it collected and waits until the trainer has it, within the grace period."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: TELEMETRY.stop.set())
     return RolloutWorker(ctx).run()

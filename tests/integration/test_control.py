@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 
 import grpc
@@ -132,6 +134,28 @@ def test_stopping_one_worker_hands_in_its_transitions_and_the_run_goes_on(tmp_pa
     final = wait_until(lambda: (s := read_state(tmp_path / run)).state == "finished" and s, 30, "state.json")
     assert final.process("rollout-1").exit_code == 0
     assert int(final.process("rollout-0").last_status["produced"]) == steps // 2
+
+
+def test_sigterm_makes_a_worker_hand_in_its_transitions(tmp_path):
+    run = "ctl-sigterm"
+    steps = 4000
+    start_detached(tmp_path, run, "--steps", str(steps), "--mode", "async")
+    state = wait_for_ports(tmp_path, run)
+    port = state.process("rollout-1").control_port
+    wait_until(lambda: (get_status(port) or control_answer_gone()).env_steps >= 500, 60, "rollout-1 to produce")
+    worker = state.process("rollout-1")
+    os.kill(worker.pid, signal.SIGTERM)
+    wait_until(lambda: not pid_alive(worker.pid), 60, "rollout-1 to exit")
+    client = redis.Redis.from_url(state.memory_url)
+    handed_in = int(client.hget(Keys(run).workers_done, "rollout-1"))
+    client.close()
+    assert 0 < handed_in < steps // 2
+    wait_until(lambda: (tmp_path / run / "summary.json").exists(), 120, "the run to end")
+    summary = read_summary(tmp_path / run)
+    assert summary["exit_reason"] == "steps_done"
+    assert summary["transitions_produced"] == handed_in + steps // 2 == summary["transitions_consumed"]
+    final = wait_until(lambda: (s := read_state(tmp_path / run)).state == "finished" and s, 30, "state.json")
+    assert final.process("rollout-1").exit_code == 0
 
 
 def control_answer_gone():
