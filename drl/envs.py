@@ -29,6 +29,11 @@ class SpaceSpec:
     observation_space: str = ""
     action_space: str = ""
 
+    def action_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Low and high of a Box action space as float32 arrays of the action's shape."""
+        low = np.asarray(self.act_low, np.float32).reshape(self.act_shape)
+        return low, np.asarray(self.act_high, np.float32).reshape(self.act_shape)
+
     @classmethod
     def from_env(cls, env: gym.Env) -> "SpaceSpec":
         obs, act = env.observation_space, env.action_space
@@ -84,9 +89,7 @@ class VecEnv:
         for i, env in enumerate(self.envs):
             env.action_space.seed(seed + 10_000 + i)
         self.episode_returns = np.zeros(n)
-        box = not self.spec.discrete_actions
-        self._low = np.asarray(self.spec.act_low, np.float32).reshape(self.spec.act_shape) if box else None
-        self._high = np.asarray(self.spec.act_high, np.float32).reshape(self.spec.act_shape) if box else None
+        self._low, self._high = (None, None) if self.spec.discrete_actions else self.spec.action_bounds()
         self.finished_returns: list[float] = []
 
     def random_actions(self) -> np.ndarray:

@@ -59,8 +59,7 @@ class ObsNorm(nn.Module):
 
 def action_scale(spec: SpaceSpec) -> tuple[torch.Tensor, torch.Tensor]:
     """Centre and half-range mapping [-1, 1] to the environment's Box bounds."""
-    low = torch.tensor(spec.act_low, dtype=torch.float32).reshape(spec.act_shape)
-    high = torch.tensor(spec.act_high, dtype=torch.float32).reshape(spec.act_shape)
+    low, high = (torch.from_numpy(x) for x in spec.action_bounds())
     return (high + low) / 2, (high - low) / 2
 
 

@@ -25,8 +25,7 @@ class PPOActor:
                        **nx.mlp_shapes("body.", [obs_dim, *cfg.hidden, spec.discrete_actions or act_dim])}
         if not spec.discrete_actions:
             self.shapes["log_std"] = (act_dim,)
-            self.low = np.asarray(spec.act_low, np.float32).reshape(spec.act_shape)
-            self.high = np.asarray(spec.act_high, np.float32).reshape(spec.act_shape)
+            self.low, self.high = spec.action_bounds()
         self.weights = nx.zeros(self.shapes)
         self.weights["norm.var"][:] = 1.0
         if not spec.discrete_actions:

@@ -22,8 +22,7 @@ class SACActor:
                        "mean.weight": (act_dim, last), "mean.bias": (act_dim,),
                        "log_std.weight": (act_dim, last), "log_std.bias": (act_dim,)}
         self.weights = nx.zeros(self.shapes)
-        low = np.asarray(spec.act_low, np.float32).reshape(spec.act_shape)
-        high = np.asarray(spec.act_high, np.float32).reshape(spec.act_shape)
+        low, high = spec.action_bounds()
         self.center, self.half = (high + low) / 2, (high - low) / 2
         self.rng = np.random.default_rng(seed)
 

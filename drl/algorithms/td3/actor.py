@@ -18,8 +18,7 @@ class TD3Actor:
         self.shapes = nx.mlp_shapes("net.", [obs_dim, *cfg.hidden, act_dim])
         self.weights = nx.zeros(self.shapes)
         self.noise = cfg.exploration_noise
-        self.low = np.asarray(spec.act_low, np.float32).reshape(spec.act_shape)
-        self.high = np.asarray(spec.act_high, np.float32).reshape(spec.act_shape)
+        self.low, self.high = spec.action_bounds()
         self.center, self.half = (self.high + self.low) / 2, (self.high - self.low) / 2
         self.rng = np.random.default_rng(seed)
 
