@@ -22,6 +22,7 @@ from drl.algorithms.sac.config import SACConfig
 from drl.algorithms.td3.config import TD3Config
 from drl.errors import ConfigError
 from drl.fields import opt
+from drl.fields import problems as check_ranges
 
 MODES = ("sync", "async")
 
@@ -87,20 +88,15 @@ class ExperimentConfig:
 
     def validate(self) -> "ExperimentConfig":
         """Checks values that need no environment or server; raises ConfigError with every problem found."""
-        problems = []
-        for name in ("workers", "envs_per_worker", "steps", "batch_transitions", "eval_episodes",
-                     "trainer_threads", "keep_policies", "keep_checkpoints", "sync_steps_per_iteration", "publish_every_updates",
-                     "max_backlog_entries", "max_backlog_bytes", "replay_size"):
-            value = getattr(self, name)
-            if value < 1:
-                problems.append(f"--{_flag(name)} must be a positive integer, got {value}")
-        for name in ("random_steps", "learning_starts", "ratio_tolerance"):
-            if getattr(self, name) < 0:
-                problems.append(f"--{_flag(name)} must be zero or more, got {getattr(self, name)}")
-        for name in ("updates_per_transition", "sync_deadline_s", "reclaim_idle_s", "memory_retry_s",
-                     "checkpoint_every_s"):
-            if not _positive(getattr(self, name)):
-                problems.append(f"--{_flag(name)} must be a positive number, got {getattr(self, name)}")
+        problems = check_ranges(
+            self, "--",
+            positive_int=("workers", "envs_per_worker", "steps", "batch_transitions", "eval_episodes",
+                          "trainer_threads", "keep_policies", "keep_checkpoints", "sync_steps_per_iteration",
+                          "publish_every_updates", "max_backlog_entries", "max_backlog_bytes", "replay_size"),
+            nonneg=("random_steps", "learning_starts", "ratio_tolerance"),
+            positive=("updates_per_transition", "sync_deadline_s", "reclaim_idle_s", "memory_retry_s",
+                      "checkpoint_every_s"),
+            fraction=("priority_alpha", "priority_beta"))
         if self.target_return is not None and not math.isfinite(self.target_return):
             problems.append(f"--target-return must be a finite number, got {self.target_return}")
         if self.mode not in MODES:
@@ -129,10 +125,6 @@ class ExperimentConfig:
             problems.append(f"--worker-priorities: {self.algorithm}'s rollout workers have no value estimate to "
                             f"compute priorities with (supported: {workers_can}); the trainer gives new "
                             "transitions the largest priority instead")
-        if not 0 <= self.priority_alpha <= 1:
-            problems.append(f"--priority-alpha must lie in [0, 1], got {self.priority_alpha}")
-        if not 0 <= self.priority_beta <= 1:
-            problems.append(f"--priority-beta must lie in [0, 1], got {self.priority_beta}")
         if self.workers > self.steps:
             problems.append(f"--workers ({self.workers}) exceeds --steps ({self.steps})")
         for f in dataclasses.fields(self):
@@ -166,10 +158,6 @@ def merge(base: dict, data: Any, where: str) -> dict:
         else:
             out[key] = value
     return out
-
-
-def _positive(value: float) -> bool:
-    return math.isfinite(value) and value > 0
 
 
 def _flag(name: str) -> str:

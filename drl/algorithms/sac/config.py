@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from drl.fields import opt
+from drl.fields import opt, problems
 
 
 @dataclass(frozen=True)
@@ -22,17 +21,5 @@ class SACConfig:
 
     def problems(self, prefix: str) -> list[str]:
         """What is wrong with these values, one message per problem (flags named with ``prefix``)."""
-        found = []
-        if not self.hidden or any(h < 1 for h in self.hidden):
-            found.append(f"{prefix}hidden must be positive sizes, got {self.hidden}")
-        if self.batch_size < 1:
-            found.append(f"{prefix}batch-size must be positive, got {self.batch_size}")
-        for name in ("lr", "init_alpha"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                found.append(f"{prefix}{name.replace('_', '-')} must be a positive number, got {value}")
-        for name in ("gamma", "tau"):
-            value = getattr(self, name)
-            if not (0 < value <= 1):
-                found.append(f"{prefix}{name} must lie in (0, 1], got {value}")
-        return found
+        return problems(self, prefix, sizes=("hidden",), positive_int=("batch_size",), positive=("lr", "init_alpha"),
+                        unit=("gamma", "tau"))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from drl.fields import opt
+from drl.fields import opt, problems
 
 
 @dataclass(frozen=True)
@@ -32,22 +31,6 @@ class TD3Config:
 
     def problems(self, prefix: str) -> list[str]:
         """What is wrong with these values, one message per problem (flags named with ``prefix``)."""
-        found = []
-        if not self.hidden or any(h < 1 for h in self.hidden):
-            found.append(f"{prefix}hidden must be positive sizes, got {self.hidden}")
-        for name in ("batch_size", "policy_delay"):
-            if getattr(self, name) < 1:
-                found.append(f"{prefix}{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)}")
-        for name in ("actor_lr", "critic_lr"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                found.append(f"{prefix}{name.replace('_', '-')} must be a positive number, got {value}")
-        for name in ("exploration_noise", "target_noise", "noise_clip"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                found.append(f"{prefix}{name.replace('_', '-')} must be zero or more, got {value}")
-        for name in ("gamma", "tau"):
-            value = getattr(self, name)
-            if not (0 < value <= 1):
-                found.append(f"{prefix}{name} must lie in (0, 1], got {value}")
-        return found
+        return problems(self, prefix, sizes=("hidden",), positive_int=("batch_size", "policy_delay"),
+                        positive=("actor_lr", "critic_lr"), nonneg=("exploration_noise", "target_noise", "noise_clip"),
+                        unit=("gamma", "tau"))
