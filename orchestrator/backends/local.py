@@ -142,10 +142,22 @@ class LocalRun:
         pipe.hset(self.keys.shares, mapping={n: share(total, len(names), i) for i, n in enumerate(names)})
         pipe.execute()
 
-    def active_workers(self) -> list[Proc]:
-        members = {k.decode(): v.decode() for k, v in self.client.hgetall(self.keys.members).items()}
-        return [p for p in self.procs
-                if p.role == "rollout" and p.popen.poll() is None and members.get(p.name) == "active"]
+    def worker_shares(self) -> tuple[dict[str, int], dict[str, int], list[Proc], list[Proc]]:
+        """One consistent read of the scaling state: transitions produced and assigned per worker, the live
+        ``active`` rollout processes, and those of them still collecting (more than ``SCALE_MARGIN_ENTRIES``
+        entries of their share left)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hgetall(self.keys.produced)
+        pipe.hgetall(self.keys.shares)
+        pipe.hgetall(self.keys.members)
+        produced, assigned, members = ({k.decode(): v.decode() for k, v in raw.items()} for raw in pipe.execute())
+        produced = {k: int(v) for k, v in produced.items()}
+        assigned = {k: int(v) for k, v in assigned.items()}
+        active = [p for p in self.procs
+                  if p.role == "rollout" and p.popen.poll() is None and members.get(p.name) == "active"]
+        margin = SCALE_MARGIN_ENTRIES * self.cfg.batch_transitions
+        collecting = [p for p in active if assigned.get(p.name, 0) - produced.get(p.name, 0) > margin]
+        return produced, assigned, active, collecting
 
     def scale(self, workers: int) -> list[str]:
         """Adds or removes rollout workers while the run goes on (see the module docstring).
@@ -157,8 +169,8 @@ class LocalRun:
         """
         from orchestrator.status import stop_service
 
-        collecting = self.collecting()
-        removed = sorted(collecting, key=lambda p: int(p.name.rsplit("-", 1)[1]))[workers:]
+        produced, assigned, active, collecting = self.worker_shares()
+        removed = sorted(collecting, key=lambda p: _index(p.name))[workers:]
         if removed:
             print(f"drl: stopping {', '.join(p.name for p in removed)}; they hand in what they collected",
                   file=sys.stderr)
@@ -167,20 +179,16 @@ class LocalRun:
             for p in removed:
                 port = self.state.process(p.name).control_port if self.state else None
                 if not (port and stop_service(port, "drl-orchestrate scale")):
-                    produced = int(self.client.hget(self.keys.produced, p.name) or 0)
-                    self.client.hset(self.keys.shares, p.name, produced)
+                    self.client.hset(self.keys.shares, p.name, int(self.client.hget(self.keys.produced, p.name) or 0))
             deadline = time.monotonic() + HAND_IN_S
             while any(p.popen.poll() is None for p in removed) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            collecting = self.collecting()
-        produced = {k.decode(): int(v) for k, v in self.client.hgetall(self.keys.produced).items()}
-        assigned = {k.decode(): int(v) for k, v in self.client.hgetall(self.keys.shares).items()}
-        finishing = {p.name for p in self.active_workers()} - {p.name for p in collecting}
+            produced, assigned, active, collecting = self.worker_shares()
+        finishing = {p.name for p in active} - {p.name for p in collecting}
         committed = sum(assigned.get(n, 0) if n in finishing else produced.get(n, 0)
                         for n in set(produced) | finishing)
         remaining = max(0, self.cfg.steps - self.steps_done - committed)
-        used = [int(p.name.rsplit("-", 1)[1]) for p in self.procs if p.role == "rollout"]
-        first = max(used, default=-1) + 1
+        first = max((_index(p.name) for p in self.procs if p.role == "rollout"), default=-1) + 1
         added = [f"rollout-{i}" for i in range(first, first + max(0, workers - len(collecting)))] if remaining else []
         names = [p.name for p in collecting] + added
         if not names:
@@ -194,15 +202,8 @@ class LocalRun:
         pipe.execute()
         rollout = self.workloads["rollout"]
         for n in added:
-            self.start(rollout, int(n.rsplit("-", 1)[1]))
+            self.start(rollout, _index(n))
         return names
-
-    def collecting(self) -> list[Proc]:
-        """Active rollout workers with more than ``SCALE_MARGIN_ENTRIES`` entries of their share left."""
-        produced = {k.decode(): int(v) for k, v in self.client.hgetall(self.keys.produced).items()}
-        assigned = {k.decode(): int(v) for k, v in self.client.hgetall(self.keys.shares).items()}
-        margin = SCALE_MARGIN_ENTRIES * self.cfg.batch_transitions
-        return [p for p in self.active_workers() if assigned.get(p.name, 0) - produced.get(p.name, 0) > margin]
 
     def take_scale_request(self) -> None:
         path = self.run_dir / SCALE_REQUEST
@@ -404,6 +405,11 @@ class LocalRun:
     def cleanup(self) -> None:
         if self.server:
             self.server.stop()
+
+
+def _index(name: str) -> int:
+    """The worker index in a replica name such as ``rollout-3``."""
+    return int(name.rsplit("-", 1)[1])
 
 
 def read_evaluations(path: Path) -> list[dict]:
