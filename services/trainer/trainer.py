@@ -349,12 +349,13 @@ class Trainer:
         self.policies.retain(self.cfg.keep_policies)
         self.report(force=True)
 
-    def should_stop(self) -> str:
-        """The reason the run's stop flag gives ("target_reached" or "stopped"), or "" while it is unset."""
+    def should_stop(self, force: bool = False) -> str:
+        """The reason the run's stop flag gives ("target_reached" or "stopped"), or "" while it is unset; the
+        flag is read at most every 0.25 s unless ``force``."""
         now = time.monotonic()
         if not self.stop_reason and TELEMETRY.stop.is_set():
             self.stop_reason = "stopped"
-        if not self.stop_reason and now - self._stop_checked > 0.25:
+        if not self.stop_reason and (force or now - self._stop_checked > 0.25):
             self._stop_checked = now
             flag = retrying(lambda: self.client.get(self.keys.stop), "GET stop", self.cfg.memory_retry_s)
             if flag is not None:
@@ -457,6 +458,9 @@ class Trainer:
         if self.announcer.latest() < 0:
             self.publish(force=True)
         reason = self.run_async() if self.cfg.mode == "async" else self.run_sync()
+        if reason == "steps_done":
+            # Workers that saw the stop flag end their shares early; the run ended for the flag's reason.
+            reason = self.should_stop(force=True) or reason
         if reason == "steps_done":
             self.publish()
         self.checkpoint()
