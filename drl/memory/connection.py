@@ -118,4 +118,8 @@ def _connect(url: str, timeout: float) -> redis.Redis:
         raise _Unreachable(f"memory server {shown} is unreachable or not a Redis server: {exc}{hint}") from None
     except redis.ResponseError as exc:
         raise UserError(f"memory server {shown} does not behave like a Redis server with streams: {exc}") from None
+    except redis.RedisError as exc:  # e.g. InvalidResponse: something else (HTTP, S3, ...) answers on that port
+        client.close()
+        raise UserError(f"memory server {shown} does not speak the Redis protocol (is this the right port?): "
+                        f"{exc}") from None
     return client

@@ -16,9 +16,11 @@ Transient failures (connection refused, timeouts, 5xx, throttling) are retried w
 
 from __future__ import annotations
 
+import http.client
 import io
 import logging
 import os
+import ssl
 import time
 from typing import Callable, TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -33,6 +35,40 @@ T = TypeVar("T")
 
 TRANSIENT_CODES = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "RequestTimeTooSkewed",
                    "OperationAborted", "Throttling"}
+TRANSIENT_STATUS = {500, 502, 503, 504}
+# How long the first contact (the bucket check) tolerates a peer that accepts connections but does not answer
+# HTTP (e.g. a Redis port): long enough for a proxy that is restarting, short enough for a wrong address.
+NOT_HTTP_S = 5.0
+
+
+def _causes(exc: BaseException):
+    seen = set()
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        stack += [e.__cause__, e.__context__, *(a for a in getattr(e, "args", ()) if isinstance(a, BaseException))]
+
+
+def tls_failure(exc: BaseException) -> str | None:
+    """A reason when ``exc`` is a TLS failure that retrying cannot fix (untrusted certificate, or a peer that
+    does not speak TLS); None otherwise."""
+    for e in _causes(exc):
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return f"the server's TLS certificate is not trusted ({e.verify_message or e}); for a private CA set " \
+                   "DRL_S3_CA to its certificate bundle"
+        if isinstance(e, ssl.SSLError) and e.reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE",
+                                                         "PACKET_LENGTH_TOO_LONG"):
+            return f"the TLS handshake failed ({e.reason}): does the endpoint speak https?"
+    return None
+
+
+def not_http(exc: BaseException) -> bool:
+    """Whether the peer accepted the connection but gave no HTTP answer (closed at once or sent garbage)."""
+    return any(isinstance(e, (http.client.RemoteDisconnected, http.client.BadStatusLine)) for e in _causes(exc))
 
 
 class S3Store(DataStore):
@@ -59,13 +95,18 @@ class S3Store(DataStore):
             raise UserError(f"S3 endpoint {endpoint!r} is not valid; expected http://HOST:PORT or https://HOST")
         region = query.get("region") or env.get("DRL_S3_REGION") or env.get("AWS_REGION") or \
             env.get("AWS_DEFAULT_REGION")
-        self.retry_s = float(env.get("DRL_STORE_RETRY_S", "300"))
+        try:
+            self.retry_s = float(env.get("DRL_STORE_RETRY_S", "300"))
+        except ValueError:
+            raise UserError(f"DRL_STORE_RETRY_S must be a number of seconds, got {env['DRL_STORE_RETRY_S']!r}") from None
+        ca = env.get("DRL_S3_CA") or None
+        if ca is not None and not os.path.isfile(ca):
+            raise UserError(f"DRL_S3_CA={ca} is not a readable file")
         timeout = urllib3.Timeout(connect=5.0, read=10.0)
-        http = urllib3.PoolManager(timeout=timeout, retries=False, maxsize=8,
-                                   ca_certs=env.get("DRL_S3_CA") or None,
+        pool = urllib3.PoolManager(timeout=timeout, retries=False, maxsize=8, ca_certs=ca,
                                    cert_reqs="CERT_REQUIRED" if ep.scheme == "https" else None)
         self.endpoint = f"{ep.scheme}://{ep.netloc}"
-        self.client = Minio(ep.netloc, secure=ep.scheme == "https", region=region, http_client=http,
+        self.client = Minio(ep.netloc, secure=ep.scheme == "https", region=region, http_client=pool,
                             credentials=ChainedProvider([EnvAWSProvider(), AWSConfigProvider(), EnvMinioProvider()]))
         self._ensure_bucket(env.get("DRL_S3_CREATE_BUCKET", "1") not in ("0", "false", "no"))
 
@@ -81,10 +122,14 @@ class S3Store(DataStore):
             raise ValueError(f"invalid store key {key!r}")
         return f"{self.prefix}/{key}" if self.prefix else key
 
-    def _retry(self, fn: Callable[[], T], what: str) -> T:
-        from minio.error import S3Error, ServerError
+    def _retry(self, fn: Callable[[], T], what: str, not_http_s: float | None = None) -> T:
+        """fn(), retried on transient failures for ``retry_s``; failures no retry can fix (an untrusted TLS
+        certificate, a server that is not S3) are a ``UserError`` at once, and a peer that answers no HTTP at all
+        is one after ``not_http_s`` when given."""
+        from minio.error import InvalidResponseError, S3Error, ServerError
 
-        deadline = time.monotonic() + self.retry_s
+        start = time.monotonic()
+        deadline = start + self.retry_s
         delay = 0.2
         while True:
             try:
@@ -93,12 +138,26 @@ class S3Store(DataStore):
                 if exc.code not in TRANSIENT_CODES:
                     raise
                 error: Exception = exc
+            except InvalidResponseError as exc:
+                if exc._code not in TRANSIENT_STATUS:
+                    raise UserError(f"S3 store {self.describe()}: {what}: the endpoint does not answer like an S3 "
+                                    f"server (HTTP {exc._code}, {exc._content_type or 'no content type'}); is "
+                                    "the endpoint right?") from None
+                error = exc
             except (ServerError, urllib3.exceptions.HTTPError, OSError) as exc:
+                reason = tls_failure(exc)
+                if reason:
+                    raise UserError(f"S3 store {self.describe()}: {what} failed: {reason}") from None
+                if not_http_s is not None and not_http(exc) and time.monotonic() - start >= not_http_s:
+                    raise UserError(f"S3 store {self.describe()}: {what}: the endpoint accepts connections but gives "
+                                    f"no HTTP answer (is it an S3 endpoint?): {exc}") from None
                 error = exc
             if time.monotonic() + delay > deadline:
                 raise UserError(f"S3 store {self.describe()}: {what} kept failing for {self.retry_s:.0f}s: "
                                 f"{error}") from None
-            log.warning("S3 %s failed (%s); retrying in %.1fs", what, str(error).splitlines()[0][:200], delay)
+            quiet = not_http_s is not None and not_http(error)  # decided within seconds; no noise meanwhile
+            log.log(logging.DEBUG if quiet else logging.WARNING, "S3 %s failed (%s); retrying in %.1fs", what,
+                    str(error).splitlines()[0][:200], delay)
             time.sleep(delay)
             delay = min(5.0, delay * 2)
 
@@ -106,7 +165,8 @@ class S3Store(DataStore):
         from minio.error import S3Error
 
         try:
-            exists = self._retry(lambda: self.client.bucket_exists(self.bucket), "bucket check")
+            exists = self._retry(lambda: self.client.bucket_exists(self.bucket), "bucket check",
+                                 not_http_s=min(NOT_HTTP_S, self.retry_s))
         except S3Error as exc:
             raise UserError(f"S3 store {self.describe()}: {exc.code}: {exc.message}") from None
         if exists:
