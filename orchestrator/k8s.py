@@ -214,6 +214,7 @@ def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, na
         _meta("v1", "Secret", f"{name}-credentials", ctx, "credentials", type="Opaque",
               stringData=credentials.string_data()),
         _meta("v1", "ConfigMap", f"{name}-config", ctx, "config", data={"config.json": cfg.to_json()}),
+        *_network_policies(ctx, builtin_memory, builtin_store),
     ]
     if builtin_memory:
         objects += _redis(ctx, redis_image)
@@ -378,6 +379,42 @@ def _minio(ctx: _Context, image: str) -> list[dict]:
     return _stateful_set(ctx, "minio", container, MINIO_PORT, MINIO_UID, 1000)
 
 
+def _network_policies(ctx: _Context, builtin_memory: bool, builtin_store: bool) -> list[dict]:
+    """The chart's default NetworkPolicies (docs/security.md), made before any pod so none runs unprotected.
+
+    Redis and MinIO admit only the run's pods; the drl roles admit the namespace on the control and metrics
+    ports. Their egress is limited to DNS and the run's own servers when both are built in; an external server
+    has an address a NetworkPolicy cannot name from a URL, so egress then stays open.
+    """
+    run_pods = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "drl", RUN_LABEL: ctx.run}}}
+
+    def server(component: str) -> dict:
+        return {"matchLabels": {k: v for k, v in labels(ctx.run, component).items()
+                                if k in ("app.kubernetes.io/name", "app.kubernetes.io/instance",
+                                         "app.kubernetes.io/component")}}
+
+    def policy(suffix: str, spec: dict) -> dict:
+        return _meta("networking.k8s.io/v1", "NetworkPolicy", f"{ctx.name}-{suffix}", ctx, "network", spec=spec)
+
+    servers = [(c, port) for c, port, builtin in (("redis", REDIS_PORT, builtin_memory),
+                                                   ("minio", MINIO_PORT, builtin_store)) if builtin]
+    out = [policy(c, {"podSelector": server(c), "policyTypes": ["Ingress"],
+                      "ingress": [{"from": [run_pods], "ports": [{"protocol": "TCP", "port": port}]}]})
+           for c, port in servers]
+    roles = {"podSelector": {"matchLabels": run_pods["podSelector"]["matchLabels"],
+                             "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In",
+                                                   "values": list(ROLES)}]},
+             "policyTypes": ["Ingress"],
+             "ingress": [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": port}]}
+                         for port in (CONTROL_PORT, METRICS_PORT)]}
+    if builtin_memory and builtin_store:
+        roles["policyTypes"].append("Egress")
+        roles["egress"] = [{"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]
+        roles["egress"] += [{"to": [{"podSelector": server(c)}], "ports": [{"protocol": "TCP", "port": port}]}
+                            for c, port in servers]
+    return out + [policy("roles", roles)]
+
+
 def expected_pods(objects: list[dict]) -> dict[str, int]:
     """Pods per component once the run is up: each StatefulSet's replicas and each Job's parallelism."""
     out = {}
@@ -406,3 +443,58 @@ def to_yaml(objects: list[dict]) -> str:
     Dumper.add_representer(str, text)
     return "".join("---\n" + yaml.dump(obj, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=1 << 16)
                    for obj in objects)
+
+
+# -- the scaler Job (drl-orchestrate scale --backend kubernetes) -------------------------------------------
+
+SCALER_COMPONENT = "scaler"
+SCALER_TTL_S = 3600
+SCALER_BACKOFF_LIMIT = 2
+EXIT_BAD_INPUT = 2
+_CONTROLLER_LABELS = ("batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "controller-uid",
+                      "job-name")
+
+
+def scaler_job_name(trainer_job: dict, token: str) -> str:
+    """``<name>-scaler-<token>`` beside the run's ``<name>-trainer`` (at most 40 + 18 characters: Job names
+    become label values)."""
+    base = trainer_job["metadata"]["name"].removesuffix("-trainer")
+    return f"{base}-scaler-{token}"
+
+
+def scaler_job(trainer_job: dict, name: str, args: list[str], deadline_s: int) -> dict:
+    """A one-off Job running ``python -m orchestrator.scaler ARGS`` like the trainer pod: the trainer Job's
+    image, environment (the ConfigMap and Secret references, the memory URL), security contexts, service
+    account and writable volumes, taken from the trainer Job as the cluster holds it, so that a chart's run and
+    an orchestrator's run are scaled alike.
+
+    What the controller added to the trainer (selector labels) and what does not fit a short task (probes,
+    ports, resources such as a GPU, scheduling constraints) is left out. ``restartPolicy: Never`` with a
+    pod failure policy: exit code 2 (bad input, the run has ended) fails the Job at once, anything else (the
+    memory server briefly away) is tried again; the scaler is idempotent.
+    """
+    meta = trainer_job["metadata"]
+    template = trainer_job["spec"]["template"]
+    pod = template["spec"]
+    trainer = next((c for c in pod["containers"] if c["name"] == "trainer"), pod["containers"][0])
+    component = {"app.kubernetes.io/component": SCALER_COMPONENT}
+    pod_labels = {k: v for k, v in ((template.get("metadata") or {}).get("labels") or {}).items()
+                  if k not in _CONTROLLER_LABELS}
+    container = {"name": SCALER_COMPONENT, "image": trainer["image"],
+                 "imagePullPolicy": trainer.get("imagePullPolicy", "IfNotPresent"),
+                 "command": ["python", "-m", "orchestrator.scaler", *args]}
+    for key in ("env", "envFrom", "securityContext", "volumeMounts"):
+        if trainer.get(key):
+            container[key] = trainer[key]
+    spec = {"restartPolicy": "Never", "containers": [container]}
+    for key in ("serviceAccountName", "automountServiceAccountToken", "enableServiceLinks", "securityContext",
+                "volumes", "imagePullSecrets"):
+        if key in pod:
+            spec[key] = pod[key]
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": meta["namespace"], "labels": {**meta["labels"], **component}},
+            "spec": {"backoffLimit": SCALER_BACKOFF_LIMIT, "activeDeadlineSeconds": deadline_s,
+                     "ttlSecondsAfterFinished": SCALER_TTL_S,
+                     "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
+                         "containerName": SCALER_COMPONENT, "operator": "In", "values": [EXIT_BAD_INPUT]}}]},
+                     "template": {"metadata": {"labels": {**pod_labels, **component}}, "spec": spec}}}
