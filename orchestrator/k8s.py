@@ -382,9 +382,11 @@ def _minio(ctx: _Context, image: str) -> list[dict]:
 def _network_policies(ctx: _Context, builtin_memory: bool, builtin_store: bool) -> list[dict]:
     """The chart's default NetworkPolicies (docs/security.md), made before any pod so none runs unprotected.
 
-    Redis and MinIO admit only the run's pods; the drl roles admit the namespace on the control and metrics
-    ports. Their egress is limited to DNS and the run's own servers when both are built in; an external server
-    has an address a NetworkPolicy cannot name from a URL, so egress then stays open.
+    Redis and MinIO admit only the run's pods; the drl roles admit the namespace on the control port (its Stop
+    needs no credential) and anyone on the metrics port (counters only, read by the orchestrator through the
+    API server's pod proxy, whose source address differs between clusters). Their egress is limited to DNS and
+    the run's own servers when both are built in; an external server has an address a NetworkPolicy cannot
+    name from a URL, so egress then stays open.
     """
     run_pods = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "drl", RUN_LABEL: ctx.run}}}
 
@@ -405,8 +407,8 @@ def _network_policies(ctx: _Context, builtin_memory: bool, builtin_store: bool) 
                              "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In",
                                                    "values": list(ROLES)}]},
              "policyTypes": ["Ingress"],
-             "ingress": [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": port}]}
-                         for port in (CONTROL_PORT, METRICS_PORT)]}
+             "ingress": [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": CONTROL_PORT}]},
+                         {"ports": [{"protocol": "TCP", "port": METRICS_PORT}]}]}
     if builtin_memory and builtin_store:
         roles["policyTypes"].append("Egress")
         roles["egress"] = [{"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]

@@ -28,9 +28,11 @@ KINDS = {
     "StatefulSet": ("apps", "stateful_set"),
     "Job": ("batch", "job"),
     "Pod": ("core", "pod"),
+    "NetworkPolicy": ("networking", "network_policy"),
 }
 # The order `delete` removes a run in: what runs first, then what it uses.
-RUN_KINDS = ("Job", "StatefulSet", "Service", "RoleBinding", "Role", "ServiceAccount", "Secret", "ConfigMap")
+RUN_KINDS = ("Job", "StatefulSet", "Service", "NetworkPolicy", "RoleBinding", "Role", "ServiceAccount", "Secret",
+             "ConfigMap")
 
 
 class KubeError(Exception):
@@ -149,7 +151,7 @@ class KubeApi:
                                 f"cluster ({exc})") from None
         self.client = client
         self.groups = {"core": client.CoreV1Api(), "apps": client.AppsV1Api(), "batch": client.BatchV1Api(),
-                       "rbac": client.RbacAuthorizationV1Api()}
+                       "rbac": client.RbacAuthorizationV1Api(), "networking": client.NetworkingV1Api()}
 
     def _call(self, kind: str, verb: str, *args, **kwargs):
         from kubernetes.client.exceptions import ApiException

@@ -75,6 +75,14 @@ GPU = {"trainer": {"gpu": {"enabled": True, "count": 2}, "resources": {"limits":
                    "image": {"repository": "registry.example.com/drl-cuda"}},
        "config": {"trainer_threads": 8}}
 
+MONITORING = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+              "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+API_SERVER = {"ipBlock": {"cidr": "10.0.0.1/32"}}
+EXTERNAL_EGRESS = {"to": [{"ipBlock": {"cidr": "10.20.0.0/16", "except": ["10.20.9.0/24"]}}],
+                   "ports": [{"protocol": "TCP", "port": 6380}, {"protocol": "TCP", "port": 443}]}
+NETWORK = {"controlFrom": [API_SERVER], "metricsOpen": False, "metricsFrom": [MONITORING],
+           "egress": {"extraRules": [EXTERNAL_EGRESS]}}
+
 VALUE_SETS = {
     "default": {},
     "sac-32": {"preset": "sac", "workers": 32},
@@ -83,6 +91,8 @@ VALUE_SETS = {
     "workers-64": {"workers": 64, "mode": "async", "steps": 1_000_000, "seed": 7, "env": "HalfCheetah-v5"},
     "custom": CUSTOM,
     "ppo": {"preset": "ppo", "workers": 8, "runName": "cartpole-1", "config": {"ppo": {"epochs": 5}}},
+    "network": {"rbac": {"create": True}, "networkPolicy": NETWORK},
+    "no-network-policy": {"networkPolicy": {"enabled": False}},
 }
 
 
@@ -203,6 +213,22 @@ def test_manifests_valid_for_recent_kubernetes(name):
     ({"externalS3": {"enabled": True}}, "/externalS3"),
     ({"credentials": {"s3SecretKey": "short"}}, "/credentials/s3SecretKey"),
     ({"config": {"memory": "redis://user:pw@host:6379/0"}}, "/config/memory"),
+    ({"networkPolicy": {"enabled": "yes"}}, "/networkPolicy/enabled"),
+    ({"networkPolicy": {"ingress": []}}, "ingress"),
+    ({"networkPolicy": {"metricsFrom": [{"namespace": "monitoring"}]}}, "/networkPolicy/metricsFrom/0"),
+    ({"networkPolicy": {"metricsFrom": [{}]}}, "/networkPolicy/metricsFrom/0"),
+    ({"networkPolicy": {"controlFrom": [{"ipBlock": {"cidr": "10.0.0.1"}}]}}, "/networkPolicy/controlFrom/0"),
+    ({"networkPolicy": {"controlFrom": [{**API_SERVER, **MONITORING}]}}, "/networkPolicy/controlFrom/0"),
+    ({"networkPolicy": {"controlFrom": [{"podSelector": {"matchExpressions": [{"key": "a", "operator": "Is"}]}}]}},
+     "/networkPolicy/controlFrom/0"),
+    ({"networkPolicy": {"egress": {"restrict": "no"}}}, "/networkPolicy/egress/restrict"),
+    ({"networkPolicy": {"egress": {"extraRules": [{"ports": [{"protocol": "ICMP"}]}]}}},
+     "/networkPolicy/egress/extraRules/0"),
+    ({"networkPolicy": {"egress": {"extraRules": [{"ports": [{"port": 70000}]}]}}},
+     "/networkPolicy/egress/extraRules/0"),
+    ({"networkPolicy": {"egress": {"extraRules": [{}]}}}, "/networkPolicy/egress/extraRules/0"),
+    ({"rbac": {"create": "yes"}}, "/rbac/create"),
+    ({"rbac": {"serviceAccountName": "x"}}, "serviceAccountName"),
 ])
 def test_schema_rejects_wrong_values(values, complaint):
     with pytest.raises(helm.HelmValuesError, match=complaint):
@@ -234,6 +260,7 @@ def test_objects_of_a_default_release():
         ("StatefulSet", "drl-redis"), ("Service", "drl-redis"),
         ("StatefulSet", "drl-minio"), ("Service", "drl-minio"),
         ("Pod", "drl-test-run"),
+        ("NetworkPolicy", "drl-redis"), ("NetworkPolicy", "drl-minio"), ("NetworkPolicy", "drl-roles"),
     ])
 
 
@@ -260,6 +287,9 @@ def test_every_object_and_pod_carries_the_labels(name):
     labelled += [("pod of " + n, meta) for n, meta, _ in pod_specs(docs)]
     for what, meta in labelled:
         labels = meta.get("labels", {})
+        if labels.get("app.kubernetes.io/component") == "orchestrator":
+            assert "drl.dev/run" not in labels, f"drl-orchestrate delete {run} would delete {meta['name']}"
+            labels = {**labels, "drl.dev/run": run}
         missing = [k for k in LABELS if k not in labels]
         assert not missing, f"{what} {meta.get('name', '')} lacks {missing}"
         assert labels["app.kubernetes.io/name"] == "drl"
@@ -268,10 +298,12 @@ def test_every_object_and_pod_carries_the_labels(name):
         assert labels["app.kubernetes.io/instance"] == run
         assert labels["drl.dev/run"] == run
     shared = {"ConfigMap": "config", "Secret": "credentials", "ServiceAccount": "rbac", "Role": "rbac",
-              "RoleBinding": "rbac", "Pod": "test"}
+              "RoleBinding": "rbac", "Pod": "test", "NetworkPolicy": "network"}
     for d in docs:
         component = d["metadata"]["labels"]["app.kubernetes.io/component"]
-        if d["kind"] in ("Job", "StatefulSet", "Service"):
+        if d["metadata"]["name"] == "drl-orchestrator":
+            assert component == "orchestrator"
+        elif d["kind"] in ("Job", "StatefulSet", "Service"):
             assert component == d["metadata"]["name"].rsplit("-", 1)[1]
         else:
             assert component == shared[d["kind"]]
@@ -288,6 +320,271 @@ def test_service_account_and_role_grant_nothing_but_the_config():
     for name, _, spec in pod_specs(docs):
         assert spec["serviceAccountName"] == "drl", name
         assert spec["automountServiceAccountToken"] is False, name
+
+
+def test_no_pod_of_the_run_gets_a_kubernetes_api_token():
+    for name in sorted(VALUE_SETS):
+        docs = render(VALUE_SETS[name])
+        for obj, meta, spec in pod_specs(docs):
+            assert spec["automountServiceAccountToken"] is False, (name, obj)
+            assert spec["serviceAccountName"] == "drl", (name, obj)
+            assert not any(v.get("projected") or v.get("secret") for v in spec.get("volumes", [])), (name, obj)
+
+
+# -- network policies --------------------------------------------------------------------------------------
+
+RUN_PODS = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "drl", "drl.dev/run": RELEASE}}}
+DNS = {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    """Whether a LabelSelector (matchLabels, matchExpressions with In) selects a pod with these labels."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expression in selector.get("matchExpressions", []):
+        assert expression["operator"] == "In", expression
+        if labels.get(expression["key"]) not in expression["values"]:
+            return False
+    return True
+
+
+def pod_labels(docs: list[dict]) -> dict[str, dict]:
+    return {meta["labels"]["app.kubernetes.io/component"]: meta["labels"] for _, meta, _ in pod_specs(docs)}
+
+
+def test_redis_and_minio_admit_only_the_runs_pods():
+    docs = render()
+    pods = pod_labels(docs)
+    assert set(pods) == {"trainer", "rollout", "evaluator", "redis", "minio", "test"}
+    for server, port in (("redis", 6379), ("minio", 9000)):
+        policy = find(docs, "NetworkPolicy", f"drl-{server}")
+        spec = policy["spec"]
+        assert [c for c, labels in pods.items() if selects(spec["podSelector"], labels)] == [server]
+        assert spec["podSelector"] == find(docs, "StatefulSet", f"drl-{server}")["spec"]["selector"]
+        assert spec["policyTypes"] == ["Ingress"]
+        assert spec["ingress"] == [{"from": [RUN_PODS], "ports": [{"protocol": "TCP", "port": port}]}]
+        assert "namespaceSelector" not in json.dumps(spec), "other namespaces stay out"
+    assert all(selects(RUN_PODS["podSelector"], labels) for labels in pods.values()), "helm test reaches Redis"
+    other_run = pod_labels(render({"runName": "other"}, name="other"))["trainer"]
+    assert not selects(RUN_PODS["podSelector"], other_run)
+
+
+def test_drl_roles_admit_the_namespace_on_control_anyone_on_metrics_and_reach_only_dns_and_the_runs_servers():
+    docs = render()
+    spec = find(docs, "NetworkPolicy", "drl-roles")["spec"]
+    pods = pod_labels(docs)
+    assert sorted(c for c, labels in pods.items() if selects(spec["podSelector"], labels)) == sorted(ROLES)
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["ingress"] == [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": 50051}]},
+                               {"ports": [{"protocol": "TCP", "port": 9090}]}]
+    dns, redis, minio = spec["egress"]
+    assert dns == DNS
+    for rule, server, port in ((redis, "redis", 6379), (minio, "minio", 9000)):
+        assert rule == {"to": [{"podSelector": find(docs, "StatefulSet", f"drl-{server}")["spec"]["selector"]}],
+                        "ports": [{"protocol": "TCP", "port": port}]}
+    ports = {p["containerPort"] for p in role_container(docs, "trainer")["ports"]}
+    assert ports == {r["ports"][0]["port"] for r in spec["ingress"]}, "every port the roles listen on is covered"
+
+
+def test_network_policy_peers_and_extra_egress_rules_are_added():
+    docs = render(VALUE_SETS["network"])
+    spec = find(docs, "NetworkPolicy", "drl-roles")["spec"]
+    control, metrics = spec["ingress"]
+    assert control["from"] == [{"podSelector": {}}, API_SERVER] and control["ports"][0]["port"] == 50051
+    assert metrics["from"] == [{"podSelector": {}}, MONITORING] and metrics["ports"][0]["port"] == 9090
+    assert spec["egress"][0] == DNS and spec["egress"][-1] == EXTERNAL_EGRESS and len(spec["egress"]) == 4
+
+
+def test_external_servers_leave_egress_open_unless_extra_rules_name_them():
+    docs = render(EXTERNAL)
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "NetworkPolicy"] == ["drl-roles"]
+    spec = find(docs, "NetworkPolicy", "drl-roles")["spec"]
+    assert spec["policyTypes"] == ["Ingress"] and "egress" not in spec
+    spec = find(render({**EXTERNAL, "networkPolicy": {"egress": {"extraRules": [EXTERNAL_EGRESS]}}}),
+                "NetworkPolicy", "drl-roles")["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["egress"] == [DNS, EXTERNAL_EGRESS]
+    external_s3 = {"externalS3": EXTERNAL["externalS3"]}
+    docs = render(external_s3)
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "NetworkPolicy"] == ["drl-redis", "drl-roles"]
+    assert "egress" not in find(docs, "NetworkPolicy", "drl-roles")["spec"]
+
+
+def test_egress_restrict_false_leaves_egress_open():
+    spec = find(render({"networkPolicy": {"egress": {"restrict": False, "extraRules": [EXTERNAL_EGRESS]}}}),
+                "NetworkPolicy", "drl-roles")["spec"]
+    assert spec["policyTypes"] == ["Ingress"] and "egress" not in spec
+
+
+def test_network_policies_can_be_turned_off():
+    docs = render({"networkPolicy": {"enabled": False}})
+    assert not [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert len(docs) == len(render()) - 3
+
+
+# -- the in-cluster orchestrator's RBAC --------------------------------------------------------------------
+
+API_GROUPS = {"core": "", "apps": "apps", "batch": "batch", "rbac": "rbac.authorization.k8s.io",
+              "networking": "networking.k8s.io"}
+CONNECT_VERBS = {"get": "get", "head": "get", "options": "get", "post": "create", "put": "update",
+                 "patch": "patch", "delete": "delete"}
+CLIENT_VERBS = {"create": "create", "read": "get", "list": "list", "delete": "delete", "patch": "patch",
+                "replace": "update", "delete_collection": "deletecollection"}
+
+
+def _resource(kind: str) -> str:
+    plural = kind.lower()
+    return plural[:-1] + "ies" if plural.endswith("y") else plural + "s"
+
+
+def rbac_need(group: str, method: str) -> tuple[str, str, str]:
+    """(apiGroup, resource[/subresource], verb) that a kubernetes-client method call needs.
+
+    ``create_namespaced_job`` -> (batch, jobs, create); ``read_namespaced_pod_log`` -> ("", pods/log, get);
+    ``connect_get_namespaced_pod_proxy_with_path`` -> ("", pods/proxy, get).
+    """
+    from orchestrator.backends.kube_api import KINDS
+
+    verb, sep, rest = method.partition("_namespaced_")
+    assert sep, f"{method}: not a namespaced call; extend rbac_need for it"
+    if verb.startswith("connect_"):
+        rbac_verb = CONNECT_VERBS[verb.removeprefix("connect_")]
+    else:
+        assert verb in CLIENT_VERBS, f"{method}: unknown verb {verb!r}; extend CLIENT_VERBS"
+        rbac_verb = CLIENT_VERBS[verb]
+    by_suffix = {suffix: kind for kind, (_, suffix) in KINDS.items()}
+    suffix = max((s for s in by_suffix if rest == s or rest.startswith(s + "_")), key=len, default=None)
+    assert suffix, f"{method}: no kind of kube_api.KINDS matches {rest!r}"
+    resource = _resource(by_suffix[suffix])
+    sub = rest[len(suffix) + 1:].removesuffix("_with_path")
+    if sub:
+        resource += "/" + sub
+    assert group in API_GROUPS, f"{method}: unknown client group {group!r}; add it to API_GROUPS"
+    return API_GROUPS[group], resource, rbac_verb
+
+
+class _RecordingClient:
+    """Stands in for one kubernetes client API object: records every method called, answers with real models."""
+
+    def __init__(self, group: str, calls: set):
+        from kubernetes import client
+
+        self.group, self.calls = group, calls
+        self.api_client = client.ApiClient()
+
+    def __getattr__(self, method: str):
+        from types import SimpleNamespace
+
+        from kubernetes import client
+
+        def call(*args, **kwargs):
+            self.calls.add(rbac_need(self.group, method))
+            meta = client.V1ObjectMeta(name="x", labels={})
+            if method == "list_namespaced_pod":
+                return client.V1PodList(items=[client.V1Pod(metadata=meta, status=client.V1PodStatus(phase="Running"))])
+            if method.startswith("list_"):
+                return client.V1JobList(items=[client.V1Job(metadata=meta)])
+            if method == "read_namespaced_pod_log":
+                return SimpleNamespace(stream=lambda *a, **k: iter([b"line\n"]), release_conn=lambda: None)
+            if method.startswith("connect_"):
+                return "drl_updates_total 1\n"
+            return client.V1Job(metadata=meta, status=client.V1JobStatus(active=1))
+        return call
+
+
+class _Groups(dict):
+    def __init__(self, calls: set):
+        super().__init__()
+        self.calls = calls
+
+    def __missing__(self, group: str):
+        self[group] = _RecordingClient(group, self.calls)
+        return self[group]
+
+
+def orchestrator_calls() -> set[tuple[str, str, str]]:
+    """Every (apiGroup, resource, verb) the kubernetes backend's client makes, by driving each public method of
+    KubeApi as the backend uses it (every object of a run created, deleted, listed; pods, Jobs and logs read)."""
+    pytest.importorskip("kubernetes")
+    import inspect
+
+    from drl.config import ExperimentConfig
+    from orchestrator import k8s
+    from orchestrator.backends.kube_api import RUN_KINDS, KubeApi
+
+    calls: set = set()
+    api = KubeApi.__new__(KubeApi)
+    api.client = __import__("kubernetes").client
+    api.groups = _Groups(calls)
+    objects = k8s.manifests(ExperimentConfig(), "r1", namespace="ns", env={})
+    kinds = sorted({o["kind"] for o in objects} | set(RUN_KINDS))
+    drivers = {
+        "create": lambda: [api.create(o) for o in objects],
+        "delete": lambda: [api.delete(kind, "ns", "x") for kind in kinds],
+        "list_names": lambda: [api.list_names(kind, "ns", "drl.dev/run=r1") for kind in kinds],
+        "delete_by_label": lambda: api.delete_by_label("ns", "drl.dev/run=r1"),
+        "delete_pod": lambda: api.delete_pod("ns", "x"),
+        "list_pods": lambda: api.list_pods("ns", "drl.dev/run=r1"),
+        "job_status": lambda: api.job_status("ns", "drl-r1-trainer"),
+        "pod_log": lambda: list(api.pod_log("ns", "x", "trainer")),
+        "list_jobs": lambda: api.list_jobs("ns", "drl.dev/run=r1"),
+        "patch_job": lambda: api.patch_job("ns", "drl-r1-rollout", {"spec": {"parallelism": 3}}),
+        "pod_metrics": lambda: api.pod_metrics("ns", "x", 9090),
+    }
+    public = {n for n, _ in inspect.getmembers(KubeApi, inspect.isfunction) if not n.startswith("_")}
+    missing = sorted(public - set(drivers))
+    assert not missing, (f"KubeApi.{', KubeApi.'.join(missing)}: new API calls; drive them in orchestrator_calls "
+                         "(tests/chart/test_chart.py) and grant them in helm/templates/orchestrator/rbac.yaml")
+    for name in sorted(public):
+        drivers[name]()
+    assert {o["kind"] for o in objects} <= set(RUN_KINDS), "drl-orchestrate delete must remove every kind it creates"
+    return calls
+
+
+def escalation_needs() -> set[tuple[str, str, str]]:
+    """Kubernetes lets an account create a Role (or bind one) only if it holds every permission the Role grants."""
+    from drl.config import ExperimentConfig
+    from orchestrator import k8s
+
+    out = set()
+    for obj in k8s.manifests(ExperimentConfig(), "r1", namespace="ns", env={}):
+        if obj["kind"] == "Role":
+            out |= {(g, r, v) for rule in obj["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+                    for v in rule["verbs"]}
+    return out
+
+
+def granted(role: dict) -> set[tuple[str, str, str]]:
+    out = set()
+    for rule in role["rules"]:
+        assert not {"*"} & set(rule["apiGroups"] + rule["resources"] + rule["verbs"]), rule
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule, rule
+        out |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    return out
+
+
+def test_orchestrator_role_grants_exactly_what_the_kubernetes_backend_calls():
+    role = find(render({"rbac": {"create": True}}), "Role", "drl-orchestrator")
+    have = granted(role)
+    need = orchestrator_calls() | escalation_needs()
+    assert not need - have, f"the orchestrator's Role lacks {sorted(need - have)}"
+    assert not have - need, f"the orchestrator's Role grants unused {sorted(have - need)}"
+    assert ("networking.k8s.io", "networkpolicies", "create") in need
+    assert ("", "pods/log", "get") in need and ("", "pods/proxy", "get") in need
+    assert ("batch", "jobs", "patch") in need
+
+
+def test_orchestrator_rbac_only_when_asked_and_bound_to_its_own_account():
+    assert not [d for d in render() if d["metadata"]["name"] == "drl-orchestrator"]
+    docs = render({"rbac": {"create": True}})
+    account = find(docs, "ServiceAccount", "drl-orchestrator")
+    assert account["automountServiceAccountToken"] is True
+    binding = find(docs, "RoleBinding", "drl-orchestrator")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "drl-orchestrator"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "drl-orchestrator", "namespace": NAMESPACE}]
+    assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    for obj, _, spec in pod_specs(docs):
+        assert spec["serviceAccountName"] != "drl-orchestrator", obj
 
 
 # -- jobs, commands, environment ---------------------------------------------------------------------------

@@ -66,7 +66,9 @@ def test_render_is_a_yaml_stream_of_the_contracts_objects(objects):
                      ("Secret", "drl-r1-credentials"), ("ConfigMap", "drl-r1-config"),
                      ("Service", "drl-r1-redis"), ("StatefulSet", "drl-r1-redis"),
                      ("Service", "drl-r1-minio"), ("StatefulSet", "drl-r1-minio"),
-                     ("Job", "drl-r1-trainer"), ("Job", "drl-r1-rollout"), ("Job", "drl-r1-evaluator")}
+                     ("Job", "drl-r1-trainer"), ("Job", "drl-r1-rollout"), ("Job", "drl-r1-evaluator"),
+                     ("NetworkPolicy", "drl-r1-redis"), ("NetworkPolicy", "drl-r1-minio"),
+                     ("NetworkPolicy", "drl-r1-roles")}
     assert len(objects) == len(names)
     assert all(o["metadata"]["namespace"] == "team-a" for o in objects)
 
@@ -190,6 +192,84 @@ def test_role_grants_only_get_on_the_runs_configmap(objects):
     assert find(objects, "ServiceAccount", "drl-r1")["automountServiceAccountToken"] is False
     binding = find(objects, "RoleBinding", "drl-r1")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "drl-r1", "namespace": "team-a"}]
+
+
+RUN_PODS = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "drl", "drl.dev/run": "r1"}}}
+
+
+def selects(selector: dict, pod_labels: dict) -> bool:
+    """Whether a LabelSelector (matchLabels, matchExpressions with In) selects a pod with these labels."""
+    if any(pod_labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expression in selector.get("matchExpressions", []):
+        assert expression["operator"] == "In", expression
+        if pod_labels.get(expression["key"]) not in expression["values"]:
+            return False
+    return True
+
+
+def test_network_policies_admit_only_the_runs_pods_to_redis_and_minio(objects):
+    pods = {o["metadata"]["labels"]["app.kubernetes.io/component"]: o["spec"]["template"]["metadata"]["labels"]
+            for o in objects if o["kind"] in ("Job", "StatefulSet")}
+    for server, port in (("redis", 6379), ("minio", 9000)):
+        spec = find(objects, "NetworkPolicy", f"drl-r1-{server}")["spec"]
+        assert [c for c, labels in pods.items() if selects(spec["podSelector"], labels)] == [server]
+        assert spec["podSelector"] == find(objects, "StatefulSet", f"drl-r1-{server}")["spec"]["selector"]
+        assert spec["policyTypes"] == ["Ingress"]
+        assert spec["ingress"] == [{"from": [RUN_PODS], "ports": [{"protocol": "TCP", "port": port}]}]
+        assert all(selects(RUN_PODS["podSelector"], labels) for labels in pods.values())
+        other_run = {**pods["trainer"], "drl.dev/run": "r2", "app.kubernetes.io/instance": "r2"}
+        assert not selects(RUN_PODS["podSelector"], other_run)
+
+
+def test_network_policy_of_the_roles_limits_ingress_to_the_namespace_and_egress_to_dns_and_the_runs_servers(
+        objects):
+    spec = find(objects, "NetworkPolicy", "drl-r1-roles")["spec"]
+    pods = {o["metadata"]["labels"]["app.kubernetes.io/component"]: o["spec"]["template"]["metadata"]["labels"]
+            for o in objects if o["kind"] in ("Job", "StatefulSet")}
+    assert sorted(c for c, labels in pods.items() if selects(spec["podSelector"], labels)) == \
+        ["evaluator", "rollout", "trainer"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["ingress"] == [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": 50051}]},
+                               {"ports": [{"protocol": "TCP", "port": 9090}]}]
+    dns, redis, minio = spec["egress"]
+    assert dns == {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    for rule, server, port in ((redis, "redis", 6379), (minio, "minio", 9000)):
+        [peer] = rule["to"]
+        assert peer == {"podSelector": find(objects, "StatefulSet", f"drl-r1-{server}")["spec"]["selector"]}
+        assert rule["ports"] == [{"protocol": "TCP", "port": port}]
+
+
+def test_network_policies_with_external_servers_leave_egress_open(capsys, monkeypatch):
+    """A NetworkPolicy cannot name an external server's host, so the roles may then connect anywhere."""
+    for var, value in SECRETS.items():
+        monkeypatch.setenv(var, value)
+    objs = rendered(capsys, FLAGS + EXTERNAL)
+    assert [o["metadata"]["name"] for o in objs if o["kind"] == "NetworkPolicy"] == ["drl-r1-roles"]
+    spec = find(objs, "NetworkPolicy", "drl-r1-roles")["spec"]
+    assert spec["policyTypes"] == ["Ingress"] and "egress" not in spec
+    objs = rendered(capsys, FLAGS + ["--memory", "redis://valkey.example:6380/1"])
+    assert [o["metadata"]["name"] for o in objs if o["kind"] == "NetworkPolicy"] == ["drl-r1-minio", "drl-r1-roles"]
+    assert "egress" not in find(objs, "NetworkPolicy", "drl-r1-roles")["spec"]
+
+
+def test_network_policies_come_before_every_pod(objects):
+    kinds = [o["kind"] for o in objects]
+    last_policy = max(i for i, k in enumerate(kinds) if k == "NetworkPolicy")
+    assert last_policy < min(i for i, k in enumerate(kinds) if k in ("Job", "StatefulSet"))
+
+
+@pytest.mark.parametrize("external", [False, True])
+def test_network_policies_equal_the_charts_defaults(external, monkeypatch):
+    from tests.chart.test_chart import EXTERNAL as CHART_EXTERNAL, render as render_chart
+
+    env = {"AWS_ACCESS_KEY_ID": "a" * 8, "AWS_SECRET_ACCESS_KEY": "s" * 16} if external else {}
+    urls = {"memory_url": "redis://valkey.example:6380/1", "store_url": "s3://bucket/prefix"} if external else {}
+    ours = k8s.manifests(ExperimentConfig(), "r1", env=env, **urls)
+    theirs = render_chart({**(CHART_EXTERNAL if external else {}), "runName": "r1", "fullnameOverride": "drl-r1"})
+    policies = [{(d["metadata"]["name"], json.dumps(d["spec"], sort_keys=True))
+                 for d in docs if d["kind"] == "NetworkPolicy"} for docs in (ours, theirs)]
+    assert policies[0] == policies[1]
 
 
 def test_builtin_data_services(objects):
