@@ -8,7 +8,8 @@
     drl-orchestrate --backend kubernetes --preset sac --workers 32 [--namespace NS] [--image IMAGE] [--detach]
     drl-orchestrate render [same flags]        (the Kubernetes manifests as YAML; no cluster needed)
     drl-orchestrate delete RUN [--namespace NS]
-    drl-orchestrate status RUN --namespace NS   (a Kubernetes run's pods)
+    drl-orchestrate status RUN --backend kubernetes [--namespace NS]   (a Kubernetes run's pods and services)
+    drl-orchestrate scale RUN --workers N [--backend kubernetes --namespace NS]
 
 Every option of ``ExperimentConfig`` (and of nested algorithm configs, as ``--sac.lr``) is a flag; only flags
 given on the command line override the preset. ``--backend``, ``--namespace``, ``--image`` and ``--detach`` say
@@ -296,6 +297,8 @@ def cmd_run_detached(argv: list[str]) -> int:
 
 
 def cmd_status(argv: list[str]) -> int:
+    if _on_kubernetes(argv):
+        return kubernetes_status(argv)
     from orchestrator.status import cmd_status as status
 
     return status(argv, _Parser)
@@ -308,9 +311,60 @@ def cmd_stop(argv: list[str]) -> int:
 
 
 def cmd_scale(argv: list[str]) -> int:
+    if _on_kubernetes(argv):
+        return kubernetes_scale(argv)
     from orchestrator.status import cmd_scale as scale
 
     return scale(argv, _Parser)
+
+
+def _on_kubernetes(argv: list[str]) -> bool:
+    """``--backend kubernetes``, or a ``--namespace`` without ``--backend local``: a Kubernetes run."""
+    deployment = deployment_options(argv)
+    return deployment.backend == "kubernetes" or (bool(deployment.namespace) and deployment.backend != "local")
+
+
+def _kubernetes_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description=description)
+    parser.add_argument("run", metavar="RUN", help="the run's name")
+    parser.add_argument("--backend", choices=("kubernetes",), default="kubernetes", help="kubernetes")
+    parser.add_argument("--namespace", metavar="NS",
+                        help="namespace of the run [default: the kubeconfig's current namespace, else default]")
+    return parser
+
+
+def kubernetes_status(argv: list[str]) -> int:
+    from orchestrator.backends.kube_api import default_namespace
+
+    parser = _kubernetes_parser("drl-orchestrate status", "One line per pod of a Kubernetes run: its service's "
+                                "state, policy version, env steps, rate (from the pod's /metrics through the API "
+                                "server's pod proxy), Kubernetes restarts and last error.")
+    args = parser.parse_args(argv)
+    from orchestrator.backends.kubernetes import show_status
+
+    return show_status(args.run, args.namespace or default_namespace())
+
+
+def kubernetes_scale(argv: list[str]) -> int:
+    from orchestrator import k8s
+    from orchestrator.backends.kube_api import default_namespace
+
+    parser = _kubernetes_parser("drl-orchestrate scale", "Add or remove rollout workers of a running Kubernetes "
+                                "run: the rollout Indexed Job is scaled and a scaler Job moves the shares in the "
+                                "run's Redis; removed workers hand in what they collected first.")
+    parser.add_argument("--workers", type=int, required=True, metavar="N", help="rollout workers wanted")
+    parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                        help="seconds the scaler waits for removed workers to hand in what they collected")
+    args = parser.parse_args(argv)
+    if args.workers < 1:
+        raise UserError(f"--workers must be a positive integer, got {args.workers}")
+    if args.timeout < 0:
+        raise UserError(f"--timeout must not be negative, got {args.timeout:g}")
+    k8s.check_run_name(args.run, "RUN")
+    namespace = k8s.check_namespace(args.namespace or default_namespace())
+    from orchestrator.backends.kubernetes import scale_run
+
+    return scale_run(args.run, namespace, args.workers, hand_in_s=args.timeout)
 
 
 def kubernetes_objects(argv: list[str], deployment: Deployment) -> tuple[ExperimentConfig, str, str, list[dict]]:

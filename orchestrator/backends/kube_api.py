@@ -211,6 +211,30 @@ class KubeApi:
                         tuple(JobCondition(c.type, c.status, c.reason or "", c.message or "")
                               for c in s.conditions or ()))
 
+    def list_jobs(self, namespace: str, selector: str) -> list[dict]:
+        """Jobs as the plain dictionaries of their manifests (camelCase keys, as ``kubectl get -o json``)."""
+        items = self._call("Job", "list", namespace, label_selector=selector).items
+        serialize = self.client.ApiClient().sanitize_for_serialization
+        return [serialize(item) for item in items]
+
+    def patch_job(self, namespace: str, name: str, patch: dict) -> None:
+        """A JSON merge patch (RFC 7386) of a Job, e.g. ``{"spec": {"completions": 4, "parallelism": 4}}``."""
+        self._call("Job", "patch", name, namespace, patch, _content_type="application/merge-patch+json")
+
+    def pod_metrics(self, namespace: str, name: str, port: int, timeout: float = 5.0) -> str:
+        """The pod's Prometheus page (``/metrics`` on ``port``) through the API server's pod proxy, so the
+        orchestrator needs no route into the cluster (RBAC: ``get`` on ``pods/proxy``)."""
+        from urllib3.exceptions import HTTPError
+
+        core = self.groups["core"]
+        try:
+            return core.connect_get_namespaced_pod_proxy_with_path(name=f"{name}:{port}", namespace=namespace,
+                                                                   path="metrics", _request_timeout=timeout)
+        except self.client.exceptions.ApiException as exc:
+            raise KubeError(exc.status or 0, exc.reason or "", _api_message(exc)) from None
+        except HTTPError as exc:
+            raise KubeError(0, "Unreachable", f"metrics of pod {name} cannot be read: {exc}") from None
+
     def pod_log(self, namespace: str, name: str, container: str, follow: bool = True) -> Iterator[str]:
         """The container's log line by line; with ``follow`` it ends when the container does."""
         from urllib3.exceptions import HTTPError

@@ -1,0 +1,358 @@
+"""``drl-orchestrate scale/status --backend kubernetes`` against FakeKubeApi (tests/unit/test_k8s_backend.py),
+extended with the Job listing, patching, scaler pods and metrics pages the scaling and status code read."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import kubernetes_validate
+import pytest
+
+from drl.config import ExperimentConfig
+from orchestrator import k8s
+from orchestrator.backends.kube_api import ContainerState, JobCondition, JobState, KubeError, PodState
+from orchestrator.backends.kubernetes import KubeScale, show_status, snapshot_from_metrics, status_rows
+from orchestrator.cli import main
+from tests.unit.test_k8s_backend import INDEX, NS, RUN, FakeKubeApi, pod
+from tests.unit.test_k8s_render import KUBE_VERSIONS
+
+COMPLETE = (JobCondition("Complete"),)
+
+
+def scaler_ok(args: list[str]) -> tuple[bool, list[str]]:
+    """What a scaler pod prints for ``args``: progress on stderr, the JSON result last."""
+    workers = int(args[args.index("--workers") + 1])
+    if args[0] == "retire":
+        return True, ["drl-scaler: retired rollout-2", json.dumps({"phase": "retire", "workers": workers,
+                                                                    "retired": ["rollout-2"]})]
+    size = int(args[args.index("--job-size") + 1])
+    names = [f"rollout-{i}" for i in range(workers)]
+    grows = workers > size
+    return True, [f"drl-scaler: {workers} rollout workers share the 9,000 steps left",
+                  json.dumps({"phase": "apply", "workers": workers, "job_size": workers,
+                              "collecting": names[:min(size, workers)], "added": names[size:] if grows else [],
+                              "returning": [], "remaining": 9000, "warnings": []})]
+
+
+class FakeScaleApi(FakeKubeApi):
+    """The fake with a run's Jobs in it; a created scaler Job runs at once as ``behaviour(args)`` says."""
+
+    def __init__(self, workers: int = 3, behaviour=scaler_ok, fail_patch: KubeError | None = None,
+                 trainer_conditions: tuple = (), metrics: dict[str, str] | None = None,
+                 run_pods: list[PodState] | None = None):
+        super().__init__()
+        for obj in k8s.manifests(ExperimentConfig(workers=workers), RUN, namespace=NS, env={}):
+            self.create(obj)
+        self.created.clear()
+        self.behaviour = behaviour
+        self.fail_patch = fail_patch
+        self.trainer_conditions = trainer_conditions
+        self.patches: list[tuple[str, dict]] = []
+        self.calls: list[tuple[str, str]] = []
+        self.scalers: dict[str, tuple[bool, list[str]]] = {}
+        self.metrics = metrics or {}
+        self.run_pods = run_pods or []
+        self.metrics_requests: list[tuple[str, int]] = []
+
+    def create(self, obj: dict) -> None:
+        super().create(obj)
+        if obj["metadata"]["labels"]["app.kubernetes.io/component"] == "scaler":
+            command = obj["spec"]["template"]["spec"]["containers"][0]["command"]
+            self.calls.append(("scaler", " ".join(command[3:5])))
+            self.scalers[obj["metadata"]["name"]] = self.behaviour(command[3:])
+
+    def list_jobs(self, namespace: str, selector: str) -> list[dict]:
+        assert namespace == NS and selector == f"drl.dev/run={RUN}"
+        out = []
+        for (kind, _, name), obj in self.objects.items():
+            if kind == "Job":
+                conditions = self.trainer_conditions if name.endswith("-trainer") else ()
+                if name in self.scalers:
+                    conditions = ({"type": "Complete" if self.scalers[name][0] else "Failed", "status": "True"},)
+                out.append({**obj, "status": {"conditions": list(conditions)}})
+        return json.loads(json.dumps(out))
+
+    def patch_job(self, namespace: str, name: str, patch: dict) -> None:
+        if self.fail_patch is not None:
+            raise self.fail_patch
+        self.patches.append((name, patch))
+        self.calls.append(("patch", str(patch["spec"]["completions"])))
+        self.objects[("Job", namespace, name)]["spec"].update(patch["spec"])
+
+    def job_status(self, namespace: str, name: str) -> JobState | None:
+        if name in self.scalers:
+            ok = self.scalers[name][0]
+            failed = (JobCondition("Failed", "True", "PodFailurePolicy", "Container scaler exited with 2"),)
+            return JobState(name, succeeded=int(ok), failed=int(not ok), conditions=COMPLETE if ok else failed)
+        return super().job_status(namespace, name)
+
+    def list_pods(self, namespace: str, selector: str) -> list[PodState]:
+        assert namespace == NS and selector == f"drl.dev/run={RUN}"
+        pods = list(self.run_pods)
+        for name, (ok, _) in self.scalers.items():
+            labels = {**k8s.labels(RUN, "scaler"), "batch.kubernetes.io/job-name": name}
+            code = 0 if ok else 2
+            pods.append(PodState(f"{name}-x", "Succeeded" if ok else "Failed", labels, {}, False, False, "", "",
+                                 (ContainerState("scaler", False, 0, "terminated", "", "", code),)))
+        return pods
+
+    def pod_log(self, namespace: str, name: str, container: str, follow: bool = True):
+        self.log_requests.append((name, container))
+        return iter(self.scalers[name.removesuffix("-x")][1])
+
+    def pod_metrics(self, namespace: str, name: str, port: int, timeout: float = 5.0) -> str:
+        self.metrics_requests.append((name, port))
+        if name not in self.metrics:
+            raise KubeError(503, "Service Unavailable", "no endpoints available")
+        return self.metrics[name]
+
+
+def scale(fake: FakeScaleApi, workers: int) -> tuple[int, str]:
+    err = io.StringIO()
+    tokens = iter(["ab12c", "cd34e", "ef56a"])
+    code = KubeScale(fake, RUN, NS, err=err, sleep=fake.sleep, clock=fake.clock, token=lambda: next(tokens)).scale(
+        workers)
+    return code, err.getvalue()
+
+
+def scaler_jobs(fake: FakeScaleApi) -> list[dict]:
+    return [o for (kind, _, _), o in fake.objects.items()
+            if kind == "Job" and o["metadata"]["labels"]["app.kubernetes.io/component"] == "scaler"]
+
+
+def test_scale_down_with_fake_kube_api_retires_then_patches_then_applies():
+    fake = FakeScaleApi(workers=3)
+    code, err = scale(fake, 1)
+    assert code == 0, err
+    assert fake.calls == [("scaler", "retire --workers"), ("patch", "1"), ("scaler", "apply --workers")]
+    assert fake.patches == [("drl-r1-rollout", {"spec": {"completions": 1, "parallelism": 1}})]
+    rollout = fake.objects[("Job", NS, "drl-r1-rollout")]["spec"]
+    assert rollout["completions"] == rollout["parallelism"] == 1
+    commands = [job["spec"]["template"]["spec"]["containers"][0]["command"] for job in scaler_jobs(fake)]
+    assert commands[0] == ["python", "-m", "orchestrator.scaler", "retire", "--workers", "1"]
+    assert commands[1] == ["python", "-m", "orchestrator.scaler", "apply", "--workers", "1", "--job-size", "1",
+                           "--hand-in-timeout", "120"]
+    assert "scaling run r1 from 3 to 1 rollout workers" in err
+    assert "drl: retired rollout-2" in err
+    assert "run r1 collects the 9,000 steps left with 1 rollout workers: rollout-0" in err
+
+
+def test_scale_up_with_fake_kube_api_registers_shares_before_the_job_grows():
+    fake = FakeScaleApi(workers=2)
+    code, err = scale(fake, 4)
+    assert code == 0, err
+    assert fake.calls == [("scaler", "apply --workers"), ("patch", "4")]
+    command = scaler_jobs(fake)[0]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[3:] == ["apply", "--workers", "4", "--job-size", "2", "--hand-in-timeout", "120"]
+    assert "4 rollout workers: rollout-0, rollout-1, rollout-2, rollout-3" in err
+
+
+def test_scale_up_with_fake_kube_api_and_nothing_left_leaves_the_job_alone():
+    def nothing_left(args):
+        return True, [json.dumps({"phase": "apply", "workers": 5, "job_size": 2, "collecting": [], "added": [],
+                                  "remaining": 0, "warnings": []})]
+
+    fake = FakeScaleApi(workers=2, behaviour=nothing_left)
+    code, err = scale(fake, 5)
+    assert code == 0 and fake.patches == []
+    assert "has nothing left to produce; the rollout Job stays at 2 workers" in err
+
+
+def test_scaler_job_with_fake_kube_api_runs_like_the_trainer_and_is_valid():
+    fake = FakeScaleApi(workers=3)
+    assert scale(fake, 1)[0] == 0
+    trainer = fake.objects[("Job", NS, "drl-r1-trainer")]
+    trainer_pod = trainer["spec"]["template"]["spec"]
+    trainer_container = trainer_pod["containers"][0]
+    for job in scaler_jobs(fake):
+        for version in KUBE_VERSIONS:
+            kubernetes_validate.validate(job, version, strict=True)
+        assert job["metadata"]["name"] in ("drl-r1-scaler-ab12c", "drl-r1-scaler-cd34e")
+        assert job["metadata"]["labels"] == k8s.labels(RUN, "scaler")
+        assert job["spec"]["template"]["metadata"]["labels"] == k8s.labels(RUN, "scaler")
+        spec = job["spec"]["template"]["spec"]
+        container = spec["containers"][0]
+        assert container["image"] == trainer_container["image"]
+        assert container["env"] == trainer_container["env"]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["DRL_MEMORY_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "drl-r1-credentials",
+                                                                            "key": "redis-password"}}
+        assert env["DRL_CONFIG"]["valueFrom"]["configMapKeyRef"]["name"] == "drl-r1-config"
+        assert env["DRL_MEMORY_URL"]["value"] == "redis://drl-r1-redis:6379/0"
+        assert container["securityContext"] == trainer_container["securityContext"]
+        assert spec["securityContext"] == trainer_pod["securityContext"]
+        assert spec["serviceAccountName"] == "drl-r1" and spec["automountServiceAccountToken"] is False
+        assert spec["restartPolicy"] == "Never"
+        assert not {"startupProbe", "livenessProbe", "readinessProbe", "ports"} & set(container)
+        assert job["spec"]["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"] == [2]
+        assert job["spec"]["ttlSecondsAfterFinished"] > 0 and job["spec"]["activeDeadlineSeconds"] >= 120
+
+
+def test_scaler_job_from_a_job_as_the_cluster_returns_it_leaves_out_controller_fields():
+    trainer = json.loads(json.dumps(next(o for o in k8s.manifests(ExperimentConfig(), RUN, namespace=NS, env={})
+                                         if o["metadata"]["name"] == "drl-r1-trainer")))
+    trainer["metadata"].update({"uid": "1234", "resourceVersion": "99", "creationTimestamp": "2025-01-01T00:00:00Z"})
+    trainer["spec"]["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": "1234"}}
+    trainer["spec"]["template"]["metadata"]["labels"].update({"batch.kubernetes.io/controller-uid": "1234",
+                                                              "batch.kubernetes.io/job-name": "drl-r1-trainer",
+                                                              "controller-uid": "1234", "job-name": "drl-r1-trainer"})
+    trainer["status"] = {"active": 1}
+    job = k8s.scaler_job(trainer, "drl-r1-scaler-x", ["retire", "--workers", "1"], 300)
+    kubernetes_validate.validate(job, KUBE_VERSIONS[-1], strict=True)
+    assert job["spec"]["template"]["metadata"]["labels"] == k8s.labels(RUN, "scaler")
+    assert "selector" not in job["spec"] and "status" not in job and "uid" not in job["metadata"]
+
+
+def test_scale_with_fake_kube_api_reports_a_failed_scaler_job_with_exit_1():
+    def refuses(args):
+        return False, ["drl-scaler: error: run scale-k8s is stopping (stopped); nothing to scale"]
+
+    fake = FakeScaleApi(workers=3, behaviour=refuses)
+    code, err = scale(fake, 1)
+    assert code == 1
+    assert fake.patches == [], "nothing is patched after a failed retire"
+    last = err.strip().splitlines()[-1]
+    assert last == ("drl-orchestrate: scaling run r1 failed: the scaler Job drl-r1-scaler-ab12c (retire) failed: "
+                    "run scale-k8s is stopping (stopped); nothing to scale; see kubectl -n team-a logs "
+                    "job/drl-r1-scaler-ab12c")
+
+
+def test_scale_with_fake_kube_api_reports_a_forbidden_patch_with_exit_1():
+    fake = FakeScaleApi(workers=3, fail_patch=KubeError(403, "Forbidden", "jobs.batch is forbidden"))
+    code, err = scale(fake, 2)
+    assert code == 1
+    assert ("Job drl-r1-rollout cannot be scaled to 2: 403 Forbidden: jobs.batch is forbidden (the orchestrator "
+            "needs 'patch' on jobs); run the same scale again to finish it") in err
+
+
+def cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["scale", RUN, "--workers", "0", "--backend", "kubernetes", "--namespace", NS],
+     "--workers must be a positive integer, got 0"),
+    (["scale", RUN, "--workers", "two", "--backend", "kubernetes"], "invalid int value: 'two'"),
+    (["scale", "Bad_Run", "--workers", "2", "--backend", "kubernetes"], "RUN on Kubernetes must be lowercase"),
+    (["scale", RUN, "--workers", "2", "--namespace", "No"], "--namespace must be a DNS label"),
+    (["scale", RUN, "--backend", "kubernetes"], "the following arguments are required: --workers"),
+    (["scale", "other", "--workers", "2", "--backend", "kubernetes", "--namespace", NS],
+     "no run 'other' in namespace team-a"),
+    (["status", "--namespace", NS], "the following arguments are required: RUN"),
+])
+def test_scale_bad_input_with_fake_kube_api_is_one_line_and_exit_2(argv, expected, monkeypatch, capsys):
+    fake = FakeScaleApi()
+
+    def list_jobs(namespace, selector):
+        return FakeScaleApi.list_jobs(fake, namespace, selector) if selector.endswith(RUN) else []
+
+    fake.list_jobs = list_jobs
+    monkeypatch.setattr("orchestrator.backends.kube_api.KubeApi", lambda: fake)
+    code, out, err = cli(argv, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("drl-orchestrate: error: "), err
+    assert expected in lines[0]
+    assert not scaler_jobs(fake) and not fake.patches
+
+
+def test_scale_of_an_ended_or_busy_run_with_fake_kube_api_is_exit_2(monkeypatch, capsys):
+    fake = FakeScaleApi(trainer_conditions=({"type": "Complete", "status": "True"},))
+    monkeypatch.setattr("orchestrator.backends.kube_api.KubeApi", lambda: fake)
+    code, _, err = cli(["scale", RUN, "--workers", "2", "--backend", "kubernetes", "--namespace", NS], capsys)
+    assert code == 2 and "run r1 has ended (Job drl-r1-trainer complete); nothing to scale" in err
+    fake.trainer_conditions = ()
+    busy = k8s.scaler_job(fake.objects[("Job", NS, "drl-r1-trainer")], "drl-r1-scaler-old", ["apply"], 300)
+    FakeKubeApi.create(fake, busy)
+    code, _, err = cli(["scale", RUN, "--workers", "2", "--backend", "kubernetes", "--namespace", NS], capsys)
+    assert code == 2 and "run r1 is being scaled already (Job drl-r1-scaler-old)" in err
+
+
+def test_scale_through_the_cli_with_fake_kube_api(monkeypatch, capsys):
+    fake = FakeScaleApi(workers=3)
+    monkeypatch.setattr("orchestrator.backends.kube_api.KubeApi", lambda: fake)
+    monkeypatch.setattr("orchestrator.backends.kubernetes.KubeScale.poll_s", 0.0)
+    code, _, err = cli(["scale", RUN, "--workers", "2", "--namespace", NS, "--timeout", "30"], capsys)
+    assert code == 0, err
+    assert fake.calls == [("scaler", "retire --workers"), ("patch", "2"), ("scaler", "apply --workers")]
+    apply = scaler_jobs(fake)[1]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert apply[-2:] == ["--hand-in-timeout", "30"]
+
+
+# -- status -------------------------------------------------------------------------------------------------
+
+def metrics_page(role: str, name: str, state: str = "", **fields: float) -> str:
+    """A /metrics page as services.metrics writes it, from a real Telemetry object."""
+    from prometheus_client import generate_latest
+
+    from services.metrics import registry
+    from services.telemetry import Telemetry
+
+    telemetry = Telemetry()
+    telemetry.role, telemetry.name, telemetry.run = role, name, RUN
+    telemetry.update({"role": role, **({"state": state} if state else {}), **fields})
+    return generate_latest(registry(telemetry)).decode()
+
+
+def test_snapshot_from_metrics_reads_back_the_status_fields():
+    snap = snapshot_from_metrics(metrics_page("trainer", "trainer", "running", env_steps=4000, policy_version=7,
+                                              transitions_per_s=512.5, updates=99))
+    assert snap["run"] == RUN and snap["role"] == "trainer" and snap["id"] == "trainer"
+    assert snap["state"] == "running"
+    assert (snap["env_steps"], snap["policy_version"], snap["transitions_per_s"], snap["updates"]) == \
+        (4000, 7, 512.5, 99)
+
+
+def test_status_with_fake_kube_api_reads_each_pods_metrics():
+    pods = [pod("drl-r1-trainer-abc", "trainer", restarts=1, last_exit_code=137),
+            pod("drl-r1-rollout-0-x0", "rollout", index=0),
+            pod("drl-r1-rollout-1-x1", "rollout", ready=False, state="waiting", reason="CrashLoopBackOff", restarts=4,
+                last_exit_code=1, index=1),
+            pod("drl-r1-evaluator-def", "evaluator", phase="Succeeded", ready=False, state="terminated",
+                exit_code=0),
+            pod("drl-r1-redis-0", "redis")]
+    pages = {"drl-r1-trainer-abc": metrics_page("trainer", "trainer", "running", env_steps=4000, policy_version=7,
+                                                transitions_per_s=512.5),
+             "drl-r1-rollout-0-x0": metrics_page("rollout", "rollout-0", produced=640, policy_version=6,
+                                                 uptime_s=10.0)}
+    fake = FakeScaleApi(metrics=pages, run_pods=pods)
+    rows = {r.name: r for r in status_rows(fake, RUN, NS)}
+    trainer, worker = rows["drl-r1-trainer-abc"], rows["drl-r1-rollout-0-x0"]
+    assert (trainer.role, trainer.state, trainer.policy_version, trainer.env_steps, trainer.rate) == \
+        ("trainer", "running", 7, 4000, 512.5)
+    assert trainer.restarts == 1 and trainer.last_error == "last exit code 137"
+    assert (worker.role, worker.state, worker.env_steps, worker.policy_version) == ("rollout", "running", 640, 6)
+    assert worker.rate == pytest.approx(64.0, rel=0.2)
+    crashing = rows["drl-r1-rollout-1-x1"]
+    assert (crashing.state, crashing.restarts, crashing.env_steps) == ("CrashLoopBackOff", 4, None)
+    assert crashing.last_error == "CrashLoopBackOff: exit code 1"
+    assert rows["drl-r1-evaluator-def"].state == "exited (0)"
+    assert rows["drl-r1-redis-0"].role == "redis" and rows["drl-r1-redis-0"].state == "running"
+    assert ("drl-r1-evaluator-def", 9090) not in fake.metrics_requests, "only running pods are asked"
+    assert ("drl-r1-redis-0", 9090) not in fake.metrics_requests
+    assert ("drl-r1-rollout-0-x0", 9090) in fake.metrics_requests
+    assert list(rows)[-1] == "drl-r1-redis-0", "the run's services first, then its data services"
+
+
+def test_status_through_the_cli_with_fake_kube_api(monkeypatch, capsys):
+    pods = [pod("drl-r1-trainer-abc", "trainer"), pod("drl-r1-rollout-0-x0", "rollout", index=0)]
+    pages = {"drl-r1-trainer-abc": metrics_page("trainer", "trainer", "running", env_steps=1234,
+                                                policy_version=3)}
+    fake = FakeScaleApi(metrics=pages, run_pods=pods)
+    monkeypatch.setattr("orchestrator.backends.kube_api.KubeApi", lambda: fake)
+    code, out, err = cli(["status", RUN, "--backend", "kubernetes", "--namespace", NS], capsys)
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert lines[0] == "run r1: Kubernetes namespace team-a, 2 pods"
+    assert lines[1].split() == ["NAME", "ROLE", "STATE", "POLICY", "ENV", "STEPS", "RATE/S", "RESTARTS", "LAST",
+                                "ERROR"]
+    assert lines[2].split()[:5] == ["drl-r1-rollout-0-x0", "rollout", "running", "-", "-"]
+    assert lines[3].split()[:5] == ["drl-r1-trainer-abc", "trainer", "running", "3", "1,234"]
+
+
+def test_status_of_a_run_without_pods_with_fake_kube_api_is_exit_2():
+    with pytest.raises(Exception, match="no pods of run 'r1' in namespace team-a"):
+        show_status(RUN, NS, api=FakeScaleApi(), stream=io.StringIO())
