@@ -14,7 +14,7 @@ from orchestrator import k8s
 from orchestrator.backends.kube_api import ContainerState, JobCondition, JobState, KubeError, PodState
 from orchestrator.backends.kubernetes import KubeScale, show_status, snapshot_from_metrics, status_rows
 from orchestrator.cli import main
-from tests.unit.test_k8s_backend import INDEX, NS, RUN, FakeKubeApi, pod
+from tests.unit.test_k8s_backend import NS, RUN, FakeKubeApi, pod
 from tests.unit.test_k8s_render import KUBE_VERSIONS
 
 COMPLETE = (JobCondition("Complete"),)
