@@ -68,6 +68,10 @@ class ExperimentConfig:
     reclaim_idle_s: float = opt(30.0, "Seconds an entry may stay pending at another (dead) consumer before the "
                                       "trainer claims it.")
     memory_retry_s: float = opt(120.0, "Seconds services keep retrying an unreachable memory server before failing.")
+    max_restarts: int = opt(5, "Times the local orchestrator restarts one process that crashed, hung or was "
+                               "killed, before it gives the run up as failed (0: never restart).")
+    hang_timeout_s: float = opt(60.0, "Seconds without a heartbeat after which the local orchestrator "
+                                      "kills and restarts a process (a hung or stopped process).")
     eval_episodes: int = opt(10, "Deterministic episodes per evaluated policy version.")
     trainer_threads: int = opt(1, "Torch intra-op threads of the trainer.")
     checkpoint_every_s: float = opt(60.0, "Seconds between full trainer checkpoints (one is also written at exit).")
@@ -93,9 +97,9 @@ class ExperimentConfig:
             positive_int=("workers", "envs_per_worker", "steps", "batch_transitions", "eval_episodes",
                           "trainer_threads", "keep_policies", "keep_checkpoints", "sync_steps_per_iteration",
                           "publish_every_updates", "max_backlog_entries", "max_backlog_bytes", "replay_size"),
-            nonneg=("random_steps", "learning_starts", "ratio_tolerance"),
+            nonneg=("random_steps", "learning_starts", "ratio_tolerance", "max_restarts"),
             positive=("updates_per_transition", "sync_deadline_s", "reclaim_idle_s", "memory_retry_s",
-                      "checkpoint_every_s"),
+                      "checkpoint_every_s", "hang_timeout_s"),
             fraction=("priority_alpha", "priority_beta"))
         if self.target_return is not None and not math.isfinite(self.target_return):
             problems.append(f"--target-return must be a finite number, got {self.target_return}")
@@ -142,7 +146,7 @@ class ExperimentConfig:
     def from_json(cls, text: str) -> "ExperimentConfig":
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
             raise ConfigError(f"configuration is not valid JSON: {exc}") from None
         return from_dict(cls, data)
 

@@ -82,6 +82,14 @@ class Progress:
             self.stream.write(text + "\n")
         self.stream.flush()
 
+    def note(self, text: str) -> None:
+        """A message on its own line, above the progress line (which is redrawn at the next ``show``)."""
+        if self.tty and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self._width = 0
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
     def close(self) -> None:
         if self.tty and self._width:
             self.stream.write("\n")

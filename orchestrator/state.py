@@ -10,12 +10,15 @@ a reader never sees half a file.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from drl.errors import UserError
 
 STATE_FILE = "state.json"
 
@@ -28,6 +31,7 @@ class ProcessState:
     control_port: int | None = None
     log: str = ""
     exit_code: int | None = None
+    restarts: int = 0
     # The process's status hash as the run ended (the private memory server goes away with the run).
     last_status: dict[str, str] = field(default_factory=dict)
 
@@ -94,11 +98,34 @@ def write_state(run_dir: Path, state: RunState) -> None:
 
 
 def read_state(run_dir: Path) -> RunState | None:
-    """The run's state, or None when the run has none (not a local run, or not started yet)."""
+    """The run's state, or None when the run has none (not a local run, or not started yet); a file that does
+    not hold a run state is a ``UserError`` naming it."""
+    path = state_path(run_dir)
     try:
-        return RunState.from_dict(json.loads(state_path(run_dir).read_text()))
+        data = json.loads(path.read_text())
     except FileNotFoundError:
         return None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise UserError(f"{path} cannot be read as a run state: {exc}") from None
+    try:
+        state = RunState.from_dict(data)
+        if not isinstance(state.run, str) or not _pid(state.orchestrator_pid) or not _number(state.started_at) \
+                or not isinstance(state.state, str) or not isinstance(state.exit_reason, str) or not all(
+                isinstance(p.name, str) and _pid(p.pid) and (p.control_port is None or _pid(p.control_port))
+                and isinstance(p.last_status, dict) for p in state.processes):
+            raise TypeError("run, a process id or name, a control port or a last status has the wrong type")
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise UserError(f"{path} does not hold a valid run state: {exc}") from None
+    return state
+
+
+def _pid(value) -> bool:
+    """Whether value can be a process id or port (an int that os.kill and gRPC accept)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def pid_alive(pid: int) -> bool:

@@ -11,6 +11,14 @@ control port) for ``drl-orchestrate status`` and ``stop``. ``stop`` asks for a c
 (each hands in what it collected and waits until the trainer consumed it), then the trainer (final
 checkpoint) and sets the run's stop flag, and ends the run as usual with the exit reason ``stopped``.
 
+It supervises what it started. A process that crashes or is killed is started again after a short back-off
+(``DRL_RESTARTS`` tells it how many times; a rollout worker continues its sequence numbers, the trainer resumes
+from its newest checkpoint and the committed Redis state, the evaluator jumps to the newest version); one that
+stops touching its heartbeat file (``<run dir>/heartbeats/<name>``) for ``hang_timeout_s`` is killed and started
+again; a private memory server that dies is started again on its port, and the orchestrator writes back the keys
+only it owns (start time, membership, shares). A process that exits with code 2 (bad input) or needs more than
+``max_restarts`` restarts fails the run. ``summary.json`` counts the restarts per role.
+
 ``scale`` writes ``<run dir>/scale.request`` (the wanted number of rollout workers). The orchestrator owns the
 membership (``Keys.members``) and each worker's share of the steps (``Keys.shares``): it registers new workers
 before starting them, asks removed ones to stop through their control endpoints (each hands in everything it
@@ -25,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
@@ -48,6 +56,9 @@ SCALE_RESULT = "scale.result"
 SCALE_MARGIN_ENTRIES = 32
 STOP_FLAG = "stopped"
 HAND_IN_S = 60.0
+EXIT_USAGE = 2
+BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+HEARTBEATS = "heartbeats"
 
 
 @dataclass
@@ -56,6 +67,10 @@ class Proc:
     role: str
     popen: subprocess.Popen
     log: Path
+    heartbeat: Path | None = None
+    started: float = field(default_factory=time.time)
+    restarts: int = 0
+    restart_at: float | None = None
 
 
 class LocalRun:
@@ -77,6 +92,9 @@ class LocalRun:
         self.stop_requested = False
         self._hand_in_deadline: float | None = None
         self._trainer_stopped = False
+        self.restarts = {"trainer": 0, "rollout": 0, "evaluator": 0, "memory": 0}
+        self._membership: tuple[dict, dict] = ({}, {})
+        self._notes: list[str] = []
 
     # -- setup ------------------------------------------------------------------------------------------
     def prepare(self) -> tuple[str, str]:
@@ -114,19 +132,27 @@ class LocalRun:
                                          for p in self.procs])
         write_state(self.run_dir, self.state)
 
-    def start(self, workload, index: int) -> Proc:
+    def start(self, workload, index: int, restarts: int = 0) -> Proc:
+        """Starts one replica; with ``restarts`` it replaces the replica's previous process (same name)."""
         logs = self.run_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         name = workload.replica_name(index)
         log_path = logs / f"{name}.log"
-        env = {**os.environ, **workload.replica_env(index), "DRL_CONTROL_PORT": "0"}
+        heartbeat = self.run_dir / HEARTBEATS / name
+        heartbeat.unlink(missing_ok=True)
+        env = {**os.environ, **workload.replica_env(index), "DRL_CONTROL_PORT": "0",
+               "DRL_HEARTBEAT_FILE": str(heartbeat), "DRL_RESTARTS": str(restarts)}
         with open(log_path, "ab") as log:
             popen = subprocess.Popen(list(workload.command), env=env, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
-        proc = Proc(name, workload.role, popen, log_path)
-        self.procs.append(proc)
+        proc = Proc(name, workload.role, popen, log_path, heartbeat, restarts=restarts)
+        self.procs = [p for p in self.procs if p.name != name] + [proc]
         if self.state is not None:
-            self.state.processes.append(ProcessState(proc.name, proc.role, popen.pid, None, str(log_path)))
+            entry = self.state.process(name)
+            if entry is None:
+                self.state.processes.append(ProcessState(name, proc.role, popen.pid, None, str(log_path)))
+            else:
+                entry.pid, entry.control_port, entry.exit_code, entry.restarts = popen.pid, None, None, restarts
             write_state(self.run_dir, self.state)
         return proc
 
@@ -134,13 +160,21 @@ class LocalRun:
     def register_workers(self) -> None:
         """Members and shares of a fresh run (a resumed one keeps what its memory server holds)."""
         names = [f"rollout-{i}" for i in range(self.cfg.workers)]
-        if self.client.exists(self.keys.members):
-            return
-        total = max(0, self.cfg.steps - self.steps_done)
+        if not self.client.exists(self.keys.members):
+            total = max(0, self.cfg.steps - self.steps_done)
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hset(self.keys.members, mapping={n: "active" for n in names})
+            pipe.hset(self.keys.shares, mapping={n: share(total, len(names), i) for i, n in enumerate(names)})
+            pipe.execute()
+        self.remember_membership()
+
+    def remember_membership(self) -> None:
+        """Keeps a copy of the membership and shares, the keys only the orchestrator writes, so that they can
+        be written back if the private memory server dies and comes back empty."""
         pipe = self.client.pipeline(transaction=True)
-        pipe.hset(self.keys.members, mapping={n: "active" for n in names})
-        pipe.hset(self.keys.shares, mapping={n: share(total, len(names), i) for i, n in enumerate(names)})
-        pipe.execute()
+        pipe.hgetall(self.keys.members)
+        pipe.hgetall(self.keys.shares)
+        self._membership = tuple({k.decode(): v.decode() for k, v in raw.items()} for raw in pipe.execute())
 
     def worker_shares(self) -> tuple[dict[str, int], dict[str, int], list[Proc], list[Proc]]:
         """One consistent read of the scaling state: transitions produced and assigned per worker, the live
@@ -218,6 +252,7 @@ class LocalRun:
         if workers >= 1 and not self.stop_requested:
             try:
                 result["collecting"] = self.scale(workers)
+                self.remember_membership()
             except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError, OSError) as exc:
                 print(f"drl: scaling failed: {exc}", file=sys.stderr)
                 result["error"] = f"scaling failed: {exc}"
@@ -295,12 +330,85 @@ class LocalRun:
         if trainer and trainer.control_port:
             stop_service(trainer.control_port, "drl-orchestrate stop")
 
-    def failed(self) -> Proc | None:
+    def failed(self) -> str | None:
+        """While the run is stopping nothing is restarted: a process that fails then fails the run."""
         for p in self.procs:
             code = p.popen.poll()
             if code not in (None, 0):
-                return p
+                return f"failed: {p.name} exited with code {code} (log: {p.log})"
         return None
+
+    # -- supervision ------------------------------------------------------------------------------------
+    def supervise(self, progress: Progress | None = None) -> str | None:
+        """Restarts what crashed, was killed or hung (see the module docstring); returns why the run fails when
+        a process cannot be restarted."""
+        now = time.time()
+        failure = self.revive_memory_server()
+        if failure:
+            return failure
+        retired = self._membership[0]
+        for p in list(self.procs):
+            code = p.popen.poll()
+            if code is None and self.hung(p, now):
+                self.note(progress, f"drl: {p.name} gave no heartbeat for {self.cfg.hang_timeout_s:g} s; "
+                                    "killing it")
+                p.popen.kill()
+                code = p.popen.wait()
+            if code in (None, 0):
+                continue
+            if p.role == "rollout" and retired.get(p.name) == "retired":
+                continue
+            if code == EXIT_USAGE:
+                return f"failed: {p.name} refused its input (exit code 2; log: {p.log})"
+            if p.restart_at is None:
+                if p.restarts >= self.cfg.max_restarts:
+                    return (f"failed: {p.name} exited with code {code} after {p.restarts} restarts "
+                            f"(--max-restarts {self.cfg.max_restarts}; log: {p.log})")
+                p.restart_at = now + BACKOFF_S[min(p.restarts, len(BACKOFF_S) - 1)]
+                self.note(progress, f"drl: {p.name} exited with code {code}; restarting it in "
+                                    f"{p.restart_at - now:g} s (restart {p.restarts + 1} of at most "
+                                    f"{self.cfg.max_restarts}; log: {p.log})")
+            elif now >= p.restart_at:
+                self.restarts[p.role] = self.restarts.get(p.role, 0) + 1
+                self.start(self.workloads[p.role], _index(p.name) if p.role == "rollout" else 0, p.restarts + 1)
+        return None
+
+    def hung(self, p: Proc, now: float) -> bool:
+        """Whether a live process stopped touching its heartbeat file (a daemon thread touches it every few
+        seconds, so a stopped or wedged process falls silent); start-up counts from the process's start."""
+        try:
+            last = max(p.started, p.heartbeat.stat().st_mtime) if p.heartbeat else now
+        except OSError:
+            last = p.started
+        return now - last > self.cfg.hang_timeout_s
+
+    def revive_memory_server(self) -> str | None:
+        """Starts the private memory server again on its port if it died, and writes back the keys only the
+        orchestrator owns; the services reconnect and re-send what the server lost."""
+        if self.server is None or self.server.proc is None or self.server.proc.poll() is None:
+            return None
+        if self.restarts["memory"] >= self.cfg.max_restarts:
+            return (f"failed: the memory server exited with code {self.server.proc.returncode} after "
+                    f"{self.restarts['memory']} restarts (log: {self.server.log_path})")
+        print(f"drl: the memory server exited with code {self.server.proc.returncode}; starting it again on "
+              f"port {self.server.port}", file=sys.stderr)
+        self.restarts["memory"] += 1
+        self.server = RedisServer(self.run_dir / "redis", port=self.server.port).start()
+        members, shares = self._membership
+        pipe = self.client.pipeline(transaction=True)
+        pipe.set(self.keys.started_at, self.started)
+        if members:
+            pipe.hset(self.keys.members, mapping=members)
+            pipe.hset(self.keys.shares, mapping=shares)
+        pipe.execute()
+        return None
+
+    @staticmethod
+    def note(progress: Progress | None, text: str) -> None:
+        if progress is not None:
+            progress.note(text)
+        else:
+            print(text, file=sys.stderr)
 
     def show(self, progress: Progress, force: bool = False) -> None:
         t, e = self.status("trainer"), self.status("evaluator")
@@ -309,7 +417,6 @@ class LocalRun:
                       best_eval=_float(e.get("best_eval_return")), backlog=int(t.get("backlog") or 0))
 
     def wait(self, progress: Progress) -> str:
-        trainer = next(p for p in self.procs if p.role == "trainer")
         trainer_done_at = None
         while True:
             if self.interrupted:
@@ -321,10 +428,11 @@ class LocalRun:
             else:
                 self.take_scale_request()
             self.refresh_state()
-            bad = self.failed()
-            if bad:
-                return f"failed: {bad.name} exited with code {bad.popen.returncode} (log: {bad.log})"
+            failure = self.failed() if self.stop_requested else self.supervise(progress)
+            if failure:
+                return failure
             self.show(progress)
+            trainer = next(p for p in self.procs if p.role == "trainer")
             if trainer.popen.poll() == 0:
                 trainer_done_at = trainer_done_at or time.monotonic()
                 if all(p.popen.poll() is not None for p in self.procs):
@@ -384,6 +492,7 @@ class LocalRun:
             "evaluations": len(evals),
             "best_eval_return": max((e["mean_return"] for e in evals), default=None),
             "last_eval_return": evals[-1]["mean_return"] if evals else None,
+            "restarts": dict(self.restarts),
             "wall_seconds": round(time.time() - self.started, 2), "exit_reason": reason,
         }
 

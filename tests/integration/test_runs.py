@@ -53,8 +53,8 @@ def test_external_memory_url_is_used(tmp_path, redis_server, redis_client):
     assert read_summary(tmp_path / run)["transitions_consumed"] == 300
 
 
-def _start(tmp_path, run, steps="200000"):
-    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "--workers", "2", "--steps", steps,
+def _start(tmp_path, run, steps="200000", extra=()):
+    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "--workers", "2", "--steps", steps, *extra,
                              "--output", str(tmp_path), "--run-name", run], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -99,14 +99,15 @@ def test_ctrl_c_stops_every_process(tmp_path):
     assert not processes_mentioning(str(tmp_path / run / "redis"))
 
 
-def test_failing_process_stops_the_run(tmp_path):
+def test_failing_process_stops_the_run_when_restarts_are_off(tmp_path):
     run = "failing"
-    proc = _start(tmp_path, run)
+    proc = _start(tmp_path, run, extra=("--max-restarts", "0"))
     _wait_until_running(tmp_path, run, proc)
     os.kill(_rollout_pids(run)[1], signal.SIGKILL)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err[-3000:]
     summary = read_summary(tmp_path / run)
-    assert summary["exit_reason"].startswith("failed: rollout-1 exited with code -9")
+    assert summary["exit_reason"].startswith("failed: rollout-1 exited with code -9 after 0 restarts")
+    assert summary["restarts"] == {"trainer": 0, "rollout": 0, "evaluator": 0, "memory": 0}
     assert not processes_mentioning(f"DRL_RUN={run}")
     assert not processes_mentioning(str(tmp_path / run / "redis"))

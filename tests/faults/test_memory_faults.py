@@ -7,7 +7,6 @@ import signal
 import time
 
 import pytest
-import redis
 
 from orchestrator.redis_server import RedisServer
 from tests.harness import ServiceRun, fast_config
