@@ -51,12 +51,12 @@ def read_curve(output: Path, run: str) -> Curve:
     path = run_dir / "evaluations.jsonl"
     records = []
     if path.exists():
-        for line in path.read_text().splitlines():
+        for line in path.read_text(errors="replace").splitlines():
             try:
                 record = json.loads(line)
                 records.append((float(record["env_steps"]), float(record["wall_seconds"]),
                                 float(record["mean_return"]), float(record.get("std_return") or 0.0)))
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
                 continue
     if not records:
         raise UserError(f"run {run!r} has no evaluations to plot ({path} is missing or empty)")
@@ -76,7 +76,7 @@ def label(run: str, config_path: Path) -> str:
         cfg = json.loads(config_path.read_text())
         workers = int(cfg["workers"])
         return f"{run} ({cfg['algorithm']}, {cfg['mode']}, {workers} worker{'s' if workers != 1 else ''})"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
         return run
 
 

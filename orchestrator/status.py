@@ -118,7 +118,8 @@ def _status_hashes(state: RunState) -> dict[str, dict[str, str]]:
         return {}
     finally:
         client.close()
-    return {p.name: {k.decode(): v.decode() for k, v in h.items()} for p, h in zip(state.processes, hashes)}
+    return {p.name: {k.decode(errors="replace"): v.decode(errors="replace") for k, v in h.items()}
+            for p, h in zip(state.processes, hashes)}
 
 
 def local_rows(state: RunState) -> list[Row]:
@@ -131,7 +132,8 @@ def local_rows(state: RunState) -> list[Row]:
         port = p.control_port
         if port is None:
             hashes = _status_hashes(state) if hashes is None else hashes
-            port = int(hashes.get(p.name, {}).get("control_port") or 0) or None
+            text = hashes.get(p.name, {}).get("control_port") or ""
+            port = int(text) if text.isascii() and text.isdigit() and 0 < int(text) < 65536 else None
         status = get_status(port) if port and pid_alive(p.pid) else None
         if status is not None and status.run == state.run and status.id == p.name:
             rows.append(row_from_status(p.name, status))
@@ -158,9 +160,11 @@ def newest_run(output: Path) -> str:
     found = []
     for path in output.glob(f"*/{STATE_FILE}"):
         try:
-            found.append((json.loads(path.read_text()).get("started_at", 0.0), path.parent.name))
-        except (OSError, ValueError):
+            started = json.loads(path.read_text()).get("started_at", 0.0)
+        except (OSError, ValueError, RecursionError, AttributeError):
             continue
+        if isinstance(started, (int, float)) and not isinstance(started, bool):
+            found.append((started, path.parent.name))
     if not found:
         raise UserError(f"no local run in {output} (no */{STATE_FILE}); pass --output DIR, or RUN --namespace NS "
                         "for a Kubernetes run")

@@ -50,7 +50,7 @@ class ServiceContext:
                             "(services are started by drl-orchestrate, which sets them)")
         try:
             data = json.loads(env["DRL_CONFIG"])
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise UserError(f"DRL_CONFIG is not valid JSON: {exc}") from None
         config = resolve(data, "DRL_CONFIG")
         numbers = {}

@@ -36,10 +36,12 @@ TYPED = ("role", "id", "run", "policy_version", "env_steps", "updates", "transit
 
 
 def _int(value, default: int = 0) -> int:
+    """An int64 from a status field's text; ``default`` when it is not a finite number in range."""
     try:
-        return int(float(value))
-    except (TypeError, ValueError):
+        number = int(float(value))
+    except (TypeError, ValueError, OverflowError):
         return default
+    return number if -(2**63) <= number < 2**63 else default
 
 
 def _float(value, default: float = 0.0) -> float:

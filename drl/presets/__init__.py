@@ -29,5 +29,8 @@ def resolve(data: dict, where: str = "configuration") -> ExperimentConfig:
     env, overridden by the object's values, validated."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where} must be a JSON object")
-    base = get_preset(str(data.get("preset") or "sac"), data.get("env"))
+    for key in ("preset", "env"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise ConfigError(f"{where}: {key} expects str, got {data[key]!r}")
+    base = get_preset(data.get("preset") or "sac", data.get("env"))
     return from_dict(ExperimentConfig, merge(dataclasses.asdict(base), data, where)).validate()

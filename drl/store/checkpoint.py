@@ -64,6 +64,9 @@ class CheckpointStore:
         return manifest
 
     def load(self, sequence: int) -> tuple[policy_pb2.CheckpointManifest, dict[str, np.ndarray], dict]:
+        """A checkpoint's manifest, tensors and meta. ``KeyError``: an object is missing; ``UnicodeDecodeError``
+        or protobuf's ``ParseError``: the manifest does not parse; ``ValueError``: anything else does not parse or
+        verify (the errors ``latest`` skips a checkpoint for)."""
         base = folder(sequence)
         raw = self.store.get(base + MANIFEST)
         manifest = policy_pb2.CheckpointManifest()
@@ -74,7 +77,17 @@ class CheckpointStore:
         blob = self.store.get(base + TENSORS)
         if meta_obj is None or len(blob) != meta_obj.size or hashlib.sha256(blob).hexdigest() != meta_obj.sha256:
             raise ValueError(f"checkpoint {sequence}: {TENSORS} does not match its manifest checksum")
-        return manifest, st_load(blob), json.loads(manifest.meta_json or "{}")
+        try:
+            tensors = st_load(blob)
+        except Exception as exc:  # safetensors raises its own error types for corrupt headers
+            raise ValueError(f"checkpoint {sequence}: {TENSORS} does not parse: {exc}") from None
+        try:
+            meta = json.loads(manifest.meta_json or "{}")
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"checkpoint {sequence}: meta_json does not parse: {exc}") from None
+        if not isinstance(meta, dict):
+            raise ValueError(f"checkpoint {sequence}: meta_json must hold a JSON object")
+        return manifest, tensors, meta
 
     def latest(self) -> tuple[policy_pb2.CheckpointManifest, dict[str, np.ndarray], dict] | None:
         """The newest checkpoint that verifies, or None when the run has none."""
