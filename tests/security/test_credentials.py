@@ -136,6 +136,9 @@ def test_the_scanners_find_a_planted_secret(tmp_path, secrets):
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", secrets["password"]])
     try:
+        deadline = time.monotonic() + 5  # the child's command line shows once its exec completed
+        while child.pid not in argv_leaks(values) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert child.pid in argv_leaks(values)
     finally:
         child.kill()
