@@ -140,12 +140,14 @@ def test_backend_with_fake_kube_api_creates_every_object_of_the_contract_once_in
         ("Secret", "drl-r1-credentials"), ("ConfigMap", "drl-r1-config"),
         ("Service", "drl-r1-redis"), ("StatefulSet", "drl-r1-redis"),
         ("Service", "drl-r1-minio"), ("StatefulSet", "drl-r1-minio"),
+        ("NetworkPolicy", "drl-r1-redis"), ("NetworkPolicy", "drl-r1-minio"), ("NetworkPolicy", "drl-r1-roles"),
         ("Job", "drl-r1-trainer"), ("Job", "drl-r1-rollout"), ("Job", "drl-r1-evaluator")})
     order = [kind for kind, _ in fake.created]
     position = {kind: [i for i, k in enumerate(order) if k == kind] for kind in set(order)}
     assert max(position["ServiceAccount"] + position["Role"]) < min(position["RoleBinding"])
     assert max(position["Secret"] + position["ConfigMap"] + position["RoleBinding"]) < min(position["StatefulSet"])
     assert max(position["StatefulSet"] + position["Service"]) < min(position["Job"])
+    assert max(position["NetworkPolicy"]) < min(position["StatefulSet"] + position["Job"])
     assert fake.created[position["Job"][0]] == ("Job", "drl-r1-trainer")
     assert all(ns == NS for _, ns, _ in fake.objects)
 
@@ -346,7 +348,7 @@ def test_backend_with_fake_kube_api_through_the_cli(monkeypatch, capsys):
         main(["--backend", "kubernetes", "--run-name", RUN, "--namespace", NS, "--workers", "3", "--steps", "3000",
               "--image", "registry.example/drl:2", "--detach"])
     assert exit_info.value.code == 0, capsys.readouterr().err
-    assert len(fake.created) == 12
+    assert len(fake.created) == 15
     rollout = fake.objects[("Job", NS, "drl-r1-rollout")]
     assert rollout["spec"]["parallelism"] == 3
     assert rollout["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/drl:2"
@@ -372,7 +374,7 @@ def test_kube_api_names_only_methods_the_official_client_has():
     from orchestrator.backends.kube_api import KINDS
 
     classes = {"core": client.CoreV1Api, "apps": client.AppsV1Api, "batch": client.BatchV1Api,
-               "rbac": client.RbacAuthorizationV1Api}
+               "rbac": client.RbacAuthorizationV1Api, "networking": client.NetworkingV1Api}
     for kind, (group, suffix) in KINDS.items():
         for verb in ("create", "list", "delete"):
             assert hasattr(classes[group], f"{verb}_namespaced_{suffix}"), (kind, verb)
