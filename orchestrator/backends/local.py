@@ -59,6 +59,7 @@ HAND_IN_S = 60.0
 EXIT_USAGE = 2
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 HEARTBEATS = "heartbeats"
+MAX_WORKERS = 4096
 
 
 @dataclass
@@ -245,7 +246,9 @@ class LocalRun:
             return
         try:
             workers = int(json.loads(path.read_text())["workers"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            if workers > MAX_WORKERS:
+                raise ValueError(f"at most {MAX_WORKERS} workers, got {workers}")
+        except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
             print(f"drl: ignoring a bad scale request: {exc}", file=sys.stderr)
             workers = 0
         result: dict = {"workers": workers}
@@ -525,10 +528,13 @@ def read_evaluations(path: Path) -> list[dict]:
     if not path.exists():
         return []
     out = []
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line:
-            out.append(json.loads(line))
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line) if line.strip() else None
+        except (ValueError, RecursionError):
+            entry = None
+        if isinstance(entry, dict) and isinstance(entry.get("mean_return"), (int, float)):
+            out.append(entry)
     return out
 
 

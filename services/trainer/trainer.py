@@ -97,11 +97,11 @@ class Trainer:
         self._checkpointed_at = time.monotonic()
         self.status = StatusWriter(self.client, self.keys.status("trainer"), retry_s=cfg.memory_retry_s)
         self.workers = {f"rollout-{i}" for i in range(cfg.workers)}
-        self.refresh_members()
         self.finished: set[str] = set()
         self.final_seq: dict[str, int] = {}
         self.seqs = SeqTracker()
         self.produced: dict[str, int] = {}
+        self.refresh_members()
         self.iteration_end: dict[str, int] = {}
         self.version = -1
         self.published_updates = -1
@@ -275,12 +275,28 @@ class Trainer:
         return self.ingest(entries, sync_version) if entries else []
 
     def refresh_members(self) -> None:
-        """Adds rollout workers the orchestrator registered since (``Keys.members``: the run was scaled up)."""
-        names = retrying(lambda: self.client.hkeys(self.keys.members), "HKEYS members", self.cfg.memory_retry_s)
-        added = {n.decode() for n in names} - self.workers
+        """Adds rollout workers the orchestrator registered since (``Keys.members``: the run was scaled up), and
+        takes back the ones that return: on Kubernetes a scale-down then up re-activates a finished worker's
+        name with a share above what it produced, so it is no longer finished and its new entries are awaited."""
+        def read():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hgetall(self.keys.members)
+            pipe.hgetall(self.keys.shares)
+            return pipe.execute()
+
+        members, shares = retrying(read, "HGETALL members", self.cfg.memory_retry_s)
+        members = {k.decode(): v for k, v in members.items()}
+        added = set(members) - self.workers
         if added:
             log.info("rollout workers joined: %s", ", ".join(sorted(added)))
             self.workers |= added
+        returned = {w for w in self.finished if members.get(w) == b"active"
+                    and int(shares.get(w.encode(), 0) or 0) > self.produced.get(w, 0)}
+        if returned:
+            log.info("rollout workers returned: %s", ", ".join(sorted(returned)))
+            self.finished -= returned
+            for w in returned:
+                self.final_seq.pop(w, None)
 
     def all_finished(self) -> bool:
         """Whether every worker is done: its final entry and every entry before it consumed (entries re-sent
@@ -421,6 +437,7 @@ class Trainer:
     def run_sync(self) -> str:
         while True:
             version = self.version
+            self.refresh_members()
             waiting = {w for w in self.workers - self.finished if self.iteration_end.get(w, -1) < version}
             deadline = time.monotonic() + self.cfg.sync_deadline_s
             while waiting and time.monotonic() < deadline:

@@ -203,3 +203,31 @@ def test_sync_iteration_never_mixes_policy_versions(tmp_path, redis_server, redi
     assert trainer.stale == 8 and trainer.consumed == 16
     assert len(trainer.replay) == 16
     assert redis_client.hget(keys.consumer_state, "stale") == b"8"
+
+
+def test_a_worker_that_returns_with_a_larger_share_is_awaited_again(tmp_path, redis_server, redis_client):
+    keys = Keys(RUN)
+    redis_client.hset(keys.members, mapping={"rollout-0": "active", "rollout-1": "active"})
+    redis_client.hset(keys.shares, mapping={"rollout-0": 16, "rollout-1": 16})
+    trainer = _trainer(tmp_path, redis_server.url, workers=2)
+
+    def send(worker: str, seq: int, final: bool) -> None:
+        header = experience_pb2.BatchHeader(run=RUN, worker_id=worker, seq=seq, produced_total=seq * 8, final=final)
+        h, d = codec.encode(header, _arrays(8))
+        redis_client.xadd(keys.stream, {"h": h, "d": d})
+
+    for worker in ("rollout-0", "rollout-1"):
+        send(worker, 1, False)
+        send(worker, 2, True)
+    while trainer.read(count=16, block_ms=100):
+        pass
+    assert trainer.all_finished()
+
+    redis_client.hset(keys.shares, "rollout-1", 32)
+    assert not trainer.all_finished(), "a worker whose share was raised was still counted as finished"
+    for seq in (3, 4):
+        send("rollout-1", seq, seq == 4)
+    assert not trainer.all_finished()
+    while trainer.read(count=16, block_ms=100):
+        pass
+    assert trainer.all_finished() and trainer.consumed == 48

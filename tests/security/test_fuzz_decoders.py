@@ -30,6 +30,7 @@ from drl.presets import resolve
 from drl.store.base import run_store
 from drl.store.checkpoint import MANIFEST, TENSORS, CheckpointStore, folder
 from drl.store.policy import ManifestError, PolicyStore, parse_weights
+from orchestrator.backends.local import read_evaluations
 from orchestrator.cli import _read_config_file
 from orchestrator.plot import read_curve
 from orchestrator.state import STATE_FILE, RunState, read_state
@@ -325,3 +326,12 @@ def test_evaluations_jsonl(scratch, lines):
     except UserError:
         return
     assert len(curve.env_steps) == len(curve.mean) >= 1
+
+
+@FUZZ
+@given(st.lists(st.binary(max_size=80) | json_value.map(json.dumps).map(str.encode), max_size=5))
+def test_evaluations_jsonl_for_the_summary(scratch, lines):
+    path = scratch / "summary-evaluations.jsonl"
+    path.write_bytes(b"\n".join(line.replace(b"\n", b" ") for line in lines))
+    evaluations = read_evaluations(path)
+    assert all(isinstance(e["mean_return"], (int, float)) for e in evaluations)
