@@ -8,11 +8,13 @@ from typing import Callable
 from drl.config import ConfigError, ExperimentConfig, from_dict, merge
 from drl.errors import UserError
 from drl.presets.dqn import dqn
+from drl.presets.lunar import sac_lunar
 from drl.presets.ppo import ppo
 from drl.presets.sac import sac
 from drl.presets.td3 import td3
 
-PRESETS: dict[str, Callable[[str | None], ExperimentConfig]] = {"sac": sac, "td3": td3, "ppo": ppo, "dqn": dqn}
+PRESETS: dict[str, Callable[[str | None], ExperimentConfig]] = {"sac": sac, "td3": td3, "ppo": ppo, "dqn": dqn,
+                                                                "sac-lunar": sac_lunar}
 
 
 def get_preset(name: str, env: str | None = None) -> ExperimentConfig:

