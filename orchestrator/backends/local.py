@@ -45,15 +45,15 @@ from drl.store import run_store
 from orchestrator.plan import plan
 from orchestrator.progress import Progress
 from orchestrator.redis_server import RedisServer, die_with_parent
+from orchestrator.scaling import (ACTIVE, RETIRED, Snapshot, initial_shares, margin_transitions, plan_removal,
+                                  plan_shares, worker_index)
 from orchestrator.state import ProcessState, RunState, write_state
-from services.common import share
 
 EVALUATOR_GRACE_S = 300.0
 STOP_GRACE_S = 15.0
 STOP_REQUEST = "stop.request"
 SCALE_REQUEST = "scale.request"
 SCALE_RESULT = "scale.result"
-SCALE_MARGIN_ENTRIES = 32
 STOP_FLAG = "stopped"
 HAND_IN_S = 60.0
 EXIT_USAGE = 2
@@ -160,12 +160,11 @@ class LocalRun:
     # -- scaling ----------------------------------------------------------------------------------------
     def register_workers(self) -> None:
         """Members and shares of a fresh run (a resumed one keeps what its memory server holds)."""
-        names = [f"rollout-{i}" for i in range(self.cfg.workers)]
         if not self.client.exists(self.keys.members):
-            total = max(0, self.cfg.steps - self.steps_done)
+            shares = initial_shares(self.cfg.steps, self.steps_done, self.cfg.workers)
             pipe = self.client.pipeline(transaction=True)
-            pipe.hset(self.keys.members, mapping={n: "active" for n in names})
-            pipe.hset(self.keys.shares, mapping={n: share(total, len(names), i) for i, n in enumerate(names)})
+            pipe.hset(self.keys.members, mapping={n: ACTIVE for n in shares})
+            pipe.hset(self.keys.shares, mapping=shares)
             pipe.execute()
         self.remember_membership()
 
@@ -177,39 +176,33 @@ class LocalRun:
         pipe.hgetall(self.keys.shares)
         self._membership = tuple({k.decode(): v.decode() for k, v in raw.items()} for raw in pipe.execute())
 
-    def worker_shares(self) -> tuple[dict[str, int], dict[str, int], list[Proc], list[Proc]]:
-        """One consistent read of the scaling state: transitions produced and assigned per worker, the live
-        ``active`` rollout processes, and those of them still collecting (more than ``SCALE_MARGIN_ENTRIES``
-        entries of their share left)."""
+    def snapshot(self) -> tuple[Snapshot, list[str]]:
+        """One consistent read of the scaling state, and the names of the live rollout processes."""
         pipe = self.client.pipeline(transaction=True)
         pipe.hgetall(self.keys.produced)
         pipe.hgetall(self.keys.shares)
         pipe.hgetall(self.keys.members)
         produced, assigned, members = ({k.decode(): v.decode() for k, v in raw.items()} for raw in pipe.execute())
-        produced = {k: int(v) for k, v in produced.items()}
-        assigned = {k: int(v) for k, v in assigned.items()}
-        active = [p for p in self.procs
-                  if p.role == "rollout" and p.popen.poll() is None and members.get(p.name) == "active"]
-        margin = SCALE_MARGIN_ENTRIES * self.cfg.batch_transitions
-        collecting = [p for p in active if assigned.get(p.name, 0) - produced.get(p.name, 0) > margin]
-        return produced, assigned, active, collecting
+        alive = [p.name for p in self.procs if p.role == "rollout" and p.popen.poll() is None]
+        return Snapshot({k: int(v) for k, v in produced.items()}, {k: int(v) for k, v in assigned.items()},
+                        members), alive
 
     def scale(self, workers: int) -> list[str]:
-        """Adds or removes rollout workers while the run goes on (see the module docstring).
+        """Adds or removes rollout workers while the run goes on (see the module docstring; the arithmetic is
+        ``orchestrator.scaling``).
 
         Removed workers are stopped first and waited for (each hands in what it collected), so that the
-        steps left are counted exactly before they are shared out. A worker about to complete its share may
-        hand in its last entry before it reads a new one: only workers with a good stretch left count as
-        collecting; the others finish their share and new workers take over.
+        steps left are counted exactly before they are shared out.
         """
         from orchestrator.status import stop_service
 
-        produced, assigned, active, collecting = self.worker_shares()
-        removed = sorted(collecting, key=lambda p: _index(p.name))[workers:]
+        margin = margin_transitions(self.cfg.batch_transitions)
+        snap, alive = self.snapshot()
+        removed = [p for p in self.procs if p.name in set(plan_removal(snap, workers, margin, alive))]
         if removed:
             print(f"drl: stopping {', '.join(p.name for p in removed)}; they hand in what they collected",
                   file=sys.stderr)
-            self.client.hset(self.keys.members, mapping={p.name: "retired" for p in removed})
+            self.client.hset(self.keys.members, mapping={p.name: RETIRED for p in removed})
             self.refresh_state(force=True)
             for p in removed:
                 port = self.state.process(p.name).control_port if self.state else None
@@ -218,27 +211,21 @@ class LocalRun:
             deadline = time.monotonic() + HAND_IN_S
             while any(p.popen.poll() is None for p in removed) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            produced, assigned, active, collecting = self.worker_shares()
-        finishing = {p.name for p in active} - {p.name for p in collecting}
-        committed = sum(assigned.get(n, 0) if n in finishing else produced.get(n, 0)
-                        for n in set(produced) | finishing)
-        remaining = max(0, self.cfg.steps - self.steps_done - committed)
-        first = max((_index(p.name) for p in self.procs if p.role == "rollout"), default=-1) + 1
-        added = [f"rollout-{i}" for i in range(first, first + max(0, workers - len(collecting)))] if remaining else []
-        names = [p.name for p in collecting] + added
-        if not names:
+            snap, alive = self.snapshot()
+        first = max((worker_index(p.name) for p in self.procs if p.role == "rollout"), default=-1) + 1
+        plan = plan_shares(snap, steps=self.cfg.steps, steps_done=self.steps_done, workers=workers, margin=margin,
+                           next_index=first, alive=alive)
+        if not plan.names:
             return []
-        print(f"drl: {len(names)} rollout workers share the {remaining:,} steps left", file=sys.stderr)
+        print(f"drl: {len(plan.names)} rollout workers share the {plan.remaining:,} steps left", file=sys.stderr)
         pipe = self.client.pipeline(transaction=True)
-        if added:
-            pipe.hset(self.keys.members, mapping={n: "active" for n in added})
-        pipe.hset(self.keys.shares, mapping={n: produced.get(n, 0) + share(remaining, len(names), i)
-                                             for i, n in enumerate(names)})
+        if plan.added:
+            pipe.hset(self.keys.members, mapping={n: ACTIVE for n in plan.added})
+        pipe.hset(self.keys.shares, mapping=plan.shares)
         pipe.execute()
-        rollout = self.workloads["rollout"]
-        for n in added:
-            self.start(rollout, _index(n))
-        return names
+        for n in plan.added:
+            self.start(self.workloads["rollout"], worker_index(n))
+        return list(plan.names)
 
     def take_scale_request(self) -> None:
         path = self.run_dir / SCALE_REQUEST
@@ -359,7 +346,7 @@ class LocalRun:
                 code = p.popen.wait()
             if code in (None, 0):
                 continue
-            if p.role == "rollout" and retired.get(p.name) == "retired":
+            if p.role == "rollout" and retired.get(p.name) == RETIRED:
                 continue
             if code == EXIT_USAGE:
                 return f"failed: {p.name} refused its input (exit code 2; log: {p.log})"
@@ -373,7 +360,7 @@ class LocalRun:
                                     f"{self.cfg.max_restarts}; log: {p.log})")
             elif now >= p.restart_at:
                 self.restarts[p.role] = self.restarts.get(p.role, 0) + 1
-                self.start(self.workloads[p.role], _index(p.name) if p.role == "rollout" else 0, p.restarts + 1)
+                self.start(self.workloads[p.role], worker_index(p.name) if p.role == "rollout" else 0, p.restarts + 1)
         return None
 
     def hung(self, p: Proc, now: float) -> bool:
@@ -517,11 +504,6 @@ class LocalRun:
     def cleanup(self) -> None:
         if self.server:
             self.server.stop()
-
-
-def _index(name: str) -> int:
-    """The worker index in a replica name such as ``rollout-3``."""
-    return int(name.rsplit("-", 1)[1])
 
 
 def read_evaluations(path: Path) -> list[dict]:
