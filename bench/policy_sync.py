@@ -266,8 +266,8 @@ def run_config(store_kind: str, n: int, workers: Workers, cfg: argparse.Namespac
     keys = Keys(run)
     announcer = Announcer(client, keys)
     policies = PolicyStore(trainer_store(store_url, run), run)  # the trainer reads nothing through a cache
-    net = SACActor(spec, SACConfig(hidden=HIDDEN), seed=cfg.seed).net
-    weights = {k: v.numpy().copy() for k, v in net.state_dict().items()}
+    shapes = SACActor(spec, SACConfig(hidden=HIDDEN), seed=cfg.seed).shapes
+    weights = {k: (0.1 * rng.standard_normal(s)).astype(np.float32) for k, s in shapes.items()}
     total = cfg.warmup + cfg.publications
     job = {"run": run, "store": store_url, "memory": memory_url, "cache_dir": str(cache_dir), "workers": n,
            "seed": cfg.seed, "spec": spec, "timeout_s": 120.0, "profile": cfg.profile}
