@@ -71,6 +71,10 @@ class Run:
 def _accounts_for_everything(summary: dict, steps: int) -> None:
     """Produced = consumed + counted drops, with nothing left in the stream."""
     dropped = summary["stale_dropped"] + sum(summary["dead_lettered"].values())
+    print(f"\n{summary['run']}: restarts {summary['restarts']}, produced {summary['transitions_produced']}, consumed "
+          f"{summary['transitions_consumed']}, stale {summary['stale_dropped']}, dead letters "
+          f"{summary['dead_lettered']}, duplicates dropped {summary['duplicates_dropped']}, unconsumed "
+          f"{summary['transitions_unconsumed']}, {summary['wall_seconds']} s")
     assert summary["exit_reason"] == "steps_done", summary
     assert summary["transitions_produced"] == steps, summary
     assert summary["transitions_consumed"] + dropped == steps, summary
@@ -94,9 +98,6 @@ def test_sigkilled_rollout_workers_are_restarted_and_every_transition_counted(tm
     assert "rollout-0 exited with code -9; restarting it" in err
     assert {p["name"]: p["restarts"] for p in run.state()["processes"] if p["role"] == "rollout"} == {
         "rollout-0": 1, "rollout-1": 0, "rollout-2": 1}
-    print(f"{mode}: restarts {summary['restarts']}, produced {summary['transitions_produced']}, consumed "
-          f"{summary['transitions_consumed']}, duplicates dropped {summary['duplicates_dropped']}, stale "
-          f"{summary['stale_dropped']}, dead letters {summary['dead_lettered']}")
 
 
 def test_sigkilled_trainer_is_restarted_and_resumes_from_its_checkpoint(tmp_path):
