@@ -27,7 +27,7 @@ minutes in all on 2 idle cores) and marks the report as quick figures. Without i
     python -m bench.run_all --quick                 # smoke run of everything, a few minutes
     python -m bench.run_all                         # full figures (about 30-45 minutes)
     python -m bench.run_all --lunar                 # plus LunarLander time to score (up to ~3 more hours)
-    python -m bench.run_all --only scaling,learner_speed
+    python -m bench.run_all --only scaling,learner_speed   # re-runs these, keeps the others' saved figures
     python -m bench.run_all --quick --extra 'policy_sync=--workers 1,4' --extra 'scaling=--workers 1,2'
 """
 
@@ -468,6 +468,15 @@ def main(argv: list[str] | None = None) -> int:
         extra.setdefault(name, []).extend(shlex.split(flags))
     results = [run_bench(b, args.quick, logs, extra.get(b.name, [])) for b in chosen]
     total = time.perf_counter() - begin
+    if only and (folder / "results.json").exists():
+        saved = json.loads((folder / "results.json").read_text())
+        if saved.get("quick") == args.quick:
+            kept = {r["name"]: r for r in saved["results"] if r["name"] not in only}
+            mine = {r["name"]: r for r in results}
+            results = [kept.get(b.name) or mine[b.name] for b in BENCHES if b.name in kept or b.name in mine]
+            skipped = [b for b in BENCHES if b.name not in kept and b.name not in mine]
+            total += saved.get("total_s", 0.0)
+            command = f"{saved['command']}; then {command}"
     generated_at = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     (folder / "results.json").write_text(json.dumps({
         "command": command, "quick": args.quick, "generated_at": generated_at, "total_s": round(total, 1),
