@@ -295,12 +295,13 @@ def section_scaling(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
     rows = [[r["workers"], num(r["system_rate"]),
              f"{num(min(r['system_rates']))}-{num(max(r['system_rates']))}" if r["system_rates"] else "-",
              num(r.get("raw_rate_paired")), num(r["efficiency"], ".3f"), num(r.get("vs_cores_rate"), ".3f"),
+             num(r.get("raw_parallel_rate")), num(r.get("vs_raw_parallel"), ".3f"),
              num(r.get("cpu_efficiency"), ".3f"),
              f"{num(r.get('system_cpu_us_per_step'), '.1f')} / {num(r.get('raw_cpu_us_per_step'), '.1f')}",
              num((r.get("cpu_share") or {}).get("others"), ".2f"), met(r.get("goal_met")),
              f"{r['repeats_ok']}/{r['repeats']}"] for r in rows_in]
     lines = table(["workers", "system steps/s (median)", "spread", "raw steps/s before these runs", "efficiency",
-                   f"vs N={base}", "CPU efficiency", "CPU us/step system / raw", "others' CPU share", "goal",
+                   f"vs N={base}", "N raw loops at once, steps/s", "system / N raw loops", "CPU efficiency", "CPU us/step system / raw", "others' CPU share", "goal",
                    "repeats ok"], rows)
     lines += ["", f"{cores} cores; raw rate {num(f.get('raw_rate'))} steps/s (median of every raw measurement of "
                   f"the run); efficiency = system / (raw x min(N, {cores})), median over repeats; "
@@ -308,7 +309,9 @@ def section_scaling(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
                   f"{f.get('envs_per_worker')} env(s) per worker, {f.get('batch_transitions')} transitions per "
                   "entry; the trainer only consumes (no gradient updates). CPU efficiency = raw CPU per step / the "
                   "whole system's CPU per collected step (independent of other load); others' CPU share = the "
-                  "fraction of all cores other processes on the machine took during the window."]
+                  "fraction of all cores other processes on the machine took during the window. N raw loops at "
+                  "once = the raw loop in N processes started together, with nothing of drl: the ceiling for N "
+                  "acting processes on this machine."]
     errors = [e for r in rows_in for e in r.get("errors", [])]
     if errors:
         lines += ["", "Failed repeats: " + "; ".join(f"`{e}`" for e in errors)]
@@ -319,6 +322,8 @@ def section_scaling(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
         ax.plot(ns, [r["system_rate"] for r in ok_rows], "o-", label="system (median)")
         ax.plot(ns, [f["raw_rate"] * min(n, cores) for n in ns], "s--",
                 label="raw x min(N, cores)")
+        if all(r.get("raw_parallel_rate") for r in ok_rows):
+            ax.plot(ns, [r["raw_parallel_rate"] for r in ok_rows], "v:", label="N raw loops at once")
         ax.set_xscale("log", base=2)
         ax.set_xticks(ns, [str(n) for n in ns])
         ax.set_xlabel("rollout workers")

@@ -28,6 +28,10 @@ drl (rollout worker -> Valkey stream -> trainer), and whether adding workers bey
   each system run, so the raw measurements spread over the whole run like the system ones; **the raw rate is
   their median** (one figure for the run: a single short raw measurement moves with the neighbours' load far
   more than the median of all of them; each one is in the JSON).
+- **raw xN**: N raw loops in N processes started together (after their imports), measured right before each
+  system run with N workers: what N acting processes get out of this machine with nothing of drl, the ceiling
+  the system could reach. ``sys/rawxN`` = system rate / raw xN. On this 2-core VM, 32 raw loops together make
+  about 0.77 of what 2 make (time slicing, caches): part of any loss beyond the cores is the machine's.
 - **efficiency** = system rate / (raw rate x min(N, cores)) per repeat, then the median over ``--repeats``.
   ``cores`` is the number of CPUs this process may run on (``os.sched_getaffinity``). For N above the core count
   the table also gives the ratio of the median system rate to the median rate at N = cores (or the largest
@@ -117,11 +121,31 @@ def raw_child(job: dict) -> int:
             if elapsed >= seconds:
                 return steps, elapsed, time.process_time() - cpu
 
+    late = 0.0
+    if job.get("start_at"):
+        late = max(0.0, time.time() - job["start_at"])
+        time.sleep(max(0.0, job["start_at"] - time.time()))
     loop(min(0.5, job["seconds"]))  # warm-up: first calls, allocator, caches
     steps, elapsed, cpu = loop(job["seconds"])
     print(json.dumps({"steps": steps, "seconds": elapsed, "cpu_s": cpu, "rate": steps / elapsed,
-                      "cpu_us_per_step": 1e6 * cpu / steps}))
+                      "cpu_us_per_step": 1e6 * cpu / steps, "late_s": late}))
     return 0
+
+
+def measure_raw_parallel(args: argparse.Namespace, seed: int, n: int) -> dict:
+    """N raw loops in N processes at once, started together: what N acting processes get out of the machine
+    without drl (time slicing, caches and memory bandwidth shared), the ceiling for N rollout workers."""
+    job = {"env": args.env, "envs_per_worker": args.envs_per_worker, "seconds": args.raw_seconds, "seed": seed,
+           "start_at": time.time() + 2.0 + 0.4 * n}
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.scaling", "--raw-child", json.dumps({**job, "seed": seed + i})],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
+    outs = [p.communicate(timeout=120 + 2 * args.raw_seconds + 0.5 * n) for p in procs]
+    if any(p.returncode != 0 for p in procs):
+        raise RuntimeError(f"parallel raw measurement failed: {[o[1][-500:] for o in outs if o[1]]}")
+    results = [json.loads(o[0].strip().splitlines()[-1]) for o in outs]
+    return {"processes": n, "rate": sum(r["rate"] for r in results),
+            "cpu_us_per_step": statistics.median(r["cpu_us_per_step"] for r in results),
+            "late_s_max": max(r["late_s"] for r in results)}
 
 
 def measure_raw(args: argparse.Namespace, seed: int) -> dict:
@@ -353,11 +377,14 @@ def summarise(worker_counts: list[int], pairs: dict[int, list[dict]],
         raws = [p["raw"]["rate"] for p in ok]
         effs = [p["rate"] / (raw_rate * min(n, n_cores)) for p in ok]
         cpu_effs = [p["raw"]["cpu_us_per_step"] / p["system_cpu_us_per_step"] for p in ok]
+        parallel = [p for p in ok if "rate" in p.get("raw_parallel", {})]
         shares = {role: median([p["cpu_share"][role] for p in ok]) for role in CpuMeter.ROLES}
         rows.append({
             "workers": n, "system_rate": median(rates), "system_rates": [round(r, 1) for r in rates],
             "produced_rate": median([p["produced_rate"] for p in ok]), "raw_rate_paired": median(raws),
             "raw_rates": [round(r, 1) for r in raws], "efficiency": median(effs),
+            "raw_parallel_rate": median([p["raw_parallel"]["rate"] for p in parallel]),
+            "vs_raw_parallel": median([p["rate"] / p["raw_parallel"]["rate"] for p in parallel]),
             "efficiencies": [round(e, 3) for e in effs], "cpu_efficiency": median(cpu_effs),
             "system_cpu_us_per_step": median([p["system_cpu_us_per_step"] for p in ok]),
             "raw_cpu_us_per_step": median([p["raw"]["cpu_us_per_step"] for p in ok]),
@@ -379,9 +406,9 @@ def summarise(worker_counts: list[int], pairs: dict[int, list[dict]],
             row["goal_met"] = row["vs_cores_rate"] is not None and row["vs_cores_rate"] >= GOAL_BEYOND
         goal_met = goal_met and row["goal_met"] and row["repeats_ok"] == row["repeats"]
     for row in rows:
-        for key in ("system_rate", "produced_rate", "raw_rate_paired"):
+        for key in ("system_rate", "produced_rate", "raw_rate_paired", "raw_parallel_rate"):
             row[key] = None if row[key] is None else round(row[key], 1)
-        for key in ("efficiency", "vs_cores_rate", "cpu_efficiency"):
+        for key in ("efficiency", "vs_cores_rate", "cpu_efficiency", "vs_raw_parallel"):
             row[key] = None if row[key] is None else round(row[key], 3)
     return rows, goal_met, base_n, raw_rate
 
@@ -389,7 +416,8 @@ def summarise(worker_counts: list[int], pairs: dict[int, list[dict]],
 def print_table(rows: list[dict], n_cores: int, base_n: int | None) -> None:
     print()
     print(f"{'workers':>7} {'system steps/s':>14} {'spread':>17} {'raw (paired)':>12} {'efficiency':>10} "
-          f"{'vs N=' + str(base_n):>8} {'goal':>5} {'us/step':>13} {'CPU eff':>7} {'start s':>7}  "
+          f"{'vs N=' + str(base_n):>8} {'goal':>5} {'raw xN':>8} {'sys/rawxN':>9} {'us/step':>13} {'CPU eff':>7} "
+          f"{'start s':>7}  "
           f"CPU share of all cores: workers trainer valkey eval others")
     for r in rows:
         spread = (f"{min(r['system_rates']):,.0f}-{max(r['system_rates']):,.0f}" if r["system_rates"] else "-")
@@ -397,7 +425,8 @@ def print_table(rows: list[dict], n_cores: int, base_n: int | None) -> None:
         cpu_text = " ".join(fmt(cpu[k], ".2f") for k in ("workers", "trainer", "valkey", "evaluator", "others"))
         print(f"{r['workers']:>7} {fmt(r['system_rate']):>14} {spread:>17} {fmt(r['raw_rate_paired']):>12} "
               f"{fmt(r['efficiency'], '.3f'):>10} {fmt(r['vs_cores_rate'], '.3f'):>8} "
-              f"{'yes' if r['goal_met'] else 'NO':>5} "
+              f"{'yes' if r['goal_met'] else 'NO':>5} {fmt(r['raw_parallel_rate']):>8} "
+              f"{fmt(r['vs_raw_parallel'], '.3f'):>9} "
               f"{fmt(r['system_cpu_us_per_step'], '.1f') + '/' + fmt(r['raw_cpu_us_per_step'], '.1f'):>13} "
               f"{fmt(r['cpu_efficiency'], '.3f'):>7} {fmt(r['startup_s'], '.1f'):>7}  {cpu_text}")
         for error in r["errors"]:
@@ -472,13 +501,19 @@ def main(argv: list[str] | None = None) -> int:
                     pairs[n].append({"workers": n, "seed": seed, "error": f"raw measurement: {exc}", "log_tail": ""})
                     print(f"  repeat {repeat} workers {n:>2}: FAILED raw measurement: {exc}", flush=True)
                     continue
+                try:
+                    parallel = raw if n == 1 else measure_raw_parallel(args, seed, n)
+                except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
+                    parallel = {"error": str(exc)}
                 result = measure_system(n, seed, args, workdir)
                 result["raw"] = {k: round(v, 3) for k, v in raw.items()}
+                result["raw_parallel"] = {k: round(v, 3) if isinstance(v, float) else v for k, v in parallel.items()}
                 server = result.get("server", server)
                 pairs[n].append(result)
                 if "rate" in result:
                     print(f"  repeat {repeat} workers {n:>2}: system {result['rate']:>9,.0f} steps/s "
                           f"(produced {result['produced_rate']:,.0f}), raw just before {raw['rate']:,.0f} steps/s, "
+                          f"{n} raw loops at once {parallel.get('rate', float('nan')):,.0f} steps/s, "
                           f"start-up {result['startup_s']:.1f} s, others' CPU share "
                           f"{result['cpu_share']['others']:.2f}, load {result['load_at_start']:.2f}", flush=True)
                 else:
@@ -502,6 +537,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"efficiency = system / (raw x min(N, {n_cores} cores)); goal: >= {GOAL_EFFICIENCY} for N <= {n_cores}, "
           f"and for N > {n_cores} at least {GOAL_BEYOND} of the rate at N = {base_n}: "
           f"{'met' if goal_met else 'NOT met'}")
+    print("raw xN = N raw loops in N processes at once (what N acting processes get from the machine without drl); "
+          "sys/rawxN = system / raw xN, median over repeats")
     print("us/step = CPU microseconds per collected step, whole system (workers, trainer, Valkey, evaluator, "
           "orchestrator) / raw loop; CPU eff = raw / system, the share of the system's CPU spent acting: it does "
           "not depend on what other processes take")

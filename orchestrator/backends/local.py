@@ -60,6 +60,7 @@ EXIT_USAGE = 2
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 HEARTBEATS = "heartbeats"
 MAX_WORKERS = 4096
+ROLLOUT_NICENESS = 5
 
 
 @dataclass
@@ -145,7 +146,8 @@ class LocalRun:
                "DRL_HEARTBEAT_FILE": str(heartbeat), "DRL_RESTARTS": str(restarts)}
         with open(log_path, "ab") as log:
             popen = subprocess.Popen(list(workload.command), env=env, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     preexec_fn=_rollout_child if workload.role == "rollout" else die_with_parent)
         proc = Proc(name, workload.role, popen, log_path, heartbeat, restarts=restarts)
         self.procs = [p for p in self.procs if p.name != name] + [proc]
         if self.state is not None:
@@ -504,6 +506,14 @@ class LocalRun:
     def cleanup(self) -> None:
         if self.server:
             self.server.stop()
+
+
+def _rollout_child() -> None:
+    """Rollout workers run ``ROLLOUT_NICENESS`` steps nicer than the trainer. With more workers than cores the
+    scheduler would otherwise give the one consumer a 1/(N+2) share of the CPU: it falls behind, back-pressure
+    holds every producer, and more workers collect less. Niced, the workers take what the trainer leaves."""
+    die_with_parent()
+    os.nice(ROLLOUT_NICENESS)
 
 
 def read_evaluations(path: Path) -> list[dict]:
