@@ -142,6 +142,11 @@ class LocalRun:
         log_path = logs / f"{name}.log"
         heartbeat = self.run_dir / HEARTBEATS / name
         heartbeat.unlink(missing_ok=True)
+        if restarts:
+            try:
+                self.client.hdel(self.keys.status(name), "control_port")
+            except (redis.ConnectionError, redis.TimeoutError):
+                pass
         env = {**os.environ, **workload.replica_env(index), "DRL_CONTROL_PORT": "0",
                "DRL_HEARTBEAT_FILE": str(heartbeat), "DRL_RESTARTS": str(restarts)}
         with open(log_path, "ab") as log:
@@ -209,7 +214,7 @@ class LocalRun:
             for p in removed:
                 port = self.state.process(p.name).control_port if self.state else None
                 if not (port and stop_service(port, "drl-orchestrate scale")):
-                    self.client.hset(self.keys.shares, p.name, int(self.client.hget(self.keys.produced, p.name) or 0))
+                    p.popen.terminate()
             deadline = time.monotonic() + HAND_IN_S
             while any(p.popen.poll() is None for p in removed) and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -294,10 +299,11 @@ class LocalRun:
             write_state(self.run_dir, self.state)
 
     def advance_stop(self) -> None:
-        """One step of a requested clean stop: first every rollout worker is asked to stop (each hands in what
-        it has and waits until it is consumed, so no transition is left behind); once they have exited, or after
-        ``HAND_IN_S``, the trainer is asked to stop (final checkpoint) and the run's stop flag is set, which also
-        ends the evaluator and any worker that could not be reached."""
+        """One step of a requested clean stop: first every rollout worker is asked to stop through its control
+        endpoint, or with SIGTERM where that cannot be reached (either way it hands in what it has and waits
+        until it is consumed, so no transition is left behind); once they have exited, or after ``HAND_IN_S``,
+        the trainer is asked to stop (final checkpoint) and the run's stop flag is set, which also ends the
+        evaluator."""
         from orchestrator.status import stop_service
 
         if self._trainer_stopped:
@@ -310,7 +316,7 @@ class LocalRun:
             for p in workers:
                 port = self.state.process(p.name).control_port if self.state else None
                 if p.popen.poll() is None and not (port and stop_service(port, "drl-orchestrate stop")):
-                    self._hand_in_deadline = time.monotonic()
+                    p.popen.terminate()
         if any(p.popen.poll() is None for p in workers) and time.monotonic() < self._hand_in_deadline:
             return
         self._trainer_stopped = True

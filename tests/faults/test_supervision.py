@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, processes_mentioning, read_summary
+from tests.conftest import ROOT, processes_mentioning, read_summary, run_cli
 
 SMALL = ["--sac.hidden", "16,16", "--sac.batch-size", "32", "--eval-episodes", "1", "--learning-starts", "300",
          "--random-steps", "300", "--updates-per-transition", "0.25"]
@@ -66,6 +66,12 @@ class Run:
         summary = read_summary(self.dir)
         assert not processes_mentioning(f"DRL_RUN={self.name}")
         return summary, err
+
+
+def _status_row(run: Run, name: str) -> list[str]:
+    """The row of ``drl-orchestrate status RUN`` for one process, split into columns."""
+    shown = run_cli(["status", run.name, "--output", str(run.dir.parent)], timeout=60)
+    return next((line.split() for line in shown.stdout.splitlines() if line.startswith(name + " ")), [])
 
 
 def _accounts_for_everything(summary: dict, steps: int) -> None:
@@ -164,3 +170,21 @@ def test_hung_worker_is_left_behind_by_sync_iterations_and_replaced(tmp_path):
     assert "rollout-1 gave no heartbeat for 12 s; killing it" in err
     assert summary["restarts"] == {"trainer": 0, "rollout": 1, "evaluator": 0, "memory": 0}
     _accounts_for_everything(summary, steps)
+
+
+def test_a_restarted_worker_answers_status_and_hands_in_at_stop(tmp_path):
+    run = Run(tmp_path, "restart-then-stop", ["--mode", "async", "--workers", "2", "--steps", "1000000"])
+    run.wait_until("1,000 transitions consumed", lambda: run.consumed() >= 1000)
+    killed = run.pid("rollout-1")
+    os.kill(killed, signal.SIGKILL)
+    run.wait_until("rollout-1 restarted, running and reachable, its restart counted",
+                   lambda: run.pid("rollout-1") != killed and _status_row(run, "rollout-1")[2:3] == ["running"]
+                   and _status_row(run, "rollout-1")[6] == "1", timeout=60)
+    stopped = run_cli(["stop", run.name, "--output", str(tmp_path)], timeout=300)
+    assert stopped.returncode == 0, stopped.stderr
+    run.proc.communicate(timeout=120)
+    summary = read_summary(run.dir)
+    assert summary["exit_reason"] == "stopped"
+    assert summary["restarts"]["rollout"] == 1
+    assert summary["transitions_unconsumed"] == 0, "a worker did not hand in what it collected"
+    assert summary["transitions_produced"] == summary["transitions_consumed"] + summary["stale_dropped"]
