@@ -52,6 +52,7 @@ class RolloutWorker:
         self.random_steps = share(max(0, cfg.random_steps - ctx.steps_done), cfg.workers, ctx.worker_index)
         self.version = -1
         self.seq, self.produced = producer_position(self.client, self.keys, ctx.name)
+        self._started, self._produced_at_start = time.monotonic(), self.produced
         self.stepped = self.produced
         if self.seq:
             log.info("%s continues after a restart at entry %d, %d transitions produced", ctx.name, self.seq,
@@ -144,7 +145,10 @@ class RolloutWorker:
 
     def report(self, force: bool = False) -> None:
         returns = self.envs.finished_returns[-10:]
+        elapsed = time.monotonic() - self._started
+        rate = round((self.produced - self._produced_at_start) / elapsed, 1) if elapsed > 0 else ""
         self.status.write({"role": "rollout", "produced": self.produced, "total": self.total,
+                           "transitions_per_s": rate,
                            "policy_version": self.version, "seq": self.seq,
                            "backpressure_s": round(self.producer.waited_s, 3), "resent": self.producer.resent,
                            "retained": len(self.producer.retained),
