@@ -46,6 +46,18 @@ HAND_IN_TIMEOUT_S = 120.0
 CONNECT_WAIT_S = 60.0
 
 
+def read_snapshot(client: redis.Redis, keys: Keys) -> scaling.Snapshot:
+    """``Keys.produced``, ``Keys.shares`` and ``Keys.members`` in one transaction (the local backend reads them
+    the same way)."""
+    pipe = client.pipeline(transaction=True)
+    pipe.hgetall(keys.produced)
+    pipe.hgetall(keys.shares)
+    pipe.hgetall(keys.members)
+    produced, assigned, members = ({k.decode(): v.decode() for k, v in raw.items()} for raw in pipe.execute())
+    return scaling.Snapshot({k: int(v) for k, v in produced.items()}, {k: int(v) for k, v in assigned.items()},
+                            members)
+
+
 class RunEnded(UserError):
     """The run's trainer finished or its stop flag is set: there is nothing to scale."""
 
@@ -65,13 +77,7 @@ class Scaler:
         return scaling.margin_transitions(self.cfg.batch_transitions)
 
     def snapshot(self) -> scaling.Snapshot:
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hgetall(self.keys.produced)
-        pipe.hgetall(self.keys.shares)
-        pipe.hgetall(self.keys.members)
-        produced, assigned, members = ({k.decode(): v.decode() for k, v in raw.items()} for raw in pipe.execute())
-        return scaling.Snapshot({k: int(v) for k, v in produced.items()}, {k: int(v) for k, v in assigned.items()},
-                                members)
+        return read_snapshot(self.client, self.keys)
 
     def check_running(self) -> None:
         stop, done = self.client.get(self.keys.stop), self.client.exists(self.keys.trainer_done)

@@ -45,6 +45,7 @@ from drl.store import run_store
 from orchestrator.plan import plan
 from orchestrator.progress import Progress
 from orchestrator.redis_server import RedisServer, die_with_parent
+from orchestrator.scaler import read_snapshot
 from orchestrator.scaling import (ACTIVE, RETIRED, Snapshot, initial_shares, margin_transitions, plan_removal,
                                   plan_shares, worker_index)
 from orchestrator.state import ProcessState, RunState, write_state
@@ -96,7 +97,6 @@ class LocalRun:
         self._trainer_stopped = False
         self.restarts = {"trainer": 0, "rollout": 0, "evaluator": 0, "memory": 0}
         self._membership: tuple[dict, dict] = ({}, {})
-        self._notes: list[str] = []
 
     # -- setup ------------------------------------------------------------------------------------------
     def prepare(self) -> tuple[str, str]:
@@ -185,14 +185,8 @@ class LocalRun:
 
     def snapshot(self) -> tuple[Snapshot, list[str]]:
         """One consistent read of the scaling state, and the names of the live rollout processes."""
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hgetall(self.keys.produced)
-        pipe.hgetall(self.keys.shares)
-        pipe.hgetall(self.keys.members)
-        produced, assigned, members = ({k.decode(): v.decode() for k, v in raw.items()} for raw in pipe.execute())
         alive = [p.name for p in self.procs if p.role == "rollout" and p.popen.poll() is None]
-        return Snapshot({k: int(v) for k, v in produced.items()}, {k: int(v) for k, v in assigned.items()},
-                        members), alive
+        return read_snapshot(self.client, self.keys), alive
 
     def scale(self, workers: int) -> list[str]:
         """Adds or removes rollout workers while the run goes on (see the module docstring; the arithmetic is
