@@ -50,7 +50,12 @@ class ExperimentConfig:
     run_name: str = opt("", "Run name; empty picks <preset>-<env>-<mode>-<time>.")
     output: str = opt("runs", "Directory that receives one folder per run (logs, evaluations, summary).")
     target_return: float | None = opt(None, "Stop early once a mean evaluation return reaches this value.")
-    batch_transitions: int = opt(64, "Transitions per stream entry sent by a rollout worker.")
+    batch_transitions: int = opt(64, "Transitions per stream entry sent by a rollout worker (the least; see "
+                                     "--entry-fill-ms).")
+    entry_fill_ms: float = opt(10.0, "A rollout worker keeps filling an entry past --batch-transitions until it "
+                                     "has collected for this many milliseconds, up to --max-backlog-entries / 4 "
+                                     "times --batch-transitions: a fast env sends fewer, larger entries, a slow "
+                                     "one is not held back. 0 sends every entry at --batch-transitions.")
     random_steps: int = opt(1000, "Initial environment steps (all workers together) taken with uniform random actions.")
     learning_starts: int = opt(1000, "Transitions in replay before the first gradient update.")
     updates_per_transition: float = opt(1.0, "Gradient updates per consumed transition (the replay ratio).")
@@ -97,7 +102,7 @@ class ExperimentConfig:
             positive_int=("workers", "envs_per_worker", "steps", "batch_transitions", "eval_episodes",
                           "trainer_threads", "keep_policies", "keep_checkpoints", "sync_steps_per_iteration",
                           "publish_every_updates", "max_backlog_entries", "max_backlog_bytes", "replay_size"),
-            nonneg=("random_steps", "learning_starts", "ratio_tolerance", "max_restarts"),
+            nonneg=("random_steps", "learning_starts", "ratio_tolerance", "max_restarts", "entry_fill_ms"),
             positive=("updates_per_transition", "sync_deadline_s", "reclaim_idle_s", "memory_retry_s",
                       "checkpoint_every_s", "hang_timeout_s"),
             fraction=("priority_alpha", "priority_beta"))

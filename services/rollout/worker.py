@@ -31,6 +31,17 @@ FLUSH_TIMEOUT_S = 3600.0
 SHARE_CHECK_S = 1.0
 ASYNC_CHUNK_ENTRIES = 16
 FIRST_POLICY_TIMEOUT_S = 600.0
+ENTRY_GROWTH_DIVISOR = 4
+HEADER_ALLOWANCE_BYTES = 512
+
+
+def backlog_bytes(cfg, batch_transitions: int, transition_bytes: int) -> int:
+    """The backlog's byte limit: ``--max-backlog-bytes``, and at most ``--max-backlog-entries`` entries of
+    ``--batch-transitions`` (headers allowed for). Entries grow past ``--batch-transitions`` (``--entry-fill-ms``),
+    so a limit in entries alone would let the backlog, and with it the policy lag of ASYNC experience, grow with
+    them; this keeps the transitions waiting for the trainer about where fixed-size entries put them."""
+    per_entry = batch_transitions * transition_bytes + HEADER_ALLOWANCE_BYTES
+    return min(cfg.max_backlog_bytes, cfg.max_backlog_entries * per_entry)
 
 
 class RolloutWorker:
@@ -43,8 +54,6 @@ class RolloutWorker:
         self.policies = ctx.policy_store()
         self.envs = VecEnv(cfg.env, cfg.envs_per_worker, seed=cfg.seed * 100_003 + 1000 * ctx.worker_index)
         self.actor = make_actor(cfg.algorithm, self.envs.spec, cfg, seed=cfg.seed + 7919 * (ctx.worker_index + 1))
-        self.producer = Producer(self.client, self.keys, ctx.name, cfg.max_backlog_entries, cfg.max_backlog_bytes,
-                                 retry_s=cfg.memory_retry_s)
         self.status = StatusWriter(self.client, self.keys.status(ctx.name), retry_s=cfg.memory_retry_s)
         self.total = share(max(0, cfg.steps - ctx.steps_done), cfg.workers, ctx.worker_index)
         self._share_checked = 0.0
@@ -63,8 +72,15 @@ class RolloutWorker:
         hyper = getattr(cfg, cfg.algorithm)
         self.nstep = (NStepFolder(hyper.n_step, hyper.gamma, cfg.envs_per_worker) if "nsteps" in layout else None)
         transition_bytes = sum(np.dtype(dt).itemsize * int(np.prod(shape)) for dt, shape in layout.values())
-        self.batch_transitions = max(1, min(cfg.batch_transitions, codec.MAX_ENTRY_BYTES // transition_bytes,
-                                            cfg.max_backlog_bytes // transition_bytes))
+        most = max(1, min(codec.MAX_ENTRY_BYTES // transition_bytes, cfg.max_backlog_bytes // transition_bytes))
+        self.batch_transitions = min(cfg.batch_transitions, most)
+        self.max_entry = max(self.batch_transitions,
+                             min(self.batch_transitions * cfg.max_backlog_entries // ENTRY_GROWTH_DIVISOR, most))
+        self.fill_s = cfg.entry_fill_ms / 1000.0
+        self._fill_started = time.perf_counter()
+        self.producer = Producer(self.client, self.keys, ctx.name, cfg.max_backlog_entries,
+                                 backlog_bytes(cfg, self.batch_transitions, transition_bytes),
+                                 retry_s=cfg.memory_retry_s)
         self.stop = False
         self.pending: list[dict[str, np.ndarray]] = []
         self.pending_n = 0
@@ -138,6 +154,7 @@ class RolloutWorker:
         else:
             self.seq -= 1
         self.pending, self.pending_n = [], 0
+        self._fill_started = time.perf_counter()
         self.stop = stop
         if self.cfg.mode == "async" and latest > self.version:
             self.load(latest)
@@ -154,12 +171,19 @@ class RolloutWorker:
                            "retained": len(self.producer.retained),
                            "episode_return": float(np.mean(returns)) if returns else ""}, force=force)
 
+    def entry_full(self) -> bool:
+        """An entry holds at least ``--batch-transitions`` and keeps filling while it has taken less than
+        ``--entry-fill-ms`` of stepping, up to ``max_entry``: every entry costs a round trip, an encode and the
+        trainer's bookkeeping, which a fast env pays thousands of times a second, while a slow env's entries
+        are not held back. The time waiting on back-pressure does not count (the clock starts after a send)."""
+        return self.pending_n >= self.max_entry or time.perf_counter() - self._fill_started >= self.fill_s
+
     def collect(self, n: int) -> None:
         """Collects n transitions, flushing full entries; the last entry of the n is flushed as iteration end."""
         target = self.stepped + n
         while self.stepped < target and not self.stop and not TELEMETRY.stop.is_set():
             self.step(target - self.stepped)
-            if self.pending_n >= self.batch_transitions and self.stepped < target:
+            if self.pending_n >= self.batch_transitions and self.stepped < target and self.entry_full():
                 self.flush()
         if self.nstep:
             self.queue(self.nstep.flush())
