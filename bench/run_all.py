@@ -298,16 +298,19 @@ def section_scaling(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
              num(r.get("raw_parallel_rate")), num(r.get("vs_raw_parallel"), ".3f"),
              num(r.get("cpu_efficiency"), ".3f"),
              f"{num(r.get('system_cpu_us_per_step'), '.1f')} / {num(r.get('raw_cpu_us_per_step'), '.1f')}",
-             num((r.get("cpu_share") or {}).get("others"), ".2f"), met(r.get("goal_met")),
-             f"{r['repeats_ok']}/{r['repeats']}"] for r in rows_in]
+             num((r.get("cpu_share") or {}).get("others"), ".2f"), num(r.get("transitions_per_entry")),
+             met(r.get("goal_met")), f"{r['repeats_ok']}/{r['repeats']}"] for r in rows_in]
     lines = table(["workers", "system steps/s (median)", "spread", "raw steps/s before these runs", "efficiency",
-                   f"vs N={base}", "N raw loops at once, steps/s", "system / N raw loops", "CPU efficiency", "CPU us/step system / raw", "others' CPU share", "goal",
-                   "repeats ok"], rows)
+                   f"vs N={base}", "N raw loops at once, steps/s", "system / N raw loops", "CPU efficiency",
+                   "CPU us/step system / raw", "others' CPU share", "transitions per entry", "goal", "repeats ok"],
+                  rows)
+    fill = f.get("entry_fill_ms")
+    entry_text = (f"entries of at least {f.get('batch_transitions')} transitions filled for {fill:g} ms "
+                  "(`--entry-fill-ms`)" if fill is not None else f"{f.get('batch_transitions')} transitions per entry")
     lines += ["", f"{cores} cores; raw rate {num(f.get('raw_rate'))} steps/s (median of every raw measurement of "
                   f"the run); efficiency = system / (raw x min(N, {cores})), median over repeats; "
                   f"{f.get('repeats')} repeats of a {f.get('window_s')} s steady window; {f.get('env')}, "
-                  f"{f.get('envs_per_worker')} env(s) per worker, {f.get('batch_transitions')} transitions per "
-                  "entry; the trainer only consumes (no gradient updates). CPU efficiency = raw CPU per step / the "
+                  f"{f.get('envs_per_worker')} env(s) per worker, {entry_text}; the trainer only consumes (no gradient updates). CPU efficiency = raw CPU per step / the "
                   "whole system's CPU per collected step (independent of other load); others' CPU share = the "
                   "fraction of all cores other processes on the machine took during the window. N raw loops at "
                   "once = the raw loop in N processes started together, with nothing of drl: the ceiling for N "

@@ -4,13 +4,14 @@ The question is how much of the machine's acting capacity reaches the trainer on
 drl (rollout worker -> Valkey stream -> trainer), and whether adding workers beyond the cores collapses it.
 
 - **system rate** (per N in ``--workers``, default 1, 2, 4, 8, 16, 32): the real command line as a subprocess,
-  ``drl-orchestrate --preset sac --env Pendulum-v1 --mode async --workers N --envs-per-worker E --steps 10^9
-  --random-steps 0 --learning-starts 10^9 --eval-episodes 1 --seed S --output TMP --run-name NAME``: a private
-  Valkey server started by the orchestrator, N rollout worker processes, the trainer and the evaluator. The
-  workers act with the SAC actor of the announced version 0 (``drl/algorithms/sac/actor.py``, numpy; no random
-  actions since ``--random-steps 0``), pack entries of ``--batch-transitions`` transitions (drl's default, 64)
-  and append them with back-pressure; the trainer reads, decodes, deduplicates, inserts into replay and
-  acknowledges every entry. **The trainer runs no gradient update** (``--learning-starts`` beyond ``--steps``),
+  ``drl-orchestrate --preset sac --env Pendulum-v1 --mode async --workers N --envs-per-worker E
+  --batch-transitions B --entry-fill-ms F --steps 10^9 --random-steps 0 --learning-starts 10^9 --eval-episodes 1
+  --seed S --output TMP --run-name NAME``: a private Valkey server started by the orchestrator, N rollout worker
+  processes, the trainer and the evaluator. The workers act with the SAC actor of the announced version 0
+  (``drl/algorithms/sac/actor.py``, numpy; no random actions since ``--random-steps 0``), pack entries of at
+  least ``--batch-transitions`` transitions, filled for ``--entry-fill-ms`` (drl's defaults, 64 and 10 ms; the
+  table's "per entry" column is the mean size the workers sent in the window), and append them with
+  back-pressure; the trainer reads, decodes, deduplicates, inserts into replay and acknowledges every entry. **The trainer runs no gradient update** (``--learning-starts`` beyond ``--steps``),
   so it only consumes: the figure is the collection path's, not the learner's (with updates, the ASYNC rate
   limiter would pace the workers to the learner's speed, which ``learner_speed.py`` and ``time_to_score.py``
   measure). The evaluator scores version 0 once (one episode) and then waits for versions that never come.
@@ -78,6 +79,7 @@ import time
 from pathlib import Path
 
 from bench.time_to_score import git_commit, version
+from drl.config import ExperimentConfig
 
 ENV = "Pendulum-v1"
 PRESET = "sac"
@@ -244,7 +246,7 @@ def orchestrate_exe() -> str:
 def system_command(workers: int, seed: int, args: argparse.Namespace, output: Path, run: str) -> list[str]:
     return [orchestrate_exe(), "--preset", PRESET, "--env", args.env, "--mode", "async", "--workers", str(workers),
             "--envs-per-worker", str(args.envs_per_worker), "--batch-transitions", str(args.batch_transitions),
-            "--steps", str(FOREVER), "--random-steps", "0", "--learning-starts", str(FOREVER),
+            "--entry-fill-ms", f"{args.entry_fill_ms:g}", "--steps", str(FOREVER), "--random-steps", "0", "--learning-starts", str(FOREVER),
             "--eval-episodes", "1", "--seed", str(seed), "--output", str(output), "--run-name", run]
 
 
@@ -314,7 +316,16 @@ def measure_system(workers: int, seed: int, args: argparse.Namespace, workdir: P
             consumed, produced = pipe.execute()
             return time.perf_counter(), int(consumed or 0), sum(int(v) for v in produced)
 
+        def entries_sent() -> tuple[int, int]:
+            """(entries, transitions) the workers reported in their status hashes (written once a second)."""
+            pipe = client.pipeline(transaction=False)
+            for i in range(workers):
+                pipe.hmget(keys.status(f"rollout-{i}"), "seq", "produced")
+            pairs = [(int(a or 0), int(b or 0)) for a, b in pipe.execute()]
+            return sum(a for a, _ in pairs), sum(b for _, b in pairs)
+
         cpu_a = meter.sample()
+        entries_a = entries_sent()
         samples = [counters()]
         end = samples[0][0] + args.window
         while samples[-1][0] < end:
@@ -323,6 +334,7 @@ def measure_system(workers: int, seed: int, args: argparse.Namespace, workdir: P
             if proc.poll() is not None:
                 raise RuntimeError("the run ended inside the window")
         cpu_b = meter.sample()
+        entries_b = entries_sent()
         (t0, c0, p0), (t1, c1, p1) = samples[0], samples[-1]
         used = CpuMeter.used(meter.roles, cpu_a, cpu_b)
         system_cpu = sum(used[role] for role in CpuMeter.SYSTEM)
@@ -333,6 +345,7 @@ def measure_system(workers: int, seed: int, args: argparse.Namespace, workdir: P
             "second_half_rate": (c1 - half[1]) / max(1e-9, t1 - half[0]),
             "window_s": round(t1 - t0, 3), "consumed_in_window": c1 - c0, "samples": len(samples),
             "backlog_entries_end": int(client.xlen(keys.stream)),
+            "transitions_per_entry": round((entries_b[1] - entries_a[1]) / max(1, entries_b[0] - entries_a[0]), 1),
             "cpu_share": {role: round(v / ((cpu_b[0] - cpu_a[0]) * cores()), 3) for role, v in used.items()},
             "system_cpu_us_per_step": round(1e6 * system_cpu / max(1, c1 - c0), 2),
             "server": server_version(client),
@@ -389,6 +402,7 @@ def summarise(worker_counts: list[int], pairs: dict[int, list[dict]],
             "system_cpu_us_per_step": median([p["system_cpu_us_per_step"] for p in ok]),
             "raw_cpu_us_per_step": median([p["raw"]["cpu_us_per_step"] for p in ok]),
             "startup_s": median([p["startup_s"] for p in ok]),
+            "transitions_per_entry": median([p["transitions_per_entry"] for p in ok if "transitions_per_entry" in p]),
             "cpu_share": shares, "repeats_ok": len(ok), "repeats": len(pairs[n]),
             "errors": [p["error"] for p in pairs[n] if "error" in p],
         })
@@ -417,7 +431,7 @@ def print_table(rows: list[dict], n_cores: int, base_n: int | None) -> None:
     print()
     print(f"{'workers':>7} {'system steps/s':>14} {'spread':>17} {'raw (paired)':>12} {'efficiency':>10} "
           f"{'vs N=' + str(base_n):>8} {'goal':>5} {'raw xN':>8} {'sys/rawxN':>9} {'us/step':>13} {'CPU eff':>7} "
-          f"{'start s':>7}  "
+          f"{'start s':>7} {'per entry':>9}  "
           f"CPU share of all cores: workers trainer valkey eval others")
     for r in rows:
         spread = (f"{min(r['system_rates']):,.0f}-{max(r['system_rates']):,.0f}" if r["system_rates"] else "-")
@@ -428,7 +442,8 @@ def print_table(rows: list[dict], n_cores: int, base_n: int | None) -> None:
               f"{'yes' if r['goal_met'] else 'NO':>5} {fmt(r['raw_parallel_rate']):>8} "
               f"{fmt(r['vs_raw_parallel'], '.3f'):>9} "
               f"{fmt(r['system_cpu_us_per_step'], '.1f') + '/' + fmt(r['raw_cpu_us_per_step'], '.1f'):>13} "
-              f"{fmt(r['cpu_efficiency'], '.3f'):>7} {fmt(r['startup_s'], '.1f'):>7}  {cpu_text}")
+              f"{fmt(r['cpu_efficiency'], '.3f'):>7} {fmt(r['startup_s'], '.1f'):>7} "
+              f"{fmt(r['transitions_per_entry'], '.0f'):>9}  {cpu_text}")
         for error in r["errors"]:
             print(f"        failed repeat: {error}")
 
@@ -447,7 +462,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-s", type=float, default=0.5, help="seconds between counter samples")
     parser.add_argument("--env", default=ENV, help="gymnasium env id (continuous actions, SAC's actor)")
     parser.add_argument("--envs-per-worker", type=int, default=1, help="envs per worker, and in the raw loop")
-    parser.add_argument("--batch-transitions", type=int, default=64, help="transitions per stream entry")
+    parser.add_argument("--batch-transitions", type=int, default=ExperimentConfig.batch_transitions,
+                        help="transitions per stream entry, the least (drl's --batch-transitions)")
+    parser.add_argument("--entry-fill-ms", type=float, default=ExperimentConfig.entry_fill_ms,
+                        help="drl's --entry-fill-ms: entries grow past --batch-transitions up to this much "
+                             "collection time; 0 keeps them at --batch-transitions")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first repeat (repeat r uses seed + r)")
     parser.add_argument("--start-timeout", type=float, default=180.0,
                         help="seconds a run may take to reach steady state before it counts as failed")
@@ -482,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} at start")
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     print(f"task:     {args.env}, SAC's numpy actor, {args.envs_per_worker} env(s) per worker, "
-          f"{args.batch_transitions} transitions per entry; workers {worker_counts}; repeats {args.repeats} "
+          f"entries of {args.batch_transitions}+ transitions (--entry-fill-ms {args.entry_fill_ms:g}); workers {worker_counts}; repeats {args.repeats} "
           f"(seeds {seeds}); window {args.window:g} s after {args.settle:g} s settling; raw {args.raw_seconds:g} s")
     print(f"system:   {' '.join(system_command(0, 0, args, Path('TMP'), 'NAME')).replace('--workers 0', '--workers N')}"
           " (seed per repeat); the trainer only consumes (no gradient update)", flush=True)
@@ -552,6 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         "workers": worker_counts, "repeats": args.repeats, "seeds": seeds, "window_s": args.window,
         "settle_s": args.settle, "raw_seconds": args.raw_seconds, "env": args.env,
         "envs_per_worker": args.envs_per_worker, "batch_transitions": args.batch_transitions,
+        "entry_fill_ms": args.entry_fill_ms,
         "runs": [{k: v for k, v in p.items() if k != "log_tail"} for n in worker_counts for p in pairs[n]],
         "system_rate": "trainer's consumed transitions per second over the steady window (no gradient updates)",
         "raw_rate_method": "VecEnv + numpy SAC actor in one process, nothing else; median of all raw "
