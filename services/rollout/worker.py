@@ -74,12 +74,13 @@ class RolloutWorker:
         transition_bytes = sum(np.dtype(dt).itemsize * int(np.prod(shape)) for dt, shape in layout.values())
         most = max(1, min(codec.MAX_ENTRY_BYTES // transition_bytes, cfg.max_backlog_bytes // transition_bytes))
         self.batch_transitions = min(cfg.batch_transitions, most)
-        self.max_entry = max(self.batch_transitions,
-                             min(self.batch_transitions * cfg.max_backlog_entries // ENTRY_GROWTH_DIVISOR, most))
+        limit = backlog_bytes(cfg, self.batch_transitions, transition_bytes)
+        quarter = (limit // ENTRY_GROWTH_DIVISOR - HEADER_ALLOWANCE_BYTES) // transition_bytes
+        self.max_entry = max(self.batch_transitions, min(
+            self.batch_transitions * cfg.max_backlog_entries // ENTRY_GROWTH_DIVISOR, quarter, most))
         self.fill_s = cfg.entry_fill_ms / 1000.0
         self._fill_started = time.perf_counter()
-        self.producer = Producer(self.client, self.keys, ctx.name, cfg.max_backlog_entries,
-                                 backlog_bytes(cfg, self.batch_transitions, transition_bytes),
+        self.producer = Producer(self.client, self.keys, ctx.name, cfg.max_backlog_entries, limit,
                                  retry_s=cfg.memory_retry_s)
         self.stop = False
         self.pending: list[dict[str, np.ndarray]] = []
