@@ -3,7 +3,8 @@
 Goals (issue: algorithms), seeds fixed:
 
 - sac and td3 on Pendulum-v1, 2 workers, both modes: mean evaluation return of at least -200 within 20,000 env
-  steps (seeds 0-2 get there after about 3,000-7,000 env steps, 15-30 s each);
+  steps (seeds 0-2 get there after about 3,000-7,000 env steps, 15-30 s each); SAC ASYNC also with
+  ``--sac.matmul bfloat16`` (its 64x64 hidden layer products in bfloat16);
 - ppo on CartPole-v1, SYNC, 4 workers: at least 475 within 150,000 env steps (seeds 0-2: 6,000-9,000 steps);
 - dqn on CartPole-v1, 2 workers, both modes (ASYNC with prioritized replay and worker-computed priorities): best
   evaluation of at least 475 within 100,000 env steps (SYNC seeds 0-4: 8,000-9,512 steps; ASYNC seeds 0-2:
@@ -25,6 +26,7 @@ PER = ["--prioritized", "true", "--worker-priorities", "true"]
 CASES = {
     "sac-pendulum-sync": ("sac", "Pendulum-v1", "sync", 2, [], -200.0, 20_000),
     "sac-pendulum-async": ("sac", "Pendulum-v1", "async", 2, [], -200.0, 20_000),
+    "sac-pendulum-async-bfloat16": ("sac", "Pendulum-v1", "async", 2, ["--sac.matmul", "bfloat16"], -200.0, 20_000),
     "td3-pendulum-sync": ("td3", "Pendulum-v1", "sync", 2, [], -200.0, 20_000),
     "td3-pendulum-async": ("td3", "Pendulum-v1", "async", 2, [], -200.0, 20_000),
     "ppo-cartpole-sync": ("ppo", "CartPole-v1", "sync", 4, [], 475.0, 150_000),
