@@ -19,8 +19,13 @@ the same torch thread count (``torch.get_num_threads()``, by default the machine
   loop of replay sampling, entropy-coefficient, critic and actor steps and the Polyak update of the targets,
   through autograd and a per-parameter Adam.
 
+- **drl-bfloat16**: the same as drl with ``SACConfig(matmul="bfloat16")``: the wide products (the 256-wide layers)
+  in bfloat16 with float32 sums and results, everything else float32 (``tests/unit/test_sac_bf16.py``: gradients
+  within 3% of float32's). Shown for what the option buys; the goal is judged on drl's float32 update, the same
+  arithmetic as SB3's.
+
 Each learner is warmed up first (``--warmup`` updates, which also settles the allocator and the thread pool),
-then the two are timed alternately, ``--repeats`` times each, ``--updates`` updates per timed block, so load
+then the three are timed in rotation, ``--repeats`` times each, ``--updates`` updates per timed block, so load
 drift on a shared machine hits both alike. The table shows the median updates/s with the spread; ``ratio`` is
 drl's median over SB3's median (the median of the per-repeat ratios is shown too). The last line is one JSON
 object with both figures, the ratio, the goal (drl at least 3x SB3's updates per second) and whether it was met,
@@ -85,11 +90,10 @@ def random_transitions(n: int, seed: int) -> dict[str, np.ndarray]:
 
 
 class DrlRunner:
-    name = "drl"
-
-    def __init__(self, data: dict[str, np.ndarray], seed: int):
+    def __init__(self, data: dict[str, np.ndarray], seed: int, matmul: str = "float32"):
+        self.name = "drl" if matmul == "float32" else f"drl-{matmul}"
         spec = space_spec(ENV)
-        self.learner = SACLearner(spec, SACConfig(hidden=HIDDEN, batch_size=BATCH, lr=LR), seed=seed)
+        self.learner = SACLearner(spec, SACConfig(hidden=HIDDEN, batch_size=BATCH, lr=LR, matmul=matmul), seed=seed)
         self.replay = ReplayBuffer(spec, capacity=len(data["reward"]), seed=seed)
         self.replay.add(data)
         self.last: dict = {}
@@ -190,16 +194,16 @@ def main(argv: list[str] | None = None) -> int:
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     print(f"setup:    {ENV} spaces, hidden {HIDDEN}, batch {BATCH}, lr {LR}, torch threads {threads} (both), "
           f"replay {args.fill:,} random transitions, warm-up {args.warmup}, {args.repeats} x {args.updates} "
-          f"timed updates each, alternating")
+          f"timed updates each, in rotation")
     load_start = os.getloadavg()
 
     data = random_transitions(args.fill, args.seed)
-    runners = [DrlRunner(data, args.seed), Sb3Runner(data, args.seed)]
+    runners = [DrlRunner(data, args.seed), Sb3Runner(data, args.seed), DrlRunner(data, args.seed, "bfloat16")]
     for runner in runners:
         runner.run(args.warmup)
     rates: dict[str, list[float]] = {r.name: [] for r in runners}
     for rep in range(args.repeats):
-        for runner in (runners if rep % 2 == 0 else runners[::-1]):
+        for runner in runners[rep % 3:] + runners[:rep % 3]:
             rates[runner.name].append(args.updates / runner.run(args.updates))
     assert torch.get_num_threads() == threads, "a learner changed torch's thread count"
     load_end = os.getloadavg()
@@ -207,15 +211,18 @@ def main(argv: list[str] | None = None) -> int:
     gemm = gemm_seconds()
     medians = {name: statistics.median(values) for name, values in rates.items()}
     ratio = medians["drl"] / medians["sb3"]
+    ratio_bf16 = medians["drl-bfloat16"] / medians["sb3"]
     pair_ratio = statistics.median(d / s for d, s in zip(rates["drl"], rates["sb3"]))
     floor_rate = 1.0 / (GEMMS_PER_UPDATE * gemm)
     print()
-    print(f"{'learner':<8} {'updates/s (median)':>19} {'min':>9} {'max':>9} {'ms/update':>10}")
+    print(f"{'learner':<13} {'updates/s (median)':>19} {'min':>9} {'max':>9} {'ms/update':>10}")
     for name, values in rates.items():
-        print(f"{name:<8} {medians[name]:>19.1f} {min(values):>9.1f} {max(values):>9.1f} "
+        print(f"{name:<13} {medians[name]:>19.1f} {min(values):>9.1f} {max(values):>9.1f} "
               f"{1000 / medians[name]:>10.2f}")
     print(f"ratio drl/sb3: {ratio:.2f}x (goal {GOAL_RATIO:.1f}x: {'met' if ratio >= GOAL_RATIO else 'not met'}); "
           f"median of the per-repeat ratios {pair_ratio:.2f}x")
+    print(f"with --sac.matmul bfloat16 (wide products in bfloat16, float32 sums; SB3 stays float32): "
+          f"{ratio_bf16:.2f}x sb3")
     print(f"GEMM floor: one 256x256x256 float32 product takes {gemm * 1e3:.3f} ms here; an exact SAC update needs "
           f"{GEMMS_PER_UPDATE} of them, so no float32 implementation exceeds {floor_rate:.0f} updates/s "
           f"({floor_rate / medians['sb3']:.2f}x sb3's median)")
@@ -227,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
         "goal": GOAL_RATIO,
         "goal_met": ratio >= GOAL_RATIO,
         "ratio_median_per_repeat": round(pair_ratio, 3),
+        "drl_bfloat16_updates_per_s": round(medians["drl-bfloat16"], 2),
+        "ratio_bfloat16": round(ratio_bf16, 3),
+        "drl_bfloat16_runs": [round(v, 2) for v in rates["drl-bfloat16"]],
         "gemm_256_ms": round(gemm * 1e3, 4),
         "gemm_floor_updates_per_s": round(floor_rate, 1),
         "drl_runs": [round(v, 2) for v in rates["drl"]],

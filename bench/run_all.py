@@ -232,15 +232,25 @@ def section_policy_sync(f: dict, plot) -> tuple[list[str], str, str, bool | None
 def section_learner(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
     rows = [["drl", num(f["drl_updates_per_s"], ".1f"), ", ".join(num(v, ".1f") for v in f.get("drl_runs", []))],
             ["SB3", num(f["sb3_updates_per_s"], ".1f"), ", ".join(num(v, ".1f") for v in f.get("sb3_runs", []))]]
+    if f.get("drl_bfloat16_updates_per_s") is not None:
+        rows.append(["drl, `--sac.matmul bfloat16`", num(f["drl_bfloat16_updates_per_s"], ".1f"),
+                     ", ".join(num(v, ".1f") for v in f.get("drl_bfloat16_runs", []))])
     lines = table(["learner", "updates/s (median)", "repeats"], rows)
+    bf16 = (f"; with `--sac.matmul bfloat16` (the wide products in bfloat16 with float32 sums, SB3 still float32) "
+            f"{num(f['ratio_bfloat16'], '.2f')}x, not counted for the goal"
+            if f.get("ratio_bfloat16") is not None else "")
     lines += ["", f"ratio {num(f['ratio'], '.2f')} (median of per-repeat ratios "
-                  f"{num(f.get('ratio_median_per_repeat'), '.2f')}); networks {f.get('hidden')}, batch "
+                  f"{num(f.get('ratio_median_per_repeat'), '.2f')}){bf16}; networks {f.get('hidden')}, batch "
                   f"{f.get('batch_size')}, {f.get('threads')} threads; one 256x256x256 float32 product "
                   f"{f.get('gemm_256_ms')} ms, so no exact float32 update exceeds "
                   f"{num(f.get('gemm_floor_updates_per_s'), '.0f')} updates/s here"]
     if plot:
         fig, ax = plot.subplots(figsize=(5, 3.2))
-        ax.bar(["drl", "SB3"], [f["drl_updates_per_s"], f["sb3_updates_per_s"]], color=["C0", "C1"])
+        names, values = ["drl", "SB3"], [f["drl_updates_per_s"], f["sb3_updates_per_s"]]
+        if f.get("drl_bfloat16_updates_per_s") is not None:
+            names.append("drl bf16")
+            values.append(f["drl_bfloat16_updates_per_s"])
+        ax.bar(names, values, color=["C0", "C1", "C2"][:len(names)])
         if f.get("gemm_floor_updates_per_s"):
             ax.axhline(f["gemm_floor_updates_per_s"], color="grey", ls=":", lw=0.8, label="matrix-product bound")
             ax.legend(fontsize=8)
