@@ -7,7 +7,8 @@ Benchmarks, in this order (each its own module, documented in ``bench/README.md`
 - ``learner_speed``: SAC gradient updates per second, drl against SB3;
 - ``time_to_score``: SAC on Pendulum-v1 to -200, drl against SB3;
 - ``scaling``: env steps per second through the system with N workers against the raw env + actor rate;
-- ``time_to_score_lunar`` (only with ``--lunar``; hours): SAC on LunarLanderContinuous-v3 to 200.
+- ``time_to_score_lunar`` (only with ``--lunar``; hours): SAC on LunarLanderContinuous-v3 to 200;
+- ``time_to_score_lunar_bf16`` (only with ``--lunar``): the same, drl alone with ``--sac.matmul bfloat16``.
 
 Each runs as ``python -m bench.NAME [--quick] [extra]`` with its output saved to ``<data dir>/logs/NAME.log``;
 its last JSON line (every benchmark ends with one: figures, goal, command, machine, versions) is collected. A
@@ -71,6 +72,10 @@ BENCHES = [
     Bench("time_to_score_lunar", "Time to score: SAC on LunarLanderContinuous-v3", "bench.time_to_score",
           args=["--env", "LunarLanderContinuous-v3", "--target", "200"], timeout_quick=2 * 3600,
           timeout_full=4 * 3600, opt_in=True),
+    Bench("time_to_score_lunar_bf16", "Time to score: SAC on LunarLanderContinuous-v3, drl with bfloat16 products",
+          "bench.time_to_score", args=["--env", "LunarLanderContinuous-v3", "--target", "200", "--sides", "drl",
+                                       "--drl-args", "--sac.matmul bfloat16"],
+          timeout_quick=2 * 3600, timeout_full=4 * 3600, opt_in=True),
 ]
 
 
@@ -371,7 +376,8 @@ def section_scaling(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
 SECTIONS = {"memory_throughput": section_memory, "policy_sync": section_policy_sync,
             "learner_speed": section_learner, "scaling": section_scaling,
             "time_to_score": lambda f, p: section_tts(f, p, "time_to_score"),
-            "time_to_score_lunar": lambda f, p: section_tts(f, p, "time_to_score_lunar")}
+            "time_to_score_lunar": lambda f, p: section_tts(f, p, "time_to_score_lunar"),
+            "time_to_score_lunar_bf16": lambda f, p: section_tts(f, p, "time_to_score_lunar_bf16")}
 
 
 class Plotter:

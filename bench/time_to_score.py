@@ -380,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="extra drl-orchestrate flags, e.g. '--sac.hidden 256,256'; hyperparameters set "
                              "here reach SB3 too (it reads drl's config.json)")
     parser.add_argument("--workers", type=int, default=2, help="drl rollout workers")
+    parser.add_argument("--sides", default="drl,sb3",
+                        help="which learners run: drl,sb3 (default) or drl alone (only for a goal in seconds, "
+                             "LunarLander's: e.g. a drl variant through --drl-args beside an earlier SB3 run)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads of drl's trainer (--trainer-threads) and of SB3")
     parser.add_argument("--sb3-eval-every", type=int, default=None,
@@ -407,6 +410,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.run_timeout is None:
         args.run_timeout = 900.0 if args.time_budget is None else args.time_budget + 600.0
     goal_kind, goal_value = profile["goal"]
+    sides = tuple(x.strip() for x in args.sides.split(",") if x.strip())
+    if sides not in (("drl", "sb3"), ("sb3", "drl"), ("drl",)):
+        raise SystemExit(f"--sides must be drl,sb3 or drl, got {args.sides!r}")
+    if goal_kind == "ratio" and "sb3" not in sides:
+        raise SystemExit(f"--sides drl: the {args.env} goal is a ratio to SB3's time, which needs SB3's runs")
     goal_text = (f"drl_median / sb3_median <= {goal_value}" if goal_kind == "ratio"
                  else f"drl median time to score <= {goal_value:g} s")
     seeds = [0] if args.quick else [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -437,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for position, seed in enumerate(seeds):
             order = ("drl", "sb3") if position % 2 == 0 or config is None else ("sb3", "drl")
-            for side in order:
+            for side in (s for s in order if s in sides):
                 t = time.perf_counter()
                 if side == "drl":
                     result, run_config = run_drl(seed, args, workdir)
@@ -471,9 +479,10 @@ def main(argv: list[str] | None = None) -> int:
 
     print_table(results)
     by_side = {side: [r for r in results if r["side"] == side] for side in ("drl", "sb3")}
-    medians = {side: statistics.median(seconds(r) for r in rs) for side, rs in by_side.items()}
-    launch = {side: statistics.median(seconds(r, "launch_to_score_s") for r in rs) for side, rs in by_side.items()}
-    steps = {side: statistics.median(r["env_steps"] if r["reached"] else math.inf for r in rs)
+    medians = {side: statistics.median(seconds(r) for r in rs) if rs else math.inf for side, rs in by_side.items()}
+    launch = {side: statistics.median(seconds(r, "launch_to_score_s") for r in rs) if rs else math.inf
+              for side, rs in by_side.items()}
+    steps = {side: statistics.median(r["env_steps"] if r["reached"] else math.inf for r in rs) if rs else math.inf
              for side, rs in by_side.items()}
     ratio = None if any(math.isinf(x) for x in medians.values()) else medians["drl"] / medians["sb3"]
     if goal_kind == "seconds":
@@ -484,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         goal_met = ratio is None or ratio <= goal_value
     launch_ratio = launch["drl"] / launch["sb3"] if not any(math.isinf(x) for x in launch.values()) else None
     per_seed = {}
-    for seed in seeds:
+    for seed in seeds if "sb3" in sides else []:
         d, s = (next(r for r in by_side[side] if r["seed"] == seed) for side in ("drl", "sb3"))
         per_seed[str(seed)] = finite(seconds(d) / seconds(s)) if d["reached"] and s["reached"] else None
     print()
@@ -504,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         "drl_median_env_steps": finite(steps["drl"]), "sb3_median_env_steps": finite(steps["sb3"]),
         "drl_median_launch_to_score_s": finite(launch["drl"]), "sb3_median_launch_to_score_s": finite(launch["sb3"]),
         "launch_to_score_ratio": None if launch_ratio is None else round(launch_ratio, 3),
-        "runs": results, "seeds": seeds, "target": args.target, "budget_env_steps": args.steps,
+        "runs": results, "seeds": seeds, "sides": list(sides), "target": args.target, "budget_env_steps": args.steps,
         "budget_s": args.time_budget, "preset": args.preset, "drl_args": args.drl_args,
         "env": args.env, "drl_mode": MODE, "drl_workers": args.workers, "threads": args.threads,
         "sb3_eval_every": args.sb3_eval_every, "sb3_kwargs": kwargs,
