@@ -299,7 +299,16 @@ def section_tts(f: dict, plot, stem: str) -> tuple[list[str], str, str, bool | N
         ax.set_title(f"Time to score: {f.get('env')} to {f.get('target')}")
         ax.legend(fontsize=8)
         lines += ["", plot.save(fig, f"{stem}.png")]
-    headline = f"drl {num(f.get('drl_median_s'), '.1f')} s, SB3 {num(f.get('sb3_median_s'), '.1f')} s"
+    def median_text(side: str) -> str:
+        side_runs = [r for r in runs if r["side"] == side]
+        if f.get(f"{side}_median_s") is not None:
+            return f"{num(f[f'{side}_median_s'], '.1f')} s"
+        missed = sum(1 for r in side_runs if not r["reached"])
+        return f"not reached (median; {missed} of {len(side_runs)} seeds missed the target)"
+
+    headline = f"drl {median_text('drl')}"
+    if any(r["side"] == "sb3" for r in runs):
+        headline += f", SB3 {median_text('sb3')}"
     return lines, headline, str(f.get("goal")), f.get("goal_met")
 
 
