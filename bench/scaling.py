@@ -11,10 +11,11 @@ drl (rollout worker -> Valkey stream -> trainer), and whether adding workers bey
   (``drl/algorithms/sac/actor.py``, numpy; no random actions since ``--random-steps 0``), pack entries of at
   least ``--batch-transitions`` transitions, filled for ``--entry-fill-ms`` (drl's defaults, 64 and 10 ms; the
   table's "per entry" column is the mean size the workers sent in the window), and append them with
-  back-pressure; the trainer reads, decodes, deduplicates, inserts into replay and acknowledges every entry. **The trainer runs no gradient update** (``--learning-starts`` beyond ``--steps``),
-  so it only consumes: the figure is the collection path's, not the learner's (with updates, the ASYNC rate
-  limiter would pace the workers to the learner's speed, which ``learner_speed.py`` and ``time_to_score.py``
-  measure). The evaluator scores version 0 once (one episode) and then waits for versions that never come.
+  back-pressure; the trainer reads, decodes, deduplicates, inserts into replay and acknowledges every entry.
+  **The trainer runs no gradient update** (``--learning-starts`` beyond ``--steps``), so it only consumes: the
+  figure is the collection path's, not the learner's (with updates, the ASYNC rate limiter would pace the workers
+  to the learner's speed, which ``learner_speed.py`` and ``time_to_score.py`` measure). The evaluator scores
+  version 0 once (one episode) and then waits for versions that never come.
   The rate is read from the memory server: the trainer's ``consumed`` counter (``trainer:state``, written in the
   same atomic commit that acknowledges the entries) sampled every ``--sample-s`` seconds. The **steady window**
   starts ``--settle`` seconds after every worker has appended its first entry and the evaluator has finished its
@@ -246,7 +247,8 @@ def orchestrate_exe() -> str:
 def system_command(workers: int, seed: int, args: argparse.Namespace, output: Path, run: str) -> list[str]:
     return [orchestrate_exe(), "--preset", PRESET, "--env", args.env, "--mode", "async", "--workers", str(workers),
             "--envs-per-worker", str(args.envs_per_worker), "--batch-transitions", str(args.batch_transitions),
-            "--entry-fill-ms", f"{args.entry_fill_ms:g}", "--steps", str(FOREVER), "--random-steps", "0", "--learning-starts", str(FOREVER),
+            "--entry-fill-ms", f"{args.entry_fill_ms:g}", "--steps", str(FOREVER), "--random-steps", "0",
+            "--learning-starts", str(FOREVER),
             "--eval-episodes", "1", "--seed", str(seed), "--output", str(output), "--run-name", run]
 
 
@@ -501,7 +503,8 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} at start")
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     print(f"task:     {args.env}, SAC's numpy actor, {args.envs_per_worker} env(s) per worker, "
-          f"entries of {args.batch_transitions}+ transitions (--entry-fill-ms {args.entry_fill_ms:g}); workers {worker_counts}; repeats {args.repeats} "
+          f"entries of {args.batch_transitions}+ transitions (--entry-fill-ms {args.entry_fill_ms:g}); "
+          f"workers {worker_counts}; repeats {args.repeats} "
           f"(seeds {seeds}); window {args.window:g} s after {args.settle:g} s settling; raw {args.raw_seconds:g} s")
     print(f"system:   {' '.join(system_command(0, 0, args, Path('TMP'), 'NAME')).replace('--workers 0', '--workers N')}"
           " (seed per repeat); the trainer only consumes (no gradient update)", flush=True)

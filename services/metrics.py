@@ -37,7 +37,8 @@ HELP = {
     "env_steps": "Environment steps: consumed by the trainer, or of the last evaluated version (evaluator).",
     "transitions_consumed": "Transitions the trainer took into replay (or into the iteration's rollout).",
     "updates": "Gradient updates (learner steps) so far.",
-    "transitions_per_s": "Transitions per second since this process started: consumed (trainer), produced (rollout worker).",
+    "transitions_per_s": "Transitions per second since this process started: consumed (trainer), produced "
+                         "(rollout worker).",
     "backlog": "Entries waiting in the experience stream (unread plus unacknowledged).",
     "backlog_bytes": "Bytes of the entries waiting in the experience stream.",
     "policy_version": "Policy version published (trainer), acted with (rollout) or evaluated (evaluator).",
