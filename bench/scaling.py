@@ -9,8 +9,8 @@ drl (rollout worker -> Valkey stream -> trainer), and whether adding workers bey
   --seed S --output TMP --run-name NAME``: a private Valkey server started by the orchestrator, N rollout worker
   processes, the trainer and the evaluator. The workers act with the SAC actor of the announced version 0
   (``drl/algorithms/sac/actor.py``, numpy; no random actions since ``--random-steps 0``), pack entries of at
-  least ``--batch-transitions`` transitions, filled for ``--entry-fill-ms`` (drl's defaults, 64 and 10 ms; the
-  table's "per entry" column is the mean size the workers sent in the window), and append them with
+  least ``--batch-transitions`` transitions, filled for ``--entry-fill-ms`` of CPU time (drl's defaults, 64 and
+  10 ms; the table's "per entry" column is the mean size the workers sent in the window), and append them with
   back-pressure; the trainer reads, decodes, deduplicates, inserts into replay and acknowledges every entry.
   **The trainer runs no gradient update** (``--learning-starts`` beyond ``--steps``), so it only consumes: the
   figure is the collection path's, not the learner's (with updates, the ASYNC rate limiter would pace the workers

@@ -52,11 +52,12 @@ class ExperimentConfig:
     target_return: float | None = opt(None, "Stop early once a mean evaluation return reaches this value.")
     batch_transitions: int = opt(64, "Transitions per stream entry sent by a rollout worker (the least; see "
                                      "--entry-fill-ms).")
-    entry_fill_ms: float = opt(10.0, "A rollout worker keeps filling an entry past --batch-transitions until it "
-                                     "has collected for this many milliseconds, up to a quarter of the backlog's "
-                                     "limit (--max-backlog-entries entries of --batch-transitions): a fast env "
-                                     "sends fewer, larger entries, a slow one is not held back. 0 sends every "
-                                     "entry at --batch-transitions.")
+    entry_fill_ms: float = opt(10.0, "A rollout worker keeps filling an entry past --batch-transitions until its "
+                                     "stepping has used this many milliseconds of CPU time (or 100 times as "
+                                     "long has passed), up to a quarter of the backlog's limit "
+                                     "(--max-backlog-entries entries of --batch-transitions): a fast env sends "
+                                     "fewer, larger entries, a slow one is not held back. 0 sends every entry at "
+                                     "--batch-transitions.")
     random_steps: int = opt(1000, "Initial environment steps (all workers together) taken with uniform random actions.")
     learning_starts: int = opt(1000, "Transitions in replay before the first gradient update.")
     updates_per_transition: float = opt(1.0, "Gradient updates per consumed transition (the replay ratio).")

@@ -33,6 +33,7 @@ ASYNC_CHUNK_ENTRIES = 16
 FIRST_POLICY_TIMEOUT_S = 600.0
 ENTRY_GROWTH_DIVISOR = 4
 HEADER_ALLOWANCE_BYTES = 512
+FILL_WALL_FACTOR = 100
 
 
 def backlog_bytes(cfg, batch_transitions: int, transition_bytes: int) -> int:
@@ -42,6 +43,33 @@ def backlog_bytes(cfg, batch_transitions: int, transition_bytes: int) -> int:
     them; this keeps the transitions waiting for the trainer about where fixed-size entries put them."""
     per_entry = batch_transitions * transition_bytes + HEADER_ALLOWANCE_BYTES
     return min(cfg.max_backlog_bytes, cfg.max_backlog_entries * per_entry)
+
+
+class EntryFill:
+    """Decides when an entry is full. It holds at least ``least`` transitions and keeps filling while the
+    worker's own stepping has used less than ``fill_s`` of CPU time, up to ``most``: every entry costs a round
+    trip, an encode and the trainer's bookkeeping, which a fast env pays thousands of times a second, while a slow
+    env's entries are not held back.
+
+    The clock is the thread's CPU time, not wall time: with more workers than cores each worker runs only part of
+    the time, and a wall clock would cut its entries short exactly where their per-entry cost weighs most (32
+    workers on 2 cores sent entries of 64 transitions by wall clock, about 150 by CPU time). An env that waits
+    rather than computes (a remote simulator) uses little CPU, so wall time still bounds an entry, at
+    ``FILL_WALL_FACTOR`` times ``fill_s``. Both clocks start after a send, so back-pressure does not count."""
+
+    def __init__(self, least: int, most: int, fill_s: float, cpu_clock=time.thread_time, wall_clock=time.monotonic):
+        self.least, self.most, self.fill_s = least, most, fill_s
+        self._cpu_clock, self._wall_clock = cpu_clock, wall_clock
+        self.restart()
+
+    def restart(self) -> None:
+        self._cpu_started, self._wall_started = self._cpu_clock(), self._wall_clock()
+
+    def full(self, pending: int) -> bool:
+        if pending < self.least:
+            return False
+        return (pending >= self.most or self._cpu_clock() - self._cpu_started >= self.fill_s
+                or self._wall_clock() - self._wall_started >= FILL_WALL_FACTOR * self.fill_s)
 
 
 class RolloutWorker:
@@ -76,10 +104,9 @@ class RolloutWorker:
         self.batch_transitions = min(cfg.batch_transitions, most)
         limit = backlog_bytes(cfg, self.batch_transitions, transition_bytes)
         quarter = (limit // ENTRY_GROWTH_DIVISOR - HEADER_ALLOWANCE_BYTES) // transition_bytes
-        self.max_entry = max(self.batch_transitions, min(
+        max_entry = max(self.batch_transitions, min(
             self.batch_transitions * cfg.max_backlog_entries // ENTRY_GROWTH_DIVISOR, quarter, most))
-        self.fill_s = cfg.entry_fill_ms / 1000.0
-        self._fill_started = time.perf_counter()
+        self.fill = EntryFill(self.batch_transitions, max_entry, cfg.entry_fill_ms / 1000.0)
         self.producer = Producer(self.client, self.keys, ctx.name, cfg.max_backlog_entries, limit,
                                  retry_s=cfg.memory_retry_s)
         self.stop = False
@@ -155,7 +182,7 @@ class RolloutWorker:
         else:
             self.seq -= 1
         self.pending, self.pending_n = [], 0
-        self._fill_started = time.perf_counter()
+        self.fill.restart()
         self.stop = stop
         if self.cfg.mode == "async" and latest > self.version:
             self.load(latest)
@@ -172,19 +199,12 @@ class RolloutWorker:
                            "retained": len(self.producer.retained),
                            "episode_return": float(np.mean(returns)) if returns else ""}, force=force)
 
-    def entry_full(self) -> bool:
-        """An entry holds at least ``--batch-transitions`` and keeps filling while it has taken less than
-        ``--entry-fill-ms`` of stepping, up to ``max_entry``: every entry costs a round trip, an encode and the
-        trainer's bookkeeping, which a fast env pays thousands of times a second, while a slow env's entries
-        are not held back. The time waiting on back-pressure does not count (the clock starts after a send)."""
-        return self.pending_n >= self.max_entry or time.perf_counter() - self._fill_started >= self.fill_s
-
     def collect(self, n: int) -> None:
         """Collects n transitions, flushing full entries; the last entry of the n is flushed as iteration end."""
         target = self.stepped + n
         while self.stepped < target and not self.stop and not TELEMETRY.stop.is_set():
             self.step(target - self.stepped)
-            if self.pending_n >= self.batch_transitions and self.stepped < target and self.entry_full():
+            if self.stepped < target and self.fill.full(self.pending_n):
                 self.flush()
         if self.nstep:
             self.queue(self.nstep.flush())

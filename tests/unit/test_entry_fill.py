@@ -1,0 +1,76 @@
+"""When a rollout worker's entry is full (``services.rollout.worker.EntryFill``), driven by hand-set clocks: CPU
+time decides, wall time only bounds an entry of an env that waits rather than computes."""
+
+from __future__ import annotations
+
+import time
+
+from services.rollout.worker import FILL_WALL_FACTOR, EntryFill
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _fill(least=64, most=256, fill_s=0.010):
+    cpu, wall = Clock(), Clock()
+    return EntryFill(least, most, fill_s, cpu_clock=cpu, wall_clock=wall), cpu, wall
+
+
+def test_never_full_below_the_least_whatever_the_clocks():
+    fill, cpu, wall = _fill()
+    cpu.now, wall.now = 1.0, 1000.0
+    assert not fill.full(63)
+    assert fill.full(64)
+
+
+def test_keeps_filling_while_cpu_time_is_short_then_fills_by_cpu_time():
+    fill, cpu, wall = _fill()
+    cpu.now, wall.now = 0.009, 0.5  # time-sliced: much wall time, little CPU time
+    assert not fill.full(100)
+    cpu.now = 0.010
+    assert fill.full(100)
+
+
+def test_full_at_the_most_even_with_cpu_time_left():
+    fill, cpu, wall = _fill()
+    assert not fill.full(255)
+    assert fill.full(256)
+
+
+def test_wall_time_bounds_an_env_that_waits():
+    fill, cpu, wall = _fill()
+    wall.now = FILL_WALL_FACTOR * 0.010 - 0.001
+    assert not fill.full(100)
+    wall.now = FILL_WALL_FACTOR * 0.010
+    assert fill.full(100)
+
+
+def test_restart_starts_both_clocks_again():
+    fill, cpu, wall = _fill()
+    cpu.now, wall.now = 0.5, 5.0
+    assert fill.full(100)
+    fill.restart()
+    assert not fill.full(100)
+    cpu.now += 0.010
+    assert fill.full(100)
+
+
+def test_fill_zero_sends_every_entry_at_the_least():
+    fill, cpu, wall = _fill(fill_s=0.0)
+    assert not fill.full(63)
+    assert fill.full(64)
+
+
+def test_default_clock_is_this_threads_cpu_time_not_sleep():
+    fill = EntryFill(1, 1000, 0.050)
+    time.sleep(0.1)  # sleeping uses no CPU time, and 0.1 s is far below the wall bound
+    assert not fill.full(10)
+    deadline = time.thread_time() + 0.06
+    while time.thread_time() < deadline:
+        pass
+    assert fill.full(10)
