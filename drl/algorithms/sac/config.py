@@ -21,8 +21,8 @@ class SACConfig:
     init_alpha: float = opt(1.0, "Initial entropy temperature.")
     target_entropy: float | None = opt(None, "Entropy target; default is -(action dimensions).")
     matmul: str = opt("float32", "Precision of the update's wide matrix products (hidden-to-hidden layers): "
-                                 "bfloat16 inputs with float32 sums and results are about twice as fast on CPUs "
-                                 "with bfloat16 instructions (AVX512-BF16, AMX); weights, optimiser and every "
+                                 "bfloat16 inputs and results with float32 sums are about twice as fast on "
+                                 "CPUs with bfloat16 instructions (AVX512-BF16, AMX); weights, optimiser and every "
                                  "other operation stay float32.", choices=MATMUL_CHOICES)
 
     def problems(self, prefix: str) -> list[str]:

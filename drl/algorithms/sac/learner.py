@@ -54,10 +54,11 @@ MATMUL_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
 
 class _Products:
     """The update's matrix products, in float32, or with ``--sac.matmul bfloat16`` the wide ones (every size at
-    least ``LOW_PRECISION_MIN``: the hidden-to-hidden layers, where the time goes) in bfloat16 with float32
-    results. CPUs with bfloat16 instructions (AVX512-BF16, AMX) do such a product about twice as fast; its inputs
-    keep 8 significant bits, its sums are accumulated in float32, and everything else (biases, activations'
-    derivatives, losses, Adam, the Polyak average, the weights themselves) stays float32."""
+    least ``LOW_PRECISION_MIN``: the hidden-to-hidden layers, where the time goes) in bfloat16. CPUs with bfloat16
+    instructions (AVX512-BF16, AMX) do such a product about twice as fast; its inputs and its result keep 8
+    significant bits (PyTorch's CPU products have no float32 output for bfloat16 inputs), its sums are accumulated
+    in float32, and everything else (biases, activations' derivatives, losses, Adam, the Polyak average, the
+    weights themselves) stays float32."""
 
     def __init__(self, low: torch.dtype | None):
         self.low = low
