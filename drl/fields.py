@@ -12,17 +12,26 @@ def opt(default: Any, doc: str, **kw: Any) -> Any:
 def problems(cfg: Any, prefix: str, *, sizes: tuple[str, ...] = (), positive_int: tuple[str, ...] = (),
              positive: tuple[str, ...] = (), nonneg: tuple[str, ...] = (), unit: tuple[str, ...] = (),
              fraction: tuple[str, ...] = (), at_most: dict[str, float] | None = None) -> list[str]:
-    """Range checks shared by the algorithm configs: one message per bad value, flags named with ``prefix``.
+    """Value checks shared by every configuration dataclass: one message per bad value, flags named with
+    ``prefix``.
 
+    Every field declared with ``choices`` (``opt(..., choices=...)``) must hold one of them; the command line
+    refuses other values itself, and this catches those that come from a config file or ``DRL_CONFIG``.
     ``sizes``: tuples of positive integers; ``positive``: finite and > 0; ``nonneg``: finite and >= 0;
     ``unit``: in (0, 1]; ``fraction``: in [0, 1]; ``at_most``: upper bounds.
     """
+    import dataclasses
     import math
 
     found = []
 
     def flag(name: str) -> str:
         return prefix + name.replace("_", "-")
+
+    for f in dataclasses.fields(cfg):
+        choices, value = f.metadata.get("choices"), getattr(cfg, f.name)
+        if choices is not None and value not in choices:
+            found.append(f"{flag(f.name)} must be one of {', '.join(choices)}, got {value!r}")
 
     for name in sizes:
         value = getattr(cfg, name)

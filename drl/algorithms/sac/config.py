@@ -27,8 +27,5 @@ class SACConfig:
 
     def problems(self, prefix: str) -> list[str]:
         """What is wrong with these values, one message per problem (flags named with ``prefix``)."""
-        found = problems(self, prefix, sizes=("hidden",), positive_int=("batch_size",),
-                         positive=("lr", "init_alpha"), unit=("gamma", "tau"))
-        if self.matmul not in MATMUL_CHOICES:
-            found.append(f"{prefix}matmul must be one of {', '.join(MATMUL_CHOICES)}, got {self.matmul!r}")
-        return found
+        return problems(self, prefix, sizes=("hidden",), positive_int=("batch_size",),
+                        positive=("lr", "init_alpha"), unit=("gamma", "tau"))
