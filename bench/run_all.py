@@ -301,10 +301,11 @@ def section_tts(f: dict, plot, stem: str) -> tuple[list[str], str, str, bool | N
         lines += ["", plot.save(fig, f"{stem}.png")]
     def median_text(side: str) -> str:
         side_runs = [r for r in runs if r["side"] == side]
-        if f.get(f"{side}_median_s") is not None:
-            return f"{num(f[f'{side}_median_s'], '.1f')} s"
         missed = sum(1 for r in side_runs if not r["reached"])
-        return f"not reached (median; {missed} of {len(side_runs)} seeds missed the target)"
+        misses = f"{missed} of {len(side_runs)} seeds missed the target"
+        if f.get(f"{side}_median_s") is None:
+            return f"not reached (median; {misses})"
+        return f"{num(f[f'{side}_median_s'], '.1f')} s" + (f" (median; {misses})" if missed else "")
 
     headline = f"drl {median_text('drl')}"
     if any(r["side"] == "sb3" for r in runs):
