@@ -330,8 +330,9 @@ def section_scaling(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
                    "CPU us/step system / raw", "others' CPU share", "transitions per entry", "goal", "repeats ok"],
                   rows)
     fill = f.get("entry_fill_ms")
-    entry_text = (f"entries of at least {f.get('batch_transitions')} transitions filled for {fill:g} ms "
-                  "(`--entry-fill-ms`)" if fill is not None else f"{f.get('batch_transitions')} transitions per entry")
+    entry_text = (f"entries of at least {f.get('batch_transitions')} transitions filled for {fill:g} ms of CPU "
+                  "time (`--entry-fill-ms`)" if fill is not None
+                  else f"{f.get('batch_transitions')} transitions per entry")
     lines += ["", f"{cores} cores; raw rate {num(f.get('raw_rate'))} steps/s (median of every raw measurement of "
                   f"the run); efficiency = system / (raw x min(N, {cores})), median over repeats; "
                   f"{f.get('repeats')} repeats of a {f.get('window_s')} s steady window; {f.get('env')}, "
