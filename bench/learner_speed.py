@@ -20,9 +20,9 @@ the same torch thread count (``torch.get_num_threads()``, by default the machine
   through autograd and a per-parameter Adam.
 
 - **drl-bfloat16**: the same as drl with ``SACConfig(matmul="bfloat16")``: the wide products (the 256-wide layers)
-  in bfloat16 with float32 sums (inputs and results rounded to bfloat16), everything else float32 (``tests/unit/test_sac_bf16.py``: gradients
-  within 3% of float32's). Shown for what the option buys; the goal is judged on drl's float32 update, the same
-  arithmetic as SB3's.
+  in bfloat16 with float32 sums (inputs and results rounded to bfloat16), everything else float32
+  (``tests/unit/test_sac_bf16.py``: gradients within 3% of float32's). Shown for what the option buys; the goal
+  is judged on drl's float32 update, the same arithmetic as SB3's.
 
 Each learner is warmed up first (``--warmup`` updates, which also settles the allocator and the thread pool),
 then the three are timed in rotation, ``--repeats`` times each, ``--updates`` updates per timed block, so load
