@@ -2,7 +2,8 @@
 
 Producers append entries with one Lua script (``_ADD``) that refuses the entry while the backlog holds
 ``max_entries`` entries or ``max_bytes`` bytes (back-pressure: the producer keeps its batch and waits, nothing is
-dropped), records the producer's running total, and returns what the worker needs to know without another
+dropped; it waits blocked on ``Keys.freed``, where every commit that frees entries pushes one token per entry, so a
+waiting producer wakes when there is room rather than polling), records the producer's running total, and returns what the worker needs to know without another
 round trip: the latest policy version, the stop flag, the trainer's consumed watermark for this worker, and the
 data epoch (a token that changes when the server lost its data, so the worker re-sends what was not consumed;
 every call offers a fresh random token, which the first call after a data loss installs).
@@ -29,6 +30,8 @@ log = logging.getLogger(__name__)
 
 GROUP = "trainer"
 RETRY_S = 120.0
+BACKPRESSURE_FIRST_WAIT_S = 0.05
+BACKPRESSURE_MAX_WAIT_S = 0.5
 
 _ADD = """
 local v = redis.call('GET', KEYS[2]) or '-1'
@@ -39,6 +42,7 @@ local e = redis.call('GET', KEYS[7])
 local size = string.len(ARGV[3]) + string.len(ARGV[4])
 local b = tonumber(redis.call('GET', KEYS[5]) or '0')
 if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) or (b > 0 and b + size > tonumber(ARGV[2])) then
+  redis.call('DEL', KEYS[8])
   return {0, v, s, m, e}
 end
 redis.call('XADD', KEYS[1], '*', 'h', ARGV[3], 'd', ARGV[4])
@@ -52,14 +56,20 @@ return {1, v, s, m, e}
 _COMMIT = """
 local n = tonumber(ARGV[2])
 local freed = 0
+local deleted = 0
 for i = 0, n - 1 do
   local id = ARGV[3 + 2 * i]
   redis.call('XACK', KEYS[1], ARGV[1], id)
-  if redis.call('XDEL', KEYS[1], id) == 1 then freed = freed + tonumber(ARGV[4 + 2 * i]) end
+  if redis.call('XDEL', KEYS[1], id) == 1 then
+    freed = freed + tonumber(ARGV[4 + 2 * i])
+    deleted = deleted + 1
+  end
 end
 if freed > 0 then
   local left = tonumber(redis.call('GET', KEYS[2]) or '0') - freed
   if left > 0 then redis.call('SET', KEYS[2], left) else redis.call('DEL', KEYS[2]) end
+  for i = 1, math.min(deleted, 64) do redis.call('RPUSH', KEYS[4], '1') end
+  redis.call('LTRIM', KEYS[4], -64, -1)
 end
 if 3 + 2 * n <= #ARGV then redis.call('HSET', KEYS[3], unpack(ARGV, 3 + 2 * n)) end
 return freed
@@ -74,6 +84,7 @@ class Keys:
         self.run = run
         self.stream = p + "exp"
         self.backlog_bytes = p + "exp:bytes"
+        self.freed = p + "exp:freed"  # one token per entry a commit deleted: wakes producers held back
         self.epoch = p + "epoch"
         self.consumer_state = p + "trainer:state"
         self.dead_letter = p + "dlq"
@@ -177,6 +188,7 @@ class Producer:
         self._retained_ordered = True  # retained seqs never decrease: consumed ones can be popped from the left
         self.epoch: bytes | None = None
         self.waited_s = 0.0
+        self.refused = 0
         self.resent = 0
 
     def send(self, seq: int, h: bytes, d: bytes, produced_total: int) -> tuple[bool, int, bool]:
@@ -190,9 +202,9 @@ class Producer:
 
     def _drain(self) -> tuple[bool, int, bool]:
         version, stop = -1, False
-        pause = 0.001
+        pause = BACKPRESSURE_FIRST_WAIT_S
         keys = [self.keys.stream, self.keys.policy, self.keys.stop, self.keys.produced, self.keys.backlog_bytes,
-                self.keys.consumer_state, self.keys.epoch]
+                self.keys.consumer_state, self.keys.epoch, self.keys.freed]
         while self.outbox:
             item = self.outbox[0]
             args = [self.max_entries, self.max_bytes, item.h, item.d, self.worker_id, item.produced_total,
@@ -205,15 +217,26 @@ class Producer:
                 if self.retained and item.seq < self.retained[-1].seq:
                     self._retained_ordered = False
                 self.retained.append(item)
-                pause = 0.001
+                pause = BACKPRESSURE_FIRST_WAIT_S
                 continue
             if stop:
                 self.outbox.clear()
                 return False, version, True
-            time.sleep(pause)
-            self.waited_s += pause
-            pause = min(0.05, pause * 2)
+            self.refused += 1
+            self._wait_for_room(pause)
+            pause = min(BACKPRESSURE_MAX_WAIT_S, pause * 2)
         return True, version, stop
+
+    def _wait_for_room(self, timeout: float) -> None:
+        """Blocks until a commit frees an entry (a token on ``Keys.freed``) or ``timeout`` passes. The refusal
+        cleared the tokens nobody waited for, so a token means room freed since; the timeout, which doubles
+        with each refusal, covers a trainer that commits nothing (paused, dead) and the server's restarts."""
+        started = time.perf_counter()
+        try:
+            self.client.blpop([self.keys.freed], timeout=timeout)
+        except redis.RedisError:
+            time.sleep(timeout)
+        self.waited_s += time.perf_counter() - started
 
     def _observe(self, mark: int, epoch: bytes) -> None:
         """Drops consumed entries from the local buffer; after a data loss on the server, re-queues the rest."""
@@ -348,7 +371,7 @@ class Consumer:
         for key, value in state.items():
             args += [key, value]
 
-        keys = [self.keys.stream, self.keys.backlog_bytes, self.keys.consumer_state]
+        keys = [self.keys.stream, self.keys.backlog_bytes, self.keys.consumer_state, self.keys.freed]
         if not dead:
             # The script alone is atomic; a MULTI/EXEC pipeline would only add a round trip (the pipeline checks
             # SCRIPT EXISTS before every execute).

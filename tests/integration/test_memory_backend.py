@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import redis
 from drl._proto import experience_pb2
 from drl.envs import space_spec
 from drl.memory import codec
+from drl.memory import redis_backend
 from drl.memory.redis_backend import Consumer, Keys, Producer, entry_size, seq_field
 from services.common import ServiceContext
 from services.trainer.trainer import Trainer
@@ -180,6 +183,41 @@ def test_append_script_refuses_when_full_and_reports_policy_and_stop(redis_serve
     assert redis_client.xlen(keys.stream) == 2
     assert redis_client.hget(keys.produced, "rollout-0") == b"16"
     assert len(producer.retained) == 2
+
+
+def test_a_held_back_producer_waits_blocked_and_wakes_when_a_commit_frees_room(redis_server, redis_client,
+                                                                               monkeypatch):
+    """No polling: with a 10 s fallback, the refused producer asks once and then waits until the commit's token
+    wakes it. Tokens from commits that nobody waited for were cleared by the refusal, so they wake no one."""
+    monkeypatch.setattr(redis_backend, "BACKPRESSURE_FIRST_WAIT_S", 10.0)
+    monkeypatch.setattr(redis_backend, "BACKPRESSURE_MAX_WAIT_S", 10.0)
+    keys = Keys(RUN)
+    producer = Producer(redis_client, keys, "rollout-0", max_entries=2, max_bytes=1 << 20)
+    consumer = Consumer(redis_client, keys)
+
+    def send(seq: int):
+        h, d = _entry("rollout-0", seq)
+        return producer.send(seq, h, d, seq * 8)
+
+    def consume(count: int) -> None:
+        got = consumer.read(count=count, block_ms=None)
+        assert len(got) == count
+        consumer.commit([(eid, entry_size(f)) for eid, f in got], {"consumed": 0})
+
+    assert send(1)[0] and send(2)[0]
+    consume(2)  # two tokens that nobody waits for
+    assert redis_client.llen(keys.freed) == 2
+    assert send(3)[0] and send(4)[0]
+    result: list = []
+    waiting = threading.Thread(target=lambda: result.append(send(5)))
+    waiting.start()
+    time.sleep(0.5)
+    assert not result and producer.refused == 1, "the held-back producer polled or woke on a stale token"
+    consume(1)
+    waiting.join(timeout=5.0)
+    assert result and result[0][0], "the commit that freed room did not wake the producer"
+    assert producer.refused == 1
+    assert redis_client.xlen(keys.stream) == 2
 
 
 @pytest.fixture(autouse=True)
