@@ -2,11 +2,12 @@
 
 Producers append entries with one Lua script (``_ADD``) that refuses the entry while the backlog holds
 ``max_entries`` entries or ``max_bytes`` bytes (back-pressure: the producer keeps its batch and waits, nothing is
-dropped; it waits blocked on ``Keys.freed``, where every commit that frees entries pushes one token per entry, so a
-waiting producer wakes when there is room rather than polling), records the producer's running total, and returns what the worker needs to know without another
-round trip: the latest policy version, the stop flag, the trainer's consumed watermark for this worker, and the
-data epoch (a token that changes when the server lost its data, so the worker re-sends what was not consumed;
-every call offers a fresh random token, which the first call after a data loss installs).
+dropped; it waits blocked on ``Keys.freed``, where every commit that frees entries pushes one token per entry, so
+a waiting producer wakes when there is room rather than polling), records the producer's running total, and
+returns what the worker needs to know without another round trip: the latest policy version, the stop flag, the
+trainer's consumed watermark for this worker, and the data epoch (a token that changes when the server lost its
+data, so the worker re-sends what was not consumed; every call offers a fresh random token, which the first call
+after a data loss installs).
 
 The trainer reads through a consumer group and commits in one transaction (``_COMMIT``): acknowledge, delete,
 release the backlog bytes and record its counters and per-worker sequence watermarks. A trainer restarted
@@ -68,8 +69,9 @@ end
 if freed > 0 then
   local left = tonumber(redis.call('GET', KEYS[2]) or '0') - freed
   if left > 0 then redis.call('SET', KEYS[2], left) else redis.call('DEL', KEYS[2]) end
-  for i = 1, math.min(deleted, 64) do redis.call('RPUSH', KEYS[4], '1') end
-  redis.call('LTRIM', KEYS[4], -64, -1)
+  local kept = 64
+  for i = 1, math.min(deleted, kept) do redis.call('RPUSH', KEYS[4], '1') end
+  redis.call('LTRIM', KEYS[4], -kept, -1)
 end
 if 3 + 2 * n <= #ARGV then redis.call('HSET', KEYS[3], unpack(ARGV, 3 + 2 * n)) end
 return freed

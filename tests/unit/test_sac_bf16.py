@@ -1,5 +1,6 @@
 """``--sac.matmul bfloat16``: the wide products in bfloat16 give the float32 update's gradients to bfloat16's
-precision (8 significant bits per input and result, float32 sums), and the narrow ones and everything else stay float32."""
+precision (8 significant bits per input and result, float32 sums), and the narrow ones and everything else stay
+float32."""
 
 from __future__ import annotations
 
