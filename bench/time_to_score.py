@@ -9,9 +9,11 @@ Two tasks (``--env``; each with its preset, target, budgets and goal in ``PROFIL
   7.3e-4 held constant where the zoo decays it linearly, gamma 0.99, tau 0.01, one update per env step, 10,000
   random steps, 1M replay), a version published every 1,000 updates; goal (issue 9): drl's median time to score
   <= 360 s on this 2-core CPU machine (the seed framework reported 360 s with a GTX 1060). SB3 runs the same
-  values side by side, for reference. A run that has not scored within the time budget (on its own
-  time-to-score clock below) is stopped and counts as not reached. This mode takes long: each run lasts until it
-  scores or its budget ends, so a full run (3 seeds x 2 sides) takes up to about 3 hours.
+  values side by side, for reference (``run_all --lunar``'s ``time_to_score_lunar_fast``, which the goal is
+  reported on, gives both sides 256x256 networks and drl bfloat16 products). A run that has not scored within
+  the time budget (on its own time-to-score clock below) is stopped and counts as not reached. This mode takes
+  long: each run lasts until it scores or its budget ends, so a full run (3 seeds x 2 sides) takes up to about
+  3 hours.
 
 The question is the user's: how long from "go" until the policy is good. Both sides train SAC with the same
 hyperparameters, one seed after another, never both at once, and each is scored as drl's evaluator scores it:
