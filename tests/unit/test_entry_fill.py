@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import time
 
-from services.rollout.worker import FILL_WALL_FACTOR, EntryFill
+from services.rollout.worker import FILL_CLOCK_EVERY, FILL_WALL_FACTOR, EntryFill
 
 
 class Clock:
     def __init__(self):
         self.now = 0.0
+        self.reads = 0
 
     def __call__(self) -> float:
+        self.reads += 1
         return self.now
 
 
@@ -33,7 +35,7 @@ def test_keeps_filling_while_cpu_time_is_short_then_fills_by_cpu_time():
     cpu.now, wall.now = 0.009, 0.5  # time-sliced: much wall time, little CPU time
     assert not fill.full(100)
     cpu.now = 0.010
-    assert fill.full(100)
+    assert fill.full(100 + FILL_CLOCK_EVERY)
 
 
 def test_full_at_the_most_even_with_cpu_time_left():
@@ -47,7 +49,7 @@ def test_wall_time_bounds_an_env_that_waits():
     wall.now = FILL_WALL_FACTOR * 0.010 - 0.001
     assert not fill.full(100)
     wall.now = FILL_WALL_FACTOR * 0.010
-    assert fill.full(100)
+    assert fill.full(100 + FILL_CLOCK_EVERY)
 
 
 def test_restart_starts_both_clocks_again():
@@ -57,7 +59,21 @@ def test_restart_starts_both_clocks_again():
     fill.restart()
     assert not fill.full(100)
     cpu.now += 0.010
-    assert fill.full(100)
+    assert fill.full(100 + FILL_CLOCK_EVERY)
+
+
+def test_past_the_least_the_clocks_are_read_once_every_few_transitions():
+    fill, cpu, wall = _fill()
+    start = cpu.reads
+    for pending in range(64, 64 + 4 * FILL_CLOCK_EVERY):
+        assert not fill.full(pending)
+    assert cpu.reads - start == 4
+    cpu.now = 0.010
+    assert not fill.full(64 + 4 * FILL_CLOCK_EVERY - 1)
+    assert fill.full(64 + 4 * FILL_CLOCK_EVERY)
+    fill.restart()
+    assert cpu.reads - start == 6
+    assert not fill.full(64) and cpu.reads - start == 7  # after a restart, read again once past the least
 
 
 def test_fill_zero_sends_every_entry_at_the_least():
@@ -73,4 +89,4 @@ def test_default_clock_is_this_threads_cpu_time_not_sleep():
     deadline = time.thread_time() + 0.06
     while time.thread_time() < deadline:
         pass
-    assert fill.full(10)
+    assert fill.full(10 + FILL_CLOCK_EVERY)
