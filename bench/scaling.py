@@ -622,7 +622,8 @@ def summarise(worker_counts: list[int], pairs: dict[int, list[dict]], n_cores: i
 def print_table(rows: list[dict], n_cores: int, base_n: int | None) -> None:
     print()
     print(f"{'workers':>7} {'system steps/s':>14} {'spread':>17} {'raw (paired)':>12} {'efficiency':>10} "
-          f"{'vs N=' + str(base_n):>8} {'alternating':>11} {'goal':>5} {'raw xN':>8} {'sys/rawxN':>9} {'us/step':>13} {'CPU eff':>7} "
+          f"{'vs N=' + str(base_n):>8} {'alternating':>11} {'goal':>5} {'raw xN':>8} {'sys/rawxN':>9} "
+          f"{'us/step':>13} {'CPU eff':>7} "
           f"{'start s':>7} {'per entry':>9}  "
           f"CPU share of all cores: workers trainer valkey eval others")
     for r in rows:
@@ -631,7 +632,8 @@ def print_table(rows: list[dict], n_cores: int, base_n: int | None) -> None:
         cpu_text = " ".join(fmt(cpu[k], ".2f") for k in ("workers", "trainer", "valkey", "evaluator", "others"))
         print(f"{r['workers']:>7} {fmt(r['system_rate']):>14} {spread:>17} {fmt(r['raw_rate_paired']):>12} "
               f"{fmt(r['efficiency'], '.3f'):>10} {fmt(r['vs_cores_rate'], '.3f'):>8} "
-              f"{fmt(r['alternating'], '.3f'):>11} {'yes' if r['goal_met'] else 'NO':>5} {fmt(r['raw_parallel_rate']):>8} "
+              f"{fmt(r['alternating'], '.3f'):>11} {'yes' if r['goal_met'] else 'NO':>5} "
+              f"{fmt(r['raw_parallel_rate']):>8} "
               f"{fmt(r['vs_raw_parallel'], '.3f'):>9} "
               f"{fmt(r['system_cpu_us_per_step'], '.1f') + '/' + fmt(r['raw_cpu_us_per_step'], '.1f'):>13} "
               f"{fmt(r['cpu_efficiency'], '.3f'):>7} {fmt(r['startup_s'], '.1f'):>7} "
