@@ -335,7 +335,8 @@ def section_scaling(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
              num((r.get("cpu_share") or {}).get("others"), ".2f"), num(r.get("transitions_per_entry")),
              met(r.get("goal_met")), f"{r['repeats_ok']}/{r['repeats']}"] for r in rows_in]
     lines = table(["workers", "system steps/s (median)", "spread", "raw steps/s before these runs", "efficiency",
-                   f"vs N={base}", "alternating (goal's figure)", "N raw loops at once, steps/s", "system / N raw loops", "CPU efficiency",
+                   f"vs N={base}", "alternating (goal's figure)", "N raw loops at once, steps/s",
+                   "system / N raw loops", "CPU efficiency",
                    "CPU us/step system / raw", "others' CPU share", "transitions per entry", "goal", "repeats ok"],
                   rows)
     fill = f.get("entry_fill_ms")

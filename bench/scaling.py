@@ -92,6 +92,7 @@ from pathlib import Path
 
 from bench.time_to_score import git_commit, version
 from drl.config import ExperimentConfig
+from drl.memory.redis_backend import Keys
 
 ENV = "Pendulum-v1"
 PRESET = "sac"
@@ -135,13 +136,13 @@ def raw_child(job: dict) -> int:
             if elapsed >= seconds:
                 return steps, elapsed, time.process_time() - cpu
 
-    if job.get("live"):
-        return raw_live(envs, actor)
     late = 0.0
     if job.get("start_at"):
         late = max(0.0, time.time() - job["start_at"])
         time.sleep(max(0.0, job["start_at"] - time.time()))
     loop(min(0.5, job["seconds"]))  # warm-up: first calls, allocator, caches
+    if job.get("live"):
+        return raw_live(envs, actor)
     steps, elapsed, cpu = loop(job["seconds"])
     print(json.dumps({"steps": steps, "seconds": elapsed, "cpu_s": cpu, "rate": steps / elapsed,
                       "cpu_us_per_step": 1e6 * cpu / steps, "late_s": late}))
@@ -149,16 +150,14 @@ def raw_child(job: dict) -> int:
 
 
 def raw_live(envs, actor) -> int:
-    """The raw loop until killed, for ``RawLoop``: prints "ready" after a warm-up, then one JSON line of its
-    counters (steps, CPU seconds, monotonic time) whenever it receives SIGUSR1."""
+    """The raw loop until killed, for ``RawLoop`` (after ``raw_child``'s warm-up): prints "ready", then one JSON
+    line of its counters (steps, CPU seconds, monotonic time) whenever it receives SIGUSR1."""
     counters = {"steps": 0}
 
     def report(signum, frame):
         print(json.dumps({"steps": counters["steps"], "cpu_s": time.process_time(), "t": time.perf_counter()}),
               flush=True)
 
-    for _ in range(200):  # warm-up: first calls, allocator, caches
-        envs.step(actor.act(envs.obs))
     signal.signal(signal.SIGUSR1, report)
     print("ready", flush=True)
     n = len(envs.envs)
@@ -172,7 +171,7 @@ class RawLoop:
     the other side of an ``alternate`` pair for N <= cores."""
 
     def __init__(self, args: argparse.Namespace, seed: int):
-        self.job = {"env": args.env, "envs_per_worker": args.envs_per_worker, "seconds": 0, "seed": seed,
+        self.job = {"env": args.env, "envs_per_worker": args.envs_per_worker, "seconds": 0.5, "seed": seed,
                     "live": True}
         self.proc: subprocess.Popen | None = None
 
@@ -357,22 +356,19 @@ class SystemRun:
         self.run = f"scale-w{workers}-s{seed}-{int(time.time() * 1000) % 10**8}"
         self.run_dir = workdir / self.run
         self.log_path = workdir / f"{self.run}.out"
-        self.keys = None
+        self.keys = Keys(self.run)
         self.client = None
         self.meter: CpuMeter | None = None
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
 
     def start(self) -> None:
-        from drl.memory.redis_backend import Keys
-
         self.launched = time.perf_counter()
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(system_command(self.workers, self.seed, self.args, self.run_dir.parent,
                                                         self.run),
                                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True)
-        self.keys = Keys(self.run)
 
     def wait_steady(self) -> None:
         """Until every worker has appended and the evaluator has scored version 0 (start-up excluded)."""
@@ -451,7 +447,7 @@ class SystemRun:
         """The orchestrator first, the memory server last: nobody runs while what it waits on is frozen."""
         roles = self.meter.roles if self.meter else {self.proc.pid: "orchestrator"}
         order = ("orchestrator", "workers", "trainer", "evaluator", "other", "valkey")
-        return sorted(roles, key=lambda pid: order.index(roles[pid]) if roles[pid] in order else 4)
+        return sorted(roles, key=lambda pid: order.index(roles[pid]))
 
     def pause(self) -> None:
         """SIGSTOP to every process of the run: frozen, it takes no CPU from the run being measured. Pauses
