@@ -25,8 +25,11 @@ drl (rollout worker -> Valkey stream -> trainer), and whether adding workers bey
   The run is then interrupted (SIGINT to the orchestrator, which stops every process).
 - **raw rate**: the same env (``drl.envs.VecEnv`` with the same ``--envs-per-worker``) and the same numpy SAC
   actor (same network sizes, weights drawn at random: the cost of a forward pass does not depend on the values)
-  stepped in a loop ``actions = actor.act(envs.obs); envs.step(actions)`` in one fresh Python process, without
-  anything else: no encoding, no memory server, no trainer. It is measured for ``--raw-seconds`` right before
+  stepped in a loop ``envs.step_into(actor.act(envs.obs), rows, 0)`` in one fresh Python process, without
+  anything else: no encoding, no memory server, no trainer. The loop writes each step's transitions into the
+  same preallocated rows, the leanest way the env and the actor can be stepped with the transitions kept (the
+  workers write into the entry they fill the same way; ``envs.step``, which allocates a step's arrays, runs
+  about 7% slower and would flatter the system). It is measured for ``--raw-seconds`` right before
   each system run, so the raw measurements spread over the whole run like the system ones; **the raw rate is
   their median** (one figure for the run: a single short raw measurement moves with the neighbours' load far
   more than the median of all of them; each one is in the JSON).
@@ -117,6 +120,7 @@ def raw_child(job: dict) -> int:
     from drl.algorithms import make_actor
     from drl.config import replace
     from drl.envs import VecEnv
+    from drl.memory import codec
     from drl.presets import get_preset
 
     cfg = replace(get_preset(PRESET, job["env"]), envs_per_worker=job["envs_per_worker"])
@@ -124,13 +128,15 @@ def raw_child(job: dict) -> int:
     actor = make_actor(cfg.algorithm, envs.spec, cfg, seed=job["seed"])
     rng = np.random.default_rng(job["seed"])
     actor.load({name: (0.1 * rng.standard_normal(shape)).astype(np.float32) for name, shape in actor.shapes.items()})
+    rows = {name: np.empty((cfg.envs_per_worker, *shape), dtype=np.dtype(dt))
+            for name, (dt, shape) in codec.expected_layout(envs.spec).items()}
 
     def loop(seconds: float) -> tuple[int, float, float]:
         steps = 0
         start, cpu = time.perf_counter(), time.process_time()
         while True:
             for _ in range(100):
-                envs.step(actor.act(envs.obs))
+                envs.step_into(actor.act(envs.obs), rows, 0)
             steps += 100 * cfg.envs_per_worker
             elapsed = time.perf_counter() - start
             if elapsed >= seconds:
@@ -142,14 +148,14 @@ def raw_child(job: dict) -> int:
         time.sleep(max(0.0, job["start_at"] - time.time()))
     loop(min(0.5, job["seconds"]))  # warm-up: first calls, allocator, caches
     if job.get("live"):
-        return raw_live(envs, actor)
+        return raw_live(envs, actor, rows)
     steps, elapsed, cpu = loop(job["seconds"])
     print(json.dumps({"steps": steps, "seconds": elapsed, "cpu_s": cpu, "rate": steps / elapsed,
                       "cpu_us_per_step": 1e6 * cpu / steps, "late_s": late}))
     return 0
 
 
-def raw_live(envs, actor) -> int:
+def raw_live(envs, actor, rows: dict) -> int:
     """The raw loop until killed, for ``RawLoop`` (after ``raw_child``'s warm-up): prints "ready", then one JSON
     line of its counters (steps, CPU seconds, monotonic time) whenever it receives SIGUSR1."""
     counters = {"steps": 0}
@@ -162,7 +168,7 @@ def raw_live(envs, actor) -> int:
     print("ready", flush=True)
     n = len(envs.envs)
     while True:
-        envs.step(actor.act(envs.obs))
+        envs.step_into(actor.act(envs.obs), rows, 0)
         counters["steps"] += n
 
 
@@ -792,8 +798,8 @@ def main(argv: list[str] | None = None) -> int:
         "alt_settle_s": args.alt_settle, "alternating": [alternating[n] for n in worker_counts if n in alternating],
         "runs": [{k: v for k, v in p.items() if k != "log_tail"} for n in worker_counts for p in pairs[n]],
         "system_rate": "trainer's consumed transitions per second over the steady window (no gradient updates)",
-        "raw_rate_method": "VecEnv + numpy SAC actor in one process, nothing else; median of all raw "
-                           "measurements (raw_rate_paired: of those taken before that N's runs)",
+        "raw_rate_method": "VecEnv.step_into one reused row + numpy SAC actor in one process, nothing else; "
+                           "median of all raw measurements (raw_rate_paired: of those taken before that N's runs)",
         "command": command, "machine": machine, "versions": versions,
     }))
     return 0

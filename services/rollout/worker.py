@@ -83,6 +83,38 @@ class EntryFill:
                 or self._wall_clock() - self._wall_started >= FILL_WALL_FACTOR * self.fill_s)
 
 
+class EntryBuffer:
+    """The entry being filled: one array per wire field, allocated once and reused for every entry. Steps are
+    written into it in place (``VecEnv.step_into``) and an entry is encoded from its first ``n`` rows, so a step
+    allocates nothing and a send joins nothing; it grows only when n-step folding hands over more rows at once
+    than it has room for."""
+
+    def __init__(self, layout: dict[str, tuple[str, tuple[int, ...]]], capacity: int):
+        self.arrays = {name: np.empty((capacity, *shape), dtype=np.dtype(dt)) for name, (dt, shape) in layout.items()}
+        self.n = 0
+
+    def room(self, rows: int) -> None:
+        """Makes room for ``rows`` more rows past the filled ones."""
+        capacity = len(self.arrays["reward"])
+        if self.n + rows > capacity:
+            grown = max(self.n + rows, 2 * capacity)
+            for name, arr in self.arrays.items():
+                bigger = np.empty((grown, *arr.shape[1:]), dtype=arr.dtype)
+                bigger[:self.n] = arr[:self.n]
+                self.arrays[name] = bigger
+
+    def put(self, transitions: dict[str, np.ndarray]) -> None:
+        """Appends rows given as arrays (n-step transitions, or part of a step)."""
+        rows = len(transitions["reward"])
+        self.room(rows)
+        for name, arr in self.arrays.items():
+            arr[self.n:self.n + rows] = transitions[name]
+        self.n += rows
+
+    def filled(self) -> dict[str, np.ndarray]:
+        return {name: arr[:self.n] for name, arr in self.arrays.items()}
+
+
 class RolloutWorker:
     def __init__(self, ctx: ServiceContext):
         cfg = ctx.config
@@ -93,6 +125,7 @@ class RolloutWorker:
         self.policies = ctx.policy_store()
         self.envs = VecEnv(cfg.env, cfg.envs_per_worker, seed=cfg.seed * 100_003 + 1000 * ctx.worker_index)
         self.actor = make_actor(cfg.algorithm, self.envs.spec, cfg, seed=cfg.seed + 7919 * (ctx.worker_index + 1))
+        self.progress = getattr(self.actor, "set_progress", None)
         self.status = StatusWriter(self.client, self.keys.status(ctx.name), retry_s=cfg.memory_retry_s)
         self.total = share(max(0, cfg.steps - ctx.steps_done), cfg.workers, ctx.worker_index)
         self._share_checked = 0.0
@@ -106,7 +139,6 @@ class RolloutWorker:
             log.info("%s continues after a restart at entry %d, %d transitions produced", ctx.name, self.seq,
                      self.produced)
         layout = codec.expected_layout(self.envs.spec, wire_extras(cfg))
-        self.fields = tuple(name for name in layout if name != "priority")
         self.with_priorities = "priority" in layout
         hyper = getattr(cfg, cfg.algorithm)
         self.nstep = (NStepFolder(hyper.n_step, hyper.gamma, cfg.envs_per_worker) if "nsteps" in layout else None)
@@ -121,8 +153,8 @@ class RolloutWorker:
         self.producer = Producer(self.client, self.keys, ctx.name, cfg.max_backlog_entries, limit,
                                  retry_s=cfg.memory_retry_s)
         self.stop = False
-        self.pending: list[dict[str, np.ndarray]] = []
-        self.pending_n = 0
+        self.entry = EntryBuffer({k: v for k, v in layout.items() if k != "priority"},
+                                 max_entry + cfg.envs_per_worker)
 
     def refresh_share(self, force: bool = False) -> None:
         """Takes up the share the orchestrator assigned (``Keys.shares``; it changes when the run is scaled),
@@ -160,42 +192,43 @@ class RolloutWorker:
         if self.stepped < self.random_steps or self.version < 0:
             actions = self.envs.random_actions()
         else:
-            if hasattr(self.actor, "set_progress"):
-                self.actor.set_progress(self.stepped / max(self.total, 1))
+            if self.progress is not None:
+                self.progress(self.stepped / max(self.total, 1))
             actions = self.actor.act(self.envs.obs)
-        tr = self.envs.step(actions)
-        n = min(limit, len(tr["reward"]))
+        n = min(limit, len(self.envs.envs))
         self.stepped += n
         if self.nstep:
-            self.queue(self.nstep.push(tr, n))
+            self.queue(self.nstep.push(self.envs.step(actions), n))
         else:
-            self.queue(tr if n == len(tr["reward"]) else {k: tr[k][:n] for k in self.fields})
+            self.entry.room(len(self.envs.envs))
+            self.envs.step_into(actions, self.entry.arrays, self.entry.n)
+            self.entry.n += n
 
     def queue(self, transitions: dict[str, np.ndarray] | None) -> None:
         if transitions is not None:
-            self.pending.append(transitions)
-            self.pending_n += len(transitions["reward"])
+            self.entry.put(transitions)
 
     def flush(self, iteration_end: bool = False, last: bool = False) -> None:
         """Sends the queued transitions as one entry; ``last`` marks it final even before the share is done
         (a worker asked to stop through its control endpoint hands in what it has)."""
-        if not self.pending_n:
+        count = self.entry.n
+        if not count:
             return
-        arrays = {k: np.concatenate([p[k] for p in self.pending]) for k in self.fields}
+        arrays = self.entry.filled()
         if self.with_priorities:
             arrays["priority"] = self.actor.priorities(arrays)
         self.seq += 1
-        final = last or self.produced + self.pending_n >= self.total
+        final = last or self.produced + count >= self.total
         header = experience_pb2.BatchHeader(run=self.ctx.run, worker_id=self.ctx.name, seq=self.seq,
                                             policy_version=max(self.version, 0), iteration_end=iteration_end or final,
-                                            final=final, produced_total=self.produced + self.pending_n)
+                                            final=final, produced_total=self.produced + count)
         h, d = codec.encode(header, arrays)
-        appended, latest, stop = self.producer.send(self.seq, h, d, self.produced + self.pending_n)
+        self.entry.n = 0
+        appended, latest, stop = self.producer.send(self.seq, h, d, self.produced + count)
         if appended:
-            self.produced += self.pending_n
+            self.produced += count
         else:
             self.seq -= 1
-        self.pending, self.pending_n = [], 0
         self.fill.restart()
         self.stop = stop
         if self.cfg.mode == "async" and latest > self.version:
@@ -203,7 +236,7 @@ class RolloutWorker:
         self.report()
 
     def report(self, force: bool = False) -> None:
-        returns = self.envs.finished_returns[-10:]
+        returns = self.envs.finished_returns
         elapsed = time.monotonic() - self._started
         rate = round((self.produced - self._produced_at_start) / elapsed, 1) if elapsed > 0 else ""
         self.status.write({"role": "rollout", "produced": self.produced, "total": self.total,
@@ -218,7 +251,7 @@ class RolloutWorker:
         target = self.stepped + n
         while self.stepped < target and not self.stop and not TELEMETRY.stop.is_set():
             self.step(target - self.stepped)
-            if self.stepped < target and self.fill.full(self.pending_n):
+            if self.stepped < target and self.fill.full(self.entry.n):
                 self.flush()
         if self.nstep:
             self.queue(self.nstep.flush())

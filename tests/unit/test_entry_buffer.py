@@ -1,0 +1,85 @@
+"""A rollout worker writes steps straight into the entry it fills (``VecEnv.step_into``, ``EntryBuffer``): the
+rows must be exactly the transitions ``VecEnv.step`` returns, episode ends and resets included."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from drl.envs import RECENT_RETURNS, VecEnv
+from drl.memory import codec
+from services.rollout.worker import EntryBuffer
+
+FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", "env_index")
+
+
+def _layout(envs: VecEnv) -> dict:
+    return codec.expected_layout(envs.spec, ("truncated", "env_index"))
+
+
+def _actions(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.uniform(-3.0, 3.0, size=(n, 1)).astype(np.float32)  # beyond Pendulum's bounds: clipped for the env
+
+
+def test_step_into_writes_the_rows_step_returns_across_episode_ends():
+    a, b = VecEnv("Pendulum-v1", 3, seed=5), VecEnv("Pendulum-v1", 3, seed=5)
+    rng_a, rng_b = np.random.default_rng(1), np.random.default_rng(1)
+    buffer = EntryBuffer(_layout(b), capacity=3 * 210 + 1)
+    buffer.arrays["reward"][:] = np.nan
+    for _ in range(210):  # Pendulum truncates at 200 steps: every env resets once
+        expected = a.step(_actions(rng_a, 3))
+        b.step_into(_actions(rng_b, 3), buffer.arrays, buffer.n)
+        got = {k: v[buffer.n:buffer.n + 3] for k, v in buffer.arrays.items()}
+        buffer.n += 3
+        for name in FIELDS:
+            np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+    assert np.isnan(buffer.arrays["reward"][buffer.n])  # nothing written past the rows of the steps
+    filled = buffer.filled()
+    assert filled["truncated"].sum() == 3 and filled["terminated"].sum() == 0
+    assert np.abs(filled["action"]).max() > 2.0  # the action recorded as given, not as clipped for the env
+    np.testing.assert_array_equal(a.obs, b.obs)
+    assert list(a.finished_returns) == list(b.finished_returns) and len(b.finished_returns) == 3
+
+
+def test_step_into_skips_fields_the_entry_does_not_carry():
+    envs = VecEnv("Pendulum-v1", 2, seed=0)
+    buffer = EntryBuffer(codec.expected_layout(envs.spec), capacity=4)
+    envs.step_into(np.zeros((2, 1), np.float32), buffer.arrays, 2)
+    assert set(buffer.arrays) == {"obs", "action", "reward", "next_obs", "terminated"}
+
+
+def test_only_the_latest_returns_are_kept():
+    envs = VecEnv("CartPole-v1", 1, seed=0)
+    for _ in range(20 * 500):
+        envs.step(np.zeros(1, dtype=np.int64))
+        if len(envs.finished_returns) == RECENT_RETURNS and envs.episode_returns[0] == 0:
+            break
+    for _ in range(5 * 500):
+        envs.step(np.zeros(1, dtype=np.int64))
+    assert len(envs.finished_returns) == RECENT_RETURNS
+
+
+def test_put_appends_rows_and_grows_keeping_what_was_filled():
+    buffer = EntryBuffer({"reward": ("<f4", ()), "obs": ("<f4", (2,))}, capacity=3)
+    buffer.put({"reward": np.array([1, 2], np.float32), "obs": np.ones((2, 2), np.float32)})
+    buffer.put({"reward": np.array([3, 4, 5], np.float32), "obs": np.zeros((3, 2), np.float32)})
+    filled = buffer.filled()
+    np.testing.assert_array_equal(filled["reward"], [1, 2, 3, 4, 5])
+    np.testing.assert_array_equal(filled["obs"].sum(axis=1), [2, 2, 0, 0, 0])
+    buffer.n = 0
+    buffer.put({"reward": np.array([9], np.float32), "obs": np.full((1, 2), 7, np.float32)})
+    np.testing.assert_array_equal(buffer.filled()["reward"], [9])
+
+
+def test_an_entry_encodes_from_the_filled_rows_only():
+    envs = VecEnv("Pendulum-v1", 2, seed=3)
+    layout = codec.expected_layout(envs.spec)
+    buffer = EntryBuffer(layout, capacity=10)
+    for _ in range(3):
+        envs.step_into(np.zeros((2, 1), np.float32), buffer.arrays, buffer.n)
+        buffer.n += 2
+    from drl._proto import experience_pb2
+
+    h, d = codec.encode(experience_pb2.BatchHeader(run="r", worker_id="w", seq=1), buffer.filled())
+    batch = codec.decode({b"h": h, b"d": d}, "r", layout)
+    assert len(batch.arrays["reward"]) == 6
+    np.testing.assert_array_equal(batch.arrays["next_obs"], buffer.arrays["next_obs"][:6])
