@@ -90,3 +90,13 @@ def test_default_clock_is_this_threads_cpu_time_not_sleep():
     while time.thread_time() < deadline:
         pass
     assert fill.full(10 + FILL_CLOCK_EVERY)
+
+
+def test_check_at_is_where_full_can_next_say_yes():
+    fill, cpu, wall = _fill(least=64, most=70)
+    assert fill.check_at == 64
+    assert not fill.full(64) and fill.check_at == min(64 + FILL_CLOCK_EVERY, 70)
+    assert not fill.full(69)
+    assert fill.full(70)
+    fill.restart()
+    assert fill.check_at == 64
