@@ -83,3 +83,54 @@ def test_an_entry_encodes_from_the_filled_rows_only():
     batch = codec.decode({b"h": h, b"d": d}, "r", layout)
     assert len(batch.arrays["reward"]) == 6
     np.testing.assert_array_equal(batch.arrays["next_obs"], buffer.arrays["next_obs"][:6])
+
+
+def _worker(seed: int, least: int = 8, most: int = 12):
+    """A rollout worker's stepping parts without its memory server: ``flush`` records the entry instead of
+    sending it (the sending is covered by the integration tests with a real Valkey)."""
+    from drl.algorithms import make_actor
+    from drl.config import replace
+    from drl.presets import get_preset
+    from services.rollout.worker import EntryFill, RolloutWorker
+
+    cfg = replace(get_preset("sac", "Pendulum-v1"), envs_per_worker=3)
+    worker = object.__new__(RolloutWorker)
+    envs = VecEnv(cfg.env, 3, seed=seed)
+    actor = make_actor("sac", envs.spec, cfg, seed=seed)
+    rng = np.random.default_rng(seed)
+    actor.load({k: (0.1 * rng.standard_normal(s)).astype(np.float32) for k, s in actor.shapes.items()})
+    worker.__dict__.update(envs=envs, actor=actor, progress=None, nstep=None, version=0, random_steps=0, stepped=0,
+                           total=10**9, stop=False, entry=EntryBuffer(codec.expected_layout(envs.spec), most + 3),
+                           fill=EntryFill(least, most, fill_s=1e9))
+    worker.sent = []
+
+    def flush(iteration_end=False, last=False):
+        worker.sent.append({k: v.copy() for k, v in worker.entry.filled().items()})
+        worker.entry.n = 0
+        worker.fill.restart()
+
+    worker.flush = flush
+    return worker
+
+
+def test_the_plain_loop_writes_what_the_general_step_writes_and_stops_at_the_target():
+    plain, general = _worker(4), _worker(4)
+    assert plain.plain()
+    plain.collect(100)
+    general.plain = lambda: False
+    general.collect(100)
+    assert plain.stepped == general.stepped == 100
+    assert [len(e["reward"]) for e in plain.sent] == [len(e["reward"]) for e in general.sent]
+    assert sum(len(e["reward"]) for e in plain.sent) == 100  # the last step's extra env is not counted
+    assert max(len(e["reward"]) for e in plain.sent) <= 12 + 2  # full at the most, plus part of a step
+    for a, b in zip(plain.sent, general.sent):
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_random_steps_and_a_missing_policy_take_the_general_path():
+    worker = _worker(0)
+    worker.random_steps = 10
+    assert not worker.plain()
+    worker.random_steps, worker.version = 0, -1
+    assert not worker.plain()
