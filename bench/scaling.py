@@ -28,8 +28,8 @@ drl (rollout worker -> Valkey stream -> trainer), and whether adding workers bey
   stepped in a loop ``envs.step_into(actor.act(envs.obs), rows, 0)`` in one fresh Python process, without
   anything else: no encoding, no memory server, no trainer. The loop writes each step's transitions into the
   same preallocated rows, the leanest way the env and the actor can be stepped with the transitions kept (the
-  workers write into the entry they fill the same way; ``envs.step``, which allocates a step's arrays, runs
-  about 7% slower and would flatter the system). It is measured for ``--raw-seconds`` right before
+  workers write into the entry they fill the same way; ``envs.step``, which allocates a step's arrays, ran
+  6-8% slower in most of five in-process comparisons, and would flatter the system). It is measured for ``--raw-seconds`` right before
   each system run, so the raw measurements spread over the whole run like the system ones; **the raw rate is
   their median** (one figure for the run: a single short raw measurement moves with the neighbours' load far
   more than the median of all of them; each one is in the JSON).
