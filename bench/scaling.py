@@ -29,10 +29,10 @@ drl (rollout worker -> Valkey stream -> trainer), and whether adding workers bey
   anything else: no encoding, no memory server, no trainer. The loop writes each step's transitions into the
   same preallocated rows, the leanest way the env and the actor can be stepped with the transitions kept (the
   workers write into the entry they fill the same way; ``envs.step``, which allocates a step's arrays, ran
-  6-8% slower in most of five in-process comparisons, and would flatter the system). It is measured for ``--raw-seconds`` right before
-  each system run, so the raw measurements spread over the whole run like the system ones; **the raw rate is
-  their median** (one figure for the run: a single short raw measurement moves with the neighbours' load far
-  more than the median of all of them; each one is in the JSON).
+  6-8% slower in most of five in-process comparisons, and would flatter the system). It is measured for
+  ``--raw-seconds`` right before each system run, so the raw measurements spread over the whole run like the
+  system ones; **the raw rate is their median** (one figure for the run: a single short raw measurement moves
+  with the neighbours' load far more than the median of all of them; each one is in the JSON).
 - **raw xN**: N raw loops in N processes started together (after their imports), measured right before each
   system run with N workers: what N acting processes get out of this machine with nothing of drl, the ceiling
   the system could reach. ``sys/rawxN`` = system rate / raw xN. On this 2-core VM, 32 raw loops together make
