@@ -78,6 +78,16 @@ return freed
 """
 
 
+_RAISE = """
+for i = 1, #ARGV, 2 do
+  if tonumber(ARGV[i + 1]) > tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0') then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+return 0
+"""
+
+
 class Keys:
     """Every Redis key of one run, sharing the hash tag {run} so a cluster keeps them on one slot."""
 
@@ -295,6 +305,7 @@ class Consumer:
         self.on_reset = on_reset
         self.retry_s = retry_s
         self._commit = client.register_script(_COMMIT)
+        self._raise = client.register_script(_RAISE)
         self._pending_first = True
         self.resets = 0
         self._ensure_group()
@@ -391,6 +402,14 @@ class Consumer:
             pipe.execute()
 
         self._call(_do, "commit")
+
+    def raise_produced(self, produced: dict[str, int], client=None) -> None:
+        """Raises each worker's ``produced`` count to at least the given one, never lowering it (``_RAISE``).
+        After the server lost its data, workers re-send and go on appending, each append raising its own count,
+        before the trainer notices; writing the trainer's older counts over theirs would lose their newer ones."""
+        args = [x for worker, count in produced.items() for x in (worker, count)]
+        if args:
+            self._raise(keys=[self.keys.produced], args=args, client=client)
 
     def load_state(self) -> dict[str, str]:
         raw = retrying(lambda: self.client.hgetall(self.keys.consumer_state), "HGETALL state", self.retry_s)

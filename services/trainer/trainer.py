@@ -211,8 +211,7 @@ class Trainer:
         def _do():
             pipe = self.client.pipeline(transaction=True)
             pipe.hset(self.keys.consumer_state, mapping=self.state(known))
-            if self.produced:
-                pipe.hset(self.keys.produced, mapping=self.produced)
+            self.consumer.raise_produced(self.produced, client=pipe)
             if self.version >= 0:
                 pipe.set(self.keys.policy, self.version)
                 pipe.publish(self.keys.policy_channel, self.version)

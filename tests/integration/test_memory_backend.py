@@ -269,3 +269,29 @@ def test_a_worker_that_returns_with_a_larger_share_is_awaited_again(tmp_path, re
     while trainer.read(count=16, block_ms=100):
         pass
     assert trainer.all_finished() and trainer.consumed == 48
+
+
+def test_after_a_data_loss_the_trainer_never_lowers_a_count_a_worker_raised_first(tmp_path, redis_server,
+                                                                                  redis_client):
+    """Workers notice a server restart at their next append and go on appending, which raises their
+    ``produced`` counts, before the trainer notices at its next read; its restore must not write its older
+    counts over theirs (the run's summary adds them up: 4,792 of 6,000 transitions in one such race)."""
+    keys = Keys(RUN)
+    trainer = _trainer(tmp_path, redis_server.url, workers=2)
+    producers = {w: Producer(redis_client, keys, w, max_entries=32, max_bytes=1 << 20)
+                 for w in ("rollout-0", "rollout-1")}
+    for worker, producer in producers.items():
+        for seq in (1, 2):
+            producer.send(seq, *_entry(worker, seq), seq * 8)
+    while trainer.read(count=16, block_ms=100):
+        pass
+    assert trainer.produced == {"rollout-0": 16, "rollout-1": 16}
+
+    redis_client.flushdb()
+    for seq in (3, 4, 5):
+        producers["rollout-0"].send(seq, *_entry("rollout-0", seq), seq * 8)
+    assert redis_client.hget(keys.produced, "rollout-0") == b"40"
+    trainer.read(count=16, block_ms=100)
+    assert trainer.consumer.resets == 1
+    assert redis_client.hget(keys.produced, "rollout-0") == b"40", "the restore lowered a worker's count"
+    assert redis_client.hget(keys.produced, "rollout-1") == b"16", "the restore did not put back a count"
