@@ -14,11 +14,13 @@ import uuid
 from tests.conftest import ROOT, read_summary, run_cli
 from tests.integration.test_checkpoints_and_resume import SMALL
 
+STEPS = 20_000  # about 8 s of this run without an outage: it must still be running when the outage starts
+
 
 def test_run_completes_through_a_20s_s3_outage(tmp_path, s3_server):
     bucket = f"drl-{uuid.uuid4().hex[:8]}"
-    args = [*SMALL, "--mode", "async", "--steps", "5000", "--publish-every-updates", "25", "--output", str(tmp_path),
-            "--run-name", "outage", "--store", f"s3://{bucket}/drl"]
+    args = [*SMALL, "--mode", "async", "--steps", str(STEPS), "--publish-every-updates", "25",
+            "--output", str(tmp_path), "--run-name", "outage", "--store", f"s3://{bucket}/drl"]
     env = {**os.environ, **s3_server.env}
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -26,7 +28,7 @@ def test_run_completes_through_a_20s_s3_outage(tmp_path, s3_server):
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (log.exists() and "trainer of run" in log.read_text()):
         time.sleep(0.2)
-    time.sleep(2.0)
+    time.sleep(0.5)
     os.kill(s3_server.proc.pid, signal.SIGSTOP)
     try:
         time.sleep(20)
@@ -35,7 +37,7 @@ def test_run_completes_through_a_20s_s3_outage(tmp_path, s3_server):
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     summary = read_summary(tmp_path / "outage")
-    assert summary["exit_reason"] == "steps_done" and summary["transitions_consumed"] == 5000
+    assert summary["exit_reason"] == "steps_done" and summary["transitions_consumed"] == STEPS
     logs = "".join(p.read_text() for p in (tmp_path / "outage" / "logs").glob("*.log"))
     assert "S3 put" in logs or "S3 get" in logs, "the outage was never noticed: the test did not test it"
 
