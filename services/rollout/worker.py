@@ -19,6 +19,7 @@ from drl._proto import experience_pb2
 from drl.algorithms import make_actor, wire_extras
 from drl.envs import VecEnv
 from drl.memory import codec
+from drl.memory.backlog import backlog_limits
 from drl.nstep import NStepFolder
 from drl.memory.redis_backend import Announcer, Producer, producer_position, retrying
 from drl.store import ManifestError
@@ -31,19 +32,8 @@ FLUSH_TIMEOUT_S = 3600.0
 SHARE_CHECK_S = 1.0
 ASYNC_CHUNK_ENTRIES = 16
 FIRST_POLICY_TIMEOUT_S = 600.0
-ENTRY_GROWTH_DIVISOR = 4
-HEADER_ALLOWANCE_BYTES = 512
 FILL_WALL_FACTOR = 100
 FILL_CLOCK_EVERY = 8
-
-
-def backlog_bytes(cfg, batch_transitions: int, transition_bytes: int) -> int:
-    """The backlog's byte limit: ``--max-backlog-bytes``, and at most ``--max-backlog-entries`` entries of
-    ``--batch-transitions`` (headers allowed for). Entries grow past ``--batch-transitions`` (``--entry-fill-ms``),
-    so a limit in entries alone would let the backlog, and with it the policy lag of ASYNC experience, grow with
-    them; this keeps the transitions waiting for the trainer about where fixed-size entries put them."""
-    per_entry = batch_transitions * transition_bytes + HEADER_ALLOWANCE_BYTES
-    return min(cfg.max_backlog_bytes, cfg.max_backlog_entries * per_entry)
 
 
 class EntryFill:
@@ -141,19 +131,14 @@ class RolloutWorker:
         self.with_priorities = "priority" in layout
         hyper = getattr(cfg, cfg.algorithm)
         self.nstep = (NStepFolder(hyper.n_step, hyper.gamma, cfg.envs_per_worker) if "nsteps" in layout else None)
-        transition_bytes = sum(np.dtype(dt).itemsize * int(np.prod(shape)) for dt, shape in layout.values())
-        most = max(1, min(codec.MAX_ENTRY_BYTES // transition_bytes, cfg.max_backlog_bytes // transition_bytes))
-        self.batch_transitions = min(cfg.batch_transitions, most)
-        limit = backlog_bytes(cfg, self.batch_transitions, transition_bytes)
-        quarter = (limit // ENTRY_GROWTH_DIVISOR - HEADER_ALLOWANCE_BYTES) // transition_bytes
-        max_entry = max(self.batch_transitions, min(
-            self.batch_transitions * cfg.max_backlog_entries // ENTRY_GROWTH_DIVISOR, quarter, most))
-        self.fill = EntryFill(self.batch_transitions, max_entry, cfg.entry_fill_ms / 1000.0)
-        self.producer = Producer(self.client, self.keys, ctx.name, cfg.max_backlog_entries, limit,
+        limits = backlog_limits(cfg, layout)
+        self.batch_transitions = limits.least
+        self.fill = EntryFill(limits.least, limits.most, cfg.entry_fill_ms / 1000.0)
+        self.producer = Producer(self.client, self.keys, ctx.name, cfg.max_backlog_entries, limits.limit_bytes,
                                  retry_s=cfg.memory_retry_s)
         self.stop = False
         self.entry = EntryBuffer({k: v for k, v in layout.items() if k != "priority"},
-                                 max_entry + cfg.envs_per_worker)
+                                 limits.most + cfg.envs_per_worker)
 
     def refresh_share(self, force: bool = False) -> None:
         """Takes up the share the orchestrator assigned (``Keys.shares``; it changes when the run is scaled),

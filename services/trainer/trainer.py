@@ -24,6 +24,7 @@ import numpy as np
 from drl.algorithms import get as get_algorithm, make_learner, wire_extras
 from drl.envs import space_spec
 from drl.memory import codec
+from drl.memory.backlog import ReadPace, backlog_limits
 from drl.memory.redis_backend import Announcer, Consumer, entry_size, retrying, seq_field
 from drl.replay import PrioritizedReplay, ReplayBuffer
 from drl.store import PolicyStore, run_store
@@ -38,7 +39,6 @@ log = logging.getLogger("drl.trainer")
 RECLAIM_EVERY_S = 5.0
 ASYNC_READ_ENTRIES = 4
 STARVED_READ_ENTRIES = 64
-STARVED_GATHER_S = 0.01
 COUNTERS = ("consumed", "duplicates", "stale", "dead_letters", "updates")
 
 
@@ -113,7 +113,9 @@ class Trainer:
         self.started = time.monotonic()
         self._stop_checked = 0.0
         self._reclaimed_at = 0.0
-        self._starved_read_at = 0.0
+        self._read_at = 0.0
+        self.read_pace = ReadPace(backlog_limits(cfg, self.layout).limit_bytes)
+        self.last_ingest = (0, 0)  # (entries, bytes) the last ingest took
         self.stop_reason = ""
         self.restored = self.restore()
         self.tensorboard = ScalarLog(ctx.run_dir / "tensorboard" / "trainer")
@@ -263,11 +265,12 @@ class Trainer:
             self.consumed += h.count
             accepted.append(h)
         self.consumer.commit(acks, self.state(touched), dead)
+        self.last_ingest = (len(acks), sum(size for _, size in acks))
         return accepted
 
     def read(self, count: int, block_ms: int | None, sync_version: int | None = None) -> list:
         """Reads and ingests entries, including, now and then, entries stranded at dead consumers."""
-        now = time.monotonic()
+        now = self._read_at = time.monotonic()
         entries = []
         if now - self._reclaimed_at > RECLAIM_EVERY_S:
             self._reclaimed_at = now
@@ -278,17 +281,20 @@ class Trainer:
         return self.ingest(entries, sync_version) if entries else []
 
     def read_starved(self) -> list:
-        """Reads when no update is owed (before ``--learning-starts``, or the learner ahead of the data): at most
-        once every ``STARVED_GATHER_S``, whatever arrived meanwhile. Each read and commit costs the trainer and the
-        memory server about a millisecond of CPU between them, whether it carries one entry or ten; reading every
-        entry the moment it landed (about 190 a second from 2 Pendulum workers) used 11-12% of a core in the
-        trainer, reading every 10 ms 7-10%. Nothing waits on the gap: the learner has no update to run until
-        the data come, and 10 ms of the fastest workers' experience fills about half of the default backlog."""
-        wait = self._starved_read_at + STARVED_GATHER_S - time.monotonic()
+        """Reads when no update is owed (before ``--learning-starts``, or the learner ahead of the data), after
+        letting entries gather for the gap ``ReadPace`` sets from the arrival rate: about half the backlog's
+        limit, within 2-50 ms. Reading every entry the moment it landed (about 190 a second from 2 Pendulum
+        workers) used 11-12% of a core in the trainer; reading every 10 ms 7-10%. Nothing waits on the gap: the
+        learner has no update to run until the data come, and the backlog keeps room for the producers."""
+        wait = self._read_at + self.read_pace.gap_s - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-        self._starved_read_at = time.monotonic()
-        return self.read(count=STARVED_READ_ENTRIES, block_ms=100)
+        since = time.monotonic() - self._read_at
+        self.last_ingest = (0, 0)
+        got = self.read(count=STARVED_READ_ENTRIES, block_ms=100)
+        entries, size = self.last_ingest
+        self.read_pace.after_read(size, since, full=entries >= STARVED_READ_ENTRIES)
+        return got
 
     def refresh_members(self) -> None:
         """Adds rollout workers the orchestrator registered since (``Keys.members``: the run was scaled up), and

@@ -15,7 +15,7 @@ from drl._proto import experience_pb2
 from drl.algorithms import wire_extras
 from drl.envs import space_spec
 from drl.memory import codec
-from services.rollout.worker import HEADER_ALLOWANCE_BYTES, backlog_bytes
+from drl.memory.backlog import HEADER_ALLOWANCE_BYTES, backlog_bytes
 from tests.harness import ServiceRun, fast_config
 
 STEPS = 4000

@@ -1,0 +1,74 @@
+"""The backlog's limits: what a run's configuration and wire layout allow between the workers and the trainer.
+
+Workers and the trainer derive the same figures from the same configuration: a worker to size its entries and
+to offer the limits to the append script, the trainer to pace its reads so that the backlog never fills while it
+has room to read (``services.trainer.Trainer.read_starved``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from drl.memory.codec import MAX_ENTRY_BYTES
+
+ENTRY_GROWTH_DIVISOR = 4
+HEADER_ALLOWANCE_BYTES = 512
+
+
+def backlog_bytes(cfg, batch_transitions: int, transition_bytes: int) -> int:
+    """The backlog's byte limit: ``--max-backlog-bytes``, and at most ``--max-backlog-entries`` entries of
+    ``--batch-transitions`` (headers allowed for). Entries grow past ``--batch-transitions`` (``--entry-fill-ms``),
+    so a limit in entries alone would let the backlog, and with it the policy lag of ASYNC experience, grow with
+    them; this keeps the transitions waiting for the trainer about where fixed-size entries put them."""
+    per_entry = batch_transitions * transition_bytes + HEADER_ALLOWANCE_BYTES
+    return min(cfg.max_backlog_bytes, cfg.max_backlog_entries * per_entry)
+
+
+@dataclass(frozen=True)
+class BacklogLimits:
+    transition_bytes: int
+    least: int
+    """Transitions an entry holds at least: ``--batch-transitions``, within what one entry and the backlog take."""
+    most: int
+    """Transitions an entry holds at most: a quarter of the backlog (so that a few workers' entries fit), within
+    the entry size limit."""
+    limit_bytes: int
+    """Bytes of entries the backlog holds before producers are held back (``backlog_bytes``)."""
+
+
+def backlog_limits(cfg, layout: dict[str, tuple[str, tuple[int, ...]]]) -> BacklogLimits:
+    transition_bytes = sum(np.dtype(dt).itemsize * int(np.prod(shape)) for dt, shape in layout.values())
+    ceiling = max(1, min(MAX_ENTRY_BYTES // transition_bytes, cfg.max_backlog_bytes // transition_bytes))
+    least = min(cfg.batch_transitions, ceiling)
+    limit = backlog_bytes(cfg, least, transition_bytes)
+    quarter = (limit // ENTRY_GROWTH_DIVISOR - HEADER_ALLOWANCE_BYTES) // transition_bytes
+    most = max(least, min(least * cfg.max_backlog_entries // ENTRY_GROWTH_DIVISOR, quarter, ceiling))
+    return BacklogLimits(transition_bytes, least, most, limit)
+
+
+class ReadPace:
+    """How long a consumer with nothing else to do lets entries gather before its next read: long enough that a
+    read carries several entries (each read and commit costs the consumer and the memory server about a
+    millisecond of CPU on a loaded machine, whatever it carries), short enough that the backlog never fills
+    meanwhile (a full backlog holds producers back). The gap aims at ``share`` of the backlog's byte limit at
+    the arrival rate the last read saw, within ``least_s`` and ``most_s``; it shrinks at once but at most doubles
+    per read, so one quiet moment does not open a gap that a burst overflows. A read that came back full (more
+    was waiting) drops it to ``least_s``."""
+
+    def __init__(self, limit_bytes: int, first_s: float = 0.01, least_s: float = 0.002, most_s: float = 0.05,
+                 share: float = 0.5):
+        self.limit_bytes, self.least_s, self.most_s, self.share = limit_bytes, least_s, most_s, share
+        self.gap_s = first_s
+
+    def after_read(self, got_bytes: int, since_s: float, full: bool) -> float:
+        """The gap before the next read, given what the last one got and the seconds it covered."""
+        if full:
+            self.gap_s = self.least_s
+            return self.gap_s
+        grown = 2 * self.gap_s
+        if got_bytes > 0 and since_s > 0:
+            grown = min(grown, self.share * self.limit_bytes * since_s / got_bytes)
+        self.gap_s = min(self.most_s, max(self.least_s, grown))
+        return self.gap_s
