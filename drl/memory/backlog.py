@@ -31,21 +31,31 @@ class BacklogLimits:
     transition_bytes: int
     least: int
     """Transitions an entry holds at least: ``--batch-transitions``, within what one entry and the backlog take."""
-    most: int
-    """Transitions an entry holds at most: a quarter of the backlog (so that a few workers' entries fit), within
-    the entry size limit."""
     limit_bytes: int
     """Bytes of entries the backlog holds before producers are held back (``backlog_bytes``)."""
+    entries: int
+    """Entries the backlog holds before producers are held back (``--max-backlog-entries``)."""
+    ceiling: int
+    """Transitions in the largest entry the codec and ``--max-backlog-bytes`` allow."""
+
+    @property
+    def most(self) -> int:
+        """Transitions an entry holds at most: a quarter of the backlog (so that a few workers' entries fit),
+        within the entry size limit."""
+        return self.most_in(1)
+
+    def most_in(self, room: int) -> int:
+        """``most`` while the trainer has widened the backlog's limits ``room``-fold (``Consumer.set_room``)."""
+        quarter = (room * self.limit_bytes // ENTRY_GROWTH_DIVISOR - HEADER_ALLOWANCE_BYTES) // self.transition_bytes
+        return max(self.least, min(self.least * self.entries * room // ENTRY_GROWTH_DIVISOR, quarter, self.ceiling))
 
 
 def backlog_limits(cfg, layout: dict[str, tuple[str, tuple[int, ...]]]) -> BacklogLimits:
     transition_bytes = sum(np.dtype(dt).itemsize * int(np.prod(shape)) for dt, shape in layout.values())
     ceiling = max(1, min(MAX_ENTRY_BYTES // transition_bytes, cfg.max_backlog_bytes // transition_bytes))
     least = min(cfg.batch_transitions, ceiling)
-    limit = backlog_bytes(cfg, least, transition_bytes)
-    quarter = (limit // ENTRY_GROWTH_DIVISOR - HEADER_ALLOWANCE_BYTES) // transition_bytes
-    most = max(least, min(least * cfg.max_backlog_entries // ENTRY_GROWTH_DIVISOR, quarter, ceiling))
-    return BacklogLimits(transition_bytes, least, most, limit)
+    return BacklogLimits(transition_bytes, least, backlog_bytes(cfg, least, transition_bytes), cfg.max_backlog_entries,
+                         ceiling)
 
 
 class ReadPace:

@@ -42,16 +42,17 @@ redis.call('SET', KEYS[7], ARGV[8], 'NX')
 local e = redis.call('GET', KEYS[7])
 local size = string.len(ARGV[3]) + string.len(ARGV[4])
 local b = tonumber(redis.call('GET', KEYS[5]) or '0')
-if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) or (b > 0 and b + size > tonumber(ARGV[2])) then
+local r = tonumber(redis.call('GET', KEYS[9]) or '1') or 1
+if redis.call('XLEN', KEYS[1]) >= r * tonumber(ARGV[1]) or (b > 0 and b + size > r * tonumber(ARGV[2])) then
   redis.call('DEL', KEYS[8])
-  return {0, v, s, m, e}
+  return {0, v, s, m, e, r}
 end
 redis.call('XADD', KEYS[1], '*', 'h', ARGV[3], 'd', ARGV[4])
 redis.call('INCRBY', KEYS[5], size)
 if tonumber(ARGV[6]) > tonumber(redis.call('HGET', KEYS[4], ARGV[5]) or '0') then
   redis.call('HSET', KEYS[4], ARGV[5], ARGV[6])
 end
-return {1, v, s, m, e}
+return {1, v, s, m, e, r}
 """
 
 _COMMIT = """
@@ -97,6 +98,7 @@ class Keys:
         self.stream = p + "exp"
         self.backlog_bytes = p + "exp:bytes"
         self.freed = p + "exp:freed"  # one token per entry a commit deleted: wakes producers held back
+        self.room = p + "exp:room"  # the trainer's factor on the backlog's limits (absent: 1); see Consumer.set_room
         self.epoch = p + "epoch"
         self.consumer_state = p + "trainer:state"
         self.dead_letter = p + "dlq"
@@ -199,6 +201,7 @@ class Producer:
         self.retained: collections.deque[_Outgoing] = collections.deque()
         self._retained_ordered = True  # retained seqs never decrease: consumed ones can be popped from the left
         self.epoch: bytes | None = None
+        self.room = 1
         self.waited_s = 0.0
         self.refused = 0
         self.resent = 0
@@ -216,13 +219,13 @@ class Producer:
         version, stop = -1, False
         pause = BACKPRESSURE_FIRST_WAIT_S
         keys = [self.keys.stream, self.keys.policy, self.keys.stop, self.keys.produced, self.keys.backlog_bytes,
-                self.keys.consumer_state, self.keys.epoch, self.keys.freed]
+                self.keys.consumer_state, self.keys.epoch, self.keys.freed, self.keys.room]
         while self.outbox:
             item = self.outbox[0]
             args = [self.max_entries, self.max_bytes, item.h, item.d, self.worker_id, item.produced_total,
                     seq_field(self.worker_id), secrets.token_hex(8)]
-            added, v, s, mark, epoch = retrying(lambda: self._add(keys=keys, args=args), "XADD", self.retry_s)
-            version, stop = int(v), bool(s)
+            added, v, s, mark, epoch, room = retrying(lambda: self._add(keys=keys, args=args), "XADD", self.retry_s)
+            version, stop, self.room = int(v), bool(s), int(room)
             self._observe(int(mark), epoch)
             if added:
                 self.outbox.remove(item)
@@ -402,6 +405,17 @@ class Consumer:
             pipe.execute()
 
         self._call(_do, "commit")
+
+    def set_room(self, factor: int, client=None) -> None:
+        """Widens the backlog's limits ``factor``-fold for every producer's next append (``Keys.room``; 1 restores
+        them). The limits bound how much experience waits, and so its policy lag, while the learner is the
+        bottleneck; a trainer that waits for data reads everything every few tens of milliseconds, so what waits
+        is bounded by its read gap instead, and more room lets it read less often."""
+        target = self.client if client is None else client
+        if factor > 1:
+            target.set(self.keys.room, factor)
+        else:
+            target.delete(self.keys.room)
 
     def raise_produced(self, produced: dict[str, int], client=None) -> None:
         """Raises each worker's ``produced`` count to at least the given one, never lowering it (``_RAISE``).

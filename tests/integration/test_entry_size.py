@@ -1,6 +1,7 @@
 """Entry sizes (real Valkey, real trainer and worker processes): a worker fills entries past --batch-transitions
-while collection is fast (--entry-fill-ms), never past a quarter of the backlog, and the backlog holds about as many
-transitions as it would with fixed-size entries, so growing entries does not add policy lag."""
+while collection is fast (--entry-fill-ms), never past a quarter of the backlog (of the widened backlog while the
+trainer waits for data), and the backlog holds about as many transitions as it would with fixed-size entries, so
+growing entries does not add policy lag."""
 
 from __future__ import annotations
 
@@ -20,17 +21,17 @@ from tests.harness import ServiceRun, fast_config
 
 STEPS = 4000
 BATCH = 32
-CHUNK = BATCH * 16  # services.rollout.worker.ASYNC_CHUNK_ENTRIES entries of --batch-transitions
 
 
 def _entries(entry: int) -> int:
-    """Entries a worker sends for STEPS in ASYNC chunks when every entry but a chunk's last holds ``entry``."""
-    full, tail = divmod(STEPS, CHUNK)
-    return full * math.ceil(CHUNK / entry) + math.ceil(tail / entry)
+    """Entries a worker sends for STEPS when every entry but the last holds ``entry`` (ASYNC chunks do not cut
+    entries short)."""
+    return math.ceil(STEPS / entry)
 
 
-def _finished_run(tmp_path, redis_server, fill_ms: float, run: str) -> ServiceRun:
-    cfg = fast_config(workers=1, steps=STEPS, random_steps=STEPS, batch_transitions=BATCH, entry_fill_ms=fill_ms)
+def _finished_run(tmp_path, redis_server, fill_ms: float, run: str, **changes) -> ServiceRun:
+    cfg = fast_config(workers=1, steps=STEPS, random_steps=STEPS, batch_transitions=BATCH, entry_fill_ms=fill_ms,
+                      **changes)
     sr = ServiceRun(cfg, redis_server.url, tmp_path, run=run)
     sr.start_all()
     sr.wait_all(timeout=180)
@@ -40,10 +41,19 @@ def _finished_run(tmp_path, redis_server, fill_ms: float, run: str) -> ServiceRu
 
 
 def test_entries_grow_to_their_limit_while_collection_is_fast(tmp_path, redis_server):
-    sr = _finished_run(tmp_path, redis_server, fill_ms=60_000, run="entries-grow")
-    max_entry = BATCH * fast_config().max_backlog_entries // 4
+    cfg = fast_config(batch_transitions=BATCH)
+    unwidened = backlog_bytes(cfg, BATCH, _layout_bytes())  # --max-backlog-bytes leaves the trainer no room to widen
+    sr = _finished_run(tmp_path, redis_server, fill_ms=60_000, run="entries-grow", max_backlog_bytes=unwidened)
+    max_entry = BATCH * cfg.max_backlog_entries // 4
     assert max_entry == 2 * BATCH
     assert int(sr.status("rollout-0")["seq"]) == _entries(max_entry)
+
+
+def test_entries_grow_fourfold_further_while_the_trainer_waits_for_data(tmp_path, redis_server):
+    sr = _finished_run(tmp_path, redis_server, fill_ms=60_000, run="entries-widened", learning_starts=10**9)
+    max_entry = 4 * BATCH * fast_config().max_backlog_entries // 4
+    # the worker learns of the wider limits from its first append's reply, so its first entry is of the usual size
+    assert int(sr.status("rollout-0")["seq"]) in (_entries(max_entry), _entries(max_entry) + 1)
 
 
 def test_entries_stay_at_batch_transitions_with_fill_zero(tmp_path, redis_server):

@@ -185,6 +185,28 @@ def test_append_script_refuses_when_full_and_reports_policy_and_stop(redis_serve
     assert len(producer.retained) == 2
 
 
+def test_the_trainers_room_widens_both_limits_of_the_append_script(redis_server, redis_client):
+    keys = Keys(RUN)
+    size = sum(len(x) for x in _entry("rollout-0", 1))
+    producer = Producer(redis_client, keys, "rollout-0", max_entries=2, max_bytes=2 * size)
+    consumer = Consumer(redis_client, keys)
+    redis_client.set(keys.stop, "test")  # a refused producer then gives up at once instead of waiting
+    sent = [producer.send(seq, *_entry("rollout-0", seq), seq * 8)[0] for seq in (1, 2, 3)]
+    assert sent == [True, True, False] and producer.room == 1
+    redis_client.delete(keys.stop)
+
+    consumer.set_room(3)
+    for seq in range(3, 7):
+        assert producer.send(seq, *_entry("rollout-0", seq), seq * 8)[0], f"entry {seq} refused with room 3"
+    assert producer.room == 3 and redis_client.xlen(keys.stream) == 6
+    redis_client.set(keys.stop, "test")
+    assert not producer.send(7, *_entry("rollout-0", 7), 56)[0], "the widened entry limit (6) did not hold"
+
+    consumer.set_room(1)
+    assert redis_client.get(keys.room) is None
+    assert not producer.send(7, *_entry("rollout-0", 7), 56)[0] and producer.room == 1
+
+
 def test_a_held_back_producer_waits_blocked_and_wakes_when_a_commit_frees_room(redis_server, redis_client,
                                                                                monkeypatch):
     """No polling: with a 10 s fallback, the refused producer asks once and then waits until the commit's token
@@ -275,7 +297,8 @@ def test_after_a_data_loss_the_trainer_never_lowers_a_count_a_worker_raised_firs
                                                                                   redis_client):
     """Workers notice a server restart at their next append and go on appending, which raises their
     ``produced`` counts, before the trainer notices at its next read; its restore must not write its older
-    counts over theirs (the run's summary adds them up: 4,792 of 6,000 transitions in one such race)."""
+    counts over theirs (the run's summary adds them up: 4,792 of 6,000 transitions in one such race). It puts
+    back its widened limits too."""
     keys = Keys(RUN)
     trainer = _trainer(tmp_path, redis_server.url, workers=2)
     producers = {w: Producer(redis_client, keys, w, max_entries=32, max_bytes=1 << 20)
@@ -287,6 +310,7 @@ def test_after_a_data_loss_the_trainer_never_lowers_a_count_a_worker_raised_firs
         pass
     assert trainer.produced == {"rollout-0": 16, "rollout-1": 16}
 
+    trainer.widen(True)
     redis_client.flushdb()
     for seq in (3, 4, 5):
         producers["rollout-0"].send(seq, *_entry("rollout-0", seq), seq * 8)
@@ -295,3 +319,4 @@ def test_after_a_data_loss_the_trainer_never_lowers_a_count_a_worker_raised_firs
     assert trainer.consumer.resets == 1
     assert redis_client.hget(keys.produced, "rollout-0") == b"40", "the restore lowered a worker's count"
     assert redis_client.hget(keys.produced, "rollout-1") == b"16", "the restore did not put back a count"
+    assert redis_client.get(keys.room) == b"4", "the restore did not put back the widened limits"

@@ -134,3 +134,43 @@ def test_random_steps_and_a_missing_policy_take_the_general_path():
     assert not worker.plain()
     worker.random_steps, worker.version = 0, -1
     assert not worker.plain()
+
+
+class FakeProducer:
+    """drl's own Producer wrapper, faked: appends always succeed and report the trainer's room factor."""
+
+    def __init__(self, room: int):
+        self.room, self.entries = room, []
+
+    def send(self, seq, h, d, produced_total):
+        self.entries.append((seq, h, d))
+        return True, 0, False
+
+
+def test_a_worker_lets_its_entries_grow_with_the_room_its_appends_report_fake_producer():
+    from types import SimpleNamespace
+
+    from drl.config import replace
+    from drl.memory.backlog import backlog_limits
+    from drl.presets import get_preset
+    from services.rollout.worker import RolloutWorker
+
+    worker = _worker(1, least=64, most=256)
+    cfg = replace(get_preset("sac", "Pendulum-v1"), envs_per_worker=3)
+    limits = backlog_limits(cfg, codec.expected_layout(worker.envs.spec))
+    assert (limits.most, limits.most_in(4)) == (256, 1024)
+    del worker.flush
+    worker.__dict__.update(cfg=cfg, limits=limits, room=1, producer=FakeProducer(room=4), with_priorities=False,
+                           seq=0, produced=0, ctx=SimpleNamespace(run="r", name="rollout-0"), report=lambda: None)
+    worker.collect(300, hand_in=False)
+    assert worker.fill.most == 1024 and worker.room == 4
+    worker.collect(2000)
+    sizes = [codec.decode({b"h": h, b"d": d}, "r", codec.expected_layout(worker.envs.spec)).header.count
+             for _, h, d in worker.producer.entries]
+    assert sizes[0] <= 256 + 2 and max(sizes) > 256, sizes
+    assert all(size <= 1024 + 2 for size in sizes) and sum(sizes) == 2300
+
+    worker.producer.room = 1
+    worker.collect(3000)
+    assert worker.fill.most == 256
+    assert len(worker.entry.arrays["reward"]) >= 1024 + 3, "the entry buffer shrank below what it held"
