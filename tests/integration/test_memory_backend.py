@@ -185,6 +185,19 @@ def test_append_script_refuses_when_full_and_reports_policy_and_stop(redis_serve
     assert len(producer.retained) == 2
 
 
+def test_appends_go_on_after_the_server_lost_its_scripts_and_dropped_the_connection(redis_server, redis_client):
+    """The append runs on a connection of its own (``DirectScript``), outside the client's pool: it must load
+    its script again after SCRIPT FLUSH (a restarted server has none) and reconnect after the server closed it."""
+    keys = Keys(RUN)
+    producer = Producer(redis_client, keys, "rollout-0", max_entries=32, max_bytes=1 << 20, retry_s=10)
+    assert producer.send(1, *_entry("rollout-0", 1), 8)[0]
+    redis_client.script_flush()
+    assert producer.send(2, *_entry("rollout-0", 2), 16)[0]
+    assert redis_client.client_kill_filter(skipme=True) >= 1  # every connection but this call's
+    assert producer.send(3, *_entry("rollout-0", 3), 24)[0]
+    assert redis_client.xlen(keys.stream) == 3 and redis_client.hget(keys.produced, "rollout-0") == b"24"
+
+
 def test_the_trainers_room_widens_both_limits_of_the_append_script(redis_server, redis_client):
     keys = Keys(RUN)
     size = sum(len(x) for x in _entry("rollout-0", 1))
