@@ -103,11 +103,17 @@ def test_detached_run_status_health_and_stop(tmp_path):
     assert proc.stdout.count("exited (0)") == 4
 
 
+# A worker is asked to stop once it reported 500 steps (polled every 0.3 s) and must still be short of its share
+# then: 6,000 steps, paced by the learner at 4 transitions per update, leave it seconds of collecting to go.
+HAND_IN_STEPS = 12_000
+HAND_IN_PACE = ("--updates-per-transition", "0.25")
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_stopping_one_worker_hands_in_its_transitions_and_the_run_goes_on(tmp_path, mode):
     run = f"ctl-worker-{mode}"
-    steps = 4000
-    state = start_detached(tmp_path, run, "--steps", str(steps), "--mode", mode)
+    steps = HAND_IN_STEPS
+    state = start_detached(tmp_path, run, "--steps", str(steps), "--mode", mode, *HAND_IN_PACE)
     state = wait_for_ports(tmp_path, run)
     port = state.process("rollout-1").control_port
     wait_until(lambda: (get_status(port) or control_answer_gone()).env_steps >= 500, 60, "rollout-1 to produce")
@@ -138,8 +144,8 @@ def test_stopping_one_worker_hands_in_its_transitions_and_the_run_goes_on(tmp_pa
 
 def test_sigterm_makes_a_worker_hand_in_its_transitions(tmp_path):
     run = "ctl-sigterm"
-    steps = 4000
-    start_detached(tmp_path, run, "--steps", str(steps), "--mode", "async")
+    steps = HAND_IN_STEPS
+    start_detached(tmp_path, run, "--steps", str(steps), "--mode", "async", *HAND_IN_PACE)
     state = wait_for_ports(tmp_path, run)
     port = state.process("rollout-1").control_port
     wait_until(lambda: (get_status(port) or control_answer_gone()).env_steps >= 500, 60, "rollout-1 to produce")
