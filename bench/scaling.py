@@ -14,8 +14,11 @@ drl (rollout worker -> Valkey stream -> trainer), and whether adding workers bey
   back-pressure; the trainer reads, decodes, deduplicates, inserts into replay and acknowledges every entry.
   **The trainer runs no gradient update** (``--learning-starts`` beyond ``--steps``), so it only consumes: the
   figure is the collection path's, not the learner's (with updates, the ASYNC rate limiter would pace the workers
-  to the learner's speed, which ``learner_speed.py`` and ``time_to_score.py`` measure). The evaluator scores
-  version 0 once (one episode) and then waits for versions that never come.
+  to the learner's speed, which ``learner_speed.py`` and ``time_to_score.py`` measure). Waiting for data with
+  learning far away, the trainer widens the backlog's limits fourfold, as it does whenever the learner is ahead
+  of the data (``Trainer.widen``), so it reads every few tens of milliseconds and the workers' entries grow to
+  a quarter of the widened backlog. The evaluator scores version 0 once (one episode) and then waits for
+  versions that never come.
   The rate is read from the memory server: the trainer's ``consumed`` counter (``trainer:state``, written in the
   same atomic commit that acknowledges the entries) sampled every ``--sample-s`` seconds. The **steady window**
   starts ``--settle`` seconds after every worker has appended its first entry and the evaluator has finished its
@@ -225,7 +228,8 @@ def measure_raw_parallel(args: argparse.Namespace, seed: int, n: int) -> dict:
     without drl (time slicing, caches and memory bandwidth shared), the ceiling for N rollout workers."""
     job = {"env": args.env, "envs_per_worker": args.envs_per_worker, "seconds": args.raw_seconds, "seed": seed,
            "start_at": time.time() + 2.0 + 0.4 * n}
-    procs = [subprocess.Popen([sys.executable, "-m", "bench.scaling", "--raw-child", json.dumps({**job, "seed": seed + i})],
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.scaling", "--raw-child",
+                               json.dumps({**job, "seed": seed + i})],
                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
     outs = [p.communicate(timeout=120 + 2 * args.raw_seconds + 0.5 * n) for p in procs]
     if any(p.returncode != 0 for p in procs):
