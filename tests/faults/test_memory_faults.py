@@ -36,7 +36,10 @@ def _kill_mid_batch(run: ServiceRun, proc) -> int:
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_trainer_sigkill_mid_batch_then_restart_counts_every_transition_once(tmp_path, redis_server, redis_client,
                                                                              mode):
-    run = ServiceRun(fast_config(mode=mode), redis_server.url, tmp_path)
+    # One update per two transitions keeps the learner the bottleneck, so the trainer reads often, a few entries at a
+    # time, for seconds: a learner ahead of the data reads every few tens of milliseconds and finishes the run in
+    # well under a second, leaving few moments between a read and its commit to catch.
+    run = ServiceRun(fast_config(mode=mode, updates_per_transition=0.5), redis_server.url, tmp_path)
     run.start_all()
     trainer = run.procs["trainer"]
     run.wait_until(lambda: run.consumed() >= 1500, 120, "1500 transitions consumed")

@@ -22,7 +22,8 @@ SMALL = ["--sac.hidden", "16,16", "--sac.batch-size", "32", "--eval-episodes", "
 
 
 def test_trainer_sigkill_resumes_from_its_checkpoint_with_counters_continuing(tmp_path, redis_server, redis_client):
-    run = ServiceRun(fast_config(steps=9000, checkpoint_every_s=0.5, publish_every_updates=20,
+    steps = 20_000  # about 4,000 updates: the trainer is killed well before it has done them all
+    run = ServiceRun(fast_config(steps=steps, checkpoint_every_s=0.5, publish_every_updates=20,
                                  updates_per_transition=0.2), redis_server.url, tmp_path)
     checkpoints = CheckpointStore(run_store(str(tmp_path / "store"), run.run), run.run)
     run.start_all()
@@ -41,7 +42,7 @@ def test_trainer_sigkill_resumes_from_its_checkpoint_with_counters_continuing(tm
     versions = PolicyStore(run_store(str(tmp_path / "store"), run.run), run.run).versions()
     assert versions == sorted(set(versions)) and versions[-1] == int(status["policy_version"])
     acc = run.accounting()
-    assert acc["produced"] == 9000 and acc["consumed"] + acc["stale"] == 9000
+    assert acc["produced"] == steps and acc["consumed"] + acc["stale"] == steps
 
 
 def test_resume_continues_a_stopped_run(tmp_path):
