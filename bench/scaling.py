@@ -53,6 +53,12 @@ drl (rollout worker -> Valkey stream -> trainer), and whether adding workers bey
   N) or system / system at N = cores, and the figure is the median over rounds. On this VM the speed drifts by
   20-30% within minutes (a raw loop measured 15k to 27k steps/s within one run), which moves ratios of runs
   taken minutes apart (the repeats) by as much; windows seconds apart see nearly the same machine.
+- **machine ceiling** (for 1 < N <= cores, in the same alternating protocol): N raw loops at once against one
+  raw loop alone, ceiling = N loops / (N x one loop). It is what this machine gives N acting processes with
+  nothing of drl: vCPUs that are hyperthreads of one another, or a host that runs a lone busy vCPU faster, put
+  it below 1, and the efficiency as defined cannot exceed it. The table shows it and the alternating
+  efficiency as a share of it (``of ceil``: what drl itself keeps, its trainer, Valkey, sending and
+  bookkeeping included); the goal is still judged on the efficiency.
 
 Goal (issue 9): efficiency >= 0.9 for every N <= cores, and for every N > cores a rate at least 0.8 of the rate
 at N = cores ("no collapse": on 2 cores, 32 workers still deliver 0.8 of the 2-worker rate). The goal is judged
@@ -74,7 +80,7 @@ spread; the last line is one JSON object with every figure, the goal and whether
 machine (cores, load average at start and end) and the versions (python, numpy, gymnasium, redis-py, the
 memory server, drl's git commit).
 
-    python -m bench.scaling                      # 1..32 workers, 3 repeats of 15 s, 6 alternating rounds (~22 min)
+    python -m bench.scaling                      # 1..32 workers, 3 repeats of 15 s, 6 alternating rounds (~23 min)
     python -m bench.scaling --quick              # 1, 2, 4 workers, 1 repeat of 3 s, 2 rounds (about 2 minutes)
     python -m bench.scaling --workers 1,2 --window 2 --repeats 1
 """
@@ -221,6 +227,63 @@ class RawLoop:
             self.resume()
             self.proc.kill()
             self.proc.wait()
+
+
+class RawLoops:
+    """``n`` raw loops in processes of their own, started, read, frozen and resumed together: one side of the
+    machine-ceiling pair (``measure_ceiling``); its rate is the sum of theirs."""
+
+    def __init__(self, args: argparse.Namespace, seed: int, n: int):
+        self.loops = [RawLoop(args, seed + i) for i in range(n)]
+
+    def start(self) -> None:
+        for loop in self.loops:
+            loop.start()
+
+    def wait_steady(self) -> None:
+        for loop in self.loops:
+            loop.wait_steady()
+
+    def window(self, seconds: float) -> dict:
+        a = [loop._read() for loop in self.loops]
+        time.sleep(seconds)
+        b = [loop._read() for loop in self.loops]
+        return {"rate": sum((y["steps"] - x["steps"]) / (y["t"] - x["t"]) for x, y in zip(a, b))}
+
+    def pause(self) -> None:
+        for loop in self.loops:
+            loop.pause()
+
+    def resume(self) -> None:
+        for loop in self.loops:
+            loop.resume()
+
+    def stop(self) -> None:
+        for loop in self.loops:
+            loop.stop()
+
+
+def measure_ceiling(n: int, seed: int, args: argparse.Namespace) -> dict:
+    """What this machine itself allows N acting processes, in the alternating protocol the goal is judged by:
+    N raw loops at once against one raw loop alone, ceiling = rate(N loops) / (N x rate(one loop)). Cores that
+    are hyperthreads of one another, or a host that gives a lone vCPU a faster clock, put it below 1, and no
+    system of N workers can beat it; the system's efficiency over the ceiling is then the share drl itself
+    keeps (its trainer, Valkey, sending and bookkeeping)."""
+    many, one = RawLoops(args, seed, n), RawLoops(args, seed + n, 1)
+    result: dict = {"workers": n, "rounds": args.alternations, "window_s": args.alt_window}
+    try:
+        for side in (one, many):
+            side.start()
+            side.wait_steady()
+        pairs = alternate(many, one, args.alternations, args.alt_window, args.alt_settle)
+        result["ratios"] = [round(m["rate"] / (o["rate"] * n), 4) for m, o in pairs]
+        result["ratio"] = round(statistics.median(result["ratios"]), 4)
+    except Exception as exc:  # recorded and shown, like a failed alternating measurement
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        for side in (many, one):
+            side.stop()
+    return result
 
 
 def measure_raw_parallel(args: argparse.Namespace, seed: int, n: int) -> dict:
@@ -573,10 +636,12 @@ def fmt(value, spec: str = ",.0f") -> str:
 
 
 def summarise(worker_counts: list[int], pairs: dict[int, list[dict]], n_cores: int,
-              alternating: dict[int, dict] | None = None) -> tuple[list[dict], bool, int | None, float | None]:
+              alternating: dict[int, dict] | None = None, ceilings: dict[int, dict] | None = None,
+              ) -> tuple[list[dict], bool, int | None, float | None]:
     """Rows of medians per N. The goal is judged on the alternating ratio where one was measured (it resists
-    the machine's drift), else on the repeats' efficiency or rate ratio."""
-    alternating = alternating or {}
+    the machine's drift), else on the repeats' efficiency or rate ratio. The machine's ceiling (``ceilings``)
+    is shown beside it, with the alternating efficiency as a share of it; it does not move the goal."""
+    alternating, ceilings = alternating or {}, ceilings or {}
     rows = []
     raw_rate = median([p["raw"]["rate"] for n in worker_counts for p in pairs[n] if "raw" in p])
     for n in worker_counts:
@@ -603,6 +668,9 @@ def summarise(worker_counts: list[int], pairs: dict[int, list[dict]], n_cores: i
             "alternating": alternating.get(n, {}).get("ratio"),
             "alternating_ratios": alternating.get(n, {}).get("ratios", []),
             "alternating_error": alternating.get(n, {}).get("error"),
+            "ceiling": ceilings.get(n, {}).get("ratio"),
+            "ceiling_ratios": ceilings.get(n, {}).get("ratios", []),
+            "ceiling_error": ceilings.get(n, {}).get("error"),
         })
     base_n = max((n for n in worker_counts if n <= n_cores), default=None)
     base = next((r["system_rate"] for r in rows if r["workers"] == base_n), None)
@@ -614,6 +682,8 @@ def summarise(worker_counts: list[int], pairs: dict[int, list[dict]], n_cores: i
         row["goal_basis"] = "repeats"
         if row["alternating"] is not None:
             judged, row["goal_basis"] = row["alternating"], "alternating"
+        row["of_ceiling"] = (round(row["alternating"] / row["ceiling"], 3)
+                             if row["alternating"] is not None and row["ceiling"] else None)
         goal = GOAL_EFFICIENCY if row["workers"] <= n_cores else GOAL_BEYOND
         row["goal_met"] = row["repeats_ok"] > 0 and judged is not None and judged >= goal
         goal_met = goal_met and row["goal_met"] and row["repeats_ok"] == row["repeats"]
@@ -628,7 +698,8 @@ def summarise(worker_counts: list[int], pairs: dict[int, list[dict]], n_cores: i
 def print_table(rows: list[dict], n_cores: int, base_n: int | None) -> None:
     print()
     print(f"{'workers':>7} {'system steps/s':>14} {'spread':>17} {'raw (paired)':>12} {'efficiency':>10} "
-          f"{'vs N=' + str(base_n):>8} {'alternating':>11} {'goal':>5} {'raw xN':>8} {'sys/rawxN':>9} "
+          f"{'vs N=' + str(base_n):>8} {'alternating':>11} {'goal':>5} {'ceiling':>7} {'of ceil':>7} "
+          f"{'raw xN':>8} {'sys/rawxN':>9} "
           f"{'us/step':>13} {'CPU eff':>7} "
           f"{'start s':>7} {'per entry':>9}  "
           f"CPU share of all cores: workers trainer valkey eval others")
@@ -639,6 +710,7 @@ def print_table(rows: list[dict], n_cores: int, base_n: int | None) -> None:
         print(f"{r['workers']:>7} {fmt(r['system_rate']):>14} {spread:>17} {fmt(r['raw_rate_paired']):>12} "
               f"{fmt(r['efficiency'], '.3f'):>10} {fmt(r['vs_cores_rate'], '.3f'):>8} "
               f"{fmt(r['alternating'], '.3f'):>11} {'yes' if r['goal_met'] else 'NO':>5} "
+              f"{fmt(r['ceiling'], '.3f'):>7} {fmt(r['of_ceiling'], '.3f'):>7} "
               f"{fmt(r['raw_parallel_rate']):>8} "
               f"{fmt(r['vs_raw_parallel'], '.3f'):>9} "
               f"{fmt(r['system_cpu_us_per_step'], '.1f') + '/' + fmt(r['raw_cpu_us_per_step'], '.1f'):>13} "
@@ -648,6 +720,8 @@ def print_table(rows: list[dict], n_cores: int, base_n: int | None) -> None:
             print(f"        failed repeat: {error}")
         if r["alternating_error"]:
             print(f"        failed alternating measurement: {r['alternating_error']}")
+        if r["ceiling_error"]:
+            print(f"        failed machine ceiling measurement: {r['ceiling_error']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -722,6 +796,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     pairs: dict[int, list[dict]] = {n: [] for n in worker_counts}
     alternating: dict[int, dict] = {}
+    ceilings: dict[int, dict] = {}
     begin = time.perf_counter()
     server = None
     try:
@@ -761,6 +836,14 @@ def main(argv: list[str] | None = None) -> int:
                       f"steps/s", flush=True)
             else:
                 print(f"  alternating workers {n:>2}: FAILED {alt['error']}", flush=True)
+        for n in (worker_counts if args.alternations > 0 else []):
+            if 1 < n <= n_cores:
+                ceiling = ceilings[n] = measure_ceiling(n, args.seed, args)
+                if "ratio" in ceiling:
+                    print(f"  machine ceiling for {n} workers: {n} raw loops / ({n} x one raw loop) "
+                          f"{ceiling['ratio']:.3f} (median of {ceiling['ratios']})", flush=True)
+                else:
+                    print(f"  machine ceiling for {n} workers: FAILED {ceiling['error']}", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -768,7 +851,7 @@ def main(argv: list[str] | None = None) -> int:
     load_end = os.getloadavg()
     machine["load_average_end"] = [round(x, 2) for x in load_end]
 
-    rows, goal_met, base_n, raw_rate = summarise(worker_counts, pairs, n_cores, alternating)
+    rows, goal_met, base_n, raw_rate = summarise(worker_counts, pairs, n_cores, alternating, ceilings)
     print_table(rows, n_cores, base_n)
     print()
     others = median([r["cpu_share"]["others"] for r in rows if r["cpu_share"]["others"] is not None])
@@ -783,6 +866,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"alternating = median over {args.alternations} rounds of windows of {args.alt_window:g} s taken in "
               f"turn, the other side frozen: for N <= {n_cores} the system against one raw loop (system / (raw x "
               f"N)), beyond against the system with N = {base_n}; the goal is judged on it")
+    if ceilings:
+        print(f"ceiling = the machine's own, in the same protocol: N raw loops at once / (N x one raw loop), for "
+              f"1 < N <= {n_cores}; of ceil = alternating / ceiling, the share of what the machine allows that "
+              "the system delivers")
     print("raw xN = N raw loops in N processes at once (what N acting processes get from the machine without drl); "
           "sys/rawxN = system / raw xN, median over repeats")
     print("us/step = CPU microseconds per collected step, whole system (workers, trainer, Valkey, evaluator, "
@@ -800,6 +887,7 @@ def main(argv: list[str] | None = None) -> int:
         "envs_per_worker": args.envs_per_worker, "batch_transitions": args.batch_transitions,
         "entry_fill_ms": args.entry_fill_ms, "alternations": args.alternations, "alt_window_s": args.alt_window,
         "alt_settle_s": args.alt_settle, "alternating": [alternating[n] for n in worker_counts if n in alternating],
+        "ceilings": [ceilings[n] for n in worker_counts if n in ceilings],
         "runs": [{k: v for k, v in p.items() if k != "log_tail"} for n in worker_counts for p in pairs[n]],
         "system_rate": "trainer's consumed transitions per second over the steady window (no gradient updates)",
         "raw_rate_method": "VecEnv.step_into one reused row + numpy SAC actor in one process, nothing else; "

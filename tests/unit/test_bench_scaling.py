@@ -70,3 +70,42 @@ def test_a_failed_alternating_measurement_falls_back_on_the_repeats_and_is_shown
     assert rows[0]["goal_basis"] == "repeats" and rows[0]["goal_met"] and met
     scaling.print_table(rows, 2, 2)
     assert "failed alternating measurement: RuntimeError: no steady state" in capsys.readouterr().out
+
+
+def test_the_machine_ceiling_is_shown_beside_the_goal_without_moving_it(capsys):
+    pairs = {1: [run(1, 9_500.0, 10_000.0)], 2: [run(2, 17_600.0, 10_000.0)]}
+    alternating = {1: {"ratio": 0.95}, 2: {"ratio": 0.88}}
+    rows, met, _, _ = scaling.summarise([1, 2], pairs, 2, alternating, {2: {"ratio": 0.96, "ratios": [0.96] * 3}})
+    assert rows[0]["ceiling"] is None and rows[0]["of_ceiling"] is None
+    assert rows[1]["ceiling"] == 0.96 and rows[1]["of_ceiling"] == pytest.approx(0.88 / 0.96, abs=1e-3)
+    assert not rows[1]["goal_met"] and not met
+    rows, _, _, _ = scaling.summarise([2], {2: pairs[2]}, 2, alternating, {2: {"error": "RuntimeError: x"}})
+    assert rows[0]["of_ceiling"] is None
+    scaling.print_table(rows, 2, 2)
+    assert "failed machine ceiling measurement: RuntimeError: x" in capsys.readouterr().out
+
+
+def test_raw_loops_are_frozen_and_read_together(monkeypatch):
+    monkeypatch.setattr(scaling.time, "sleep", lambda s: None)
+
+    class Loop:
+        def __init__(self, steps_per_read):
+            self.steps, self.per, self.t, self.signals = 0, steps_per_read, 0.0, []
+
+        def _read(self):
+            self.steps += self.per
+            self.t += 0.5
+            return {"steps": self.steps, "t": self.t}
+
+        def pause(self):
+            self.signals.append("stop")
+
+        def resume(self):
+            self.signals.append("cont")
+
+    group = scaling.RawLoops.__new__(scaling.RawLoops)
+    group.loops = [Loop(100), Loop(300)]
+    assert group.window(1.0) == {"rate": pytest.approx(200.0 + 600.0)}
+    group.pause()
+    group.resume()
+    assert all(loop.signals == ["stop", "cont"] for loop in group.loops)
