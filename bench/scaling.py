@@ -236,13 +236,15 @@ class RawLoops:
     def __init__(self, args: argparse.Namespace, seed: int, n: int):
         self.loops = [RawLoop(args, seed + i) for i in range(n)]
 
-    def start(self) -> None:
+    def _each(self, method: str) -> None:
         for loop in self.loops:
-            loop.start()
+            getattr(loop, method)()
+
+    def start(self) -> None:
+        self._each("start")
 
     def wait_steady(self) -> None:
-        for loop in self.loops:
-            loop.wait_steady()
+        self._each("wait_steady")
 
     def window(self, seconds: float) -> dict:
         a = [loop._read() for loop in self.loops]
@@ -251,16 +253,13 @@ class RawLoops:
         return {"rate": sum((y["steps"] - x["steps"]) / (y["t"] - x["t"]) for x, y in zip(a, b))}
 
     def pause(self) -> None:
-        for loop in self.loops:
-            loop.pause()
+        self._each("pause")
 
     def resume(self) -> None:
-        for loop in self.loops:
-            loop.resume()
+        self._each("resume")
 
     def stop(self) -> None:
-        for loop in self.loops:
-            loop.stop()
+        self._each("stop")
 
 
 def measure_ceiling(n: int, seed: int, args: argparse.Namespace) -> dict:
