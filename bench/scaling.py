@@ -268,21 +268,8 @@ def measure_ceiling(n: int, seed: int, args: argparse.Namespace) -> dict:
     are hyperthreads of one another, or a host that gives a lone vCPU a faster clock, put it below 1, and no
     system of N workers can beat it; the system's efficiency over the ceiling is then the share drl itself
     keeps (its trainer, Valkey, sending and bookkeeping)."""
-    many, one = RawLoops(args, seed, n), RawLoops(args, seed + n, 1)
     result: dict = {"workers": n, "rounds": args.alternations, "window_s": args.alt_window}
-    try:
-        for side in (one, many):
-            side.start()
-            side.wait_steady()
-        pairs = alternate(many, one, args.alternations, args.alt_window, args.alt_settle)
-        result["ratios"] = [round(m["rate"] / (o["rate"] * n), 4) for m, o in pairs]
-        result["ratio"] = round(statistics.median(result["ratios"]), 4)
-    except Exception as exc:  # recorded and shown, like a failed alternating measurement
-        result["error"] = f"{type(exc).__name__}: {exc}"
-    finally:
-        for side in (many, one):
-            side.stop()
-    return result
+    return compare(RawLoops(args, seed, n), RawLoops(args, seed + n, 1), n, args, result)
 
 
 def measure_raw_parallel(args: argparse.Namespace, seed: int, n: int) -> dict:
@@ -597,11 +584,18 @@ def measure_alternating(workers: int, base: int, n_cores: int, seed: int, args: 
     scale = workers if workers <= n_cores else 1
     result: dict = {"workers": workers, "against": "raw loop" if workers <= n_cores else f"system N={base}",
                     "rounds": args.alternations, "window_s": args.alt_window}
+    return compare(system, reference, scale, args, result)
+
+
+def compare(subject, reference, scale: int, args: argparse.Namespace, result: dict) -> dict:
+    """Starts ``reference`` then ``subject`` (the reference keeps running while the subject starts) and adds
+    to ``result`` the ratio per round of alternating windows, subject / (reference x ``scale``), and their
+    median; a failure is recorded in ``result["error"]`` and shown, never raised. Both sides are stopped."""
     try:
-        for side in (reference, system):
+        for side in (reference, subject):
             side.start()
             side.wait_steady()
-        pairs = alternate(system, reference, args.alternations, args.alt_window, args.alt_settle)
+        pairs = alternate(subject, reference, args.alternations, args.alt_window, args.alt_settle)
         result["ratios"] = [round(s["rate"] / (r["rate"] * scale), 4) for s, r in pairs]
         result["ratio"] = round(statistics.median(result["ratios"]), 4)
         result["system_rates"] = [round(s["rate"], 1) for s, _ in pairs]
@@ -609,7 +603,7 @@ def measure_alternating(workers: int, base: int, n_cores: int, seed: int, args: 
     except Exception as exc:  # recorded and shown: the row then falls back on the repeats' figure
         result["error"] = f"{type(exc).__name__}: {exc}"
     finally:
-        for side in (system, reference):
+        for side in (subject, reference):
             side.stop()
     return result
 
