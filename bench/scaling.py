@@ -600,7 +600,7 @@ def compare(subject, reference, scale: int, args: argparse.Namespace, result: di
         result["ratio"] = round(statistics.median(result["ratios"]), 4)
         result["system_rates"] = [round(s["rate"], 1) for s, _ in pairs]
         result["reference_rates"] = [round(r["rate"], 1) for _, r in pairs]
-    except Exception as exc:  # recorded and shown: the row then falls back on the repeats' figure
+    except Exception as exc:  # recorded and shown; a failed goal ratio falls back on the repeats' figure
         result["error"] = f"{type(exc).__name__}: {exc}"
     finally:
         for side in (subject, reference):
@@ -829,7 +829,6 @@ def main(argv: list[str] | None = None) -> int:
                       f"steps/s", flush=True)
             else:
                 print(f"  alternating workers {n:>2}: FAILED {alt['error']}", flush=True)
-        for n in (worker_counts if args.alternations > 0 else []):
             if 1 < n <= n_cores:
                 ceiling = ceilings[n] = measure_ceiling(n, args.seed, args)
                 if "ratio" in ceiling:
