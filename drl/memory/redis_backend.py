@@ -43,16 +43,17 @@ local e = redis.call('GET', KEYS[7])
 local size = string.len(ARGV[3]) + string.len(ARGV[4])
 local b = tonumber(redis.call('GET', KEYS[5]) or '0')
 local r = tonumber(redis.call('GET', KEYS[9]) or '1') or 1
+local share = redis.call('HGET', KEYS[10], ARGV[5]) or ''
 if redis.call('XLEN', KEYS[1]) >= r * tonumber(ARGV[1]) or (b > 0 and b + size > r * tonumber(ARGV[2])) then
   redis.call('DEL', KEYS[8])
-  return {0, v, s, m, e, r}
+  return {0, v, s, m, e, r, share}
 end
 redis.call('XADD', KEYS[1], '*', 'h', ARGV[3], 'd', ARGV[4])
 redis.call('INCRBY', KEYS[5], size)
 if tonumber(ARGV[6]) > tonumber(redis.call('HGET', KEYS[4], ARGV[5]) or '0') then
   redis.call('HSET', KEYS[4], ARGV[5], ARGV[6])
 end
-return {1, v, s, m, e, r}
+return {1, v, s, m, e, r, share}
 """
 
 _COMMIT = """
@@ -236,6 +237,8 @@ class Producer:
         self._retained_ordered = True  # retained seqs never decrease: consumed ones can be popped from the left
         self.epoch: bytes | None = None
         self.room = 1
+        self.share: int | None = None
+        """This worker's assigned share (``Keys.shares``) as the last append read it; None without one."""
         self.waited_s = 0.0
         self.refused = 0
         self.resent = 0
@@ -253,13 +256,13 @@ class Producer:
         version, stop = -1, False
         pause = BACKPRESSURE_FIRST_WAIT_S
         keys = [self.keys.stream, self.keys.policy, self.keys.stop, self.keys.produced, self.keys.backlog_bytes,
-                self.keys.consumer_state, self.keys.epoch, self.keys.freed, self.keys.room]
+                self.keys.consumer_state, self.keys.epoch, self.keys.freed, self.keys.room, self.keys.shares]
         while self.outbox:
             item = self.outbox[0]
             args = [self.max_entries, self.max_bytes, item.h, item.d, self.worker_id, item.produced_total,
                     seq_field(self.worker_id), secrets.token_hex(8)]
-            added, v, s, mark, epoch, room = retrying(lambda: self._add(keys, args), "XADD", self.retry_s)
-            version, stop, self.room = int(v), bool(s), int(room)
+            added, v, s, mark, epoch, room, share = retrying(lambda: self._add(keys, args), "XADD", self.retry_s)
+            version, stop, self.room, self.share = int(v), bool(s), int(room), int(share) if share else None
             self._observe(int(mark), epoch)
             if added:
                 self.outbox.remove(item)

@@ -220,6 +220,21 @@ def test_the_trainers_room_widens_both_limits_of_the_append_script(redis_server,
     assert not producer.send(7, *_entry("rollout-0", 7), 56)[0] and producer.room == 1
 
 
+def test_every_append_reads_the_workers_share_accepted_or_refused(redis_server, redis_client):
+    """Live scaling changes ``workers:shares``; the append's reply carries it, so an ASYNC worker that sends often
+    needs no HGET of its own (``RolloutWorker.collect_async``)."""
+    keys = Keys(RUN)
+    producer = Producer(redis_client, keys, "rollout-0", max_entries=1, max_bytes=1 << 20)
+    assert producer.send(1, *_entry("rollout-0", 1), 8)[0] and producer.share is None
+    redis_client.hset(keys.shares, mapping={"rollout-0": 5000, "rollout-1": 7})
+    redis_client.set(keys.stop, "test")  # the refused append below gives up at once
+    assert not producer.send(2, *_entry("rollout-0", 2), 16)[0] and producer.share == 5000
+    redis_client.delete(keys.stop)
+    redis_client.xtrim(keys.stream, maxlen=0)
+    redis_client.hset(keys.shares, "rollout-0", 4200)
+    assert producer.send(2, *_entry("rollout-0", 2), 16)[0] and producer.share == 4200
+
+
 def test_a_held_back_producer_waits_blocked_and_wakes_when_a_commit_frees_room(redis_server, redis_client,
                                                                                monkeypatch):
     """No polling: with a 10 s fallback, the refused producer asks once and then waits until the commit's token

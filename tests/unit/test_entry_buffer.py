@@ -137,10 +137,11 @@ def test_random_steps_and_a_missing_policy_take_the_general_path():
 
 
 class FakeProducer:
-    """drl's own Producer wrapper, faked: appends always succeed and report the trainer's room factor."""
+    """drl's own Producer wrapper, faked: appends always succeed and report the trainer's room factor and the
+    worker's share (None: no assignment)."""
 
-    def __init__(self, room: int):
-        self.room, self.entries = room, []
+    def __init__(self, room: int, share: int | None = None):
+        self.room, self.share, self.entries = room, share, []
 
     def send(self, seq, h, d, produced_total):
         self.entries.append((seq, h, d))
@@ -174,3 +175,56 @@ def test_a_worker_lets_its_entries_grow_with_the_room_its_appends_report_fake_pr
     worker.collect(3000)
     assert worker.fill.most == 256
     assert len(worker.entry.arrays["reward"]) >= 1024 + 3, "the entry buffer shrank below what it held"
+
+
+def _async_worker(least: int, most: int, total: int, assigned: dict):
+    """A worker whose flush goes through the real ``flush`` into ``FakeProducer`` and whose HGET of its share is
+    faked (``assigned["value"]``, counted in ``assigned["reads"]``)."""
+    from types import SimpleNamespace
+
+    from drl.config import replace
+    from drl.memory.backlog import backlog_limits
+    from drl.presets import get_preset
+
+    worker = _worker(2, least=least, most=most)
+    cfg = replace(get_preset("sac", "Pendulum-v1"), envs_per_worker=3, batch_transitions=least)
+    del worker.flush
+    worker.__dict__.update(cfg=cfg, limits=backlog_limits(cfg, codec.expected_layout(worker.envs.spec)), room=1,
+                           producer=FakeProducer(room=1), with_priorities=False, seq=0, produced=0, total=total,
+                           batch_transitions=least, _share_read_at=0, ctx=SimpleNamespace(run="r", name="rollout-0"),
+                           report=lambda: None)
+
+    def refresh_share():
+        assigned["reads"] += 1
+        worker.take_share(assigned["value"])
+
+    worker.refresh_share = refresh_share
+    return worker
+
+
+def test_an_async_worker_takes_its_share_from_its_appends_and_reads_it_itself_only_between_them_fake_producer():
+    from services.rollout.worker import ASYNC_CHUNK_ENTRIES
+
+    assigned = {"value": None, "reads": 0}
+    worker = _async_worker(least=8, most=12, total=3000, assigned=assigned)
+    worker.producer.share = 2400  # live scaling lowered it; the first append says so
+    worker.collect_async()
+    assert worker.total == 2400 and worker.stepped <= 2400 + 12 + 3
+    assert assigned["reads"] == 1, "entries of 12 steps, sent well within a chunk: one HGET, before counting done"
+
+    chunk = 8 * ASYNC_CHUNK_ENTRIES  # 128 steps
+    assigned = {"value": 1000, "reads": 0}
+    worker = _async_worker(least=8, most=10**6, total=1000, assigned=assigned)
+    worker.fill.fill_s = worker.fill.least = 10**6  # entries never fill: no append reads the share
+    steps_at_reads = []
+    read = worker.refresh_share
+
+    def counted():
+        steps_at_reads.append(worker.stepped)
+        read()
+
+    worker.refresh_share = counted
+    worker.collect_async()
+    assert worker.stepped >= 1000 and not worker.producer.entries
+    gaps = np.diff([0, *steps_at_reads])
+    assert len(steps_at_reads) >= 1000 // chunk and gaps.max() <= chunk + 3, steps_at_reads
