@@ -329,8 +329,8 @@ class RolloutWorker:
         """Collects the share, never stepping more than ``ASYNC_CHUNK_ENTRIES`` entries of ``--batch-transitions``
         on a share read longer ago (live scaling's margin, ``orchestrator.scaling.SCALE_MARGIN_ENTRIES``, counts on
         that), and reads it again before it counts as done. Every append reads the share too, so a worker whose
-        entries are sent more often than that never waits for an HGET of its own: at one HGET per 1,024 steps, a
-        Pendulum worker spent about 3% of its time on them (py-spy, 1 worker)."""
+        entries are sent more often than that never waits for an HGET of its own: without the HGET every 1,024 steps
+        a Pendulum worker collected 1.5% faster alone on its core (alternating A/B, 14 rounds)."""
         chunk = self.batch_transitions * ASYNC_CHUNK_ENTRIES
         while not self.stop and not TELEMETRY.stop.is_set():
             if self.stepped >= self.total or self.stepped - self._share_read_at >= chunk:
