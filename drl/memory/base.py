@@ -1,0 +1,223 @@
+"""The memory backend's interface: what rollout workers, the trainer, the evaluator and the orchestrator need of the
+server that carries a run's experience and control state.
+
+Four small protocols, one per kind of traffic, all bound to one run:
+
+- ``ExperienceWriter``: one rollout worker's side of the experience stream. Appends entries in order, with
+  back-pressure (a full backlog holds the writer back; nothing is dropped), keeps what was not yet consumed and
+  re-sends it after the server lost its data.
+- ``ExperienceReader``: the trainer's side. Reads entries (its own unacknowledged ones first), reclaims entries
+  stranded at dead readers, and commits acknowledgements, dead letters and its counters and watermarks in one
+  atomic step.
+- ``Announcements``: the latest published policy version, and waiting for a newer one.
+- ``RunControl``: the run's shared control state: the stop flag, membership and shares, done markers, status
+  fields, and the counters a summary is made of.
+
+``MemoryBackend`` hands out these for one run; ``drl.memory.open_memory`` opens one from a URL. The Redis Streams
+implementation (``drl.memory.redis``) is the real one; ``drl.memory.inproc`` keeps the same state in this
+process's memory, for fast tests of the service loops. Callers see only these protocols: a failure to reach the
+server, after the backend's own retries, is ``MemoryUnavailable``; any other refusal by the server is
+``MemoryBackendError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Protocol
+
+Entry = tuple[bytes, dict]
+"""An experience entry as read: its id in the stream, and its fields (``b"h"``: the protobuf header, ``b"d"``: the
+arrays; see docs/wire-format.md). Fields are passed on untouched, so a dead letter keeps what was sent."""
+
+
+class MemoryBackendError(Exception):
+    """The memory server refused a request (a wrong type under a run's key, a script error, ...)."""
+
+
+class MemoryUnavailable(MemoryBackendError):
+    """The memory server could not be reached within the backend's retry time."""
+
+
+@dataclass(frozen=True)
+class AppendReply:
+    """What an append tells the writer about the run, without another round trip."""
+
+    appended: bool
+    """The entry (and every re-sent one before it) is in the stream; False only when the run is stopping."""
+    policy_version: int
+    """The latest announced policy version (-1: none yet)."""
+    stop: bool
+    """The run's stop flag is set."""
+    watermark: int
+    """Every entry of this writer up to this sequence number was consumed."""
+    epoch: bytes
+    """The server's data epoch: it changes when the server lost its data (the writer then re-sends)."""
+    widening: int
+    """The factor (1 or more) by which the trainer widened the backlog's limits for this append."""
+    share: int | None
+    """The transitions this writer is assigned in all (``RunControl.shares``); None without an assignment."""
+
+
+class ExperienceWriter(Protocol):
+    """One rollout worker's side of the experience stream."""
+
+    waited_s: float
+    """Seconds spent held back by a full backlog."""
+    resent: int
+    """Entries sent again after the server lost its data."""
+
+    def position(self) -> tuple[int, int]:
+        """(last sequence number, transitions produced) this writer already has in the run: a restarted worker
+        continues its numbering instead of having every entry dropped as a duplicate."""
+
+    def send(self, seq: int, h: bytes, d: bytes, produced_total: int) -> AppendReply:
+        """Appends one entry after any re-sends due before it, waiting while the backlog is full; gives up
+        (``appended`` False) only when the run is stopping."""
+
+    def retained(self) -> int:
+        """Entries appended but not yet known to be consumed (kept for re-sending)."""
+
+    def wait_consumed(self, last_seq: int, timeout: float, should_stop: Callable[[], bool]) -> bool:
+        """Blocks until every entry up to ``last_seq`` was consumed, re-sending after a data loss; False when
+        stopped or timed out."""
+
+    def close(self) -> None: ...
+
+
+class ExperienceReader(Protocol):
+    """The trainer's side of the experience stream."""
+
+    resets: int
+    """Times the server was found to have lost its data (the reader's group recreated)."""
+
+    def read(self, count: int, block_ms: int | None) -> list[Entry]:
+        """Up to ``count`` entries: this reader's own unacknowledged ones first (after a restart), then new ones.
+        ``block_ms`` None returns at once; a positive value waits that long for new entries."""
+
+    def reclaim(self, min_idle_ms: int, count: int = 64) -> list[Entry]:
+        """Entries left unacknowledged at other (dead) readers for longer than ``min_idle_ms``."""
+
+    def commit(self, acks: Iterable[tuple[bytes, int]], state: dict[str, str | int],
+               dead: Iterable[tuple[bytes, dict, str, str]] = ()) -> None:
+        """In one atomic step: dead-letters ``dead`` (entry id, fields, kind, reason), acknowledges and deletes
+        ``acks`` (entry id, size in bytes), releases their bytes and records ``state`` (the reader's counters and
+        watermarks), so a crash leaves all of it or none."""
+
+    def load_state(self) -> dict[str, str]:
+        """The state committed last (empty on a fresh run or after the server lost its data)."""
+
+    def rewrite(self, state: dict[str, str | int], produced: dict[str, int], widening: int, version: int) -> None:
+        """After the server lost its data: puts back the reader's state, raises (never lowers) the workers'
+        produced counts, restores the widening factor and re-announces ``version`` (if >= 0), in one step."""
+
+    def set_widening(self, factor: int) -> None:
+        """Widens the backlog's limits ``factor``-fold for every writer's next append (1 restores them)."""
+
+    def backlog(self) -> int:
+        """Entries in the stream: unread plus unacknowledged."""
+
+    def backlog_bytes(self) -> int:
+        """Bytes of those entries, as the append counted them."""
+
+
+class Announcements(Protocol):
+    """Policy versions: the latest one, announced by the trainer after it is in the data store."""
+
+    def announce(self, version: int) -> None: ...
+
+    def latest(self) -> int:
+        """The latest announced version, or -1."""
+
+    def wait_for(self, min_version: int, timeout: float, should_stop: Callable[[], bool]) -> int:
+        """Blocks until a version >= ``min_version`` is announced and returns it; -1 when ``should_stop`` says so
+        or ``timeout`` passes."""
+
+    def close(self) -> None: ...
+
+
+class RunControl(Protocol):
+    """The run's shared control state. Membership and shares are the orchestrator's to write; workers and the
+    trainer read them. Every method retries an unreachable server within the backend's retry time."""
+
+    # -- stop flag
+    def stop_reason(self) -> str | None:
+        """The stop flag's text (``target_reached:<v>``, ``stopped``, ``orchestrator``), or None while unset."""
+
+    def request_stop(self, reason: str) -> None: ...
+
+    # -- membership and shares (``active`` / ``retired`` workers; transitions each is to produce in all)
+    def members(self) -> dict[str, str]: ...
+
+    def shares(self) -> dict[str, int]: ...
+
+    def share(self, worker: str) -> int | None:
+        """This worker's assigned share, or None without an assignment."""
+
+    def register(self, members: dict[str, str], shares: dict[str, int], only_new: bool = False) -> None:
+        """Writes members and shares together; ``only_new`` leaves workers that are registered already as they
+        are."""
+
+    def snapshot(self) -> tuple[dict[str, int], dict[str, int], dict[str, str]]:
+        """(produced, shares, members) in one consistent read, for the share arithmetic of live scaling."""
+
+    # -- done markers
+    def mark_worker_done(self, worker: str, produced: int) -> None: ...
+
+    def workers_done(self) -> dict[str, int]:
+        """Workers that exited after handing everything in, with the transitions each appended."""
+
+    def forget_workers_done(self, workers: Iterable[str]) -> None:
+        """A worker that returns after it finished (live scaling) is no longer done."""
+
+    def mark_trainer_done(self, version: int) -> None: ...
+
+    def trainer_done(self) -> int | None:
+        """The last version the trainer published before it finished, or None while it runs."""
+
+    # -- status (one field set per service, as the services last reported)
+    def write_status(self, name: str, fields: dict) -> None: ...
+
+    def status(self, name: str) -> dict[str, str]: ...
+
+    def statuses(self, names: Iterable[str]) -> dict[str, dict[str, str]]: ...
+
+    def forget_status_field(self, name: str, field: str) -> None: ...
+
+    # -- what a run's summary and its start need
+    def started_at(self) -> float | None: ...
+
+    def set_started_at(self, when: float) -> None: ...
+
+    def produced(self) -> dict[str, int]:
+        """The highest produced total each worker appended."""
+
+    def dead_letters(self) -> dict[str, int]:
+        """Dead-lettered entries by kind."""
+
+    def unconsumed(self) -> int:
+        """Transitions in entries still in the stream (unread or unacknowledged), counted from their headers."""
+
+    def has_data(self) -> bool:
+        """Whether the run already has a policy or experience on this server (a new run must not reuse it)."""
+
+    def clear(self) -> None:
+        """Deletes everything the run keeps on this server (``--resume`` starts from the checkpoint alone)."""
+
+
+class MemoryBackend(Protocol):
+    """A connection to the memory server, bound to one run."""
+
+    run: str
+
+    def writer(self, worker: str, max_entries: int, max_bytes: int) -> ExperienceWriter: ...
+
+    def reader(self, name: str, on_reset: Callable[[], None] | None = None) -> ExperienceReader: ...
+
+    def announcements(self) -> Announcements: ...
+
+    def control(self) -> RunControl: ...
+
+    def describe(self) -> str:
+        """Where the server is, for messages (credentials removed)."""
+
+    def close(self) -> None: ...
