@@ -26,7 +26,6 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -34,11 +33,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from drl.config import ConfigError, ExperimentConfig, coerce, from_dict, iter_options, merge, replace
-from drl.errors import UserError
+from drl.errors import EXIT_USAGE, UserError
+from drl.naming import check_workers, default_kubernetes_run_name, default_run_name
 from drl.presets import PRESETS, get_preset
 from orchestrator.k8s import DEFAULT_IMAGE
 
-EXIT_USAGE = 2
 DETACHED_COMMAND = "_run-detached"
 DETACH_START_S = 120.0
 BACKENDS = ("local", "kubernetes")
@@ -196,11 +195,6 @@ def preflight_memory(cfg: ExperimentConfig) -> None:
         find_server_binary()
 
 
-def default_run_name(cfg: ExperimentConfig) -> str:
-    env = re.sub(r"[^A-Za-z0-9.-]+", "-", cfg.env).strip("-").lower()
-    return f"{cfg.preset}-{env}-{cfg.mode}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
 def _resuming(argv: list[str]) -> bool:
     return "--resume" in argv or any(a.startswith("--resume=") for a in argv)
 
@@ -219,7 +213,7 @@ def cmd_run(argv: list[str]) -> int:
     from drl.store import open_store
 
     open_store(store_url(cfg))
-    run = cfg.run_name or default_run_name(cfg)
+    run = cfg.run_name or default_run_name(cfg.preset, cfg.env, cfg.mode)
     run_dir = Path(cfg.output).resolve() / run
     steps_done = 0
     if resume:
@@ -356,8 +350,7 @@ def kubernetes_scale(argv: list[str]) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
                         help="seconds the scaler waits for removed workers to hand in what they collected")
     args = parser.parse_args(argv)
-    if args.workers < 1:
-        raise UserError(f"--workers must be a positive integer, got {args.workers}")
+    check_workers(args.workers)
     if args.timeout < 0:
         raise UserError(f"--timeout must not be negative, got {args.timeout:g}")
     k8s.check_run_name(args.run, "RUN")
@@ -386,7 +379,7 @@ def kubernetes_objects(argv: list[str], deployment: Deployment) -> tuple[Experim
     k8s.check_store_url(cfg.store)
     check_environment(cfg)
     namespace = deployment.namespace or k8s.check_namespace(default_namespace())
-    run = cfg.run_name or k8s.default_run_name(cfg)
+    run = cfg.run_name or default_kubernetes_run_name(cfg.preset, cfg.env, cfg.mode)
     cfg = replace(cfg, run_name=run)
     objects = k8s.manifests(cfg, run, image=deployment.image or DEFAULT_IMAGE, namespace=namespace)
     return cfg, run, namespace, objects

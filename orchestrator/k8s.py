@@ -14,12 +14,12 @@ import json
 import os
 import re
 import secrets
-import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from drl.config import ExperimentConfig
-from drl.errors import UserError
+from drl.errors import EXIT_USAGE, UserError
+from drl.naming import MAX_KUBERNETES_RUN_LEN
 from orchestrator.plan import Workload, plan
 
 MANAGED_BY = "drl-orchestrate"
@@ -47,7 +47,7 @@ METRICS_PORT = 9090  # Prometheus /metrics
 
 # "drl-<run>-redis" names a StatefulSet, whose pods get a controller-revision-hash label of
 # "<statefulset>-<10 chars>"; labels hold at most 63 characters, so the run name may hold 40.
-MAX_RUN_LEN = 40
+MAX_RUN_LEN = MAX_KUBERNETES_RUN_LEN
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 SECRET_KEYS = ("redis-password", "s3-access-key", "s3-secret-key")
@@ -99,17 +99,6 @@ def check_run_name(run: str, what: str = "--run-name") -> str:
         raise UserError(f"{what} on Kubernetes must be lowercase letters, digits and '-', starting and ending "
                         f"with a letter or digit, at most {MAX_RUN_LEN} characters, got {run!r}")
     return run
-
-
-def default_run_name(cfg: ExperimentConfig, now: float | None = None) -> str:
-    """``<preset>-<env>-<mode>-<time>`` like a local run, folded into what Kubernetes names accept."""
-    def fold(text: str) -> str:
-        return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-
-    head = fold(cfg.preset) + "-"
-    tail = "-" + fold(cfg.mode) + "-" + time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    env = fold(cfg.env)[: max(0, MAX_RUN_LEN - len(head) - len(tail))].strip("-") or "env"
-    return (head + env + tail)[-MAX_RUN_LEN:].strip("-")
 
 
 def check_memory_url(url: str) -> None:
@@ -452,7 +441,6 @@ def to_yaml(objects: list[dict]) -> str:
 SCALER_COMPONENT = "scaler"
 SCALER_TTL_S = 3600
 SCALER_BACKOFF_LIMIT = 2
-EXIT_BAD_INPUT = 2
 _CONTROLLER_LABELS = ("batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "controller-uid",
                       "job-name")
 
@@ -498,5 +486,5 @@ def scaler_job(trainer_job: dict, name: str, args: list[str], deadline_s: int) -
             "spec": {"backoffLimit": SCALER_BACKOFF_LIMIT, "activeDeadlineSeconds": deadline_s,
                      "ttlSecondsAfterFinished": SCALER_TTL_S,
                      "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
-                         "containerName": SCALER_COMPONENT, "operator": "In", "values": [EXIT_BAD_INPUT]}}]},
+                         "containerName": SCALER_COMPONENT, "operator": "In", "values": [EXIT_USAGE]}}]},
                      "template": {"metadata": {"labels": {**pod_labels, **component}}, "spec": spec}}}

@@ -38,8 +38,9 @@ from typing import Callable, NoReturn
 import redis
 
 from drl.config import ExperimentConfig
-from drl.errors import UserError
+from drl.errors import EXIT_USAGE, UserError
 from drl.memory.redis_backend import Keys, connect
+from drl.naming import check_workers, worker_index
 from orchestrator import scaling
 
 HAND_IN_TIMEOUT_S = 120.0
@@ -133,8 +134,8 @@ class Scaler:
     def apply(self, workers: int, job_size: int, hand_in_s: float = HAND_IN_TIMEOUT_S) -> dict:
         self.retire(workers)
         members = self.snapshot().members
-        leaving = [n for n, s in members.items() if s == scaling.RETIRED and scaling.worker_index(n) >= workers]
-        late = self.wait_for_exit(sorted(leaving, key=scaling.worker_index), hand_in_s)
+        leaving = [n for n, s in members.items() if s == scaling.RETIRED and worker_index(n) >= workers]
+        late = self.wait_for_exit(sorted(leaving, key=worker_index), hand_in_s)
         warnings = []
         if late:
             warnings.append(f"{', '.join(late)} did not report an exit within {hand_in_s:.0f}s; their share is "
@@ -152,7 +153,7 @@ class Scaler:
             pipe.hset(self.keys.shares, mapping=plan.shares)
         pipe.execute()
         returning = [n for n in plan.added if snap.members.get(n) == scaling.RETIRED]
-        grows = workers > job_size and any(scaling.worker_index(n) >= job_size for n in plan.names)
+        grows = workers > job_size and any(worker_index(n) >= job_size for n in plan.names)
         size = workers if workers <= job_size or grows else job_size
         if plan.names:
             self.say(f"{len(plan.names)} rollout workers share the {plan.remaining:,} steps left")
@@ -178,8 +179,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--job-size", type=int, metavar="C", help="the rollout Job's completions now (apply)")
     parser.add_argument("--hand-in-timeout", type=float, default=HAND_IN_TIMEOUT_S, metavar="S")
     args = parser.parse_args(argv)
-    if args.workers < 1:
-        raise UserError(f"--workers must be a positive integer, got {args.workers}")
+    check_workers(args.workers)
     if args.phase == "apply" and (args.job_size is None or args.job_size < 1):
         raise UserError("apply needs --job-size C, the rollout Job's completions now (a positive integer)")
     if args.hand_in_timeout < 0:
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             result = scaler.apply(args.workers, args.job_size, args.hand_in_timeout)
     except UserError as exc:
         print(f"drl-scaler: error: {exc}", file=sys.stderr, flush=True)
-        return 2
+        return EXIT_USAGE
     except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as exc:
         print(f"drl-scaler: error: the memory server failed: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -19,19 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Collection, Iterable, Mapping
 
-from services.common import share
+from drl.naming import even_share, worker_index, worker_name
 
 SCALE_MARGIN_ENTRIES = 32
 ACTIVE, RETIRED = "active", "retired"
-
-
-def worker_index(name: str) -> int:
-    """The worker index in a replica name such as ``rollout-3``."""
-    return int(name.rsplit("-", 1)[1])
-
-
-def worker_name(index: int) -> str:
-    return f"rollout-{index}"
 
 
 def margin_transitions(batch_transitions: int) -> int:
@@ -91,13 +82,13 @@ def spread(names: Iterable[str], produced: Mapping[str, int], remaining: int) ->
     """Each worker's new total: what it produced plus its near-equal part of ``remaining`` (the first names get
     the remainder), so a returning worker keeps what it did before."""
     names = list(names)
-    return {n: produced.get(n, 0) + share(remaining, len(names), i) for i, n in enumerate(names)}
+    return {n: produced.get(n, 0) + even_share(remaining, len(names), i) for i, n in enumerate(names)}
 
 
 def initial_shares(steps: int, steps_done: int, workers: int) -> dict[str, int]:
     """Shares of a run that was never scaled: exactly the even split each worker assumes on its own."""
     total = max(0, steps - steps_done)
-    return {worker_name(i): share(total, workers, i) for i in range(workers)}
+    return {worker_name(i): even_share(total, workers, i) for i in range(workers)}
 
 
 # -- local runs: fresh names, any worker may be stopped ---------------------------------------------------

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drl.errors import UserError
+from drl.naming import check_workers
 from orchestrator.state import STATE_FILE, RunState, pid_alive, read_state
 
 RPC_TIMEOUT_S = 2.0
@@ -307,8 +308,7 @@ def cmd_scale(argv: list[str], parser_cls) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
                         help="seconds to wait until the new number of workers runs")
     args = parser.parse_args(argv)
-    if args.workers < 1:
-        raise UserError(f"--workers must be a positive integer, got {args.workers}")
+    check_workers(args.workers)
     run_dir, state = find_local_run(args.run, args.output)
     if (run_dir / "summary.json").exists() or not pid_alive(state.orchestrator_pid):
         raise UserError(f"run {state.run} is not running")

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, Protocol, TextIO
 
 from drl.errors import UserError
+from drl.naming import check_workers
 from orchestrator import k8s
 from orchestrator.backends.kube_api import RUN_KINDS, JobState, KubeError, PodState
 
@@ -393,8 +394,7 @@ class KubeScale:
     def scale(self, workers: int) -> int:
         """0 once the run collects with the new workers; UserError for what the user can fix (no such run, it
         ended, a scaling in progress); 1 with one line when a step failed in the cluster."""
-        if workers < 1:
-            raise UserError(f"--workers must be a positive integer, got {workers}")
+        check_workers(workers)
         jobs = self.jobs()
         trainer, rollout = (jobs.get(role, [None])[0] for role in ("trainer", "rollout"))
         if trainer is None or rollout is None:

@@ -39,7 +39,8 @@ from pathlib import Path
 import redis
 
 from drl.config import ExperimentConfig
-from drl.errors import UserError
+from drl.errors import EXIT_USAGE, UserError
+from drl.naming import worker_index
 from drl.memory.redis_backend import Keys, backlog_transitions, connect
 from drl.store import run_store
 from orchestrator.plan import plan
@@ -47,7 +48,7 @@ from orchestrator.progress import Progress
 from orchestrator.redis_server import RedisServer, die_with_parent
 from orchestrator.scaler import read_snapshot
 from orchestrator.scaling import (ACTIVE, RETIRED, Snapshot, initial_shares, margin_transitions, plan_removal,
-                                  plan_shares, worker_index)
+                                  plan_shares)
 from orchestrator.state import ProcessState, RunState, write_state
 
 EVALUATOR_GRACE_S = 300.0
@@ -57,7 +58,6 @@ SCALE_REQUEST = "scale.request"
 SCALE_RESULT = "scale.result"
 STOP_FLAG = "stopped"
 HAND_IN_S = 60.0
-EXIT_USAGE = 2
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 HEARTBEATS = "heartbeats"
 MAX_WORKERS = 4096

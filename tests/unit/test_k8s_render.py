@@ -14,6 +14,7 @@ import yaml
 from kubernetes_validate.utils import all_versions, major_minor
 
 from drl.config import ExperimentConfig, replace
+from drl.naming import default_kubernetes_run_name
 from drl.presets import resolve
 from orchestrator import k8s
 from orchestrator.cli import main, resolve_config
@@ -397,7 +398,7 @@ def test_image_flag_and_default_run_name(capsys):
 
 def test_default_run_names_fit_kubernetes_for_long_env_ids():
     cfg = ExperimentConfig(env="ALE/MontezumaRevenge-NoFrameskip.v4_long.name", mode="async")
-    run = k8s.default_run_name(cfg, now=0)
+    run = default_kubernetes_run_name(cfg.preset, cfg.env, cfg.mode, now=0)
     assert k8s.check_run_name(run) == run
     assert run.startswith("sac-ale-montezuma") and re.search(r"-async-\d{8}-\d{6}$", run), run
 
