@@ -36,7 +36,7 @@ from drl.config import ConfigError, ExperimentConfig, coerce, from_dict, iter_op
 from drl.errors import EXIT_USAGE, UserError
 from drl.naming import check_workers, default_kubernetes_run_name, default_run_name
 from drl.presets import PRESETS, get_preset
-from orchestrator.k8s import DEFAULT_IMAGE
+from orchestrator.backends.kubernetes.manifests import DEFAULT_IMAGE
 
 DETACHED_COMMAND = "_run-detached"
 DETACH_START_S = 120.0
@@ -328,20 +328,20 @@ def _kubernetes_parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 
 def kubernetes_status(argv: list[str]) -> int:
-    from orchestrator.backends.kube_api import default_namespace
+    from orchestrator.backends.kubernetes.api import default_namespace
 
     parser = _kubernetes_parser("drl-orchestrate status", "One line per pod of a Kubernetes run: its service's "
                                 "state, policy version, env steps, rate (from the pod's /metrics through the API "
                                 "server's pod proxy), Kubernetes restarts and last error.")
     args = parser.parse_args(argv)
-    from orchestrator.backends.kubernetes import show_status
+    from orchestrator.backends.kubernetes.run import show_status
 
     return show_status(args.run, args.namespace or default_namespace())
 
 
 def kubernetes_scale(argv: list[str]) -> int:
-    from orchestrator import k8s
-    from orchestrator.backends.kube_api import default_namespace
+    from orchestrator.backends.kubernetes import manifests
+    from orchestrator.backends.kubernetes.api import default_namespace
 
     parser = _kubernetes_parser("drl-orchestrate scale", "Add or remove rollout workers of a running Kubernetes "
                                 "run: the rollout Indexed Job is scaled and a scaler Job moves the shares in the "
@@ -353,35 +353,35 @@ def kubernetes_scale(argv: list[str]) -> int:
     check_workers(args.workers)
     if args.timeout < 0:
         raise UserError(f"--timeout must not be negative, got {args.timeout:g}")
-    k8s.check_run_name(args.run, "RUN")
-    namespace = k8s.check_namespace(args.namespace or default_namespace())
-    from orchestrator.backends.kubernetes import scale_run
+    manifests.check_run_name(args.run, "RUN")
+    namespace = manifests.check_namespace(args.namespace or default_namespace())
+    from orchestrator.backends.kubernetes.run import scale_run
 
     return scale_run(args.run, namespace, args.workers, hand_in_s=args.timeout)
 
 
 def kubernetes_objects(argv: list[str], deployment: Deployment) -> tuple[ExperimentConfig, str, str, list[dict]]:
     """(configuration, run, namespace, manifests) of a Kubernetes run; reads no cluster."""
-    from orchestrator import k8s
-    from orchestrator.backends.kube_api import default_namespace
+    from orchestrator.backends.kubernetes import manifests
+    from orchestrator.backends.kubernetes.api import default_namespace
 
     if _resuming(argv):
         raise UserError("--resume applies to local runs; on Kubernetes a restarted trainer resumes from its "
                         "checkpoint by itself")
     if deployment.namespace:
-        k8s.check_namespace(deployment.namespace)
+        manifests.check_namespace(deployment.namespace)
     if any(c.isspace() for c in deployment.image):
         raise UserError(f"--image must name an image, got {deployment.image!r}")
     cfg = resolve_config(argv)
     if cfg.run_name:
-        k8s.check_run_name(cfg.run_name)
-    k8s.check_memory_url(cfg.memory)
-    k8s.check_store_url(cfg.store)
+        manifests.check_run_name(cfg.run_name)
+    manifests.check_memory_url(cfg.memory)
+    manifests.check_store_url(cfg.store)
     check_environment(cfg)
-    namespace = deployment.namespace or k8s.check_namespace(default_namespace())
+    namespace = deployment.namespace or manifests.check_namespace(default_namespace())
     run = cfg.run_name or default_kubernetes_run_name(cfg.preset, cfg.env, cfg.mode)
     cfg = replace(cfg, run_name=run)
-    objects = k8s.manifests(cfg, run, image=deployment.image or DEFAULT_IMAGE, namespace=namespace)
+    objects = manifests.manifests(cfg, run, image=deployment.image or DEFAULT_IMAGE, namespace=namespace)
     return cfg, run, namespace, objects
 
 
@@ -389,7 +389,7 @@ def run_on_kubernetes(argv: list[str], deployment: Deployment) -> int:
     cfg, run, namespace, objects = kubernetes_objects(argv, deployment)
     print(f"drl: run {run} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, {cfg.steps:,} steps) "
           f"-> Kubernetes namespace {namespace}", file=sys.stderr)
-    from orchestrator.backends.kubernetes import run_kubernetes
+    from orchestrator.backends.kubernetes.run import run_kubernetes
 
     return run_kubernetes(run, objects, namespace=namespace, detach=deployment.detach)
 
@@ -435,10 +435,10 @@ def cmd_render(argv: list[str]) -> int:
     deployment = deployment_options(argv)
     if deployment.backend == "local":
         raise UserError("render prints Kubernetes manifests; --backend local has none")
-    from orchestrator import k8s
+    from orchestrator.backends.kubernetes import manifests
 
     _, _, _, objects = kubernetes_objects(argv, deployment)
-    sys.stdout.write(k8s.to_yaml(objects))
+    sys.stdout.write(manifests.to_yaml(objects))
     return 0
 
 
@@ -449,12 +449,12 @@ def cmd_delete(argv: list[str]) -> int:
     parser.add_argument("--namespace", metavar="NS",
                         help="namespace of the run [default: the kubeconfig's current namespace, else default]")
     args = parser.parse_args(argv)
-    from orchestrator import k8s
-    from orchestrator.backends.kube_api import default_namespace
+    from orchestrator.backends.kubernetes import manifests
+    from orchestrator.backends.kubernetes.api import default_namespace
 
-    k8s.check_run_name(args.run, "RUN")
-    namespace = k8s.check_namespace(args.namespace or default_namespace())
-    from orchestrator.backends.kubernetes import delete_run
+    manifests.check_run_name(args.run, "RUN")
+    namespace = manifests.check_namespace(args.namespace or default_namespace())
+    from orchestrator.backends.kubernetes.run import delete_run
 
     return delete_run(args.run, namespace)
 

@@ -1,8 +1,8 @@
 """The in-cluster half of ``drl-orchestrate scale RUN --workers N --backend kubernetes``.
 
 The orchestrator usually runs outside the cluster and cannot reach the run's Redis, so it starts this module as
-a one-off Job (``orchestrator.k8s.scaler_job``: the trainer pod's image, environment and security context) and
-patches the rollout Indexed Job itself. The scaler changes only ``Keys.members`` and ``Keys.shares`` (and
+a one-off Job (``orchestrator.backends.kubernetes.manifests.scaler_job``: the trainer pod's image, environment
+and security context) and patches the rollout Indexed Job itself. The scaler changes only ``Keys.members`` and ``Keys.shares`` (and
 forgets a returning worker's ``workers:done``), with the rules of ``orchestrator.scaling``:
 
     python -m orchestrator.scaler retire --workers N

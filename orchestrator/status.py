@@ -190,11 +190,11 @@ def show_local(run_dir: Path, state: RunState, stream=sys.stdout) -> None:
 
 def show_kubernetes(run: str, namespace: str, stream=sys.stdout) -> None:
     """The pods of a Kubernetes run: phase, readiness and restarts (its services are not reachable from here)."""
-    from orchestrator import k8s
-    from orchestrator.backends.kube_api import KubeApi, KubeError
+    from orchestrator.backends.kubernetes import manifests
+    from orchestrator.backends.kubernetes.api import KubeApi, KubeError
 
-    k8s.check_run_name(run, "RUN")
-    k8s.check_namespace(namespace)
+    manifests.check_run_name(run, "RUN")
+    manifests.check_namespace(namespace)
     try:
         pods = KubeApi().list_pods(namespace, f"drl.dev/run={run}")
     except KubeError as exc:

@@ -443,7 +443,7 @@ def rbac_need(group: str, method: str) -> tuple[str, str, str]:
     ``create_namespaced_job`` -> (batch, jobs, create); ``read_namespaced_pod_log`` -> ("", pods/log, get);
     ``connect_get_namespaced_pod_proxy_with_path`` -> ("", pods/proxy, get).
     """
-    from orchestrator.backends.kube_api import KINDS
+    from orchestrator.backends.kubernetes.api import KINDS
 
     verb, sep, rest = method.partition("_namespaced_")
     assert sep, f"{method}: not a namespaced call; extend rbac_need for it"
@@ -454,7 +454,7 @@ def rbac_need(group: str, method: str) -> tuple[str, str, str]:
         rbac_verb = CLIENT_VERBS[verb]
     by_suffix = {suffix: kind for kind, (_, suffix) in KINDS.items()}
     suffix = max((s for s in by_suffix if rest == s or rest.startswith(s + "_")), key=len, default=None)
-    assert suffix, f"{method}: no kind of kube_api.KINDS matches {rest!r}"
+    assert suffix, f"{method}: no kind of kubernetes.api.KINDS matches {rest!r}"
     resource = _resource(by_suffix[suffix])
     sub = rest[len(suffix) + 1:].removesuffix("_with_path")
     if sub:
@@ -509,8 +509,8 @@ def orchestrator_calls() -> set[tuple[str, str, str]]:
     import inspect
 
     from drl.config import ExperimentConfig
-    from orchestrator import k8s
-    from orchestrator.backends.kube_api import RUN_KINDS, KubeApi
+    from orchestrator.backends.kubernetes import manifests as k8s
+    from orchestrator.backends.kubernetes.api import RUN_KINDS, KubeApi
 
     calls: set = set()
     api = KubeApi.__new__(KubeApi)
@@ -544,7 +544,7 @@ def orchestrator_calls() -> set[tuple[str, str, str]]:
 def escalation_needs() -> set[tuple[str, str, str]]:
     """Kubernetes lets an account create a Role (or bind one) only if it holds every permission the Role grants."""
     from drl.config import ExperimentConfig
-    from orchestrator import k8s
+    from orchestrator.backends.kubernetes import manifests as k8s
 
     out = set()
     for obj in k8s.manifests(ExperimentConfig(), "r1", namespace="ns", env={}):

@@ -1,4 +1,4 @@
-"""The kubernetes backend against FakeKubeApi, a fake of orchestrator.backends.kube_api.KubeApi.
+"""The kubernetes backend against FakeKubeApi, a fake of orchestrator.backends.kubernetes.api.KubeApi.
 
 The fake holds created objects and replays scripted pod and Job states, one step per poll (the backend's
 ``sleep`` advances it), so creating, waiting, replacing crash-looping workers, failing and finishing are
@@ -14,9 +14,10 @@ import pytest
 
 from drl.config import ExperimentConfig
 from drl.errors import UserError
-from orchestrator import k8s
-from orchestrator.backends.kube_api import RUN_KINDS, ContainerState, JobCondition, JobState, KubeError, PodState
-from orchestrator.backends.kubernetes import KubeRun, delete_run, run_kubernetes
+from orchestrator.backends.kubernetes import manifests as k8s
+from orchestrator.backends.kubernetes.api import (RUN_KINDS, ContainerState, JobCondition, JobState, KubeError,
+                                                  PodState)
+from orchestrator.backends.kubernetes.run import KubeRun, delete_run, run_kubernetes
 from orchestrator.cli import main
 
 RUN, NS = "r1", "team-a"
@@ -343,7 +344,7 @@ def test_backend_with_fake_kube_api_delete_run_removes_only_that_run(objects):
 
 def test_backend_with_fake_kube_api_through_the_cli(monkeypatch, capsys):
     fake = FakeKubeApi()
-    monkeypatch.setattr("orchestrator.backends.kube_api.KubeApi", lambda: fake)
+    monkeypatch.setattr("orchestrator.backends.kubernetes.api.KubeApi", lambda: fake)
     with pytest.raises(SystemExit) as exit_info:
         main(["--backend", "kubernetes", "--run-name", RUN, "--namespace", NS, "--workers", "3", "--steps", "3000",
               "--image", "registry.example/drl:2", "--detach"])
@@ -371,7 +372,7 @@ def test_backend_with_fake_kube_api_kube_run_can_be_driven_directly(objects):
 def test_kube_api_names_only_methods_the_official_client_has():
     from kubernetes import client
 
-    from orchestrator.backends.kube_api import KINDS
+    from orchestrator.backends.kubernetes.api import KINDS
 
     classes = {"core": client.CoreV1Api, "apps": client.AppsV1Api, "batch": client.BatchV1Api,
                "rbac": client.RbacAuthorizationV1Api, "networking": client.NetworkingV1Api}
@@ -402,7 +403,7 @@ class _Recorder:
 def _wrapper(results: dict):
     from kubernetes import client
 
-    from orchestrator.backends.kube_api import KubeApi
+    from orchestrator.backends.kubernetes.api import KubeApi
 
     api = KubeApi.__new__(KubeApi)
     api.client = client
@@ -438,7 +439,7 @@ def test_kube_api_create_list_delete_and_errors():
 def test_kube_api_pod_and_job_states_from_client_objects():
     from kubernetes import client as c
 
-    from orchestrator.backends.kube_api import _pod_state
+    from orchestrator.backends.kubernetes.api import _pod_state
 
     crash = c.V1Pod(
         metadata=c.V1ObjectMeta(name="drl-r1-rollout-0-x", labels=k8s.labels(RUN, "rollout"),
@@ -487,7 +488,7 @@ def test_kube_api_pod_log_yields_lines_across_chunks():
 
 
 def test_kube_api_without_configuration_is_one_clear_error(monkeypatch, tmp_path):
-    from orchestrator.backends.kube_api import KubeApi, default_namespace
+    from orchestrator.backends.kubernetes.api import KubeApi, default_namespace
 
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)

@@ -1,6 +1,6 @@
 """One plan, three deployments: the command and environment of each role are the same in what the local backend
-runs (``orchestrator.plan``), in ``drl-orchestrate render`` (``orchestrator.k8s``) and in the helm chart rendered
-by Helm's own engine.
+runs (``orchestrator.plan``), in ``drl-orchestrate render`` (``orchestrator.backends.kubernetes.manifests``) and in
+the helm chart rendered by Helm's own engine.
 
 Values that name a place (run directory, memory URL, store) differ by backend, so for them only the name must be
 present in all three; every other variable present locally must carry the same value on Kubernetes, and the
@@ -16,7 +16,7 @@ import pytest
 
 from drl.config import ExperimentConfig, replace
 from drl.presets import get_preset, resolve
-from orchestrator import k8s
+from orchestrator.backends.kubernetes import manifests as k8s
 from orchestrator.plan import plan
 from tests.chart.test_chart import render as render_chart
 

@@ -16,7 +16,7 @@ from kubernetes_validate.utils import all_versions, major_minor
 from drl.config import ExperimentConfig, replace
 from drl.naming import default_kubernetes_run_name
 from drl.presets import resolve
-from orchestrator import k8s
+from orchestrator.backends.kubernetes import manifests as k8s
 from orchestrator.cli import main, resolve_config
 from orchestrator.plan import plan
 from tests.conftest import ROOT

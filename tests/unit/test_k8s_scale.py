@@ -10,9 +10,9 @@ import kubernetes_validate
 import pytest
 
 from drl.config import ExperimentConfig
-from orchestrator import k8s
-from orchestrator.backends.kube_api import ContainerState, JobCondition, JobState, KubeError, PodState
-from orchestrator.backends.kubernetes import KubeScale, show_status, snapshot_from_metrics, status_rows
+from orchestrator.backends.kubernetes import manifests as k8s
+from orchestrator.backends.kubernetes.api import ContainerState, JobCondition, JobState, KubeError, PodState
+from orchestrator.backends.kubernetes.run import KubeScale, show_status, snapshot_from_metrics, status_rows
 from orchestrator.cli import main
 from tests.unit.test_k8s_backend import NS, RUN, FakeKubeApi, pod
 from tests.unit.test_k8s_render import KUBE_VERSIONS
@@ -251,7 +251,7 @@ def test_scale_bad_input_with_fake_kube_api_is_one_line_and_exit_2(argv, expecte
         return FakeScaleApi.list_jobs(fake, namespace, selector) if selector.endswith(RUN) else []
 
     fake.list_jobs = list_jobs
-    monkeypatch.setattr("orchestrator.backends.kube_api.KubeApi", lambda: fake)
+    monkeypatch.setattr("orchestrator.backends.kubernetes.api.KubeApi", lambda: fake)
     code, out, err = cli(argv, capsys)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("drl-orchestrate: error: "), err
@@ -261,7 +261,7 @@ def test_scale_bad_input_with_fake_kube_api_is_one_line_and_exit_2(argv, expecte
 
 def test_scale_of_an_ended_or_busy_run_with_fake_kube_api_is_exit_2(monkeypatch, capsys):
     fake = FakeScaleApi(trainer_conditions=({"type": "Complete", "status": "True"},))
-    monkeypatch.setattr("orchestrator.backends.kube_api.KubeApi", lambda: fake)
+    monkeypatch.setattr("orchestrator.backends.kubernetes.api.KubeApi", lambda: fake)
     code, _, err = cli(["scale", RUN, "--workers", "2", "--backend", "kubernetes", "--namespace", NS], capsys)
     assert code == 2 and "run r1 has ended (Job drl-r1-trainer complete); nothing to scale" in err
     fake.trainer_conditions = ()
@@ -273,8 +273,8 @@ def test_scale_of_an_ended_or_busy_run_with_fake_kube_api_is_exit_2(monkeypatch,
 
 def test_scale_through_the_cli_with_fake_kube_api(monkeypatch, capsys):
     fake = FakeScaleApi(workers=3)
-    monkeypatch.setattr("orchestrator.backends.kube_api.KubeApi", lambda: fake)
-    monkeypatch.setattr("orchestrator.backends.kubernetes.KubeScale.poll_s", 0.0)
+    monkeypatch.setattr("orchestrator.backends.kubernetes.api.KubeApi", lambda: fake)
+    monkeypatch.setattr("orchestrator.backends.kubernetes.run.KubeScale.poll_s", 0.0)
     code, _, err = cli(["scale", RUN, "--workers", "2", "--namespace", NS, "--timeout", "30"], capsys)
     assert code == 0, err
     assert fake.calls == [("scaler", "retire --workers"), ("patch", "2"), ("scaler", "apply --workers")]
@@ -342,7 +342,7 @@ def test_status_through_the_cli_with_fake_kube_api(monkeypatch, capsys):
     pages = {"drl-r1-trainer-abc": metrics_page("trainer", "trainer", "running", env_steps=1234,
                                                 policy_version=3)}
     fake = FakeScaleApi(metrics=pages, run_pods=pods)
-    monkeypatch.setattr("orchestrator.backends.kube_api.KubeApi", lambda: fake)
+    monkeypatch.setattr("orchestrator.backends.kubernetes.api.KubeApi", lambda: fake)
     code, out, err = cli(["status", RUN, "--backend", "kubernetes", "--namespace", NS], capsys)
     assert code == 0, err
     lines = out.strip().splitlines()

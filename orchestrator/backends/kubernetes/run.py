@@ -1,11 +1,11 @@
 """Kubernetes backend: a run's workloads as Jobs in a cluster, watched the way the local backend watches processes.
 
-``run_kubernetes`` creates the objects of ``orchestrator.k8s.manifests`` (undoing what it created if one fails),
-then, unless detached, polls the run's pods and Jobs: it reports once every pod is ready, prints the trainer's
-log as it comes, replaces rollout pods that crash-loop (deleting one makes the Indexed Job recreate that worker
-index, which continues its sequence numbers), and ends with the trainer's outcome. ``delete_run`` removes every
-object carrying the run's label. Everything goes through ``KubeApi`` (``orchestrator.backends.kube_api``), so
-tests drive this module with a fake of it.
+``run_kubernetes`` creates the objects of ``manifests.manifests`` (undoing what it created if one fails), then,
+unless detached, polls the run's pods and Jobs: it reports once every pod is ready, prints the trainer's log as
+it comes, replaces rollout pods that crash-loop (deleting one makes the Indexed Job recreate that worker index,
+which continues its sequence numbers), and ends with the trainer's outcome. ``delete_run`` removes every object
+carrying the run's label. Everything goes through ``KubeApi`` (``api``), so tests drive this module with a fake
+of it.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Callable, Iterator, Protocol, TextIO
 
 from drl.errors import UserError
 from drl.naming import check_workers
-from orchestrator import k8s
-from orchestrator.backends.kube_api import RUN_KINDS, JobState, KubeError, PodState
+from orchestrator.backends.kubernetes import manifests
+from orchestrator.backends.kubernetes.api import RUN_KINDS, JobState, KubeError, PodState
 
 RESTART_THRESHOLD = 3
 IMAGE_ERROR_GRACE_S = 60.0
@@ -56,7 +56,7 @@ class RunFailed(Exception):
 
 
 def _default_api() -> Api:
-    from orchestrator.backends.kube_api import KubeApi
+    from orchestrator.backends.kubernetes.api import KubeApi
 
     return KubeApi()
 
@@ -79,7 +79,7 @@ def create_objects(api: Api, objects: list[dict]) -> None:
 
 def _create_error(obj: dict, exc: KubeError) -> str:
     kind, meta = obj["kind"], obj["metadata"]
-    run = meta["labels"][k8s.RUN_LABEL]
+    run = meta["labels"][manifests.RUN_LABEL]
     where = f"{kind} {meta['name']} in namespace {meta['namespace']}"
     if exc.status == 409:
         return (f"{where} already exists: run {run!r} is there already; remove it with drl-orchestrate delete "
@@ -109,8 +109,8 @@ class KubeRun:
     clock: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
-        self.name = k8s.object_name(self.run)
-        self.expected = k8s.expected_pods(self.objects)
+        self.name = manifests.object_name(self.run)
+        self.expected = manifests.expected_pods(self.objects)
         self.replaced: set[str] = set()
         self.all_ready = False
         self.image_errors: dict[str, float] = {}
@@ -153,7 +153,7 @@ class KubeRun:
     def poll(self) -> bool:
         """One look at the run; True when the trainer's Job is complete, RunFailed when the run cannot end well."""
         trainer = self.api.job_status(self.namespace, f"{self.name}-trainer")
-        pods = [p for p in self.api.list_pods(self.namespace, k8s.run_selector(self.run)) if not p.deleting]
+        pods = [p for p in self.api.list_pods(self.namespace, manifests.run_selector(self.run)) if not p.deleting]
         self.log.follow(pods)
         if trainer is not None and trainer.condition("Complete"):
             return True
@@ -305,7 +305,7 @@ def run_kubernetes(run: str, objects: list[dict], *, namespace: str, detach: boo
     err = err or sys.stderr
     api = api or _default_api()
     create_objects(api, objects)
-    name = k8s.object_name(run)
+    name = manifests.object_name(run)
     print(f"drl: created {len(objects)} objects of run {run} in namespace {namespace}", file=err, flush=True)
     removal = f"remove it with: drl-orchestrate delete {run} --namespace {namespace}"
     if detach:
@@ -327,7 +327,7 @@ def delete_run(run: str, namespace: str, *, api: Api | None = None, err: TextIO 
     err = err or sys.stderr
     api = api or _default_api()
     try:
-        deleted = api.delete_by_label(namespace, k8s.run_selector(run), RUN_KINDS, "Background")
+        deleted = api.delete_by_label(namespace, manifests.run_selector(run), RUN_KINDS, "Background")
     except KubeError as exc:
         raise UserError(f"cannot delete run {run!r} in namespace {namespace}: {exc}") from None
     if not deleted:
@@ -382,7 +382,7 @@ class KubeScale:
 
     def jobs(self) -> dict[str, list[dict]]:
         try:
-            jobs = self.api.list_jobs(self.namespace, k8s.run_selector(self.run))
+            jobs = self.api.list_jobs(self.namespace, manifests.run_selector(self.run))
         except KubeError as exc:
             raise UserError(f"Jobs of run {self.run!r} in namespace {self.namespace} cannot be listed: {exc}") \
                 from None
@@ -399,11 +399,11 @@ class KubeScale:
         trainer, rollout = (jobs.get(role, [None])[0] for role in ("trainer", "rollout"))
         if trainer is None or rollout is None:
             raise UserError(f"no run {self.run!r} in namespace {self.namespace} (no trainer and rollout Jobs "
-                            f"labelled {k8s.run_selector(self.run)})")
+                            f"labelled {manifests.run_selector(self.run)})")
         if _finished(trainer):
             raise UserError(f"run {self.run} has ended (Job {trainer['metadata']['name']} "
                             f"{_finished(trainer).lower()}); nothing to scale")
-        busy = [j["metadata"]["name"] for j in jobs.get(k8s.SCALER_COMPONENT, []) if not _finished(j)]
+        busy = [j["metadata"]["name"] for j in jobs.get(manifests.SCALER_COMPONENT, []) if not _finished(j)]
         if busy:
             raise UserError(f"run {self.run} is being scaled already (Job {busy[0]}); wait for it or delete it "
                             f"(kubectl -n {self.namespace} delete job {busy[0]})")
@@ -456,9 +456,9 @@ class KubeScale:
 
     def run_scaler(self, args: list[str]) -> dict:
         """Creates a scaler Job with ``args``, waits for it, and returns the JSON result its pod printed."""
-        name = k8s.scaler_job_name(self.trainer, self.token())
+        name = manifests.scaler_job_name(self.trainer, self.token())
         limit = self.hand_in_s + SCALER_START_S
-        job = k8s.scaler_job(self.trainer, name, args, int(limit))
+        job = manifests.scaler_job(self.trainer, name, args, int(limit))
         try:
             self.api.create(job)
         except KubeError as exc:
@@ -505,10 +505,10 @@ class KubeScale:
 
     def _scaler_pods(self, name: str) -> list[PodState]:
         try:
-            pods = self.api.list_pods(self.namespace, k8s.run_selector(self.run))
+            pods = self.api.list_pods(self.namespace, manifests.run_selector(self.run))
         except KubeError:
             return []
-        return [p for p in pods if p.component == k8s.SCALER_COMPONENT
+        return [p for p in pods if p.component == manifests.SCALER_COMPONENT
                 and name in (p.labels.get("batch.kubernetes.io/job-name"), p.labels.get("job-name"))]
 
     def _waiting_reason(self, name: str) -> str:
@@ -523,7 +523,7 @@ class KubeScale:
         done = [p for p in pods if p.phase in ("Succeeded", "Failed")] or pods
         for pod in reversed(done):
             try:
-                return list(self.api.pod_log(self.namespace, pod.name, k8s.SCALER_COMPONENT, follow=False))
+                return list(self.api.pod_log(self.namespace, pod.name, manifests.SCALER_COMPONENT, follow=False))
             except KubeError:
                 continue
         return []
@@ -600,7 +600,7 @@ def status_rows(api: Api, run: str, namespace: str, timeout: float = 5.0):
     from services.control import status_message
 
     try:
-        pods = api.list_pods(namespace, k8s.run_selector(run))
+        pods = api.list_pods(namespace, manifests.run_selector(run))
     except KubeError as exc:
         raise UserError(f"pods of run {run!r} in namespace {namespace} cannot be listed: {exc}") from None
     if not pods:
@@ -611,7 +611,7 @@ def status_rows(api: Api, run: str, namespace: str, timeout: float = 5.0):
         if pod.component not in METRICS_ROLES or pod.phase != "Running" or pod.deleting:
             return {}
         try:
-            return snapshot_from_metrics(api.pod_metrics(namespace, pod.name, k8s.METRICS_PORT, timeout))
+            return snapshot_from_metrics(api.pod_metrics(namespace, pod.name, manifests.METRICS_PORT, timeout))
         except (KubeError, ValueError):
             return {}
 
@@ -636,8 +636,8 @@ def show_status(run: str, namespace: str, *, api: Api | None = None, stream: Tex
     from orchestrator.status import format_table
 
     stream = stream or sys.stdout
-    k8s.check_run_name(run, "RUN")
-    k8s.check_namespace(namespace)
+    manifests.check_run_name(run, "RUN")
+    manifests.check_namespace(namespace)
     rows = status_rows(api or _default_api(), run, namespace)
     print(f"run {run}: Kubernetes namespace {namespace}, {len(rows)} pods", file=stream)
     print(format_table(rows), file=stream)
