@@ -334,7 +334,7 @@ def kubernetes_status(argv: list[str]) -> int:
                                 "state, policy version, env steps, rate (from the pod's /metrics through the API "
                                 "server's pod proxy), Kubernetes restarts and last error.")
     args = parser.parse_args(argv)
-    from orchestrator.backends.kubernetes.run import show_status
+    from orchestrator.backends.kubernetes.status import show_status
 
     return show_status(args.run, args.namespace or default_namespace())
 
@@ -355,7 +355,7 @@ def kubernetes_scale(argv: list[str]) -> int:
         raise UserError(f"--timeout must not be negative, got {args.timeout:g}")
     manifests.check_run_name(args.run, "RUN")
     namespace = manifests.check_namespace(args.namespace or default_namespace())
-    from orchestrator.backends.kubernetes.run import scale_run
+    from orchestrator.backends.kubernetes.scale import scale_run
 
     return scale_run(args.run, namespace, args.workers, hand_in_s=args.timeout)
 

@@ -12,7 +12,8 @@ import pytest
 from drl.config import ExperimentConfig
 from orchestrator.backends.kubernetes import manifests as k8s
 from orchestrator.backends.kubernetes.api import ContainerState, JobCondition, JobState, KubeError, PodState
-from orchestrator.backends.kubernetes.run import KubeScale, show_status, snapshot_from_metrics, status_rows
+from orchestrator.backends.kubernetes.scale import KubeScale
+from orchestrator.backends.kubernetes.status import show_status, snapshot_from_metrics, status_rows
 from orchestrator.cli import main
 from tests.unit.test_k8s_backend import NS, RUN, FakeKubeApi, pod
 from tests.unit.test_k8s_render import KUBE_VERSIONS
@@ -274,7 +275,7 @@ def test_scale_of_an_ended_or_busy_run_with_fake_kube_api_is_exit_2(monkeypatch,
 def test_scale_through_the_cli_with_fake_kube_api(monkeypatch, capsys):
     fake = FakeScaleApi(workers=3)
     monkeypatch.setattr("orchestrator.backends.kubernetes.api.KubeApi", lambda: fake)
-    monkeypatch.setattr("orchestrator.backends.kubernetes.run.KubeScale.poll_s", 0.0)
+    monkeypatch.setattr("orchestrator.backends.kubernetes.scale.KubeScale.poll_s", 0.0)
     code, _, err = cli(["scale", RUN, "--workers", "2", "--namespace", NS, "--timeout", "30"], capsys)
     assert code == 0, err
     assert fake.calls == [("scaler", "retire --workers"), ("patch", "2"), ("scaler", "apply --workers")]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Protocol
 
 from drl.errors import UserError
 
@@ -55,6 +55,11 @@ class ContainerState:
     message: str = ""
     exit_code: int | None = None  # the current state's, when terminated
     last_exit_code: int | None = None  # the previous run's, after a restart
+
+
+# Waiting reasons of a container that do not pass by themselves: a pod showing one for a while fails.
+FATAL_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+                 "CreateContainerError")
 
 
 @dataclass(frozen=True)
@@ -258,6 +263,27 @@ class KubeApi:
             response.release_conn()
         if buffer:
             yield buffer.decode(errors="replace")
+
+
+class Api(Protocol):
+    """What the backend needs of ``KubeApi`` (and what a fake provides)."""
+
+    def create(self, obj: dict) -> None: ...
+    def delete(self, kind: str, namespace: str, name: str, propagation: str = "Background") -> bool: ...
+    def delete_pod(self, namespace: str, name: str) -> bool: ...
+    def delete_by_label(self, namespace: str, selector: str, kinds: tuple[str, ...] = RUN_KINDS,
+                        propagation: str = "Background") -> list[tuple[str, str]]: ...
+    def list_pods(self, namespace: str, selector: str) -> list[PodState]: ...
+    def job_status(self, namespace: str, name: str) -> JobState | None: ...
+    def pod_log(self, namespace: str, name: str, container: str, follow: bool = True) -> Iterator[str]: ...
+    def list_jobs(self, namespace: str, selector: str) -> list[dict]: ...
+    def patch_job(self, namespace: str, name: str, patch: dict) -> None: ...
+    def pod_metrics(self, namespace: str, name: str, port: int, timeout: float = 5.0) -> str: ...
+
+
+def default_api() -> Api:
+    """A ``KubeApi``, looked up when called (tests replace the class with a fake)."""
+    return KubeApi()
 
 
 def _api_message(exc) -> str:

@@ -1,0 +1,217 @@
+"""Live scaling of a Kubernetes run (``drl-orchestrate scale RUN --workers N --backend kubernetes``).
+
+The orchestrator changes only the rollout Indexed Job; the membership and shares in the run's memory server
+change inside the cluster, in scaler Jobs (``orchestrator.scaler``, made by ``manifests.scaler_job``), whose
+results are read from their pods' logs.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, TextIO
+
+from drl.errors import UserError
+from drl.naming import check_workers
+from orchestrator.backends.kubernetes import manifests
+from orchestrator.backends.kubernetes.api import FATAL_WAITING, Api, JobState, KubeError, PodState, default_api
+from orchestrator.backends.kubernetes.run import IMAGE_ERROR_GRACE_S
+
+SCALE_HAND_IN_S = 120.0
+SCALER_START_S = 180.0
+
+
+class ScaleFailed(Exception):
+    """A step of scaling failed; the message says which and what to do (running the same scale again is safe)."""
+
+
+def _finished(job: dict) -> str:
+    """``Complete`` or ``Failed`` when the Job has that condition, else ``""``."""
+    for c in (job.get("status") or {}).get("conditions") or ():
+        if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
+            return c["type"]
+    return ""
+
+
+@dataclass
+class KubeScale:
+    """Scales a Kubernetes run's rollout workers (protocol: ``orchestrator.scaler``'s docstring).
+
+    The orchestrator changes only the rollout Indexed Job (completions and parallelism together, as elastic
+    Indexed Jobs require); the membership and shares in the run's Redis change inside the cluster, in scaler
+    Jobs made from the trainer Job, whose result this class waits for and reads from the scaler pod's log.
+    """
+
+    api: Api
+    run: str
+    namespace: str
+    err: TextIO = field(default_factory=lambda: sys.stderr)
+    hand_in_s: float = SCALE_HAND_IN_S
+    poll_s: float = 1.0
+    image_error_grace_s: float = IMAGE_ERROR_GRACE_S
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    token: Callable[[], str] = lambda: secrets.token_hex(3)[:5]
+
+    def say(self, text: str) -> None:
+        print(f"drl: {text}", file=self.err, flush=True)
+
+    def jobs(self) -> dict[str, list[dict]]:
+        try:
+            jobs = self.api.list_jobs(self.namespace, manifests.run_selector(self.run))
+        except KubeError as exc:
+            raise UserError(f"Jobs of run {self.run!r} in namespace {self.namespace} cannot be listed: {exc}") \
+                from None
+        out: dict[str, list[dict]] = {}
+        for job in jobs:
+            out.setdefault(job["metadata"]["labels"].get("app.kubernetes.io/component", ""), []).append(job)
+        return out
+
+    def scale(self, workers: int) -> int:
+        """0 once the run collects with the new workers; UserError for what the user can fix (no such run, it
+        ended, a scaling in progress); 1 with one line when a step failed in the cluster."""
+        check_workers(workers)
+        jobs = self.jobs()
+        trainer, rollout = (jobs.get(role, [None])[0] for role in ("trainer", "rollout"))
+        if trainer is None or rollout is None:
+            raise UserError(f"no run {self.run!r} in namespace {self.namespace} (no trainer and rollout Jobs "
+                            f"labelled {manifests.run_selector(self.run)})")
+        if _finished(trainer):
+            raise UserError(f"run {self.run} has ended (Job {trainer['metadata']['name']} "
+                            f"{_finished(trainer).lower()}); nothing to scale")
+        busy = [j["metadata"]["name"] for j in jobs.get(manifests.SCALER_COMPONENT, []) if not _finished(j)]
+        if busy:
+            raise UserError(f"run {self.run} is being scaled already (Job {busy[0]}); wait for it or delete it "
+                            f"(kubectl -n {self.namespace} delete job {busy[0]})")
+        spec = rollout["spec"]
+        if spec.get("completionMode") != "Indexed":
+            raise UserError(f"Job {rollout['metadata']['name']} is not an Indexed Job; it cannot be scaled")
+        current = int(spec.get("completions") or 0)
+        self.trainer, self.rollout = trainer, rollout["metadata"]["name"]
+        self.say(f"scaling run {self.run} from {current} to {workers} rollout workers")
+        try:
+            if workers < current:
+                self.run_scaler(["retire", "--workers", str(workers)])
+                self.patch(workers)
+                result = self.run_scaler(["apply", "--workers", str(workers), "--job-size", str(workers),
+                                          "--hand-in-timeout", f"{self.hand_in_s:g}"])
+            else:
+                result = self.run_scaler(["apply", "--workers", str(workers), "--job-size", str(current),
+                                          "--hand-in-timeout", f"{self.hand_in_s:g}"])
+                if int(result.get("job_size", current)) != current:
+                    self.patch(int(result["job_size"]))
+        except ScaleFailed as exc:
+            print(f"drl-orchestrate: scaling run {self.run} failed: {exc}", file=self.err, flush=True)
+            return 1
+        self.report(workers, current, result)
+        return 0
+
+    def report(self, workers: int, current: int, result: dict) -> None:
+        for warning in result.get("warnings", []):
+            self.say(f"warning: {warning}")
+        names = result.get("collecting", []) + result.get("added", [])
+        if workers > current and int(result.get("job_size", current)) == current:
+            self.say(f"run {self.run} has nothing left to produce; the rollout Job stays at {current} workers")
+        if names:
+            returning = result.get("returning") or []
+            back = f" ({', '.join(returning)} back with what they produced before)" if returning else ""
+            self.say(f"run {self.run} collects the {int(result.get('remaining', 0)):,} steps left with "
+                     f"{len(names)} rollout workers: {', '.join(names)}{back}")
+        else:
+            self.say(f"run {self.run}: no worker gets a new share (nothing left to produce)")
+
+    def patch(self, workers: int) -> None:
+        try:
+            self.api.patch_job(self.namespace, self.rollout, {"spec": {"completions": workers,
+                                                                       "parallelism": workers}})
+        except KubeError as exc:
+            hint = " (the orchestrator needs 'patch' on jobs)" if exc.status == 403 else ""
+            raise ScaleFailed(f"Job {self.rollout} cannot be scaled to {workers}: {exc}{hint}; run the same scale "
+                              f"again to finish it") from None
+        self.say(f"Job {self.rollout} scaled to {workers} (completions and parallelism)")
+
+    def run_scaler(self, args: list[str]) -> dict:
+        """Creates a scaler Job with ``args``, waits for it, and returns the JSON result its pod printed."""
+        name = manifests.scaler_job_name(self.trainer, self.token())
+        limit = self.hand_in_s + SCALER_START_S
+        job = manifests.scaler_job(self.trainer, name, args, int(limit))
+        try:
+            self.api.create(job)
+        except KubeError as exc:
+            hint = " (the orchestrator needs 'create' on jobs)" if exc.status == 403 else ""
+            raise ScaleFailed(f"the scaler Job {name} cannot be created: {exc}{hint}") from None
+        hint = f"see kubectl -n {self.namespace} logs job/{name}"
+        deadline = self.clock() + limit + 30
+        stuck_since: float | None = None
+        while True:
+            state = self._job_state(name)
+            if state is not None and state.condition("Complete"):
+                break
+            if state is not None and state.condition("Failed"):
+                cond = state.condition("Failed")
+                error = self._scaler_error(name) or f"{cond.reason}: {cond.message}"
+                raise ScaleFailed(f"the scaler Job {name} ({args[0]}) failed: {error}; {hint}")
+            waiting = self._waiting_reason(name)
+            if waiting:
+                stuck_since = stuck_since if stuck_since is not None else self.clock()
+                if self.clock() - stuck_since >= self.image_error_grace_s:
+                    raise ScaleFailed(f"the scaler pod of Job {name} cannot start: {waiting}; {hint}")
+            else:
+                stuck_since = None
+            if self.clock() > deadline:
+                raise ScaleFailed(f"the scaler Job {name} ({args[0]}) did not finish within {limit + 30:.0f}s; "
+                                  f"{hint}")
+            self.sleep(self.poll_s)
+        lines = self._scaler_lines(name)
+        for line in lines:
+            if line.startswith("drl-scaler: ") and not line.startswith("drl-scaler: error"):
+                self.say(line.removeprefix("drl-scaler: "))
+        result = next((line for line in reversed(lines) if line.startswith("{")), None)
+        try:
+            return json.loads(result) if result else {}
+        except ValueError:
+            return {}
+
+    def _job_state(self, name: str) -> JobState | None:
+        try:
+            return self.api.job_status(self.namespace, name)
+        except KubeError as exc:
+            self.say(f"warning: Kubernetes API call failed ({exc}); retrying")
+            return None
+
+    def _scaler_pods(self, name: str) -> list[PodState]:
+        try:
+            pods = self.api.list_pods(self.namespace, manifests.run_selector(self.run))
+        except KubeError:
+            return []
+        return [p for p in pods if p.component == manifests.SCALER_COMPONENT
+                and name in (p.labels.get("batch.kubernetes.io/job-name"), p.labels.get("job-name"))]
+
+    def _waiting_reason(self, name: str) -> str:
+        for pod in self._scaler_pods(name):
+            for c in pod.containers:
+                if c.state == "waiting" and c.reason in FATAL_WAITING:
+                    return f"{c.reason}{': ' + c.message if c.message else ''}"
+        return ""
+
+    def _scaler_lines(self, name: str) -> list[str]:
+        pods = self._scaler_pods(name)
+        done = [p for p in pods if p.phase in ("Succeeded", "Failed")] or pods
+        for pod in reversed(done):
+            try:
+                return list(self.api.pod_log(self.namespace, pod.name, manifests.SCALER_COMPONENT, follow=False))
+            except KubeError:
+                continue
+        return []
+
+    def _scaler_error(self, name: str) -> str:
+        errors = [line for line in self._scaler_lines(name) if line.startswith("drl-scaler: error: ")]
+        return errors[-1].removeprefix("drl-scaler: error: ") if errors else ""
+
+
+def scale_run(run: str, namespace: str, workers: int, *, api: Api | None = None, err: TextIO | None = None,
+              **options) -> int:
+    return KubeScale(api or default_api(), run, namespace, err=err or sys.stderr, **options).scale(workers)
