@@ -125,7 +125,7 @@ def _status_hashes(state: RunState) -> dict[str, dict[str, str]]:
 
 def local_rows(state: RunState) -> list[Row]:
     """One row per process: its live answer, else ``exited``/``unreachable`` with its last known counters."""
-    from services.control import status_message
+    from drl.status import status_message
 
     hashes = None
     rows = []

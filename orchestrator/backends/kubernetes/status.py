@@ -72,7 +72,7 @@ def status_rows(api: Api, run: str, namespace: str, timeout: float = 5.0):
     the API server's pod proxy) where it answers, else its Kubernetes state alone. Restarts are the
     container restarts Kubernetes counts; the last error is what Kubernetes reports for the pod."""
     from orchestrator.status import Row, row_from_status
-    from services.control import status_message
+    from drl.status import status_message
 
     try:
         pods = api.list_pods(namespace, manifests.run_selector(run))
