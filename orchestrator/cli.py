@@ -231,7 +231,7 @@ def cmd_run(argv: list[str]) -> int:
           f"{cfg.steps:,} steps) -> {run_dir}", file=sys.stderr)
     if deployment.detach:
         return detach(run, run_dir, steps_done, resume)
-    from orchestrator.backends.local import run_local
+    from orchestrator.backends.local.run import run_local
 
     code, summary = run_local(cfg, run, run_dir, steps_done=steps_done, resume=resume)
     keys = ("exit_reason", "env_steps", "updates", "policy_version", "transitions_produced",
@@ -278,7 +278,7 @@ def detach(run: str, run_dir: Path, steps_done: int, resume: bool) -> int:
 def cmd_run_detached(argv: list[str]) -> int:
     """The detached orchestrator (started by ``detach``): runs the configuration cmd_run already checked and
     wrote to ``<run dir>/config.json``."""
-    from orchestrator.backends.local import run_local
+    from orchestrator.backends.local.run import run_local
 
     if len(argv) < 2 or not argv[1].isdigit():
         raise UserError(f"{DETACHED_COMMAND} is started by --detach: {DETACHED_COMMAND} RUN_DIR STEPS_DONE [--resume]")
@@ -293,13 +293,13 @@ def cmd_run_detached(argv: list[str]) -> int:
 def cmd_status(argv: list[str]) -> int:
     if _on_kubernetes(argv):
         return kubernetes_status(argv)
-    from orchestrator.status import cmd_status as status
+    from orchestrator.backends.local.control import cmd_status as status
 
     return status(argv, _Parser)
 
 
 def cmd_stop(argv: list[str]) -> int:
-    from orchestrator.status import cmd_stop as stop
+    from orchestrator.backends.local.control import cmd_stop as stop
 
     return stop(argv, _Parser)
 
@@ -307,7 +307,7 @@ def cmd_stop(argv: list[str]) -> int:
 def cmd_scale(argv: list[str]) -> int:
     if _on_kubernetes(argv):
         return kubernetes_scale(argv)
-    from orchestrator.status import cmd_scale as scale
+    from orchestrator.backends.local.control import cmd_scale as scale
 
     return scale(argv, _Parser)
 

@@ -13,9 +13,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from drl._proto.drl.v1 import control_pb2, control_pb2_grpc
 from drl.errors import UserError
 from drl.status import status_message
+from orchestrator.backends.local.control import local_rows
 from orchestrator.cli import main
 from orchestrator.state import ProcessState, RunState, pid_alive, read_state, state_path, write_state
-from orchestrator.status import Row, format_table, get_status, local_rows, stop_service
+from orchestrator.status import Row, format_table, get_status, stop_service
 from services.control import listen_address, serve
 from services.telemetry import Telemetry
 from tests.conftest import ROOT

@@ -420,7 +420,7 @@ def test_render_and_local_runs_do_not_import_the_kubernetes_client(tmp_path):
                                      "contexts: [{name: c, context: {namespace: from-kubeconfig}}]\n")
     code = ("import sys, io, contextlib\n"
             "from orchestrator.cli import main, resolve_config\n"
-            "import orchestrator.backends.local\n"
+            "import orchestrator.backends.local.run\n"
             "resolve_config(['--workers', '2'])\n"
             "out = io.StringIO()\n"
             "with contextlib.redirect_stdout(out):\n"

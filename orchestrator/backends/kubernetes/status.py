@@ -12,8 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
 from drl.errors import UserError
+from drl.status import status_message
 from orchestrator.backends.kubernetes import manifests
 from orchestrator.backends.kubernetes.api import FATAL_WAITING, Api, KubeError, PodState, default_api
+from orchestrator.status import Row, format_table, row_from_status
 
 METRICS_ROLES = ("trainer", "rollout", "evaluator")
 ABNORMAL = ("CrashLoopBackOff", "Error", "OOMKilled", "ContainerCannotRun", "DeadlineExceeded", "Evicted",
@@ -68,12 +70,9 @@ def _pod_error(pod: PodState) -> str:
 
 
 def status_rows(api: Api, run: str, namespace: str, timeout: float = 5.0):
-    """One ``orchestrator.status.Row`` per pod of the run: counters from the pod's ``/metrics`` (read through
+    """One ``Row`` per pod of the run: counters from the pod's ``/metrics`` (read through
     the API server's pod proxy) where it answers, else its Kubernetes state alone. Restarts are the
     container restarts Kubernetes counts; the last error is what Kubernetes reports for the pod."""
-    from orchestrator.status import Row, row_from_status
-    from drl.status import status_message
-
     try:
         pods = api.list_pods(namespace, manifests.run_selector(run))
     except KubeError as exc:
@@ -108,8 +107,6 @@ def status_rows(api: Api, run: str, namespace: str, timeout: float = 5.0):
 
 
 def show_status(run: str, namespace: str, *, api: Api | None = None, stream: TextIO | None = None) -> int:
-    from orchestrator.status import format_table
-
     stream = stream or sys.stdout
     manifests.check_run_name(run, "RUN")
     manifests.check_namespace(namespace)

@@ -50,6 +50,7 @@ from orchestrator.scaler import read_snapshot
 from orchestrator.scaling import (ACTIVE, RETIRED, Snapshot, initial_shares, margin_transitions, plan_removal,
                                   plan_shares)
 from orchestrator.state import ProcessState, RunState, write_state
+from orchestrator.status import stop_service
 
 EVALUATOR_GRACE_S = 300.0
 STOP_GRACE_S = 15.0
@@ -195,8 +196,6 @@ class LocalRun:
         Removed workers are stopped first and waited for (each hands in what it collected), so that the
         steps left are counted exactly before they are shared out.
         """
-        from orchestrator.status import stop_service
-
         margin = margin_transitions(self.cfg.batch_transitions)
         snap, alive = self.snapshot()
         removed = [p for p in self.procs if p.name in set(plan_removal(snap, workers, margin, alive))]
@@ -298,8 +297,6 @@ class LocalRun:
         until it is consumed, so no transition is left behind); once they have exited, or after ``HAND_IN_S``,
         the trainer is asked to stop (final checkpoint) and the run's stop flag is set, which also ends the
         evaluator."""
-        from orchestrator.status import stop_service
-
         if self._trainer_stopped:
             return
         workers = [p for p in self.procs if p.role == "rollout"]

@@ -1,0 +1,221 @@
+"""A local run seen and ended from outside: ``drl-orchestrate status``, ``stop`` and ``scale`` of a local run.
+
+A local run is found through ``<run dir>/state.json`` (``orchestrator.state``): process ids, and control ports
+either recorded there or read from the services' Redis status hashes (the memory URL is in the state file;
+credentials come from the environment, as for every memory connection). A service that does not answer is
+shown as ``exited`` or ``unreachable``, with the last counters of its status hash when Redis still has them,
+never as an error. ``stop`` and ``scale`` leave a request file in the run folder, which the run's orchestrator
+(``orchestrator.backends.local.run``) takes up, and wait for its outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from drl.errors import UserError
+from drl.naming import check_workers
+from drl.status import status_message
+from orchestrator.backends.local.run import SCALE_REQUEST, SCALE_RESULT, STOP_REQUEST
+from orchestrator.state import STATE_FILE, RunState, pid_alive, read_state
+from orchestrator.status import Row, format_table, get_status, row_from_status
+
+
+def _status_hashes(state: RunState) -> dict[str, dict[str, str]]:
+    """name -> status hash of every process, or {} when the memory server is gone (a finished local run)."""
+    from drl.memory import connect
+    from drl.memory.redis_backend import Keys
+
+    try:
+        client = connect(state.memory_url, timeout=1.0)
+    except Exception:
+        return {}
+    try:
+        keys = Keys(state.run)
+        pipe = client.pipeline(transaction=False)
+        for p in state.processes:
+            pipe.hgetall(keys.status(p.name))
+        hashes = pipe.execute()
+    except Exception:
+        return {}
+    finally:
+        client.close()
+    return {p.name: {k.decode(errors="replace"): v.decode(errors="replace") for k, v in h.items()}
+            for p, h in zip(state.processes, hashes)}
+
+
+def local_rows(state: RunState) -> list[Row]:
+    """One row per process: its live answer, else ``exited``/``unreachable`` with its last known counters."""
+    hashes = None
+    rows = []
+    for p in state.processes:
+        port = p.control_port
+        if port is None:
+            hashes = _status_hashes(state) if hashes is None else hashes
+            text = hashes.get(p.name, {}).get("control_port") or ""
+            port = int(text) if text.isascii() and text.isdigit() and 0 < int(text) < 65536 else None
+        status = get_status(port) if port and pid_alive(p.pid) else None
+        if status is not None and status.run == state.run and status.id == p.name:
+            rows.append(row_from_status(p.name, status))
+            continue
+        alive = pid_alive(p.pid)
+        if alive or not p.last_status:
+            hashes = _status_hashes(state) if hashes is None else hashes
+        last = (hashes or {}).get(p.name) or p.last_status
+        if alive:
+            label = "unreachable" if port else "starting"
+        else:
+            label = "exited" if p.exit_code is None else f"exited ({p.exit_code})"
+        if last:
+            row = row_from_status(p.name, status_message({"id": p.name, **last}))
+            row.state, row.rate, row.restarts = label, None, None
+        else:
+            row = Row(p.name, p.role, label)
+        rows.append(row)
+    return rows
+
+
+def newest_run(output: Path) -> str:
+    """The run in ``output`` whose state file says it started last."""
+    found = []
+    for path in output.glob(f"*/{STATE_FILE}"):
+        try:
+            started = json.loads(path.read_text()).get("started_at", 0.0)
+        except (OSError, ValueError, RecursionError, AttributeError):
+            continue
+        if isinstance(started, (int, float)) and not isinstance(started, bool):
+            found.append((started, path.parent.name))
+    if not found:
+        raise UserError(f"no local run in {output} (no */{STATE_FILE}); pass --output DIR, or RUN --namespace NS "
+                        "for a Kubernetes run")
+    return max(found)[1]
+
+
+def _age(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def show_local(run_dir: Path, state: RunState, stream=sys.stdout) -> None:
+    if state.state == "finished":
+        what = f"finished ({state.exit_reason or 'unknown reason'})"
+    elif pid_alive(state.orchestrator_pid):
+        what = f"running, orchestrator pid {state.orchestrator_pid}{', detached' if state.detached else ''}"
+    else:
+        what = f"orchestrator (pid {state.orchestrator_pid}) gone without a summary"
+    print(f"run {state.run}: {what}; started {_age(time.time() - state.started_at)} ago; {run_dir}", file=stream)
+    print(format_table(local_rows(state)), file=stream)
+
+
+def find_local_run(run: str | None, output: str) -> tuple[Path, RunState]:
+    out = Path(output).resolve()
+    run = run or newest_run(out)
+    state = read_state(out / run)
+    if state is None:
+        raise UserError(f"no local run {run!r} in {out} (no {STATE_FILE}); for a Kubernetes run pass --namespace NS")
+    return out / run, state
+
+
+def cmd_status(argv: list[str], parser_cls) -> int:
+    parser = parser_cls(prog="drl-orchestrate status",
+                        description="One line per service of a run: state, policy version, env steps, rate, "
+                                    "restarts and last error, asked over gRPC (drl.v1.Control).")
+    parser.add_argument("run", metavar="RUN", nargs="?", help="the run's name [default: the newest run in --output]")
+    parser.add_argument("--output", default="runs", metavar="DIR", help="folder of the local runs")
+    args = parser.parse_args(argv)
+    run_dir, state = find_local_run(args.run, args.output)
+    show_local(run_dir, state)
+    return 0
+
+
+def cmd_stop(argv: list[str], parser_cls) -> int:
+    parser = parser_cls(prog="drl-orchestrate stop",
+                        description="End a local run cleanly: the rollout workers hand in what they collected, "
+                                    "the trainer writes a final checkpoint, and the run's orchestrator writes "
+                                    "summary.json (exit_reason stopped), which is printed.")
+    parser.add_argument("run", metavar="RUN", help="the run's name")
+    parser.add_argument("--output", default="runs", metavar="DIR", help="folder of the local runs")
+    parser.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                        help="seconds to wait for the run to end")
+    args = parser.parse_args(argv)
+    run_dir, state = find_local_run(args.run, args.output)
+    summary_path = run_dir / "summary.json"
+    if not summary_path.exists():
+        if state.state == "finished" or not pid_alive(state.orchestrator_pid):
+            print(f"drl-orchestrate: error: the orchestrator of run {state.run} (pid {state.orchestrator_pid}) is "
+                  f"not running and left no summary; see {run_dir / 'orchestrator.log'}", file=sys.stderr)
+            return 1
+        (run_dir / STOP_REQUEST).write_text(f"{time.time()}\n")
+        print(f"drl: stopping run {state.run}", file=sys.stderr)
+        started = time.monotonic()
+        next_note = started + 5.0
+        while not summary_path.exists():
+            now = time.monotonic()
+            if now - started > args.timeout:
+                print(f"drl-orchestrate: error: run {state.run} did not end within {args.timeout:.0f}s; see "
+                      f"{run_dir / 'orchestrator.log'}", file=sys.stderr)
+                return 1
+            if not pid_alive(state.orchestrator_pid):
+                time.sleep(0.5)
+                if summary_path.exists():
+                    break
+                print(f"drl-orchestrate: error: the orchestrator of run {state.run} ended without a summary; see "
+                      f"{run_dir / 'orchestrator.log'}", file=sys.stderr)
+                return 1
+            if now >= next_note:
+                current = read_state(run_dir) or state
+                left = [p.name for p in current.processes if pid_alive(p.pid)]
+                print(f"drl: waiting for run {state.run} to end ({now - started:.0f}s): still running: "
+                      f"{', '.join(left) or 'none'}", file=sys.stderr)
+                next_note = now + 5.0
+            time.sleep(0.2)
+    else:
+        print(f"drl: run {state.run} had already ended", file=sys.stderr)
+    for _ in range(20):
+        try:
+            summary = json.loads(summary_path.read_text())
+            break
+        except ValueError:
+            time.sleep(0.1)
+    else:
+        raise UserError(f"{summary_path} is not valid JSON")
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_scale(argv: list[str], parser_cls) -> int:
+    parser = parser_cls(prog="drl-orchestrate scale",
+                        description="Add or remove rollout workers of a running local run. Removed workers hand "
+                                    "in what they collected before they exit; the steps not yet collected are "
+                                    "spread over the workers that remain; SYNC iterations split over the new count.")
+    parser.add_argument("run", metavar="RUN", help="the run's name")
+    parser.add_argument("--workers", type=int, required=True, metavar="N", help="rollout workers wanted")
+    parser.add_argument("--output", default="runs", metavar="DIR", help="folder of the local runs")
+    parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                        help="seconds to wait until the new number of workers runs")
+    args = parser.parse_args(argv)
+    check_workers(args.workers)
+    run_dir, state = find_local_run(args.run, args.output)
+    if (run_dir / "summary.json").exists() or not pid_alive(state.orchestrator_pid):
+        raise UserError(f"run {state.run} is not running")
+    request, result = run_dir / SCALE_REQUEST, run_dir / SCALE_RESULT
+    result.unlink(missing_ok=True)
+    request.with_suffix(".tmp").write_text(json.dumps({"workers": args.workers}))
+    request.with_suffix(".tmp").replace(request)
+    started = time.monotonic()
+    while time.monotonic() - started < args.timeout:
+        if result.exists() and not request.exists():
+            outcome = json.loads(result.read_text())
+            if "error" in outcome:
+                raise UserError(f"run {state.run} refused to scale: {outcome['error']}")
+            print(f"drl: run {state.run} collects with {len(outcome['collecting'])} rollout workers: "
+                  f"{', '.join(outcome['collecting'])}", file=sys.stderr)
+            return 0
+        if not pid_alive(state.orchestrator_pid):
+            break
+        time.sleep(0.2)
+    print(f"drl-orchestrate: error: run {state.run} did not reach {args.workers} rollout workers within "
+          f"{args.timeout:.0f}s; see {run_dir / 'orchestrator.log'}", file=sys.stderr)
+    return 1
