@@ -243,7 +243,7 @@ def cli(argv: list[str], capsys) -> tuple[int, str, str]:
     (["scale", RUN, "--backend", "kubernetes"], "the following arguments are required: --workers"),
     (["scale", "other", "--workers", "2", "--backend", "kubernetes", "--namespace", NS],
      "no run 'other' in namespace team-a"),
-    (["status", "--namespace", NS], "the following arguments are required: RUN"),
+    (["status", "--namespace", NS], "status of a Kubernetes run needs the run's name"),
 ])
 def test_scale_bad_input_with_fake_kube_api_is_one_line_and_exit_2(argv, expected, monkeypatch, capsys):
     fake = FakeScaleApi()

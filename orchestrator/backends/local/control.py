@@ -118,29 +118,15 @@ def find_local_run(run: str | None, output: str) -> tuple[Path, RunState]:
     return out / run, state
 
 
-def cmd_status(argv: list[str], parser_cls) -> int:
-    parser = parser_cls(prog="drl-orchestrate status",
-                        description="One line per service of a run: state, policy version, env steps, rate, "
-                                    "restarts and last error, asked over gRPC (drl.v1.Control).")
-    parser.add_argument("run", metavar="RUN", nargs="?", help="the run's name [default: the newest run in --output]")
-    parser.add_argument("--output", default="runs", metavar="DIR", help="folder of the local runs")
-    args = parser.parse_args(argv)
-    run_dir, state = find_local_run(args.run, args.output)
+def status(run: str | None, output: str) -> int:
+    run_dir, state = find_local_run(run, output)
     show_local(run_dir, state)
     return 0
 
 
-def cmd_stop(argv: list[str], parser_cls) -> int:
-    parser = parser_cls(prog="drl-orchestrate stop",
-                        description="End a local run cleanly: the rollout workers hand in what they collected, "
-                                    "the trainer writes a final checkpoint, and the run's orchestrator writes "
-                                    "summary.json (exit_reason stopped), which is printed.")
-    parser.add_argument("run", metavar="RUN", help="the run's name")
-    parser.add_argument("--output", default="runs", metavar="DIR", help="folder of the local runs")
-    parser.add_argument("--timeout", type=float, default=300.0, metavar="S",
-                        help="seconds to wait for the run to end")
-    args = parser.parse_args(argv)
-    run_dir, state = find_local_run(args.run, args.output)
+def stop(run: str, output: str, timeout: float) -> int:
+    """Asks the run's orchestrator for a clean stop (``STOP_REQUEST``), waits for its summary and prints it."""
+    run_dir, state = find_local_run(run, output)
     summary_path = run_dir / "summary.json"
     if not summary_path.exists():
         if state.state == "finished" or not pid_alive(state.orchestrator_pid):
@@ -153,8 +139,8 @@ def cmd_stop(argv: list[str], parser_cls) -> int:
         next_note = started + 5.0
         while not summary_path.exists():
             now = time.monotonic()
-            if now - started > args.timeout:
-                print(f"drl-orchestrate: error: run {state.run} did not end within {args.timeout:.0f}s; see "
+            if now - started > timeout:
+                print(f"drl-orchestrate: error: run {state.run} did not end within {timeout:.0f}s; see "
                       f"{run_dir / 'orchestrator.log'}", file=sys.stderr)
                 return 1
             if not pid_alive(state.orchestrator_pid):
@@ -185,27 +171,18 @@ def cmd_stop(argv: list[str], parser_cls) -> int:
     return 0
 
 
-def cmd_scale(argv: list[str], parser_cls) -> int:
-    parser = parser_cls(prog="drl-orchestrate scale",
-                        description="Add or remove rollout workers of a running local run. Removed workers hand "
-                                    "in what they collected before they exit; the steps not yet collected are "
-                                    "spread over the workers that remain; SYNC iterations split over the new count.")
-    parser.add_argument("run", metavar="RUN", help="the run's name")
-    parser.add_argument("--workers", type=int, required=True, metavar="N", help="rollout workers wanted")
-    parser.add_argument("--output", default="runs", metavar="DIR", help="folder of the local runs")
-    parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
-                        help="seconds to wait until the new number of workers runs")
-    args = parser.parse_args(argv)
-    check_workers(args.workers)
-    run_dir, state = find_local_run(args.run, args.output)
+def scale(run: str, workers: int, output: str, timeout: float) -> int:
+    """Asks the run's orchestrator for ``workers`` rollout workers (``SCALE_REQUEST``) and waits for its answer."""
+    check_workers(workers)
+    run_dir, state = find_local_run(run, output)
     if (run_dir / "summary.json").exists() or not pid_alive(state.orchestrator_pid):
         raise UserError(f"run {state.run} is not running")
     request, result = run_dir / SCALE_REQUEST, run_dir / SCALE_RESULT
     result.unlink(missing_ok=True)
-    request.with_suffix(".tmp").write_text(json.dumps({"workers": args.workers}))
+    request.with_suffix(".tmp").write_text(json.dumps({"workers": workers}))
     request.with_suffix(".tmp").replace(request)
     started = time.monotonic()
-    while time.monotonic() - started < args.timeout:
+    while time.monotonic() - started < timeout:
         if result.exists() and not request.exists():
             outcome = json.loads(result.read_text())
             if "error" in outcome:
@@ -216,6 +193,6 @@ def cmd_scale(argv: list[str], parser_cls) -> int:
         if not pid_alive(state.orchestrator_pid):
             break
         time.sleep(0.2)
-    print(f"drl-orchestrate: error: run {state.run} did not reach {args.workers} rollout workers within "
-          f"{args.timeout:.0f}s; see {run_dir / 'orchestrator.log'}", file=sys.stderr)
+    print(f"drl-orchestrate: error: run {state.run} did not reach {workers} rollout workers within "
+          f"{timeout:.0f}s; see {run_dir / 'orchestrator.log'}", file=sys.stderr)
     return 1

@@ -1,0 +1,67 @@
+"""The orchestrator backend interface: what ``drl-orchestrate`` asks of the place where a run's processes live.
+
+Coach names three pluggable interfaces; this is the orchestrator's. Both backends run the same workloads
+(``orchestrator.plan``): the local one as processes on this machine, the Kubernetes one as pods. The command
+line resolves the configuration and parses each verb's flags once, then calls the backend named by
+``--backend`` (``orchestrator.backends.BACKENDS``), so a verb is written once and a backend is one object.
+
+A backend that cannot do a verb (a local run has no manifests to render; a Kubernetes run cannot be stopped
+cleanly from outside the cluster yet) raises ``UserError`` with one line saying what to do instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from drl.config import ExperimentConfig
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Where and how a run is deployed, as the command line says: never part of the configuration, so that the
+    same configuration runs on either backend."""
+
+    backend: str = ""
+    """``local`` or ``kubernetes``; empty when not given (each verb has its default)."""
+    namespace: str = ""
+    """The Kubernetes namespace; empty: the kubeconfig's current one (else ``default``)."""
+    image: str = ""
+    """The drl image of a Kubernetes run's pods; empty: ``manifests.DEFAULT_IMAGE``."""
+    detach: bool = False
+    """Return once the run is started instead of following it."""
+    output: str = ""
+    """The folder of the local runs, for the verbs that find a run by name; empty: ``runs``."""
+
+
+class Backend(Protocol):
+    """One place runs are deployed to. ``run`` prints progress and returns the command's exit code (0: the run
+    reached its steps or target; 1: it failed; 130: interrupted); the other verbs return 0 or 1 and print what
+    they did; bad input is a ``UserError``."""
+
+    name: str
+
+    def check(self, deployment: Deployment, resume: bool = False) -> None:
+        """Refuses deployment options this backend cannot honour, before the configuration is resolved (which
+        may read a run folder or build an environment)."""
+
+    def run(self, cfg: ExperimentConfig, deployment: Deployment, resume: bool = False) -> int:
+        """Starts a run of ``cfg`` (with ``resume``: from its newest checkpoint) and, unless detached, follows it
+        to its end."""
+
+    def render(self, cfg: ExperimentConfig, deployment: Deployment) -> str:
+        """What ``run`` would create, as text (Kubernetes: the manifests as a YAML stream), creating nothing."""
+
+    def status(self, run: str | None, deployment: Deployment) -> int:
+        """Prints one line per process of the run (None: the newest run, where the backend can tell)."""
+
+    def stop(self, run: str, deployment: Deployment, timeout: float) -> int:
+        """Ends the run cleanly (everything collected is consumed, a final checkpoint written) and prints its
+        summary; 1 when it did not end within ``timeout`` seconds."""
+
+    def scale(self, run: str, workers: int, deployment: Deployment, timeout: float) -> int:
+        """Brings the running run to ``workers`` rollout workers; removed workers hand in what they collected."""
+
+    def delete(self, run: str, deployment: Deployment) -> int:
+        """Removes what the backend created for the run."""

@@ -1,0 +1,142 @@
+"""Starting a local run from the command line: the checks before anything starts, the run folder and its
+``config.json``, then the run's orchestrator in the foreground or detached.
+
+With ``--detach`` the orchestrator runs again as a child in its own session (``DETACHED_COMMAND``, output in
+``<run dir>/orchestrator.log``), and the command prints the run's name once the child has started the
+processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from drl.config import ExperimentConfig
+from drl.errors import UserError
+from drl.naming import default_run_name
+
+DETACHED_COMMAND = "_run-detached"
+DETACH_START_S = 120.0
+SUMMARY_KEYS = ("exit_reason", "env_steps", "updates", "policy_version", "transitions_produced",
+                "transitions_consumed", "duplicates_dropped", "best_eval_return", "last_eval_return", "wall_seconds")
+
+
+def store_url(cfg: ExperimentConfig) -> str:
+    return cfg.store or str(Path(cfg.output).resolve())
+
+
+def preflight_memory(cfg: ExperimentConfig) -> None:
+    """Fails before anything starts when the memory backend cannot be had: unreachable URL, no server binary."""
+    if cfg.memory:
+        from drl.memory import connect
+        from drl.memory.connection import url_has_password
+
+        if url_has_password(cfg.memory):
+            raise UserError("the memory URL must not carry a password (it would show in process arguments and run "
+                            "files); put it in DRL_MEMORY_PASSWORD or DRL_MEMORY_PASSWORD_FILE")
+        connect(cfg.memory).close()
+    else:
+        from orchestrator.redis_server import find_server_binary
+
+        find_server_binary()
+
+
+def resume_point(cfg: ExperimentConfig, run: str) -> int:
+    """Env steps the newest checkpoint of the run covers; refuses runs with nothing to resume."""
+    from drl.store import run_store
+    from drl.store.checkpoint import CheckpointStore
+
+    latest = CheckpointStore(run_store(store_url(cfg), run), run).latest()
+    if latest is None:
+        raise UserError(f"run {run!r} has no checkpoint in {store_url(cfg)} to resume from")
+    done = int(latest[0].env_steps)
+    if done >= cfg.steps:
+        raise UserError(f"run {run!r} already did {done:,} of its {cfg.steps:,} steps; pass --steps N with N > "
+                        f"{done} to train longer")
+    return done
+
+
+def start(cfg: ExperimentConfig, resume: bool, detach: bool) -> int:
+    """Checks that the run can start, writes ``<run dir>/config.json`` and runs it (or starts it detached)."""
+    from drl.store import open_store
+
+    preflight_memory(cfg)
+    open_store(store_url(cfg))
+    run = cfg.run_name or default_run_name(cfg.preset, cfg.env, cfg.mode)
+    run_dir = Path(cfg.output).resolve() / run
+    steps_done = 0
+    if resume:
+        steps_done = resume_point(cfg, run)
+    elif (run_dir / "summary.json").exists() or (run_dir / "config.json").exists():
+        raise UserError(f"run {run!r} already exists in {run_dir.parent}; pick another --run-name or --resume {run}")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"output directory {run_dir} cannot be created: {exc.strerror}") from None
+    cfg = dataclasses.replace(cfg, run_name=run)
+    (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2) + "\n")
+    what = f"resuming at {steps_done:,} of" if resume else "with"
+    print(f"drl: run {run} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, {what} "
+          f"{cfg.steps:,} steps) -> {run_dir}", file=sys.stderr)
+    if detach:
+        return start_detached(run, run_dir, steps_done, resume)
+    from orchestrator.backends.local.run import run_local
+
+    code, summary = run_local(cfg, run, run_dir, steps_done=steps_done, resume=resume)
+    print(json.dumps({k: summary.get(k) for k in SUMMARY_KEYS}))
+    print(f"drl: summary written to {run_dir / 'summary.json'}", file=sys.stderr)
+    return code
+
+
+def start_detached(run: str, run_dir: Path, steps_done: int, resume: bool) -> int:
+    """Starts the run's orchestrator as a child that outlives this command: its own session (no terminal
+    signals), no parent-death signal, stdin closed, output to ``<run dir>/orchestrator.log``. Returns once the
+    child has written state.json for this run (its processes exist), or with 1 if it ended first."""
+    from orchestrator.state import read_state
+
+    log_path = run_dir / "orchestrator.log"
+    command = [sys.executable, "-m", "orchestrator.cli", DETACHED_COMMAND, str(run_dir), str(steps_done)]
+    if resume:
+        command.append("--resume")
+    (run_dir / "state.json").unlink(missing_ok=True)
+    with open(log_path, "ab") as log:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True, cwd=os.getcwd())
+    deadline = time.monotonic() + DETACH_START_S
+    while time.monotonic() < deadline:
+        state = read_state(run_dir)
+        if state is not None and state.orchestrator_pid == child.pid:
+            break
+        if child.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
+            print(f"drl-orchestrate: error: the run ended at once (code {child.returncode}): "
+                  f"{tail[0] if tail else 'no output'} (log: {log_path})", file=sys.stderr)
+            return 1
+        time.sleep(0.1)
+    else:
+        print(f"drl: the run's processes are not started after {DETACH_START_S:.0f}s; it goes on in the background",
+              file=sys.stderr)
+    print(f"drl: run {run} goes on in the background (orchestrator pid {child.pid}, log {log_path}); "
+          f"drl-orchestrate status {run} / drl-orchestrate stop {run}", file=sys.stderr)
+    print(run)
+    return 0
+
+
+def run_detached(argv: list[str]) -> int:
+    """The detached orchestrator (started by ``start_detached``): runs the configuration ``start`` already
+    checked and wrote to ``<run dir>/config.json``."""
+    from orchestrator.backends.local.run import run_local
+
+    if len(argv) < 2 or not argv[1].isdigit():
+        raise UserError(f"{DETACHED_COMMAND} is started by --detach: {DETACHED_COMMAND} RUN_DIR STEPS_DONE [--resume]")
+    run_dir, steps_done = Path(argv[0]), int(argv[1])
+    cfg = ExperimentConfig.from_json((run_dir / "config.json").read_text())
+    code, summary = run_local(cfg, cfg.run_name, run_dir, steps_done=steps_done, resume="--resume" in argv[2:],
+                              detached=True)
+    print(json.dumps(summary), flush=True)
+    return code
