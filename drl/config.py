@@ -131,7 +131,7 @@ class ExperimentConfig:
             problems.append(f"--worker-priorities: {self.algorithm}'s rollout workers have no value estimate to "
                             f"compute priorities with (supported: {workers_can}); the trainer gives new "
                             "transitions the largest priority instead")
-        if self.workers > self.steps:
+        if self.steps >= 1 and self.workers > self.steps:
             problems.append(f"--workers ({self.workers}) exceeds --steps ({self.steps})")
         for f in dataclasses.fields(self):
             block = getattr(self, f.name)

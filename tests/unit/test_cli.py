@@ -1,0 +1,23 @@
+"""The command line as a newcomer meets it: one clear line for bad input, help that lists what exists, commands
+that can be copied as printed, and output that can be piped into ``head``."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.cli import main
+
+
+def cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def test_bad_steps_is_one_clause_not_two(capsys):
+    code, _, err = cli(["--steps", "-5"], capsys)
+    assert code == 2
+    assert err.strip() == "drl-orchestrate: error: --steps must be a positive integer, got -5"
+    code, _, err = cli(["--steps", "3", "--workers", "4"], capsys)
+    assert code == 2 and "--workers (4) exceeds --steps (3)" in err
