@@ -21,3 +21,12 @@ def test_bad_steps_is_one_clause_not_two(capsys):
     assert err.strip() == "drl-orchestrate: error: --steps must be a positive integer, got -5"
     code, _, err = cli(["--steps", "3", "--workers", "4"], capsys)
     assert code == 2 and "--workers (4) exceeds --steps (3)" in err
+
+
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_output_that_is_a_file_is_blamed_as_output_not_as_the_store(tmp_path, capsys, below):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    code, _, err = cli(["--steps", "1000", "--output", str(afile / below)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"--output {afile / below} " in err and str(afile) in err and "store" not in err

@@ -61,10 +61,21 @@ def resume_point(cfg: ExperimentConfig, run: str) -> int:
     return done
 
 
+def check_output(output: str) -> None:
+    """``--output`` must be a folder or a path one can become (its first existing part a folder): said here, a
+    file in the way is not blamed on the store, which defaults to the same folder."""
+    path = Path(output).resolve()
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        what = "is a file" if existing == path else f"cannot be a folder: {existing} is a file"
+        raise UserError(f"--output {output} {what}; name a folder (each run gets a folder in it)")
+
+
 def start(cfg: ExperimentConfig, resume: bool, detach: bool) -> int:
     """Checks that the run can start, writes ``<run dir>/config.json`` and runs it (or starts it detached)."""
     from drl.store import open_store
 
+    check_output(cfg.output)
     preflight_memory(cfg)
     open_store(store_url(cfg))
     run = cfg.run_name or default_run_name(cfg.preset, cfg.env, cfg.mode)
