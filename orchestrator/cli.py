@@ -15,7 +15,8 @@ Every option of ``ExperimentConfig`` (and of nested algorithm configs, as ``--sa
 given on the command line override the preset. ``--backend``, ``--namespace``, ``--image`` and ``--detach`` say
 where and how a run is deployed, not what it computes, so they stay out of the configuration (like ``--config``
 and ``--resume``). Each verb is written once: the command line parses its flags, picks the backend
-(``backend_for``) and calls the verb on it (``orchestrator.backends``). Bad input prints one line and exits 2.
+(``backend_for``) and calls the verb on it (``orchestrator.backends``). Bad input prints one line and exits 2; output into a pipe whose reader went
+away ends quietly with 141.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ from orchestrator.backends.kubernetes.manifests import DEFAULT_IMAGE
 from orchestrator.backends.local.launch import DETACHED_COMMAND
 
 DEPLOYMENT_OPTIONS = ("backend", "namespace", "image", "detach")
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: how a Unix tool ends when the reader of its output goes away (``presets | head -1``), here
+without a traceback."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -298,12 +302,24 @@ def main(argv: list[str] | None = None) -> int:
             code = COMMANDS[argv[0]](argv[1:])
         else:
             code = cmd_run(argv)
+        sys.stdout.flush()
     except UserError as exc:
         print(f"drl-orchestrate: error: {exc}", file=sys.stderr)
         code = EXIT_USAGE
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        code = EXIT_BROKEN_PIPE
     sys.exit(code)
+
+
+def _quiet_stdout() -> None:
+    """The reader of stdout went away (``status | head -1``): what is still buffered goes nowhere, so that the
+    interpreter's own flush at exit does not fail a second time."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":
