@@ -15,8 +15,8 @@ Every option of ``ExperimentConfig`` (and of nested algorithm configs, as ``--sa
 given on the command line override the preset. ``--backend``, ``--namespace``, ``--image`` and ``--detach`` say
 where and how a run is deployed, not what it computes, so they stay out of the configuration (like ``--config``
 and ``--resume``). Each verb is written once: the command line parses its flags, picks the backend
-(``backend_for``) and calls the verb on it (``orchestrator.backends``). Bad input prints one line and exits 2; output into a pipe whose reader went
-away ends quietly with 141.
+(``backend_for``) and calls the verb on it (``orchestrator.backends``). Bad input prints one line and exits 2; output into a pipe whose
+reader went away ends quietly with 141.
 """
 
 from __future__ import annotations
@@ -56,15 +56,31 @@ def _type_name(tp: Any) -> str:
     return text.replace("typing.", "")
 
 
+SUMMARIES = {
+    "presets": ("presets", "list the presets"),
+    "status": ("status [RUN]", "one line per service of a run"),
+    "stop": ("stop RUN", "end a local run cleanly and print its summary"),
+    "scale": ("scale RUN --workers N", "add or remove rollout workers of a running run"),
+    "plot": ("plot RUN [--compare RUN ...]", "learning curves of runs as a PNG"),
+    "evaluate": ("evaluate --run RUN", "score a published policy of a run"),
+    "render": ("render [flags]", "a run's Kubernetes manifests as YAML"),
+    "delete": ("delete RUN", "remove a Kubernetes run's objects"),
+}
+"""The subcommands as the top-level help lists them (usage, what it does); each has its own --help."""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    pass
+
+
 def build_parser(defaults: ExperimentConfig) -> argparse.ArgumentParser:
+    width = max(len(usage) for usage, _ in SUMMARIES.values())
+    commands = "\n".join(f"  {usage:<{width}}  {what}" for usage, what in SUMMARIES.values())
     parser = _Parser(prog="drl-orchestrate", argument_default=argparse.SUPPRESS,
-                     description="Run a distributed RL experiment: rollout workers, a trainer and an evaluator "
-                                 "over a Redis memory backend, as local processes or as pods on Kubernetes. "
-                                 "Subcommands: 'presets' lists the presets; 'evaluate' evaluates a stored policy; "
-                                 "'render' prints the Kubernetes manifests of a run (same flags); 'delete RUN "
-                                 "[--namespace NS]' removes a run from Kubernetes; 'status [RUN]' shows every "
-                                 "service of a run; 'stop RUN' ends a local run cleanly.",
-                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                     description="Run a distributed RL experiment: rollout workers, a trainer and an evaluator\n"
+                                 "over a Redis memory backend, as local processes or as pods on Kubernetes.\n\n"
+                                 f"other commands (each has its own --help):\n{commands}",
+                     formatter_class=_HelpFormatter)
     parser.add_argument("--config", metavar="FILE", help="JSON file with configuration values (flags override it)")
     parser.add_argument("--resume", metavar="RUN", help="continue RUN (in --output) from its newest checkpoint; "
                                                         "flags such as --steps override its saved configuration")

@@ -21,11 +21,14 @@ from drl.errors import UserError
 
 
 def parse(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> argparse.Namespace:
-    parser = parser_cls(prog="drl-orchestrate evaluate", description=__doc__.strip().splitlines()[0])
+    parser = parser_cls(prog="drl-orchestrate evaluate",
+                        description="Score a published policy of a run over deterministic episodes, optionally "
+                                    "saving one video per episode.")
     parser.add_argument("--store", default="runs", help="the run's data store (directory or s3://BUCKET/PREFIX)")
     parser.add_argument("--run", required=True, help="run name")
     parser.add_argument("--version", default="latest", help="policy version number or 'latest'")
-    parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--episodes", type=int, default=10, metavar="N",
+                        help="deterministic episodes to run, seeded --seed, --seed + 1, ...")
     parser.add_argument("--seed", type=int, default=1_000_000, help="seed of the first episode")
     parser.add_argument("--video", metavar="DIR", help="save one GIF per episode in DIR")
     args = parser.parse_args(argv)

@@ -52,3 +52,49 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path, argv):
                           stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=120)
     os.close(write_end)
     assert proc.stderr == "" and proc.returncode == 141, proc.stderr
+
+
+def public_commands() -> list[str]:
+    from orchestrator.cli import COMMANDS
+
+    return sorted(name for name in COMMANDS if not name.startswith("_"))
+
+
+def test_top_level_help_lists_every_command(capsys):
+    import re
+
+    code, out, _ = cli(["--help"], capsys)
+    assert code == 0
+    missing = [name for name in public_commands() if not re.search(rf"^\s+{name}\b", out, re.M)]
+    assert not missing, out[:1500]
+
+
+class _Parsed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("command", [c for c in public_commands() if c != "presets"])
+def test_every_commands_help_is_plain_text_and_explains_every_option(command, monkeypatch, capsys):
+    import argparse
+
+    code, out, _ = cli([command, "--help"], capsys)
+    assert code == 0 and "``" not in out, out
+    parsers = []
+
+    def capture(self, args=None, namespace=None):
+        parsers.append(self)
+        raise _Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", capture)
+    with pytest.raises(_Parsed):
+        main([command])
+    unexplained = [a.option_strings or a.dest for a in parsers[-1]._actions
+                   if a.help in (None, "", argparse.SUPPRESS)]
+    assert not unexplained
+
+
+@pytest.mark.parametrize("argv", [["stop", "nosuch"], ["stop", "nosuch", "--namespace", "ns"]])
+def test_stop_errors_suggest_only_what_stop_can_do(tmp_path, capsys, argv):
+    code, _, err = cli([*argv, "--output", str(tmp_path)] if "--namespace" not in argv else argv, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "pass --namespace" not in err and "drl-orchestrate delete nosuch --namespace" in err, err

@@ -375,7 +375,7 @@ def test_help_lists_the_deployment_flags_and_subcommands(capsys):
         main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for flag in ("--backend {local,kubernetes}", "--namespace NS", "--image IMAGE", "--detach", "'render'", "'delete"):
+    for flag in ("--backend {local,kubernetes}", "--namespace NS", "--image IMAGE", "--detach", "  render ", "  delete RUN"):
         assert flag in out, flag
 
 

@@ -109,12 +109,17 @@ def show_local(run_dir: Path, state: RunState, stream=sys.stdout) -> None:
     print(format_table(local_rows(state)), file=stream)
 
 
-def find_local_run(run: str | None, output: str) -> tuple[Path, RunState]:
+KUBERNETES_HINT = "for a Kubernetes run pass --namespace NS"
+
+
+def find_local_run(run: str | None, output: str, elsewhere: str = KUBERNETES_HINT) -> tuple[Path, RunState]:
+    """The run's folder and state; ``elsewhere`` tells where else the run may be, in words the calling verb
+    accepts."""
     out = Path(output).resolve()
     run = run or newest_run(out)
     state = read_state(out / run)
     if state is None:
-        raise UserError(f"no local run {run!r} in {out} (no {STATE_FILE}); for a Kubernetes run pass --namespace NS")
+        raise UserError(f"no local run {run!r} in {out} (no {STATE_FILE}); {elsewhere}")
     return out / run, state
 
 
@@ -126,7 +131,8 @@ def status(run: str | None, output: str) -> int:
 
 def stop(run: str, output: str, timeout: float) -> int:
     """Asks the run's orchestrator for a clean stop (``STOP_REQUEST``), waits for its summary and prints it."""
-    run_dir, state = find_local_run(run, output)
+    run_dir, state = find_local_run(run, output, f"is --output right? A Kubernetes run is not stopped from here; "
+                                                 f"drl-orchestrate delete {run} --namespace NS removes it")
     summary_path = run_dir / "summary.json"
     if not summary_path.exists():
         if state.state == "finished" or not pid_alive(state.orchestrator_pid):
