@@ -1,6 +1,7 @@
 """``drl-orchestrate evaluate``: score a published policy of a run, optionally saving videos.
 
-    drl-orchestrate evaluate --store s3://bucket/drl --run RUN --version latest --episodes 10 --video out/
+    drl-orchestrate evaluate --run RUN [--output runs | --store s3://bucket/drl] --version latest --episodes 10
+        [--video out/]
 
 The run's configuration (environment, algorithm, network sizes) is read from ``RUN/config.json`` in the store,
 the policy from ``RUN/policies/`` (checksums verified). Videos are animated GIFs, one per episode.
@@ -24,7 +25,9 @@ def parse(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> argpars
     parser = parser_cls(prog="drl-orchestrate evaluate",
                         description="Score a published policy of a run over deterministic episodes, optionally "
                                     "saving one video per episode.")
-    parser.add_argument("--store", default="runs", help="the run's data store (directory or s3://BUCKET/PREFIX)")
+    parser.add_argument("--output", default="runs", metavar="DIR",
+                        help="folder of the local runs, which is their data store unless --store names another")
+    parser.add_argument("--store", help="the run's data store (directory or s3://BUCKET/PREFIX) [default: --output]")
     parser.add_argument("--run", required=True, help="run name")
     parser.add_argument("--version", default="latest", help="policy version number or 'latest'")
     parser.add_argument("--episodes", type=int, default=10, metavar="N",
@@ -32,6 +35,7 @@ def parse(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> argpars
     parser.add_argument("--seed", type=int, default=1_000_000, help="seed of the first episode")
     parser.add_argument("--video", metavar="DIR", help="save one GIF per episode in DIR")
     args = parser.parse_args(argv)
+    args.store = args.store or args.output
     if args.episodes < 1:
         raise UserError(f"--episodes must be a positive integer, got {args.episodes}")
     return args

@@ -98,3 +98,11 @@ def test_stop_errors_suggest_only_what_stop_can_do(tmp_path, capsys, argv):
     code, _, err = cli([*argv, "--output", str(tmp_path)] if "--namespace" not in argv else argv, capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "pass --namespace" not in err and "drl-orchestrate delete nosuch --namespace" in err, err
+
+
+def test_evaluate_finds_runs_in_output_like_status_stop_scale_and_plot(tmp_path, capsys):
+    code, _, err = cli(["evaluate", "--run", "ghost", "--output", str(tmp_path)], capsys)
+    assert code == 2 and f"no run 'ghost' in {tmp_path}" in err, err
+    code, _, err = cli(["evaluate", "--run", "ghost", "--output", str(tmp_path), "--store", str(tmp_path / "s")],
+                       capsys)
+    assert code == 2 and f"no run 'ghost' in {tmp_path / 's'}" in err, err
