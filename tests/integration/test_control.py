@@ -25,6 +25,8 @@ def start_detached(tmp_path, run: str, *flags: str):
                     "--detach", *flags], timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == run
+    assert f"drl-orchestrate status {run} --output {tmp_path} / drl-orchestrate stop {run} --output {tmp_path}" \
+        in proc.stderr, "the printed commands work when copied"
     state = read_state(tmp_path / run)
     assert state is not None and state.detached and pid_alive(state.orchestrator_pid)
     return state

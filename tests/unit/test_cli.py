@@ -106,3 +106,13 @@ def test_evaluate_finds_runs_in_output_like_status_stop_scale_and_plot(tmp_path,
     code, _, err = cli(["evaluate", "--run", "ghost", "--output", str(tmp_path), "--store", str(tmp_path / "s")],
                        capsys)
     assert code == 2 and f"no run 'ghost' in {tmp_path / 's'}" in err, err
+
+
+def test_a_detached_runs_follow_up_commands_name_its_output(tmp_path, monkeypatch):
+    from orchestrator.backends.local.launch import follow_up
+
+    monkeypatch.chdir(tmp_path)
+    assert follow_up("r1", "runs") == "drl-orchestrate status r1 / drl-orchestrate stop r1"
+    assert follow_up("r1", str(tmp_path / "runs")) == "drl-orchestrate status r1 / drl-orchestrate stop r1"
+    assert follow_up("r1", "my runs") == ("drl-orchestrate status r1 --output 'my runs' / "
+                                          "drl-orchestrate stop r1 --output 'my runs'")

@@ -11,8 +11,7 @@ from __future__ import annotations
 from drl.config import ExperimentConfig
 from drl.errors import UserError
 from orchestrator.backends.base import Deployment
-
-DEFAULT_OUTPUT = "runs"
+from orchestrator.backends.local.launch import DEFAULT_OUTPUT
 
 
 class LocalBackend:

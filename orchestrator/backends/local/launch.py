@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from drl.config import ExperimentConfig
 from drl.errors import UserError
 from drl.naming import default_run_name
 
+DEFAULT_OUTPUT = "runs"
 DETACHED_COMMAND = "_run-detached"
 DETACH_START_S = 120.0
 SUMMARY_KEYS = ("exit_reason", "env_steps", "updates", "policy_version", "transitions_produced",
@@ -95,7 +97,7 @@ def start(cfg: ExperimentConfig, resume: bool, detach: bool) -> int:
     print(f"drl: run {run} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, {what} "
           f"{cfg.steps:,} steps) -> {run_dir}", file=sys.stderr)
     if detach:
-        return start_detached(run, run_dir, steps_done, resume)
+        return start_detached(run, run_dir, steps_done, resume, cfg.output)
     from orchestrator.backends.local.run import run_local
 
     code, summary = run_local(cfg, run, run_dir, steps_done=steps_done, resume=resume)
@@ -104,7 +106,14 @@ def start(cfg: ExperimentConfig, resume: bool, detach: bool) -> int:
     return code
 
 
-def start_detached(run: str, run_dir: Path, steps_done: int, resume: bool) -> int:
+def follow_up(run: str, output: str) -> str:
+    """The ``status`` and ``stop`` commands of a detached run, ready to copy: with ``--output`` unless the runs
+    are in the default folder."""
+    where = "" if Path(output).resolve() == Path(DEFAULT_OUTPUT).resolve() else f" --output {shlex.quote(output)}"
+    return f"drl-orchestrate status {shlex.quote(run)}{where} / drl-orchestrate stop {shlex.quote(run)}{where}"
+
+
+def start_detached(run: str, run_dir: Path, steps_done: int, resume: bool, output: str = DEFAULT_OUTPUT) -> int:
     """Starts the run's orchestrator as a child that outlives this command: its own session (no terminal
     signals), no parent-death signal, stdin closed, output to ``<run dir>/orchestrator.log``. Returns once the
     child has written state.json for this run (its processes exist), or with 1 if it ended first."""
@@ -133,7 +142,7 @@ def start_detached(run: str, run_dir: Path, steps_done: int, resume: bool) -> in
         print(f"drl: the run's processes are not started after {DETACH_START_S:.0f}s; it goes on in the background",
               file=sys.stderr)
     print(f"drl: run {run} goes on in the background (orchestrator pid {child.pid}, log {log_path}); "
-          f"drl-orchestrate status {run} / drl-orchestrate stop {run}", file=sys.stderr)
+          f"{follow_up(run, output)}", file=sys.stderr)
     print(run)
     return 0
 
