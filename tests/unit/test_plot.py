@@ -97,7 +97,75 @@ def test_progress_is_a_fixed_width_bar():
     progress.show(steps=2_500, version=3, updates=400, last_eval=-900.0, best_eval=-850.0, backlog=1)
     progress.show(steps=5_000, version=4, updates=900, last_eval=None, best_eval=None, backlog=0)
     first, second = stream.getvalue().splitlines()
-    assert first.startswith(bar(0.25) + "  25% 2,500/10,000 steps | policy v3")
-    assert "eval -900.0 (best -850.0)" in first and "left" in first
+    assert first.startswith(bar(0.25) + "  25% 2,500/10,000 steps | 250 steps/s | 0:00:30 left | eval -900.0 "
+                                        "(best -850.0) | policy v3 | 400 updates | backlog 1 | 0:00:10 elapsed")
     assert second.startswith(bar(0.5) + "  50% 5,000/10,000 steps")
     assert first.index("%") == second.index("%")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def screen(text: str) -> list[str]:
+    """What a terminal shows after ``text``: carriage returns, cursor-up and erase-line escapes applied."""
+    import re
+
+    rows, row, col = [""], 0, 0
+    for token in re.findall(r"\x1b\[\d*[A-Za-z]|\r|\n|[^\x1b\r\n]+", text):
+        if token == "\r":
+            col = 0
+        elif token == "\n":
+            row, col = row + 1, 0
+            rows += [""] * (row + 1 - len(rows))
+        elif token.startswith("\x1b["):
+            count, code = token[2:-1] or "1", token[-1]
+            if code == "A":
+                row = max(0, row - int(count))
+            elif code == "K":
+                rows[row] = rows[row][:col]
+            elif code == "J":
+                rows[row] = rows[row][:col]
+                del rows[row + 1:]
+        else:
+            rows[row] = rows[row][:col].ljust(col) + token + rows[row][col + len(token):]
+            col += len(token)
+    return [r for r in rows if r]
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_progress_on_a_terminal_shows_the_useful_fields_whatever_its_width(monkeypatch, columns):
+    import os
+
+    monkeypatch.setattr("orchestrator.progress.shutil.get_terminal_size", lambda: os.terminal_size((columns, 24)))
+    stream = _Terminal()
+    progress = Progress(1_000_000, stream=stream, every_tty=0)
+    progress.started -= 10
+    progress.show(steps=123_456, version=3, updates=400, last_eval=-1234.5, best_eval=-1000.0, backlog=1)
+    progress.show(steps=123_457, version=3, updates=401, last_eval=-1234.5, best_eval=-1000.0, backlog=1)
+    rows = screen(stream.getvalue())
+    assert 1 <= len(rows) <= 2 and all(len(row) < columns for row in rows), rows
+    shown = " ".join(rows)
+    fields = ["123,457/1,000,000 steps", "steps/s", "left", "eval -1234.5 (best -1000.0)", "policy v3",
+              "401 updates", "backlog 1", "elapsed"]
+    for field in fields if columns > 80 else fields[:-1]:  # with numbers this long, 80 columns cut the last one
+        assert field in shown, (field, rows)
+    progress.note("drl: a message")
+    progress.show(steps=200_000, version=4, updates=500, last_eval=None, best_eval=None, backlog=0)
+    progress.close()
+    rows = screen(stream.getvalue())
+    assert rows[0] == "drl: a message" and "200,000/1,000,000 steps" in rows[1], rows
+
+
+def test_progress_of_a_resumed_run_starts_where_it_resumed_and_counts_only_new_steps(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr("orchestrator.progress.time.monotonic", lambda: now[0])
+    stream = _Log()
+    progress = Progress(30_000, stream=stream, every_log=0, start=20_000)
+    progress.show(steps=0, version=0, updates=0, last_eval=None, best_eval=None, backlog=0)
+    assert "20,000/30,000 steps" in stream.getvalue().splitlines()[-1]
+    for second in range(10, 100, 10):
+        now[0] = 1000.0 + second
+        progress.show(steps=20_000 + 50 * second, version=1, updates=1, last_eval=None, best_eval=None, backlog=0)
+        assert " 50 steps/s" in stream.getvalue().splitlines()[-1], stream.getvalue().splitlines()[-1]
