@@ -4,11 +4,11 @@
 
 Each run is read from its folder in ``--output``: ``evaluations.jsonl`` (one line per evaluated policy
 version: ``env_steps``, ``wall_seconds``, ``mean_return``, ``std_return``) and ``config.json`` (for the label:
-algorithm, mode, workers). The figure has two panels, evaluation return against env steps (sample efficiency)
-and against wall-clock seconds (what the distribution buys), one line per run with its standard deviation
-over the evaluation episodes shaded. It is drawn on matplotlib's Agg canvas, without pyplot, so no display
-is needed or touched. The default file is ``<output>/<RUN>/learning_curve.png``, or ``compare.png`` there
-with ``--compare``.
+algorithm, mode, workers; a scaled run's worker counts come from its ``summary.json``). The figure has two
+panels, evaluation return against env steps (sample efficiency) and against wall-clock seconds (what the
+distribution buys), one line per run with its standard deviation over the evaluation episodes shaded. It is
+drawn on matplotlib's Agg canvas, without pyplot, so no display is needed or touched. The default file is
+``<output>/<RUN>/learning_curve.png``, or ``compare.png`` there with ``--compare``.
 
 A resumed run's evaluator counts wall seconds from the resumed start again; those segments are placed after
 the time already spent, so the wall-clock axis stays the run's total training time.
@@ -71,13 +71,25 @@ def read_curve(output: Path, run: str) -> Curve:
 
 
 def label(run: str, config_path: Path) -> str:
-    """``run (algorithm, mode, N workers)``; just the name when the configuration cannot be read."""
+    """``run (algorithm, mode, N workers)``, or ``2 -> 3 -> 1 workers`` for a run that was scaled (its
+    ``summary.json``); just the name when the configuration cannot be read."""
     try:
         cfg = json.loads(config_path.read_text())
-        workers = int(cfg["workers"])
-        return f"{run} ({cfg['algorithm']}, {cfg['mode']}, {workers} worker{'s' if workers != 1 else ''})"
+        counts = worker_counts(config_path.parent / "summary.json") or [int(cfg["workers"])]
+        workers = " -> ".join(str(n) for n in counts)
+        return f"{run} ({cfg['algorithm']}, {cfg['mode']}, {workers} worker{'s' if counts != [1] else ''})"
     except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
         return run
+
+
+def worker_counts(summary_path: Path) -> list[int]:
+    """The rollout worker counts a finished run had, in order (``workers_history``); empty when unknown."""
+    try:
+        history = json.loads(summary_path.read_text()).get("workers_history") or []
+        counts = [int(entry["workers"]) for entry in history]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
+        return []
+    return [n for i, n in enumerate(counts) if i == 0 or n != counts[i - 1]]
 
 
 def draw(curves: list[Curve], out: Path, title: str) -> None:

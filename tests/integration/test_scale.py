@@ -43,6 +43,8 @@ def test_scale_up_and_down_during_a_run_loses_nothing(tmp_path, mode):
     rollouts = [p for p in state["processes"] if p["role"] == "rollout"]
     assert len(rollouts) >= 3 and all(p["exit_code"] == 0 for p in rollouts)
     assert summary["exit_reason"] == "steps_done"
+    assert [h["workers"] for h in summary["workers_history"]] == [2, 3, 1] and summary["workers"] == 1
+    assert summary["workers_history"][1]["env_steps"] <= summary["workers_history"][2]["env_steps"] <= STEPS
     assert summary["env_steps"] == STEPS
     assert summary["transitions_produced"] == summary["transitions_consumed"] + summary["stale_dropped"]
     assert summary["transitions_unconsumed"] == 0 and summary["duplicates_dropped"] == 0

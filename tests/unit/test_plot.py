@@ -68,6 +68,18 @@ def test_label_and_resumed_wall_clock(tmp_path):
     assert curve.env_steps == [0.0, 1000.0, 2000.0, 3000.0, 4000.0]
 
 
+def test_label_of_a_scaled_run_shows_its_worker_counts(tmp_path):
+    run_dir = make_run(tmp_path, "r", workers=2)
+    history = [{"wall_seconds": t, "env_steps": steps, "workers": n} for t, steps, n in ((0.0, 0, 2), (6.0, 900, 3),
+                                                                                          (9.0, 1500, 1))]
+    (run_dir / "summary.json").write_text(json.dumps({"workers": 1, "workers_history": history}))
+    assert read_curve(tmp_path, "r").label == "r (sac, async, 2 -> 3 -> 1 workers)"
+    (run_dir / "summary.json").write_text(json.dumps({"workers": 2, "workers_history": history[:1]}))
+    assert read_curve(tmp_path, "r").label == "r (sac, async, 2 workers)"
+    (run_dir / "summary.json").write_text("{not json")
+    assert read_curve(tmp_path, "r").label == "r (sac, async, 2 workers)"
+
+
 @pytest.mark.parametrize("case", ["missing", "no_evaluations", "missing_compare"])
 def test_bad_runs_are_one_line_and_exit_2(tmp_path, capsys, case):
     make_run(tmp_path, "a")

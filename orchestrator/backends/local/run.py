@@ -97,6 +97,7 @@ class LocalRun:
         self._hand_in_deadline: float | None = None
         self._trainer_stopped = False
         self.restarts = {"trainer": 0, "rollout": 0, "evaluator": 0, "memory": 0}
+        self.workers_history = [{"wall_seconds": 0.0, "env_steps": steps_done, "workers": cfg.workers}]
         self._membership: tuple[dict, dict] = ({}, {})
 
     # -- setup ------------------------------------------------------------------------------------------
@@ -215,6 +216,8 @@ class LocalRun:
         first = max((worker_index(p.name) for p in self.procs if p.role == "rollout"), default=-1) + 1
         plan = plan_shares(snap, steps=self.cfg.steps, steps_done=self.steps_done, workers=workers, margin=margin,
                            next_index=first, alive=alive)
+        self.workers_history.append({"wall_seconds": round(time.time() - self.started, 2),
+                                     "env_steps": self.steps_done + sum(snap.produced.values()), "workers": workers})
         if not plan.names:
             return []
         print(f"drl: {len(plan.names)} rollout workers share the {plan.remaining:,} steps left", file=sys.stderr)
@@ -470,7 +473,8 @@ class LocalRun:
             reason = "stopped"
         return {
             "run": self.run, "preset": self.cfg.preset, "algorithm": self.cfg.algorithm, "env": self.cfg.env,
-            "mode": self.cfg.mode, "workers": self.cfg.workers, "envs_per_worker": self.cfg.envs_per_worker,
+            "mode": self.cfg.mode, "workers": self.workers_history[-1]["workers"],
+            "workers_history": list(self.workers_history), "envs_per_worker": self.cfg.envs_per_worker,
             "seed": self.cfg.seed, "steps_requested": self.cfg.steps,
             "resumed_from_env_steps": self.steps_done,
             "env_steps": produced + self.steps_done if produced >= 0 else -1, "updates": int(t.get("updates") or 0),
