@@ -54,6 +54,8 @@ from orchestrator.status import stop_service
 
 EVALUATOR_GRACE_S = 300.0
 STOP_GRACE_S = 15.0
+STOP_FLAG_GRACE_S = 3.0
+FINAL_CHECKPOINT_S = 60.0
 STOP_REQUEST = "stop.request"
 SCALE_REQUEST = "scale.request"
 SCALE_RESULT = "scale.result"
@@ -89,6 +91,7 @@ class LocalRun:
         self.client: redis.Redis | None = None
         self.keys = Keys(run)
         self.interrupted = False
+        self.interrupts = 0
         self.started = time.time()
         self.memory_url = ""
         self.state: RunState | None = None
@@ -314,10 +317,7 @@ class LocalRun:
         if any(p.popen.poll() is None for p in workers) and time.monotonic() < self._hand_in_deadline:
             return
         self._trainer_stopped = True
-        try:
-            self.client.set(self.keys.stop, STOP_FLAG)
-        except (redis.ConnectionError, redis.TimeoutError):
-            pass
+        self.request_stop(STOP_FLAG)
         trainer = self.state.process("trainer") if self.state else None
         if trainer and trainer.control_port:
             stop_service(trainer.control_port, "drl-orchestrate stop")
@@ -434,17 +434,43 @@ class LocalRun:
                     return "finished"
             time.sleep(0.2)
 
+    def request_stop(self, reason: str) -> bool:
+        """Sets the run's stop flag; False when the memory server cannot be reached (no service will see it)."""
+        if self.client is None:
+            return False
+        try:
+            self.client.set(self.keys.stop, reason)
+        except (redis.ConnectionError, redis.TimeoutError):
+            return False
+        return True
+
     def stop_all(self) -> None:
-        """Asks services to stop through the run's stop flag, then terminates, then kills what remains."""
+        """Asks services to stop through the run's stop flag, then terminates, then kills what remains.
+
+        Every process gets ``STOP_FLAG_GRACE_S`` to end by itself; the trainer gets up to ``FINAL_CHECKPOINT_S``
+        (the grace Kubernetes gives its pod), as long as its heartbeat goes on: it writes its final checkpoint
+        before it exits, which on a busy machine takes longer than the others' grace, and a trainer terminated
+        in its last moments would be reported as killed although its checkpoint is written. A second Ctrl-C
+        ends that wait.
+        """
         alive = [p for p in self.procs if p.popen.poll() is None]
-        if alive and self.client is not None:
-            try:
-                self.client.set(self.keys.stop, "orchestrator")
-            except (redis.ConnectionError, redis.TimeoutError):
-                pass
-            deadline = time.monotonic() + 3.0
-            while time.monotonic() < deadline and any(p.popen.poll() is None for p in alive):
-                time.sleep(0.1)
+        if not alive:
+            return
+        flagged = self.request_stop("orchestrator")
+        started, interrupts, noted = time.monotonic(), self.interrupts, False
+        while True:
+            waited = time.monotonic() - started
+            running = [p for p in alive if p.popen.poll() is None]
+            if waited >= STOP_FLAG_GRACE_S:
+                running = [p for p in running if flagged and p.role == "trainer" and waited < FINAL_CHECKPOINT_S
+                           and self.interrupts == interrupts and not self.hung(p, time.time())]
+                if running and not noted:
+                    print(f"drl: waiting up to {FINAL_CHECKPOINT_S - waited:.0f} s for the trainer's final "
+                          "checkpoint (Ctrl-C again to stop it at once)", file=sys.stderr)
+                    noted = True
+            if not running:
+                break
+            time.sleep(0.1)
         for p in self.procs:
             if p.popen.poll() is None:
                 p.popen.terminate()
@@ -545,6 +571,7 @@ def run_local(cfg: ExperimentConfig, run: str, run_dir: Path, steps_done: int = 
 
     def on_signal(signum, frame):
         job.interrupted = True
+        job.interrupts += 1
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     progress = Progress(cfg.steps, start=steps_done)
