@@ -7,6 +7,8 @@ autoreset step in between.
 
 from __future__ import annotations
 
+import importlib
+import re
 from collections import deque
 from dataclasses import dataclass
 
@@ -53,12 +55,44 @@ class SpaceSpec:
         raise UserError(f"action space {act} is not supported (Box or Discrete)")
 
 
+@dataclass(frozen=True)
+class EnvFamily:
+    """Environments a package provides, which a default install may lack."""
+
+    name: str
+    ids: re.Pattern
+    module: str
+    install: str
+
+
+FAMILIES = (
+    EnvFamily("Atari (ALE)", re.compile(r"ALE/"), "ale_py", "pip install ale-py"),
+    EnvFamily("MinAtar", re.compile(r"MinAtar/"), "minatar", "pip install minatar"),
+    EnvFamily("MuJoCo", re.compile(r"(Ant|HalfCheetah|Hopper|Humanoid|HumanoidStandup|InvertedDoublePendulum|"
+                                   r"InvertedPendulum|Pusher|Reacher|Swimmer|Walker2d)-v\d+$"),
+              "mujoco", "pip install 'gymnasium[mujoco]'"),
+)
+
+
 def check_env_id(env_id: str) -> None:
-    """Raises UserError when env_id is not a registered gymnasium id, naming close matches."""
+    """Raises UserError when env_id is not a registered gymnasium id, naming close matches.
+
+    An id of a family a package provides (ALE, MinAtar, MuJoCo) imports that package first, since importing it
+    registers its ids; when it is not installed, the message says what to install.
+    """
     if env_id in gym.envs.registry:
         return
     import difflib
 
+    family = next((f for f in FAMILIES if f.ids.match(env_id)), None)
+    if family is not None:
+        try:
+            importlib.import_module(family.module)
+        except ImportError:
+            raise UserError(f"unknown environment id {env_id!r}; {family.name} environments come with a package "
+                            f"that is not installed: {family.install}") from None
+        if env_id in gym.envs.registry:
+            return
     close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see gymnasium.envs.registry for the ids"
     raise UserError(f"unknown environment id {env_id!r}{hint}")

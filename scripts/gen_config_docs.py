@@ -118,17 +118,17 @@ def preset_variants() -> dict[str, list[tuple[str, str | None]]]:
     one column, its default env."""
     import importlib
 
-    def families(name: str, other: str) -> list[tuple[str, str | None]]:
+    def families(name: str, other: str, needs: str = "") -> list[tuple[str, str | None]]:
         default = get_preset(name).env
         classic = importlib.import_module(f"drl.presets.{name}").CLASSIC_CONTROL
         rest = "".join(f", {env}" for env in sorted(classic - {default}))
-        return [(f"{default} (default){rest}", None), (f"other env ids, e.g. {other}", other)]
+        return [(f"{default} (default){rest}", None), (f"other env ids, e.g. {other}{needs}", other)]
 
     return {"sac": families("sac", "HalfCheetah-v5"),
             "td3": families("td3", "HalfCheetah-v5"),
             "ppo": [(f"discrete actions: {get_preset('ppo').env} (default)", None),
                     ("continuous actions, e.g. Pendulum-v1", "Pendulum-v1")],
-            "dqn": families("dqn", "ALE/Pong-v5")}
+            "dqn": families("dqn", "ALE/Pong-v5", " (needs `pip install ale-py`)")}
 
 
 def flag(name: str) -> str:
