@@ -76,6 +76,11 @@ def encode(header: experience_pb2.BatchHeader, arrays: dict[str, np.ndarray]) ->
     return header.SerializeToString(), b"".join(parts)
 
 
+def entry_size(fields: dict) -> int:
+    """Bytes an entry holds, as the backlog counts them: its ``h`` plus its ``d``."""
+    return sum(len(v) for k, v in fields.items() if k in (b"h", b"d") and isinstance(v, bytes))
+
+
 def expected_layout(spec: SpaceSpec, extras: tuple[str, ...] = ()) -> dict[str, tuple[str, tuple[int, ...]]]:
     """dtype and per-transition shape of each field for an environment's spaces, plus the optional fields
     ``extras`` (names from ``EXTRA_FIELDS``) that the run's algorithm and options ask for."""
