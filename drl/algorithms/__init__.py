@@ -13,8 +13,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from drl.envs import SpaceSpec
+from drl.envs import TRAJECTORY_FIELDS, SpaceSpec
 from drl.errors import UserError
+from drl.nstep import NSTEP_FIELDS
+
+FIELD_SPECS: dict[str, tuple[str, tuple[int, ...]]] = {**TRAJECTORY_FIELDS, **NSTEP_FIELDS,
+                                                       "priority": ("<f4", ())}  # Ape-X's initial priority
 
 
 class Learner(Protocol):
@@ -49,7 +53,7 @@ class Algorithm:
     continuous: bool  # handles Box actions
     discrete: bool  # handles Discrete actions
     on_policy: bool = False  # trains on each SYNC iteration's rollout (``train``) instead of replay (``update``)
-    extras: tuple[str, ...] = ()  # optional wire fields it needs (drl.memory.codec.EXTRA_FIELDS)
+    extras: tuple[str, ...] = ()  # optional wire fields it needs (FIELD_SPECS)
     worker_priorities: bool = False  # its actor computes initial replay priorities (``priorities``)
 
     def load(self, attr: str):
@@ -97,10 +101,12 @@ def check_spaces(algorithm: str, spec: SpaceSpec, env_id: str) -> None:
         raise UserError(f"algorithm {algorithm} needs bounded actions, but {env_id} has {spec.action_space}")
 
 
-def wire_extras(cfg: Any) -> tuple[str, ...]:
-    """The optional wire fields of a run (``cfg`` an ExperimentConfig): its algorithm's, plus worker priorities."""
+def wire_extras(cfg: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The optional wire fields of a run (``cfg`` an ExperimentConfig): its algorithm's, plus worker priorities;
+    name: (dtype, per-transition shape), for ``codec.expected_layout``."""
     extras = get(cfg.algorithm).extras
-    return extras + ("priority",) if cfg.prioritized and cfg.worker_priorities else extras
+    names = extras + ("priority",) if cfg.prioritized and cfg.worker_priorities else extras
+    return {name: FIELD_SPECS[name] for name in names}
 
 
 def make_learner(algorithm: str, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
