@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from drl.envs import RECENT_RETURNS, VecEnv
+from drl.envs import RECENT_RETURNS, TRAJECTORY_FIELDS, VecEnv
 from drl.memory import codec
 from services.rollout.worker import EntryBuffer
 
@@ -13,7 +13,7 @@ FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", "env
 
 
 def _layout(envs: VecEnv) -> dict:
-    return codec.expected_layout(envs.spec, ("truncated", "env_index"))
+    return codec.expected_layout(envs.spec, TRAJECTORY_FIELDS)
 
 
 def _actions(rng: np.random.Generator, n: int) -> np.ndarray:
