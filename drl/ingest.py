@@ -1,5 +1,6 @@
 """What the trainer does with each experience entry before it is committed: decode and check it, drop it as a
-duplicate or as stale, or accept it, and keep the ledger that makes every transition count exactly once.
+duplicate or as stale, or accept it, and keep the ledger that makes every transition count exactly once
+(``Ingest``, ``Ledger``); and the reading around it (``Feed``).
 
 Entries arrive at least once (a restarted worker re-sends, a restarted trainer re-reads what it had not
 committed). The ledger remembers, per worker, which sequence numbers were taken (``SeqTracker``), the highest
@@ -13,10 +14,11 @@ dead-lettered and counted; it never stops the trainer.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from drl.memory import Entry, codec, seq_field
+from drl.memory import Entry, ExperienceReader, codec, seq_field
 
 log = logging.getLogger("drl.ingest")
 
@@ -168,3 +170,51 @@ class Ingest:
             ledger.consumed += h.count
             intake.accepted.append(batch)
         return intake
+
+
+class Feed:
+    """The trainer's reading: reads entries (now and then, also entries stranded at dead readers), ingests them,
+    hands the accepted ones to the learning and commits the read with the ledger, in that order, so that a crash
+    anywhere leaves every transition counted once."""
+
+    RECLAIM_EVERY_S = 5.0
+
+    def __init__(self, reader: ExperienceReader, ingest: Ingest, learning, reclaim_idle_s: float):
+        self.reader, self.ingest, self.learning = reader, ingest, learning
+        self.reclaim_idle_ms = int(reclaim_idle_s * 1000)
+        self.read_at = self.reclaimed_at = 0.0
+        self.last: Intake | None = None
+
+    def read(self, count: int, block_ms: int | None, sync_version: int | None = None) -> list:
+        """Reads up to ``count`` entries (waiting ``block_ms`` for new ones, None: not at all) and returns the
+        accepted entries' headers; ``sync_version`` as in ``Ingest.take``."""
+        now = self.read_at = time.monotonic()
+        entries = []
+        if now - self.reclaimed_at > self.RECLAIM_EVERY_S:
+            self.reclaimed_at = now
+            entries = self.reader.reclaim(self.reclaim_idle_ms, count)
+            if entries:
+                log.warning("reclaimed %d entries left pending by another reader", len(entries))
+        entries += self.reader.read(count, block_ms if not entries else None)
+        if not entries:
+            self.last = None
+            return []
+        intake = self.last = self.ingest.take(entries, sync_version)
+        for batch in intake.accepted:
+            self.learning.add(batch.header.worker_id, batch.header.seq, batch.arrays)
+        ledger = self.ingest.ledger
+        self.reader.commit(intake.acks, ledger.fields(intake.touched, self.learning.learner.updates), intake.dead)
+        return [batch.header for batch in intake.accepted]
+
+    def read_paced(self, pace, count: int) -> list:
+        """Reads when no update is owed, after letting entries gather for the gap ``pace`` sets from the arrival
+        rate (``drl.pacing.ReadPace``): nothing waits on the gap, the learner has no update to run until the data
+        come, and the backlog keeps room for the producers."""
+        wait = self.read_at + pace.gap_s - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        since = time.monotonic() - self.read_at
+        got = self.read(count, block_ms=100)
+        entries, size = (len(self.last.acks), self.last.size) if self.last is not None else (0, 0)
+        pace.after_read(size, since, full=entries >= count)
+        return got

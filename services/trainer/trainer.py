@@ -19,20 +19,19 @@ import torch
 from drl.algorithms import get as get_algorithm
 from drl.checkpointing import TrainerCheckpoints
 from drl.envs import space_spec
-from drl.ingest import Ingest, Ledger
+from drl.ingest import Feed, Ingest, Ledger
 from drl.membership import Membership
 from drl.memory import codec
 from drl.memory.backlog import backlog_limits
 from drl.pacing import RateLimiter, ReadPace, Widening
 from drl.store import PolicyStore, run_store
 from drl.store.checkpoint import CheckpointStore
-from drl.tensorboard import ScalarLog
+from drl.tensorboard import ScalarLog, TrainerCurves
 from services.common import ServiceContext, StatusWriter
 from services.telemetry import TELEMETRY
 
 log = logging.getLogger("drl.trainer")
 
-RECLAIM_EVERY_S = 5.0
 ASYNC_READ_ENTRIES = 4
 STARVED_READ_ENTRIES = 64
 SYNC_READ_ENTRIES = 64
@@ -53,8 +52,9 @@ class Trainer:
         self.learning = algorithm.make_learning(self.spec, cfg, seed=cfg.seed)
         self.ledger = Ledger()
         self.membership = Membership(self.control, self.ledger, cfg.workers)
-        self.ingest = Ingest(ctx.run, layout, self.ledger, self.membership.admits)
         self.reader = self.memory.reader("trainer-0", on_reset=self.on_memory_reset)
+        ingest = Ingest(ctx.run, layout, self.ledger, self.membership.admits)
+        self.feed = Feed(self.reader, ingest, self.learning, cfg.reclaim_idle_s)
         store = run_store(ctx.store_url, ctx.run)
         self.policies = PolicyStore(store, ctx.run)
         self.checkpoints = TrainerCheckpoints(CheckpointStore(store, ctx.run), cfg.algorithm, cfg.checkpoint_every_s,
@@ -67,12 +67,11 @@ class Trainer:
         self.limiter = RateLimiter.of(cfg)
         self.version = self.published_updates = -1
         self.started = time.monotonic()
-        self._stop_checked = self._reclaimed_at = self._read_at = 0.0
+        self._stop_checked = 0.0
         self.stop_reason = ""
-        self.last_intake = None
         self.restore()
-        self.tensorboard = ScalarLog(ctx.run_dir / "tensorboard" / "trainer")
-        self._scalars_at = (self.started, self.ledger.consumed, self.learning.learner.updates)
+        self.curves = TrainerCurves(ScalarLog(ctx.run_dir / "tensorboard" / "trainer"), self.started,
+                                    self.ledger.consumed, self.updates)
 
     @property
     def updates(self) -> int:
@@ -97,61 +96,24 @@ class Trainer:
                             self.widening.factor, self.version)
 
     # -- experience -------------------------------------------------------------------------------------
-    def read(self, count: int, block_ms: int | None, sync_version: int | None = None) -> list:
-        """Reads, ingests and commits entries, including, now and then, entries stranded at dead readers;
-        returns the accepted entries' headers."""
-        now = self._read_at = time.monotonic()
-        entries = []
-        if now - self._reclaimed_at > RECLAIM_EVERY_S:
-            self._reclaimed_at = now
-            entries = self.reader.reclaim(int(self.cfg.reclaim_idle_s * 1000), count)
-            if entries:
-                log.warning("reclaimed %d entries left pending by another reader", len(entries))
-        entries += self.reader.read(count, block_ms if not entries else None)
-        if not entries:
-            self.last_intake = None
-            return []
-        intake = self.last_intake = self.ingest.take(entries, sync_version)
-        for batch in intake.accepted:
-            self.learning.add(batch.header.worker_id, batch.header.seq, batch.arrays)
-        self.reader.commit(intake.acks, self.ledger.fields(intake.touched, self.updates), intake.dead)
-        return [batch.header for batch in intake.accepted]
-
-    def read_starved(self) -> list:
-        """Reads when no update is owed, after letting entries gather for the gap ``ReadPace`` sets from the
-        arrival rate (``drl.pacing``): nothing waits on the gap, the learner has no update to run until the data
-        come, and the backlog keeps room for the producers."""
-        wait = self._read_at + self.pace.gap_s - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
-        since = time.monotonic() - self._read_at
-        got = self.read(count=STARVED_READ_ENTRIES, block_ms=100)
-        intake = self.last_intake
-        entries, size = (len(intake.acks), intake.size) if intake is not None else (0, 0)
-        self.pace.after_read(size, since, full=entries >= STARVED_READ_ENTRIES)
-        return got
-
     def finished(self) -> bool:
         """Every worker finished and nothing left in the stream."""
         return self.membership.all_finished() and self.reader.backlog() == 0
 
     # -- learning and publishing ------------------------------------------------------------------------
-    def publish(self, force: bool = False) -> None:
-        """Publishes the learner's policy as the next version, unless nothing changed since the last one."""
-        if self.updates == self.published_updates and not force:
-            return
-        version = self.version + 1
-        self.policies.publish(version, self.learning.learner.policy_weights(), algorithm=self.cfg.algorithm,
-                              env_steps=self.ledger.consumed, updates=self.updates,
-                              observation_space=self.spec.observation_space, action_space=self.spec.action_space)
-        self.announcer.announce(version)
-        self.version, self.published_updates = version, self.updates
-        self.policies.retain(self.cfg.keep_policies)
-        self.report(force=True)
-
-    def publish_and_checkpoint(self, force: bool = False) -> None:
-        self.publish(force)
-        if self.checkpoints.due():
+    def publish(self, force: bool = False, checkpoint: bool = False) -> None:
+        """Publishes the learner's policy as the next version, unless nothing changed since the last one; with
+        ``checkpoint``, then writes a checkpoint if one is due."""
+        if force or self.updates != self.published_updates:
+            version = self.version + 1
+            self.policies.publish(version, self.learning.learner.policy_weights(), algorithm=self.cfg.algorithm,
+                                  env_steps=self.ledger.consumed, updates=self.updates,
+                                  observation_space=self.spec.observation_space, action_space=self.spec.action_space)
+            self.announcer.announce(version)
+            self.version, self.published_updates = version, self.updates
+            self.policies.retain(self.cfg.keep_policies)
+            self.report(force=True)
+        if checkpoint and self.checkpoints.due():
             self.checkpoints.save(self.learning, self.ledger, self.version)
 
     def should_stop(self, force: bool = False) -> str:
@@ -185,25 +147,8 @@ class Trainer:
             **{k: round(v, 5) for k, v in self.learning.metrics.items()},
         }
         self.status.write(fields, force=force)
-        self.write_scalars(fields, final=state == "finished")
-
-    def write_scalars(self, fields: dict, final: bool = False) -> None:
-        """TensorBoard curves against env steps, at most once a second (reports are forced on every
-        publication): the learner's last metrics, the backlog, and throughput over the interval since the
-        previous point (the status fields have the average since start, which hides slowdowns)."""
-        now, consumed = time.monotonic(), self.ledger.consumed
-        at, consumed_at, updates_at = self._scalars_at
-        if now - at < 1.0 and not final:
-            return
-        values = {f"learner/{k}": v for k, v in self.learning.metrics.items()}
-        values.update({"memory/backlog": fields["backlog"], "memory/backlog_bytes": fields["backlog_bytes"],
-                       "train/updates": self.updates, "train/policy_version": self.version,
-                       "train/replay_size": fields["replay_size"]})
-        if now > at:
-            values["throughput/transitions_per_s"] = (consumed - consumed_at) / (now - at)
-            values["throughput/updates_per_s"] = (self.updates - updates_at) / (now - at)
-        self._scalars_at = (now, consumed, self.updates)
-        self.tensorboard.scalars(values, step=consumed)
+        self.curves.add(time.monotonic(), ledger.consumed, self.updates, self.learning.metrics, fields,
+                        final=state == "finished")
 
     # -- modes ------------------------------------------------------------------------------------------
     def run_async(self) -> str:
@@ -214,16 +159,16 @@ class Trainer:
             behind = learning.owed(self.ledger.consumed) - self.updates
             if limiter.starved(behind):
                 self.widening.widen(self.widening.data_is_late(self.updates, self.ledger.consumed))
-                if not self.read_starved() and self.finished():
+                if not self.feed.read_paced(self.pace, STARVED_READ_ENTRIES) and self.finished():
                     return "steps_done"
             elif limiter.may_read(behind):
-                self.read(count=ASYNC_READ_ENTRIES, block_ms=None)
+                self.feed.read(ASYNC_READ_ENTRIES, None)
             else:
                 self.widening.widen(False)
             for _ in range(min(max(behind, 0), MOST_UPDATES_PER_LOOP)):
                 learning.update(self.ledger.consumed)
             if self.updates - max(self.published_updates, 0) >= self.cfg.publish_every_updates:
-                self.publish_and_checkpoint()
+                self.publish(checkpoint=True)
             self.report()
 
     def run_sync(self) -> str:
@@ -236,13 +181,13 @@ class Trainer:
             while waiting and time.monotonic() < deadline:
                 if self.should_stop():
                     return self.stop_reason
-                waiting -= {h.worker_id for h in self.read(SYNC_READ_ENTRIES, 100, version) if h.iteration_end}
+                waiting -= {h.worker_id for h in self.feed.read(SYNC_READ_ENTRIES, 100, version) if h.iteration_end}
                 waiting -= membership.finished
                 if waiting and membership.all_finished():
                     waiting.clear()
                 self.report()
             if membership.all_finished():
-                while self.read(SYNC_READ_ENTRIES, 100, version) or self.reader.backlog():
+                while self.feed.read(SYNC_READ_ENTRIES, 100, version) or self.reader.backlog():
                     pass
             elif waiting:
                 log.warning("iteration %d: no complete share from %s within %.0fs; training without them",
@@ -255,7 +200,7 @@ class Trainer:
                 self.report()
             if self.finished():
                 return "steps_done"
-            self.publish_and_checkpoint(force=True)
+            self.publish(force=True, checkpoint=True)
 
     def run(self) -> int:
         log.info("trainer of run %s: %s on %s, %s mode, %d workers", self.ctx.run, self.cfg.algorithm,
@@ -284,4 +229,4 @@ def serve(ctx: ServiceContext) -> int:
     try:
         return trainer.run()
     finally:
-        trainer.tensorboard.close()
+        trainer.curves.close()

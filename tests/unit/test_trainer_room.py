@@ -55,8 +55,7 @@ def _trainer_fake_reader(owed: list[int], **changes) -> Trainer:
     trainer.stop_reason = "stopped"
     iterations = iter(range(len(owed) + 1))
     trainer.should_stop = lambda force=False: "" if next(iterations) < len(owed) else "stopped"
-    trainer.read_starved = lambda: [1]
-    trainer.read = lambda count, block_ms: []
+    trainer.feed = SimpleNamespace(read=lambda count, block_ms: [], read_paced=lambda pace, count: [1])
     trainer.report = lambda *a, **k: None
     return trainer
 
