@@ -227,8 +227,8 @@ class InProcessWriter:
             return seq, data.produced.get(self.worker, 0)
 
     def send(self, seq: int, h: bytes, d: bytes, produced_total: int) -> AppendReply:
-        self._outbox.append(_Outgoing(seq, h, d, produced_total))
         with self._server.cond:
+            self._outbox.append(_Outgoing(seq, h, d, produced_total))
             return self._drain()
 
     def _drain(self) -> AppendReply:

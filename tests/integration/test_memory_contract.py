@@ -313,6 +313,25 @@ def test_after_a_data_loss_writers_resend_what_was_not_consumed_and_the_reader_r
     assert reader.resets == 1 and seqs(reader.read(10, None)) == [("rollout-0", 6)]
 
 
+def test_a_writer_held_back_when_the_server_loses_its_data_gets_in_and_resends(mem):
+    reader = mem.open().reader("trainer-0")
+    writer = mem.open().writer("rollout-0", max_entries=2, max_bytes=1 << 20)
+    epoch = send(writer, "rollout-0", 1).epoch
+    send(writer, "rollout-0", 2)
+    held = Background(lambda: send(writer, "rollout-0", 3))
+    assert not held.done(QUIET_S)
+    mem.lose_data()
+    got = []
+    deadline = time.monotonic() + WAKE_S
+    while not held.done() and time.monotonic() < deadline:
+        got += seqs(consume(reader, block_ms=100))
+    reply = held.value
+    assert reply.appended and reply.epoch != epoch
+    assert writer.resent == 2, "the unconsumed entries were not re-sent (they wait for room like any other)"
+    got += seqs(consume(reader))
+    assert sorted(s for _, s in got) == [1, 2, 3] and reader.resets == 1
+
+
 def test_the_reader_finds_the_reset_on_reclaim_too(mem):
     resets: list[int] = []
     reader = mem.open().reader("trainer-0", on_reset=lambda: resets.append(1))
