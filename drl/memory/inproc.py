@@ -294,7 +294,7 @@ class InProcessWriter:
                 data = self._server.data(self._run)
                 if data.epoch is None:
                     data.epoch = secrets.token_hex(8).encode()
-                mark = int(data.state.get(f"seq:{self.worker}", "0").split(",")[0] or 0)
+                mark = _watermark(data, self.worker)
                 self._observe(mark, data.epoch)
                 if self._outbox and not self._drain().appended:
                     return False
@@ -303,7 +303,8 @@ class InProcessWriter:
             if should_stop():
                 return False
             with self._server.cond:
-                self._server.cond.wait(max(0.0, min(STOP_CHECK_S, deadline - time.monotonic())))
+                if _watermark(self._server.data(self._run), self.worker) < last_seq:
+                    self._server.cond.wait(max(0.0, min(STOP_CHECK_S, deadline - time.monotonic())))
         return False
 
     def close(self) -> None:
