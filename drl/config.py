@@ -115,22 +115,10 @@ class ExperimentConfig:
         if self.run_name and not all(c.isalnum() or c in "-_." for c in self.run_name):
             problems.append(f"--run-name may hold letters, digits, '-', '_' and '.', got {self.run_name!r}")
         algo = ALGORITHMS.get(self.algorithm)
-        if algo is not None and algo.on_policy and self.mode == "async":
-            problems.append(f"{self.algorithm} is on-policy and runs only in --mode sync (it has no off-policy "
-                            "correction for the policy lag of async collection)")
-        if algo is not None and algo.on_policy and self.random_steps:
-            problems.append(f"--random-steps must be 0 for {self.algorithm}: it learns only from its own policy's "
-                            f"actions (got {self.random_steps})")
-        if algo is not None and algo.on_policy and self.prioritized:
-            problems.append(f"--prioritized applies to replay-based algorithms; {self.algorithm} trains on each "
-                            "iteration's rollout")
+        if algo is not None:
+            problems += algo.problems(self)
         if self.worker_priorities and not self.prioritized:
             problems.append("--worker-priorities needs --prioritized true")
-        elif self.worker_priorities and algo is not None and not algo.worker_priorities:
-            workers_can = ", ".join(n for n, a in ALGORITHMS.items() if a.worker_priorities)
-            problems.append(f"--worker-priorities: {self.algorithm}'s rollout workers have no value estimate to "
-                            f"compute priorities with (supported: {workers_can}); the trainer gives new "
-                            "transitions the largest priority instead")
         if self.workers > self.steps:
             problems.append(f"--workers ({self.workers}) exceeds --steps ({self.steps})")
         for f in dataclasses.fields(self):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Collection, Iterable, Mapping
 
-from services.common import share
+from drl.naming import even_share as share
 
 SCALE_MARGIN_ENTRIES = 32
 ACTIVE, RETIRED = "active", "retired"

@@ -20,10 +20,10 @@ from drl.algorithms import make_actor, wire_extras
 from drl.envs import VecEnv
 from drl.memory import codec
 from drl.memory.backlog import backlog_limits
+from drl.naming import even_share
 from drl.nstep import NStepFolder
-from drl.memory.redis_backend import Announcer, Producer, producer_position, retrying
 from drl.store import ManifestError
-from services.common import ServiceContext, StatusWriter, share
+from services.common import ServiceContext, StatusWriter
 from services.telemetry import TELEMETRY
 
 log = logging.getLogger("drl.rollout")
@@ -107,43 +107,40 @@ class RolloutWorker:
     def __init__(self, ctx: ServiceContext):
         cfg = ctx.config
         self.ctx, self.cfg = ctx, cfg
-        self.client = ctx.redis()
-        self.keys = ctx.keys()
-        self.announcer = Announcer(self.client, self.keys, retry_s=cfg.memory_retry_s)
+        self.memory = ctx.memory()
+        self.control = self.memory.control()
+        self.announcer = self.memory.announcements()
         self.policies = ctx.policy_store()
         self.envs = VecEnv(cfg.env, cfg.envs_per_worker, seed=cfg.seed * 100_003 + 1000 * ctx.worker_index)
         self.actor = make_actor(cfg.algorithm, self.envs.spec, cfg, seed=cfg.seed + 7919 * (ctx.worker_index + 1))
         self.progress = getattr(self.actor, "set_progress", None)
-        self.status = StatusWriter(self.client, self.keys.status(ctx.name), retry_s=cfg.memory_retry_s)
-        self.total = share(max(0, cfg.steps - ctx.steps_done), cfg.workers, ctx.worker_index)
-        self.random_steps = share(max(0, cfg.random_steps - ctx.steps_done), cfg.workers, ctx.worker_index)
+        self.status = StatusWriter(self.control, ctx.name)
+        self.total = even_share(max(0, cfg.steps - ctx.steps_done), cfg.workers, ctx.worker_index)
+        self.random_steps = even_share(max(0, cfg.random_steps - ctx.steps_done), cfg.workers, ctx.worker_index)
         self.version = -1
-        self.seq, self.produced = producer_position(self.client, self.keys, ctx.name)
+        layout = codec.expected_layout(self.envs.spec, wire_extras(cfg))
+        self.with_priorities = "priority" in layout
+        hyper = getattr(cfg, cfg.algorithm)
+        self.nstep = (NStepFolder(hyper.n_step, hyper.gamma, cfg.envs_per_worker) if "nsteps" in layout else None)
+        self.limits = limits = backlog_limits(cfg, layout)
+        self.widening = 1  # the trainer's factor on the backlog's limits, as the last append reported it
+        self.batch_transitions = limits.least
+        self.fill = EntryFill(limits.least, limits.most, cfg.entry_fill_ms / 1000.0)
+        self.producer = self.memory.writer(ctx.name, cfg.max_backlog_entries, limits.limit_bytes)
+        self.seq, self.produced = self.producer.position()
         self._started, self._produced_at_start = time.monotonic(), self.produced
         self.stepped = self.produced
         self.refresh_share()
         if self.seq:
             log.info("%s continues after a restart at entry %d, %d transitions produced", ctx.name, self.seq,
                      self.produced)
-        layout = codec.expected_layout(self.envs.spec, wire_extras(cfg))
-        self.with_priorities = "priority" in layout
-        hyper = getattr(cfg, cfg.algorithm)
-        self.nstep = (NStepFolder(hyper.n_step, hyper.gamma, cfg.envs_per_worker) if "nsteps" in layout else None)
-        self.limits = limits = backlog_limits(cfg, layout)
-        self.room = 1  # the trainer's factor on the backlog's limits, as the last append reported it
-        self.batch_transitions = limits.least
-        self.fill = EntryFill(limits.least, limits.most, cfg.entry_fill_ms / 1000.0)
-        self.producer = Producer(self.client, self.keys, ctx.name, cfg.max_backlog_entries, limits.limit_bytes,
-                                 retry_s=cfg.memory_retry_s)
         self.stop = False
         self.entry = EntryBuffer({k: v for k, v in layout.items() if k != "priority"},
                                  limits.most + cfg.envs_per_worker)
 
     def refresh_share(self) -> None:
-        """Reads the share the orchestrator assigned (``Keys.shares``; it changes when the run is scaled)."""
-        value = retrying(lambda: self.client.hget(self.keys.shares, self.ctx.name), "HGET share",
-                         self.cfg.memory_retry_s)
-        self.take_share(None if value is None else int(value))
+        """Reads the share the orchestrator assigned (``RunControl.share``; it changes when the run is scaled)."""
+        self.take_share(self.control.share(self.ctx.name))
 
     def take_share(self, value: int | None) -> None:
         """Takes up a share just read, by ``refresh_share`` or by an append; without an assignment the even share of
@@ -154,9 +151,8 @@ class RolloutWorker:
         self._share_read_at = self.stepped
 
     def active_workers(self) -> int:
-        """Rollout workers taking part now (``Keys.members``), for the SYNC share of an iteration."""
-        states = retrying(lambda: self.client.hvals(self.keys.members), "HVALS members", self.cfg.memory_retry_s)
-        active = sum(1 for v in states if v == b"active")
+        """Rollout workers taking part now (``RunControl.members``), for the SYNC share of an iteration."""
+        active = sum(1 for state in self.control.members().values() if state == "active")
         return active or self.cfg.workers
 
     def load(self, version: int) -> bool:
@@ -236,20 +232,20 @@ class RolloutWorker:
                                             final=final, produced_total=self.produced + count)
         h, d = codec.encode(header, arrays)
         self.entry.n = 0
-        appended, latest, stop = self.producer.send(self.seq, h, d, self.produced + count)
-        if appended:
+        reply = self.producer.send(self.seq, h, d, self.produced + count)
+        if reply.appended:
             self.produced += count
         else:
             self.seq -= 1
         self.fill.restart()
-        self.take_share(self.producer.share)
-        if self.producer.room != self.room:
-            self.room = self.producer.room
-            self.fill.most = self.limits.most_in(self.room)
+        self.take_share(reply.share)
+        if reply.widening != self.widening:
+            self.widening = reply.widening
+            self.fill.most = self.limits.most_in(self.widening)
             self.entry.reserve(self.fill.most + len(self.envs.envs))
-        self.stop = stop
-        if self.cfg.mode == "async" and latest > self.version:
-            self.load(latest)
+        self.stop = reply.stop
+        if self.cfg.mode == "async" and reply.policy_version > self.version:
+            self.load(reply.policy_version)
         self.report()
 
     def report(self, force: bool = False) -> None:
@@ -266,7 +262,7 @@ class RolloutWorker:
                            "transitions_per_s": rate,
                            "policy_version": self.version, "seq": self.seq,
                            "backpressure_s": round(self.producer.waited_s, 3), "resent": self.producer.resent,
-                           "retained": len(self.producer.retained),
+                           "retained": self.producer.retained(),
                            "episode_return": float(np.mean(returns)) if returns else ""}, force=force)
 
     def collect(self, n: int, hand_in: bool = True) -> None:
@@ -293,8 +289,7 @@ class RolloutWorker:
             self.flush(iteration_end=True, last=TELEMETRY.stop.is_set())
 
     def stopped(self) -> bool:
-        self.stop = self.stop or bool(retrying(lambda: self.client.exists(self.keys.stop), "EXISTS stop",
-                                               self.cfg.memory_retry_s))
+        self.stop = self.stop or self.control.stop_reason() is not None
         return self.stop
 
     def run(self) -> int:
@@ -351,8 +346,7 @@ class RolloutWorker:
         if not self.stop and self.seq:
             if not self.producer.wait_consumed(self.seq, timeout=FLUSH_TIMEOUT_S, should_stop=self.stopped):
                 why += "; stopped before the trainer consumed every entry"
-        retrying(lambda: self.client.hset(self.keys.workers_done, self.ctx.name, self.produced), "HSET done",
-                 self.cfg.memory_retry_s)
+        self.control.mark_worker_done(self.ctx.name, self.produced)
         self.report(force=True)
         log.info("%s after %d transitions (%d entries): %s", self.ctx.name, self.produced, self.seq, why)
         return 0

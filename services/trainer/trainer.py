@@ -25,7 +25,7 @@ from drl.algorithms import get as get_algorithm, make_learner, wire_extras
 from drl.envs import space_spec
 from drl.memory import codec
 from drl.memory.backlog import ReadPace, backlog_limits
-from drl.memory.redis_backend import Announcer, Consumer, entry_size, retrying, seq_field
+from drl.memory import seq_field
 from drl.replay import PrioritizedReplay, ReplayBuffer
 from drl.store import PolicyStore, run_store
 from drl.store.checkpoint import CheckpointStore
@@ -77,8 +77,8 @@ class Trainer:
     def __init__(self, ctx: ServiceContext):
         cfg = ctx.config
         self.ctx, self.cfg = ctx, cfg
-        self.client = ctx.redis()
-        self.keys = ctx.keys()
+        self.memory = ctx.memory()
+        self.control = self.memory.control()
         self.spec = space_spec(cfg.env)
         extras = wire_extras(cfg)
         self.layout = codec.expected_layout(self.spec, extras)
@@ -92,14 +92,13 @@ class Trainer:
                                             alpha=cfg.priority_alpha, beta=cfg.priority_beta)
         else:
             self.replay = ReplayBuffer(self.spec, cfg.replay_size, seed=cfg.seed + 1, extras=extras)
-        self.consumer = Consumer(self.client, self.keys, consumer="trainer-0", on_reset=self.on_memory_reset,
-                                 retry_s=cfg.memory_retry_s)
-        self.announcer = Announcer(self.client, self.keys, retry_s=cfg.memory_retry_s)
+        self.consumer = self.memory.reader("trainer-0", on_reset=self.on_memory_reset)
+        self.announcer = self.memory.announcements()
         store = run_store(ctx.store_url, ctx.run)
         self.policies = PolicyStore(store, ctx.run)
         self.checkpoints = CheckpointStore(store, ctx.run)
         self._checkpointed_at = time.monotonic()
-        self.status = StatusWriter(self.client, self.keys.status("trainer"), retry_s=cfg.memory_retry_s)
+        self.status = StatusWriter(self.control, "trainer")
         self.workers = {f"rollout-{i}" for i in range(cfg.workers)}
         self.finished: set[str] = set()
         self.final_seq: dict[str, int] = {}
@@ -119,7 +118,7 @@ class Trainer:
         self.limit_bytes, self.transition_bytes = limits.limit_bytes, limits.transition_bytes
         self.room_factor = max(1, min(ROOM_FACTOR, cfg.max_backlog_bytes // limits.limit_bytes))
         self.room = 1
-        retrying(lambda: self.consumer.set_room(1), "DEL room", cfg.memory_retry_s)
+        self.consumer.set_widening(1)
         self.read_pace = ReadPace(limits.limit_bytes)
         self.last_ingest = (0, 0)  # (entries, bytes) the last ingest took
         self.stop_reason = ""
@@ -215,25 +214,14 @@ class Trainer:
         """The memory server restarted empty: put back what services read from it."""
         log.warning("memory server lost its data; re-announcing version %d and rewriting trainer state", self.version)
         known = set(self.seqs.watermark) | set(self.produced)
-
-        def _do():
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hset(self.keys.consumer_state, mapping=self.state(known))
-            self.consumer.raise_produced(self.produced, client=pipe)
-            self.consumer.set_room(self.room, client=pipe)
-            if self.version >= 0:
-                pipe.set(self.keys.policy, self.version)
-                pipe.publish(self.keys.policy_channel, self.version)
-            pipe.execute()
-
-        retrying(_do, "restore memory state", self.cfg.memory_retry_s)
+        self.consumer.rewrite(self.state(known), self.produced, self.room, self.version)
 
     # -- experience -------------------------------------------------------------------------------------
     def ingest(self, entries, sync_version: int | None = None) -> list:
         """Decodes, deduplicates and inserts entries, then commits them; returns the accepted headers."""
         accepted, acks, dead, touched = [], [], [], set()
         for entry_id, fields in entries:
-            acks.append((entry_id, entry_size(fields)))
+            acks.append((entry_id, codec.entry_size(fields)))
             try:
                 batch = codec.decode(fields, self.ctx.run, self.layout)
             except codec.DecodeError as exc:
@@ -322,7 +310,7 @@ class Trainer:
         room = self.room_factor if wide else 1
         if room == self.room:
             return
-        retrying(lambda: self.consumer.set_room(room), "SET room", self.cfg.memory_retry_s)
+        self.consumer.set_widening(room)
         self.room = room
         self.read_pace.limit_bytes = room * self.limit_bytes
 
@@ -330,20 +318,12 @@ class Trainer:
         """Adds rollout workers the orchestrator registered since (``Keys.members``: the run was scaled up), and
         takes back the ones that return: on Kubernetes a scale-down then up re-activates a finished worker's
         name with a share above what it produced, so it is no longer finished and its new entries are awaited."""
-        def read():
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hgetall(self.keys.members)
-            pipe.hgetall(self.keys.shares)
-            return pipe.execute()
-
-        members, shares = retrying(read, "HGETALL members", self.cfg.memory_retry_s)
-        members = {k.decode(): v for k, v in members.items()}
+        _, shares, members = self.control.snapshot()
         added = set(members) - self.workers
         if added:
             log.info("rollout workers joined: %s", ", ".join(sorted(added)))
             self.workers |= added
-        returned = {w for w in self.finished if members.get(w) == b"active"
-                    and int(shares.get(w.encode(), 0) or 0) > self.produced.get(w, 0)}
+        returned = {w for w in self.finished if members.get(w) == "active" and shares.get(w, 0) > self.produced.get(w, 0)}
         if returned:
             log.info("rollout workers returned: %s", ", ".join(sorted(returned)))
             self.finished -= returned
@@ -358,8 +338,7 @@ class Trainer:
             self.refresh_members()
         if self.finished >= self.workers:
             return True
-        done = retrying(lambda: self.client.hkeys(self.keys.workers_done), "HKEYS done", self.cfg.memory_retry_s)
-        self.finished |= {d.decode() for d in done} & self.workers
+        self.finished |= set(self.control.workers_done()) & self.workers
         return self.finished >= self.workers
 
     # -- learning ---------------------------------------------------------------------------------------
@@ -425,9 +404,9 @@ class Trainer:
             self.stop_reason = "stopped"
         if not self.stop_reason and (force or now - self._stop_checked > 0.25):
             self._stop_checked = now
-            flag = retrying(lambda: self.client.get(self.keys.stop), "GET stop", self.cfg.memory_retry_s)
+            flag = self.control.stop_reason()
             if flag is not None:
-                self.stop_reason = "target_reached" if flag.startswith(b"target_reached") else "stopped"
+                self.stop_reason = "target_reached" if flag.startswith("target_reached") else "stopped"
         return self.stop_reason
 
     def report(self, force: bool = False, state: str = "running", reason: str = "") -> None:
@@ -537,8 +516,7 @@ class Trainer:
         if reason == "steps_done":
             self.publish()
         self.checkpoint()
-        retrying(lambda: self.client.set(self.keys.trainer_done, self.version), "SET trainer done",
-                 self.cfg.memory_retry_s)
+        self.control.mark_trainer_done(self.version)
         self.report(force=True, state="finished", reason=reason)
         log.info("finished (%s): %d transitions consumed, %d updates, policy version %d", reason, self.consumed,
                  self.learner.updates, self.version)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from drl.envs import RECENT_RETURNS, VecEnv
+from drl.envs import RECENT_RETURNS, TRAJECTORY_FIELDS, VecEnv
 from drl.memory import codec
 from services.rollout.worker import EntryBuffer
 
@@ -13,7 +13,7 @@ FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", "env
 
 
 def _layout(envs: VecEnv) -> dict:
-    return codec.expected_layout(envs.spec, ("truncated", "env_index"))
+    return codec.expected_layout(envs.spec, TRAJECTORY_FIELDS)
 
 
 def _actions(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -137,15 +137,18 @@ def test_random_steps_and_a_missing_policy_take_the_general_path():
 
 
 class FakeProducer:
-    """drl's own Producer wrapper, faked: appends always succeed and report the trainer's room factor and the
-    worker's share (None: no assignment)."""
+    """drl's own experience writer, faked: appends always succeed and report the trainer's widening factor and
+    the worker's share (None: no assignment)."""
 
-    def __init__(self, room: int, share: int | None = None):
-        self.room, self.share, self.entries = room, share, []
+    def __init__(self, widening: int, share: int | None = None):
+        self.widening, self.share, self.entries = widening, share, []
 
     def send(self, seq, h, d, produced_total):
+        from drl.memory import AppendReply
+
         self.entries.append((seq, h, d))
-        return True, 0, False
+        return AppendReply(appended=True, policy_version=0, stop=False, watermark=0, epoch=b"e",
+                           widening=self.widening, share=self.share)
 
 
 def test_a_worker_lets_its_entries_grow_with_the_room_its_appends_report_fake_producer():
@@ -161,17 +164,17 @@ def test_a_worker_lets_its_entries_grow_with_the_room_its_appends_report_fake_pr
     limits = backlog_limits(cfg, codec.expected_layout(worker.envs.spec))
     assert (limits.most, limits.most_in(4)) == (256, 1024)
     del worker.flush
-    worker.__dict__.update(cfg=cfg, limits=limits, room=1, producer=FakeProducer(room=4), with_priorities=False,
+    worker.__dict__.update(cfg=cfg, limits=limits, widening=1, producer=FakeProducer(widening=4), with_priorities=False,
                            seq=0, produced=0, ctx=SimpleNamespace(run="r", name="rollout-0"), report=lambda: None)
     worker.collect(300, hand_in=False)
-    assert worker.fill.most == 1024 and worker.room == 4
+    assert worker.fill.most == 1024 and worker.widening == 4
     worker.collect(2000)
     sizes = [codec.decode({b"h": h, b"d": d}, "r", codec.expected_layout(worker.envs.spec)).header.count
              for _, h, d in worker.producer.entries]
     assert sizes[0] <= 256 + 2 and max(sizes) > 256, sizes
     assert all(size <= 1024 + 2 for size in sizes) and sum(sizes) == 2300
 
-    worker.producer.room = 1
+    worker.producer.widening = 1
     worker.collect(3000)
     assert worker.fill.most == 256
     assert len(worker.entry.arrays["reward"]) >= 1024 + 3, "the entry buffer shrank below what it held"
@@ -189,8 +192,8 @@ def _async_worker(least: int, most: int, total: int, assigned: dict):
     worker = _worker(2, least=least, most=most)
     cfg = replace(get_preset("sac", "Pendulum-v1"), envs_per_worker=3, batch_transitions=least)
     del worker.flush
-    worker.__dict__.update(cfg=cfg, limits=backlog_limits(cfg, codec.expected_layout(worker.envs.spec)), room=1,
-                           producer=FakeProducer(room=1), with_priorities=False, seq=0, produced=0, total=total,
+    worker.__dict__.update(cfg=cfg, limits=backlog_limits(cfg, codec.expected_layout(worker.envs.spec)), widening=1,
+                           producer=FakeProducer(widening=1), with_priorities=False, seq=0, produced=0, total=total,
                            batch_transitions=least, _share_read_at=0, ctx=SimpleNamespace(run="r", name="rollout-0"),
                            report=lambda: None)
 

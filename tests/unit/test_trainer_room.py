@@ -18,7 +18,7 @@ class FakeConsumer:
     def __init__(self):
         self.rooms: list[int] = []
 
-    def set_room(self, factor: int, client=None) -> None:
+    def set_widening(self, factor: int) -> None:
         self.rooms.append(factor)
 
 
