@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
-from drl.memory.base import AppendReply, Entry
+from drl.memory.base import AppendReply, Entry, MemoryBackendError
 
 log = logging.getLogger(__name__)
 
@@ -160,13 +160,21 @@ def _format_id(key: _Id) -> bytes:
     return f"{key[0]}-{key[1]}".encode()
 
 
-def _text(value) -> str:
-    """A field value as the server keeps it (Redis stores every hash value as a string)."""
-    if value is None:
-        return ""
+def _stored(value) -> str:
+    """A value as the Redis implementation stores and returns it: bytes and str as they are, an int or a float as
+    its ``repr``; anything else (a bool, None, a numpy integer, ...) is refused there by the client, so it is
+    refused here too, or a service loop tested in process could write what fails against Redis."""
     if isinstance(value, bytes):
-        return value.decode()
-    return str(value)
+        return value.decode(errors="replace")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(value)
+    raise MemoryBackendError(f"the memory server cannot store a value of type {type(value).__name__}: {value!r}")
+
+
+def _fields(values: dict) -> dict[str, str]:
+    return {str(k): _stored(v) for k, v in values.items()}
 
 
 def _header(fields: dict):
@@ -416,6 +424,7 @@ class InProcessReader:
         acks, dead = list(acks), list(dead)
         if not acks and not state and not dead:
             return
+        values = _fields(state)
         with self._server.cond:
             data = self._server.data(self._run)
             for entry_id, fields, kind, reason in dead:
@@ -432,7 +441,7 @@ class InProcessReader:
                 if data.stream.pop(key, None) is not None:
                     freed += int(size)
             data.backlog_bytes = max(0, data.backlog_bytes - freed)
-            data.state.update({str(k): _text(v) for k, v in state.items()})
+            data.state.update(values)
             self._server.changed()
 
     def load_state(self) -> dict[str, str]:
@@ -440,9 +449,10 @@ class InProcessReader:
             return dict(self._server.data(self._run).state)
 
     def rewrite(self, state: dict[str, str | int], produced: dict[str, int], widening: int, version: int) -> None:
+        values = _fields(state)
         with self._server.cond:
             data = self._server.data(self._run)
-            data.state.update({str(k): _text(v) for k, v in state.items()})
+            data.state.update(values)
             for worker, count in produced.items():
                 if int(count) > data.produced.get(worker, 0):
                     data.produced[worker] = int(count)
@@ -473,6 +483,7 @@ class InProcessAnnouncements:
         self._run = run
 
     def announce(self, version: int) -> None:
+        _stored(version)
         with self._server.cond:
             self._server.data(self._run).policy = int(version)
             self._server.changed()
@@ -519,7 +530,8 @@ class InProcessControl:
         return self._read(lambda d: d.stop)
 
     def request_stop(self, reason: str) -> None:
-        self._write(lambda d: setattr(d, "stop", str(reason)))
+        reason = _stored(reason)
+        self._write(lambda d: setattr(d, "stop", reason))
 
     def members(self) -> dict[str, str]:
         return self._read(lambda d: dict(d.members))
@@ -531,10 +543,12 @@ class InProcessControl:
         return self._read(lambda d: d.shares.get(worker))
 
     def register(self, members: dict[str, str], shares: dict[str, int], only_new: bool = False) -> None:
+        states, _ = _fields(members), _fields(shares)
+
         def do(d: _RunData) -> None:
-            for name, state in members.items():
+            for name, state in states.items():
                 if not only_new or name not in d.members:
-                    d.members[name] = _text(state)
+                    d.members[name] = state
             for name, value in shares.items():
                 if not only_new or name not in d.shares:
                     d.shares[name] = int(value)
@@ -545,6 +559,7 @@ class InProcessControl:
         return self._read(lambda d: (dict(d.produced), dict(d.shares), dict(d.members)))
 
     def mark_worker_done(self, worker: str, produced: int) -> None:
+        _stored(produced)
         self._write(lambda d: d.workers_done.__setitem__(worker, int(produced)))
 
     def workers_done(self) -> dict[str, int]:
@@ -560,14 +575,16 @@ class InProcessControl:
         self._write(do)
 
     def mark_trainer_done(self, version: int) -> None:
+        _stored(version)
         self._write(lambda d: setattr(d, "trainer_done", int(version)))
 
     def trainer_done(self) -> int | None:
         return self._read(lambda d: d.trainer_done)
 
     def write_status(self, name: str, fields: dict) -> None:
-        values = {str(k): _text(v) for k, v in fields.items()}
-        self._write(lambda d: d.status.setdefault(name, {}).update(values))
+        values = _fields({k: "" if v is None else v for k, v in fields.items()})
+        if values:
+            self._write(lambda d: d.status.setdefault(name, {}).update(values))
 
     def status(self, name: str) -> dict[str, str]:
         return self._read(lambda d: dict(d.status.get(name, {})))
@@ -590,6 +607,7 @@ class InProcessControl:
         return self._read(lambda d: d.started_at)
 
     def set_started_at(self, when: float) -> None:
+        _stored(when)
         self._write(lambda d: setattr(d, "started_at", float(when)))
 
     def produced(self) -> dict[str, int]:
