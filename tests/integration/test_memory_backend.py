@@ -58,16 +58,16 @@ def test_n_producer_processes_are_consumed_exactly_once(tmp_path, redis_server, 
     for p in procs:
         p.start()
     seen: dict[str, list[int]] = {}
-    while trainer.consumed < workers * entries * n:
+    while trainer.ledger.consumed < workers * entries * n:
         for h in trainer.read(count=16, block_ms=200):
             seen.setdefault(h.worker_id, []).append(h.seq)
         assert any(p.is_alive() for p in procs) or redis_client.xlen(Keys(RUN).stream) or \
-            trainer.consumed == workers * entries * n
+            trainer.ledger.consumed == workers * entries * n
     for p in procs:
         p.join(30)
         assert p.exitcode == 0
-    assert trainer.consumed == workers * entries * n
-    assert trainer.duplicates == 0
+    assert trainer.ledger.consumed == workers * entries * n
+    assert trainer.ledger.duplicates == 0
     assert {w: sorted(s) for w, s in seen.items()} == {f"rollout-{i}": list(range(1, entries + 1))
                                                         for i in range(workers)}
     assert redis_client.xlen(Keys(RUN).stream) == 0
@@ -83,8 +83,8 @@ def test_resent_entries_are_dropped_as_duplicates(tmp_path, redis_server, redis_
         redis_client.xadd(keys.stream, {"h": h, "d": d})
     while redis_client.xlen(keys.stream):
         trainer.read(count=2, block_ms=100)
-    assert trainer.consumed == 3 * 8
-    assert trainer.duplicates == 2 * 8
+    assert trainer.ledger.consumed == 3 * 8
+    assert trainer.ledger.duplicates == 2 * 8
 
 
 def test_entries_pending_at_a_dead_consumer_are_reclaimed(tmp_path, redis_server, redis_client):
@@ -160,8 +160,8 @@ def test_each_kind_of_bad_entry_is_dead_lettered_and_counted(tmp_path, redis_ser
     counts = {k.decode(): int(v) for k, v in redis_client.hgetall(keys.dead_letter_counts).items()}
     assert counts == {"bad_entry": 1, "bad_header": 2, "truncated": 1, "wrong_dtype": 1, "wrong_shape": 1,
                       "foreign_run": 1, "unknown_worker": 1}
-    assert trainer.dead_letters == len(bad)
-    assert trainer.consumed == 8, "the good entry after the bad ones was lost"
+    assert trainer.ledger.dead_letters == len(bad)
+    assert trainer.ledger.consumed == 8, "the good entry after the bad ones was lost"
     letters = redis_client.xrange(keys.dead_letter)
     assert len(letters) == len(bad)
     assert all(b"reason" in f and b"kind" in f and b"source_id" in f for _, f in letters)
@@ -293,8 +293,8 @@ def test_sync_iteration_never_mixes_policy_versions(tmp_path, redis_server, redi
     while redis_client.xlen(keys.stream):
         accepted += trainer.read(count=8, block_ms=100, sync_version=1)
     assert [h.seq for h in accepted] == [1, 3]
-    assert trainer.stale == 8 and trainer.consumed == 16
-    assert len(trainer.replay) == 16
+    assert trainer.ledger.stale == 8 and trainer.ledger.consumed == 16
+    assert len(trainer.learning.replay) == 16
     assert redis_client.hget(keys.consumer_state, "stale") == b"8"
 
 
@@ -314,16 +314,16 @@ def test_a_worker_that_returns_with_a_larger_share_is_awaited_again(tmp_path, re
         send(worker, 2, True)
     while trainer.read(count=16, block_ms=100):
         pass
-    assert trainer.all_finished()
+    assert trainer.membership.all_finished()
 
     redis_client.hset(keys.shares, "rollout-1", 32)
-    assert not trainer.all_finished(), "a worker whose share was raised was still counted as finished"
+    assert not trainer.membership.all_finished(), "a worker whose share was raised was still counted as finished"
     for seq in (3, 4):
         send("rollout-1", seq, seq == 4)
-    assert not trainer.all_finished()
+    assert not trainer.membership.all_finished()
     while trainer.read(count=16, block_ms=100):
         pass
-    assert trainer.all_finished() and trainer.consumed == 48
+    assert trainer.membership.all_finished() and trainer.ledger.consumed == 48
 
 
 def test_after_a_data_loss_the_trainer_never_lowers_a_count_a_worker_raised_first(tmp_path, redis_server,
@@ -341,15 +341,15 @@ def test_after_a_data_loss_the_trainer_never_lowers_a_count_a_worker_raised_firs
             producer.send(seq, *_entry(worker, seq), seq * 8)
     while trainer.read(count=16, block_ms=100):
         pass
-    assert trainer.produced == {"rollout-0": 16, "rollout-1": 16}
+    assert trainer.ledger.produced == {"rollout-0": 16, "rollout-1": 16}
 
-    trainer.widen(True)
+    trainer.widening.widen(True)
     redis_client.flushdb()
     for seq in (3, 4, 5):
         producers["rollout-0"].send(seq, *_entry("rollout-0", seq), seq * 8)
     assert redis_client.hget(keys.produced, "rollout-0") == b"40"
     trainer.read(count=16, block_ms=100)
-    assert trainer.consumer.resets == 1
+    assert trainer.reader.resets == 1
     assert redis_client.hget(keys.produced, "rollout-0") == b"40", "the restore lowered a worker's count"
     assert redis_client.hget(keys.produced, "rollout-1") == b"16", "the restore did not put back a count"
     assert redis_client.get(keys.room) == b"4", "the restore did not put back the widened limits"

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from drl.memory.backlog import ReadPace
+from drl.ingest import Intake
+from drl.pacing import ReadPace
 from services.trainer.trainer import STARVED_READ_ENTRIES, Trainer
 
 LIMIT = 100_000
@@ -35,13 +36,14 @@ def test_a_read_that_came_back_full_reads_again_soon():
 def _recording_trainer(gap_s: float, entries: int, size: int) -> tuple[Trainer, list]:
     trainer = object.__new__(Trainer)
     trainer._read_at = 0.0
-    trainer.read_pace = ReadPace(LIMIT, first_s=gap_s, least_s=gap_s, most_s=gap_s)
+    trainer.pace = ReadPace(LIMIT, first_s=gap_s, least_s=gap_s, most_s=gap_s)
     calls = []
 
     def read(count, block_ms):
         calls.append((time.monotonic(), count, block_ms))
         trainer._read_at = time.monotonic()
-        trainer.last_ingest = (entries, size)
+        acks = [(b"%d" % i, size if i == 0 else 0) for i in range(entries)]
+        trainer.last_intake = Intake(acks=acks) if entries else None
         return []
 
     trainer.read = read
@@ -60,7 +62,7 @@ def test_starved_reads_are_spaced_by_the_gap_and_take_many_entries():
 def test_a_starved_read_tells_the_pace_what_it_got_and_over_what_time():
     trainer, _ = _recording_trainer(0.01, entries=STARVED_READ_ENTRIES, size=1000)
     seen = []
-    trainer.read_pace.after_read = lambda got_bytes, since_s, full: seen.append((got_bytes, since_s, full))
+    trainer.pace.after_read = lambda got_bytes, since_s, full: seen.append((got_bytes, since_s, full))
     trainer._read_at = time.monotonic() - 0.2
     trainer.read_starved()
     (got, since, full), = seen
