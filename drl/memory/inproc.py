@@ -162,13 +162,15 @@ def _format_id(key: _Id) -> bytes:
 
 def _stored(value) -> str:
     """A value as the Redis implementation stores and returns it: bytes and str as they are, an int or a float as
-    its ``repr``; anything else (a bool, None, a numpy integer, ...) is refused there by the client, so it is
+    its ``repr`` (a numpy float as a float's); anything else (a bool, None, a numpy integer, ...) is refused there by the client, so it is
     refused here too, or a service loop tested in process could write what fails against Redis."""
     if isinstance(value, bytes):
         return value.decode(errors="replace")
     if isinstance(value, str):
         return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, float):
+        return repr(float(value))
+    if isinstance(value, int) and not isinstance(value, bool):
         return repr(value)
     raise MemoryBackendError(f"the memory server cannot store a value of type {type(value).__name__}: {value!r}")
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pytest
 
 from drl._proto import experience_pb2
@@ -540,15 +541,9 @@ def test_an_empty_commit_changes_nothing(mem):
     assert reader.load_state() == {} and reader.backlog() == 0
 
 
-def test_values_the_server_cannot_store_are_refused_as_a_memory_backend_error(mem, request):
+def test_values_the_server_cannot_store_are_refused_as_a_memory_backend_error(mem):
     """A bool (or None, or a numpy integer) cannot be stored as the Redis implementation stores values; callers see
     only the protocol's errors, so the refusal must be ``MemoryBackendError``, and nothing is written."""
-    if mem.kind == "redis":
-        import redis
-
-        request.applymarker(pytest.mark.xfail(strict=True, raises=redis.DataError,
-                                              reason="drl.memory.redis lets redis.DataError through from "
-                                                     "RedisRunControl.write_status and Consumer.commit"))
     control, reader = mem.open().control(), mem.open().reader("trainer-0")
     with pytest.raises(MemoryBackendError):
         control.write_status("trainer", {"updates": 3, "finished": True})
@@ -560,9 +555,10 @@ def test_values_the_server_cannot_store_are_refused_as_a_memory_backend_error(me
 
 def test_values_are_returned_as_the_server_stores_them(mem):
     control, reader = mem.open().control(), mem.open().reader("trainer-0")
-    control.write_status("trainer", {"s": "é", "b": b"raw", "i": 10 ** 20, "f": 0.1 + 0.2, "big": 1e20, "none": None})
+    control.write_status("trainer", {"s": "é", "b": b"raw", "i": 10 ** 20, "f": 0.1 + 0.2, "big": 1e20, "none": None,
+                                     "np": np.float64(2.5)})
     assert control.status("trainer") == {"s": "é", "b": "raw", "i": "100000000000000000000",
-                                         "f": "0.30000000000000004", "big": "1e+20", "none": ""}
+                                         "f": "0.30000000000000004", "big": "1e+20", "none": "", "np": "2.5"}
     reader.commit([], {"consumed": 8, "rate": 2.5, "seq:rollout-0": b"3,5"})
     assert reader.load_state() == {"consumed": "8", "rate": "2.5", "seq:rollout-0": "3,5"}
 
@@ -768,17 +764,13 @@ def test_concurrent_writers_and_a_reader_count_every_entry_once_in_order(mem):
 # -- Redis only: a refusal by the server --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("use", ["writer", "reader", "announcements"])
-def test_a_key_of_the_wrong_type_is_a_memory_backend_error_on_redis(use, redis_server, redis_client, request):
+def test_a_key_of_the_wrong_type_is_a_memory_backend_error_on_redis(use, redis_server, redis_client):
     """The in-process server holds no keys of the wrong type; on Redis a key of a run that another program wrote
     with another type makes the server refuse (WRONGTYPE), which callers must see as ``MemoryBackendError``."""
-    import redis
 
     from drl.memory import open_memory
     from drl.memory.redis import Keys
 
-    request.applymarker(pytest.mark.xfail(strict=True, raises=redis.ResponseError,
-                                          reason="Producer, Consumer and Announcer let redis.ResponseError through "
-                                                 "(only RedisRunControl turns it into MemoryBackendError)"))
     run = f"contract-{uuid.uuid4().hex[:8]}"
     keys = Keys(run)
     backend = open_memory(redis_server.url, run)

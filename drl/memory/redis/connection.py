@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import redis
 
 from drl.errors import UserError
-from drl.memory.base import MemoryUnavailable
+from drl.memory.base import MemoryBackendError, MemoryUnavailable
 
 log = logging.getLogger("drl.memory")
 
@@ -132,15 +132,26 @@ def _connect(url: str, timeout: float) -> redis.Redis:
 RETRY_S = 120.0
 
 
+HANDLED_HERE = ("NOGROUP", "BUSYGROUP")
+"""Replies this package handles itself (the server lost the consumer group; the group exists already)."""
+
+
 def retrying(fn: Callable, what: str, within: float = RETRY_S, base: float = 0.05, cap: float = 2.0):
     """Calls fn, retrying connection errors and timeouts with exponential backoff for up to ``within`` seconds;
-    past that, ``MemoryUnavailable`` (callers outside this package see only the protocol's errors)."""
+    past that, ``MemoryUnavailable``. A refusal by the server (a key of the wrong type, ...) or a value it cannot
+    store is ``MemoryBackendError``: callers outside this package see only the protocol's errors."""
     deadline = time.monotonic() + within
     delay = base
     attempt = 0
     while True:
         try:
             return fn()
+        except redis.ResponseError as exc:
+            if str(exc).startswith(HANDLED_HERE):
+                raise
+            raise MemoryBackendError(f"{what}: the memory server refused it: {exc}") from exc
+        except redis.DataError as exc:
+            raise MemoryBackendError(f"{what}: the memory server cannot store it: {exc}") from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             attempt += 1
             if time.monotonic() + delay > deadline:
@@ -148,3 +159,9 @@ def retrying(fn: Callable, what: str, within: float = RETRY_S, base: float = 0.0
             log.warning("%s failed (%s); retry %d in %.2fs", what, exc, attempt, delay)
             time.sleep(delay)
             delay = min(cap, delay * 2)
+
+
+def plain(fields: dict) -> dict:
+    """Field values as the server should store them: a float subclass (numpy's) as a float, so it is stored as
+    its digits and not as its ``repr``; other values as they are (the client refuses what it cannot store)."""
+    return {k: float(v) if isinstance(v, float) and type(v) is not float else v for k, v in fields.items()}

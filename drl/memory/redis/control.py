@@ -7,8 +7,7 @@ from typing import Callable, Iterable
 
 import redis
 
-from drl.memory.base import MemoryBackendError
-from drl.memory.redis.connection import RETRY_S, retrying
+from drl.memory.redis.connection import RETRY_S, plain, retrying
 from drl.memory.redis.keys import Keys
 from drl.memory.redis.stream import backlog_transitions
 
@@ -29,10 +28,7 @@ class RedisRunControl:
         self.client, self.keys, self.retry_s = client, keys, retry_s
 
     def _call(self, fn: Callable, what: str):
-        try:
-            return retrying(fn, what, self.retry_s)
-        except redis.ResponseError as exc:
-            raise MemoryBackendError(f"{what}: the memory server refused it: {exc}") from exc
+        return retrying(fn, what, self.retry_s)
 
     def _transaction(self, build: Callable, what: str) -> list:
         def _do():
@@ -107,7 +103,7 @@ class RedisRunControl:
 
     # -- status
     def write_status(self, name: str, fields: dict) -> None:
-        mapping = {k: ("" if v is None else v) for k, v in fields.items()}
+        mapping = plain({k: ("" if v is None else v) for k, v in fields.items()})
         if mapping:
             self._call(lambda: self.client.hset(self.keys.status(name), mapping=mapping), "HSET status")
 
@@ -143,10 +139,7 @@ class RedisRunControl:
         return _counts(self._call(lambda: self.client.hgetall(self.keys.dead_letter_counts), "HGETALL dlq"))
 
     def unconsumed(self) -> int:
-        try:
-            return backlog_transitions(self.client, self.keys, self.retry_s)
-        except redis.ResponseError as exc:
-            raise MemoryBackendError(f"XRANGE: the memory server refused it: {exc}") from exc
+        return backlog_transitions(self.client, self.keys, self.retry_s)
 
     def has_data(self) -> bool:
         return bool(self._call(lambda: self.client.exists(self.keys.policy, self.keys.stream), "EXISTS run"))

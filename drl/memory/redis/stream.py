@@ -29,7 +29,7 @@ import redis
 
 from drl._proto import experience_pb2
 from drl.memory.base import AppendReply, Entry, seq_field
-from drl.memory.redis.connection import RETRY_S, retrying
+from drl.memory.redis.connection import RETRY_S, plain, retrying
 from drl.memory.redis.keys import Keys
 from drl.memory.redis.scripts import ADD, COMMIT, RAISE, DirectScript
 
@@ -296,7 +296,7 @@ class Consumer:
         args: list = [GROUP, len(acks)]
         for entry_id, size in acks:
             args += [entry_id, size]
-        for key, value in state.items():
+        for key, value in plain(state).items():
             args += [key, value]
 
         keys = [self.keys.stream, self.keys.backlog_bytes, self.keys.consumer_state, self.keys.freed]
