@@ -254,7 +254,8 @@ def render() -> str:
         "current (tests/unit/test_config_docs.py runs it). -->",
         "",
         "Every option of a run is a field of the frozen dataclass `drl.config.ExperimentConfig`; each algorithm's "
-        "hyperparameters are a nested block of it (`sac`, `td3`, `ppo`, `dqn`). The `drl-orchestrate` flags are "
+        f"hyperparameters are a nested block of it ({', '.join(f'`{key}`' for key, *_ in nested_blocks())}). "
+        "The `drl-orchestrate` flags are "
         "generated from these fields, the config file uses their names as keys, and every service receives the "
         "resolved configuration as JSON in `DRL_CONFIG`: one set of names everywhere.",
         "",
