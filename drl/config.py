@@ -6,8 +6,8 @@ environment variable, so nothing reaches a service except through its command an
 
 ``ExperimentConfig`` is ``ExperimentBase`` (the options every run has) plus one block per registered algorithm
 (``drl.algorithms.ALGORITHMS``: its hyperparameter dataclass under its name), built when this module is first
-imported, after the algorithms registered. An algorithm added in its own folder thereby gets its block, its
-``--<name>.<field>`` flags and its place among ``--algorithm``'s values with no edit here.
+imported, after the algorithm plugins registered. An algorithm added in its own folder, or by a plugin, thereby
+gets its block, its ``--<name>.<field>`` flags and its place among ``--algorithm``'s values with no edit here.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drl.algorithms import ALGORITHMS, Algorithm
+from drl.algorithms.base import seal
 from drl.errors import ConfigError
 from drl.fields import opt
 from drl.fields import problems as check_ranges
@@ -154,6 +155,7 @@ def experiment_config(algorithms: Mapping[str, Algorithm]) -> type:
 
 
 ExperimentConfig = experiment_config(ALGORITHMS)
+seal()
 
 
 def merge(base: dict, data: Any, where: str) -> dict:

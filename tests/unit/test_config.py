@@ -326,3 +326,9 @@ def test_a_registered_algorithm_gets_its_block_json_options_and_checks():
     with pytest.raises(ConfigError, match="--algorithm must be one of sac, td3, ppo, dqn, got 'toyx'"):
         replace(ExperimentConfig(), algorithm="toyx").validate()
 
+
+def test_registering_after_the_configuration_was_built_is_refused():
+    from drl.algorithms import Algorithm, register
+
+    with pytest.raises(RuntimeError, match="DRL_PLUGINS"):
+        register(type("Late", (Algorithm,), {"name": "late"})())
