@@ -1,22 +1,33 @@
 """Algorithm registry: each algorithm folder holds config, networks, learner (update math), actor and builder.
 
 Nothing here touches processes, Redis or files; services compose these pieces through each algorithm's builder
-(``drl.algorithms.base.Algorithm``). The built-in algorithms register when this package is imported.
+(``drl.algorithms.base.Algorithm``). The built-in algorithms register when this package is imported, then the
+plugins: the modules named in ``DRL_PLUGINS`` (comma-separated) and those of the ``drl.algorithms`` entry-point
+group, each of which calls ``register`` when imported. That happens before ``drl.config`` builds
+``ExperimentConfig`` from the registry, and every process of a run inherits the environment, so a plugin named
+there is known to the command line, the trainer, the workers and the evaluator alike.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import Any
 
 from drl.algorithms.base import (ALGORITHMS, Actor, ActorBase, Algorithm, FieldSpecs, Folder, Learner,
                                  ReplayLearner, RolloutLearner, get, register)
 from drl.envs import SpaceSpec
+from drl.errors import EXIT_USAGE, UserError
+from drl.fields import opt
 
 __all__ = ["ALGORITHMS", "Actor", "ActorBase", "Algorithm", "FieldSpecs", "Folder", "Learner", "ReplayLearner",
-           "RolloutLearner", "check_spaces", "get", "make_actor", "make_learner", "register", "wire_extras"]
+           "RolloutLearner", "check_spaces", "get", "load_plugins", "make_actor", "make_learner", "opt",
+           "register", "wire_extras"]
 
 BUILT_IN = ("sac", "td3", "ppo", "dqn")
+PLUGINS_VARIABLE = "DRL_PLUGINS"
+ENTRY_POINT_GROUP = "drl.algorithms"
 
 
 def lazy_exports(package: str, names: dict[str, str]):
@@ -49,5 +60,42 @@ def make_actor(algorithm: str, spec: SpaceSpec, cfg: Any, seed: int) -> Actor:
     return get(algorithm).make_actor(spec, cfg, seed)
 
 
-for _name in BUILT_IN:
-    importlib.import_module(f"drl.algorithms.{_name}.builder")
+def plugin_modules(environ: dict[str, str] | None = None) -> list[str]:
+    """The plugin modules named in ``DRL_PLUGINS``, in order."""
+    text = (os.environ if environ is None else environ).get(PLUGINS_VARIABLE, "")
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def load_plugins(modules: list[str] | None = None) -> None:
+    """Imports the plugin modules (``DRL_PLUGINS`` when None) and the ``drl.algorithms`` entry points; raises
+    UserError naming the one that cannot be imported."""
+    for name in plugin_modules() if modules is None else modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            raise UserError(f"{PLUGINS_VARIABLE} names {name!r}, which cannot be imported: "
+                            f"{type(exc).__name__}: {exc}") from exc
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            point.load()
+        except Exception as exc:
+            raise UserError(f"the {ENTRY_POINT_GROUP} entry point {point.name!r} ({point.value}) cannot be "
+                            f"loaded: {type(exc).__name__}: {exc}") from exc
+
+
+def _load_at_import() -> None:
+    """Built-in algorithms, then plugins. An import cannot hand an error to the caller's handler (the command
+    line imports the configuration at its top), so a plugin that fails ends the process here as a UserError
+    would: one line on stderr, exit code 2."""
+    for name in BUILT_IN:
+        importlib.import_module(f"drl.algorithms.{name}.builder")
+    try:
+        load_plugins()
+    except UserError as exc:
+        print(f"drl: error: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
+
+
+_load_at_import()

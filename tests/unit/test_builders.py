@@ -120,7 +120,8 @@ def test_learning_kind_follows_the_algorithm(pendulum, cartpole):
      "--prioritized applies to replay-based algorithms; ppo trains on each iteration's rollout; "
      "--worker-priorities: ppo's rollout workers have no value estimate to compute priorities with (supported: "
      "dqn); the trainer gives new transitions the largest priority instead"),
-    ({"algorithm": "ppo", "worker_priorities": True, "random_steps": 0}, "--worker-priorities needs --prioritized true"),
+    ({"algorithm": "ppo", "worker_priorities": True, "random_steps": 0},
+     "--worker-priorities needs --prioritized true"),
     ({"worker_priorities": True, "prioritized": True},
      "--worker-priorities: sac's rollout workers have no value estimate to compute priorities with (supported: "
      "dqn); the trainer gives new transitions the largest priority instead"),
