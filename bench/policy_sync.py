@@ -89,15 +89,15 @@ def _worker_main(index: int, conn) -> None:
 def _follow(index: int, job: dict, conn) -> dict:
     from drl.algorithms import make_actor
     from drl.config import ExperimentConfig
-    from drl.memory.redis_backend import Announcer, retrying
     from services.common import ServiceContext
 
     os.environ["DRL_CACHE_DIR"] = job["cache_dir"]
     cfg = ExperimentConfig(workers=job["workers"], seed=job["seed"], store=job["store"], memory=job["memory"])
     ctx = ServiceContext("rollout", cfg, job["run"], Path(job["cache_dir"]), job["memory"], job["store"], index)
-    client = ctx.redis()
-    keys = ctx.keys()
-    announcer = Announcer(client, keys, retry_s=cfg.memory_retry_s)
+    memory = ctx.memory()
+    control = memory.control()
+    announcer = memory.announcements()
+    client = memory.client  # the benchmark's own result stream, beside what it measures
     policies = ctx.policy_store()
     spec = job["spec"]
     actor = make_actor(cfg.algorithm, spec, cfg, seed=cfg.seed + 7919 * (index + 1))
@@ -105,9 +105,9 @@ def _follow(index: int, job: dict, conn) -> dict:
         np.float32)
     stop = False
 
-    def stopped() -> bool:  # the rollout worker's stop check: one EXISTS per look at the announcements
+    def stopped() -> bool:  # the rollout worker's stop check: one read of the flag per look at the announcements
         nonlocal stop
-        stop = stop or bool(retrying(lambda: client.exists(keys.stop), "EXISTS stop", cfg.memory_retry_s))
+        stop = stop or control.stop_reason() is not None
         return stop
 
     prof = None
@@ -143,9 +143,8 @@ def _follow(index: int, job: dict, conn) -> dict:
     if prof is not None:
         prof.disable()
         prof.dump_stats(Path(job["profile"]) / f"{job['run']}-worker-{index}.prof")
-    if hasattr(announcer, "close"):  # ends the kept announcement subscription
-        announcer.close()
-    client.close()
+    announcer.close()  # ends the kept announcement subscription
+    memory.close()
     return {"index": index, "acted": acted, "downloads": downloads}
 
 
@@ -255,8 +254,8 @@ class MotoServer:
 def run_config(store_kind: str, n: int, workers: Workers, cfg: argparse.Namespace, memory_url: str,
                workdir: Path, spec, rng: np.random.Generator, pids: dict[str, int]) -> dict:
     from drl.algorithms.sac import SACActor, SACConfig
-    from drl.memory.connection import connect
-    from drl.memory.redis_backend import Announcer, Keys
+    from drl.memory.redis.connection import connect
+    from drl.memory.redis import Announcer, Keys
     from drl.store import PolicyStore
 
     run = f"sync-{store_kind}-{n}"
@@ -420,7 +419,7 @@ def machine() -> dict:
 
 
 def versions() -> dict:
-    from orchestrator.redis_server import find_server_binary
+    from drl.memory.redis.server import find_server_binary
 
     out = {"python": platform.python_version()}
     for dist in ("numpy", "torch", "safetensors", "redis", "hiredis", "minio", "urllib3", "moto", "protobuf",
@@ -494,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
           f"retain {cfg.keep_policies if cfg.retain else 'off'}", flush=True)
 
     from drl.envs import space_spec
-    from orchestrator.redis_server import RedisServer
+    from drl.memory.redis.server import RedisServer
 
     own_workdir = cfg.workdir is None
     workdir = Path(cfg.workdir or tempfile.mkdtemp(prefix="drl-policy-sync-")).resolve()

@@ -104,7 +104,7 @@ from pathlib import Path
 
 from bench.time_to_score import git_commit, version
 from drl.config import ExperimentConfig
-from drl.memory.redis_backend import Keys
+from drl.memory.redis import Keys
 
 ENV = "Pendulum-v1"
 PRESET = "sac"

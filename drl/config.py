@@ -3,6 +3,11 @@
 Each field carries its documentation in ``metadata["doc"]``; the CLI (``orchestrator/cli.py``) is generated
 from these dataclasses, and every service receives the whole configuration as JSON in the ``DRL_CONFIG``
 environment variable, so nothing reaches a service except through its command and environment.
+
+``ExperimentConfig`` is ``ExperimentBase`` (the options every run has) plus one block per registered algorithm
+(``drl.algorithms.ALGORITHMS``: its hyperparameter dataclass under its name), built when this module is first
+imported, after the algorithm plugins registered. An algorithm added in its own folder, or by a plugin, thereby
+gets its block, its ``--<name>.<field>`` flags and its place among ``--algorithm``'s values with no edit here.
 """
 
 from __future__ import annotations
@@ -12,14 +17,12 @@ import json
 import math
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from drl.algorithms import ALGORITHMS
-from drl.algorithms.dqn.config import DQNConfig
-from drl.algorithms.ppo.config import PPOConfig
-from drl.algorithms.sac.config import SACConfig
-from drl.algorithms.td3.config import TD3Config
+from drl.algorithms import ALGORITHMS, Algorithm
+from drl.algorithms.base import seal
 from drl.errors import ConfigError
 from drl.fields import opt
 from drl.fields import problems as check_ranges
@@ -28,11 +31,13 @@ MODES = ("sync", "async")
 
 
 @dataclass(frozen=True)
-class ExperimentConfig:
+class ExperimentBase:
     """A whole distributed run: what to learn, with how many processes, and where data goes."""
 
+    algorithms: typing.ClassVar[Mapping[str, Algorithm]] = types.MappingProxyType({})
+
     preset: str = opt("sac", "Preset the run started from (informational once resolved).")
-    algorithm: str = opt("sac", "Learning algorithm.", choices=tuple(ALGORITHMS))
+    algorithm: str = opt("sac", "Learning algorithm.")  # its choices come with the blocks: experiment_config
     env: str = opt("Pendulum-v1", "Any registered gymnasium environment id.")
     workers: int = opt(2, "Rollout worker processes.")
     envs_per_worker: int = opt(1, "Environments stepped together inside each rollout worker.")
@@ -92,10 +97,6 @@ class ExperimentConfig:
                                     "linearly to 1 over the run.")
     worker_priorities: bool = opt(False, "Prioritized replay: rollout workers compute each transition's initial "
                                          "priority with their copy of the network (Ape-X; dqn).")
-    sac: SACConfig = opt(SACConfig(), "SAC hyperparameters.")
-    td3: TD3Config = opt(TD3Config(), "TD3 hyperparameters.")
-    ppo: PPOConfig = opt(PPOConfig(), "PPO hyperparameters.")
-    dqn: DQNConfig = opt(DQNConfig(), "DQN hyperparameters.")
 
     def validate(self) -> "ExperimentConfig":
         """Checks values that need no environment or server; raises ConfigError with every problem found."""
@@ -114,23 +115,11 @@ class ExperimentConfig:
             problems.append("--env must name a gymnasium environment id")
         if self.run_name and not all(c.isalnum() or c in "-_." for c in self.run_name):
             problems.append(f"--run-name may hold letters, digits, '-', '_' and '.', got {self.run_name!r}")
-        algo = ALGORITHMS.get(self.algorithm)
-        if algo is not None and algo.on_policy and self.mode == "async":
-            problems.append(f"{self.algorithm} is on-policy and runs only in --mode sync (it has no off-policy "
-                            "correction for the policy lag of async collection)")
-        if algo is not None and algo.on_policy and self.random_steps:
-            problems.append(f"--random-steps must be 0 for {self.algorithm}: it learns only from its own policy's "
-                            f"actions (got {self.random_steps})")
-        if algo is not None and algo.on_policy and self.prioritized:
-            problems.append(f"--prioritized applies to replay-based algorithms; {self.algorithm} trains on each "
-                            "iteration's rollout")
+        algo = self.algorithms.get(self.algorithm)
+        if algo is not None:
+            problems += algo.problems(self)
         if self.worker_priorities and not self.prioritized:
             problems.append("--worker-priorities needs --prioritized true")
-        elif self.worker_priorities and algo is not None and not algo.worker_priorities:
-            workers_can = ", ".join(n for n, a in ALGORITHMS.items() if a.worker_priorities)
-            problems.append(f"--worker-priorities: {self.algorithm}'s rollout workers have no value estimate to "
-                            f"compute priorities with (supported: {workers_can}); the trainer gives new "
-                            "transitions the largest priority instead")
         if self.steps >= 1 and self.workers > self.steps:
             problems.append(f"--workers ({self.workers}) exceeds --steps ({self.steps})")
         for f in dataclasses.fields(self):
@@ -151,6 +140,22 @@ class ExperimentConfig:
         except (json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
             raise ConfigError(f"configuration is not valid JSON: {exc}") from None
         return from_dict(cls, data)
+
+
+def experiment_config(algorithms: Mapping[str, Algorithm]) -> type:
+    """``ExperimentBase`` with ``--algorithm``'s choices and one block per algorithm, in registration order;
+    ``validate`` asks these algorithms for their own checks."""
+    chosen = ExperimentBase.__dataclass_fields__["algorithm"]
+    fields = [("algorithm", str, opt(chosen.default, chosen.metadata["doc"], choices=tuple(algorithms)))]
+    fields += [(name, algo.config, opt(algo.config(), algo.doc)) for name, algo in algorithms.items()]
+    cls = dataclasses.make_dataclass("ExperimentConfig", fields, bases=(ExperimentBase,), frozen=True,
+                                     namespace={"algorithms": types.MappingProxyType(dict(algorithms))})
+    cls.__module__, cls.__doc__ = __name__, ExperimentBase.__doc__
+    return cls
+
+
+ExperimentConfig = experiment_config(ALGORITHMS)
+seal()
 
 
 def merge(base: dict, data: Any, where: str) -> dict:

@@ -18,6 +18,12 @@ import numpy as np
 from drl.errors import UserError
 
 RECENT_RETURNS = 10  # finished episodes' returns kept for status reports: a long run must not grow a list
+TRAJECTORY_FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {
+    "truncated": ("|u1", ()),   # the episode hit a time limit: bootstrap from next_obs (on-policy advantages)
+    "env_index": ("<u2", ()),   # which of the worker's environments took the step (on-policy trajectories)
+}
+"""The optional wire fields ``VecEnv`` fills besides the five every transition has: what an on-policy learner
+needs to cut its rollout into per-environment trajectories (dtype, per-transition shape)."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,9 @@ from collections import deque
 import numpy as np
 
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated")
+NSTEP_FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {"nsteps": ("|u1", ())}
+"""The wire field folded transitions add (dtype, per-transition shape): steps summed into the reward; the target
+discounts its bootstrap by gamma ** nsteps."""
 
 
 class NStepFolder:

@@ -9,16 +9,25 @@ transition is likely to be replayed at least once; the trainer writes new priori
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 import numpy as np
 import torch
 
 from drl.envs import SpaceSpec
 
-KEPT_EXTRAS = ("nsteps",)
+PRIORITY = "priority"
+"""The optional field with a transition's initial priority: the prioritized replay's own input, never stored
+as a column and left out of batches."""
+Extras = Mapping[str, tuple[str, tuple[int, ...]]] | Iterable[str]
 
 
 class ReplayBuffer:
-    def __init__(self, spec: SpaceSpec, capacity: int, seed: int, extras: tuple[str, ...] = ()):
+    """``extras``: the optional fields to keep beside the five every transition has, by name or as
+    ``{name: (dtype, shape)}`` (shape () when only named); they are stored as float32, which is what batches
+    hold anyway."""
+
+    def __init__(self, spec: SpaceSpec, capacity: int, seed: int, extras: Extras = ()):
         self.capacity = capacity
         obs_dt = np.dtype(spec.obs_dtype)
         self.data = {
@@ -28,9 +37,10 @@ class ReplayBuffer:
             "next_obs": np.zeros((capacity, *spec.obs_shape), dtype=obs_dt),
             "terminated": np.zeros(capacity, dtype=np.float32),
         }
-        for name in extras:
-            if name in KEPT_EXTRAS:
-                self.data[name] = np.zeros(capacity, dtype=np.float32)
+        shapes = extras if isinstance(extras, Mapping) else {name: ("<f4", ()) for name in extras}
+        for name, (_dtype, shape) in shapes.items():
+            if name != PRIORITY:
+                self.data[name] = np.zeros((capacity, *shape), dtype=np.float32)
         self.pos = 0
         self.size = 0
         self.rng = np.random.default_rng(seed)
@@ -68,7 +78,7 @@ class ReplayBuffer:
         self.pos = self.size = 0
         n = int(meta["size"])
         keep = slice(max(0, n - self.capacity), n)
-        self.add({name: np.asarray(arrays[name])[keep] for name in arrays if name in self.data or name == "priority"})
+        self.add({name: np.asarray(arrays[name])[keep] for name in arrays if name in self.data or name == PRIORITY})
 
 
 class SumTree:
@@ -115,7 +125,7 @@ class SumTree:
 
 
 class PrioritizedReplay(ReplayBuffer):
-    def __init__(self, spec: SpaceSpec, capacity: int, seed: int, extras: tuple[str, ...] = (),
+    def __init__(self, spec: SpaceSpec, capacity: int, seed: int, extras: Extras = (),
                  alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6):
         super().__init__(spec, capacity, seed, extras)
         self.alpha, self.beta, self.eps = alpha, beta, eps
@@ -125,7 +135,7 @@ class PrioritizedReplay(ReplayBuffer):
 
     def add(self, arrays: dict[str, np.ndarray]) -> int:
         n = super().add(arrays)
-        given = arrays.get("priority")
+        given = arrays.get(PRIORITY)
         if given is not None:
             raw = np.abs(np.asarray(given, dtype=np.float64)) + self.eps
             raw = np.where(np.isfinite(raw), raw, self.max_priority)
@@ -158,7 +168,7 @@ class PrioritizedReplay(ReplayBuffer):
     def dump(self) -> tuple[dict[str, np.ndarray], dict]:
         arrays, meta = super().dump()
         order = np.arange(self.pos - self.size, self.pos) % self.capacity
-        arrays["priority"] = (self.tree.leaves(order) ** (1 / self.alpha)).astype(np.float32)
+        arrays[PRIORITY] = (self.tree.leaves(order) ** (1 / self.alpha)).astype(np.float32)
         meta["max_priority"] = self.max_priority
         return arrays, meta
 

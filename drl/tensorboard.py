@@ -69,3 +69,31 @@ class ScalarLog:
             except OSError as exc:
                 log.warning("TensorBoard event file in %s was not closed cleanly: %s", self.directory, exc)
             self._writer = None
+
+
+class TrainerCurves:
+    """A trainer's curves against env steps, at most once a second (and always at the end): the learner's last
+    metrics, the backlog, and throughput over the interval since the previous point (its status fields have the
+    average since start, which hides slowdowns)."""
+
+    def __init__(self, log_: ScalarLog, now: float, consumed: int, updates: int):
+        self.log = log_
+        self._at = (now, consumed, updates)
+
+    def add(self, now: float, consumed: int, updates: int, metrics: Mapping[str, float], fields: Mapping,
+            final: bool = False) -> None:
+        at, consumed_at, updates_at = self._at
+        if now - at < 1.0 and not final:
+            return
+        values = {f"learner/{k}": v for k, v in metrics.items()}
+        values.update({"memory/backlog": fields["backlog"], "memory/backlog_bytes": fields["backlog_bytes"],
+                       "train/updates": updates, "train/policy_version": fields["policy_version"],
+                       "train/replay_size": fields["replay_size"]})
+        if now > at:
+            values["throughput/transitions_per_s"] = (consumed - consumed_at) / (now - at)
+            values["throughput/updates_per_s"] = (updates - updates_at) / (now - at)
+        self._at = (now, consumed, updates)
+        self.log.scalars(values, step=consumed)
+
+    def close(self) -> None:
+        self.log.close()

@@ -68,6 +68,12 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("DRL_CACHE_DIR", USER_SET, "Node-local policy cache shared by the processes of one machine "
      "(default `/tmp/drl-cache-<uid>`)."),
     ("DRL_LOG_LEVEL", USER_SET, "Log level of the services (default `INFO`)."),
+    ("DRL_PLUGINS", USER_SET, "Comma-separated Python modules that `drl-orchestrate` and every service import "
+     "before the configuration is built: each registers an algorithm (`drl.algorithms.register`), which then has "
+     "its `--algorithm` value, its `--NAME.FIELD` flags and its config file block. The local backend's processes "
+     "inherit it; on Kubernetes give it to each role with `extraEnv`, in an image that holds the modules. "
+     "Installed packages can declare a `drl.algorithms` entry point instead. A module that cannot be imported "
+     "is refused (exit 2)."),
     ("DRL_CONFIG", PER_SERVICE, "The experiment configuration as a JSON object, in the config file format "
      "above (partial objects are completed from their preset and validated again)."),
     ("DRL_RUN", PER_SERVICE, "The run's name."),
@@ -254,7 +260,8 @@ def render() -> str:
         "current (tests/unit/test_config_docs.py runs it). -->",
         "",
         "Every option of a run is a field of the frozen dataclass `drl.config.ExperimentConfig`; each algorithm's "
-        "hyperparameters are a nested block of it (`sac`, `td3`, `ppo`, `dqn`). The `drl-orchestrate` flags are "
+        f"hyperparameters are a nested block of it ({', '.join(f'`{key}`' for key, *_ in nested_blocks())}). "
+        "The `drl-orchestrate` flags are "
         "generated from these fields, the config file uses their names as keys, and every service receives the "
         "resolved configuration as JSON in `DRL_CONFIG`: one set of names everywhere.",
         "",

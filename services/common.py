@@ -17,17 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import redis
-
 from drl.config import ExperimentConfig
+from drl.errors import EXIT_USAGE, UserError
+from drl.memory import MemoryBackend, RunControl, open_memory
+from drl.naming import worker_name
 from drl.presets import resolve
-from drl.errors import UserError
-from drl.memory.redis_backend import Keys, connect, retrying
 from drl.store import PolicyStore, run_store
 from drl.store.cache import PolicyCache
 from services.telemetry import TELEMETRY
-
-EXIT_USAGE = 2
 
 
 @dataclass
@@ -64,15 +61,13 @@ class ServiceContext:
 
     @property
     def name(self) -> str:
-        return f"{self.role}-{self.worker_index}" if self.role == "rollout" else self.role
+        return worker_name(self.worker_index) if self.role == "rollout" else self.role
 
-    def redis(self) -> redis.Redis:
-        """A checked connection; an unreachable server is waited for up to ``memory_retry_s`` (pods start
-        together, the Redis pod may come up last)."""
-        return connect(self.memory_url, wait_s=self.config.memory_retry_s)
-
-    def keys(self) -> Keys:
-        return Keys(self.run)
+    def memory(self) -> MemoryBackend:
+        """The run's memory backend, checked; an unreachable server is waited for up to ``memory_retry_s`` (pods
+        start together, the memory server's pod may come up last), and so is every later call."""
+        return open_memory(self.memory_url, self.run, wait_s=self.config.memory_retry_s,
+                           retry_s=self.config.memory_retry_s)
 
     def policy_store(self) -> PolicyStore:
         """The run's policies; a remote store is read through the node-local cache."""
@@ -81,12 +76,12 @@ class ServiceContext:
 
 
 class StatusWriter:
-    """Publishes a service's counters to its status hash at most once per ``every`` seconds."""
+    """Publishes a service's counters to its status fields (``RunControl.write_status``) at most once per
+    ``every`` seconds; the in-memory telemetry gets every write."""
 
-    def __init__(self, client: redis.Redis, key: str, every: float = 1.0, retry_s: float = 120.0):
-        self.client = client
-        self.retry_s = retry_s
-        self.key = key
+    def __init__(self, control: RunControl, name: str, every: float = 1.0):
+        self.control = control
+        self.name = name
         self.every = every
         self._last = 0.0
 
@@ -98,8 +93,7 @@ class StatusWriter:
         if not force and not self.due():
             return
         self._last = time.monotonic()
-        fields = {k: ("" if v is None else v) for k, v in fields.items()}
-        retrying(lambda: self.client.hset(self.key, mapping=fields), "status", self.retry_s)
+        self.control.write_status(self.name, fields)
 
 
 HEARTBEAT_EVERY_S = 5.0
@@ -153,7 +147,3 @@ def run_service(role: str, body: Callable[[ServiceContext], int]) -> None:
         raise
     sys.exit(code)
 
-
-def share(total: int, parts: int, index: int) -> int:
-    """Index-th of parts near-equal shares of total (the first ones get the remainder)."""
-    return total // parts + (1 if index < total % parts else 0)

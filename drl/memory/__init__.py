@@ -1,5 +1,85 @@
-"""Experience transport between rollout workers and the trainer (Redis Streams)."""
+"""The memory backend: experience transport and run control between rollout workers, the trainer, the evaluator
+and the orchestrator, behind the protocols of ``drl.memory.base``.
 
-from drl.memory.redis_backend import Keys, Producer, Consumer, connect
+``open_memory(url, run)`` opens a backend for one run from its URL: ``redis://HOST:PORT/DB``,
+``rediss://HOST:PORT/DB`` and ``unix:///PATH?db=N`` reach a Redis/Valkey server (``drl.memory.redis``, the only
+code that talks Redis); ``memory://NAME`` keeps the run in this process (``drl.memory.inproc``, for tests that run
+the service loops as threads). ``private_server`` starts the Valkey/Redis server a local run uses when it is given
+no URL. The codec (``drl.memory.codec``) and the backlog's limits (``drl.memory.backlog``) are the same for every
+backend.
+"""
 
-__all__ = ["Keys", "Producer", "Consumer", "connect"]
+from __future__ import annotations
+
+from pathlib import Path
+
+from drl.errors import UserError
+from drl.memory.base import (AppendReply, Announcements, Entry, ExperienceReader, ExperienceWriter, MemoryBackend,
+                             MemoryBackendError, MemoryUnavailable, RunControl, seq_field)
+
+RETRY_S = 120.0
+INPROC_SCHEME = "memory://"
+
+__all__ = ["AppendReply", "Announcements", "Entry", "ExperienceReader", "ExperienceWriter", "MemoryBackend",
+           "MemoryBackendError", "MemoryUnavailable", "RunControl", "check_url", "find_server_binary", "open_memory",
+           "private_server", "redact", "seq_field", "url_has_password"]
+
+
+def open_memory(url: str, run: str, *, wait_s: float = 0.0, retry_s: float = RETRY_S,
+                timeout: float = 5.0) -> MemoryBackend:
+    """The memory backend of ``run`` at ``url``, checked to answer; an unreachable server is waited for ``wait_s``
+    seconds (pods of a run start together), then one ``UserError`` naming the URL without its credentials.
+    Every later call retries an unreachable server for ``retry_s`` seconds before ``MemoryUnavailable``."""
+    if url.startswith(INPROC_SCHEME):
+        from drl.memory.inproc import open_inproc
+
+        return open_inproc(url[len(INPROC_SCHEME):], run)
+    from drl.memory.redis import RedisMemory
+
+    return RedisMemory.open(url, run, wait_s=wait_s, retry_s=retry_s, timeout=timeout)
+
+
+def check_url(url: str) -> None:
+    """Refuses a memory URL that carries a password (it would show in process arguments and run files), and one
+    whose server does not answer; both as one ``UserError``."""
+    if url_has_password(url):
+        raise UserError("the memory URL must not carry a password (it would show in process arguments and run "
+                        "files); put it in DRL_MEMORY_PASSWORD or DRL_MEMORY_PASSWORD_FILE")
+    open_memory(url, "drl-preflight", retry_s=0.0).close()
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced, for messages and logs."""
+    from drl.memory.redis.connection import redact as _redact
+
+    return _redact(url)
+
+
+def url_has_password(url: str) -> bool:
+    from drl.memory.redis.connection import url_has_password as _has
+
+    return _has(url)
+
+
+def find_server_binary() -> str:
+    """The server binary a private server would run; ``UserError`` when there is none."""
+    from drl.memory.redis.server import find_server_binary as _find
+
+    return _find()
+
+
+def private_server(workdir: Path, port: int | None = None):
+    """A private Valkey/Redis server for one local run, started on a free loopback port (or ``port``) with its data
+    and log in ``workdir``: ``.url``, ``.port``, ``.log_path``, ``.exit_code()`` (None while it runs), ``.stop()``."""
+    from drl.memory.redis.server import RedisServer
+
+    return RedisServer(workdir, port=port).start()
+
+
+def __getattr__(name: str):
+    """Transitional: the names this package exported before the protocols (the orchestrator still uses them)."""
+    if name in ("connect", "Keys", "Producer", "Consumer"):
+        import drl.memory.redis as implementation
+
+        return getattr(implementation, name)
+    raise AttributeError(f"module 'drl.memory' has no attribute {name!r}")

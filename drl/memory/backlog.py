@@ -1,8 +1,8 @@
 """The backlog's limits: what a run's configuration and wire layout allow between the workers and the trainer.
 
 Workers and the trainer derive the same figures from the same configuration: a worker to size its entries and
-to offer the limits to the append script, the trainer to pace its reads so that the backlog never fills while it
-has room to read (``services.trainer.Trainer.read_starved``).
+to offer the limits to the append, the trainer to pace its reads so that the backlog never fills while it has
+room to read (``drl.pacing``).
 """
 
 from __future__ import annotations
@@ -44,10 +44,12 @@ class BacklogLimits:
         within the entry size limit."""
         return self.most_in(1)
 
-    def most_in(self, room: int) -> int:
-        """``most`` while the trainer has widened the backlog's limits ``room``-fold (``Consumer.set_room``)."""
-        quarter = (room * self.limit_bytes // ENTRY_GROWTH_DIVISOR - HEADER_ALLOWANCE_BYTES) // self.transition_bytes
-        return max(self.least, min(self.least * self.entries * room // ENTRY_GROWTH_DIVISOR, quarter, self.ceiling))
+    def most_in(self, widening: int) -> int:
+        """``most`` while the trainer has widened the backlog's limits ``widening``-fold
+        (``ExperienceReader.set_widening``)."""
+        quarter = (widening * self.limit_bytes // ENTRY_GROWTH_DIVISOR - HEADER_ALLOWANCE_BYTES) // self.transition_bytes
+        return max(self.least, min(self.least * self.entries * widening // ENTRY_GROWTH_DIVISOR, quarter,
+                                   self.ceiling))
 
 
 def backlog_limits(cfg, layout: dict[str, tuple[str, tuple[int, ...]]]) -> BacklogLimits:
@@ -56,29 +58,3 @@ def backlog_limits(cfg, layout: dict[str, tuple[str, tuple[int, ...]]]) -> Backl
     least = min(cfg.batch_transitions, ceiling)
     return BacklogLimits(transition_bytes, least, backlog_bytes(cfg, least, transition_bytes), cfg.max_backlog_entries,
                          ceiling)
-
-
-class ReadPace:
-    """How long a consumer with nothing else to do lets entries gather before its next read: long enough that a
-    read carries several entries (each read and commit costs the consumer and the memory server about a
-    millisecond of CPU on a loaded machine, whatever it carries), short enough that the backlog never fills
-    meanwhile (a full backlog holds producers back). The gap aims at ``share`` of the backlog's byte limit at
-    the arrival rate the last read saw, within ``least_s`` and ``most_s``; it shrinks at once but at most doubles
-    per read, so one quiet moment does not open a gap that a burst overflows. A read that came back full (more
-    was waiting) drops it to ``least_s``."""
-
-    def __init__(self, limit_bytes: int, first_s: float = 0.01, least_s: float = 0.002, most_s: float = 0.05,
-                 share: float = 0.5):
-        self.limit_bytes, self.least_s, self.most_s, self.share = limit_bytes, least_s, most_s, share
-        self.gap_s = first_s
-
-    def after_read(self, got_bytes: int, since_s: float, full: bool) -> float:
-        """The gap before the next read, given what the last one got and the seconds it covered."""
-        if full:
-            self.gap_s = self.least_s
-            return self.gap_s
-        grown = 2 * self.gap_s
-        if got_bytes > 0 and since_s > 0:
-            grown = min(grown, self.share * self.limit_bytes * since_s / got_bytes)
-        self.gap_s = min(self.most_s, max(self.least_s, grown))
-        return self.gap_s

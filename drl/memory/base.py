@@ -30,6 +30,13 @@ Entry = tuple[bytes, dict]
 arrays; see docs/wire-format.md). Fields are passed on untouched, so a dead letter keeps what was sent."""
 
 
+def seq_field(worker: str) -> str:
+    """The field of the reader's committed state (``ExperienceReader.commit``) that holds a writer's watermark and
+    the sequence numbers seen above it, ``"mark[,seq...]"``: backends read the watermark there for
+    ``AppendReply.watermark`` and ``ExperienceWriter.position``."""
+    return f"seq:{worker}"
+
+
 class MemoryBackendError(Exception):
     """The memory server refused a request (a wrong type under a run's key, a script error, ...)."""
 

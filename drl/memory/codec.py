@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,12 +20,6 @@ from drl.envs import SpaceSpec
 
 FORMAT_VERSION = 1
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated")
-EXTRA_FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {
-    "truncated": ("|u1", ()),   # the episode hit a time limit: bootstrap from next_obs (on-policy advantages)
-    "env_index": ("<u2", ()),   # which of the worker's environments took the step (on-policy trajectories)
-    "nsteps": ("|u1", ()),      # steps summed into an n-step reward; the target discounts by gamma ** nsteps
-    "priority": ("<f4", ()),    # initial replay priority computed by the worker (Ape-X)
-}
 MAX_ENTRY_BYTES = 64 * 1024 * 1024
 MAX_HEADER_BYTES = 1024 * 1024
 
@@ -76,9 +71,16 @@ def encode(header: experience_pb2.BatchHeader, arrays: dict[str, np.ndarray]) ->
     return header.SerializeToString(), b"".join(parts)
 
 
-def expected_layout(spec: SpaceSpec, extras: tuple[str, ...] = ()) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """dtype and per-transition shape of each field for an environment's spaces, plus the optional fields
-    ``extras`` (names from ``EXTRA_FIELDS``) that the run's algorithm and options ask for."""
+def entry_size(fields: dict) -> int:
+    """Bytes an entry holds, as the backlog counts them: its ``h`` plus its ``d``."""
+    return sum(len(v) for k, v in fields.items() if k in (b"h", b"d") and isinstance(v, bytes))
+
+
+def expected_layout(spec: SpaceSpec, extras: Mapping[str, tuple[str, tuple[int, ...]]] | None = None
+                    ) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """dtype and per-transition shape of each field for an environment's spaces, then the optional fields
+    ``extras`` (name: (dtype, shape)) that the run's algorithm and options ask for
+    (``drl.algorithms.wire_extras``), in their order."""
     layout = {
         "obs": (spec.obs_dtype, spec.obs_shape),
         "action": (spec.act_dtype, spec.act_shape),
@@ -86,8 +88,10 @@ def expected_layout(spec: SpaceSpec, extras: tuple[str, ...] = ()) -> dict[str, 
         "next_obs": (spec.obs_dtype, spec.obs_shape),
         "terminated": ("|u1", ()),
     }
-    for name in extras:
-        layout[name] = EXTRA_FIELDS[name]
+    clash = sorted(set(extras or {}) & set(layout))
+    if clash:
+        raise ValueError(f"optional wire fields {clash} would replace fields every transition has")
+    layout.update(extras or {})
     return layout
 
 

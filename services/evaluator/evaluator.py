@@ -18,7 +18,6 @@ from drl._proto import evaluation_pb2
 from drl.algorithms import make_actor
 from drl.envs import space_spec
 from drl.evaluation import message_to_record, run_episodes
-from drl.memory.redis_backend import Announcer, retrying
 from drl.store import ManifestError
 from drl.tensorboard import ScalarLog
 from services.common import ServiceContext, StatusWriter
@@ -31,23 +30,19 @@ class Evaluator:
     def __init__(self, ctx: ServiceContext):
         cfg = ctx.config
         self.ctx, self.cfg = ctx, cfg
-        self.client = ctx.redis()
-        self.keys = ctx.keys()
-        self.announcer = Announcer(self.client, self.keys, retry_s=cfg.memory_retry_s)
+        self.memory = ctx.memory()
+        self.control = self.memory.control()
+        self.announcer = self.memory.announcements()
         self.policies = ctx.policy_store()
         self.spec = space_spec(cfg.env)
         self.actor = make_actor(cfg.algorithm, self.spec, cfg, seed=cfg.seed)
-        self.status = StatusWriter(self.client, self.keys.status("evaluator"), every=0.0,
-                                   retry_s=cfg.memory_retry_s)
+        self.status = StatusWriter(self.control, "evaluator", every=0.0)
         self.results_path = ctx.run_dir / "evaluations.jsonl"
         self.tensorboard = ScalarLog(ctx.run_dir / "tensorboard" / "evaluator")
-        self.started = float(self.redis(lambda: self.client.get(self.keys.started_at), "GET") or time.time())
+        self.started = self.control.started_at() or time.time()
         self.best = -float("inf")
         self.evaluated = -1
         self.count = 0
-
-    def redis(self, fn, what: str):
-        return retrying(fn, what, self.cfg.memory_retry_s)
 
     def evaluate(self, version: int) -> evaluation_pb2.EvaluationResult | None:
         try:
@@ -87,13 +82,13 @@ class Evaluator:
                 self.evaluated = latest
                 if result is not None and target is not None and result.mean_return >= target:
                     log.info("target return %.1f reached by version %d; stopping the run", target, latest)
-                    self.redis(lambda: self.client.set(self.keys.stop, f"target_reached:{latest}"), "SET stop")
+                    self.control.request_stop(f"target_reached:{latest}")
                     return 0
                 continue
-            done = self.redis(lambda: self.client.get(self.keys.trainer_done), "GET trainer done")
-            if done is not None and self.evaluated >= int(done):
+            done = self.control.trainer_done()
+            if done is not None and self.evaluated >= done:
                 return 0
-            if TELEMETRY.stop.is_set() or self.redis(lambda: self.client.exists(self.keys.stop), "EXISTS stop"):
+            if TELEMETRY.stop.is_set() or self.control.stop_reason() is not None:
                 return 0
             self.announcer.wait_for(self.evaluated + 1, timeout=1.0, should_stop=lambda: False)
 

@@ -2,8 +2,12 @@
 
 SYNC: wait for policy version k, collect this worker's share of the iteration with it, mark the last entry
 ``iteration_end``, wait for k+1. ASYNC: never wait for the trainer; switch to a newer policy as soon as an
-append reports one (the append script returns the latest version). Either way the worker stops after its
+append reports one (every append's reply carries the latest version). Either way the worker stops after its
 share of ``--steps`` or when the run's stop flag is set, and records how many transitions it sent.
+
+Everything the algorithm decides comes from its builder: the acting policy (with its schedule and the fields it
+adds to an entry), the extra wire fields, and whether transitions are folded before they are sent
+(``drl.entries.Folding``) or written as stepped (``drl.entries.StepInto``).
 """
 
 from __future__ import annotations
@@ -16,14 +20,14 @@ import time
 import numpy as np
 
 from drl._proto import experience_pb2
-from drl.algorithms import make_actor, wire_extras
+from drl.algorithms import get as get_algorithm
+from drl.entries import EntryBuffer, EntryFill, Folding, StepInto
 from drl.envs import VecEnv
 from drl.memory import codec
 from drl.memory.backlog import backlog_limits
-from drl.nstep import NStepFolder
-from drl.memory.redis_backend import Announcer, Producer, producer_position, retrying
+from drl.naming import even_share
 from drl.store import ManifestError
-from services.common import ServiceContext, StatusWriter, share
+from services.common import ServiceContext, StatusWriter
 from services.telemetry import TELEMETRY
 
 log = logging.getLogger("drl.rollout")
@@ -31,119 +35,45 @@ log = logging.getLogger("drl.rollout")
 FLUSH_TIMEOUT_S = 3600.0
 ASYNC_CHUNK_ENTRIES = 16
 FIRST_POLICY_TIMEOUT_S = 600.0
-FILL_WALL_FACTOR = 100
-FILL_CLOCK_EVERY = 8
-
-
-class EntryFill:
-    """Decides when an entry is full. It holds at least ``least`` transitions and keeps filling while the
-    worker's own stepping has used less than ``fill_s`` of CPU time, up to ``most``: every entry costs a round
-    trip, an encode and the trainer's bookkeeping, which a fast env pays thousands of times a second, while a slow
-    env's entries are not held back.
-
-    The clock is the thread's CPU time, not wall time: with more workers than cores each worker runs only part of
-    the time, and a wall clock would cut its entries short exactly where their per-entry cost weighs most (32
-    workers on 2 cores sent entries of 64 transitions by wall clock, about 150 by CPU time). An env that waits
-    rather than computes (a remote simulator) uses little CPU, so wall time still bounds an entry, at
-    ``FILL_WALL_FACTOR`` times ``fill_s``. Both clocks start after a send, so back-pressure does not count.
-
-    Past the least, the clocks are read once every ``FILL_CLOCK_EVERY`` transitions, not at every step: reading a
-    thread's CPU time is a system call, and at every step it took about 6% of a worker's time with Pendulum
-    (py-spy), for entries that overshoot by a few transitions at most. ``check_at`` is the least count at which
-    ``full`` can say yes, so a caller's loop skips the call below it."""
-
-    def __init__(self, least: int, most: int, fill_s: float, cpu_clock=time.thread_time, wall_clock=time.monotonic):
-        self.least, self.most, self.fill_s = least, most, fill_s
-        self._cpu_clock, self._wall_clock = cpu_clock, wall_clock
-        self.restart()
-
-    def restart(self) -> None:
-        self._cpu_started, self._wall_started = self._cpu_clock(), self._wall_clock()
-        self.check_at = self.least
-
-    def full(self, pending: int) -> bool:
-        if pending < self.check_at:
-            return False
-        if pending >= self.most:
-            return True
-        self.check_at = min(pending + FILL_CLOCK_EVERY, self.most)
-        return (self._cpu_clock() - self._cpu_started >= self.fill_s
-                or self._wall_clock() - self._wall_started >= FILL_WALL_FACTOR * self.fill_s)
-
-
-class EntryBuffer:
-    """The entry being filled: one array per wire field, allocated once and reused for every entry. Steps are
-    written into it in place (``VecEnv.step_into``) and an entry is encoded from its first ``n`` rows, so a step
-    allocates nothing and a send joins nothing; it grows only when n-step folding hands over more rows at once
-    than it has room for."""
-
-    def __init__(self, layout: dict[str, tuple[str, tuple[int, ...]]], capacity: int):
-        self.arrays = {name: np.empty((capacity, *shape), dtype=np.dtype(dt)) for name, (dt, shape) in layout.items()}
-        self.n = 0
-
-    def reserve(self, rows: int) -> None:
-        """Makes room for ``rows`` more rows past the filled ones."""
-        capacity = len(self.arrays["reward"])
-        if self.n + rows > capacity:
-            grown = max(self.n + rows, 2 * capacity)
-            for name, arr in self.arrays.items():
-                bigger = np.empty((grown, *arr.shape[1:]), dtype=arr.dtype)
-                bigger[:self.n] = arr[:self.n]
-                self.arrays[name] = bigger
-
-    def put(self, transitions: dict[str, np.ndarray]) -> None:
-        """Appends rows given as arrays (n-step transitions, or part of a step)."""
-        rows = len(transitions["reward"])
-        self.reserve(rows)
-        for name, arr in self.arrays.items():
-            arr[self.n:self.n + rows] = transitions[name]
-        self.n += rows
-
-    def filled(self) -> dict[str, np.ndarray]:
-        return {name: arr[:self.n] for name, arr in self.arrays.items()}
 
 
 class RolloutWorker:
     def __init__(self, ctx: ServiceContext):
         cfg = ctx.config
         self.ctx, self.cfg = ctx, cfg
-        self.client = ctx.redis()
-        self.keys = ctx.keys()
-        self.announcer = Announcer(self.client, self.keys, retry_s=cfg.memory_retry_s)
+        self.memory = ctx.memory()
+        self.control = self.memory.control()
+        self.announcer = self.memory.announcements()
         self.policies = ctx.policy_store()
+        algorithm = get_algorithm(cfg.algorithm)
         self.envs = VecEnv(cfg.env, cfg.envs_per_worker, seed=cfg.seed * 100_003 + 1000 * ctx.worker_index)
-        self.actor = make_actor(cfg.algorithm, self.envs.spec, cfg, seed=cfg.seed + 7919 * (ctx.worker_index + 1))
-        self.progress = getattr(self.actor, "set_progress", None)
-        self.status = StatusWriter(self.client, self.keys.status(ctx.name), retry_s=cfg.memory_retry_s)
-        self.total = share(max(0, cfg.steps - ctx.steps_done), cfg.workers, ctx.worker_index)
-        self.random_steps = share(max(0, cfg.random_steps - ctx.steps_done), cfg.workers, ctx.worker_index)
+        self.actor = algorithm.make_actor(self.envs.spec, cfg, seed=cfg.seed + 7919 * (ctx.worker_index + 1))
+        self.status = StatusWriter(self.control, ctx.name)
+        self.total = even_share(max(0, cfg.steps - ctx.steps_done), cfg.workers, ctx.worker_index)
+        self.random_steps = even_share(max(0, cfg.random_steps - ctx.steps_done), cfg.workers, ctx.worker_index)
         self.version = -1
-        self.seq, self.produced = producer_position(self.client, self.keys, ctx.name)
+        layout = codec.expected_layout(self.envs.spec, algorithm.wire_fields(cfg))
+        self.limits = limits = backlog_limits(cfg, layout)
+        self.widening = 1  # the trainer's factor on the backlog's limits, as the last append reported it
+        self.batch_transitions = limits.least
+        self.fill = EntryFill(limits.least, limits.most, cfg.entry_fill_ms / 1000.0)
+        self.entry = EntryBuffer({k: v for k, v in layout.items() if k not in self.actor.annotates},
+                                 limits.most + cfg.envs_per_worker)
+        folder = algorithm.make_folder(cfg)
+        self.write = StepInto(self.envs, self.entry) if folder is None else Folding(self.envs, self.entry, folder)
+        self.producer = self.memory.writer(ctx.name, cfg.max_backlog_entries, limits.limit_bytes)
+        self.seq, self.produced = self.producer.position()
         self._started, self._produced_at_start = time.monotonic(), self.produced
         self.stepped = self.produced
         self.refresh_share()
         if self.seq:
             log.info("%s continues after a restart at entry %d, %d transitions produced", ctx.name, self.seq,
                      self.produced)
-        layout = codec.expected_layout(self.envs.spec, wire_extras(cfg))
-        self.with_priorities = "priority" in layout
-        hyper = getattr(cfg, cfg.algorithm)
-        self.nstep = (NStepFolder(hyper.n_step, hyper.gamma, cfg.envs_per_worker) if "nsteps" in layout else None)
-        self.limits = limits = backlog_limits(cfg, layout)
-        self.room = 1  # the trainer's factor on the backlog's limits, as the last append reported it
-        self.batch_transitions = limits.least
-        self.fill = EntryFill(limits.least, limits.most, cfg.entry_fill_ms / 1000.0)
-        self.producer = Producer(self.client, self.keys, ctx.name, cfg.max_backlog_entries, limits.limit_bytes,
-                                 retry_s=cfg.memory_retry_s)
         self.stop = False
-        self.entry = EntryBuffer({k: v for k, v in layout.items() if k != "priority"},
-                                 limits.most + cfg.envs_per_worker)
 
     def refresh_share(self) -> None:
-        """Reads the share the orchestrator assigned (``Keys.shares``; it changes when the run is scaled)."""
-        value = retrying(lambda: self.client.hget(self.keys.shares, self.ctx.name), "HGET share",
-                         self.cfg.memory_retry_s)
-        self.take_share(None if value is None else int(value))
+        """Reads the share the orchestrator assigned (``RunControl.share``; it changes when the run is scaled)."""
+        self.take_share(self.control.share(self.ctx.name))
 
     def take_share(self, value: int | None) -> None:
         """Takes up a share just read, by ``refresh_share`` or by an append; without an assignment the even share of
@@ -154,9 +84,8 @@ class RolloutWorker:
         self._share_read_at = self.stepped
 
     def active_workers(self) -> int:
-        """Rollout workers taking part now (``Keys.members``), for the SYNC share of an iteration."""
-        states = retrying(lambda: self.client.hvals(self.keys.members), "HVALS members", self.cfg.memory_retry_s)
-        active = sum(1 for v in states if v == b"active")
+        """Rollout workers taking part now (``RunControl.members``), for the SYNC share of an iteration."""
+        active = sum(1 for state in self.control.members().values() if state == "active")
         return active or self.cfg.workers
 
     def load(self, version: int) -> bool:
@@ -172,42 +101,32 @@ class RolloutWorker:
         self.version = version
         return True
 
-    def step(self, limit: int) -> None:
-        """Steps every env once and queues at most ``limit`` of the transitions."""
-        if self.stepped < self.random_steps or self.version < 0:
-            actions = self.envs.random_actions()
-        else:
-            if self.progress is not None:
-                self.progress(self.stepped / max(self.total, 1))
-            actions = self.actor.act(self.envs.obs)
-        n = min(limit, len(self.envs.envs))
-        self.stepped += n
-        if self.nstep:
-            self.queue(self.nstep.push(self.envs.step(actions), n))
-        else:
-            self.entry.reserve(len(self.envs.envs))
-            self.envs.step_into(actions, self.entry.arrays, self.entry.n)
-            self.entry.n += n
+    def policy(self, target: int):
+        """Where actions come from until step ``target``, and up to which step: uniform random actions for the
+        worker's part of ``--random-steps`` and while no policy is loaded, the actor's otherwise."""
+        if self.version < 0:
+            return (lambda obs: self.envs.random_actions()), target
+        if self.stepped < self.random_steps:
+            return (lambda obs: self.envs.random_actions()), min(target, self.random_steps)
+        return self.actor.act, target
 
-    def plain(self) -> bool:
-        """Whether steps are the common kind: the actor's actions, written straight into the entry."""
-        return (self.nstep is None and self.progress is None and self.version >= 0
-                and self.stepped >= self.random_steps)
-
-    def step_plain(self, target: int) -> None:
-        """``step`` and ``collect``'s flush check for ``plain`` steps, with the lookups hoisted out of the loop:
-        at tens of thousands of steps a second, the general path's bookkeeping is a few percent of a worker.
-        Returns after a flush (the policy may have changed), at ``target`` or when asked to stop. The entry has
-        room: it holds ``most`` rows plus a step's, and is sent once it reaches ``most``."""
-        envs, entry, fill, act, arrays = self.envs, self.entry, self.fill, self.actor.act, self.entry.arrays
+    def step_until(self, target: int) -> None:
+        """The stepping loop: acts, steps every env and writes the transitions into the entry, until ``target``,
+        a full entry (sent here: the policy may change with its reply), the end of the random steps, or a stop
+        request. Its lookups are hoisted: at tens of thousands of steps a second, the bookkeeping of each step is
+        a few percent of a worker. The entry has room for a step: it holds ``most`` rows plus a step's, and is
+        sent once it reaches ``most``."""
+        envs, entry, fill, write = self.envs, self.entry, self.fill, self.write
+        act, limit = self.policy(target)
+        progress, total = self.actor.set_progress, max(self.total, 1)
         width, stopping = len(envs.envs), TELEMETRY.stop.is_set
         stepped = self.stepped
         entry.reserve(width)
         try:
-            while stepped < target and not stopping():
-                n = min(target - stepped, width)
-                envs.step_into(act(envs.obs), arrays, entry.n)
-                entry.n += n
+            while stepped < limit and not stopping():
+                n = min(limit - stepped, width)
+                progress(stepped / total)
+                write(act(envs.obs), n)
                 stepped += n
                 if stepped < target and entry.n >= fill.check_at and fill.full(entry.n):
                     self.stepped = stepped
@@ -216,19 +135,14 @@ class RolloutWorker:
         finally:
             self.stepped = stepped
 
-    def queue(self, transitions: dict[str, np.ndarray] | None) -> None:
-        if transitions is not None:
-            self.entry.put(transitions)
-
     def flush(self, iteration_end: bool = False, last: bool = False) -> None:
-        """Sends the queued transitions as one entry; ``last`` marks it final even before the share is done
-        (a worker asked to stop through its control endpoint hands in what it has)."""
+        """Sends the entry's transitions, with the fields the actor adds to them; ``last`` marks it final even
+        before the share is done (a worker asked to stop through its control endpoint hands in what it has)."""
         count = self.entry.n
         if not count:
             return
         arrays = self.entry.filled()
-        if self.with_priorities:
-            arrays["priority"] = self.actor.priorities(arrays)
+        arrays.update(self.actor.annotate(arrays))
         self.seq += 1
         final = last or self.produced + count >= self.total
         header = experience_pb2.BatchHeader(run=self.ctx.run, worker_id=self.ctx.name, seq=self.seq,
@@ -236,26 +150,25 @@ class RolloutWorker:
                                             final=final, produced_total=self.produced + count)
         h, d = codec.encode(header, arrays)
         self.entry.n = 0
-        appended, latest, stop = self.producer.send(self.seq, h, d, self.produced + count)
-        if appended:
+        reply = self.producer.send(self.seq, h, d, self.produced + count)
+        if reply.appended:
             self.produced += count
         else:
             self.seq -= 1
         self.fill.restart()
-        self.take_share(self.producer.share)
-        if self.producer.room != self.room:
-            self.room = self.producer.room
-            self.fill.most = self.limits.most_in(self.room)
+        self.take_share(reply.share)
+        if reply.widening != self.widening:
+            self.widening = reply.widening
+            self.fill.most = self.limits.most_in(self.widening)
             self.entry.reserve(self.fill.most + len(self.envs.envs))
-        self.stop = stop
-        if self.cfg.mode == "async" and latest > self.version:
-            self.load(latest)
+        self.stop = reply.stop
+        if self.cfg.mode == "async" and reply.policy_version > self.version:
+            self.load(reply.policy_version)
         self.report()
 
     def report(self, force: bool = False) -> None:
-        """Refreshes the status hash and the in-memory telemetry at most once a second, like the trainer's, and
-        the telemetry's counters at every entry (the control endpoint answers with them): building every field at
-        every entry cost a Pendulum worker about 45 us of CPU an entry, near a fifth of what sending it costs."""
+        """Refreshes the status fields and the in-memory telemetry at most once a second, like the trainer's, and
+        the telemetry's counters at every entry (the control endpoint answers with them)."""
         if not force and not self.status.due():
             TELEMETRY.update({"produced": self.produced, "seq": self.seq})
             return
@@ -266,35 +179,28 @@ class RolloutWorker:
                            "transitions_per_s": rate,
                            "policy_version": self.version, "seq": self.seq,
                            "backpressure_s": round(self.producer.waited_s, 3), "resent": self.producer.resent,
-                           "retained": len(self.producer.retained),
+                           "retained": self.producer.retained(),
                            "episode_return": float(np.mean(returns)) if returns else ""}, force=force)
 
     def collect(self, n: int, hand_in: bool = True) -> None:
-        """Collects n transitions, flushing full entries; with ``hand_in`` the last entry of the n is flushed as
+        """Collects n transitions, sending full entries; with ``hand_in`` the last entry of the n is sent as
         iteration end, else it goes on filling with the next call's steps (ASYNC collects in chunks only to look
-        at its share now and then: sending each chunk's remainder as an entry of its own made a third of a fast
+        at its share now and then: sending each chunk's remainder as an entry of its own made many of a fast
         env's entries smaller than the fill time asks)."""
         target = self.stepped + n
         while self.stepped < target and not self.stop and not TELEMETRY.stop.is_set():
-            if self.plain():
-                self.step_plain(target)
-                continue
-            self.step(target - self.stepped)
-            if self.stepped < target and self.fill.full(self.entry.n):
-                self.flush()
+            self.step_until(target)
         if hand_in:
             self.hand_in()
 
     def hand_in(self) -> None:
-        """Sends what is queued (n-step transitions folded so far included) as the iteration's last entry."""
-        if self.nstep:
-            self.queue(self.nstep.flush())
+        """Sends what is held (folded transitions included) as the iteration's last entry."""
+        self.write.flush()
         if not self.stop:
             self.flush(iteration_end=True, last=TELEMETRY.stop.is_set())
 
     def stopped(self) -> bool:
-        self.stop = self.stop or bool(retrying(lambda: self.client.exists(self.keys.stop), "EXISTS stop",
-                                               self.cfg.memory_retry_s))
+        self.stop = self.stop or self.control.stop_reason() is not None
         return self.stop
 
     def run(self) -> int:
@@ -328,9 +234,8 @@ class RolloutWorker:
     def collect_async(self) -> None:
         """Collects the share, never stepping more than ``ASYNC_CHUNK_ENTRIES`` entries of ``--batch-transitions``
         on a share read longer ago (live scaling's margin, ``orchestrator.scaling.SCALE_MARGIN_ENTRIES``, counts on
-        that), and reads it again before it counts as done. Every append reads the share too, so a worker whose
-        entries are sent more often than that never waits for an HGET of its own: without the HGET every 1,024 steps
-        a Pendulum worker collected 1.5% faster alone on its core (alternating A/B, 14 rounds)."""
+        that), and reads it again before it counts as done. Every append's reply carries the share too, so a
+        worker whose entries are sent more often than that never reads it on its own."""
         chunk = self.batch_transitions * ASYNC_CHUNK_ENTRIES
         while not self.stop and not TELEMETRY.stop.is_set():
             if self.stepped >= self.total or self.stepped - self._share_read_at >= chunk:
@@ -351,8 +256,7 @@ class RolloutWorker:
         if not self.stop and self.seq:
             if not self.producer.wait_consumed(self.seq, timeout=FLUSH_TIMEOUT_S, should_stop=self.stopped):
                 why += "; stopped before the trainer consumed every entry"
-        retrying(lambda: self.client.hset(self.keys.workers_done, self.ctx.name, self.produced), "HSET done",
-                 self.cfg.memory_retry_s)
+        self.control.mark_worker_done(self.ctx.name, self.produced)
         self.report(force=True)
         log.info("%s after %d transitions (%d entries): %s", self.ctx.name, self.produced, self.seq, why)
         return 0

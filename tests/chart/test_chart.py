@@ -18,7 +18,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from drl.presets import resolve
+from drl.algorithms import ALGORITHMS
+from drl.presets import PRESETS, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm"
@@ -720,6 +721,28 @@ def test_config_json_resolves_to_the_requested_run(preset, workers):
     cfg = resolve(data)
     assert (cfg.preset, cfg.algorithm, cfg.workers, cfg.mode, cfg.run_name, cfg.eval_episodes) == \
         (preset, preset, workers, "sync", RELEASE, 3)
+
+
+def test_chart_lists_exactly_the_registrys_presets():
+    """The schema's preset enum (and algorithm enum, should the chart ever list one), the values.yaml comment and
+    docs/kubernetes.md name every preset of drl.presets and nothing else, so a preset cannot be added or removed
+    without the chart following."""
+    props = json.loads((CHART / "values.schema.json").read_text())["properties"]
+    assert props["preset"]["enum"] == list(PRESETS)
+    if "algorithm" in props:
+        assert props["algorithm"]["enum"] == list(ALGORITHMS)
+    comment = next(line for line in (CHART / "values.yaml").read_text().splitlines()
+                   if line.startswith("# -- Preset the run starts from:"))
+    named = comment.split(":", 1)[1].rstrip(".").replace(" or ", ", ").split(", ")
+    assert [n.strip() for n in named] == list(PRESETS)
+    assert "/".join(f"`{p}`" for p in PRESETS) in (ROOT / "docs" / "kubernetes.md").read_text()
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_renders_and_resolves(preset):
+    data = json.loads(find(render({"preset": preset}), "ConfigMap", "drl-config")["data"]["config.json"])
+    cfg = resolve(data)
+    assert cfg.preset == preset and cfg.algorithm in ALGORITHMS
 
 
 def test_config_json_overrides_and_top_level_values_win():

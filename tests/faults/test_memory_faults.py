@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from orchestrator.redis_server import RedisServer
+from drl.memory.redis.server import RedisServer
 from tests.harness import ServiceRun, fast_config
 
 

@@ -12,9 +12,9 @@ import redis
 
 from drl._proto import experience_pb2
 from drl.envs import space_spec
-from drl.memory import codec
-from drl.memory import redis_backend
-from drl.memory.redis_backend import Consumer, Keys, Producer, entry_size, seq_field
+from drl.memory import codec, seq_field
+from drl.memory.codec import entry_size
+from drl.memory.redis import Consumer, Keys, Producer, stream
 from services.common import ServiceContext
 from services.trainer.trainer import Trainer
 from tests.harness import fast_config
@@ -58,16 +58,16 @@ def test_n_producer_processes_are_consumed_exactly_once(tmp_path, redis_server, 
     for p in procs:
         p.start()
     seen: dict[str, list[int]] = {}
-    while trainer.consumed < workers * entries * n:
-        for h in trainer.read(count=16, block_ms=200):
+    while trainer.ledger.consumed < workers * entries * n:
+        for h in trainer.feed.read(count=16, block_ms=200):
             seen.setdefault(h.worker_id, []).append(h.seq)
         assert any(p.is_alive() for p in procs) or redis_client.xlen(Keys(RUN).stream) or \
-            trainer.consumed == workers * entries * n
+            trainer.ledger.consumed == workers * entries * n
     for p in procs:
         p.join(30)
         assert p.exitcode == 0
-    assert trainer.consumed == workers * entries * n
-    assert trainer.duplicates == 0
+    assert trainer.ledger.consumed == workers * entries * n
+    assert trainer.ledger.duplicates == 0
     assert {w: sorted(s) for w, s in seen.items()} == {f"rollout-{i}": list(range(1, entries + 1))
                                                         for i in range(workers)}
     assert redis_client.xlen(Keys(RUN).stream) == 0
@@ -82,9 +82,9 @@ def test_resent_entries_are_dropped_as_duplicates(tmp_path, redis_server, redis_
         h, d = _entry("rollout-0", seq)
         redis_client.xadd(keys.stream, {"h": h, "d": d})
     while redis_client.xlen(keys.stream):
-        trainer.read(count=2, block_ms=100)
-    assert trainer.consumed == 3 * 8
-    assert trainer.duplicates == 2 * 8
+        trainer.feed.read(count=2, block_ms=100)
+    assert trainer.ledger.consumed == 3 * 8
+    assert trainer.ledger.duplicates == 2 * 8
 
 
 def test_entries_pending_at_a_dead_consumer_are_reclaimed(tmp_path, redis_server, redis_client):
@@ -97,12 +97,12 @@ def test_entries_pending_at_a_dead_consumer_are_reclaimed(tmp_path, redis_server
     assert len(taken) == 5
     assert redis_client.xpending(keys.stream, "trainer")["pending"] == 5
     trainer = _trainer(tmp_path, redis_server.url, workers=1, reclaim_idle_s=0.2)
-    assert trainer.read(count=10, block_ms=None) == [], "claimed before the idle time passed"
-    trainer._reclaimed_at = 0.0
+    assert trainer.feed.read(count=10, block_ms=None) == [], "claimed before the idle time passed"
+    trainer.feed.reclaimed_at = 0.0
     import time
 
     time.sleep(0.3)
-    accepted = trainer.read(count=10, block_ms=None)
+    accepted = trainer.feed.read(count=10, block_ms=None)
     assert [h.seq for h in accepted] == [1, 2, 3, 4, 5]
     assert redis_client.xpending(keys.stream, "trainer")["pending"] == 0
     assert redis_client.xlen(keys.stream) == 0
@@ -156,12 +156,12 @@ def test_each_kind_of_bad_entry_is_dead_lettered_and_counted(tmp_path, redis_ser
     good_h, good_d = _entry("rollout-0", 6)
     redis_client.xadd(keys.stream, {"h": good_h, "d": good_d})
     while redis_client.xlen(keys.stream):
-        trainer.read(count=3, block_ms=100)
+        trainer.feed.read(count=3, block_ms=100)
     counts = {k.decode(): int(v) for k, v in redis_client.hgetall(keys.dead_letter_counts).items()}
     assert counts == {"bad_entry": 1, "bad_header": 2, "truncated": 1, "wrong_dtype": 1, "wrong_shape": 1,
                       "foreign_run": 1, "unknown_worker": 1}
-    assert trainer.dead_letters == len(bad)
-    assert trainer.consumed == 8, "the good entry after the bad ones was lost"
+    assert trainer.ledger.dead_letters == len(bad)
+    assert trainer.ledger.consumed == 8, "the good entry after the bad ones was lost"
     letters = redis_client.xrange(keys.dead_letter)
     assert len(letters) == len(bad)
     assert all(b"reason" in f and b"kind" in f and b"source_id" in f for _, f in letters)
@@ -174,15 +174,15 @@ def test_append_script_refuses_when_full_and_reports_policy_and_stop(redis_serve
     producer = Producer(redis_client, keys, "rollout-0", max_entries=2, max_bytes=1 << 20)
     for seq in (1, 2):
         h, d = _entry("rollout-0", seq)
-        assert producer.send(seq, h, d, seq * 8)[0]
+        assert producer.send(seq, h, d, seq * 8).appended
     redis_client.set(keys.policy, 7)
     redis_client.set(keys.stop, "test")
     h, d = _entry("rollout-0", 3)
-    appended, version, stop = producer.send(3, h, d, 24)
-    assert (appended, version, stop) == (False, 7, True)
+    reply = producer.send(3, h, d, 24)
+    assert (reply.appended, reply.policy_version, reply.stop) == (False, 7, True)
     assert redis_client.xlen(keys.stream) == 2
     assert redis_client.hget(keys.produced, "rollout-0") == b"16"
-    assert len(producer.retained) == 2
+    assert producer.retained() == 2
 
 
 def test_appends_go_on_after_the_server_lost_its_scripts_and_dropped_the_connection(redis_server, redis_client):
@@ -190,34 +190,36 @@ def test_appends_go_on_after_the_server_lost_its_scripts_and_dropped_the_connect
     its script again after SCRIPT FLUSH (a restarted server has none) and reconnect after the server closed it."""
     keys = Keys(RUN)
     producer = Producer(redis_client, keys, "rollout-0", max_entries=32, max_bytes=1 << 20, retry_s=10)
-    assert producer.send(1, *_entry("rollout-0", 1), 8)[0]
+    assert producer.send(1, *_entry("rollout-0", 1), 8).appended
     redis_client.script_flush()
-    assert producer.send(2, *_entry("rollout-0", 2), 16)[0]
+    assert producer.send(2, *_entry("rollout-0", 2), 16).appended
     assert redis_client.client_kill_filter(skipme=True) >= 1  # every connection but this call's
-    assert producer.send(3, *_entry("rollout-0", 3), 24)[0]
+    assert producer.send(3, *_entry("rollout-0", 3), 24).appended
     assert redis_client.xlen(keys.stream) == 3 and redis_client.hget(keys.produced, "rollout-0") == b"24"
 
 
-def test_the_trainers_room_widens_both_limits_of_the_append_script(redis_server, redis_client):
+def test_the_trainers_widening_widens_both_limits_of_the_append_script(redis_server, redis_client):
     keys = Keys(RUN)
     size = sum(len(x) for x in _entry("rollout-0", 1))
     producer = Producer(redis_client, keys, "rollout-0", max_entries=2, max_bytes=2 * size)
     consumer = Consumer(redis_client, keys)
     redis_client.set(keys.stop, "test")  # a refused producer then gives up at once instead of waiting
-    sent = [producer.send(seq, *_entry("rollout-0", seq), seq * 8)[0] for seq in (1, 2, 3)]
-    assert sent == [True, True, False] and producer.room == 1
+    replies = [producer.send(seq, *_entry("rollout-0", seq), seq * 8) for seq in (1, 2, 3)]
+    assert [r.appended for r in replies] == [True, True, False] and replies[-1].widening == 1
     redis_client.delete(keys.stop)
 
-    consumer.set_room(3)
+    consumer.set_widening(3)
     for seq in range(3, 7):
-        assert producer.send(seq, *_entry("rollout-0", seq), seq * 8)[0], f"entry {seq} refused with room 3"
-    assert producer.room == 3 and redis_client.xlen(keys.stream) == 6
+        reply = producer.send(seq, *_entry("rollout-0", seq), seq * 8)
+        assert reply.appended, f"entry {seq} refused with widening 3"
+    assert reply.widening == 3 and redis_client.xlen(keys.stream) == 6
     redis_client.set(keys.stop, "test")
-    assert not producer.send(7, *_entry("rollout-0", 7), 56)[0], "the widened entry limit (6) did not hold"
+    assert not producer.send(7, *_entry("rollout-0", 7), 56).appended, "the widened entry limit (6) did not hold"
 
-    consumer.set_room(1)
+    consumer.set_widening(1)
     assert redis_client.get(keys.room) is None
-    assert not producer.send(7, *_entry("rollout-0", 7), 56)[0] and producer.room == 1
+    reply = producer.send(7, *_entry("rollout-0", 7), 56)
+    assert not reply.appended and reply.widening == 1
 
 
 def test_every_append_reads_the_workers_share_accepted_or_refused(redis_server, redis_client):
@@ -225,22 +227,25 @@ def test_every_append_reads_the_workers_share_accepted_or_refused(redis_server, 
     needs no HGET of its own (``RolloutWorker.collect_async``)."""
     keys = Keys(RUN)
     producer = Producer(redis_client, keys, "rollout-0", max_entries=1, max_bytes=1 << 20)
-    assert producer.send(1, *_entry("rollout-0", 1), 8)[0] and producer.share is None
+    reply = producer.send(1, *_entry("rollout-0", 1), 8)
+    assert reply.appended and reply.share is None
     redis_client.hset(keys.shares, mapping={"rollout-0": 5000, "rollout-1": 7})
     redis_client.set(keys.stop, "test")  # the refused append below gives up at once
-    assert not producer.send(2, *_entry("rollout-0", 2), 16)[0] and producer.share == 5000
+    reply = producer.send(2, *_entry("rollout-0", 2), 16)
+    assert not reply.appended and reply.share == 5000
     redis_client.delete(keys.stop)
     redis_client.xtrim(keys.stream, maxlen=0)
     redis_client.hset(keys.shares, "rollout-0", 4200)
-    assert producer.send(2, *_entry("rollout-0", 2), 16)[0] and producer.share == 4200
+    reply = producer.send(2, *_entry("rollout-0", 2), 16)
+    assert reply.appended and reply.share == 4200
 
 
 def test_a_held_back_producer_waits_blocked_and_wakes_when_a_commit_frees_room(redis_server, redis_client,
                                                                                monkeypatch):
     """No polling: with a 10 s fallback, the refused producer asks once and then waits until the commit's token
     wakes it. Tokens from commits that nobody waited for were cleared by the refusal, so they wake no one."""
-    monkeypatch.setattr(redis_backend, "BACKPRESSURE_FIRST_WAIT_S", 10.0)
-    monkeypatch.setattr(redis_backend, "BACKPRESSURE_MAX_WAIT_S", 10.0)
+    monkeypatch.setattr(stream, "BACKPRESSURE_FIRST_WAIT_S", 10.0)
+    monkeypatch.setattr(stream, "BACKPRESSURE_MAX_WAIT_S", 10.0)
     keys = Keys(RUN)
     producer = Producer(redis_client, keys, "rollout-0", max_entries=2, max_bytes=1 << 20)
     consumer = Consumer(redis_client, keys)
@@ -254,10 +259,10 @@ def test_a_held_back_producer_waits_blocked_and_wakes_when_a_commit_frees_room(r
         assert len(got) == count
         consumer.commit([(eid, entry_size(f)) for eid, f in got], {"consumed": 0})
 
-    assert send(1)[0] and send(2)[0]
+    assert send(1).appended and send(2).appended
     consume(2)  # two tokens that nobody waits for
     assert redis_client.llen(keys.freed) == 2
-    assert send(3)[0] and send(4)[0]
+    assert send(3).appended and send(4).appended
     result: list = []
     waiting = threading.Thread(target=lambda: result.append(send(5)))
     waiting.start()
@@ -265,7 +270,7 @@ def test_a_held_back_producer_waits_blocked_and_wakes_when_a_commit_frees_room(r
     assert not result and producer.refused == 1, "the held-back producer polled or woke on a stale token"
     consume(1)
     waiting.join(timeout=5.0)
-    assert result and result[0][0], "the commit that freed room did not wake the producer"
+    assert result and result[0].appended, "the commit that freed room did not wake the producer"
     assert producer.refused == 1
     assert redis_client.xlen(keys.stream) == 2
 
@@ -286,10 +291,10 @@ def test_sync_iteration_never_mixes_policy_versions(tmp_path, redis_server, redi
         redis_client.xadd(keys.stream, {"h": h, "d": d})
     accepted = []
     while redis_client.xlen(keys.stream):
-        accepted += trainer.read(count=8, block_ms=100, sync_version=1)
+        accepted += trainer.feed.read(count=8, block_ms=100, sync_version=1)
     assert [h.seq for h in accepted] == [1, 3]
-    assert trainer.stale == 8 and trainer.consumed == 16
-    assert len(trainer.replay) == 16
+    assert trainer.ledger.stale == 8 and trainer.ledger.consumed == 16
+    assert len(trainer.learning.replay) == 16
     assert redis_client.hget(keys.consumer_state, "stale") == b"8"
 
 
@@ -307,18 +312,18 @@ def test_a_worker_that_returns_with_a_larger_share_is_awaited_again(tmp_path, re
     for worker in ("rollout-0", "rollout-1"):
         send(worker, 1, False)
         send(worker, 2, True)
-    while trainer.read(count=16, block_ms=100):
+    while trainer.feed.read(count=16, block_ms=100):
         pass
-    assert trainer.all_finished()
+    assert trainer.membership.all_finished()
 
     redis_client.hset(keys.shares, "rollout-1", 32)
-    assert not trainer.all_finished(), "a worker whose share was raised was still counted as finished"
+    assert not trainer.membership.all_finished(), "a worker whose share was raised was still counted as finished"
     for seq in (3, 4):
         send("rollout-1", seq, seq == 4)
-    assert not trainer.all_finished()
-    while trainer.read(count=16, block_ms=100):
+    assert not trainer.membership.all_finished()
+    while trainer.feed.read(count=16, block_ms=100):
         pass
-    assert trainer.all_finished() and trainer.consumed == 48
+    assert trainer.membership.all_finished() and trainer.ledger.consumed == 48
 
 
 def test_after_a_data_loss_the_trainer_never_lowers_a_count_a_worker_raised_first(tmp_path, redis_server,
@@ -334,17 +339,17 @@ def test_after_a_data_loss_the_trainer_never_lowers_a_count_a_worker_raised_firs
     for worker, producer in producers.items():
         for seq in (1, 2):
             producer.send(seq, *_entry(worker, seq), seq * 8)
-    while trainer.read(count=16, block_ms=100):
+    while trainer.feed.read(count=16, block_ms=100):
         pass
-    assert trainer.produced == {"rollout-0": 16, "rollout-1": 16}
+    assert trainer.ledger.produced == {"rollout-0": 16, "rollout-1": 16}
 
-    trainer.widen(True)
+    trainer.widening.widen(True)
     redis_client.flushdb()
     for seq in (3, 4, 5):
         producers["rollout-0"].send(seq, *_entry("rollout-0", seq), seq * 8)
     assert redis_client.hget(keys.produced, "rollout-0") == b"40"
-    trainer.read(count=16, block_ms=100)
-    assert trainer.consumer.resets == 1
+    trainer.feed.read(count=16, block_ms=100)
+    assert trainer.reader.resets == 1
     assert redis_client.hget(keys.produced, "rollout-0") == b"40", "the restore lowered a worker's count"
     assert redis_client.hget(keys.produced, "rollout-1") == b"16", "the restore did not put back a count"
     assert redis_client.get(keys.room) == b"4", "the restore did not put back the widened limits"

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from drl.errors import UserError
-from drl.memory.connection import connect, redact
+from drl.memory.redis.connection import connect, redact
 from tests.conftest import ROOT, read_summary, run_cli
 from tests.memory_servers import (acl_server, find_tls_server_binary, make_certs, password_server, tls_server,
                                   unix_server)
@@ -267,7 +267,8 @@ def test_unreachable_url_with_password_does_not_show_it():
 def test_connect_waits_for_a_server_that_starts_late(tmp_path):
     import threading
 
-    from orchestrator.redis_server import RedisServer, free_port
+    from drl.memory.redis.server import RedisServer
+    from drl.process import free_port
 
     server = RedisServer(tmp_path / "late", port=free_port())
     result: dict = {}
@@ -293,7 +294,7 @@ def test_connect_waits_for_a_server_that_starts_late(tmp_path):
 
 
 def test_connect_gives_up_after_its_wait(tmp_path):
-    from orchestrator.redis_server import free_port
+    from drl.process import free_port
 
     started = time.monotonic()
     with pytest.raises(UserError, match="unreachable"):

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from drl.config import ExperimentConfig
-from drl.memory.redis_backend import Keys
+from drl.memory.redis import Keys
 from orchestrator.scaler import RunEnded, Scaler
 from tests.conftest import ROOT
 

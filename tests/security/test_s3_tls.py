@@ -19,7 +19,7 @@ import pytest
 from drl.errors import UserError
 from drl.store import PolicyStore, run_store
 from drl.store.cache import PolicyCache
-from orchestrator.redis_server import free_port
+from drl.process import free_port
 from tests.conftest import processes_mentioning, read_summary, run_cli
 from tests.memory_servers import make_certs
 

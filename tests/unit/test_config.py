@@ -275,3 +275,60 @@ def test_nan_is_refused(flag):
 def test_json_boolean_for_integer_is_refused():
     with pytest.raises(ConfigError):
         ExperimentConfig.from_json('{"workers": true}')
+
+
+# -- algorithm blocks from the registry --------------------------------------------------------------------
+
+
+def test_algorithm_blocks_and_choices_come_from_the_registry():
+    from drl.algorithms import ALGORITHMS
+
+    fields = dataclasses.fields(ExperimentConfig)
+    assert [f.name for f in fields[-len(ALGORITHMS):]] == list(ALGORITHMS) == ["sac", "td3", "ppo", "dqn"]
+    for f in fields[-len(ALGORITHMS):]:
+        assert f.type is ALGORITHMS[f.name].config and f.metadata["doc"] == ALGORITHMS[f.name].doc
+    assert next(f for f in fields if f.name == "algorithm").metadata["choices"] == tuple(ALGORITHMS)
+    assert [f.name for f in fields].index("algorithm") == 1
+
+
+def test_a_registered_algorithm_gets_its_block_json_options_and_checks():
+    from drl.algorithms import ALGORITHMS, Algorithm
+    from drl.config import experiment_config
+    from drl.fields import opt
+
+    @dataclasses.dataclass(frozen=True)
+    class ToyConfig:
+        """A toy's knobs."""
+
+        scale: float = opt(1.0, "How much.")
+
+        def problems(self, prefix):
+            return [f"{prefix}scale must not be 3"] if self.scale == 3 else []
+
+    class Toy(Algorithm):
+        name, config, doc, continuous = "toyx", ToyConfig, "Toy hyperparameters.", True
+
+        def problems(self, cfg):
+            return ["toyx refuses async"] if cfg.mode == "async" else []
+
+    cls = experiment_config({**ALGORITHMS, "toyx": Toy()})
+    assert cls().toyx == ToyConfig() and "toyx" not in dataclasses.asdict(ExperimentConfig())
+    cfg = cls.from_json('{"algorithm": "toyx", "toyx": {"scale": 2}}')
+    assert cfg.toyx.scale == 2.0 and json.loads(cfg.to_json())["toyx"] == {"scale": 2.0}
+    assert cls.from_json(cfg.to_json()) == cfg
+    options = {name: (default, doc) for name, _tp, default, doc, _choices in iter_options(cls)}
+    assert options["toyx.scale"] == (1.0, "How much.")
+    assert next(c for n, *_, c in iter_options(cls) if n == "algorithm") == ("sac", "td3", "ppo", "dqn", "toyx")
+    assert cfg.validate() is cfg
+    with pytest.raises(ConfigError) as info:
+        replace(cfg, mode="async", **{"toyx.scale": 3}).validate()
+    assert str(info.value) == "toyx refuses async; --toyx.scale must not be 3"
+    with pytest.raises(ConfigError, match="--algorithm must be one of sac, td3, ppo, dqn, got 'toyx'"):
+        replace(ExperimentConfig(), algorithm="toyx").validate()
+
+
+def test_registering_after_the_configuration_was_built_is_refused():
+    from drl.algorithms import Algorithm, register
+
+    with pytest.raises(RuntimeError, match="DRL_PLUGINS"):
+        register(type("Late", (Algorithm,), {"name": "late"})())

@@ -67,7 +67,7 @@ def test_stop_sets_the_event_and_health_turns_not_serving(endpoint):
 
 
 def test_a_closed_port_is_no_answer_not_an_error():
-    from orchestrator.redis_server import free_port
+    from drl.process import free_port
 
     port = free_port()
     assert get_status(port, timeout=1) is None

@@ -1,19 +1,19 @@
-"""A rollout worker writes steps straight into the entry it fills (``VecEnv.step_into``, ``EntryBuffer``): the
+"""A rollout worker writes steps straight into the entry it fills (``VecEnv.step_into``, ``drl.entries``): the
 rows must be exactly the transitions ``VecEnv.step`` returns, episode ends and resets included."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from drl.envs import RECENT_RETURNS, VecEnv
+from drl.entries import EntryBuffer, EntryFill, Folding, StepInto
+from drl.envs import RECENT_RETURNS, TRAJECTORY_FIELDS, VecEnv
 from drl.memory import codec
-from services.rollout.worker import EntryBuffer
 
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", "env_index")
 
 
 def _layout(envs: VecEnv) -> dict:
-    return codec.expected_layout(envs.spec, ("truncated", "env_index"))
+    return codec.expected_layout(envs.spec, TRAJECTORY_FIELDS)
 
 
 def _actions(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -85,13 +85,14 @@ def test_an_entry_encodes_from_the_filled_rows_only():
     np.testing.assert_array_equal(batch.arrays["next_obs"], buffer.arrays["next_obs"][:6])
 
 
-def _worker(seed: int, least: int = 8, most: int = 12):
+def _worker(seed: int, least: int = 8, most: int = 12, folder=None):
     """A rollout worker's stepping parts without its memory server: ``flush`` records the entry instead of
-    sending it (the sending is covered by the integration tests with a real Valkey)."""
+    sending it (the sending is covered by the integration tests with a real Valkey). With ``folder``, steps go
+    through it (``Folding``) instead of straight into the entry (``StepInto``)."""
     from drl.algorithms import make_actor
     from drl.config import replace
     from drl.presets import get_preset
-    from services.rollout.worker import EntryFill, RolloutWorker
+    from services.rollout.worker import RolloutWorker
 
     cfg = replace(get_preset("sac", "Pendulum-v1"), envs_per_worker=3)
     worker = object.__new__(RolloutWorker)
@@ -99,9 +100,10 @@ def _worker(seed: int, least: int = 8, most: int = 12):
     actor = make_actor("sac", envs.spec, cfg, seed=seed)
     rng = np.random.default_rng(seed)
     actor.load({k: (0.1 * rng.standard_normal(s)).astype(np.float32) for k, s in actor.shapes.items()})
-    worker.__dict__.update(envs=envs, actor=actor, progress=None, nstep=None, version=0, random_steps=0, stepped=0,
-                           total=10**9, stop=False, entry=EntryBuffer(codec.expected_layout(envs.spec), most + 3),
-                           fill=EntryFill(least, most, fill_s=1e9))
+    entry = EntryBuffer(codec.expected_layout(envs.spec), most + 3)
+    write = StepInto(envs, entry) if folder is None else Folding(envs, entry, folder)
+    worker.__dict__.update(envs=envs, actor=actor, version=0, random_steps=0, stepped=0, total=10**9, stop=False,
+                           entry=entry, write=write, fill=EntryFill(least, most, fill_s=1e9))
     worker.sent = []
 
     def flush(iteration_end=False, last=False):
@@ -113,39 +115,64 @@ def _worker(seed: int, least: int = 8, most: int = 12):
     return worker
 
 
-def test_the_plain_loop_writes_what_the_general_step_writes_and_stops_at_the_target():
-    plain, general = _worker(4), _worker(4)
-    assert plain.plain()
-    plain.collect(100)
-    general.plain = lambda: False
-    general.collect(100)
-    assert plain.stepped == general.stepped == 100
-    assert [len(e["reward"]) for e in plain.sent] == [len(e["reward"]) for e in general.sent]
-    assert sum(len(e["reward"]) for e in plain.sent) == 100  # the last step's extra env is not counted
-    assert max(len(e["reward"]) for e in plain.sent) <= 12 + 2  # full at the most, plus part of a step
-    for a, b in zip(plain.sent, general.sent):
+class PassThrough:
+    """A folder that folds nothing: each step's first ``count`` transitions come out as they went in."""
+
+    def push(self, step, count):
+        return {k: v[:count] for k, v in step.items() if k in ("obs", "action", "reward", "next_obs", "terminated")}
+
+    def flush(self):
+        return None
+
+
+def test_steps_written_in_place_are_the_transitions_a_folder_is_handed_and_the_loop_stops_at_the_target():
+    into, folded = _worker(4), _worker(4, folder=PassThrough())
+    into.collect(100)
+    folded.collect(100)
+    assert into.stepped == folded.stepped == 100
+    assert [len(e["reward"]) for e in into.sent] == [len(e["reward"]) for e in folded.sent]
+    assert sum(len(e["reward"]) for e in into.sent) == 100  # the last step's extra env is not counted
+    assert max(len(e["reward"]) for e in into.sent) <= 12 + 2  # full at the most, plus part of a step
+    for a, b in zip(into.sent, folded.sent):
         for name in a:
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
-def test_random_steps_and_a_missing_policy_take_the_general_path():
+def test_random_steps_and_a_missing_policy_act_at_random_and_stop_at_their_end():
     worker = _worker(0)
     worker.random_steps = 10
-    assert not worker.plain()
-    worker.random_steps, worker.version = 0, -1
-    assert not worker.plain()
+    act, limit = worker.policy(100)
+    assert limit == 10 and act != worker.actor.act
+    worker.collect(30, hand_in=False)
+    assert worker.stepped == 30, "the loop stopped at the end of the random steps instead of going on"
+    assert worker.policy(100) == (worker.actor.act, 100)
+    worker.version = -1
+    act, limit = worker.policy(100)
+    assert limit == 100 and act != worker.actor.act
+
+
+def test_the_actors_schedule_follows_the_worker_through_its_share():
+    worker = _worker(1)
+    worker.total = 40
+    seen = []
+    worker.actor.set_progress = seen.append
+    worker.collect(30, hand_in=False)
+    assert seen[0] == 0 and seen == sorted(seen) and 0.6 < seen[-1] < 0.75
 
 
 class FakeProducer:
-    """drl's own Producer wrapper, faked: appends always succeed and report the trainer's room factor and the
-    worker's share (None: no assignment)."""
+    """drl's own experience writer, faked: appends always succeed and report the trainer's widening factor and
+    the worker's share (None: no assignment)."""
 
-    def __init__(self, room: int, share: int | None = None):
-        self.room, self.share, self.entries = room, share, []
+    def __init__(self, widening: int, share: int | None = None):
+        self.widening, self.share, self.entries = widening, share, []
 
     def send(self, seq, h, d, produced_total):
+        from drl.memory import AppendReply
+
         self.entries.append((seq, h, d))
-        return True, 0, False
+        return AppendReply(appended=True, policy_version=0, stop=False, watermark=0, epoch=b"e",
+                           widening=self.widening, share=self.share)
 
 
 def test_a_worker_lets_its_entries_grow_with_the_room_its_appends_report_fake_producer():
@@ -154,24 +181,22 @@ def test_a_worker_lets_its_entries_grow_with_the_room_its_appends_report_fake_pr
     from drl.config import replace
     from drl.memory.backlog import backlog_limits
     from drl.presets import get_preset
-    from services.rollout.worker import RolloutWorker
-
     worker = _worker(1, least=64, most=256)
     cfg = replace(get_preset("sac", "Pendulum-v1"), envs_per_worker=3)
     limits = backlog_limits(cfg, codec.expected_layout(worker.envs.spec))
     assert (limits.most, limits.most_in(4)) == (256, 1024)
     del worker.flush
-    worker.__dict__.update(cfg=cfg, limits=limits, room=1, producer=FakeProducer(room=4), with_priorities=False,
+    worker.__dict__.update(cfg=cfg, limits=limits, widening=1, producer=FakeProducer(widening=4),
                            seq=0, produced=0, ctx=SimpleNamespace(run="r", name="rollout-0"), report=lambda: None)
     worker.collect(300, hand_in=False)
-    assert worker.fill.most == 1024 and worker.room == 4
+    assert worker.fill.most == 1024 and worker.widening == 4
     worker.collect(2000)
     sizes = [codec.decode({b"h": h, b"d": d}, "r", codec.expected_layout(worker.envs.spec)).header.count
              for _, h, d in worker.producer.entries]
     assert sizes[0] <= 256 + 2 and max(sizes) > 256, sizes
     assert all(size <= 1024 + 2 for size in sizes) and sum(sizes) == 2300
 
-    worker.producer.room = 1
+    worker.producer.widening = 1
     worker.collect(3000)
     assert worker.fill.most == 256
     assert len(worker.entry.arrays["reward"]) >= 1024 + 3, "the entry buffer shrank below what it held"
@@ -189,8 +214,8 @@ def _async_worker(least: int, most: int, total: int, assigned: dict):
     worker = _worker(2, least=least, most=most)
     cfg = replace(get_preset("sac", "Pendulum-v1"), envs_per_worker=3, batch_transitions=least)
     del worker.flush
-    worker.__dict__.update(cfg=cfg, limits=backlog_limits(cfg, codec.expected_layout(worker.envs.spec)), room=1,
-                           producer=FakeProducer(room=1), with_priorities=False, seq=0, produced=0, total=total,
+    worker.__dict__.update(cfg=cfg, limits=backlog_limits(cfg, codec.expected_layout(worker.envs.spec)), widening=1,
+                           producer=FakeProducer(widening=1), seq=0, produced=0, total=total,
                            batch_transitions=least, _share_read_at=0, ctx=SimpleNamespace(run="r", name="rollout-0"),
                            report=lambda: None)
 

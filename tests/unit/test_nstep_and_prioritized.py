@@ -128,3 +128,18 @@ def test_uniform_replay_keeps_nsteps(spec):
     replay.add(rows(2) | {"nsteps": np.array([3, 1], np.uint8)})
     assert sorted(replay.sample(16)["nsteps"].unique().tolist()) == [1.0, 3.0]
     assert "priority" not in replay.data
+
+
+def test_replay_keeps_the_extras_it_is_told_with_their_shapes(spec):
+    """Field specs as the builders declare them: each kept as float32 with its shape; the priority is the
+    prioritized replay's input, never a column."""
+    extras = {"nsteps": ("|u1", ()), "hint": ("<f4", (2,)), "priority": ("<f4", ())}
+    for replay in (ReplayBuffer(spec, 4, seed=0, extras=extras), PrioritizedReplay(spec, 4, seed=0, extras=extras)):
+        assert replay.data["nsteps"].shape == (4,) and replay.data["hint"].shape == (4, 2)
+        assert replay.data["nsteps"].dtype == replay.data["hint"].dtype == np.float32
+        assert "priority" not in replay.data
+        replay.add(rows(2) | {"nsteps": np.array([3, 1], np.uint8), "hint": np.ones((2, 2), np.float32),
+                             "priority": np.array([1.0, 2.0], np.float32)})
+        batch = replay.sample(8)
+        assert set(batch) >= {"nsteps", "hint"} and "priority" not in batch
+        assert batch["hint"].shape == (8, 2)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from drl.envs import SpaceSpec
 from drl.replay import ReplayBuffer
-from services.trainer.trainer import SeqTracker
+from drl.ingest import SeqTracker
 
 PENDULUM = SpaceSpec((3,), "<f4", (1,), "<f4", 0, (-2.0,), (2.0,))
 IMAGES = SpaceSpec((84, 84, 4), "|u1", (6,), "<f4", 0, (-1.0,) * 6, (1.0,) * 6)

@@ -1,5 +1,6 @@
 """While no update is owed the trainer lets entries gather between reads, for a gap ``ReadPace`` sets from the
-arrival rate (``Trainer.read`` replaced by a recorder: the reading itself is covered with a real Valkey)."""
+arrival rate (``Feed.read_paced``, with ``Feed.read`` replaced by a recorder: the reading itself is covered with a
+real Valkey)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import time
 
 import pytest
 
-from drl.memory.backlog import ReadPace
-from services.trainer.trainer import STARVED_READ_ENTRIES, Trainer
+from drl.ingest import Feed, Intake
+from drl.pacing import ReadPace
+from services.trainer.trainer import STARVED_READ_ENTRIES
 
 LIMIT = 100_000
 
@@ -32,44 +34,50 @@ def test_a_read_that_came_back_full_reads_again_soon():
     assert pace.after_read(got_bytes=1, since_s=0.04, full=True) == pace.least_s
 
 
-def _recording_trainer(gap_s: float, entries: int, size: int) -> tuple[Trainer, list]:
-    trainer = object.__new__(Trainer)
-    trainer._read_at = 0.0
-    trainer.read_pace = ReadPace(LIMIT, first_s=gap_s, least_s=gap_s, most_s=gap_s)
-    calls = []
+class RecordingFeed(Feed):
+    """A feed whose reads return ``entries`` entries of ``size`` bytes in all, and are recorded."""
 
-    def read(count, block_ms):
-        calls.append((time.monotonic(), count, block_ms))
-        trainer._read_at = time.monotonic()
-        trainer.last_ingest = (entries, size)
+    def __init__(self, pace: ReadPace, entries: int, size: int):
+        self.read_at, self.pace, self.entries, self.size, self.calls = 0.0, pace, entries, size, []
+
+    def read(self, count, block_ms, sync_version=None):
+        self.calls.append((time.monotonic(), count, block_ms))
+        self.read_at = time.monotonic()
+        acks = [(b"%d" % i, self.size if i == 0 else 0) for i in range(self.entries)]
+        self.last = Intake(acks=acks) if self.entries else None
         return []
 
-    trainer.read = read
-    return trainer, calls
+    def read_starved(self):
+        return self.read_paced(self.pace, STARVED_READ_ENTRIES)
+
+
+def _recording_feed(gap_s: float, entries: int, size: int) -> tuple[RecordingFeed, list]:
+    feed = RecordingFeed(ReadPace(LIMIT, first_s=gap_s, least_s=gap_s, most_s=gap_s), entries, size)
+    return feed, feed.calls
 
 
 def test_starved_reads_are_spaced_by_the_gap_and_take_many_entries():
-    trainer, calls = _recording_trainer(0.01, entries=3, size=1000)
+    feed, calls = _recording_feed(0.01, entries=3, size=1000)
     for _ in range(5):
-        trainer.read_starved()
+        feed.read_starved()
     gaps = [b[0] - a[0] for a, b in zip(calls, calls[1:])]
     assert min(gaps) >= 0.01 * 0.99
     assert {(count, block) for _, count, block in calls} == {(STARVED_READ_ENTRIES, 100)}
 
 
 def test_a_starved_read_tells_the_pace_what_it_got_and_over_what_time():
-    trainer, _ = _recording_trainer(0.01, entries=STARVED_READ_ENTRIES, size=1000)
+    feed, _ = _recording_feed(0.01, entries=STARVED_READ_ENTRIES, size=1000)
     seen = []
-    trainer.read_pace.after_read = lambda got_bytes, since_s, full: seen.append((got_bytes, since_s, full))
-    trainer._read_at = time.monotonic() - 0.2
-    trainer.read_starved()
+    feed.pace.after_read = lambda got_bytes, since_s, full: seen.append((got_bytes, since_s, full))
+    feed.read_at = time.monotonic() - 0.2
+    feed.read_starved()
     (got, since, full), = seen
     assert got == 1000 and full and 0.2 <= since < 0.3
 
 
 def test_a_starved_read_after_a_long_gap_does_not_wait():
-    trainer, _ = _recording_trainer(0.05, entries=0, size=0)
-    trainer._read_at = time.monotonic() - 1.0
+    feed, _ = _recording_feed(0.05, entries=0, size=0)
+    feed.read_at = time.monotonic() - 1.0
     started = time.monotonic()
-    trainer.read_starved()
+    feed.read_starved()
     assert time.monotonic() - started < 0.025

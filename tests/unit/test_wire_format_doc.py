@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from drl.memory import redis_backend
+from drl.memory.redis import scripts
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "wire-format.md"
 
 
 def test_the_documented_lua_scripts_are_the_ones_the_code_runs():
     blocks = re.findall(r"```lua\n(.*?)```", DOC.read_text(), flags=re.S)
-    assert blocks == [redis_backend._ADD.lstrip("\n"), redis_backend._COMMIT.lstrip("\n")]
+    assert blocks == [scripts.ADD.lstrip("\n"), scripts.COMMIT.lstrip("\n")]

@@ -6,13 +6,17 @@ from __future__ import annotations
 import numpy as np
 
 from drl.algorithms import inference as nx
+from drl.algorithms.base import ActorBase
 from drl.algorithms.dqn.config import DQNConfig
 from drl.envs import SpaceSpec
 
 
-class DQNActor:
-    def __init__(self, spec: SpaceSpec, cfg: DQNConfig, seed: int = 0):
+class DQNActor(ActorBase):
+    """``worker_priorities``: ``annotate`` adds each entry's initial replay priorities (``priority``)."""
+
+    def __init__(self, spec: SpaceSpec, cfg: DQNConfig, seed: int = 0, worker_priorities: bool = False):
         self.spec, self.cfg = spec, cfg
+        self.annotates = ("priority",) if worker_priorities else ()
         self.layers = len(cfg.hidden) + 1
         self.shapes = nx.mlp_shapes("net.", [int(np.prod(spec.obs_shape)), *cfg.hidden, spec.discrete_actions])
         self.weights = nx.zeros(self.shapes)
@@ -50,3 +54,6 @@ class DQNActor:
         target = (np.asarray(arrays["reward"], np.float32)
                   + self.cfg.gamma ** nsteps * (1 - done) * self.q_values(arrays["next_obs"]).max(1))
         return np.abs(q - target).astype(np.float32)
+
+    def annotate(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {"priority": self.priorities(arrays)} if self.annotates else {}

@@ -12,11 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from drl.algorithms import inference as nx
+from drl.algorithms.base import ActorBase
 from drl.algorithms.ppo.config import PPOConfig
 from drl.envs import SpaceSpec
 
 
-class PPOActor:
+class PPOActor(ActorBase):
     def __init__(self, spec: SpaceSpec, cfg: PPOConfig, seed: int = 0):
         self.spec, self.cfg = spec, cfg
         obs_dim, act_dim = int(np.prod(spec.obs_shape)), int(np.prod(spec.act_shape))

@@ -40,8 +40,6 @@ def gae(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray, terminate
 
 
 class PPOLearner:
-    on_policy = True
-
     def __init__(self, spec: SpaceSpec, cfg: PPOConfig, seed: int):
         torch.manual_seed(seed)
         self.cfg, self.spec = cfg, spec

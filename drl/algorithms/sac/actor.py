@@ -6,13 +6,14 @@ from __future__ import annotations
 import numpy as np
 
 from drl.algorithms import inference as nx
+from drl.algorithms.base import ActorBase
 from drl.algorithms.sac.config import SACConfig
 from drl.envs import SpaceSpec
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # as in drl.algorithms.sac.networks
 
 
-class SACActor:
+class SACActor(ActorBase):
     def __init__(self, spec: SpaceSpec, cfg: SACConfig, seed: int = 0):
         self.spec = spec
         obs_dim, act_dim = int(np.prod(spec.obs_shape)), int(np.prod(spec.act_shape))

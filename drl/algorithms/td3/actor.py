@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from drl.algorithms import inference as nx
+from drl.algorithms.base import ActorBase
 from drl.algorithms.td3.config import TD3Config
 from drl.envs import SpaceSpec
 
 
-class TD3Actor:
+class TD3Actor(ActorBase):
     def __init__(self, spec: SpaceSpec, cfg: TD3Config, seed: int = 0):
         self.spec = spec
         obs_dim, act_dim = int(np.prod(spec.obs_shape)), int(np.prod(spec.act_shape))

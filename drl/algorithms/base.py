@@ -1,0 +1,198 @@
+"""What an algorithm is to the rest of drl: the roles its pieces play and the builder that makes them.
+
+Acme's builder is the model: one object per algorithm hands the services everything they need (the acting
+policy, the learner with its replay or rollout, the worker-side folding of transitions, the wire fields beyond
+the five every transition has, and its own configuration checks), so that a service never asks which algorithm
+it runs, and adding one touches only its own folder. Pure: nothing here reads files, servers or processes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from drl.envs import SpaceSpec
+from drl.errors import UserError
+
+if TYPE_CHECKING:
+    from drl.learning import Learning
+
+FieldSpecs = dict[str, tuple[str, tuple[int, ...]]]
+"""Wire fields by name: (numpy dtype string, shape of one transition's value)."""
+
+
+class Learner(Protocol):
+    """Gradient updates; pure math, no I/O.
+
+    A replay learner takes ``update(batch)`` and leaves the batch's ``td_errors`` for prioritized replay; an
+    on-policy learner takes ``train(segments, progress)`` over one iteration's rollout. Which one a learner is
+    matters only to the ``Learning`` its builder puts around it.
+    """
+
+    updates: int
+    batch_size: int
+
+    def policy_weights(self) -> dict[str, np.ndarray]: ...
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict]: ...
+
+    def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None: ...
+
+
+class ReplayLearner(Learner, Protocol):
+    td_errors: np.ndarray
+
+    def update(self, batch: dict[str, Any]) -> dict[str, float]: ...
+
+
+class RolloutLearner(Learner, Protocol):
+    def train(self, segments: list[dict[str, np.ndarray]], progress: float = 0.0) -> dict[str, float]: ...
+
+
+class Actor(Protocol):
+    """The acting policy that rollout workers and the evaluator run.
+
+    ``set_progress`` tells it how far the worker is through its share (schedules such as DQN's epsilon);
+    ``annotate`` returns the extra wire fields it computes for a whole entry before the entry is sent, named in
+    ``annotates`` (DQN's Ape-X priorities), so that a worker can keep them out of the rows it steps into.
+    """
+
+    annotates: tuple[str, ...]
+
+    def load(self, weights: dict[str, np.ndarray]) -> None: ...
+
+    def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray: ...
+
+    def set_progress(self, fraction: float) -> None: ...
+
+    def annotate(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+
+class ActorBase:
+    """The defaults of ``Actor``: no schedule, nothing to annotate."""
+
+    annotates: tuple[str, ...] = ()
+
+    def set_progress(self, fraction: float) -> None:
+        """Where the worker is in its share, 0 to 1; most policies do not care."""
+
+    def annotate(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {}
+
+
+class Folder(Protocol):
+    """Worker-side folding of stepped transitions before they are sent (DQN's n-step returns).
+
+    ``push`` takes one vectorised step (the first ``count`` environments' transitions) and returns the folded
+    transitions that are complete, or None; ``flush`` returns every transition still held (at the end of a share
+    or of a SYNC iteration). Every transition pushed comes out exactly once, so the worker's counts hold.
+    """
+
+    def push(self, step: dict[str, np.ndarray], count: int) -> dict[str, np.ndarray] | None: ...
+
+    def flush(self) -> dict[str, np.ndarray] | None: ...
+
+
+class Algorithm:
+    """An algorithm's builder: one instance per algorithm, registered by ``name``.
+
+    ``config`` is its hyperparameter dataclass, which ``ExperimentConfig`` holds as a block under ``name`` (flags
+    ``--<name>.<field>``, help ``doc``). Subclasses set the class attributes and ``make_actor`` and
+    ``make_learner``; the defaults fit a replay-based algorithm that folds nothing and sends no extra fields.
+    """
+
+    name: str = ""
+    config: type = type(None)
+    doc: str = ""
+    continuous: bool = False  # handles Box actions
+    discrete: bool = False  # handles Discrete actions
+    worker_priorities: bool = False  # its actor can compute initial replay priorities (``--worker-priorities``)
+    bounded_actions: bool = True  # Box actions must have finite bounds (it squashes actions into them)
+
+    def hyper(self, cfg: Any) -> Any:
+        """Its block of an ``ExperimentConfig``."""
+        return getattr(cfg, self.name)
+
+    def wire_fields(self, cfg: Any) -> FieldSpecs:
+        """Per-transition wire fields beyond obs, action, reward, next_obs and terminated that a run of ``cfg``
+        sends, in wire order."""
+        return {}
+
+    def make_actor(self, spec: SpaceSpec, cfg: Any, seed: int) -> Actor:
+        raise NotImplementedError(f"algorithm {self.name} has no actor")
+
+    def make_learner(self, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
+        raise NotImplementedError(f"algorithm {self.name} has no learner")
+
+    def make_learning(self, spec: SpaceSpec, cfg: Any, seed: int) -> "Learning":
+        """The learner with where its data goes: by default a replay (prioritized with ``cfg.prioritized``)
+        keeping every wire field of the run for the learner's batches."""
+        from drl.learning import ReplayLearning
+
+        return ReplayLearning(self.make_learner(spec, cfg, seed), spec, cfg, keep=self.wire_fields(cfg))
+
+    def make_folder(self, cfg: Any) -> Folder | None:
+        """Worker-side folding of transitions; None: transitions go as stepped."""
+        return None
+
+    def problems(self, cfg: Any) -> list[str]:
+        """What this algorithm refuses in a configuration, one message per problem."""
+        if cfg.worker_priorities and cfg.prioritized and not self.worker_priorities:
+            workers_can = ", ".join(n for n, a in ALGORITHMS.items() if a.worker_priorities)
+            return [f"--worker-priorities: {self.name}'s rollout workers have no value estimate to compute "
+                    f"priorities with (supported: {workers_can}); the trainer gives new transitions the largest "
+                    "priority instead"]
+        return []
+
+    def check_spaces(self, spec: SpaceSpec, env_id: str) -> None:
+        """Raises UserError when this algorithm cannot act in the environment's action space."""
+        if spec.discrete_actions and not self.discrete:
+            raise UserError(f"algorithm {self.name} needs continuous (Box) actions, but {env_id} has "
+                            f"{spec.action_space}; pick a continuous environment such as Pendulum-v1")
+        if not spec.discrete_actions and not self.continuous:
+            raise UserError(f"algorithm {self.name} needs discrete actions, but {env_id} has {spec.action_space}; "
+                            "pick a discrete environment such as CartPole-v1")
+        if not spec.discrete_actions and self.bounded_actions and not all(np.isfinite(spec.act_low + spec.act_high)):
+            raise UserError(f"algorithm {self.name} needs bounded actions, but {env_id} has {spec.action_space}")
+
+
+ALGORITHMS: dict[str, Algorithm] = {}
+"""Every registered algorithm by name, in registration order (the built-in ones first)."""
+_sealed = False
+
+
+def seal() -> None:
+    """Called once ``drl.config`` has built ``ExperimentConfig`` from the registry: an algorithm registered
+    later would have no configuration block, so ``register`` refuses it with a hint instead."""
+    global _sealed
+    _sealed = True
+
+
+def register(builder: Algorithm) -> Algorithm:
+    """Adds an algorithm; its module calls this when imported. Registering the same builder class again (a
+    module imported twice) replaces it; another class under a taken name is refused."""
+    if not builder.name or not builder.name.isidentifier():
+        raise ValueError(f"an algorithm's name must be a Python identifier (it names a config block), "
+                         f"got {builder.name!r}")
+    known = ALGORITHMS.get(builder.name)
+    if known is None and _sealed:
+        raise RuntimeError(f"algorithm {builder.name!r} registers after drl.config built ExperimentConfig, so it "
+                           "would have no configuration block: name its module in DRL_PLUGINS or in the "
+                           "drl.algorithms entry-point group, which are imported first")
+    if known is not None and _qualname(known) != _qualname(builder):
+        raise ValueError(f"algorithm {builder.name!r} is registered twice: by {_qualname(known)} and "
+                         f"{_qualname(builder)}")
+    ALGORITHMS[builder.name] = builder
+    return builder
+
+
+def _qualname(obj: object) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def get(name: str) -> Algorithm:
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        raise UserError(f"unknown algorithm {name!r}; accepted: {', '.join(sorted(ALGORITHMS))}") from None

@@ -1,0 +1,49 @@
+"""DQN's builder: replay-based; its workers fold n-step transitions (``drl.nstep``) and, with
+``--prioritized --worker-priorities``, compute each transition's initial priority (Ape-X)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drl.algorithms.base import Actor, Algorithm, FieldSpecs, Folder, Learner, register
+from drl.algorithms.dqn.config import DQNConfig
+from drl.envs import SpaceSpec
+from drl.nstep import NSTEP_FIELDS, NStepFolder
+
+PRIORITY_FIELD: FieldSpecs = {"priority": ("<f4", ())}
+"""The initial replay priority a worker computes (``DQNActor.annotate``), read by ``drl.replay.PrioritizedReplay``."""
+
+
+class DQNBuilder(Algorithm):
+    name = "dqn"
+    config = DQNConfig
+    doc = "DQN hyperparameters."
+    discrete = True
+    worker_priorities = True
+
+    def wire_fields(self, cfg: Any) -> FieldSpecs:
+        fields = dict(NSTEP_FIELDS)
+        if self._worker_priorities(cfg):
+            fields.update(PRIORITY_FIELD)
+        return fields
+
+    @staticmethod
+    def _worker_priorities(cfg: Any) -> bool:
+        return bool(cfg.prioritized and cfg.worker_priorities)
+
+    def make_actor(self, spec: SpaceSpec, cfg: Any, seed: int) -> Actor:
+        from drl.algorithms.dqn.actor import DQNActor
+
+        return DQNActor(spec, self.hyper(cfg), seed, worker_priorities=self._worker_priorities(cfg))
+
+    def make_learner(self, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
+        from drl.algorithms.dqn.learner import DQNLearner
+
+        return DQNLearner(spec, self.hyper(cfg), seed)
+
+    def make_folder(self, cfg: Any) -> Folder:
+        hyper = self.hyper(cfg)
+        return NStepFolder(hyper.n_step, hyper.gamma, cfg.envs_per_worker)
+
+
+register(DQNBuilder())

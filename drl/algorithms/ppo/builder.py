@@ -1,0 +1,56 @@
+"""PPO's builder: on-policy, so it learns from each SYNC iteration's rollout (``drl.learning.RolloutLearning``),
+never from replay, and its transitions carry what rebuilds per-environment trajectories (``truncated``,
+``env_index``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drl.algorithms.base import Actor, Algorithm, FieldSpecs, Learner, register
+from drl.algorithms.ppo.config import PPOConfig
+from drl.envs import TRAJECTORY_FIELDS, SpaceSpec
+
+
+class PPOBuilder(Algorithm):
+    name = "ppo"
+    config = PPOConfig
+    doc = "PPO hyperparameters."
+    continuous = True
+    discrete = True
+    bounded_actions = False  # a Gaussian policy; the worker's stepper clips to whatever bounds there are
+
+    def wire_fields(self, cfg: Any) -> FieldSpecs:
+        return dict(TRAJECTORY_FIELDS)
+
+    def make_actor(self, spec: SpaceSpec, cfg: Any, seed: int) -> Actor:
+        from drl.algorithms.ppo.actor import PPOActor
+
+        return PPOActor(spec, self.hyper(cfg), seed)
+
+    def make_learner(self, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
+        from drl.algorithms.ppo.learner import PPOLearner
+
+        return PPOLearner(spec, self.hyper(cfg), seed)
+
+    def make_learning(self, spec: SpaceSpec, cfg: Any, seed: int):
+        from drl.learning import RolloutLearning
+
+        return RolloutLearning(self.make_learner(spec, cfg, seed), cfg)
+
+    def problems(self, cfg: Any) -> list[str]:
+        """On-policy: only SYNC iterations collect with exactly the learner's policy, and every action must be
+        the policy's own."""
+        found = []
+        if cfg.mode == "async":
+            found.append(f"{self.name} is on-policy and runs only in --mode sync (it has no off-policy "
+                         "correction for the policy lag of async collection)")
+        if cfg.random_steps:
+            found.append(f"--random-steps must be 0 for {self.name}: it learns only from its own policy's "
+                         f"actions (got {cfg.random_steps})")
+        if cfg.prioritized:
+            found.append(f"--prioritized applies to replay-based algorithms; {self.name} trains on each "
+                         "iteration's rollout")
+        return found + super().problems(cfg)
+
+
+register(PPOBuilder())

@@ -1,0 +1,66 @@
+"""The trainer's checkpoints: what it writes to continue a run later, and how a new trainer takes a run up again.
+
+A checkpoint holds the learning state (networks, optimisers, the replay's RNG and, with ``--checkpoint-replay``,
+the replay itself: ``Learning.state``), the torch RNG state and the ledger's counters; it is written every
+``--checkpoint-every-s`` (checked after each publication) and at exit. A trainer that starts takes the newest
+checkpoint whose checksum verifies, then the state its predecessor committed to the memory server, which is newer
+when there is one (a trainer restarted inside a live run, e.g. after SIGKILL): its counters, updates and
+watermarks win, so nothing is counted twice; the gradient steps and replay inserts made since the checkpoint are
+lost, and the ``updates`` counter is not rewound. On a fresh memory server (``--resume``) the checkpoint's counters
+are used.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from drl.errors import UserError
+from drl.ingest import Ledger
+from drl.store.checkpoint import CheckpointStore
+
+log = logging.getLogger("drl.checkpointing")
+
+
+class TrainerCheckpoints:
+    def __init__(self, store: CheckpointStore, algorithm: str, every_s: float, keep: int, with_replay: bool):
+        self.store, self.algorithm, self.every_s, self.keep = store, algorithm, every_s, keep
+        self.with_replay = with_replay
+        self._written_at = time.monotonic()
+
+    def save(self, learning, ledger: Ledger, version: int) -> None:
+        """Writes a full checkpoint and keeps the newest ``keep``."""
+        tensors, meta = learning.state(self.with_replay)
+        tensors["rng.torch"] = torch.get_rng_state().numpy()
+        meta["counters"] = ledger.counters()
+        self.store.save(tensors, meta, algorithm=self.algorithm, policy_version=version, env_steps=ledger.consumed,
+                        updates=learning.learner.updates)
+        self.store.retain(self.keep)
+        self._written_at = time.monotonic()
+
+    def due(self) -> bool:
+        return time.monotonic() - self._written_at >= self.every_s
+
+    def restore(self, learning, ledger: Ledger, committed: dict[str, str]):
+        """Continues a run from the newest checkpoint and then ``committed``, the state the memory server holds
+        (see the module docstring). Returns the checkpoint's manifest, None without one."""
+        checkpoint = self.store.latest()
+        manifest = None
+        if checkpoint is not None:
+            manifest, tensors, meta = checkpoint
+            try:
+                learning.load_state(tensors, meta)
+            except ValueError as exc:
+                raise UserError(f"checkpoint {manifest.sequence} cannot be restored (were network options changed "
+                                f"since it was written?): {exc}") from None
+            torch.set_rng_state(torch.from_numpy(tensors["rng.torch"].copy()))
+            for name, value in meta["counters"].items():
+                setattr(ledger, name, value)
+            log.info("restored checkpoint %d: policy version %d, %d env steps, %d updates", manifest.sequence,
+                     manifest.policy_version, manifest.env_steps, manifest.updates)
+        updates = ledger.load(committed)
+        if updates is not None:
+            learning.learner.updates = updates
+        return manifest

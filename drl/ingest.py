@@ -1,0 +1,220 @@
+"""What the trainer does with each experience entry before it is committed: decode and check it, drop it as a
+duplicate or as stale, or accept it, and keep the ledger that makes every transition count exactly once
+(``Ingest``, ``Ledger``); and the reading around it (``Feed``).
+
+Entries arrive at least once (a restarted worker re-sends, a restarted trainer re-reads what it had not
+committed). The ledger remembers, per worker, which sequence numbers were taken (``SeqTracker``), the highest
+produced total and the final and iteration-end entries seen, and counts what was consumed, dropped as a duplicate
+or as stale, and dead-lettered. It is committed with the acknowledgements of the entries it describes
+(``ExperienceReader.commit``), so a trainer killed at any point and restarted continues from exactly what the
+memory server says was taken. An entry that cannot be decoded, or comes from a worker outside the run, is
+dead-lettered and counted; it never stops the trainer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from drl.memory import Entry, ExperienceReader, codec, seq_field
+
+log = logging.getLogger("drl.ingest")
+
+COUNTERS = ("consumed", "duplicates", "stale", "dead_letters")
+"""The ledger's counters, in transitions (``dead_letters``: entries); with the learner's ``updates`` they are the
+counter fields of the committed state and of checkpoints."""
+
+
+class SeqTracker:
+    """Remembers which (worker, seq) entries were taken, in memory proportional to the gaps."""
+
+    def __init__(self) -> None:
+        self.watermark: dict[str, int] = {}
+        self.above: dict[str, set[int]] = {}
+
+    def seen(self, worker: str, seq: int) -> bool:
+        """True if the entry was taken before; otherwise records it and returns False."""
+        mark = self.watermark.get(worker, 0)
+        above = self.above.setdefault(worker, set())
+        if seq <= mark or seq in above:
+            return True
+        above.add(seq)
+        while mark + 1 in above:
+            mark += 1
+            above.discard(mark)
+        self.watermark[worker] = mark
+        return False
+
+    def dump(self, worker: str) -> str:
+        """"mark[,seq...]": the watermark first (writers read it), then the seqs seen above it."""
+        return ",".join(str(x) for x in [self.watermark.get(worker, 0), *sorted(self.above.get(worker, ()))])
+
+    def load(self, worker: str, text: str) -> None:
+        mark, *above = (int(x) for x in text.split(",") if x)
+        self.watermark[worker] = mark
+        self.above[worker] = set(above)
+
+
+@dataclass
+class Ledger:
+    """Per-worker progress and the run's counters, as the trainer commits them (docs/wire-format.md lists the
+    fields of ``trainer:state``)."""
+
+    seqs: SeqTracker = field(default_factory=SeqTracker)
+    produced: dict[str, int] = field(default_factory=dict)
+    final_seq: dict[str, int] = field(default_factory=dict)
+    iteration_end: dict[str, int] = field(default_factory=dict)
+    consumed: int = 0
+    duplicates: int = 0
+    stale: int = 0
+    dead_letters: int = 0
+
+    def counters(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in COUNTERS}
+
+    def fields(self, workers: Iterable[str], updates: int) -> dict[str, str | int]:
+        """The committed state: the counters, ``updates``, and the progress of ``workers``."""
+        out: dict[str, str | int] = {**self.counters(), "updates": updates}
+        for w in workers:
+            out[seq_field(w)] = self.seqs.dump(w)
+            for prefix, table in (("produced", self.produced), ("end", self.iteration_end),
+                                  ("final", self.final_seq)):
+                if w in table:
+                    out[f"{prefix}:{w}"] = table[w]
+        return out
+
+    def load(self, state: dict[str, str]) -> int | None:
+        """Takes the counters and per-worker progress of a committed state; returns its ``updates`` (None when
+        the state has none)."""
+        for name in COUNTERS:
+            if name in state:
+                setattr(self, name, int(state[name]))
+        for key, value in state.items():
+            kind, _, worker = key.partition(":")
+            if kind == "seq":
+                self.seqs.load(worker, value)
+            elif kind == "produced":
+                self.produced[worker] = int(value)
+            elif kind == "end":
+                self.iteration_end[worker] = int(value)
+            elif kind == "final":
+                self.final_seq[worker] = int(value)
+        return int(state["updates"]) if "updates" in state else None
+
+    def known_workers(self) -> set[str]:
+        return set(self.seqs.watermark) | set(self.produced)
+
+
+@dataclass
+class Intake:
+    """One read's outcome: what to learn from, and what to commit."""
+
+    accepted: list[codec.Batch] = field(default_factory=list)
+    acks: list[tuple[bytes, int]] = field(default_factory=list)
+    dead: list[tuple[bytes, dict, str, str]] = field(default_factory=list)
+    touched: set[str] = field(default_factory=set)
+
+    @property
+    def size(self) -> int:
+        """Bytes of the entries read."""
+        return sum(size for _, size in self.acks)
+
+
+class Ingest:
+    """Classifies entries against the ledger. ``admits(worker)`` says whether a worker belongs to the run (the
+    membership, which may look again at the memory server before it says no)."""
+
+    def __init__(self, run: str, layout: dict[str, tuple[str, tuple[int, ...]]], ledger: Ledger,
+                 admits: Callable[[str], bool]):
+        self.run, self.layout, self.ledger, self.admits = run, layout, ledger, admits
+
+    def take(self, entries: Iterable[Entry], sync_version: int | None = None) -> Intake:
+        """Decodes, checks and deduplicates ``entries``; with ``sync_version`` (a SYNC iteration), an entry of
+        another policy version is dropped and counted as stale, though its sequence number, final flag and
+        produced total still count."""
+        ledger, intake = self.ledger, Intake()
+        for entry_id, fields in entries:
+            intake.acks.append((entry_id, codec.entry_size(fields)))
+            try:
+                batch = codec.decode(fields, self.run, self.layout)
+            except codec.DecodeError as exc:
+                log.warning("entry %s dead-lettered: %s", entry_id, exc)
+                intake.dead.append((entry_id, fields, exc.kind, str(exc)))
+                ledger.dead_letters += 1
+                if exc.header is not None and self.admits(exc.header.worker_id):
+                    ledger.seqs.seen(exc.header.worker_id, exc.header.seq)
+                    intake.touched.add(exc.header.worker_id)
+                continue
+            h = batch.header
+            if not self.admits(h.worker_id):
+                intake.dead.append((entry_id, fields, "unknown_worker",
+                                    f"worker {h.worker_id!r} is not part of the run"))
+                ledger.dead_letters += 1
+                continue
+            intake.touched.add(h.worker_id)
+            if ledger.seqs.seen(h.worker_id, h.seq):
+                ledger.duplicates += h.count
+                continue
+            ledger.produced[h.worker_id] = max(ledger.produced.get(h.worker_id, 0), h.produced_total)
+            if h.final:
+                ledger.final_seq[h.worker_id] = h.seq
+            if sync_version is not None and h.policy_version != sync_version:
+                ledger.stale += h.count
+                log.info("dropped %d transitions of %s for stale version %d (iteration %d)",
+                         h.count, h.worker_id, h.policy_version, sync_version)
+                continue
+            if h.iteration_end:
+                ledger.iteration_end[h.worker_id] = h.policy_version
+            ledger.consumed += h.count
+            intake.accepted.append(batch)
+        return intake
+
+
+class Feed:
+    """The trainer's reading: reads entries (now and then, also entries stranded at dead readers), ingests them,
+    hands the accepted ones to the learning and commits the read with the ledger, in that order, so that a crash
+    anywhere leaves every transition counted once."""
+
+    RECLAIM_EVERY_S = 5.0
+
+    def __init__(self, reader: ExperienceReader, ingest: Ingest, learning, reclaim_idle_s: float):
+        self.reader, self.ingest, self.learning = reader, ingest, learning
+        self.reclaim_idle_ms = int(reclaim_idle_s * 1000)
+        self.read_at = self.reclaimed_at = 0.0
+        self.last: Intake | None = None
+
+    def read(self, count: int, block_ms: int | None, sync_version: int | None = None) -> list:
+        """Reads up to ``count`` entries (waiting ``block_ms`` for new ones, None: not at all) and returns the
+        accepted entries' headers; ``sync_version`` as in ``Ingest.take``."""
+        now = self.read_at = time.monotonic()
+        entries = []
+        if now - self.reclaimed_at > self.RECLAIM_EVERY_S:
+            self.reclaimed_at = now
+            entries = self.reader.reclaim(self.reclaim_idle_ms, count)
+            if entries:
+                log.warning("reclaimed %d entries left pending by another reader", len(entries))
+        entries += self.reader.read(count, block_ms if not entries else None)
+        if not entries:
+            self.last = None
+            return []
+        intake = self.last = self.ingest.take(entries, sync_version)
+        for batch in intake.accepted:
+            self.learning.add(batch.header.worker_id, batch.header.seq, batch.arrays)
+        ledger = self.ingest.ledger
+        self.reader.commit(intake.acks, ledger.fields(intake.touched, self.learning.learner.updates), intake.dead)
+        return [batch.header for batch in intake.accepted]
+
+    def read_paced(self, pace, count: int) -> list:
+        """Reads when no update is owed, after letting entries gather for the gap ``pace`` sets from the arrival
+        rate (``drl.pacing.ReadPace``): nothing waits on the gap, the learner has no update to run until the data
+        come, and the backlog keeps room for the producers."""
+        wait = self.read_at + pace.gap_s - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        since = time.monotonic() - self.read_at
+        got = self.read(count, block_ms=100)
+        entries, size = (len(self.last.acks), self.last.size) if self.last is not None else (0, 0)
+        pace.after_read(size, since, full=entries >= count)
+        return got

@@ -1,0 +1,665 @@
+"""The memory backend's protocols (``drl.memory.base``) kept in this process's memory.
+
+Unit tests of the service loops run the trainer, rollout workers and evaluator as threads of one process; they
+need the memory server's behaviour, not its network or its latency. ``open_inproc(name, run)`` (what
+``drl.memory.open_memory`` does for ``memory://NAME``) returns an ``InProcessMemory``: every backend opened on the
+same name sees the same server, as every service of a run sees the same Redis; one server holds many runs, each
+bound to its own name as the Redis keys ``drl:{<run>}:*`` are.
+
+The semantics are the Redis Streams implementation's (``drl.memory.redis``), which ``tests/integration/
+test_memory_contract.py`` holds both to: an append is refused while the stream holds ``widening * max_entries``
+entries, or while it holds bytes and this entry would take them past ``widening * max_bytes`` (so an entry always
+enters an empty backlog), and the writer waits until a commit frees room, giving up only when the stop flag is
+set; reads go through one consumer group, a reader's own unacknowledged entries first after it is (re)created; a
+commit acknowledges, deletes, releases bytes, stores the reader's state and dead letters as one step. State
+changes happen under one ``threading.Condition`` per server and every change notifies it, so a blocked read, a
+held-back writer or a ``wait_for`` wakes when something happened instead of polling; only a caller's own
+``should_stop`` (which no one can notify) is looked at every ``STOP_CHECK_S``.
+
+``wipe(name)`` makes the server lose its data, as a Redis restarted without persistence does: the reader finds
+its consumer group gone at its next read or reclaim (its ``resets`` grows and ``on_reset`` is called), and the
+writers' next append installs a new data epoch, after which they re-send what was not consumed.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import re
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable
+
+from drl.memory.base import AppendReply, Entry, MemoryBackendError
+
+log = logging.getLogger(__name__)
+
+SCHEME = "memory://"
+STOP_CHECK_S = 0.05
+DEAD_LETTER_KEEP = 10_000
+
+_Id = tuple[int, int]
+
+
+@dataclass
+class _Pending:
+    consumer: str
+    delivered_at: float
+    deliveries: int = 1
+
+
+@dataclass
+class _Group:
+    """The consumer group: what was delivered (``last``) and what is delivered but not acknowledged."""
+
+    last: _Id = (0, 0)
+    pending: dict[_Id, _Pending] = field(default_factory=dict)
+
+
+@dataclass
+class _RunData:
+    """Everything one run keeps on the server (the Redis keys ``drl:{<run>}:*``)."""
+
+    stream: dict[_Id, dict] = field(default_factory=dict)
+    stream_exists: bool = False
+    group: _Group | None = None
+    backlog_bytes: int = 0
+    widening: int = 1
+    epoch: bytes | None = None
+    state: dict[str, str] = field(default_factory=dict)
+    dead: collections.deque = field(default_factory=lambda: collections.deque(maxlen=DEAD_LETTER_KEEP))
+    dead_counts: dict[str, int] = field(default_factory=dict)
+    policy: int | None = None
+    stop: str | None = None
+    produced: dict[str, int] = field(default_factory=dict)
+    workers_done: dict[str, int] = field(default_factory=dict)
+    trainer_done: int | None = None
+    started_at: float | None = None
+    members: dict[str, str] = field(default_factory=dict)
+    shares: dict[str, int] = field(default_factory=dict)
+    status: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+class _Server:
+    """One named server: its runs' data and the condition every change notifies."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.cond = threading.Condition(threading.RLock())
+        self.runs: dict[str, _RunData] = {}
+        self._last_id: _Id = (0, 0)
+
+    def data(self, run: str) -> _RunData:
+        data = self.runs.get(run)
+        if data is None:
+            data = self.runs[run] = _RunData()
+        return data
+
+    def next_id(self) -> _Id:
+        """A stream id after every earlier one, as Redis makes them (milliseconds, then a counter); it keeps
+        growing across ``wipe`` as a restarted server's clock does."""
+        ms = int(time.time() * 1000)
+        last_ms, last_n = self._last_id
+        self._last_id = (ms, 0) if ms > last_ms else (last_ms, last_n + 1)
+        return self._last_id
+
+    def changed(self) -> None:
+        self.cond.notify_all()
+
+
+_SERVERS: dict[str, _Server] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def _server(name: str) -> _Server:
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(name)
+        if server is None:
+            server = _SERVERS[name] = _Server(name)
+        return server
+
+
+def server_name(url_or_name: str) -> str:
+    """The server's name in ``memory://NAME`` (a bare name is taken as it is)."""
+    name = url_or_name[len(SCHEME):] if url_or_name.startswith(SCHEME) else url_or_name
+    name = name.rstrip("/")
+    if not name:
+        raise ValueError(f"an in-process memory URL names its server: memory://NAME, got {url_or_name!r}")
+    return name
+
+
+def open_inproc(name: str, run: str) -> "InProcessMemory":
+    """A backend bound to ``run`` on the in-process server ``name`` (``memory://NAME`` or NAME), created on first
+    use; every backend opened on the same name shares its data."""
+    return InProcessMemory(server_name(name), run)
+
+
+def wipe(name: str) -> None:
+    """The server ``name`` loses every run's data, as a memory server restarted without persistence does."""
+    server = _server(server_name(name))
+    with server.cond:
+        server.runs = {}
+        server.changed()
+
+
+def discard(name: str) -> None:
+    """Forgets the server ``name`` altogether (between tests); backends still open on it keep the old one."""
+    with _SERVERS_LOCK:
+        _SERVERS.pop(server_name(name), None)
+
+
+def _parse_id(entry_id: bytes | str) -> _Id:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    ms, _, n = text.partition("-")
+    return int(ms), int(n or 0)
+
+
+def _format_id(key: _Id) -> bytes:
+    return f"{key[0]}-{key[1]}".encode()
+
+
+def _stored(value) -> str:
+    """A value as the Redis implementation stores and returns it: bytes and str as they are, an int or a float as
+    its ``repr`` (a numpy float as a float's); anything else (a bool, None, a numpy integer, ...) is refused there by the client, so it is
+    refused here too, or a service loop tested in process could write what fails against Redis."""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return repr(float(value))
+    if isinstance(value, int) and not isinstance(value, bool):
+        return repr(value)
+    raise MemoryBackendError(f"the memory server cannot store a value of type {type(value).__name__}: {value!r}")
+
+
+def _fields(values: dict) -> dict[str, str]:
+    return {str(k): _stored(v) for k, v in values.items()}
+
+
+def _header(fields: dict):
+    """The entry's ``BatchHeader``, or None when it does not decode (such an entry counts no transitions)."""
+    from drl._proto import experience_pb2
+
+    header = experience_pb2.BatchHeader()
+    try:
+        header.ParseFromString(fields.get(b"h", b""))
+    except Exception:
+        return None
+    return header
+
+
+_LEADING_DIGITS = re.compile(r"\d+")
+
+
+def _watermark(data: _RunData, worker: str) -> int:
+    """The first number of the reader's ``seq:<worker>`` state (``"mark[,seq...]"``), as the append reports it."""
+    match = _LEADING_DIGITS.match(data.state.get(f"seq:{worker}", "0"))
+    return int(match.group()) if match else 0
+
+
+@dataclass
+class _Outgoing:
+    seq: int
+    h: bytes
+    d: bytes
+    produced_total: int
+
+
+class InProcessWriter:
+    """One worker's side of the stream: appends in order, waits while the backlog is full, keeps what was not
+    yet consumed and re-sends it when the data epoch changes."""
+
+    def __init__(self, server: _Server, run: str, worker: str, max_entries: int, max_bytes: int):
+        self._server = server
+        self._run = run
+        self.worker = worker
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._outbox: collections.deque[_Outgoing] = collections.deque()
+        self._retained: collections.deque[_Outgoing] = collections.deque()
+        self.epoch: bytes | None = None
+        self.waited_s = 0.0
+        self.refused = 0
+        self.resent = 0
+
+    def position(self) -> tuple[int, int]:
+        with self._server.cond:
+            data = self._server.data(self._run)
+            raw = data.state.get(f"seq:{self.worker}", "")
+            seq = max((int(x) for x in raw.split(",") if x), default=0)
+            for fields in data.stream.values():
+                header = _header(fields)
+                if header is not None and header.worker_id == self.worker:
+                    seq = max(seq, header.seq)
+            return seq, data.produced.get(self.worker, 0)
+
+    def send(self, seq: int, h: bytes, d: bytes, produced_total: int) -> AppendReply:
+        with self._server.cond:
+            self._outbox.append(_Outgoing(seq, h, d, produced_total))
+            return self._drain()
+
+    def _drain(self) -> AppendReply:
+        """Appends the outbox in order (lock held); a refusal waits on the condition until something changed."""
+        reply = None
+        while self._outbox:
+            item = self._outbox[0]
+            reply = self._append(item)
+            self._observe(reply.watermark, reply.epoch)
+            if reply.appended:
+                self._outbox.remove(item)
+                self._retained.append(item)
+                continue
+            if reply.stop:
+                self._outbox.clear()
+                return reply
+            self.refused += 1
+            started = time.perf_counter()
+            self._server.cond.wait()
+            self.waited_s += time.perf_counter() - started
+        assert reply is not None, "drained an empty outbox"
+        return replace(reply, appended=True)
+
+    def _append(self, item: _Outgoing) -> AppendReply:
+        """One append as the server's script does it: admitted or refused, the reply says what the run is at."""
+        data = self._server.data(self._run)
+        if data.epoch is None:
+            data.epoch = secrets.token_hex(8).encode()
+        size = len(item.h) + len(item.d)
+        factor = data.widening
+        appended = not (len(data.stream) >= factor * self.max_entries
+                        or (data.backlog_bytes > 0 and data.backlog_bytes + size > factor * self.max_bytes))
+        if appended:
+            data.stream[self._server.next_id()] = {b"h": item.h, b"d": item.d}
+            data.stream_exists = True
+            data.backlog_bytes += size
+            if item.produced_total > data.produced.get(self.worker, 0):
+                data.produced[self.worker] = item.produced_total
+            self._server.changed()
+        return AppendReply(appended=appended, policy_version=-1 if data.policy is None else data.policy,
+                           stop=data.stop is not None, watermark=_watermark(data, self.worker), epoch=data.epoch,
+                           widening=data.widening, share=data.shares.get(self.worker))
+
+    def _observe(self, mark: int, epoch: bytes) -> None:
+        """Drops consumed entries from the retained ones; after a data loss, queues the rest to be sent again."""
+        if self.epoch is not None and epoch != self.epoch:
+            lost = [r for r in self._retained if r.seq > mark]
+            log.warning("memory server lost its data (epoch %s -> %s); re-sending %d unconsumed entries",
+                        self.epoch.decode(), epoch.decode(), len(lost))
+            self.resent += len(lost)
+            self._outbox.extendleft(reversed(lost))
+            self._retained.clear()
+        self.epoch = epoch
+        self._retained = collections.deque(r for r in self._retained if r.seq > mark)
+
+    def retained(self) -> int:
+        return len(self._retained)
+
+    def wait_consumed(self, last_seq: int, timeout: float, should_stop: Callable[[], bool]) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._server.cond:
+                data = self._server.data(self._run)
+                if data.epoch is None:
+                    data.epoch = secrets.token_hex(8).encode()
+                mark = _watermark(data, self.worker)
+                self._observe(mark, data.epoch)
+                if self._outbox and not self._drain().appended:
+                    return False
+                if mark >= last_seq:
+                    return True
+            if should_stop():
+                return False
+            with self._server.cond:
+                if _watermark(self._server.data(self._run), self.worker) < last_seq:
+                    self._server.cond.wait(max(0.0, min(STOP_CHECK_S, deadline - time.monotonic())))
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+class _Lost(Exception):
+    """The consumer group vanished while a read waited (the server lost its data)."""
+
+
+class InProcessReader:
+    """The trainer's side of the stream: one consumer of the run's consumer group."""
+
+    def __init__(self, server: _Server, run: str, name: str, on_reset: Callable[[], None] | None = None):
+        self._server = server
+        self._run = run
+        self.name = name
+        self.on_reset = on_reset
+        self.resets = 0
+        self._pending_first = True
+        with server.cond:
+            data = server.data(run)
+            if data.group is None:
+                data.group = _Group()
+                data.stream_exists = True
+
+    def _call(self, fn: Callable[[_RunData, _Group], list]) -> list:
+        """Runs a group operation; when the server lost the group, recreates it (from the stream's start), counts
+        a reset and calls ``on_reset`` (outside the lock) before running it again."""
+        while True:
+            with self._server.cond:
+                data = self._server.data(self._run)
+                if data.group is not None:
+                    try:
+                        return fn(data, data.group)
+                    except _Lost:
+                        continue
+                log.warning("consumer group gone (memory server restarted without data); recreating it")
+                data.group = _Group()
+                data.stream_exists = True
+                self.resets += 1
+                self._pending_first = False
+            if self.on_reset:
+                self.on_reset()
+
+    def read(self, count: int, block_ms: int | None) -> list[Entry]:
+        if block_ms is not None and block_ms <= 0:
+            raise ValueError("block_ms must be positive or None")
+        if self._pending_first:
+            got = self._call(lambda data, group: self._history(data, group, count))
+            if got:
+                return got
+            self._pending_first = False
+        deadline = None if block_ms is None else time.monotonic() + block_ms / 1000.0
+        return self._call(lambda data, group: self._new(data, group, count, deadline))
+
+    def _history(self, data: _RunData, group: _Group, count: int) -> list[Entry]:
+        """This consumer's own pending entries, oldest first (each delivered again now)."""
+        now = time.monotonic()
+        mine = sorted(k for k, p in group.pending.items() if p.consumer == self.name)[:count]
+        out = []
+        for key in mine:
+            pending = group.pending[key]
+            if key in data.stream:
+                pending.delivered_at, pending.deliveries = now, pending.deliveries + 1
+                out.append((_format_id(key), dict(data.stream[key])))
+        return out
+
+    def _new(self, data: _RunData, group: _Group, count: int, deadline: float | None) -> list[Entry]:
+        """Entries never delivered to the group, waiting on the condition until ``deadline`` for some."""
+        while True:
+            fresh = [k for k in data.stream if k > group.last][:count]
+            if fresh or deadline is None:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return []
+            self._server.cond.wait(left)
+            if self._server.runs.get(self._run) is not data or data.group is not group:
+                raise _Lost
+        now = time.monotonic()
+        for key in fresh:
+            group.pending[key] = _Pending(self.name, now)
+        if fresh:
+            group.last = fresh[-1]
+        return [(_format_id(k), dict(data.stream[k])) for k in fresh]
+
+    def reclaim(self, min_idle_ms: int, count: int = 64) -> list[Entry]:
+        def claim(data: _RunData, group: _Group) -> list[Entry]:
+            now = time.monotonic()
+            out = []
+            for key in sorted(group.pending):
+                if len(out) >= count:
+                    break
+                pending = group.pending[key]
+                if (now - pending.delivered_at) * 1000.0 < min_idle_ms:
+                    continue
+                if key not in data.stream:
+                    del group.pending[key]
+                    continue
+                group.pending[key] = _Pending(self.name, now, pending.deliveries + 1)
+                out.append((_format_id(key), dict(data.stream[key])))
+            return out
+
+        return self._call(claim)
+
+    def commit(self, acks: Iterable[tuple[bytes, int]], state: dict[str, str | int],
+               dead: Iterable[tuple[bytes, dict, str, str]] = ()) -> None:
+        acks, dead = list(acks), list(dead)
+        if not acks and not state and not dead:
+            return
+        values = _fields(state)
+        with self._server.cond:
+            data = self._server.data(self._run)
+            for entry_id, fields, kind, reason in dead:
+                kept = {k: v for k, v in fields.items() if isinstance(k, bytes)}
+                kept.update({b"reason": reason.encode()[:1000], b"kind": kind.encode(),
+                             b"source_id": entry_id if isinstance(entry_id, bytes) else str(entry_id).encode()})
+                data.dead.append(kept)
+                data.dead_counts[kind] = data.dead_counts.get(kind, 0) + 1
+            freed = 0
+            for entry_id, size in acks:
+                key = _parse_id(entry_id)
+                if data.group is not None:
+                    data.group.pending.pop(key, None)
+                if data.stream.pop(key, None) is not None:
+                    freed += int(size)
+            data.backlog_bytes = max(0, data.backlog_bytes - freed)
+            data.state.update(values)
+            self._server.changed()
+
+    def load_state(self) -> dict[str, str]:
+        with self._server.cond:
+            return dict(self._server.data(self._run).state)
+
+    def rewrite(self, state: dict[str, str | int], produced: dict[str, int], widening: int, version: int) -> None:
+        values = _fields(state)
+        with self._server.cond:
+            data = self._server.data(self._run)
+            data.state.update(values)
+            for worker, count in produced.items():
+                if int(count) > data.produced.get(worker, 0):
+                    data.produced[worker] = int(count)
+            data.widening = max(1, int(widening))
+            if version >= 0:
+                data.policy = int(version)
+            self._server.changed()
+
+    def set_widening(self, factor: int) -> None:
+        with self._server.cond:
+            self._server.data(self._run).widening = max(1, int(factor))
+            self._server.changed()
+
+    def backlog(self) -> int:
+        with self._server.cond:
+            return len(self._server.data(self._run).stream)
+
+    def backlog_bytes(self) -> int:
+        with self._server.cond:
+            return self._server.data(self._run).backlog_bytes
+
+
+class InProcessAnnouncements:
+    """The latest announced policy version; waiting for a newer one waits on the server's condition."""
+
+    def __init__(self, server: _Server, run: str):
+        self._server = server
+        self._run = run
+
+    def announce(self, version: int) -> None:
+        _stored(version)
+        with self._server.cond:
+            self._server.data(self._run).policy = int(version)
+            self._server.changed()
+
+    def latest(self) -> int:
+        with self._server.cond:
+            policy = self._server.data(self._run).policy
+            return -1 if policy is None else policy
+
+    def wait_for(self, min_version: int, timeout: float, should_stop: Callable[[], bool]) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            latest = self.latest()
+            if latest >= min_version:
+                return latest
+            if should_stop():
+                return -1
+            with self._server.cond:
+                if self.latest() < min_version:
+                    self._server.cond.wait(max(0.0, min(STOP_CHECK_S, deadline - time.monotonic())))
+        return -1
+
+    def close(self) -> None:
+        pass
+
+
+class InProcessControl:
+    """The run's control state: stop flag, membership and shares, done markers, status fields, counters."""
+
+    def __init__(self, server: _Server, run: str):
+        self._server = server
+        self._run = run
+
+    def _read(self, fn: Callable[[_RunData], object]):
+        with self._server.cond:
+            return fn(self._server.data(self._run))
+
+    def _write(self, fn: Callable[[_RunData], None]) -> None:
+        with self._server.cond:
+            fn(self._server.data(self._run))
+            self._server.changed()
+
+    def stop_reason(self) -> str | None:
+        return self._read(lambda d: d.stop)
+
+    def request_stop(self, reason: str) -> None:
+        reason = _stored(reason)
+        self._write(lambda d: setattr(d, "stop", reason))
+
+    def members(self) -> dict[str, str]:
+        return self._read(lambda d: dict(d.members))
+
+    def shares(self) -> dict[str, int]:
+        return self._read(lambda d: dict(d.shares))
+
+    def share(self, worker: str) -> int | None:
+        return self._read(lambda d: d.shares.get(worker))
+
+    def register(self, members: dict[str, str], shares: dict[str, int], only_new: bool = False) -> None:
+        states, _ = _fields(members), _fields(shares)
+
+        def do(d: _RunData) -> None:
+            for name, state in states.items():
+                if not only_new or name not in d.members:
+                    d.members[name] = state
+            for name, value in shares.items():
+                if not only_new or name not in d.shares:
+                    d.shares[name] = int(value)
+
+        self._write(do)
+
+    def snapshot(self) -> tuple[dict[str, int], dict[str, int], dict[str, str]]:
+        return self._read(lambda d: (dict(d.produced), dict(d.shares), dict(d.members)))
+
+    def mark_worker_done(self, worker: str, produced: int) -> None:
+        _stored(produced)
+        self._write(lambda d: d.workers_done.__setitem__(worker, int(produced)))
+
+    def workers_done(self) -> dict[str, int]:
+        return self._read(lambda d: dict(d.workers_done))
+
+    def forget_workers_done(self, workers: Iterable[str]) -> None:
+        workers = list(workers)
+
+        def do(d: _RunData) -> None:
+            for worker in workers:
+                d.workers_done.pop(worker, None)
+
+        self._write(do)
+
+    def mark_trainer_done(self, version: int) -> None:
+        _stored(version)
+        self._write(lambda d: setattr(d, "trainer_done", int(version)))
+
+    def trainer_done(self) -> int | None:
+        return self._read(lambda d: d.trainer_done)
+
+    def write_status(self, name: str, fields: dict) -> None:
+        values = _fields({k: "" if v is None else v for k, v in fields.items()})
+        if values:
+            self._write(lambda d: d.status.setdefault(name, {}).update(values))
+
+    def status(self, name: str) -> dict[str, str]:
+        return self._read(lambda d: dict(d.status.get(name, {})))
+
+    def statuses(self, names: Iterable[str]) -> dict[str, dict[str, str]]:
+        names = list(names)
+        return self._read(lambda d: {n: dict(d.status.get(n, {})) for n in names})
+
+    def forget_status_field(self, name: str, field: str) -> None:
+        def do(d: _RunData) -> None:
+            fields = d.status.get(name)
+            if fields is not None:
+                fields.pop(field, None)
+                if not fields:
+                    del d.status[name]
+
+        self._write(do)
+
+    def started_at(self) -> float | None:
+        return self._read(lambda d: d.started_at)
+
+    def set_started_at(self, when: float) -> None:
+        _stored(when)
+        self._write(lambda d: setattr(d, "started_at", float(when)))
+
+    def produced(self) -> dict[str, int]:
+        return self._read(lambda d: dict(d.produced))
+
+    def dead_letters(self) -> dict[str, int]:
+        return self._read(lambda d: dict(d.dead_counts))
+
+    def unconsumed(self) -> int:
+        def count(d: _RunData) -> int:
+            headers = (_header(fields) for fields in d.stream.values())
+            return sum(h.count for h in headers if h is not None)
+
+        return self._read(count)
+
+    def has_data(self) -> bool:
+        return self._read(lambda d: d.policy is not None or d.stream_exists)
+
+    def clear(self) -> None:
+        with self._server.cond:
+            self._server.runs.pop(self._run, None)
+            self._server.changed()
+
+
+class InProcessMemory:
+    """A connection to the in-process server ``name``, bound to ``run`` (``drl.memory.base.MemoryBackend``)."""
+
+    def __init__(self, name: str, run: str):
+        self.name = name
+        self.run = run
+        self._server = _server(name)
+
+    def writer(self, worker: str, max_entries: int, max_bytes: int) -> InProcessWriter:
+        return InProcessWriter(self._server, self.run, worker, max_entries, max_bytes)
+
+    def reader(self, name: str, on_reset: Callable[[], None] | None = None) -> InProcessReader:
+        return InProcessReader(self._server, self.run, name, on_reset)
+
+    def announcements(self) -> InProcessAnnouncements:
+        return InProcessAnnouncements(self._server, self.run)
+
+    def control(self) -> InProcessControl:
+        return InProcessControl(self._server, self.run)
+
+    def wipe(self) -> None:
+        """This backend's server loses every run's data (see ``wipe``)."""
+        wipe(self.name)
+
+    def describe(self) -> str:
+        return SCHEME + self.name
+
+    def close(self) -> None:
+        pass

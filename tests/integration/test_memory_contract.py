@@ -1,0 +1,825 @@
+"""The memory backend's contract (``drl.memory.base``), held against both implementations: the Redis Streams one on a
+real server (through ``drl.memory.open_memory``) and the in-process one (``drl.memory.inproc``), which the unit tests
+of the service loops stand on. Every protocol method's behaviour is checked the same way on both, so a service that
+passes its in-process tests does the same against Redis.
+
+Each test gets ``mem``: ``mem.open()`` opens another backend on the same server and run, as another service would;
+``mem.lose_data()`` makes the server lose everything, as a memory server restarted without persistence does.
+"""
+
+from __future__ import annotations
+
+import ast
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from drl._proto import experience_pb2
+from drl.memory import inproc
+from drl.memory.base import AppendReply, MemoryBackend, MemoryBackendError
+
+WAKE_S = 5.0
+"""How long a blocked call may take to notice what should wake it (Redis writers re-check every 0.5 s at most)."""
+QUIET_S = 0.3
+"""How long a blocked call is watched to show that it stays blocked."""
+
+
+@dataclass
+class Memory:
+    kind: str
+    run: str
+    open: Callable[[], MemoryBackend]
+    lose_data: Callable[[], None]
+    open_run: Callable[[str], MemoryBackend]
+
+
+@pytest.fixture(params=["inproc", "redis"])
+def mem(request):
+    run = f"contract-{uuid.uuid4().hex[:8]}"
+    opened: list[MemoryBackend] = []
+
+    def keep(backend: MemoryBackend) -> MemoryBackend:
+        opened.append(backend)
+        return backend
+
+    if request.param == "inproc":
+        name = f"contract-{uuid.uuid4().hex[:8]}"
+        yield Memory("inproc", run, lambda: keep(inproc.open_inproc(name, run)), lambda: inproc.wipe(name),
+                     lambda other: keep(inproc.open_inproc(name, other)))
+        inproc.discard(name)
+    else:
+        try:
+            from drl.memory import open_memory
+        except ImportError:
+            pytest.skip("the Redis implementation is not behind drl.memory.open_memory yet")
+        server = request.getfixturevalue("redis_server")
+        client = request.getfixturevalue("redis_client")
+        yield Memory("redis", run, lambda: keep(open_memory(server.url, run)), client.flushdb,
+                     lambda other: keep(open_memory(server.url, other)))
+        client.flushdb()
+    for backend in opened:
+        backend.close()
+
+
+def entry(worker: str, seq: int, count: int = 8, pad: int = 64, run: str = "r") -> tuple[bytes, bytes]:
+    """An entry whose header decodes (``count`` transitions) and whose data is ``pad`` bytes; for seq <= 15 the size
+    of an entry does not depend on its seq."""
+    header = experience_pb2.BatchHeader(run=run, worker_id=worker, seq=seq, count=count, produced_total=seq * count)
+    return header.SerializeToString(), bytes([seq % 256]) * pad
+
+
+def size(h: bytes, d: bytes) -> int:
+    return len(h) + len(d)
+
+
+def send(writer, worker: str, seq: int, **kw) -> AppendReply:
+    h, d = entry(worker, seq, **kw)
+    return writer.send(seq, h, d, seq * kw.get("count", 8))
+
+
+def header(fields: dict) -> experience_pb2.BatchHeader:
+    parsed = experience_pb2.BatchHeader()
+    parsed.ParseFromString(fields[b"h"])
+    return parsed
+
+
+def seqs(entries) -> list[tuple[str, int]]:
+    return [(header(f).worker_id, header(f).seq) for _, f in entries]
+
+
+def consume(reader, count: int = 100, state: dict | None = None, block_ms: int | None = None):
+    """Reads up to ``count`` entries and commits them all (with ``state``); returns them."""
+    got = reader.read(count, block_ms)
+    reader.commit([(eid, size(f[b"h"], f[b"d"])) for eid, f in got], state or {})
+    return got
+
+
+class Background:
+    """A call run on a thread, to show that it blocks and what wakes it."""
+
+    def __init__(self, fn: Callable):
+        self.result: list = []
+        self.error: list = []
+        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self.started = time.monotonic()
+        self.thread.start()
+
+    def _run(self, fn):
+        try:
+            self.result.append(fn())
+        except BaseException as exc:  # surfaced by ``value``
+            self.error.append(exc)
+
+    def done(self, timeout: float = 0.0) -> bool:
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+    @property
+    def value(self):
+        assert self.done(WAKE_S), "the call did not return"
+        if self.error:
+            raise self.error[0]
+        return self.result[0]
+
+
+# -- the experience stream: order, back-pressure, widening -------------------------------------------------------
+
+def test_entries_are_read_in_append_order_with_their_bytes_untouched(mem):
+    backend = mem.open()
+    reader = backend.reader("trainer-0")
+    writers = {w: mem.open().writer(w, max_entries=100, max_bytes=1 << 20) for w in ("rollout-0", "rollout-1")}
+    order = [("rollout-0", 1), ("rollout-1", 1), ("rollout-0", 2), ("rollout-0", 3), ("rollout-1", 2)]
+    for worker, seq in order:
+        assert send(writers[worker], worker, seq).appended
+    assert reader.backlog() == 5
+    assert reader.backlog_bytes() == sum(size(*entry(w, s)) for w, s in order)
+    got = reader.read(3, None) + reader.read(10, None)
+    assert seqs(got) == order
+    assert all((f[b"h"], f[b"d"]) == entry(*seqs([(e, f)])[0]) for e, f in got)
+    assert len({e for e, _ in got}) == 5
+    assert reader.read(10, None) == [], "an entry was delivered twice"
+    assert reader.backlog() == 5, "reading alone removed entries: only a commit does"
+    reader.commit([(eid, size(f[b"h"], f[b"d"])) for eid, f in got], {})
+    assert reader.backlog() == 0 and reader.backlog_bytes() == 0
+
+
+def test_a_full_backlog_holds_the_writer_back_until_a_commit_frees_room(mem):
+    backend = mem.open()
+    reader = backend.reader("trainer-0")
+    writer = mem.open().writer("rollout-0", max_entries=2, max_bytes=1 << 20)
+    assert send(writer, "rollout-0", 1).appended and send(writer, "rollout-0", 2).appended
+    held = Background(lambda: send(writer, "rollout-0", 3))
+    assert not held.done(QUIET_S), "an append past max_entries was admitted"
+    assert reader.backlog() == 2
+    got = consume(reader, count=1)
+    assert seqs(got) == [("rollout-0", 1)]
+    assert held.value.appended, "the commit that freed room did not let the held-back writer in"
+    assert writer.waited_s >= QUIET_S * 0.8
+    assert seqs(reader.read(10, None)) == [("rollout-0", 2), ("rollout-0", 3)], "an entry was dropped or reordered"
+
+
+def test_the_byte_limit_admits_an_entry_into_an_empty_backlog_and_then_holds_back(mem):
+    reader = mem.open().reader("trainer-0")
+    one = size(*entry("rollout-0", 1))
+    writer = mem.open().writer("rollout-0", max_entries=100, max_bytes=one // 2)
+    assert send(writer, "rollout-0", 1).appended, "an entry larger than the byte limit was refused by an empty backlog"
+    held = Background(lambda: send(writer, "rollout-0", 2))
+    assert not held.done(QUIET_S), "an entry went past the byte limit into a backlog holding bytes"
+    consume(reader)
+    assert held.value.appended
+    assert reader.backlog_bytes() == one
+
+
+def test_the_byte_limit_counts_the_bytes_already_waiting(mem):
+    reader = mem.open().reader("trainer-0")
+    one = size(*entry("rollout-0", 1))
+    writer = mem.open().writer("rollout-0", max_entries=100, max_bytes=2 * one)
+    assert send(writer, "rollout-0", 1).appended and send(writer, "rollout-0", 2).appended, \
+        "entries up to exactly max_bytes were refused"
+    held = Background(lambda: send(writer, "rollout-0", 3))
+    assert not held.done(QUIET_S)
+    consume(reader, count=1)
+    assert held.value.appended
+
+
+def test_widening_multiplies_both_limits_and_the_reply_says_by_how_much(mem):
+    reader = mem.open().reader("trainer-0")
+    one = size(*entry("rollout-0", 1))
+    writer = mem.open().writer("rollout-0", max_entries=2, max_bytes=100 * one)
+    assert [send(writer, "rollout-0", s).widening for s in (1, 2)] == [1, 1]
+    held = Background(lambda: send(writer, "rollout-0", 3))
+    assert not held.done(QUIET_S)
+    reader.set_widening(3)
+    reply = held.value
+    assert reply.appended and reply.widening == 3, "widening did not raise the entry limit"
+    assert all(send(writer, "rollout-0", s).appended for s in (4, 5, 6))
+    assert reader.backlog() == 6
+    held = Background(lambda: send(writer, "rollout-0", 7))
+    assert not held.done(QUIET_S), "the widened entry limit (3 x 2) did not hold"
+    reader.set_widening(1)
+    consume(reader, count=4)
+    assert not held.done(QUIET_S), "with the limits restored, 2 entries in the stream still leave no room"
+    consume(reader, count=1)
+    reply = held.value
+    assert reply.appended and reply.widening == 1
+
+    bytes_writer = mem.open().writer("rollout-1", max_entries=100, max_bytes=2 * one)
+    consume(reader)
+    reader.set_widening(2)
+    assert all(send(bytes_writer, "rollout-1", s).appended for s in (1, 2, 3, 4))
+    held = Background(lambda: send(bytes_writer, "rollout-1", 5))
+    assert not held.done(QUIET_S), "the widened byte limit (2 x 2 entries) did not hold"
+    reader.set_widening(1)
+    consume(reader)
+    assert held.value.appended
+
+
+def test_a_held_back_writer_gives_up_only_when_the_run_stops(mem):
+    mem.open().reader("trainer-0")
+    writer = mem.open().writer("rollout-0", max_entries=1, max_bytes=1 << 20)
+    control = mem.open().control()
+    assert send(writer, "rollout-0", 1).appended
+    held = Background(lambda: send(writer, "rollout-0", 2))
+    assert not held.done(QUIET_S)
+    control.request_stop("orchestrator")
+    reply = held.value
+    assert not reply.appended and reply.stop
+    reply = send(writer, "rollout-0", 3)
+    assert not reply.appended and reply.stop, "a refused append waited although the run is stopping"
+
+
+def test_an_admitted_append_still_reports_the_stop_flag(mem):
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    mem.open().control().request_stop("stopped")
+    reply = send(writer, "rollout-0", 1)
+    assert reply.appended and reply.stop
+
+
+# -- the append's reply, retained entries, data loss ---------------------------------------------------------------
+
+def test_the_reply_carries_version_stop_watermark_epoch_widening_and_share(mem):
+    reader = mem.open().reader("trainer-0")
+    control = mem.open().control()
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    first = send(writer, "rollout-0", 1)
+    assert (first.appended, first.policy_version, first.stop, first.watermark, first.widening, first.share) == \
+        (True, -1, False, 0, 1, None)
+    assert isinstance(first.epoch, bytes) and first.epoch
+    mem.open().announcements().announce(4)
+    control.register({"rollout-0": "active"}, {"rollout-0": 1200})
+    reader.commit([], {"seq:rollout-0": "2,4,5", "seq:rollout-1": "9"})
+    reader.set_widening(2)
+    reply = send(writer, "rollout-0", 2)
+    assert (reply.policy_version, reply.stop, reply.watermark, reply.widening, reply.share) == (4, False, 2, 2, 1200)
+    assert reply.epoch == first.epoch, "the epoch changed without a data loss"
+
+
+def test_produced_totals_only_rise(mem):
+    control = mem.open().control()
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    h, d = entry("rollout-0", 1)
+    writer.send(1, h, d, 16)
+    writer.send(2, *entry("rollout-0", 2), 8)
+    assert control.produced() == {"rollout-0": 16}, "an append lowered the produced total"
+    writer.send(3, *entry("rollout-0", 3), 24)
+    assert control.produced() == {"rollout-0": 24}
+    assert control.snapshot()[0] == {"rollout-0": 24}
+
+
+def test_retained_entries_are_dropped_once_the_watermark_covers_them(mem):
+    reader = mem.open().reader("trainer-0")
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    for seq in (1, 2, 3):
+        send(writer, "rollout-0", seq)
+    assert writer.retained() == 3
+    consume(reader, count=2, state={"seq:rollout-0": "2"})
+    reply = send(writer, "rollout-0", 4)
+    assert reply.watermark == 2
+    assert writer.retained() == 2, "entries at or below the watermark were kept, or unconsumed ones dropped"
+
+
+def test_after_a_data_loss_writers_resend_what_was_not_consumed_and_the_reader_resets(mem):
+    resets: list[int] = []
+    reader = mem.open().reader("trainer-0", on_reset=lambda: resets.append(1))
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    replies = [send(writer, "rollout-0", seq) for seq in (1, 2, 3, 4)]
+    epoch = replies[-1].epoch
+    before = consume(reader, count=3, state={"seq:rollout-0": "3"})
+    assert seqs(before) == [("rollout-0", 1), ("rollout-0", 2), ("rollout-0", 3)]
+    assert writer.retained() == 4, "the writer learned of consumption without an append"
+
+    mem.lose_data()
+    reply = send(writer, "rollout-0", 5)
+    assert reply.appended and reply.epoch != epoch, "the epoch did not change after the server lost its data"
+    assert reply.watermark == 0
+    assert writer.resent == 4
+    after = reader.read(100, None)
+    assert reader.resets == 1 and resets == [1], "the reader did not notice the reset exactly once"
+    assert sorted(seqs(after)) == [("rollout-0", s) for s in (1, 2, 3, 4, 5)]
+    first_copies = {header(f).seq: (f[b"h"], f[b"d"]) for _, f in before}
+    for _, fields in after:
+        seq = header(fields).seq
+        if seq in first_copies:
+            assert (fields[b"h"], fields[b"d"]) == first_copies[seq], "a re-sent entry changed its bytes"
+    duplicates = {seq for _, seq in seqs(after)} & set(first_copies)
+    assert duplicates == {1, 2, 3}, "re-sent entries are not recognisable by (worker, seq)"
+    assert reader.load_state() == {}
+    send(writer, "rollout-0", 6)
+    assert reader.resets == 1 and seqs(reader.read(10, None)) == [("rollout-0", 6)]
+
+
+def test_a_writer_held_back_when_the_server_loses_its_data_gets_in_and_resends(mem):
+    reader = mem.open().reader("trainer-0")
+    writer = mem.open().writer("rollout-0", max_entries=2, max_bytes=1 << 20)
+    epoch = send(writer, "rollout-0", 1).epoch
+    send(writer, "rollout-0", 2)
+    held = Background(lambda: send(writer, "rollout-0", 3))
+    assert not held.done(QUIET_S)
+    mem.lose_data()
+    got = []
+    deadline = time.monotonic() + WAKE_S
+    while not held.done() and time.monotonic() < deadline:
+        got += seqs(consume(reader, block_ms=100))
+    reply = held.value
+    assert reply.appended and reply.epoch != epoch
+    assert writer.resent == 2, "the unconsumed entries were not re-sent (they wait for room like any other)"
+    got += seqs(consume(reader))
+    assert sorted(s for _, s in got) == [1, 2, 3] and reader.resets == 1
+
+
+def test_a_commit_after_a_data_loss_is_stored_and_the_next_read_finds_the_reset(mem):
+    """A trainer that was between its read and its commit when the server lost its data: the commit finds nothing
+    to acknowledge and stores its state; the read after it notices the loss."""
+    resets: list[int] = []
+    reader = mem.open().reader("trainer-0", on_reset=lambda: resets.append(1))
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    send(writer, "rollout-0", 1)
+    got = reader.read(10, None)
+    mem.lose_data()
+    send(writer, "rollout-0", 2)
+    reader.commit([(eid, size(f[b"h"], f[b"d"])) for eid, f in got], {"consumed": 8, "seq:rollout-0": "1"})
+    assert reader.resets == 0 and resets == []
+    assert reader.load_state() == {"consumed": "8", "seq:rollout-0": "1"}
+    assert reader.backlog() == 2, "the new entry and the re-sent one"
+    assert reader.backlog_bytes() == size(*entry("rollout-0", 1)) + size(*entry("rollout-0", 2)), \
+        "acknowledging an entry the server lost released another's bytes"
+    assert sorted(seqs(reader.read(10, None))) == [("rollout-0", 1), ("rollout-0", 2)]
+    assert reader.resets == 1 and resets == [1]
+
+
+def test_the_reader_finds_the_reset_on_reclaim_too(mem):
+    resets: list[int] = []
+    reader = mem.open().reader("trainer-0", on_reset=lambda: resets.append(1))
+    mem.lose_data()
+    assert reader.reclaim(0) == []
+    assert reader.resets == 1 and resets == [1]
+
+
+def test_rewrite_puts_back_state_raises_produced_restores_widening_and_announces(mem):
+    backend = mem.open()
+    announcements = mem.open().announcements()
+    control = mem.open().control()
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    reader = backend.reader("trainer-0", on_reset=lambda: reader.rewrite(
+        {"consumed": 32, "seq:rollout-0": "2", "seq:rollout-1": "2"}, {"rollout-0": 16, "rollout-1": 16}, 4, 7))
+    for seq in (1, 2):
+        send(writer, "rollout-0", seq)
+    mem.lose_data()
+    for seq in (3, 4, 5):
+        send(writer, "rollout-0", seq)
+    assert control.produced() == {"rollout-0": 40}
+    assert announcements.latest() == -1
+    reader.read(100, None)
+    assert reader.resets == 1
+    assert control.produced() == {"rollout-0": 40, "rollout-1": 16}, "rewrite lowered a count or left one out"
+    assert reader.load_state() == {"consumed": "32", "seq:rollout-0": "2", "seq:rollout-1": "2"}
+    assert announcements.latest() == 7
+    reply = send(writer, "rollout-0", 6)
+    assert (reply.widening, reply.watermark, reply.policy_version) == (4, 2, 7)
+
+
+def test_rewrite_without_a_version_announces_nothing(mem):
+    reader = mem.open().reader("trainer-0")
+    reader.rewrite({"consumed": 0}, {}, 1, -1)
+    assert mem.open().announcements().latest() == -1
+    assert reader.load_state() == {"consumed": "0"}
+
+
+def test_wait_consumed_returns_once_the_watermark_reaches_the_last_seq(mem):
+    reader = mem.open().reader("trainer-0")
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    for seq in (1, 2, 3):
+        send(writer, "rollout-0", seq)
+    waiting = Background(lambda: writer.wait_consumed(3, timeout=30.0, should_stop=lambda: False))
+    consume(reader, count=2, state={"seq:rollout-0": "2"})
+    assert not waiting.done(QUIET_S), "returned before its last entry was consumed"
+    consume(reader, state={"seq:rollout-0": "3"})
+    assert waiting.value is True
+    assert writer.retained() == 0
+
+    started = time.monotonic()
+    assert writer.wait_consumed(4, timeout=0.3, should_stop=lambda: False) is False
+    assert 0.25 <= time.monotonic() - started < WAKE_S
+    stop = threading.Event()
+    waiting = Background(lambda: writer.wait_consumed(4, timeout=30.0, should_stop=stop.is_set))
+    assert not waiting.done(QUIET_S)
+    stop.set()
+    assert waiting.value is False
+
+
+def test_wait_consumed_resends_after_a_data_loss(mem):
+    reader = mem.open().reader("trainer-0")
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    for seq in (1, 2, 3):
+        send(writer, "rollout-0", seq)
+    consume(reader, count=1, state={"seq:rollout-0": "1"})
+    mem.lose_data()
+    assert writer.wait_consumed(3, timeout=0.3, should_stop=lambda: False) is False
+    assert writer.resent == 3, "wait_consumed did not re-send what the lost server held"
+    assert sorted(s for _, s in seqs(reader.read(100, None))) == [1, 2, 3]
+
+
+def test_a_restarted_writer_continues_its_numbering(mem):
+    reader = mem.open().reader("trainer-0")
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    assert writer.position() == (0, 0)
+    for seq in (1, 2, 3):
+        send(writer, "rollout-0", seq)
+    send(mem.open().writer("rollout-1", 10, 1 << 20), "rollout-1", 9)
+    consume(reader, count=1, state={"seq:rollout-0": "1"})
+    assert mem.open().writer("rollout-0", 10, 1 << 20).position() == (3, 24), "entries still in the stream count"
+    consume(reader, state={"seq:rollout-0": "3,5,7"})
+    assert mem.open().writer("rollout-0", 10, 1 << 20).position() == (7, 24), "the seqs seen above the mark count"
+    assert mem.open().writer("rollout-2", 10, 1 << 20).position() == (0, 0)
+
+
+# -- reading: blocking, pending entries first, reclaim -------------------------------------------------------------
+
+def test_read_returns_at_once_or_waits_for_an_append_up_to_block_ms(mem):
+    reader = mem.open().reader("trainer-0")
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    started = time.monotonic()
+    assert reader.read(10, None) == []
+    assert reader.read(10, 200) == []
+    assert 0.15 <= time.monotonic() - started < WAKE_S
+    waiting = Background(lambda: reader.read(10, 20_000))
+    assert not waiting.done(QUIET_S)
+    send(writer, "rollout-0", 1)
+    assert seqs(waiting.value) == [("rollout-0", 1)]
+    assert time.monotonic() - waiting.started < WAKE_S + QUIET_S
+    with pytest.raises(ValueError):
+        reader.read(10, 0)
+
+
+def test_a_restarted_reader_reads_its_own_unacknowledged_entries_first(mem):
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    for seq in (1, 2, 3):
+        send(writer, "rollout-0", seq)
+    first = mem.open().reader("trainer-0")
+    got = first.read(2, None)
+    assert seqs(got) == [("rollout-0", 1), ("rollout-0", 2)]
+    send(writer, "rollout-0", 4)
+    restarted = mem.open().reader("trainer-0")
+    again = restarted.read(10, None)
+    assert [e for e, _ in again] == [e for e, _ in got], "the restarted reader did not get its pending entries first"
+    restarted.commit([(e, size(f[b"h"], f[b"d"])) for e, f in again], {"consumed": 16})
+    assert seqs(restarted.read(10, None)) == [("rollout-0", 3), ("rollout-0", 4)]
+    assert restarted.load_state() == {"consumed": "16"}
+
+
+def test_reclaim_takes_entries_idle_at_another_reader(mem):
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    for seq in (1, 2, 3, 4):
+        send(writer, "rollout-0", seq)
+    dead = mem.open().reader("trainer-old")
+    assert len(dead.read(3, None)) == 3
+    alive = mem.open().reader("trainer-0")
+    assert alive.reclaim(60_000) == [], "reclaimed entries that were not idle long enough"
+    assert seqs(consume(alive)) == [("rollout-0", 4)], "entries pending at another reader were read as new"
+    time.sleep(0.3)
+    claimed = alive.reclaim(200)
+    assert seqs(claimed) == [("rollout-0", 1), ("rollout-0", 2), ("rollout-0", 3)]
+    assert alive.reclaim(200) == [], "entries just claimed were idle again at once"
+    assert seqs(mem.open().reader("trainer-0").read(10, None)) == seqs(claimed), \
+        "reclaimed entries did not become the claiming reader's own pending ones"
+    assert mem.open().reader("trainer-old").read(10, None) == [], "the dead reader kept entries it lost"
+
+
+def test_reclaim_takes_at_most_count_entries_oldest_first(mem):
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    for seq in (1, 2, 3, 4, 5):
+        send(writer, "rollout-0", seq)
+    mem.open().reader("trainer-old").read(5, None)
+    time.sleep(0.05)
+    alive = mem.open().reader("trainer-0")
+    first = alive.reclaim(10, count=2)
+    assert 2 <= len(first) <= 3 and seqs(first)[:2] == [("rollout-0", 1), ("rollout-0", 2)]
+    rest = alive.reclaim(10_000)
+    assert rest == [], "entries just claimed were idle again at once"
+
+
+# -- commit: acknowledgements, bytes, state, dead letters ----------------------------------------------------------
+
+def test_commit_acknowledges_deletes_releases_bytes_and_stores_state_in_one_step(mem):
+    reader = mem.open().reader("trainer-0")
+    control = mem.open().control()
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    for seq in (1, 2, 3):
+        send(writer, "rollout-0", seq)
+    got = reader.read(10, None)
+    sizes = [size(f[b"h"], f[b"d"]) for _, f in got]
+    (good_id, good), (bad_id, bad), (third_id, _) = got
+    reader.commit([(good_id, sizes[0]), (bad_id, sizes[1])], {"consumed": 8, "seq:rollout-0": "1,2"},
+                  dead=[(bad_id, bad, "foreign_run", "run 'x' is not this run")])
+    assert reader.backlog() == 1 and reader.backlog_bytes() == sizes[2]
+    assert control.dead_letters() == {"foreign_run": 1}
+    assert reader.load_state() == {"consumed": "8", "seq:rollout-0": "1,2"}
+    assert control.unconsumed() == 8
+
+    reader.commit([(good_id, sizes[0])], {"consumed": 9})
+    assert reader.backlog_bytes() == sizes[2], "acknowledging a deleted entry again released its bytes twice"
+    assert reader.load_state() == {"consumed": "9", "seq:rollout-0": "1,2"}, "state fields are merged, not replaced"
+
+    reader.commit([], {}, dead=[(b"0-1", {b"x": b"1"}, "bad_entry", "no header"),
+                                (b"0-2", {b"h": b"\xff"}, "bad_entry", "undecodable")])
+    assert control.dead_letters() == {"foreign_run": 1, "bad_entry": 2}
+    assert reader.backlog() == 1
+    reader.commit([(third_id, sizes[2])], {})
+    assert reader.backlog() == 0 and reader.backlog_bytes() == 0 and control.unconsumed() == 0
+    assert mem.open().reader("trainer-0").read(10, None) == [], "a committed entry was delivered again"
+
+
+def test_an_empty_commit_changes_nothing(mem):
+    reader = mem.open().reader("trainer-0")
+    reader.commit([], {})
+    assert reader.load_state() == {} and reader.backlog() == 0
+
+
+def test_values_the_server_cannot_store_are_refused_as_a_memory_backend_error(mem):
+    """A bool (or None, or a numpy integer) cannot be stored as the Redis implementation stores values; callers see
+    only the protocol's errors, so the refusal must be ``MemoryBackendError``, and nothing is written."""
+    control, reader = mem.open().control(), mem.open().reader("trainer-0")
+    with pytest.raises(MemoryBackendError):
+        control.write_status("trainer", {"updates": 3, "finished": True})
+    assert control.status("trainer") == {}
+    with pytest.raises(MemoryBackendError):
+        reader.commit([], {"consumed": 8, "done": None})
+    assert reader.load_state() == {}
+
+
+def test_values_are_returned_as_the_server_stores_them(mem):
+    control, reader = mem.open().control(), mem.open().reader("trainer-0")
+    control.write_status("trainer", {"s": "é", "b": b"raw", "i": 10 ** 20, "f": 0.1 + 0.2, "big": 1e20, "none": None,
+                                     "np": np.float64(2.5)})
+    assert control.status("trainer") == {"s": "é", "b": "raw", "i": "100000000000000000000",
+                                         "f": "0.30000000000000004", "big": "1e+20", "none": "", "np": "2.5"}
+    reader.commit([], {"consumed": 8, "rate": 2.5, "seq:rollout-0": b"3,5"})
+    assert reader.load_state() == {"consumed": "8", "rate": "2.5", "seq:rollout-0": "3,5"}
+
+
+# -- announcements -------------------------------------------------------------------------------------------------
+
+def test_announcements_are_seen_by_every_service_and_wake_waiters(mem):
+    trainer, worker = mem.open().announcements(), mem.open().announcements()
+    assert worker.latest() == -1
+    trainer.announce(0)
+    assert worker.latest() == 0
+    assert worker.wait_for(0, timeout=5.0, should_stop=lambda: False) == 0
+
+    started = time.monotonic()
+    assert worker.wait_for(1, timeout=0.3, should_stop=lambda: False) == -1
+    assert 0.25 <= time.monotonic() - started < WAKE_S
+
+    stop = threading.Event()
+    waiting = Background(lambda: worker.wait_for(1, timeout=30.0, should_stop=stop.is_set))
+    assert not waiting.done(QUIET_S)
+    stop.set()
+    assert waiting.value == -1
+
+    waiting = Background(lambda: worker.wait_for(2, timeout=30.0, should_stop=lambda: False))
+    trainer.announce(1)
+    assert not waiting.done(QUIET_S), "a version below min_version ended the wait"
+    trainer.announce(3)
+    assert waiting.value == 3
+    assert time.monotonic() - waiting.started < WAKE_S + QUIET_S
+    trainer.close()
+    worker.close()
+
+
+# -- run control ---------------------------------------------------------------------------------------------------
+
+def test_the_stop_flag(mem):
+    control, other = mem.open().control(), mem.open().control()
+    assert control.stop_reason() is None
+    other.request_stop("target_reached:12")
+    assert control.stop_reason() == "target_reached:12"
+    other.request_stop("orchestrator")
+    assert control.stop_reason() == "orchestrator"
+
+
+def test_members_and_shares_register_together_and_only_new_keeps_registered_workers(mem):
+    control = mem.open().control()
+    assert (control.members(), control.shares(), control.share("rollout-0")) == ({}, {}, None)
+    control.register({"rollout-0": "active", "rollout-1": "active"}, {"rollout-0": 500, "rollout-1": 500})
+    assert control.members() == {"rollout-0": "active", "rollout-1": "active"}
+    assert control.shares() == {"rollout-0": 500, "rollout-1": 500}
+    assert control.share("rollout-1") == 500 and control.share("rollout-7") is None
+
+    control.register({"rollout-1": "retired", "rollout-2": "active"}, {"rollout-1": 1, "rollout-2": 300},
+                     only_new=True)
+    assert control.members() == {"rollout-0": "active", "rollout-1": "active", "rollout-2": "active"}
+    assert control.shares() == {"rollout-0": 500, "rollout-1": 500, "rollout-2": 300}
+
+    control.register({"rollout-1": "retired"}, {"rollout-0": 600, "rollout-1": 120})
+    assert control.members() == {"rollout-0": "active", "rollout-1": "retired", "rollout-2": "active"}
+    assert control.shares() == {"rollout-0": 600, "rollout-1": 120, "rollout-2": 300}
+    assert mem.open().control().share("rollout-0") == 600
+
+
+def test_snapshot_reads_produced_shares_and_members_together(mem):
+    control = mem.open().control()
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    control.register({"rollout-0": "active", "rollout-1": "retired"}, {"rollout-0": 64, "rollout-1": 8})
+    send(writer, "rollout-0", 1)
+    send(writer, "rollout-0", 2)
+    assert control.snapshot() == ({"rollout-0": 16}, {"rollout-0": 64, "rollout-1": 8},
+                                  {"rollout-0": "active", "rollout-1": "retired"})
+
+
+def test_done_markers(mem):
+    control, other = mem.open().control(), mem.open().control()
+    assert control.workers_done() == {} and control.trainer_done() is None
+    other.mark_worker_done("rollout-0", 400)
+    other.mark_worker_done("rollout-1", 380)
+    assert control.workers_done() == {"rollout-0": 400, "rollout-1": 380}
+    control.forget_workers_done(["rollout-0", "rollout-5"])
+    assert control.workers_done() == {"rollout-1": 380}
+    control.forget_workers_done([])
+    assert control.workers_done() == {"rollout-1": 380}
+    other.mark_trainer_done(0)
+    assert control.trainer_done() == 0
+    other.mark_trainer_done(12)
+    assert control.trainer_done() == 12
+
+
+def test_status_fields(mem):
+    control, other = mem.open().control(), mem.open().control()
+    assert control.status("trainer") == {}
+    other.write_status("trainer", {"role": "trainer", "updates": 10, "transitions_per_s": 2.5})
+    other.write_status("trainer", {"updates": 12, "control_port": 5055})
+    other.write_status("rollout-0", {"role": "rollout", "produced": 64})
+    assert control.status("trainer") == {"role": "trainer", "updates": "12", "transitions_per_s": "2.5",
+                                         "control_port": "5055"}
+    both = control.statuses(["trainer", "rollout-0", "evaluator"])
+    assert both["trainer"] == control.status("trainer")
+    assert both["rollout-0"] == {"role": "rollout", "produced": "64"}
+    assert both.get("evaluator", {}) == {}
+    control.forget_status_field("trainer", "control_port")
+    control.forget_status_field("trainer", "never_written")
+    assert control.status("trainer") == {"role": "trainer", "updates": "12", "transitions_per_s": "2.5"}
+
+
+def test_started_at(mem):
+    control = mem.open().control()
+    assert control.started_at() is None
+    when = time.time()
+    mem.open().control().set_started_at(when)
+    assert control.started_at() == pytest.approx(when, abs=1e-3)
+
+
+def test_unconsumed_counts_the_transitions_in_entries_still_in_the_stream(mem):
+    reader = mem.open().reader("trainer-0")
+    control = mem.open().control()
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    assert control.unconsumed() == 0
+    send(writer, "rollout-0", 1, count=8)
+    send(writer, "rollout-0", 2, count=5)
+    writer.send(3, b"\xff\xff\xff\xff", b"junk", 13)
+    send(writer, "rollout-0", 4, count=3)
+    assert control.unconsumed() == 16, "an undecodable entry must count nothing, the others their header's count"
+    reader.read(2, None)
+    assert control.unconsumed() == 16, "read but unacknowledged entries are still unconsumed"
+    consume(mem.open().reader("trainer-0"), count=1)
+    assert control.unconsumed() == 8
+
+
+def test_has_data_and_clear(mem):
+    control = mem.open().control()
+    assert control.has_data() is False
+    mem.open().announcements().announce(0)
+    assert control.has_data() is True
+    control.clear()
+    assert control.has_data() is False
+    send(mem.open().writer("rollout-0", 10, 1 << 20), "rollout-0", 1)
+    assert control.has_data() is True
+
+    reader = mem.open().reader("trainer-0")
+    reader.commit([], {"consumed": 3})
+    reader.set_widening(4)
+    control.request_stop("stopped")
+    control.register({"rollout-0": "active"}, {"rollout-0": 10})
+    control.mark_worker_done("rollout-0", 8)
+    control.mark_trainer_done(2)
+    control.write_status("trainer", {"updates": 1})
+    control.set_started_at(1.0)
+    reader.commit([], {}, dead=[(b"0-1", {b"x": b"1"}, "bad_entry", "no header")])
+    control.clear()
+    assert control.has_data() is False
+    assert (control.stop_reason(), control.members(), control.shares(), control.produced()) == (None, {}, {}, {})
+    assert (control.workers_done(), control.trainer_done(), control.status("trainer")) == ({}, None, {})
+    assert (control.started_at(), control.dead_letters(), control.unconsumed()) == (None, {}, 0)
+    assert reader.load_state() == {} and reader.backlog() == 0 and reader.backlog_bytes() == 0
+    assert mem.open().announcements().latest() == -1
+    assert send(mem.open().writer("rollout-0", 10, 1 << 20), "rollout-0", 1).widening == 1
+
+
+def test_runs_on_one_server_are_apart(mem):
+    mine, theirs = mem.open(), mem.open_run(mem.run + "-other")
+    mine.announcements().announce(5)
+    mine.control().request_stop("stopped")
+    send(mine.writer("rollout-0", 10, 1 << 20), "rollout-0", 1)
+    assert theirs.announcements().latest() == -1
+    assert theirs.control().stop_reason() is None and theirs.control().has_data() is False
+    assert theirs.reader("trainer-0").read(10, None) == []
+    theirs.control().clear()
+    assert mine.control().has_data() is True and mine.run == mem.run
+
+
+def test_describe_names_the_server(mem):
+    text = mem.open().describe()
+    assert isinstance(text, str) and text
+
+
+# -- many threads at once ------------------------------------------------------------------------------------------
+
+def test_concurrent_writers_and_a_reader_count_every_entry_once_in_order(mem):
+    workers, entries = 3, 30
+    reader = mem.open().reader("trainer-0")
+    seen: dict[str, list[int]] = {}
+
+    def produce(worker: str) -> None:
+        writer = mem.open().writer(worker, max_entries=4, max_bytes=1 << 20)
+        for seq in range(1, entries + 1):
+            assert send(writer, worker, seq).appended
+
+    threads = [threading.Thread(target=produce, args=(f"rollout-{i}",), daemon=True) for i in range(workers)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while sum(map(len, seen.values())) < workers * entries and time.monotonic() < deadline:
+        for worker, seq in seqs(consume(reader, count=3, block_ms=200)):
+            seen.setdefault(worker, []).append(seq)
+    for t in threads:
+        t.join(WAKE_S)
+    assert seen == {f"rollout-{i}": list(range(1, entries + 1)) for i in range(workers)}
+    assert reader.backlog() == 0 and reader.backlog_bytes() == 0
+
+
+# -- Redis only: a refusal by the server --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("use", ["writer", "reader", "announcements"])
+def test_a_key_of_the_wrong_type_is_a_memory_backend_error_on_redis(use, redis_server, redis_client):
+    """The in-process server holds no keys of the wrong type; on Redis a key of a run that another program wrote
+    with another type makes the server refuse (WRONGTYPE), which callers must see as ``MemoryBackendError``."""
+
+    from drl.memory import open_memory
+    from drl.memory.redis import Keys
+
+    run = f"contract-{uuid.uuid4().hex[:8]}"
+    keys = Keys(run)
+    backend = open_memory(redis_server.url, run)
+    try:
+        with pytest.raises(MemoryBackendError):
+            if use == "writer":
+                redis_client.set(keys.stream, "not a stream")
+                send(backend.writer("rollout-0", 10, 1 << 20), "rollout-0", 1)
+            elif use == "reader":
+                redis_client.set(keys.stream, "not a stream")
+                backend.reader("trainer-0")
+            else:
+                redis_client.hset(keys.policy, "not", "a version")
+                backend.announcements().latest()
+    finally:
+        backend.close()
+
+
+# -- the in-process implementation itself --------------------------------------------------------------------------
+
+def test_in_process_backends_share_a_server_by_name_only():
+    run = "shared"
+    a, b = inproc.open_inproc("memory://contract-a", run), inproc.open_inproc("contract-a", run)
+    other = inproc.open_inproc("memory://contract-b", run)
+    try:
+        a.announcements().announce(3)
+        assert b.announcements().latest() == 3 and other.announcements().latest() == -1
+        assert a.describe() == "memory://contract-a"
+        a.wipe()
+        assert b.announcements().latest() == -1
+    finally:
+        inproc.discard("contract-a")
+        inproc.discard("contract-b")
+
+
+def test_open_memory_dispatches_memory_urls_to_the_in_process_backend():
+    try:
+        from drl.memory import open_memory
+    except ImportError:
+        pytest.skip("drl.memory.open_memory is not written yet")
+    backend = open_memory("memory://contract-dispatch", "r")
+    try:
+        assert isinstance(backend, inproc.InProcessMemory) and backend.run == "r"
+    finally:
+        inproc.discard("contract-dispatch")
+
+
+def test_the_in_process_backend_imports_no_redis():
+    tree = ast.parse(Path(inproc.__file__).read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not {n for n in names if n == "redis" or n.startswith(("redis.", "drl.memory.redis"))}

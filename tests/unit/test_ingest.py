@@ -1,0 +1,105 @@
+"""``drl.ingest``: every entry is accepted, dropped as a duplicate or as stale, or dead-lettered, and the ledger
+counts each transition exactly once; the ledger's fields round-trip through the committed state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from drl._proto import experience_pb2
+from drl.envs import space_spec
+from drl.ingest import Ingest, Ledger
+from drl.memory import codec
+
+RUN = "r"
+LAYOUT = codec.expected_layout(space_spec("Pendulum-v1"))
+MEMBERS = {"rollout-0", "rollout-1"}
+
+
+def _arrays(n: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(n)
+    return {"obs": rng.standard_normal((n, 3)).astype(np.float32),
+            "action": rng.uniform(-2, 2, (n, 1)).astype(np.float32),
+            "reward": rng.standard_normal(n).astype(np.float32),
+            "next_obs": rng.standard_normal((n, 3)).astype(np.float32),
+            "terminated": np.zeros(n, dtype=np.uint8)}
+
+
+def _entry(worker: str, seq: int, n: int = 4, version: int = 0, **flags) -> tuple[bytes, dict]:
+    header = experience_pb2.BatchHeader(run=RUN, worker_id=worker, seq=seq, policy_version=version,
+                                        produced_total=seq * n, **flags)
+    h, d = codec.encode(header, _arrays(n))
+    return f"{worker}-{seq}".encode(), {b"h": h, b"d": d}
+
+
+def _ingest() -> tuple[Ingest, Ledger, list[str]]:
+    ledger, asked = Ledger(), []
+
+    def admits(worker: str) -> bool:
+        asked.append(worker)
+        return worker in MEMBERS
+
+    return Ingest(RUN, LAYOUT, ledger, admits), ledger, asked
+
+
+def test_entries_are_accepted_once_and_duplicates_are_counted_not_taken():
+    ingest, ledger, _ = _ingest()
+    first = ingest.take([_entry("rollout-0", 1), _entry("rollout-0", 2), _entry("rollout-1", 1, n=6)])
+    assert [b.header.seq for b in first.accepted] == [1, 2, 1]
+    assert ledger.consumed == 14 and ledger.produced == {"rollout-0": 8, "rollout-1": 6}
+    again = ingest.take([_entry("rollout-0", 2), _entry("rollout-0", 3)])
+    assert [b.header.seq for b in again.accepted] == [3]
+    assert ledger.duplicates == 4 and ledger.consumed == 18
+    assert [eid for eid, _ in again.acks] == [b"rollout-0-2", b"rollout-0-3"], "a duplicate must still be acked"
+    assert again.touched == {"rollout-0"}
+    assert again.size == sum(codec.entry_size(f) for _, f in [_entry("rollout-0", 2), _entry("rollout-0", 3)])
+
+
+def test_a_sync_iteration_drops_other_versions_as_stale_but_keeps_their_progress():
+    ingest, ledger, _ = _ingest()
+    intake = ingest.take([_entry("rollout-0", 1, version=1), _entry("rollout-0", 2, version=0, final=True,
+                                                                    iteration_end=True)], sync_version=1)
+    assert [b.header.seq for b in intake.accepted] == [1]
+    assert (ledger.consumed, ledger.stale) == (4, 4)
+    assert ledger.final_seq == {"rollout-0": 2} and ledger.produced == {"rollout-0": 8}
+    assert ledger.iteration_end == {}, "a stale entry must not end the worker's iteration"
+    assert ledger.seqs.watermark == {"rollout-0": 2}
+
+
+def test_bad_and_foreign_entries_are_dead_lettered_with_their_kind_and_never_stop_the_rest():
+    ingest, ledger, asked = _ingest()
+    eid, good = _entry("rollout-0", 2)
+    truncated = dict(good)
+    truncated[b"d"] = good[b"d"][:-3]
+    intake = ingest.take([(b"x", {b"h": b"junk", b"d": b""}), (b"t", truncated), _entry("rollout-9", 1),
+                          _entry("rollout-0", 1)])
+    assert [kind for _, _, kind, _ in intake.dead] == ["bad_header", "truncated", "unknown_worker"]
+    assert ledger.dead_letters == 3 and ledger.consumed == 4
+    assert ledger.seqs.watermark["rollout-0"] == 2, "a truncated entry of a known worker must count as seen"
+    assert "rollout-9" in asked and "rollout-9" not in intake.touched
+    assert len(intake.acks) == 4
+
+
+def test_the_ledger_round_trips_through_the_committed_state():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1), _entry("rollout-0", 3, final=True),
+                 _entry("rollout-1", 1, iteration_end=True)])
+    fields = ledger.fields(ledger.known_workers(), updates=17)
+    assert fields["seq:rollout-0"] == "1,3" and fields["final:rollout-0"] == 3 and fields["updates"] == 17
+    assert fields["end:rollout-1"] == 0 and fields["produced:rollout-1"] == 4
+    other = Ledger()
+    updates = other.load({k: str(v) for k, v in fields.items()})
+    assert updates == 17
+    assert other.counters() == ledger.counters() and other.produced == ledger.produced
+    assert other.final_seq == ledger.final_seq and other.iteration_end == ledger.iteration_end
+    assert other.seqs.seen("rollout-0", 3) and not other.seqs.seen("rollout-0", 2)
+    assert Ledger().load({}) is None
+
+
+@pytest.mark.parametrize("seqs", [[3, 1, 2], [2, 2, 1, 3], [1, 2, 3]])
+def test_the_watermark_covers_exactly_the_contiguous_seqs_whatever_the_order(seqs):
+    ingest, ledger, _ = _ingest()
+    for seq in seqs:
+        ingest.take([_entry("rollout-0", seq)])
+    assert ledger.seqs.watermark["rollout-0"] == 3 and ledger.consumed == 12
+    assert ledger.duplicates == 4 * (len(seqs) - 3)

@@ -1,0 +1,98 @@
+"""Algorithm plugins: modules named in DRL_PLUGINS (or the drl.algorithms entry points) register before the
+configuration is built, in every process that imports drl; one that cannot be imported is a user error."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import drl.algorithms as algorithms
+from drl.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PLUGIN = '''
+from dataclasses import dataclass
+
+from drl.algorithms import ActorBase, Algorithm, opt, register
+
+
+@dataclass(frozen=True)
+class TinyConfig:
+    """Tiny's knobs."""
+
+    knob: int = opt(7, "A knob.")
+
+
+class Tiny(Algorithm):
+    name, config, doc, continuous = "tiny", TinyConfig, "Tiny hyperparameters.", True
+
+
+register(Tiny())
+'''
+
+
+def _python(code: str, plugins: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DRL_PLUGINS": plugins,
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, *(["-c", code] if code else []), *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+
+
+def test_plugin_modules_are_read_from_the_variable():
+    assert algorithms.plugin_modules({"DRL_PLUGINS": " a.b, ,c "}) == ["a.b", "c"]
+    assert algorithms.plugin_modules({}) == []
+
+
+def test_a_missing_plugin_is_a_user_error_naming_it():
+    with pytest.raises(UserError, match=r"^DRL_PLUGINS names 'no_such_plugin_mod', which cannot be imported: "
+                                        r"ModuleNotFoundError"):
+        algorithms.load_plugins(["no_such_plugin_mod"])
+
+
+def test_a_plugin_that_fails_on_import_is_a_user_error(tmp_path, monkeypatch):
+    (tmp_path / "broken_plugin_mod.py").write_text("raise RuntimeError('half written')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UserError, match="'broken_plugin_mod', which cannot be imported: RuntimeError: half written"):
+        algorithms.load_plugins(["broken_plugin_mod"])
+
+
+def test_an_entry_point_that_fails_is_a_user_error(monkeypatch):
+    class Point:
+        name, value = "toy", "toy_pkg.algorithm:Toy"
+
+        def load(self):
+            raise ImportError("no toy_pkg")
+
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group: [Point()] if group == algorithms.ENTRY_POINT_GROUP else [])
+    with pytest.raises(UserError, match=r"drl.algorithms entry point 'toy' \(toy_pkg.algorithm:Toy\) cannot be "
+                                        "loaded: ImportError: no toy_pkg"):
+        algorithms.load_plugins([])
+
+
+def test_a_plugin_gets_its_block_and_flags_in_every_process(tmp_path):
+    (tmp_path / "tiny_plugin_mod.py").write_text(textwrap.dedent(PLUGIN))
+    proc = _python("from drl.config import ExperimentConfig as C; c = C(algorithm='tiny');"
+                   "print(c.validate().tiny.knob, C.from_json('{\"tiny\": {\"knob\": 3}}').tiny.knob)",
+                   "tiny_plugin_mod", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["7", "3"]
+    proc = _python("", "tiny_plugin_mod", tmp_path, "-m", "orchestrator.cli", "--algorithm", "tiny", "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "--tiny.knob" in proc.stdout and "A knob." in proc.stdout
+
+
+def test_a_missing_plugin_stops_the_command_line_and_services_with_exit_2(tmp_path):
+    for args in (("-m", "orchestrator.cli", "presets"), ("-c", "import drl.config")):
+        proc = _python("", "no_such_plugin_mod", tmp_path, *args)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith("drl: error: DRL_PLUGINS names 'no_such_plugin_mod', which cannot be imported")
+        assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
