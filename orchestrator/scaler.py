@@ -1,16 +1,17 @@
 """The in-cluster half of ``drl-orchestrate scale RUN --workers N --backend kubernetes``.
 
-The orchestrator usually runs outside the cluster and cannot reach the run's Redis, so it starts this module as
-a one-off Job (``orchestrator.backends.kubernetes.manifests.scaler_job``: the trainer pod's image, environment
-and security context) and patches the rollout Indexed Job itself. The scaler changes only ``Keys.members`` and ``Keys.shares`` (and
-forgets a returning worker's ``workers:done``), with the rules of ``orchestrator.scaling``:
+The orchestrator usually runs outside the cluster and cannot reach the run's memory server, so it starts this
+module as a one-off Job (``orchestrator.backends.kubernetes.manifests.scaler_job``: the trainer pod's image,
+environment and security context) and patches the rollout Indexed Job itself. Through the memory backend's
+``RunControl``, the scaler changes only the membership and the shares (and forgets a returning worker's done
+marker), with the rules of ``orchestrator.scaling``:
 
     python -m orchestrator.scaler retire --workers N
         marks every active worker with an index of N or more ``retired`` (before the Job is scaled down, so
         the SYNC iterations of the others already split over the workers that stay)
     python -m orchestrator.scaler apply --workers N --job-size C [--hand-in-timeout S]
         retires as above (again: a re-run after a failure must not depend on the first half), waits up to S
-        seconds until each retired worker of index N or more has exited (``workers:done``, or it never
+        seconds until each retired worker of index N or more has exited (marked done, or it never
         produced or reported anything), then spreads the steps left over the workers below N; retired
         workers keep a share equal to what they produced, returning ones get what they produced plus their part
 
@@ -35,28 +36,15 @@ import time
 from dataclasses import dataclass
 from typing import Callable, NoReturn
 
-import redis
-
 from drl.config import ExperimentConfig
 from drl.errors import EXIT_USAGE, UserError
-from drl.memory.redis_backend import Keys, connect
+from drl.memory import MemoryBackendError, RunControl, open_memory
 from drl.naming import check_workers, worker_index
 from orchestrator import scaling
 
 HAND_IN_TIMEOUT_S = 120.0
 CONNECT_WAIT_S = 60.0
-
-
-def read_snapshot(client: redis.Redis, keys: Keys) -> scaling.Snapshot:
-    """``Keys.produced``, ``Keys.shares`` and ``Keys.members`` in one transaction (the local backend reads them
-    the same way)."""
-    pipe = client.pipeline(transaction=True)
-    pipe.hgetall(keys.produced)
-    pipe.hgetall(keys.shares)
-    pipe.hgetall(keys.members)
-    produced, assigned, members = ({k.decode(): v.decode() for k, v in raw.items()} for raw in pipe.execute())
-    return scaling.Snapshot({k: int(v) for k, v in produced.items()}, {k: int(v) for k, v in assigned.items()},
-                            members)
+MEMORY_RETRY_S = 0.0  # a failed call fails the pod with exit 1; its Job tries again (every step is idempotent)
 
 
 class RunEnded(UserError):
@@ -65,8 +53,8 @@ class RunEnded(UserError):
 
 @dataclass
 class Scaler:
-    client: redis.Redis
-    keys: Keys
+    control: RunControl
+    run: str
     cfg: ExperimentConfig
     steps_done: int = 0
     say: Callable[[str], None] = lambda text: print(f"drl-scaler: {text}", file=sys.stderr, flush=True)
@@ -78,26 +66,22 @@ class Scaler:
         return scaling.margin_transitions(self.cfg.batch_transitions)
 
     def snapshot(self) -> scaling.Snapshot:
-        return read_snapshot(self.client, self.keys)
+        return scaling.Snapshot(*self.control.snapshot())
 
     def check_running(self) -> None:
-        stop, done = self.client.get(self.keys.stop), self.client.exists(self.keys.trainer_done)
-        if done:
-            raise RunEnded(f"run {self.keys.run} has ended (its trainer finished); nothing to scale")
+        stop, done = self.control.stop_reason(), self.control.trainer_done()
+        if done is not None:
+            raise RunEnded(f"run {self.run} has ended (its trainer finished); nothing to scale")
         if stop:
-            raise RunEnded(f"run {self.keys.run} is stopping ({stop.decode()}); nothing to scale")
+            raise RunEnded(f"run {self.run} is stopping ({stop}); nothing to scale")
 
     def ensure_members(self) -> None:
         """A Kubernetes run starts without membership (every worker assumes the even split of ``--workers``):
         the first scaling registers exactly that, so nothing changes for the workers until shares move."""
-        if self.client.exists(self.keys.members):
+        if self.control.members():
             return
         shares = scaling.initial_shares(self.cfg.steps, self.steps_done, self.cfg.workers)
-        pipe = self.client.pipeline(transaction=True)
-        for name, value in shares.items():
-            pipe.hsetnx(self.keys.members, name, scaling.ACTIVE)
-            pipe.hsetnx(self.keys.shares, name, value)
-        pipe.execute()
+        self.control.register({name: scaling.ACTIVE for name in shares}, shares, only_new=True)
         self.say(f"registered the run's {self.cfg.workers} rollout workers as members")
 
     def retire(self, workers: int) -> list[str]:
@@ -105,20 +89,15 @@ class Scaler:
         self.ensure_members()
         leaving = scaling.plan_indexed_removal(self.snapshot(), workers)
         if leaving:
-            self.client.hset(self.keys.members, mapping={n: scaling.RETIRED for n in leaving})
+            self.control.register({n: scaling.RETIRED for n in leaving}, {})
             self.say(f"retired {', '.join(leaving)}")
         return leaving
 
     def gone(self, names: list[str]) -> list[str]:
-        """Those of ``names`` that have exited: they wrote ``workers:done``, or never produced nor reported."""
-        pipe = self.client.pipeline(transaction=False)
-        for n in names:
-            pipe.hexists(self.keys.workers_done, n)
-            pipe.hexists(self.keys.produced, n)
-            pipe.exists(self.keys.status(n))
-        flags = pipe.execute()
-        return [n for i, n in enumerate(names)
-                if flags[3 * i] or not (flags[3 * i + 1] or flags[3 * i + 2])]
+        """Those of ``names`` that have exited: they are marked done, or never produced nor reported."""
+        done, produced = self.control.workers_done(), self.control.produced()
+        statuses = self.control.statuses(names)
+        return [n for n in names if n in done or not (n in produced or statuses.get(n))]
 
     def wait_for_exit(self, names: list[str], timeout: float) -> list[str]:
         """Waits until every worker of ``names`` has exited; returns those still there after ``timeout``."""
@@ -145,13 +124,8 @@ class Scaler:
         snap = self.snapshot()
         plan = scaling.plan_indexed_shares(snap, steps=self.cfg.steps, steps_done=self.steps_done, workers=workers,
                                            margin=self.margin)
-        pipe = self.client.pipeline(transaction=True)
-        if plan.added:
-            pipe.hset(self.keys.members, mapping={n: scaling.ACTIVE for n in plan.added})
-            pipe.hdel(self.keys.workers_done, *plan.added)
-        if plan.shares:
-            pipe.hset(self.keys.shares, mapping=plan.shares)
-        pipe.execute()
+        self.control.register({n: scaling.ACTIVE for n in plan.added}, plan.shares)
+        self.control.forget_workers_done(plan.added)
         returning = [n for n in plan.added if snap.members.get(n) == scaling.RETIRED]
         grows = workers > job_size and any(worker_index(n) >= job_size for n in plan.names)
         size = workers if workers <= job_size or grows else job_size
@@ -212,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse(argv)
         cfg, run, url, steps_done = from_env()
-        client = connect(url, wait_s=CONNECT_WAIT_S)
-        scaler = Scaler(client, Keys(run), cfg, steps_done)
+        memory = open_memory(url, run, wait_s=CONNECT_WAIT_S, retry_s=MEMORY_RETRY_S)
+        scaler = Scaler(memory.control(), run, cfg, steps_done)
         if args.phase == "retire":
             result = {"workers": args.workers, "retired": scaler.retire(args.workers)}
         else:
@@ -221,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"drl-scaler: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
-    except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as exc:
+    except MemoryBackendError as exc:
         print(f"drl-scaler: error: the memory server failed: {exc}", file=sys.stderr, flush=True)
         return 1
     print(json.dumps({"phase": args.phase, **result}), flush=True)

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from drl.config import ExperimentConfig
-from drl.memory.redis import Keys
+from drl.memory.redis import Keys, RedisMemory
 from orchestrator.scaler import RunEnded, Scaler
 from tests.conftest import ROOT
 
@@ -47,7 +47,7 @@ def produce(client, keys, name: str, total: int, done: bool = False) -> None:
 
 
 def scaler(client, keys, workers: int = 3, **kw) -> Scaler:
-    return Scaler(client, keys, cfg(workers), say=lambda text: None, **kw)
+    return Scaler(RedisMemory(client, keys.run).control(), keys.run, cfg(workers), say=lambda text: None, **kw)
 
 
 def test_scale_down_then_up_keeps_the_shares_summing_to_the_steps(redis_client, keys):

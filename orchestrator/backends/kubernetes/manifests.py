@@ -105,7 +105,7 @@ def check_memory_url(url: str) -> None:
     """An external memory URL must be reachable from pods and carry no password (that goes to the Secret)."""
     if not url:
         return
-    from drl.memory.connection import url_has_password
+    from drl.memory import url_has_password
 
     if url_has_password(url):
         raise UserError("the memory URL must not carry a password (it would show in the ConfigMap); put it in "

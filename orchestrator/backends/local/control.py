@@ -1,10 +1,10 @@
 """A local run seen and ended from outside: ``drl-orchestrate status``, ``stop`` and ``scale`` of a local run.
 
 A local run is found through ``<run dir>/state.json`` (``orchestrator.state``): process ids, and control ports
-either recorded there or read from the services' Redis status hashes (the memory URL is in the state file;
-credentials come from the environment, as for every memory connection). A service that does not answer is
-shown as ``exited`` or ``unreachable``, with the last counters of its status hash when Redis still has them,
-never as an error. ``stop`` and ``scale`` leave a request file in the run folder, which the run's orchestrator
+either recorded there or read from the services' status fields on the memory server (``RunControl.statuses``;
+the memory URL is in the state file, credentials come from the environment, as for every memory connection). A
+service that does not answer is shown as ``exited`` or ``unreachable``, with its last status fields while the
+memory server still has them, never as an error. ``stop`` and ``scale`` leave a request file in the run folder, which the run's orchestrator
 (``orchestrator.backends.local.run``) takes up, and wait for its outcome.
 """
 
@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from drl.errors import UserError
+from drl.memory import MemoryBackendError, open_memory
 from drl.naming import check_workers
 from drl.status import status_message
 from orchestrator.backends.local.run import SCALE_REQUEST, SCALE_RESULT, STOP_REQUEST
@@ -24,26 +25,18 @@ from orchestrator.status import Row, format_table, get_status, row_from_status
 
 
 def _status_hashes(state: RunState) -> dict[str, dict[str, str]]:
-    """name -> status hash of every process, or {} when the memory server is gone (a finished local run)."""
-    from drl.memory import connect
-    from drl.memory.redis_backend import Keys
-
+    """name -> status fields of every process, or {} when the memory server is gone (a finished local run) or
+    the state file's memory URL cannot be used."""
     try:
-        client = connect(state.memory_url, timeout=1.0)
-    except Exception:
+        memory = open_memory(state.memory_url, state.run, retry_s=0.0, timeout=1.0)
+    except (UserError, MemoryBackendError, ValueError, TypeError):
         return {}
     try:
-        keys = Keys(state.run)
-        pipe = client.pipeline(transaction=False)
-        for p in state.processes:
-            pipe.hgetall(keys.status(p.name))
-        hashes = pipe.execute()
-    except Exception:
+        return memory.control().statuses(p.name for p in state.processes)
+    except MemoryBackendError:
         return {}
     finally:
-        client.close()
-    return {p.name: {k.decode(errors="replace"): v.decode(errors="replace") for k, v in h.items()}
-            for p, h in zip(state.processes, hashes)}
+        memory.close()
 
 
 def local_rows(state: RunState) -> list[Row]:

@@ -34,17 +34,11 @@ def store_url(cfg: ExperimentConfig) -> str:
 
 def preflight_memory(cfg: ExperimentConfig) -> None:
     """Fails before anything starts when the memory backend cannot be had: unreachable URL, no server binary."""
+    from drl.memory import check_url, find_server_binary
+
     if cfg.memory:
-        from drl.memory import connect
-        from drl.memory.connection import url_has_password
-
-        if url_has_password(cfg.memory):
-            raise UserError("the memory URL must not carry a password (it would show in process arguments and run "
-                            "files); put it in DRL_MEMORY_PASSWORD or DRL_MEMORY_PASSWORD_FILE")
-        connect(cfg.memory).close()
+        check_url(cfg.memory)
     else:
-        from orchestrator.redis_server import find_server_binary
-
         find_server_binary()
 
 

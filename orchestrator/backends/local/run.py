@@ -1,6 +1,7 @@
-"""Local backend: every workload replica as an OS process on this machine.
+"""The orchestrator of one local run: every workload replica as an OS process on this machine.
 
-It starts a private Valkey/Redis server unless ``--memory`` names one, starts the plan's commands with their
+It starts a private memory server (``drl.memory.private_server``) unless ``--memory`` names one, and reaches the
+run's shared state only through the memory backend's ``RunControl``. It starts the plan's commands with their
 environments (logs under ``<run dir>/logs``), shows progress, and stops every process it started when the
 trainer finishes, on Ctrl-C, or as soon as any process fails. Children die with the orchestrator even if it
 is killed (PR_SET_PDEATHSIG).
@@ -13,14 +14,14 @@ checkpoint) and sets the run's stop flag, and ends the run as usual with the exi
 
 It supervises what it started. A process that crashes or is killed is started again after a short back-off
 (``DRL_RESTARTS`` tells it how many times; a rollout worker continues its sequence numbers, the trainer resumes
-from its newest checkpoint and the committed Redis state, the evaluator jumps to the newest version); one that
+from its newest checkpoint and the committed memory state, the evaluator jumps to the newest version); one that
 stops touching its heartbeat file (``<run dir>/heartbeats/<name>``) for ``hang_timeout_s`` is killed and started
 again; a private memory server that dies is started again on its port, and the orchestrator writes back the keys
 only it owns (start time, membership, shares). A process that exits with code 2 (bad input) or needs more than
 ``max_restarts`` restarts fails the run. ``summary.json`` counts the restarts per role.
 
 ``scale`` writes ``<run dir>/scale.request`` (the wanted number of rollout workers). The orchestrator owns the
-membership (``Keys.members``) and each worker's share of the steps (``Keys.shares``): it registers new workers
+membership (``RunControl.members``) and each worker's share of the steps (``RunControl.shares``): it registers new workers
 before starting them, asks removed ones to stop through their control endpoints (each hands in everything it
 collected), and spreads the steps not yet produced evenly over the workers that remain.
 """
@@ -36,17 +37,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import redis
-
 from drl.config import ExperimentConfig
 from drl.errors import EXIT_USAGE, UserError
+from drl.memory import MemoryBackend, MemoryBackendError, MemoryUnavailable, RunControl, open_memory, private_server
 from drl.naming import worker_index
-from drl.memory.redis_backend import Keys, backlog_transitions, connect
+from drl.process import die_with_parent
 from drl.store import run_store
 from orchestrator.plan import plan
 from orchestrator.progress import Progress
-from orchestrator.redis_server import RedisServer, die_with_parent
-from orchestrator.scaler import read_snapshot
 from orchestrator.scaling import (ACTIVE, RETIRED, Snapshot, initial_shares, margin_transitions, plan_removal,
                                   plan_shares)
 from orchestrator.state import ProcessState, RunState, write_state
@@ -56,6 +54,7 @@ EVALUATOR_GRACE_S = 300.0
 STOP_GRACE_S = 15.0
 STOP_FLAG_GRACE_S = 3.0
 FINAL_CHECKPOINT_S = 60.0
+MEMORY_RETRY_S = 0.0  # the supervision loop goes on without an answer; it restarts a private server that died
 STOP_REQUEST = "stop.request"
 SCALE_REQUEST = "scale.request"
 SCALE_RESULT = "scale.result"
@@ -87,9 +86,9 @@ class LocalRun:
         self.steps_done = steps_done
         self.resume = resume
         self.procs: list[Proc] = []
-        self.server: RedisServer | None = None
-        self.client: redis.Redis | None = None
-        self.keys = Keys(run)
+        self.server = None
+        self.memory: MemoryBackend | None = None
+        self.control: RunControl | None = None
         self.interrupted = False
         self.interrupts = 0
         self.started = time.time()
@@ -101,26 +100,24 @@ class LocalRun:
         self._trainer_stopped = False
         self.restarts = {"trainer": 0, "rollout": 0, "evaluator": 0, "memory": 0}
         self.workers_history = [{"wall_seconds": 0.0, "env_steps": steps_done, "workers": cfg.workers}]
-        self._membership: tuple[dict, dict] = ({}, {})
+        self._membership: tuple[dict[str, str], dict[str, int]] = ({}, {})
 
     # -- setup ------------------------------------------------------------------------------------------
     def prepare(self) -> tuple[str, str]:
         if self.cfg.memory:
-            self.client = connect(self.cfg.memory)
             memory_url = self.cfg.memory
         else:
-            self.server = RedisServer(self.run_dir / "redis").start()
+            self.server = private_server(self.run_dir / "redis")
             memory_url = self.server.url
-            self.client = connect(memory_url)
+        self.memory = open_memory(memory_url, self.run, retry_s=MEMORY_RETRY_S)
+        self.control = self.memory.control()
         self.memory_url = memory_url
         (self.run_dir / STOP_REQUEST).unlink(missing_ok=True)
         if self.resume:
-            stale = list(self.client.scan_iter(match=f"drl:{{{self.run}}}:*", count=1000))
-            if stale:
-                self.client.delete(*stale)
-        elif self.client.exists(self.keys.policy, self.keys.stream):
+            self.control.clear()
+        elif self.control.has_data():
             raise UserError(f"run {self.run!r} already has data on the memory server; pick another --run-name")
-        self.client.set(self.keys.started_at, self.started)
+        self.control.set_started_at(self.started)
         store_url = self.cfg.store or str(self.run_dir.resolve().parent)
         run_store(store_url, self.run).put("config.json", self.cfg.to_json().encode())
         return memory_url, store_url
@@ -149,8 +146,8 @@ class LocalRun:
         heartbeat.unlink(missing_ok=True)
         if restarts:
             try:
-                self.client.hdel(self.keys.status(name), "control_port")
-            except (redis.ConnectionError, redis.TimeoutError):
+                self.control.forget_status_field(name, "control_port")
+            except MemoryUnavailable:
                 pass
         env = {**os.environ, **workload.replica_env(index), "DRL_CONTROL_PORT": "0",
                "DRL_HEARTBEAT_FILE": str(heartbeat), "DRL_RESTARTS": str(restarts)}
@@ -172,26 +169,21 @@ class LocalRun:
     # -- scaling ----------------------------------------------------------------------------------------
     def register_workers(self) -> None:
         """Members and shares of a fresh run (a resumed one keeps what its memory server holds)."""
-        if not self.client.exists(self.keys.members):
+        if not self.control.members():
             shares = initial_shares(self.cfg.steps, self.steps_done, self.cfg.workers)
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hset(self.keys.members, mapping={n: ACTIVE for n in shares})
-            pipe.hset(self.keys.shares, mapping=shares)
-            pipe.execute()
+            self.control.register({n: ACTIVE for n in shares}, shares)
         self.remember_membership()
 
     def remember_membership(self) -> None:
         """Keeps a copy of the membership and shares, the keys only the orchestrator writes, so that they can
         be written back if the private memory server dies and comes back empty."""
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hgetall(self.keys.members)
-        pipe.hgetall(self.keys.shares)
-        self._membership = tuple({k.decode(): v.decode() for k, v in raw.items()} for raw in pipe.execute())
+        _, shares, members = self.control.snapshot()
+        self._membership = (members, shares)
 
     def snapshot(self) -> tuple[Snapshot, list[str]]:
         """One consistent read of the scaling state, and the names of the live rollout processes."""
         alive = [p.name for p in self.procs if p.role == "rollout" and p.popen.poll() is None]
-        return read_snapshot(self.client, self.keys), alive
+        return Snapshot(*self.control.snapshot()), alive
 
     def scale(self, workers: int) -> list[str]:
         """Adds or removes rollout workers while the run goes on (see the module docstring; the arithmetic is
@@ -206,7 +198,7 @@ class LocalRun:
         if removed:
             print(f"drl: stopping {', '.join(p.name for p in removed)}; they hand in what they collected",
                   file=sys.stderr)
-            self.client.hset(self.keys.members, mapping={p.name: RETIRED for p in removed})
+            self.control.register({p.name: RETIRED for p in removed}, {})
             self.refresh_state(force=True)
             for p in removed:
                 port = self.state.process(p.name).control_port if self.state else None
@@ -224,11 +216,7 @@ class LocalRun:
         if not plan.names:
             return []
         print(f"drl: {len(plan.names)} rollout workers share the {plan.remaining:,} steps left", file=sys.stderr)
-        pipe = self.client.pipeline(transaction=True)
-        if plan.added:
-            pipe.hset(self.keys.members, mapping={n: ACTIVE for n in plan.added})
-        pipe.hset(self.keys.shares, mapping=plan.shares)
-        pipe.execute()
+        self.control.register({n: ACTIVE for n in plan.added}, plan.shares)
         for n in plan.added:
             self.start(self.workloads["rollout"], worker_index(n))
         return list(plan.names)
@@ -249,7 +237,7 @@ class LocalRun:
             try:
                 result["collecting"] = self.scale(workers)
                 self.remember_membership()
-            except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError, OSError) as exc:
+            except (MemoryBackendError, OSError) as exc:
                 print(f"drl: scaling failed: {exc}", file=sys.stderr)
                 result["error"] = f"scaling failed: {exc}"
         else:
@@ -260,15 +248,14 @@ class LocalRun:
     # -- monitoring -------------------------------------------------------------------------------------
     def status(self, role: str) -> dict[str, str]:
         try:
-            raw = self.client.hgetall(self.keys.status(role))
-        except (redis.ConnectionError, redis.TimeoutError):
+            return self.control.status(role)
+        except MemoryUnavailable:
             return {}
-        return {k.decode(): v.decode() for k, v in raw.items()}
 
     def refresh_state(self, force: bool = False) -> None:
         """Brings state.json up to date: exit codes of processes that ended, and the control ports the
         services recorded in their status hashes."""
-        if self.state is None or self.client is None:
+        if self.state is None or self.control is None:
             return
         ended = False
         for proc in self.procs:
@@ -284,14 +271,12 @@ class LocalRun:
             return
         self._ports_checked = now
         try:
-            pipe = self.client.pipeline(transaction=False)
-            for p in missing:
-                pipe.hget(self.keys.status(p.name), "control_port")
-            ports = pipe.execute()
-        except (redis.ConnectionError, redis.TimeoutError):
+            statuses = self.control.statuses(p.name for p in missing)
+        except MemoryUnavailable:
             return
         changed = False
-        for p, port in zip(missing, ports):
+        for p in missing:
+            port = statuses.get(p.name, {}).get("control_port")
             if port:
                 p.control_port, changed = int(port), True
         if changed:
@@ -377,22 +362,19 @@ class LocalRun:
     def revive_memory_server(self) -> str | None:
         """Starts the private memory server again on its port if it died, and writes back the keys only the
         orchestrator owns; the services reconnect and re-send what the server lost."""
-        if self.server is None or self.server.proc is None or self.server.proc.poll() is None:
+        code = self.server.exit_code() if self.server is not None else None
+        if code is None:
             return None
         if self.restarts["memory"] >= self.cfg.max_restarts:
-            return (f"failed: the memory server exited with code {self.server.proc.returncode} after "
+            return (f"failed: the memory server exited with code {code} after "
                     f"{self.restarts['memory']} restarts (log: {self.server.log_path})")
-        print(f"drl: the memory server exited with code {self.server.proc.returncode}; starting it again on "
-              f"port {self.server.port}", file=sys.stderr)
+        print(f"drl: the memory server exited with code {code}; starting it again on port {self.server.port}",
+              file=sys.stderr)
         self.restarts["memory"] += 1
-        self.server = RedisServer(self.run_dir / "redis", port=self.server.port).start()
+        self.server = private_server(self.run_dir / "redis", port=self.server.port)
         members, shares = self._membership
-        pipe = self.client.pipeline(transaction=True)
-        pipe.set(self.keys.started_at, self.started)
-        if members:
-            pipe.hset(self.keys.members, mapping=members)
-            pipe.hset(self.keys.shares, mapping=shares)
-        pipe.execute()
+        self.control.register(members, shares)
+        self.control.set_started_at(self.started)
         return None
 
     @staticmethod
@@ -436,11 +418,11 @@ class LocalRun:
 
     def request_stop(self, reason: str) -> bool:
         """Sets the run's stop flag; False when the memory server cannot be reached (no service will see it)."""
-        if self.client is None:
+        if self.control is None:
             return False
         try:
-            self.client.set(self.keys.stop, reason)
-        except (redis.ConnectionError, redis.TimeoutError):
+            self.control.request_stop(reason)
+        except MemoryUnavailable:
             return False
         return True
 
@@ -487,10 +469,12 @@ class LocalRun:
         t = self.status("trainer")
         evals = read_evaluations(self.run_dir / "evaluations.jsonl")
         try:
-            produced = sum(int(v) for v in self.client.hvals(self.keys.produced))
-            backlog = backlog_transitions(self.client, self.keys)
-            dead = {k.decode(): int(v) for k, v in self.client.hgetall(self.keys.dead_letter_counts).items()}
-        except (redis.ConnectionError, redis.TimeoutError, AttributeError):
+            if self.control is None:
+                raise MemoryUnavailable("no memory server")
+            produced = sum(self.control.produced().values())
+            backlog = self.control.unconsumed()
+            dead = self.control.dead_letters()
+        except MemoryUnavailable:
             produced, backlog, dead = -1, -1, {}
         reason = t.get("exit_reason") if outcome == "finished" else outcome
         if outcome == "finished" and t.get("state") != "finished":
@@ -523,14 +507,15 @@ class LocalRun:
         self.refresh_state()
         for entry in self.state.processes:
             try:
-                raw = self.client.hgetall(self.keys.status(entry.name)) if self.client is not None else {}
-            except (redis.ConnectionError, redis.TimeoutError):
+                entry.last_status = self.control.status(entry.name) if self.control is not None else {}
+            except MemoryUnavailable:
                 break
-            entry.last_status = {k.decode(): v.decode() for k, v in raw.items()}
         self.state.state, self.state.exit_reason = "finished", exit_reason
         write_state(self.run_dir, self.state)
 
     def cleanup(self) -> None:
+        if self.memory is not None:
+            self.memory.close()
         if self.server:
             self.server.stop()
 
