@@ -49,8 +49,9 @@ class Run:
         assert not any(t.is_alive() for t in threads), "a service loop did not end"
         control = open_memory(self.url, self.run).control()
         try:
-            return {"trainer": trainer, "produced": sum(control.produced().values()), "status": control.status("trainer"),
-                    "unconsumed": control.unconsumed(), "done": control.workers_done(),
+            return {"trainer": trainer, "produced": sum(control.produced().values()),
+                    "status": control.status("trainer"), "unconsumed": control.unconsumed(),
+                    "done": control.workers_done(),
                     "evaluator": control.status("evaluator"), "trainer_done": control.trainer_done()}
         finally:
             inproc.discard(self.name)
