@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from drl.memory.base import AppendReply, Entry, MemoryBackendError
-from drl.memory.outbox import Outbox, Outgoing
+from drl.memory.outbox import Outbox, Outgoing, OutboxWriter
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ def _watermark(data: _RunData, worker: str) -> int:
     return int(match.group()) if match else 0
 
 
-class InProcessWriter:
+class InProcessWriter(OutboxWriter):
     """One worker's side of the stream, through ``drl.memory.outbox.Outbox`` (order, waiting while the backlog is
     full, keeping and re-sending what was not consumed); it waits on the server's condition."""
 
@@ -213,14 +213,6 @@ class InProcessWriter:
         self.max_bytes = max_bytes
         self.outbox = Outbox()
         self.waited_s = 0.0
-
-    @property
-    def resent(self) -> int:
-        return self.outbox.resent
-
-    @property
-    def refused(self) -> int:
-        return self.outbox.refused
 
     def position(self) -> tuple[int, int]:
         with self._server.cond:
@@ -267,9 +259,6 @@ class InProcessWriter:
         return AppendReply(appended=appended, policy_version=-1 if data.policy is None else data.policy,
                            stop=data.stop is not None, watermark=_watermark(data, self.worker), epoch=data.epoch,
                            widening=data.widening, share=data.shares.get(self.worker))
-
-    def retained(self) -> int:
-        return len(self.outbox.kept)
 
     def wait_consumed(self, last_seq: int, timeout: float, should_stop: Callable[[], bool]) -> bool:
         deadline = time.monotonic() + timeout

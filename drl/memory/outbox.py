@@ -80,3 +80,20 @@ class Outbox:
                 kept.popleft()
         else:
             self.kept = collections.deque(r for r in kept if r.seq > mark)
+
+
+class OutboxWriter:
+    """What an ``ExperienceWriter`` built on an ``Outbox`` reports of it (its implementations set ``outbox``)."""
+
+    outbox: Outbox
+
+    @property
+    def resent(self) -> int:
+        return self.outbox.resent
+
+    @property
+    def refused(self) -> int:
+        return self.outbox.refused
+
+    def retained(self) -> int:
+        return len(self.outbox.kept)

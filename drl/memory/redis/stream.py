@@ -27,7 +27,7 @@ import redis
 
 from drl._proto import experience_pb2
 from drl.memory.base import AppendReply, Entry, seq_field
-from drl.memory.outbox import Outbox, Outgoing
+from drl.memory.outbox import Outbox, Outgoing, OutboxWriter
 from drl.memory.redis.connection import RETRY_S, plain, retrying
 from drl.memory.redis.keys import Keys
 from drl.memory.redis.scripts import ADD, COMMIT, RAISE, DirectScript
@@ -69,7 +69,7 @@ def producer_position(client: redis.Redis, keys: Keys, worker_id: str, retry_s: 
     return seq, int(produced or 0)
 
 
-class Producer:
+class Producer(OutboxWriter):
     """``ExperienceWriter`` on Redis: one worker's appends, through ``drl.memory.outbox.Outbox`` (order, waiting
     while the backlog is full, keeping and re-sending what was not consumed).
 
@@ -91,19 +91,8 @@ class Producer:
         self.outbox = Outbox()
         self.waited_s = 0.0
 
-    @property
-    def resent(self) -> int:
-        return self.outbox.resent
-
-    @property
-    def refused(self) -> int:
-        return self.outbox.refused
-
     def position(self) -> tuple[int, int]:
         return producer_position(self.client, self.keys, self.worker_id, self.retry_s)
-
-    def retained(self) -> int:
-        return len(self.outbox.kept)
 
     def send(self, seq: int, h: bytes, d: bytes, produced_total: int) -> AppendReply:
         """Appends one entry (after any re-sends due before it), waiting while the backlog is full; it gives up
