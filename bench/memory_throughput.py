@@ -47,6 +47,7 @@ from drl._proto import experience_pb2
 from drl.envs import SpaceSpec
 from drl.memory import codec
 from drl.memory.redis.connection import connect
+from drl.ingest import SeqTracker
 from drl.memory import seq_field
 from drl.memory.codec import entry_size
 from drl.memory.redis import Consumer, Keys, Producer
@@ -296,29 +297,6 @@ class Ring:
         self.pos = (pos + n) % cap
 
 
-class Seqs:
-    """(worker, seq) deduplication, as the trainer does it: a watermark plus the seqs seen above it."""
-
-    def __init__(self):
-        self.mark: dict[str, int] = {}
-        self.above: dict[str, set[int]] = {}
-
-    def seen(self, worker: str, seq: int) -> bool:
-        mark = self.mark.get(worker, 0)
-        above = self.above.setdefault(worker, set())
-        if seq <= mark or seq in above:
-            return True
-        above.add(seq)
-        while mark + 1 in above:
-            mark += 1
-            above.discard(mark)
-        self.mark[worker] = mark
-        return False
-
-    def dump(self, worker: str) -> str:
-        return ",".join(str(x) for x in [self.mark.get(worker, 0), *sorted(self.above.get(worker, ()))])
-
-
 def run_e2e(size: Size, url: str, producers: Producers, cfg: argparse.Namespace, batch: int, entries: int) -> dict:
     layout = size.layout
     client = open_client(url, cfg.tuning)
@@ -331,7 +309,7 @@ def run_e2e(size: Size, url: str, producers: Producers, cfg: argparse.Namespace,
                        "max_entries": cfg.max_entries, "max_bytes": cfg.max_bytes, "pre_encode": cfg.pre_encode,
                        "profile": cfg.profile, "tuning": cfg.tuning})
     expected = len(producers.conns) * entries * batch
-    seqs = Seqs()
+    seqs = SeqTracker()
     got = duplicates = dead = reads = 0
     decode_s = copy_s = commit_s = 0.0
     idle_since = None

@@ -25,15 +25,14 @@ class EntryFill:
     env's entries are not held back.
 
     The clock is the thread's CPU time, not wall time: with more workers than cores each worker runs only part of
-    the time, and a wall clock would cut its entries short exactly where their per-entry cost weighs most (32
-    workers on 2 cores sent entries of 64 transitions by wall clock, about 150 by CPU time). An env that waits
-    rather than computes (a remote simulator) uses little CPU, so wall time still bounds an entry, at
+    the time, and a wall clock would cut its entries short exactly where their per-entry cost weighs most. An env
+    that waits rather than computes (a remote simulator) uses little CPU, so wall time still bounds an entry, at
     ``FILL_WALL_FACTOR`` times ``fill_s``. Both clocks start after a send, so back-pressure does not count.
 
     Past the least, the clocks are read once every ``FILL_CLOCK_EVERY`` transitions, not at every step: reading a
-    thread's CPU time is a system call, and at every step it took about 6% of a worker's time with Pendulum
-    (py-spy), for entries that overshoot by a few transitions at most. ``check_at`` is the least count at which
-    ``full`` can say yes, so a caller's loop skips the call below it."""
+    thread's CPU time is a system call, too dear at every step of a fast env, and entries then overshoot by a few
+    transitions at most. ``check_at`` is the least count at which ``full`` can say yes, so a caller's loop skips
+    the call below it. (bench/README.md, "Measurements behind the code", has the figures.)"""
 
     def __init__(self, least: int, most: int, fill_s: float, cpu_clock=time.thread_time, wall_clock=time.monotonic):
         self.least, self.most, self.fill_s = least, most, fill_s

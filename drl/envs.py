@@ -158,9 +158,9 @@ class VecEnv:
         """Steps every env once and writes its transitions into rows ``row`` to ``row + n`` of ``out``'s arrays
         (obs, action, reward, next_obs, terminated, and truncated and env_index when ``out`` has them).
 
-        A rollout worker writes straight into the entry it is filling: at tens of thousands of steps a second,
-        allocating a step's arrays, holding them until the entry is sent and joining them then cost about a
-        tenth of a Pendulum worker's time.
+        A rollout worker writes straight into the entry it is filling, so that a step allocates nothing and a
+        send joins nothing: at tens of thousands of steps a second, allocating, holding and joining each step's
+        arrays is a measurable part of a fast env's worker (bench/README.md, "Measurements behind the code").
         """
         n = len(self.envs)
         end = row + n

@@ -103,9 +103,9 @@ class ControlServer:
     Not ``grpc.server`` with a thread pool: its serving thread takes the GIL five times a second (grpc's poll
     looks for signals every 200 ms), and each time it queues behind the service's main loop, which lets the GIL
     go and takes it back at every numpy or torch call and wakes the waiting thread at each such release, for
-    thousands of wake-ups until it wins the lock. An acting loop without I/O (an evaluator's episodes) ran about 3%
-    slower beside it, with the waiting thread's CPU on the other core besides. The asyncio server's loop sleeps
-    until a request comes (``tests/unit/test_quiet_threads.py``)."""
+    thousands of wake-ups until it wins the lock: an acting loop without I/O (an evaluator's episodes) runs slower
+    beside it, and the waiting thread burns the other core besides (bench/README.md, "Measurements behind the
+    code"). The asyncio server's loop sleeps until a request comes (``tests/unit/test_quiet_threads.py``)."""
 
     def __init__(self, telemetry: Telemetry, host: str, port: int):
         self.loop = asyncio.new_event_loop()

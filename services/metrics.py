@@ -117,8 +117,9 @@ def serve_page(host: str, port: int, reg: CollectorRegistry) -> WSGIServer:
 
     Not ``prometheus_client.start_http_server``: its thread wakes twice a second to look for a shutdown
     request, and each wake-up takes the GIL, queued behind the service's main loop, which releases and retakes it
-    at every numpy or torch call (see ``services.control.ControlServer``): an acting loop without I/O ran about 3%
-    slower beside it. Nothing shuts the page down before the process ends, so the thread never needs to."""
+    at every numpy or torch call (see ``services.control.ControlServer``), which slows an acting loop without I/O
+    (bench/README.md, "Measurements behind the code"). Nothing shuts the page down before the process ends, so
+    the thread never needs to."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
     server_class = type("MetricsServer", (_Server,), {"address_family": family})
     httpd = make_server(host, port, make_wsgi_app(reg), server_class, handler_class=_QuietHandler)

@@ -29,10 +29,11 @@ import re
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from drl.memory.base import AppendReply, Entry, MemoryBackendError
+from drl.memory.outbox import Outbox, Outgoing, OutboxWriter
 
 log = logging.getLogger(__name__)
 
@@ -200,17 +201,9 @@ def _watermark(data: _RunData, worker: str) -> int:
     return int(match.group()) if match else 0
 
 
-@dataclass
-class _Outgoing:
-    seq: int
-    h: bytes
-    d: bytes
-    produced_total: int
-
-
-class InProcessWriter:
-    """One worker's side of the stream: appends in order, waits while the backlog is full, keeps what was not
-    yet consumed and re-sends it when the data epoch changes."""
+class InProcessWriter(OutboxWriter):
+    """One worker's side of the stream, through ``drl.memory.outbox.Outbox`` (order, waiting while the backlog is
+    full, keeping and re-sending what was not consumed); it waits on the server's condition."""
 
     def __init__(self, server: _Server, run: str, worker: str, max_entries: int, max_bytes: int):
         self._server = server
@@ -218,12 +211,8 @@ class InProcessWriter:
         self.worker = worker
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self._outbox: collections.deque[_Outgoing] = collections.deque()
-        self._retained: collections.deque[_Outgoing] = collections.deque()
-        self.epoch: bytes | None = None
+        self.outbox = Outbox()
         self.waited_s = 0.0
-        self.refused = 0
-        self.resent = 0
 
     def position(self) -> tuple[int, int]:
         with self._server.cond:
@@ -238,31 +227,20 @@ class InProcessWriter:
 
     def send(self, seq: int, h: bytes, d: bytes, produced_total: int) -> AppendReply:
         with self._server.cond:
-            self._outbox.append(_Outgoing(seq, h, d, produced_total))
+            self.outbox.queued.append(Outgoing(seq, h, d, produced_total))
             return self._drain()
 
     def _drain(self) -> AppendReply:
-        """Appends the outbox in order (lock held); a refusal waits on the condition until something changed."""
-        reply = None
-        while self._outbox:
-            item = self._outbox[0]
-            reply = self._append(item)
-            self._observe(reply.watermark, reply.epoch)
-            if reply.appended:
-                self._outbox.remove(item)
-                self._retained.append(item)
-                continue
-            if reply.stop:
-                self._outbox.clear()
-                return reply
-            self.refused += 1
-            started = time.perf_counter()
-            self._server.cond.wait()
-            self.waited_s += time.perf_counter() - started
-        assert reply is not None, "drained an empty outbox"
-        return replace(reply, appended=True)
+        """Appends the queued entries in order (lock held); a refusal waits on the condition until something
+        changed."""
+        return self.outbox.drain(self._append, self._wait)
 
-    def _append(self, item: _Outgoing) -> AppendReply:
+    def _wait(self, refusals: int) -> None:
+        started = time.perf_counter()
+        self._server.cond.wait()
+        self.waited_s += time.perf_counter() - started
+
+    def _append(self, item: Outgoing) -> AppendReply:
         """One append as the server's script does it: admitted or refused, the reply says what the run is at."""
         data = self._server.data(self._run)
         if data.epoch is None:
@@ -282,21 +260,6 @@ class InProcessWriter:
                            stop=data.stop is not None, watermark=_watermark(data, self.worker), epoch=data.epoch,
                            widening=data.widening, share=data.shares.get(self.worker))
 
-    def _observe(self, mark: int, epoch: bytes) -> None:
-        """Drops consumed entries from the retained ones; after a data loss, queues the rest to be sent again."""
-        if self.epoch is not None and epoch != self.epoch:
-            lost = [r for r in self._retained if r.seq > mark]
-            log.warning("memory server lost its data (epoch %s -> %s); re-sending %d unconsumed entries",
-                        self.epoch.decode(), epoch.decode(), len(lost))
-            self.resent += len(lost)
-            self._outbox.extendleft(reversed(lost))
-            self._retained.clear()
-        self.epoch = epoch
-        self._retained = collections.deque(r for r in self._retained if r.seq > mark)
-
-    def retained(self) -> int:
-        return len(self._retained)
-
     def wait_consumed(self, last_seq: int, timeout: float, should_stop: Callable[[], bool]) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -305,8 +268,8 @@ class InProcessWriter:
                 if data.epoch is None:
                     data.epoch = secrets.token_hex(8).encode()
                 mark = _watermark(data, self.worker)
-                self._observe(mark, data.epoch)
-                if self._outbox and not self._drain().appended:
+                self.outbox.observe(mark, data.epoch)
+                if self.outbox.queued and not self._drain().appended:
                     return False
                 if mark >= last_seq:
                     return True

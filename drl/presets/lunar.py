@@ -5,8 +5,8 @@ gradient step per env step, 10,000 uniformly random steps before learning, 1M re
 stays at 7.3e-4. ``bench/time_to_score.py --env LunarLanderContinuous-v3`` trains SB3 with the same values.
 
 On a CPU the update is nearly all of such a run's work; ``--sac.hidden 256,256 --sac.matmul bfloat16`` makes it
-about 1.4 times as fast in the running system without needing more updates to score, the settings of the
-benchmark's 360 s goal (``docs/benchmarks.md``)."""
+faster in the running system without needing more updates to score: the settings of the benchmark's time-to-score
+goal (figures in ``docs/benchmarks.md`` and ``bench/README.md``)."""
 
 from __future__ import annotations
 

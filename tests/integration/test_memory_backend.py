@@ -11,7 +11,6 @@ import pytest
 import redis
 
 from drl._proto import experience_pb2
-from drl.envs import space_spec
 from drl.memory import codec, seq_field
 from drl.memory.codec import entry_size
 from drl.memory.redis import Consumer, Keys, Producer, stream

@@ -20,7 +20,7 @@ class Announcer:
 
     ``wait_for`` keeps one pub/sub connection for the announcer's life: it subscribes when a wait starts and
     unsubscribes when it ends (so nothing piles up while the caller is busy), instead of opening and closing a
-    connection per wait; with 32 workers on a node those reconnects were a large part of the CPU spent between an
+    connection per wait: with many workers on a node, reconnecting at every wait would cost CPU between an
     announcement and the last worker acting. After a connection error the connection is replaced; ``close``
     ends it.
     """

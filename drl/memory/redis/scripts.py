@@ -70,8 +70,8 @@ return 0
 class DirectScript:
     """A Lua script run on a connection of its own, outside the client's pool and command layers: for the one
     call a rollout worker makes per entry, those layers (pool checkout and release, retries, event hooks, the
-    script wrapper) cost as much CPU as the round trip itself; on this path the append took about 200 us of a
-    loaded Pendulum worker's CPU, and 100-130 us without them. The connection comes from the client's pool
+    script wrapper) cost about as much CPU as the round trip itself (bench/README.md, "Measurements behind the
+    code"). The connection comes from the client's pool
     settings (credentials, TLS, timeouts, health checks); a connection error closes it (the next call connects
     again, so ``retrying`` covers it), and a server that lost its scripts (restarted) gets this one loaded again."""
 

@@ -18,17 +18,16 @@ counts once.
 
 from __future__ import annotations
 
-import collections
 import logging
 import secrets
 import time
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import redis
 
 from drl._proto import experience_pb2
 from drl.memory.base import AppendReply, Entry, seq_field
+from drl.memory.outbox import Outbox, Outgoing, OutboxWriter
 from drl.memory.redis.connection import RETRY_S, plain, retrying
 from drl.memory.redis.keys import Keys
 from drl.memory.redis.scripts import ADD, COMMIT, RAISE, DirectScript
@@ -70,20 +69,12 @@ def producer_position(client: redis.Redis, keys: Keys, worker_id: str, retry_s: 
     return seq, int(produced or 0)
 
 
-@dataclass
-class _Outgoing:
-    seq: int
-    h: bytes
-    d: bytes
-    produced_total: int
+class Producer(OutboxWriter):
+    """``ExperienceWriter`` on Redis: one worker's appends, through ``drl.memory.outbox.Outbox`` (order, waiting
+    while the backlog is full, keeping and re-sending what was not consumed).
 
-
-class Producer:
-    """``ExperienceWriter`` on Redis: appends one worker's entries in order; keeps those not yet consumed so it can
-    re-send them.
-
-    The retained entries are bounded by the backlog limit: an entry is dropped from the local buffer as soon
-    as the trainer's watermark for this worker covers its sequence number.
+    The kept entries are bounded by the backlog limit: an entry is dropped from the local buffer as soon as the
+    trainer's watermark for this worker covers its sequence number.
     """
 
     def __init__(self, client: redis.Redis, keys: Keys, worker_id: str, max_entries: int, max_bytes: int,
@@ -95,83 +86,37 @@ class Producer:
         self.max_bytes = max_bytes
         self.retry_s = retry_s
         self._add = DirectScript(client, ADD)
-        self.outbox: collections.deque[_Outgoing] = collections.deque()
-        self.kept: collections.deque[_Outgoing] = collections.deque()
-        self._kept_ordered = True  # kept seqs never decrease: consumed ones can be popped from the left
-        self.epoch: bytes | None = None
+        self._add_keys = [keys.stream, keys.policy, keys.stop, keys.produced, keys.backlog_bytes,
+                          keys.consumer_state, keys.epoch, keys.freed, keys.room, keys.shares]
+        self.outbox = Outbox()
         self.waited_s = 0.0
-        self.refused = 0
-        self.resent = 0
 
     def position(self) -> tuple[int, int]:
         return producer_position(self.client, self.keys, self.worker_id, self.retry_s)
 
-    def retained(self) -> int:
-        return len(self.kept)
-
     def send(self, seq: int, h: bytes, d: bytes, produced_total: int) -> AppendReply:
         """Appends one entry (after any re-sends due before it), waiting while the backlog is full; it gives up
         without appending only when the run is stopping."""
-        self.outbox.append(_Outgoing(seq, h, d, produced_total))
-        return self._drain()
+        self.outbox.queued.append(Outgoing(seq, h, d, produced_total))
+        return self.outbox.drain(self._append, self._wait_for_room)
 
-    def _drain(self) -> AppendReply:
-        reply = None
-        pause = BACKPRESSURE_FIRST_WAIT_S
-        keys = [self.keys.stream, self.keys.policy, self.keys.stop, self.keys.produced, self.keys.backlog_bytes,
-                self.keys.consumer_state, self.keys.epoch, self.keys.freed, self.keys.room, self.keys.shares]
-        while self.outbox:
-            item = self.outbox[0]
-            args = [self.max_entries, self.max_bytes, item.h, item.d, self.worker_id, item.produced_total,
-                    seq_field(self.worker_id), secrets.token_hex(8)]
-            reply = _reply(retrying(lambda: self._add(keys, args), "XADD", self.retry_s))
-            self._observe(reply.watermark, reply.epoch)
-            if reply.appended:
-                self.outbox.remove(item)
-                if self.kept and item.seq < self.kept[-1].seq:
-                    self._kept_ordered = False
-                self.kept.append(item)
-                pause = BACKPRESSURE_FIRST_WAIT_S
-                continue
-            if reply.stop:
-                self.outbox.clear()
-                return reply
-            self.refused += 1
-            self._wait_for_room(pause)
-            pause = min(BACKPRESSURE_MAX_WAIT_S, pause * 2)
-        if reply is None:
-            raise ValueError("nothing to send")
-        return reply
+    def _append(self, item: Outgoing) -> AppendReply:
+        args = [self.max_entries, self.max_bytes, item.h, item.d, self.worker_id, item.produced_total,
+                seq_field(self.worker_id), secrets.token_hex(8)]
+        return _reply(retrying(lambda: self._add(self._add_keys, args), "XADD", self.retry_s))
 
-    def _wait_for_room(self, timeout: float) -> None:
-        """Blocks until a commit frees an entry (a token on ``Keys.freed``) or ``timeout`` passes. The refusal
+    def _wait_for_room(self, refusals: int) -> None:
+        """Blocks until a commit frees an entry (a token on ``Keys.freed``) or a timeout passes. The refusal
         cleared the tokens nobody waited for, so a token means room freed since; the timeout, which doubles
-        with each refusal, covers a trainer that commits nothing (paused, dead) and the server's restarts."""
+        with each refusal in a row, covers a trainer that commits nothing (paused, dead) and the server's
+        restarts."""
+        timeout = min(BACKPRESSURE_MAX_WAIT_S, BACKPRESSURE_FIRST_WAIT_S * 2 ** refusals)
         started = time.perf_counter()
         try:
             self.client.blpop([self.keys.freed], timeout=timeout)
         except redis.RedisError:
             time.sleep(timeout)
         self.waited_s += time.perf_counter() - started
-
-    def _observe(self, mark: int, epoch: bytes) -> None:
-        """Drops consumed entries from the local buffer; after a data loss on the server, re-queues the rest."""
-        if self.epoch is not None and epoch != self.epoch:
-            lost = [r for r in self.kept if r.seq > mark]
-            log.warning("memory server lost its data (epoch %s -> %s); re-sending %d unconsumed entries",
-                        self.epoch.decode(), epoch.decode(), len(lost))
-            self.resent += len(lost)
-            self.outbox.extendleft(reversed(lost))
-            self.kept.clear()
-        self.epoch = epoch
-        kept = self.kept
-        if not kept:
-            self._kept_ordered = True
-        elif self._kept_ordered:
-            while kept and kept[0].seq <= mark:
-                kept.popleft()
-        else:
-            self.kept = collections.deque(r for r in kept if r.seq > mark)
 
     def wait_consumed(self, last_seq: int, timeout: float, should_stop: Callable[[], bool]) -> bool:
         """Blocks until the trainer has consumed every entry up to last_seq, re-sending after a data loss."""
@@ -187,8 +132,8 @@ class Producer:
         while time.monotonic() < deadline:
             _, epoch, raw = retrying(fetch, "HGET watermark", self.retry_s)
             mark = int((raw or b"0").split(b",")[0])
-            self._observe(mark, epoch)
-            if self.outbox and not self._drain().appended:
+            self.outbox.observe(mark, epoch)
+            if self.outbox.queued and not self.outbox.drain(self._append, self._wait_for_room).appended:
                 return False
             if mark >= last_seq:
                 return True

@@ -1,0 +1,66 @@
+"""``drl.membership`` against the in-process memory backend: workers that join, finish, say they are done, and
+return with a larger share."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from drl.ingest import Ledger
+from drl.membership import Membership
+from drl.memory import inproc, open_memory
+
+
+@pytest.fixture
+def control():
+    name = f"membership-{uuid.uuid4().hex[:8]}"
+    yield open_memory(f"memory://{name}", "r").control()
+    inproc.discard(name)
+
+
+def test_a_run_starts_with_its_workers_and_admits_the_ones_registered_later(control):
+    membership = Membership(control, Ledger(), workers=2)
+    assert membership.workers == {"rollout-0", "rollout-1"}
+    assert not membership.admits("rollout-2")
+    control.register({"rollout-2": "active"}, {"rollout-2": 100})
+    assert membership.admits("rollout-2") and "rollout-2" in membership.workers
+
+
+def test_a_worker_is_finished_once_its_final_entry_and_all_before_it_are_in(control):
+    ledger = Ledger()
+    membership = Membership(control, ledger, workers=2)
+    for seq in (1, 3):
+        ledger.seqs.seen("rollout-0", seq)
+    ledger.final_seq["rollout-0"] = 3
+    assert not membership.all_finished() and membership.finished == set(), "a gap below the final entry"
+    ledger.seqs.seen("rollout-0", 2)
+    assert not membership.all_finished() and membership.finished == {"rollout-0"}
+    control.mark_worker_done("rollout-1", 50)
+    assert membership.all_finished()
+    assert membership.waiting_for(version=0) == set()
+
+
+def test_a_finished_worker_that_returns_with_a_larger_share_is_awaited_again(control):
+    ledger = Ledger(produced={"rollout-0": 64, "rollout-1": 64})
+    control.register({"rollout-0": "active", "rollout-1": "active"}, {"rollout-0": 64, "rollout-1": 64})
+    membership = Membership(control, ledger, workers=2)
+    control.mark_worker_done("rollout-0", 64)
+    control.mark_worker_done("rollout-1", 64)
+    ledger.final_seq["rollout-1"] = 4
+    assert membership.all_finished()
+    control.register({}, {"rollout-1": 128})
+    control.forget_workers_done(["rollout-1"])  # as the scaler does for a returning worker
+    assert not membership.all_finished()
+    assert membership.finished == {"rollout-0"} and "rollout-1" not in ledger.final_seq
+    control.register({"rollout-0": "retired"}, {"rollout-0": 500})
+    membership.refresh()
+    assert "rollout-0" in membership.finished, "a retired worker came back"
+
+
+def test_an_iteration_waits_for_the_workers_whose_share_of_it_is_not_in(control):
+    ledger = Ledger(iteration_end={"rollout-0": 3, "rollout-1": 2})
+    membership = Membership(control, ledger, workers=3)
+    assert membership.waiting_for(3) == {"rollout-1", "rollout-2"}
+    membership.finished.add("rollout-2")
+    assert membership.waiting_for(3) == {"rollout-1"}
