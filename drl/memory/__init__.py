@@ -75,11 +75,3 @@ def private_server(workdir: Path, port: int | None = None):
 
     return RedisServer(workdir, port=port).start()
 
-
-def __getattr__(name: str):
-    """Transitional: the names this package exported before the protocols (the orchestrator still uses them)."""
-    if name in ("connect", "Keys", "Producer", "Consumer"):
-        import drl.memory.redis as implementation
-
-        return getattr(implementation, name)
-    raise AttributeError(f"module 'drl.memory' has no attribute {name!r}")

@@ -119,23 +119,3 @@ def test_cli_dispatches_each_verb_to_the_fake_backend_by_lookup(fakes, argv, bac
     checked, called = fakes[backend].calls
     assert checked[0] == "check" and called == call
 
-
-def test_the_orchestrator_reaches_redis_and_kubernetes_only_through_their_wrappers():
-    """The memory server only through ``drl.memory``'s protocols; the cluster only through the Kubernetes
-    backend's package (``api.KubeApi`` alone imports the client)."""
-    import ast
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    found = []
-    for path in sorted((root / "orchestrator").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            for name in names:
-                top = name.split(".")[0]
-                kubernetes_package = root / "orchestrator" / "backends" / "kubernetes"
-                if top == "redis" or name.startswith(("drl.memory.redis", "drl.memory.connection")) \
-                        or (top == "kubernetes" and kubernetes_package not in path.parents):
-                    found.append(f"{path.relative_to(root)} imports {name}")
-    assert found == []
