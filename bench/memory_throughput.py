@@ -46,6 +46,7 @@ import numpy as np
 from drl._proto import experience_pb2
 from drl.envs import SpaceSpec
 from drl.memory import codec
+from drl.naming import worker_name
 from drl.memory.redis.connection import connect
 from drl.ingest import SeqTracker
 from drl.memory import seq_field
@@ -179,7 +180,7 @@ def _producer_process(conn, index: int) -> None:
 
 def _produce(conn, index: int, job: dict) -> dict:
     size: Size = SIZES[job["size"]]
-    worker = f"rollout-{index}"
+    worker = worker_name(index)
     batch = job["batch"]
     rng = np.random.default_rng(1000 + index)
     pool = [random_batch(size.layout, batch, rng) for _ in range(POOL)]

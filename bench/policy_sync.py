@@ -51,6 +51,8 @@ from pathlib import Path
 
 import numpy as np
 
+from drl.naming import worker_name
+
 GOAL_P99_MS = 250.0
 ENV_ID = "Pendulum-v1"
 HIDDEN = (256, 256)
@@ -157,7 +159,7 @@ class Workers:
         self.finished: set[int] = set()
         for i in range(count):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker_main, args=(i, child), daemon=True, name=f"rollout-{i}")
+            proc = ctx.Process(target=_worker_main, args=(i, child), daemon=True, name=worker_name(i))
             proc.start()
             child.close()
             self.conns.append(parent)

@@ -105,6 +105,7 @@ from pathlib import Path
 from bench.time_to_score import git_commit, version
 from drl.config import ExperimentConfig
 from drl.memory.redis import Keys
+from drl.naming import worker_name
 
 ENV = "Pendulum-v1"
 PRESET = "sac"
@@ -470,7 +471,7 @@ class SystemRun:
         """(entries, transitions) the workers reported in their status hashes (written once a second)."""
         pipe = self.client.pipeline(transaction=False)
         for i in range(self.workers):
-            pipe.hmget(self.keys.status(f"rollout-{i}"), "seq", "produced")
+            pipe.hmget(self.keys.status(worker_name(i)), "seq", "produced")
         pairs = [(int(a or 0), int(b or 0)) for a, b in pipe.execute()]
         return sum(a for a, _ in pairs), sum(b for _, b in pairs)
 

@@ -15,6 +15,13 @@ from drl.memory.redis.keys import Keys
 log = logging.getLogger(__name__)
 
 
+def announce_in(pipe, keys: Keys, version: int) -> None:
+    """Queues an announcement on a pipeline: the version under ``policy`` first, then on the channel, so that a
+    waiter woken by the message reads it (and one that subscribes later finds it in the key)."""
+    pipe.set(keys.policy, version)
+    pipe.publish(keys.policy_channel, version)
+
+
 class Announcer:
     """``Announcements`` on Redis: a key holding the latest version plus pub/sub for prompt wake-ups.
 
@@ -34,8 +41,7 @@ class Announcer:
     def announce(self, version: int) -> None:
         def _do():
             pipe = self.client.pipeline(transaction=False)
-            pipe.set(self.keys.policy, version)
-            pipe.publish(self.keys.policy_channel, version)
+            announce_in(pipe, self.keys, version)
             pipe.execute()
 
         retrying(_do, "announce", self.retry_s)

@@ -28,6 +28,7 @@ import redis
 from drl._proto import experience_pb2
 from drl.memory.base import AppendReply, Entry, seq_field
 from drl.memory.outbox import Outbox, Outgoing, OutboxWriter
+from drl.memory.redis.announce import announce_in
 from drl.memory.redis.connection import RETRY_S, plain, retrying
 from drl.memory.redis.keys import Keys
 from drl.memory.redis.scripts import ADD, COMMIT, RAISE, DirectScript
@@ -290,8 +291,7 @@ class Consumer:
                 self._raise(keys=[self.keys.produced], args=args, client=pipe)
             self._widen(pipe, widening)
             if version >= 0:
-                pipe.set(self.keys.policy, version)
-                pipe.publish(self.keys.policy_channel, version)
+                announce_in(pipe, self.keys, version)
             pipe.execute()
 
         retrying(_do, "restore memory state", self.retry_s)
