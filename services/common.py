@@ -75,6 +75,17 @@ class ServiceContext:
         return PolicyStore(store, self.run, cache=PolicyCache() if store.remote else None)
 
 
+class Service:
+    """What every service holds: its context and configuration, and its connection to the run's memory backend
+    (the run's control state and the policy announcements)."""
+
+    def __init__(self, ctx: ServiceContext):
+        self.ctx, self.cfg = ctx, ctx.config
+        self.memory = ctx.memory()
+        self.control = self.memory.control()
+        self.announcer = self.memory.announcements()
+
+
 class StatusWriter:
     """Publishes a service's counters to its status fields (``RunControl.write_status``) at most once per
     ``every`` seconds; the in-memory telemetry gets every write."""

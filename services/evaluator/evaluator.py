@@ -20,19 +20,16 @@ from drl.envs import space_spec
 from drl.evaluation import message_to_record, run_episodes
 from drl.store import ManifestError
 from drl.tensorboard import ScalarLog
-from services.common import ServiceContext, StatusWriter
+from services.common import Service, ServiceContext, StatusWriter
 from services.telemetry import TELEMETRY
 
 log = logging.getLogger("drl.evaluator")
 
 
-class Evaluator:
+class Evaluator(Service):
     def __init__(self, ctx: ServiceContext):
-        cfg = ctx.config
-        self.ctx, self.cfg = ctx, cfg
-        self.memory = ctx.memory()
-        self.control = self.memory.control()
-        self.announcer = self.memory.announcements()
+        super().__init__(ctx)
+        cfg = self.cfg
         self.policies = ctx.policy_store()
         self.spec = space_spec(cfg.env)
         self.actor = make_actor(cfg.algorithm, self.spec, cfg, seed=cfg.seed)

@@ -27,7 +27,7 @@ from drl.memory import codec
 from drl.memory.backlog import backlog_limits
 from drl.naming import even_share
 from drl.store import ManifestError
-from services.common import ServiceContext, StatusWriter
+from services.common import Service, ServiceContext, StatusWriter
 from services.telemetry import TELEMETRY
 
 log = logging.getLogger("drl.rollout")
@@ -37,13 +37,10 @@ ASYNC_CHUNK_ENTRIES = 16
 FIRST_POLICY_TIMEOUT_S = 600.0
 
 
-class RolloutWorker:
+class RolloutWorker(Service):
     def __init__(self, ctx: ServiceContext):
-        cfg = ctx.config
-        self.ctx, self.cfg = ctx, cfg
-        self.memory = ctx.memory()
-        self.control = self.memory.control()
-        self.announcer = self.memory.announcements()
+        super().__init__(ctx)
+        cfg = self.cfg
         self.policies = ctx.policy_store()
         algorithm = get_algorithm(cfg.algorithm)
         self.envs = VecEnv(cfg.env, cfg.envs_per_worker, seed=cfg.seed * 100_003 + 1000 * ctx.worker_index)

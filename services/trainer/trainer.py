@@ -27,7 +27,7 @@ from drl.pacing import RateLimiter, ReadPace, Widening
 from drl.store import PolicyStore, run_store
 from drl.store.checkpoint import CheckpointStore
 from drl.tensorboard import ScalarLog, TrainerCurves
-from services.common import ServiceContext, StatusWriter
+from services.common import Service, ServiceContext, StatusWriter
 from services.telemetry import TELEMETRY
 
 log = logging.getLogger("drl.trainer")
@@ -39,13 +39,10 @@ MOST_UPDATES_PER_LOOP = 16
 STOP_CHECK_EVERY_UPDATES = 200
 
 
-class Trainer:
+class Trainer(Service):
     def __init__(self, ctx: ServiceContext):
-        cfg = ctx.config
-        self.ctx, self.cfg = ctx, cfg
-        self.memory = ctx.memory()
-        self.control = self.memory.control()
-        self.announcer = self.memory.announcements()
+        super().__init__(ctx)
+        cfg = self.cfg
         algorithm = get_algorithm(cfg.algorithm)
         self.spec = space_spec(cfg.env)
         layout = codec.expected_layout(self.spec, algorithm.wire_fields(cfg))
