@@ -138,7 +138,7 @@ class Trainer(Service):
             "role": "trainer", "state": state, "exit_reason": reason, "policy_version": self.version,
             "env_steps": ledger.consumed, "transitions_consumed": ledger.consumed, "updates": self.updates,
             "duplicates_dropped": ledger.duplicates, "stale_dropped": ledger.stale,
-            "dead_lettered": ledger.dead_letters, "transitions_per_s": round(ledger.consumed / elapsed, 1),
+            "dead_lettered": ledger.dead_letters, "lost": ledger.lost, "transitions_per_s": round(ledger.consumed / elapsed, 1),
             "replay_size": self.learning.size(), "backlog": self.reader.backlog(),
             "backlog_bytes": self.reader.backlog_bytes(), "memory_resets": self.reader.resets,
             **{k: round(v, 5) for k, v in self.learning.metrics.items()},
