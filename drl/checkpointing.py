@@ -1,13 +1,18 @@
 """The trainer's checkpoints: what it writes to continue a run later, and how a new trainer takes a run up again.
 
 A checkpoint holds the learning state (networks, optimisers, the replay's RNG and, with ``--checkpoint-replay``,
-the replay itself: ``Learning.state``), the torch RNG state and the ledger's counters; it is written every
+the replay itself: ``Learning.state``), the torch RNG state and the ledger: its counters and every worker's
+progress (seq watermark and seqs above it with their produced totals, produced, final and iteration-end entries,
+the fields the memory server's committed state holds); it is written every
 ``--checkpoint-every-s`` (checked after each publication) and at exit. A trainer that starts takes the newest
 checkpoint whose checksum verifies, then the state its predecessor committed to the memory server, which is newer
 when there is one (a trainer restarted inside a live run, e.g. after SIGKILL): its counters, updates and
 watermarks win, so nothing is counted twice; the gradient steps and replay inserts made since the checkpoint are
 lost, and the ``updates`` counter is not rewound. On a fresh memory server (``--resume``) the checkpoint's counters
-are used.
+are used, and so are its watermarks: a trainer and a memory server lost together (in either order, within the
+checkpoint interval) come back with the checkpoint's watermarks, not zeros, so re-sent entries above them are
+duplicates or fill the gap; the entries taken after the checkpoint exist nowhere any more, and the writers'
+floors (``drl.ingest.Ingest.settle``) have them counted as lost instead of awaited.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class TrainerCheckpoints:
         tensors, meta = learning.state(self.with_replay)
         tensors["rng.torch"] = torch.get_rng_state().numpy()
         meta["counters"] = ledger.counters()
+        meta["ledger"] = {k: str(v) for k, v in ledger.fields(ledger.known_workers(), learning.learner.updates).items()}
         self.store.save(tensors, meta, algorithm=self.algorithm, policy_version=version, env_steps=ledger.consumed,
                         updates=learning.learner.updates)
         self.store.retain(self.keep)
@@ -58,6 +64,7 @@ class TrainerCheckpoints:
             torch.set_rng_state(torch.from_numpy(tensors["rng.torch"].copy()))
             for name, value in meta["counters"].items():
                 setattr(ledger, name, value)
+            ledger.load(meta.get("ledger", {}))
             log.info("restored checkpoint %d: policy version %d, %d env steps, %d updates", manifest.sequence,
                      manifest.policy_version, manifest.env_steps, manifest.updates)
         updates = ledger.load(committed)

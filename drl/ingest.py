@@ -22,39 +22,97 @@ from drl.memory import Entry, ExperienceReader, codec, seq_field
 
 log = logging.getLogger("drl.ingest")
 
-COUNTERS = ("consumed", "duplicates", "stale", "dead_letters")
+COUNTERS = ("consumed", "duplicates", "stale", "dead_letters", "lost")
 """The ledger's counters, in transitions (``dead_letters``: entries); with the learner's ``updates`` they are the
-counter fields of the committed state and of checkpoints."""
+counter fields of the committed state and of checkpoints. ``lost``: transitions of entries that can never arrive
+(``Ingest.settle``), so that produced = consumed + unconsumed + stale + dead letters + lost."""
 
 
 class SeqTracker:
-    """Remembers which (worker, seq) entries were taken, in memory proportional to the gaps."""
+    """Remembers which (worker, seq) entries were taken, in memory proportional to the gaps.
+
+    Per worker: the watermark (every seq up to it was taken or declared lost), the writer's produced total
+    through the watermark (``mark_total``; each entry carries its writer's running total, so the transitions in
+    a gap are the difference of the totals at its edges), and each seq seen above the watermark with its count
+    and total."""
 
     def __init__(self) -> None:
         self.watermark: dict[str, int] = {}
-        self.above: dict[str, set[int]] = {}
+        self.above: dict[str, dict[int, tuple[int, int | None]]] = {}
+        self.mark_total: dict[str, int | None] = {}
 
-    def seen(self, worker: str, seq: int) -> bool:
-        """True if the entry was taken before; otherwise records it and returns False."""
+    def seen(self, worker: str, seq: int, count: int = 0, total: int | None = None) -> bool:
+        """True if the entry was taken before; otherwise records it (``count`` transitions, the writer's
+        ``total`` through it) and returns False."""
         mark = self.watermark.get(worker, 0)
-        above = self.above.setdefault(worker, set())
+        above = self.above.setdefault(worker, {})
         if seq <= mark or seq in above:
             return True
-        above.add(seq)
+        above[seq] = (count, total)
+        self._advance(worker, mark)
+        return False
+
+    def _advance(self, worker: str, mark: int) -> None:
+        above = self.above.setdefault(worker, {})
+        totals = self.mark_total
+        if worker not in totals:
+            totals[worker] = 0 if mark == 0 else None
         while mark + 1 in above:
             mark += 1
-            above.discard(mark)
+            totals[worker] = above.pop(mark)[1]
         self.watermark[worker] = mark
-        return False
+
+    def gaps(self) -> set[str]:
+        """Workers with seqs seen above a missing one."""
+        return {w for w, above in self.above.items() if above}
+
+    def skip_to(self, worker: str, floor: int, floor_total: int) -> tuple[int, int | None]:
+        """Declares every seq up to ``floor`` that was not seen lost (the writer no longer holds them: see
+        ``Ingest.settle``) and moves the watermark past them; ``floor_total`` is the writer's produced total
+        through ``floor``. Returns (entries lost, transitions lost; None when the total at the old watermark is
+        unknown, a state written before totals were kept)."""
+        mark = self.watermark.get(worker, 0)
+        if floor <= mark:
+            return 0, 0
+        above = self.above.setdefault(worker, {})
+        below = [s for s in above if s <= floor]
+        taken = sum(above.pop(s)[0] for s in below)
+        base = self.mark_total.get(worker, 0 if mark == 0 else None)
+        lost = None if base is None else max(0, floor_total - base - taken)
+        self.watermark[worker] = floor
+        self.mark_total[worker] = floor_total
+        self._advance(worker, floor)
+        return floor - mark - len(below), lost
 
     def dump(self, worker: str) -> str:
         """"mark[,seq...]": the watermark first (writers read it), then the seqs seen above it."""
         return ",".join(str(x) for x in [self.watermark.get(worker, 0), *sorted(self.above.get(worker, ()))])
 
+    def dump_totals(self, worker: str) -> str | None:
+        """"total[,seq:count:total...]": the produced total through the watermark, then each seq above it with
+        its count and total; None while the total at the watermark is unknown."""
+        base = self.mark_total.get(worker, 0 if self.watermark.get(worker, 0) == 0 else None)
+        if base is None:
+            return None
+        above = self.above.get(worker, {})
+        return ",".join([str(base), *(f"{s}:{above[s][0]}:{above[s][1]}" for s in sorted(above)
+                                      if above[s][1] is not None)])
+
     def load(self, worker: str, text: str) -> None:
         mark, *above = (int(x) for x in text.split(",") if x)
         self.watermark[worker] = mark
-        self.above[worker] = set(above)
+        self.above[worker] = {s: (0, None) for s in above}
+        self.mark_total[worker] = 0 if mark == 0 else None
+
+    def load_totals(self, worker: str, text: str) -> None:
+        """Takes ``dump_totals``'s text; load the watermark (``load``) first."""
+        base, *above = text.split(",")
+        self.mark_total[worker] = int(base)
+        seqs = self.above.setdefault(worker, {})
+        for item in above:
+            seq, count, total = (int(x) for x in item.split(":"))
+            if seq in seqs:
+                seqs[seq] = (count, total)
 
 
 @dataclass
@@ -70,6 +128,7 @@ class Ledger:
     duplicates: int = 0
     stale: int = 0
     dead_letters: int = 0
+    lost: int = 0
 
     def counters(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in COUNTERS}
@@ -79,6 +138,9 @@ class Ledger:
         out: dict[str, str | int] = {**self.counters(), "updates": updates}
         for w in workers:
             out[seq_field(w)] = self.seqs.dump(w)
+            totals = self.seqs.dump_totals(w)
+            if totals is not None:
+                out[f"totals:{w}"] = totals
             for prefix, table in (("produced", self.produced), ("end", self.iteration_end),
                                   ("final", self.final_seq)):
                 if w in table:
@@ -95,6 +157,10 @@ class Ledger:
             kind, _, worker = key.partition(":")
             if kind == "seq":
                 self.seqs.load(worker, value)
+        for key, value in state.items():
+            kind, _, worker = key.partition(":")
+            if kind == "totals" and seq_field(worker) in state:
+                self.seqs.load_totals(worker, value)
             elif kind == "produced":
                 self.produced[worker] = int(value)
             elif kind == "end":
@@ -144,7 +210,8 @@ class Ingest:
                 intake.dead.append((entry_id, fields, exc.kind, str(exc)))
                 ledger.dead_letters += 1
                 if exc.header is not None and self.admits(exc.header.worker_id):
-                    ledger.seqs.seen(exc.header.worker_id, exc.header.seq)
+                    ledger.seqs.seen(exc.header.worker_id, exc.header.seq, exc.header.count,
+                                     exc.header.produced_total)
                     intake.touched.add(exc.header.worker_id)
                 continue
             h = batch.header
@@ -154,7 +221,7 @@ class Ingest:
                 ledger.dead_letters += 1
                 continue
             intake.touched.add(h.worker_id)
-            if ledger.seqs.seen(h.worker_id, h.seq):
+            if ledger.seqs.seen(h.worker_id, h.seq, h.count, h.produced_total):
                 ledger.duplicates += h.count
                 continue
             ledger.produced[h.worker_id] = max(ledger.produced.get(h.worker_id, 0), h.produced_total)
@@ -171,6 +238,29 @@ class Ingest:
             intake.accepted.append(batch)
         return intake
 
+    def settle(self, floors: dict[str, tuple[int, int]]) -> set[str]:
+        """Declares lost the entries that can never arrive, and returns the workers whose watermark moved.
+
+        A writer's floor (``ExperienceReader.floors``) is the highest watermark any trainer ever confirmed to
+        it, with its produced total there: it kept nothing up to that seq, so an entry at or below it that this
+        ledger has not seen was taken by a trainer whose record was lost with the memory server (the ledger came
+        back from an older checkpoint). No copy of it is left anywhere, so it is never waited on: its seq is
+        marked taken and its transitions are counted in ``lost``."""
+        moved = set()
+        for worker, (floor, total) in floors.items():
+            if worker not in self.ledger.known_workers() and not self.admits(worker):
+                continue
+            entries, lost = self.ledger.seqs.skip_to(worker, floor, total)
+            if not entries and not lost:
+                continue
+            moved.add(worker)
+            self.ledger.lost += lost or 0
+            self.ledger.produced[worker] = max(self.ledger.produced.get(worker, 0), total)
+            log.warning("%s: %d entries up to seq %d can never arrive (taken by a trainer whose record the memory "
+                        "server lost; the worker no longer holds them): %s transitions counted as lost", worker,
+                        entries, floor, "an unknown number of" if lost is None else lost)
+        return moved
+
 
 class Feed:
     """The trainer's reading: reads entries (now and then, also entries stranded at dead readers), ingests them,
@@ -178,17 +268,28 @@ class Feed:
     anywhere leaves every transition counted once."""
 
     RECLAIM_EVERY_S = 5.0
+    FLOORS_EVERY_S = 2.0
 
     def __init__(self, reader: ExperienceReader, ingest: Ingest, learning, reclaim_idle_s: float):
         self.reader, self.ingest, self.learning = reader, ingest, learning
         self.reclaim_idle_ms = int(reclaim_idle_s * 1000)
-        self.read_at = self.reclaimed_at = 0.0
+        self.read_at = self.reclaimed_at = self.floors_at = 0.0
         self.last: Intake | None = None
+
+    def settle(self) -> None:
+        """Declares lost what the writers' floors say can never arrive (``Ingest.settle``) and commits the
+        moved watermarks at once, so that writers waiting for them see them."""
+        moved = self.ingest.settle(self.reader.floors())
+        if moved:
+            self.reader.commit([], self.ingest.ledger.fields(moved, self.learning.learner.updates))
 
     def read(self, count: int, block_ms: int | None, sync_version: int | None = None) -> list:
         """Reads up to ``count`` entries (waiting ``block_ms`` for new ones, None: not at all) and returns the
         accepted entries' headers; ``sync_version`` as in ``Ingest.take``."""
         now = self.read_at = time.monotonic()
+        if now - self.floors_at > self.FLOORS_EVERY_S:
+            self.floors_at = now
+            self.settle()
         entries = []
         if now - self.reclaimed_at > self.RECLAIM_EVERY_S:
             self.reclaimed_at = now

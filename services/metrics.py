@@ -35,7 +35,7 @@ LABELS = ("run", "role", "id")
 IDENTITY = {"run", "role", "id", "state", "exit_reason", "last_error"}
 COUNTERS = frozenset({
     "env_steps", "transitions_consumed", "updates", "duplicates_dropped", "stale_dropped", "dead_lettered",
-    "memory_resets", "produced", "seq", "backpressure_s", "resent", "evaluations", "restarts",
+    "lost", "memory_resets", "produced", "seq", "backpressure_s", "resent", "evaluations", "restarts",
 })
 HELP = {
     "env_steps": "Environment steps: consumed by the trainer, or of the last evaluated version (evaluator).",

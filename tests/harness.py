@@ -104,6 +104,7 @@ class ServiceRun:
         dead = sum(int(v) for v in c.hvals(self.keys.dead_letter_counts))
         return {"produced": sum(produced.values()), "consumed": int(state.get("consumed", 0)),
                 "duplicates": int(state.get("duplicates", 0)), "stale": int(state.get("stale", 0)),
+                "lost": int(state.get("lost", 0)),
                 "dead_letter_entries": dead, "backlog_entries": c.xlen(self.keys.stream),
                 "backlog_bytes": int(c.get(self.keys.backlog_bytes) or 0), "workers": len(produced)}
 

@@ -113,6 +113,12 @@ class ExperienceReader(Protocol):
     def load_state(self) -> dict[str, str]:
         """The state committed last (empty on a fresh run or after the server lost its data)."""
 
+    def floors(self) -> dict[str, tuple[int, int]]:
+        """Per writer, its floor as it reported it after the server lost its data: (seq, produced total through
+        it), the highest watermark a reader ever confirmed to it. The writer keeps nothing at or below it
+        (``drl.memory.outbox``), so those of its seqs the reader has not seen can never arrive. Malformed values
+        are left out."""
+
     def rewrite(self, state: dict[str, str | int], produced: dict[str, int], widening: int, version: int) -> None:
         """After the server lost its data: puts back the reader's state, raises (never lowers) the workers'
         produced counts, restores the widening factor and re-announces ``version`` (if >= 0), in one step."""

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from drl.memory.base import AppendReply, Entry, MemoryBackendError
-from drl.memory.outbox import Outbox, Outgoing, OutboxWriter
+from drl.memory.outbox import Outbox, Outgoing, OutboxWriter, format_floor, parse_floors
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,7 @@ class _RunData:
     backlog_bytes: int = 0
     widening: int = 1
     epoch: bytes | None = None
+    floors: dict[str, str] = field(default_factory=dict)
     state: dict[str, str] = field(default_factory=dict)
     dead: collections.deque = field(default_factory=lambda: collections.deque(maxlen=DEAD_LETTER_KEEP))
     dead_counts: dict[str, int] = field(default_factory=dict)
@@ -212,7 +213,13 @@ class InProcessWriter(OutboxWriter):
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.outbox = Outbox()
+        self.outbox.on_new_epoch = self._report_floor
         self.waited_s = 0.0
+
+    def _report_floor(self, floor: tuple[int, int]) -> None:
+        if floor[0] > 0:
+            with self._server.cond:
+                self._server.data(self._run).floors[self.worker] = format_floor(floor)
 
     def position(self) -> tuple[int, int]:
         with self._server.cond:
@@ -412,6 +419,10 @@ class InProcessReader:
     def load_state(self) -> dict[str, str]:
         with self._server.cond:
             return dict(self._server.data(self._run).state)
+
+    def floors(self) -> dict[str, tuple[int, int]]:
+        with self._server.cond:
+            return parse_floors(dict(self._server.data(self._run).floors))
 
     def rewrite(self, state: dict[str, str | int], produced: dict[str, int], widening: int, version: int) -> None:
         values = _fields(state)

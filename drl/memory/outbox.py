@@ -4,6 +4,12 @@ dropped unless the run is stopping; appended entries are kept until the reader's
 the server's data epoch changes (it lost its data), every kept entry above the watermark is queued again, ahead of
 new ones, with the same sequence number and bytes, so the reader's deduplication makes the re-sent copies count
 once.
+
+The outbox also keeps its floor: the highest watermark any reader confirmed to it, with the produced total
+through that seq. It holds nothing at or below the floor, so after a data loss (an epoch change; ``on_new_epoch``
+is then called with the floor) the writer tells the reader its floor (``ExperienceReader.floors``): a reader
+that came back with an older watermark (from a checkpoint) knows the seqs below the floor it never saw can never
+arrive, instead of waiting for them for ever.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ class Outbox:
         self.kept: collections.deque[Outgoing] = collections.deque()
         self._kept_ordered = True  # kept seqs never decrease: consumed ones can be popped from the left
         self.epoch: bytes | None = None
+        self.floor: tuple[int, int] = (0, 0)
+        self.on_new_epoch: Callable[[tuple[int, int]], None] | None = None
         self.resent = 0
         self.refused = 0
 
@@ -63,8 +71,11 @@ class Outbox:
         return reply
 
     def observe(self, mark: int, epoch: bytes) -> None:
-        """Drops the kept entries the watermark ``mark`` covers; after a data loss, queues the rest again."""
-        if self.epoch is not None and epoch != self.epoch:
+        """Drops the kept entries the watermark ``mark`` covers (raising the floor); after a data loss, queues
+        the rest again and reports the floor."""
+        changed = self.epoch is not None and epoch != self.epoch
+        if changed:
+            self._raise_floor(r for r in self.kept if r.seq <= mark)
             lost = [r for r in self.kept if r.seq > mark]
             log.warning("memory server lost its data (epoch %s -> %s); re-sending %d unconsumed entries",
                         self.epoch.decode(), epoch.decode(), len(lost))
@@ -76,10 +87,37 @@ class Outbox:
         if not kept:
             self._kept_ordered = True
         elif self._kept_ordered:
+            top = None
             while kept and kept[0].seq <= mark:
-                kept.popleft()
+                top = kept.popleft()
+            if top is not None:
+                self._raise_floor((top,))
         else:
+            self._raise_floor(r for r in kept if r.seq <= mark)
             self.kept = collections.deque(r for r in kept if r.seq > mark)
+        if changed and self.on_new_epoch is not None:
+            self.on_new_epoch(self.floor)
+
+    def _raise_floor(self, covered) -> None:
+        for r in covered:
+            if r.seq > self.floor[0]:
+                self.floor = (r.seq, r.produced_total)
+
+
+def parse_floors(raw: dict[str, str]) -> dict[str, tuple[int, int]]:
+    """Writers' floors from their ``"seq,total"`` text; a malformed value is left out (and logged)."""
+    out = {}
+    for worker, text in raw.items():
+        seq, _, total = text.partition(",")
+        if seq.isdigit() and total.isdigit():
+            out[worker] = (int(seq), int(total))
+        else:
+            log.warning("ignoring the malformed floor %r of %r", text[:40], worker[:40])
+    return out
+
+
+def format_floor(floor: tuple[int, int]) -> str:
+    return f"{floor[0]},{floor[1]}"
 
 
 class OutboxWriter:

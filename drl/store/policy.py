@@ -110,6 +110,16 @@ class PolicyStore:
             manifest, blob = self.fetch(version)
         return manifest, parse_weights(version, blob)
 
+    def present(self, version: int) -> bool:
+        """Whether a version's manifest parses and its weights are in the store: a listing, not a download, to
+        find a version that vanished (deleted, the store restored from an older copy)."""
+        try:
+            self.manifest(version)
+        except ManifestError:
+            return False
+        base = folder(version)
+        return base + WEIGHTS in self.store.list(base)
+
     def versions(self) -> list[int]:
         found = set()
         for key in self.store.list("policies/v"):

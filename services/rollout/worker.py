@@ -1,7 +1,9 @@
 """The rollout worker's process shell.
 
 SYNC: wait for policy version k, collect this worker's share of the iteration with it, mark the last entry
-``iteration_end``, wait for k+1. ASYNC: never wait for the trainer; switch to a newer policy as soon as an
+``iteration_end``, wait for k+1. A version that is announced but cannot be loaded (gone from the store, corrupt)
+is waited out, not a failure: the trainer publishes it again when it finds it missing, or publishes the next one
+after its deadline (``wait_for_policy``). ASYNC: never wait for the trainer; switch to a newer policy as soon as an
 append reports one (every append's reply carries the latest version). Either way the worker stops after its
 share of ``--steps`` or when the run's stop flag is set, and records how many transitions it sent.
 
@@ -35,6 +37,7 @@ log = logging.getLogger("drl.rollout")
 FLUSH_TIMEOUT_S = 3600.0
 ASYNC_CHUNK_ENTRIES = 16
 FIRST_POLICY_TIMEOUT_S = 600.0
+RELOAD_WAIT_S = 1.0
 
 
 class RolloutWorker(Service):
@@ -67,6 +70,8 @@ class RolloutWorker(Service):
             log.info("%s continues after a restart at entry %d, %d transitions produced", ctx.name, self.seq,
                      self.produced)
         self.stop = False
+        self._refused: set[int] = set()
+        self._waited_out: set[int] = set()
 
     def refresh_share(self) -> None:
         """Reads the share the orchestrator assigned (``RunControl.share``; it changes when the run is scaled)."""
@@ -93,7 +98,9 @@ class RolloutWorker(Service):
             _, weights = self.policies.load(version)
             self.actor.load(weights)
         except (ManifestError, ValueError) as exc:
-            log.error("policy version %d refused, keeping version %d: %s", version, self.version, exc)
+            if version not in self._refused:
+                self._refused.add(version)
+                log.error("policy version %d refused, keeping version %d: %s", version, self.version, exc)
             return False
         self.version = version
         return True
@@ -201,11 +208,15 @@ class RolloutWorker(Service):
         return self.stop
 
     def run(self) -> int:
-        first = self.announcer.wait_for(0, timeout=FIRST_POLICY_TIMEOUT_S, should_stop=self.stopped)
+        if self.cfg.mode == "async":
+            first = self.announcer.wait_for(0, timeout=FIRST_POLICY_TIMEOUT_S, should_stop=self.stopped)
+        else:
+            first = self.wait_for_policy(0, FIRST_POLICY_TIMEOUT_S)
         if first < 0:
             if self.stopped():
                 return self.finish("stopped before the first policy")
-            raise RuntimeError(f"no policy was announced within {FIRST_POLICY_TIMEOUT_S:.0f}s; is the trainer alive?")
+            raise RuntimeError(f"no loadable policy was announced within {FIRST_POLICY_TIMEOUT_S:.0f}s; is the "
+                               f"trainer alive?")
         self.load(first)
         if self.cfg.mode == "async":
             self.collect_async()
@@ -217,16 +228,39 @@ class RolloutWorker(Service):
             self.refresh_share()
             if self.produced >= self.total or self.stop or TELEMETRY.stop.is_set():
                 break
-            nxt = self.announcer.wait_for(self.version + 1, timeout=self.cfg.sync_deadline_s * 10,
-                                          should_stop=lambda: self.stopped() or TELEMETRY.stop.is_set())
+            nxt = self.wait_for_policy(self.version + 1, self.cfg.sync_deadline_s * 10)
             if nxt < 0:
                 if self.stopped() or TELEMETRY.stop.is_set():
                     break
-                raise RuntimeError(f"no policy version {self.version + 1} within "
+                raise RuntimeError(f"no loadable policy version >= {self.version + 1} within "
                                    f"{self.cfg.sync_deadline_s * 10:.0f}s; is the trainer alive?")
-            if not self.load(nxt):
-                raise RuntimeError(f"SYNC needs policy version {nxt}, which cannot be loaded")
         return self.finish(self.outcome())
+
+    def wait_for_policy(self, least: int, timeout: float) -> int:
+        """SYNC: waits until a version >= ``least`` is announced and loads the newest one; returns it, or -1 when
+        stopped or after ``timeout``. A version that cannot be loaded is tried again every ``RELOAD_WAIT_S``, as is
+        any newer one announced meanwhile: the trainer republishes a version it finds missing from the store while
+        it waits for the iteration, and publishes the next one after its deadline, so a worker that failed here
+        instead would only use up its restarts on the same missing version."""
+        deadline = time.monotonic() + timeout
+        should_stop = lambda: self.stopped() or TELEMETRY.stop.is_set()  # noqa: E731
+        while True:
+            version = self.announcer.wait_for(least, timeout=max(0.0, deadline - time.monotonic()),
+                                              should_stop=should_stop)
+            if version < 0:
+                return -1
+            if self.load(version):
+                return version
+            if version not in self._waited_out:
+                self._waited_out.add(version)
+                log.warning("waiting for policy version %d to be published again (or a newer one)", version)
+            until = min(deadline, time.monotonic() + RELOAD_WAIT_S)
+            while time.monotonic() < until:
+                if should_stop():
+                    return -1
+                time.sleep(0.1)
+            if time.monotonic() >= deadline:
+                return -1
 
     def collect_async(self) -> None:
         """Collects the share, never stepping more than ``ASYNC_CHUNK_ENTRIES`` entries of ``--batch-transitions``

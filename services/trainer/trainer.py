@@ -37,6 +37,7 @@ STARVED_READ_ENTRIES = 64
 SYNC_READ_ENTRIES = 64
 MOST_UPDATES_PER_LOOP = 16
 STOP_CHECK_EVERY_UPDATES = 200
+STALLED_CHECK_S = 5.0
 
 
 class Trainer(Service):
@@ -103,15 +104,33 @@ class Trainer(Service):
         ``checkpoint``, then writes a checkpoint if one is due."""
         if force or self.updates != self.published_updates:
             version = self.version + 1
-            self.policies.publish(version, self.learning.learner.policy_weights(), algorithm=self.cfg.algorithm,
-                                  env_steps=self.ledger.consumed, updates=self.updates,
-                                  observation_space=self.spec.observation_space, action_space=self.spec.action_space)
-            self.announcer.announce(version)
+            self._write_policy(version)
             self.version, self.published_updates = version, self.updates
             self.policies.retain(self.cfg.keep_policies)
             self.report(force=True)
         if checkpoint and self.checkpoints.due():
             self.checkpoints.save(self.learning, self.ledger, self.version)
+
+    def _write_policy(self, version: int) -> None:
+        self.policies.publish(version, self.learning.learner.policy_weights(), algorithm=self.cfg.algorithm,
+                              env_steps=self.ledger.consumed, updates=self.updates,
+                              observation_space=self.spec.observation_space, action_space=self.spec.action_space)
+        self.announcer.announce(version)
+
+    def keep_published(self) -> bool:
+        """SYNC: the workers wait for the current version; if it is gone from the store, publishes it again, so
+        that they load it instead of failing: the same version (same weights) when the learner has not changed
+        since it published it, else the next version. Returns True when the version changed."""
+        if self.version < 0 or self.policies.present(self.version):
+            return False
+        if self.updates == self.published_updates:
+            log.warning("policy version %d is missing from the store; publishing it again", self.version)
+            self._write_policy(self.version)
+            return False
+        log.warning("policy version %d is missing from the store; publishing version %d", self.version,
+                    self.version + 1)
+        self.publish(force=True)
+        return True
 
     def should_stop(self, force: bool = False) -> str:
         """The reason the run's stop flag gives ("target_reached" or "stopped"), or "" while it is unset; the
@@ -138,7 +157,8 @@ class Trainer(Service):
             "role": "trainer", "state": state, "exit_reason": reason, "policy_version": self.version,
             "env_steps": ledger.consumed, "transitions_consumed": ledger.consumed, "updates": self.updates,
             "duplicates_dropped": ledger.duplicates, "stale_dropped": ledger.stale,
-            "dead_lettered": ledger.dead_letters, "transitions_per_s": round(ledger.consumed / elapsed, 1),
+            "dead_lettered": ledger.dead_letters, "lost": ledger.lost,
+            "transitions_per_s": round(ledger.consumed / elapsed, 1),
             "replay_size": self.learning.size(), "backlog": self.reader.backlog(),
             "backlog_bytes": self.reader.backlog_bytes(), "memory_resets": self.reader.resets,
             **{k: round(v, 5) for k, v in self.learning.metrics.items()},
@@ -175,10 +195,21 @@ class Trainer(Service):
             membership.refresh()
             waiting = membership.waiting_for(version)
             deadline = time.monotonic() + self.cfg.sync_deadline_s
+            progressed = checked = time.monotonic()
             while waiting and time.monotonic() < deadline:
                 if self.should_stop():
                     return self.stop_reason
-                waiting -= {h.worker_id for h in self.feed.read(SYNC_READ_ENTRIES, 100, version) if h.iteration_end}
+                now = time.monotonic()
+                if now - max(progressed, checked) > STALLED_CHECK_S:
+                    checked = now
+                    if self.keep_published():
+                        version = self.version
+                        waiting = membership.waiting_for(version)
+                        deadline = now + self.cfg.sync_deadline_s
+                taken = self.feed.read(SYNC_READ_ENTRIES, 100, version)
+                if taken:
+                    progressed = time.monotonic()
+                waiting -= {h.worker_id for h in taken if h.iteration_end}
                 waiting -= membership.finished
                 if waiting and membership.all_finished():
                     waiting.clear()

@@ -320,6 +320,24 @@ def test_after_a_data_loss_writers_resend_what_was_not_consumed_and_the_reader_r
     assert reader.resets == 1 and seqs(reader.read(10, None)) == [("rollout-0", 6)]
 
 
+def test_after_a_data_loss_a_writer_reports_its_floor_the_highest_watermark_it_was_told(mem):
+    reader = mem.open().reader("trainer-0")
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    idle = mem.open().writer("rollout-1", max_entries=10, max_bytes=1 << 20)
+    for seq in (1, 2, 3, 4):
+        send(writer, "rollout-0", seq)
+    send(idle, "rollout-1", 1)
+    consume(reader, count=3, state={"seq:rollout-0": "3"})
+    send(writer, "rollout-0", 5)
+    assert reader.floors() == {}, "a floor was reported without a data loss"
+    mem.lose_data()
+    send(writer, "rollout-0", 6)
+    assert writer.resent == 2
+    assert reader.floors() == {"rollout-0": (3, 3 * 8)}, "the floor is the watermark seen, with its produced total"
+    assert idle.wait_consumed(1, timeout=0.3, should_stop=lambda: False) is False
+    assert "rollout-1" not in reader.floors(), "a writer that was never told a watermark has no floor"
+
+
 def test_a_writer_held_back_when_the_server_loses_its_data_gets_in_and_resends(mem):
     reader = mem.open().reader("trainer-0")
     writer = mem.open().writer("rollout-0", max_entries=2, max_bytes=1 << 20)

@@ -97,3 +97,19 @@ def test_a_checkpoint_is_due_after_its_interval(tmp_path):
     assert not checkpoints.due()
     checkpoints.every_s = 0.0
     assert checkpoints.due()
+
+
+def test_a_checkpoint_keeps_the_workers_watermarks_for_a_memory_server_lost_with_the_trainer(tmp_path):
+    cfg = fast_config(learning_starts=0)
+    checkpoints = _checkpoints(tmp_path, cfg)
+    ledger = Ledger(consumed=64, lost=3)
+    ledger.load({"seq:rollout-0": "7,9", "totals:rollout-0": "56,9:8:72", "produced:rollout-0": "72",
+                 "final:rollout-0": "9", "end:rollout-0": "2"})
+    checkpoints.save(_trained(cfg), ledger, 1)
+    restored = Ledger()
+    checkpoints.restore(_learning(cfg), restored, committed={})
+    assert restored.counters() == ledger.counters()
+    assert restored.seqs.watermark == {"rollout-0": 7} and set(restored.seqs.above["rollout-0"]) == {9}
+    assert restored.seqs.mark_total == {"rollout-0": 56}
+    assert (restored.produced, restored.final_seq, restored.iteration_end) == ({"rollout-0": 72}, {"rollout-0": 9},
+                                                                               {"rollout-0": 2})

@@ -103,3 +103,29 @@ def test_the_watermark_covers_exactly_the_contiguous_seqs_whatever_the_order(seq
         ingest.take([_entry("rollout-0", seq)])
     assert ledger.seqs.watermark["rollout-0"] == 3 and ledger.consumed == 12
     assert ledger.duplicates == 4 * (len(seqs) - 3)
+
+
+def test_seqs_below_a_writers_floor_never_seen_are_declared_lost_with_their_transitions():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1), _entry("rollout-0", 2)])
+    ingest.take([_entry("rollout-0", 4), _entry("rollout-0", 7)])
+    assert ledger.seqs.watermark["rollout-0"] == 2
+    moved = ingest.settle({"rollout-0": (5, 5 * 4)})
+    assert moved == {"rollout-0"}
+    assert ledger.lost == 8, "seqs 3 and 5 (4 transitions each) were never seen"
+    assert ledger.seqs.watermark["rollout-0"] == 5 and set(ledger.seqs.above["rollout-0"]) == {7}
+    assert ingest.settle({"rollout-0": (5, 20)}) == set() and ledger.lost == 8, "a floor counted twice"
+    ingest.take([_entry("rollout-0", 6)])
+    assert ledger.seqs.watermark["rollout-0"] == 7
+    assert ingest.settle({"rollout-9": (3, 12)}) == set(), "a floor of a worker outside the run was taken"
+
+
+def test_the_totals_round_trip_so_a_restored_ledger_counts_a_later_gap_exactly():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1), _entry("rollout-0", 3)])
+    fields = {k: str(v) for k, v in ledger.fields(ledger.known_workers(), updates=0).items()}
+    assert fields["totals:rollout-0"] == "4,3:4:12" and fields["lost"] == "0"
+    other = Ledger()
+    other.load(fields)
+    Ingest(RUN, LAYOUT, other, MEMBERS.__contains__).settle({"rollout-0": (4, 16)})
+    assert other.lost == 8 and other.seqs.watermark["rollout-0"] == 4

@@ -15,6 +15,7 @@ class Keys:
         self.backlog_bytes = p + "exp:bytes"
         self.freed = p + "exp:freed"  # one token per entry a commit deleted: wakes producers held back
         self.room = p + "exp:room"  # the trainer's widening factor on the backlog's limits (absent: 1)
+        self.floors = p + "exp:floors"  # writer -> "seq,total": its floor, reported after a data loss
         self.epoch = p + "epoch"
         self.consumer_state = p + "trainer:state"
         self.dead_letter = p + "dlq"

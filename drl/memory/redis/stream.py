@@ -27,7 +27,7 @@ import redis
 
 from drl._proto import experience_pb2
 from drl.memory.base import AppendReply, Entry, seq_field
-from drl.memory.outbox import Outbox, Outgoing, OutboxWriter
+from drl.memory.outbox import Outbox, Outgoing, OutboxWriter, format_floor, parse_floors
 from drl.memory.redis.announce import announce_in
 from drl.memory.redis.connection import RETRY_S, plain, retrying
 from drl.memory.redis.keys import Keys
@@ -90,7 +90,14 @@ class Producer(OutboxWriter):
         self._add_keys = [keys.stream, keys.policy, keys.stop, keys.produced, keys.backlog_bytes,
                           keys.consumer_state, keys.epoch, keys.freed, keys.room, keys.shares]
         self.outbox = Outbox()
+        self.outbox.on_new_epoch = self._report_floor
         self.waited_s = 0.0
+
+    def _report_floor(self, floor: tuple[int, int]) -> None:
+        """Tells the reader this writer's floor after a data loss (``ExperienceReader.floors``)."""
+        if floor[0] > 0:
+            retrying(lambda: self.client.hset(self.keys.floors, self.worker_id, format_floor(floor)),
+                     "HSET floor", self.retry_s)
 
     def position(self) -> tuple[int, int]:
         return producer_position(self.client, self.keys, self.worker_id, self.retry_s)
@@ -299,6 +306,10 @@ class Consumer:
     def load_state(self) -> dict[str, str]:
         raw = retrying(lambda: self.client.hgetall(self.keys.consumer_state), "HGETALL state", self.retry_s)
         return {k.decode(): v.decode() for k, v in raw.items()}
+
+    def floors(self) -> dict[str, tuple[int, int]]:
+        raw = retrying(lambda: self.client.hgetall(self.keys.floors), "HGETALL floors", self.retry_s)
+        return parse_floors({k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()})
 
     def backlog(self) -> int:
         return int(retrying(lambda: self.client.xlen(self.keys.stream), "XLEN", self.retry_s))
