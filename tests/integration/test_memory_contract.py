@@ -628,6 +628,20 @@ def test_members_and_shares_register_together_and_only_new_keeps_registered_work
     assert mem.open().control().share("rollout-0") == 600
 
 
+def test_register_forgets_done_markers_and_sets_the_start_in_the_same_step(mem):
+    """A worker that returns (live scaling) is active again and no longer done in one step; a restored server gets
+    its members and its start time in one step: nobody reads one half without the other."""
+    control = mem.open().control()
+    control.mark_worker_done("rollout-1", 300)
+    control.mark_worker_done("rollout-2", 200)
+    control.register({"rollout-1": "active"}, {"rollout-1": 600}, forget_done=["rollout-1"], started_at=1234.5)
+    assert control.members() == {"rollout-1": "active"} and control.shares() == {"rollout-1": 600}
+    assert control.workers_done() == {"rollout-2": 200}
+    assert control.started_at() == 1234.5
+    control.register({}, {}, started_at=99.0)
+    assert control.started_at() == 99.0 and control.members() == {"rollout-1": "active"}
+
+
 def test_snapshot_reads_produced_shares_and_members_together(mem):
     control = mem.open().control()
     writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)

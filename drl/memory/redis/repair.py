@@ -2,7 +2,7 @@
 drl reads from them sound (docs/architecture.md, "Shared state on the memory server").
 
 Every key has a type and a rule for its values (``SCHEMA``). The Lua scripts check every key they write or rely
-on before writing anything and fail with ``DRL_BADKEY <key> <why>``; plain commands on a key of the wrong type fail
+on before writing anything and fail with ``UNSOUNDKEY <key> <why>``; plain commands on a key of the wrong type fail
 with ``WRONGTYPE``. ``Guard.call`` then reports the key in one log line, repairs it (``scripts.REPAIR``) and calls
 again, a bounded number of times. Values read with plain commands go through the ``Guard.count``-style parsers: an
 unsound one is reported and read as absent (ignored), never raised as a crash. Counts are decimal integers of at
@@ -88,7 +88,7 @@ def bad_key(exc: BaseException) -> tuple[str | None, str] | None:
     """(key or None for the command's own key, why) when ``exc`` is a refusal for an unsound key."""
     cause = exc.__cause__ if isinstance(exc, MemoryBackendError) else exc
     text = str(cause or "")
-    if text.startswith("DRL_BADKEY "):
+    if text.startswith("UNSOUNDKEY "):
         _, key, why = text.split(" ", 2)
         return key, why
     if text.startswith("WRONGTYPE"):

@@ -12,8 +12,8 @@ from __future__ import annotations
 import redis
 
 CHECKS = """
-local function bad(key, why) return redis.error_reply('DRL_BADKEY ' .. key .. ' ' .. why) end
-local function badarg(why) return redis.error_reply('DRL_BADARG ' .. why) end
+local function bad(key, why) return redis.error_reply('UNSOUNDKEY ' .. key .. ' ' .. why) end
+local function badarg(why) return redis.error_reply('BADARG ' .. why) end
 local function count(s)
   if type(s) ~= 'string' or string.len(s) > 15 or not string.match(s, '^%d+$') then return nil end
   return tonumber(s)
@@ -38,9 +38,9 @@ end
 """The checks every script starts with. ``count`` accepts a decimal integer of at most 15 digits (below 10^15,
 so exact in Lua's doubles and in JSON), ``seqs`` counts joined by commas (the fields of ``trainer:state`` that drl reads back, ``read_field``: counters
 and per-worker progress); ``typed`` accepts a key of the type wanted or an absent one. A key that
-fails is reported as ``DRL_BADKEY <key> <why>`` before the script writes anything (a script that fails half-way
+fails is reported as ``UNSOUNDKEY <key> <why>`` before the script writes anything (a script that fails half-way
 keeps what it wrote), and the caller repairs that key (``drl.memory.redis.repair``) and calls again; a bad
-argument is ``DRL_BADARG``."""
+argument is ``BADARG``."""
 
 ADD = CHECKS + """
 if not typed(KEYS[1], 'stream') then return bad(KEYS[1], 'is not a stream') end
