@@ -1,10 +1,13 @@
-"""The Lua scripts of the experience stream, and the way a rollout worker runs its append.
+"""The Lua scripts of the run's shared state, and the way a rollout worker runs its append.
 
-``_ADD`` (one call per entry a worker appends) refuses the entry while the backlog is full, else appends it,
+``ADD`` (one call per entry a worker appends) refuses the entry while the backlog is full, else appends it,
 counts its bytes and raises the worker's produced total; either way it returns what the worker needs to know
-about the run (see ``drl.memory.base.AppendReply``). ``_COMMIT`` (one call per trainer read) acknowledges and
-deletes entries, releases their bytes, wakes held-back producers and records the trainer's state. ``_RAISE``
-raises produced counts without ever lowering them. Their keys and arguments are in docs/wire-format.md.
+about the run (see ``drl.memory.base.AppendReply``). ``COMMIT`` (one call per trainer read) dead-letters,
+acknowledges and deletes entries, releases their bytes, wakes held-back producers and records the trainer's state.
+``RAISE`` raises produced counts without ever lowering them; ``DONE`` writes a worker's done marker with its
+produced count; ``REGISTER`` writes membership, shares, forgotten done markers and the start time together;
+``REPAIR`` repairs one unsound key. Each checks every key it writes or relies on before it writes anything
+(``CHECKS``). Their keys and arguments are in docs/wire-format.md and below.
 """
 
 from __future__ import annotations
