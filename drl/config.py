@@ -80,6 +80,9 @@ class ExperimentBase:
     reclaim_idle_s: float = opt(30.0, "Seconds an entry may stay pending at another (dead) consumer before the "
                                       "trainer claims it.")
     memory_retry_s: float = opt(120.0, "Seconds services keep retrying an unreachable memory server before failing.")
+    member_silence_s: float = opt(600.0, "Seconds the trainer waits for a member rollout worker from which nothing "
+                                         "arrives (one that never started, or whose name another program wrote "
+                                         "into the membership) before it goes on without it.")
     max_restarts: int = opt(5, "Times the local orchestrator restarts one process that crashed, hung or was "
                                "killed, before it gives the run up as failed (0: never restart).")
     hang_timeout_s: float = opt(60.0, "Seconds without a heartbeat after which the local orchestrator "
@@ -106,7 +109,7 @@ class ExperimentBase:
                           "trainer_threads", "keep_policies", "keep_checkpoints", "sync_steps_per_iteration",
                           "publish_every_updates", "max_backlog_entries", "max_backlog_bytes", "replay_size"),
             nonneg=("random_steps", "learning_starts", "ratio_tolerance", "max_restarts", "entry_fill_ms"),
-            positive=("updates_per_transition", "sync_deadline_s", "reclaim_idle_s", "memory_retry_s",
+            positive=("updates_per_transition", "sync_deadline_s", "reclaim_idle_s", "memory_retry_s", "member_silence_s",
                       "checkpoint_every_s", "hang_timeout_s"),
             fraction=("priority_alpha", "priority_beta"))
         if self.target_return is not None and not math.isfinite(self.target_return):

@@ -124,8 +124,7 @@ class Scaler:
         snap = self.snapshot()
         plan = scaling.plan_indexed_shares(snap, steps=self.cfg.steps, steps_done=self.steps_done, workers=workers,
                                            margin=self.margin)
-        self.control.register({n: scaling.ACTIVE for n in plan.added}, plan.shares)
-        self.control.forget_workers_done(plan.added)
+        self.control.register({n: scaling.ACTIVE for n in plan.added}, plan.shares, forget_done=plan.added)
         returning = [n for n in plan.added if snap.members.get(n) == scaling.RETIRED]
         grows = workers > job_size and any(worker_index(n) >= job_size for n in plan.names)
         size = workers if workers <= job_size or grows else job_size

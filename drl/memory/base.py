@@ -166,9 +166,12 @@ class RunControl(Protocol):
     def share(self, worker: str) -> int | None:
         """This worker's assigned share, or None without an assignment."""
 
-    def register(self, members: dict[str, str], shares: dict[str, int], only_new: bool = False) -> None:
-        """Writes members and shares together; ``only_new`` leaves workers that are registered already as they
-        are."""
+    def register(self, members: dict[str, str], shares: dict[str, int], only_new: bool = False,
+                 forget_done: Iterable[str] = (), started_at: float | None = None) -> None:
+        """Writes members and shares, forgets the done markers of ``forget_done`` (workers that return) and sets
+        the start time, all in one atomic step, so that nobody sees a returning worker active but still done, or
+        a restored server with its members but not its start; ``only_new`` leaves workers that are registered
+        already as they are."""
 
     def snapshot(self) -> tuple[dict[str, int], dict[str, int], dict[str, str]]:
         """(produced, shares, members) in one consistent read, for the share arithmetic of live scaling."""

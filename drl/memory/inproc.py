@@ -518,8 +518,12 @@ class InProcessControl:
     def share(self, worker: str) -> int | None:
         return self._read(lambda d: d.shares.get(worker))
 
-    def register(self, members: dict[str, str], shares: dict[str, int], only_new: bool = False) -> None:
+    def register(self, members: dict[str, str], shares: dict[str, int], only_new: bool = False,
+                 forget_done: Iterable[str] = (), started_at: float | None = None) -> None:
         states, _ = _fields(members), _fields(shares)
+        forget = list(forget_done)
+        if started_at is not None:
+            _stored(started_at)
 
         def do(d: _RunData) -> None:
             for name, state in states.items():
@@ -528,6 +532,10 @@ class InProcessControl:
             for name, value in shares.items():
                 if not only_new or name not in d.shares:
                     d.shares[name] = int(value)
+            for name in forget:
+                d.workers_done.pop(name, None)
+            if started_at is not None:
+                d.started_at = float(started_at)
 
         self._write(do)
 

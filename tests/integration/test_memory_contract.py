@@ -646,6 +646,20 @@ def test_members_and_shares_register_together_and_only_new_keeps_registered_work
     assert mem.open().control().share("rollout-0") == 600
 
 
+def test_register_forgets_done_markers_and_sets_the_start_in_the_same_step(mem):
+    """A worker that returns (live scaling) is active again and no longer done in one step; a restored server gets
+    its members and its start time in one step: nobody reads one half without the other."""
+    control = mem.open().control()
+    control.mark_worker_done("rollout-1", 300)
+    control.mark_worker_done("rollout-2", 200)
+    control.register({"rollout-1": "active"}, {"rollout-1": 600}, forget_done=["rollout-1"], started_at=1234.5)
+    assert control.members() == {"rollout-1": "active"} and control.shares() == {"rollout-1": 600}
+    assert control.workers_done() == {"rollout-2": 200}
+    assert control.started_at() == 1234.5
+    control.register({}, {}, started_at=99.0)
+    assert control.started_at() == 99.0 and control.members() == {"rollout-1": "active"}
+
+
 def test_snapshot_reads_produced_shares_and_members_together(mem):
     control = mem.open().control()
     writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
@@ -788,9 +802,11 @@ def test_concurrent_writers_and_a_reader_count_every_entry_once_in_order(mem):
 # -- Redis only: a refusal by the server --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("use", ["writer", "reader", "announcements"])
-def test_a_key_of_the_wrong_type_is_a_memory_backend_error_on_redis(use, redis_server, redis_client):
+def test_a_key_of_the_wrong_type_is_repaired_or_ignored_on_redis(use, redis_server, redis_client, caplog):
     """The in-process server holds no keys of the wrong type; on Redis a key of a run that another program wrote
-    with another type makes the server refuse (WRONGTYPE), which callers must see as ``MemoryBackendError``."""
+    with another type is reported in one line naming it, and repaired (a stream of the wrong type is a data loss:
+    deleted, its writers re-send) or read as absent (``docs/architecture.md``, "Shared state on the memory
+    server"), never raised to the caller."""
 
     from drl.memory import open_memory
     from drl.memory.redis import Keys
@@ -799,16 +815,18 @@ def test_a_key_of_the_wrong_type_is_a_memory_backend_error_on_redis(use, redis_s
     keys = Keys(run)
     backend = open_memory(redis_server.url, run)
     try:
-        with pytest.raises(MemoryBackendError):
-            if use == "writer":
-                redis_client.set(keys.stream, "not a stream")
-                send(backend.writer("rollout-0", 10, 1 << 20), "rollout-0", 1)
-            elif use == "reader":
-                redis_client.set(keys.stream, "not a stream")
-                backend.reader("trainer-0")
-            else:
-                redis_client.hset(keys.policy, "not", "a version")
-                backend.announcements().latest()
+        if use == "writer":
+            redis_client.set(keys.stream, "not a stream")
+            assert send(backend.writer("rollout-0", 10, 1 << 20), "rollout-0", 1).appended
+            assert redis_client.type(keys.stream) == b"stream" and redis_client.xlen(keys.stream) == 1
+        elif use == "reader":
+            redis_client.set(keys.stream, "not a stream")
+            assert backend.reader("trainer-0").read(10, None) == []
+            assert redis_client.type(keys.stream) == b"stream"
+        else:
+            redis_client.hset(keys.policy, "not", "a version")
+            assert backend.announcements().latest() == -1
+        assert any(keys.stream in r.message or keys.policy in r.message for r in caplog.records)
     finally:
         backend.close()
 

@@ -64,3 +64,34 @@ def test_an_iteration_waits_for_the_workers_whose_share_of_it_is_not_in(control)
     assert membership.waiting_for(3) == {"rollout-1", "rollout-2"}
     membership.finished.add("rollout-2")
     assert membership.waiting_for(3) == {"rollout-1"}
+
+
+def test_a_member_that_never_sends_is_given_up_after_the_silence_bound(control, caplog):
+    """A name written into the membership by another program (or a worker that never started) is waited for at most
+    ``silence_s``; then the run goes on without it, said in one line naming it."""
+    now = [0.0]
+    ledger = Ledger()
+    membership = Membership(control, ledger, workers=1, silence_s=30, clock=lambda: now[0])
+    control.register({"rollout-0": "active", "rollout-7": "active"}, {"rollout-0": 10, "rollout-7": 10})
+    membership.refresh()
+    ledger.seqs.seen("rollout-0", 1)
+    ledger.final_seq["rollout-0"] = 1
+    assert not membership.all_finished()
+    now[0] = 29.0
+    assert not membership.all_finished()
+    now[0] = 31.0
+    assert membership.all_finished() and membership.given_up == {"rollout-7"}
+    assert any("rollout-7" in r.message for r in caplog.records)
+    membership.refresh()
+    assert "rollout-7" in membership.finished, "a given-up member is not taken back by its unfinished share"
+
+
+def test_a_worker_that_keeps_sending_is_never_given_up(control):
+    now = [0.0]
+    ledger = Ledger()
+    membership = Membership(control, ledger, workers=1, silence_s=30, clock=lambda: now[0])
+    for seq in range(1, 10):
+        now[0] += 20
+        ledger.seqs.seen("rollout-0", seq)
+        assert not membership.all_finished()
+    assert membership.given_up == set()

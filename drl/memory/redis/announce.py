@@ -11,6 +11,7 @@ import redis
 from drl.memory.base import MemoryUnavailable
 from drl.memory.redis.connection import RETRY_S, retrying
 from drl.memory.redis.keys import Keys
+from drl.memory.redis.repair import Guard, count
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class Announcer:
         self.client = client
         self.keys = keys
         self.retry_s = retry_s
+        self.guard = Guard(client, keys, retry_s)
         self._pubsub: redis.client.PubSub | None = None
 
     def announce(self, version: int) -> None:
@@ -47,8 +49,13 @@ class Announcer:
         retrying(_do, "announce", self.retry_s)
 
     def latest(self) -> int:
-        value = retrying(lambda: self.client.get(self.keys.policy), "GET policy", self.retry_s)
-        return -1 if value is None else int(value)
+        """The announced version; one of the wrong type or not a count reads as none (-1), reported, until the
+        trainer's next announcement writes over it."""
+        value = self.guard.read(lambda: self.client.get(self.keys.policy), "GET policy", self.keys.policy, None)
+        version = count(value)
+        if value is not None and version is None:
+            self.guard.report(self.keys.policy, "is not a policy version", "ignored")
+        return -1 if version is None else version
 
     def wait_for(self, min_version: int, timeout: float, should_stop: Callable[[], bool]) -> int:
         """Blocks until a version >= min_version is announced; returns it, or -1 when stopped or timed out."""

@@ -7,8 +7,10 @@ from typing import Callable, Iterable
 
 import redis
 
-from drl.memory.redis.connection import RETRY_S, plain, retrying
+from drl.memory.redis.connection import RETRY_S, plain
 from drl.memory.redis.keys import Keys
+from drl.memory.redis.repair import STATES, Guard, count, worker
+from drl.memory.redis.scripts import DONE, REGISTER
 from drl.memory.redis.stream import backlog_transitions
 
 
@@ -16,99 +18,131 @@ def _text(raw: dict) -> dict[str, str]:
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()}
 
 
-def _counts(raw: dict) -> dict[str, int]:
-    return {k.decode(): int(v) for k, v in raw.items()}
-
-
 class RedisRunControl:
     """Every call retries an unreachable server for ``retry_s`` seconds (then ``MemoryUnavailable``); a request the
-    server refuses (a key of the wrong type, say) is ``MemoryBackendError``."""
+    server refuses for another reason is ``MemoryBackendError``. What is read is checked (``drl.memory.redis.repair``):
+    a key of the wrong type reads as absent, an unsound value is left out; a write to a key of the wrong type
+    repairs it first. Each is reported in one log line naming the key."""
 
     def __init__(self, client: redis.Redis, keys: Keys, retry_s: float = RETRY_S):
         self.client, self.keys, self.retry_s = client, keys, retry_s
+        self.guard = Guard(client, keys, retry_s)
+        self._register = client.register_script(REGISTER)
+        self._done = client.register_script(DONE)
 
-    def _call(self, fn: Callable, what: str):
-        return retrying(fn, what, self.retry_s)
+    def _call(self, fn: Callable, what: str, key: str | None = None):
+        return self.guard.call(fn, what, key=key)
 
-    def _transaction(self, build: Callable, what: str) -> list:
-        def _do():
-            pipe = self.client.pipeline(transaction=True)
-            build(pipe)
-            return pipe.execute()
+    def _read(self, fn: Callable, what: str, key: str, default):
+        return self.guard.read(fn, what, key, default)
 
-        return self._call(_do, what)
+    def _number(self, key: str, what: str) -> int | None:
+        raw = self._read(lambda: self.client.get(key), what, key, None)
+        value = count(raw)
+        if raw is not None and value is None:
+            self.guard.report(key, "is not a count", "ignored")
+        return value
 
     # -- stop flag
     def stop_reason(self) -> str | None:
-        value = self._call(lambda: self.client.get(self.keys.stop), "GET stop")
+        """The flag stops the run by existing: one of the wrong type or with unreadable text still stops it."""
+        value = self._read(lambda: self.client.get(self.keys.stop), "GET stop", self.keys.stop, b"unreadable")
         return None if value is None else value.decode(errors="replace")
 
     def request_stop(self, reason: str) -> None:
         self._call(lambda: self.client.set(self.keys.stop, reason), "SET stop")
 
     # -- membership and shares
+    def _members(self, raw: dict) -> dict[str, str]:
+        out = {}
+        for name, state in _text(raw).items():
+            if worker(name) and state in STATES:
+                out[name] = state
+            else:
+                self.guard.report(self.keys.members, f"field {name!r} = {state!r} is not a worker's state", "ignored")
+        return out
+
+    def _shares(self, raw: dict) -> dict[str, int]:
+        return {k: v for k, v in self.guard.counts(raw, self.keys.shares).items() if worker(k)}
+
     def members(self) -> dict[str, str]:
-        return _text(self._call(lambda: self.client.hgetall(self.keys.members), "HGETALL members"))
+        return self._members(self._read(lambda: self.client.hgetall(self.keys.members), "HGETALL members",
+                                        self.keys.members, {}))
 
     def shares(self) -> dict[str, int]:
-        return _counts(self._call(lambda: self.client.hgetall(self.keys.shares), "HGETALL shares"))
+        return self._shares(self._read(lambda: self.client.hgetall(self.keys.shares), "HGETALL shares",
+                                       self.keys.shares, {}))
 
     def share(self, worker: str) -> int | None:
-        value = self._call(lambda: self.client.hget(self.keys.shares, worker), "HGET share")
-        return None if value is None else int(value)
+        raw = self._read(lambda: self.client.hget(self.keys.shares, worker), "HGET share", self.keys.shares, None)
+        value = count(raw)
+        if raw is not None and value is None:
+            self.guard.report(self.keys.shares, f"field {worker} is not a count", "ignored")
+        return value
 
-    def register(self, members: dict[str, str], shares: dict[str, int], only_new: bool = False) -> None:
-        def build(pipe) -> None:
-            if only_new:
-                for name, state in members.items():
-                    pipe.hsetnx(self.keys.members, name, state)
-                for name, value in shares.items():
-                    pipe.hsetnx(self.keys.shares, name, value)
-                return
-            if members:
-                pipe.hset(self.keys.members, mapping=members)
-            if shares:
-                pipe.hset(self.keys.shares, mapping=shares)
-
-        if members or shares:
-            self._transaction(build, "register members")
+    def register(self, members: dict[str, str], shares: dict[str, int], only_new: bool = False,
+                 forget_done: Iterable[str] = (), started_at: float | None = None) -> None:
+        forget = list(forget_done)
+        if not (members or shares or forget or started_at is not None):
+            return
+        args: list = [1 if only_new else 0, len(members), len(shares), len(forget)]
+        for name, state in members.items():
+            args += [name, state]
+        for name, value in shares.items():
+            args += [name, value]
+        args += forget
+        if started_at is not None:
+            args.append(repr(float(started_at)))
+        keys = [self.keys.members, self.keys.shares, self.keys.started_at, self.keys.workers_done]
+        self._call(lambda: self._register(keys=keys, args=args), "register members")
 
     def snapshot(self) -> tuple[dict[str, int], dict[str, int], dict[str, str]]:
-        def build(pipe) -> None:
+        def _do():
+            pipe = self.client.pipeline(transaction=True)
             pipe.hgetall(self.keys.produced)
             pipe.hgetall(self.keys.shares)
             pipe.hgetall(self.keys.members)
+            return pipe.execute(raise_on_error=False)
 
-        produced, shares, members = self._transaction(build, "read membership")
-        return _counts(produced), _counts(shares), _text(members)
+        replies = self._call(_do, "read membership")
+        for key, reply in zip((self.keys.produced, self.keys.shares, self.keys.members), replies):
+            if isinstance(reply, redis.ResponseError):
+                self.guard.report(key, "has the wrong type", "ignored")
+        produced, shares, members = ({} if isinstance(r, redis.ResponseError) else r for r in replies)
+        return self._produced(produced), self._shares(shares), self._members(members)
 
     # -- done markers
     def mark_worker_done(self, worker: str, produced: int) -> None:
-        self._call(lambda: self.client.hset(self.keys.workers_done, worker, produced), "HSET done")
+        """The marker and the worker's produced count (raised, never lowered) in one step."""
+        keys = [self.keys.workers_done, self.keys.produced]
+        self._call(lambda: self._done(keys=keys, args=[worker, produced]), "HSET done")
 
     def workers_done(self) -> dict[str, int]:
-        return _counts(self._call(lambda: self.client.hgetall(self.keys.workers_done), "HGETALL done"))
+        raw = self._read(lambda: self.client.hgetall(self.keys.workers_done), "HGETALL done", self.keys.workers_done,
+                         {})
+        return self.guard.counts(raw, self.keys.workers_done)
 
     def forget_workers_done(self, workers: Iterable[str]) -> None:
         names = list(workers)
         if names:
-            self._call(lambda: self.client.hdel(self.keys.workers_done, *names), "HDEL done")
+            self._call(lambda: self.client.hdel(self.keys.workers_done, *names), "HDEL done", self.keys.workers_done)
 
     def mark_trainer_done(self, version: int) -> None:
         self._call(lambda: self.client.set(self.keys.trainer_done, version), "SET trainer done")
 
     def trainer_done(self) -> int | None:
-        value = self._call(lambda: self.client.get(self.keys.trainer_done), "GET trainer done")
-        return None if value is None else int(value)
+        return self._number(self.keys.trainer_done, "GET trainer done")
 
     # -- status
     def write_status(self, name: str, fields: dict) -> None:
         mapping = plain({k: ("" if v is None else v) for k, v in fields.items()})
+        key = self.keys.status(name)
         if mapping:
-            self._call(lambda: self.client.hset(self.keys.status(name), mapping=mapping), "HSET status")
+            self._call(lambda: self.client.hset(key, mapping=mapping), "HSET status", key)
 
     def status(self, name: str) -> dict[str, str]:
-        return _text(self._call(lambda: self.client.hgetall(self.keys.status(name)), "HGETALL status"))
+        key = self.keys.status(name)
+        return _text(self._read(lambda: self.client.hgetall(key), "HGETALL status", key, {}))
 
     def statuses(self, names: Iterable[str]) -> dict[str, dict[str, str]]:
         names = list(names)
@@ -117,26 +151,46 @@ class RedisRunControl:
             pipe = self.client.pipeline(transaction=False)
             for name in names:
                 pipe.hgetall(self.keys.status(name))
-            return pipe.execute()
+            return pipe.execute(raise_on_error=False)
 
-        return {name: _text(raw) for name, raw in zip(names, self._call(_do, "HGETALL status"))}
+        out = {}
+        for name, raw in zip(names, self._call(_do, "HGETALL status")):
+            if isinstance(raw, redis.ResponseError):
+                self.guard.report(self.keys.status(name), "has the wrong type", "ignored")
+                raw = {}
+            out[name] = _text(raw)
+        return out
 
     def forget_status_field(self, name: str, field: str) -> None:
-        self._call(lambda: self.client.hdel(self.keys.status(name), field), "HDEL status")
+        key = self.keys.status(name)
+        self._call(lambda: self.client.hdel(key, field), "HDEL status", key)
 
     # -- summary and start
     def started_at(self) -> float | None:
-        value = self._call(lambda: self.client.get(self.keys.started_at), "GET started_at")
-        return None if value is None else float(value)
+        raw = self._read(lambda: self.client.get(self.keys.started_at), "GET started_at", self.keys.started_at,
+                         None)
+        try:
+            value = None if raw is None else float(raw)
+        except ValueError:
+            value = None
+        if raw is not None and (value is None or not 0 < value < 1e11):
+            self.guard.report(self.keys.started_at, "is not a Unix time", "ignored")
+            return None
+        return value
 
     def set_started_at(self, when: float) -> None:
         self._call(lambda: self.client.set(self.keys.started_at, when), "SET started_at")
 
+    def _produced(self, raw: dict) -> dict[str, int]:
+        return self.guard.counts(raw, self.keys.produced)
+
     def produced(self) -> dict[str, int]:
-        return _counts(self._call(lambda: self.client.hgetall(self.keys.produced), "HGETALL produced"))
+        return self._produced(self._read(lambda: self.client.hgetall(self.keys.produced), "HGETALL produced",
+                                         self.keys.produced, {}))
 
     def dead_letters(self) -> dict[str, int]:
-        return _counts(self._call(lambda: self.client.hgetall(self.keys.dead_letter_counts), "HGETALL dlq"))
+        key = self.keys.dead_letter_counts
+        return self.guard.counts(self._read(lambda: self.client.hgetall(key), "HGETALL dlq", key, {}), key)
 
     def unconsumed(self) -> int:
         return backlog_transitions(self.client, self.keys, self.retry_s)

@@ -31,6 +31,7 @@ from drl.memory.outbox import Outbox, Outgoing, OutboxWriter, format_floor, pars
 from drl.memory.redis.announce import announce_in
 from drl.memory.redis.connection import RETRY_S, plain, retrying
 from drl.memory.redis.keys import Keys
+from drl.memory.redis.repair import Guard, count, sound_state_field, watermark
 from drl.memory.redis.scripts import ADD, COMMIT, RAISE, DirectScript
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,9 @@ BACKPRESSURE_MAX_WAIT_S = 0.5
 
 def _headers(client: redis.Redis, keys: Keys, retry_s: float):
     """The parsed headers of the entries still in the stream (undecodable ones are the trainer's to
-    dead-letter, and hold nothing countable)."""
-    for _, fields in retrying(lambda: client.xrange(keys.stream), "XRANGE", retry_s):
+    dead-letter, and hold nothing countable; a stream of the wrong type holds nothing)."""
+    guard = Guard(client, keys, retry_s)
+    for _, fields in guard.read(lambda: client.xrange(keys.stream), "XRANGE", keys.stream, []):
         header = experience_pb2.BatchHeader()
         try:
             header.ParseFromString(fields.get(b"h", b""))
@@ -61,13 +63,22 @@ def producer_position(client: redis.Redis, keys: Keys, worker_id: str, retry_s: 
     """(last sequence number, transitions produced) of a worker, from the trainer's watermark, the entries
     still in the stream and the produced hash, so that a restarted worker process continues its numbering
     instead of having every entry dropped as a duplicate."""
-    raw = retrying(lambda: client.hget(keys.consumer_state, seq_field(worker_id)), "HGET watermark", retry_s)
-    seq = max((int(x) for x in raw.split(b",") if x), default=0) if raw else 0
+    guard = Guard(client, keys, retry_s)
+    raw = guard.read(lambda: client.hget(keys.consumer_state, seq_field(worker_id)), "HGET watermark",
+                     keys.consumer_state, None)
+    seq = 0
+    if raw is not None and watermark(raw) is None:
+        guard.report(keys.consumer_state, f"field {seq_field(worker_id)} is not a watermark", "ignored")
+    elif raw:
+        seq = max(int(x) for x in raw.split(b","))
     for header in _headers(client, keys, retry_s):
         if header.worker_id == worker_id:
             seq = max(seq, header.seq)
-    produced = retrying(lambda: client.hget(keys.produced, worker_id), "HGET produced", retry_s)
-    return seq, int(produced or 0)
+    raw = guard.read(lambda: client.hget(keys.produced, worker_id), "HGET produced", keys.produced, None)
+    produced = count(raw)
+    if raw is not None and produced is None:
+        guard.report(keys.produced, f"field {worker_id} is not a count", "ignored")
+    return seq, produced or 0
 
 
 class Producer(OutboxWriter):
@@ -92,6 +103,8 @@ class Producer(OutboxWriter):
         self.outbox = Outbox()
         self.outbox.on_new_epoch = self._report_floor
         self.waited_s = 0.0
+        self.guard = Guard(client, keys, retry_s)
+        self._highest_seq = 0
 
     def _report_floor(self, floor: tuple[int, int]) -> None:
         """Tells the reader this writer's floor after a data loss (``ExperienceReader.floors``)."""
@@ -111,7 +124,29 @@ class Producer(OutboxWriter):
     def _append(self, item: Outgoing) -> AppendReply:
         args = [self.max_entries, self.max_bytes, item.h, item.d, self.worker_id, item.produced_total,
                 seq_field(self.worker_id), secrets.token_hex(8)]
-        return _reply(retrying(lambda: self._add(self._add_keys, args), "XADD", self.retry_s))
+        self._highest_seq = max(self._highest_seq, item.seq)
+        return self._reply(self.guard.call(lambda: self._add(self._add_keys, args), "XADD"))
+
+    def _reply(self, values: list) -> AppendReply:
+        """``scripts.ADD``'s reply, positional on the wire (docs/wire-format.md), as a named result. The values
+        the script passes on from keys others write are checked here: an unsound policy version reads as none
+        (-1), a watermark above anything this writer sent as 0 (every entry is kept), an unsound share as none."""
+        added, version, stop, mark, epoch, widening, share = values
+        keys = self.keys
+        policy = -1 if version in (b"-1", "-1") else count(version)
+        if policy is None:
+            self.guard.report(keys.policy, "is not a policy version", "ignored")
+            policy = -1
+        consumed = count(mark)
+        if consumed is None or consumed > self._highest_seq:
+            self.guard.report(keys.consumer_state, f"field {seq_field(self.worker_id)} is beyond what this "
+                                                   "writer sent", "ignored")
+            consumed = 0
+        assigned = count(share) if share else None
+        if share and assigned is None:
+            self.guard.report(keys.shares, f"field {self.worker_id} is not a count", "ignored")
+        return AppendReply(appended=bool(added), policy_version=policy, stop=bool(stop), watermark=consumed,
+                           epoch=epoch, widening=int(widening), share=assigned)
 
     def _wait_for_room(self, refusals: int) -> None:
         """Blocks until a commit frees an entry (a token on ``Keys.freed``) or a timeout passes. The refusal
@@ -135,11 +170,18 @@ class Producer(OutboxWriter):
             pipe.set(self.keys.epoch, secrets.token_hex(8), nx=True)
             pipe.get(self.keys.epoch)
             pipe.hget(self.keys.consumer_state, seq_field(self.worker_id))
-            return pipe.execute()
+            _, epoch, raw = pipe.execute(raise_on_error=False)
+            if isinstance(epoch, redis.ResponseError):
+                raise epoch
+            return epoch, raw
 
         while time.monotonic() < deadline:
-            _, epoch, raw = retrying(fetch, "HGET watermark", self.retry_s)
-            mark = int((raw or b"0").split(b",")[0])
+            epoch, raw = self.guard.call(fetch, "HGET watermark", key=self.keys.epoch)
+            mark = None if isinstance(raw, redis.ResponseError) else watermark(raw or b"0")
+            if mark is None or mark > max(last_seq, self._highest_seq):
+                self.guard.report(self.keys.consumer_state, f"field {seq_field(self.worker_id)} is not a "
+                                                            "watermark of this writer", "ignored")
+                mark = 0
             self.outbox.observe(mark, epoch)
             if self.outbox.queued and not self.outbox.drain(self._append, self._wait_for_room).appended:
                 return False
@@ -152,13 +194,6 @@ class Producer(OutboxWriter):
 
     def close(self) -> None:
         self._add.close()
-
-
-def _reply(values: list) -> AppendReply:
-    """``scripts.ADD``'s reply, positional on the wire (docs/wire-format.md), as a named result."""
-    added, version, stop, mark, epoch, widening, share = values
-    return AppendReply(appended=bool(added), policy_version=int(version), stop=bool(stop), watermark=int(mark),
-                       epoch=epoch, widening=int(widening), share=int(share) if share else None)
 
 
 class Consumer:
@@ -176,12 +211,14 @@ class Consumer:
         self._raise = client.register_script(RAISE)
         self._pending_first = True
         self.resets = 0
+        self.guard = Guard(client, keys, retry_s)
+        self._rewrite_due = False
         self._ensure_group()
 
     def _ensure_group(self) -> bool:
         try:
-            retrying(lambda: self.client.xgroup_create(self.keys.stream, GROUP, id="0", mkstream=True),
-                     "XGROUP CREATE", self.retry_s)
+            self.guard.call(lambda: self.client.xgroup_create(self.keys.stream, GROUP, id="0", mkstream=True),
+                            "XGROUP CREATE", key=self.keys.stream)
             return True
         except redis.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
@@ -192,7 +229,7 @@ class Consumer:
         """Runs a group command; when the server lost the group (restarted empty), recreates it and says so."""
         while True:
             try:
-                return retrying(fn, what, self.retry_s)
+                return self.guard.call(fn, what, key=self.keys.stream, on_repaired=self._repaired)
             except redis.ResponseError as exc:
                 if "NOGROUP" not in str(exc):
                     raise
@@ -202,6 +239,12 @@ class Consumer:
                 self._pending_first = False
                 if self.on_reset:
                     self.on_reset()
+
+    def _repaired(self, key: str) -> None:
+        """A repaired ``trainer:state`` lost what was unsound in it: the trainer writes all of its state again
+        (``on_reset``); a stream deleted for its type is a data loss, found as a lost group at the next call."""
+        if key == self.keys.consumer_state and self.on_reset:
+            self.on_reset()
 
     def read(self, count: int, block_ms: int | None) -> list[Entry]:
         """Returns up to count entries: this consumer's own pending ones first (after a restart), then new ones.
@@ -246,30 +289,24 @@ class Consumer:
         dead = list(dead)
         if not acks and not state and not dead:
             return
+        if self._rewrite_due and self.on_reset:
+            self._rewrite_due = False
+            self.on_reset()
         args: list = [GROUP, len(acks)]
         for entry_id, size in acks:
             args += [entry_id, size]
+        args.append(len(dead))
+        for entry_id, fields, kind, reason in dead:
+            kept = {k: v for k, v in fields.items() if isinstance(k, bytes)}
+            kept.update({b"reason": reason.encode()[:1000], b"kind": kind.encode(), b"source_id": entry_id})
+            args += [kind, len(kept)]
+            for k, v in kept.items():
+                args += [k, v]
         for key, value in plain(state).items():
             args += [key, value]
-
-        keys = [self.keys.stream, self.keys.backlog_bytes, self.keys.consumer_state, self.keys.freed]
-        if not dead:
-            # The script alone is atomic; a MULTI/EXEC pipeline would only add a round trip (the pipeline checks
-            # SCRIPT EXISTS before every execute).
-            self._call(lambda: self._commit(keys=keys, args=args), "commit")
-            return
-
-        def _do():
-            pipe = self.client.pipeline(transaction=True)
-            for entry_id, fields, kind, reason in dead:
-                kept = {k: v for k, v in fields.items() if isinstance(k, bytes)}
-                kept.update({b"reason": reason.encode()[:1000], b"kind": kind.encode(), b"source_id": entry_id})
-                pipe.xadd(self.keys.dead_letter, kept, maxlen=10_000, approximate=True)
-                pipe.hincrby(self.keys.dead_letter_counts, kind, 1)
-            self._commit(keys=keys, args=args, client=pipe)
-            pipe.execute()
-
-        self._call(_do, "commit")
+        keys = [self.keys.stream, self.keys.backlog_bytes, self.keys.consumer_state, self.keys.freed,
+                self.keys.dead_letter, self.keys.dead_letter_counts]
+        self._call(lambda: self._commit(keys=keys, args=args), "commit")
 
     def set_widening(self, factor: int) -> None:
         """Widens the backlog's limits ``factor``-fold for every producer's next append (``Keys.room``; 1 restores
@@ -289,6 +326,9 @@ class Consumer:
         state, the produced counts (raised only: after a data loss workers re-send and go on appending, each
         append raising its own count, before the trainer notices, and writing the trainer's older counts over
         theirs would lose their newer ones; ``scripts.RAISE``), the widening and the announced version."""
+        self.guard.repair(self.keys.consumer_state, "checked before a rewrite")
+        self.guard.repair(self.keys.produced, "checked before a rewrite")
+
         def _do():
             pipe = self.client.pipeline(transaction=True)
             if state:
@@ -304,17 +344,37 @@ class Consumer:
         retrying(_do, "restore memory state", self.retry_s)
 
     def load_state(self) -> dict[str, str]:
-        raw = retrying(lambda: self.client.hgetall(self.keys.consumer_state), "HGETALL state", self.retry_s)
-        return {k.decode(): v.decode() for k, v in raw.items()}
+        """The committed state; a ``trainer:state`` of the wrong type is deleted, unsound fields are left out
+        (both reported), and the trainer's next commit first writes all of its state again."""
+        key = self.keys.consumer_state
+        raw = self.guard.read(lambda: self.client.hgetall(key), "HGETALL state", key, None)
+        if raw is None:
+            self.guard.repair(key, "has the wrong type")
+            self._rewrite_due = True
+            return {}
+        state = {}
+        for field, value in raw.items():
+            if sound_state_field(field.decode(errors="replace"), value):
+                state[field.decode(errors="replace")] = value.decode(errors="replace")
+            else:
+                self.guard.report(key, f"field {field.decode(errors='replace')} is not a count or watermark",
+                                  "left out")
+                self._rewrite_due = True
+        return state
 
     def floors(self) -> dict[str, tuple[int, int]]:
         raw = retrying(lambda: self.client.hgetall(self.keys.floors), "HGETALL floors", self.retry_s)
         return parse_floors({k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()})
 
     def backlog(self) -> int:
-        return int(retrying(lambda: self.client.xlen(self.keys.stream), "XLEN", self.retry_s))
+        return int(self.guard.call(lambda: self.client.xlen(self.keys.stream), "XLEN", key=self.keys.stream))
 
     def backlog_bytes(self) -> int:
-        return int(retrying(lambda: self.client.get(self.keys.backlog_bytes), "GET bytes", self.retry_s) or 0)
+        raw = self.guard.read(lambda: self.client.get(self.keys.backlog_bytes), "GET bytes", self.keys.backlog_bytes,
+                              None)
+        value = count(raw)
+        if raw is not None and value is None:
+            self.guard.report(self.keys.backlog_bytes, "is not a count", "read as 0")
+        return value or 0
 
 

@@ -373,8 +373,7 @@ class LocalRun:
         self.restarts["memory"] += 1
         self.server = private_server(self.run_dir / "redis", port=self.server.port)
         members, shares = self._membership
-        self.control.register(members, shares)
-        self.control.set_started_at(self.started)
+        self.control.register(members, shares, started_at=self.started)
         return None
 
     @staticmethod
