@@ -26,7 +26,7 @@ def _wrong_types(c, k) -> list[str]:
     string where a hash, list or stream belongs, a hash where a string belongs."""
     strings = [k.backlog_bytes, k.room, k.epoch, k.policy, k.trainer_done, k.started_at]
     others = [k.stream, k.freed, k.consumer_state, k.dead_letter, k.dead_letter_counts, k.produced, k.workers_done,
-              k.members, k.shares, k.status("trainer"), k.status("rollout-0")]
+              k.members, k.shares, k.floors, k.status("trainer"), k.status("rollout-0")]
     for key in strings + others:
         c.delete(key)
         if key in strings:
@@ -58,6 +58,8 @@ def _bad_values(c, k) -> list[str]:
         (k.policy, lambda: c.set(k.policy, "99999999999999999999")),
         (k.policy, lambda: c.set(k.policy, "v7")),
         (k.consumer_state, lambda: c.hset(k.consumer_state, "seq:rollout-1", "1,x,3")),
+        (k.consumer_state, lambda: c.hset(k.consumer_state, mapping={"lost": "-2", "totals:rollout-0": "5,7:x:9"})),
+        (k.floors, lambda: c.hset(k.floors, mapping={"rollout-0": "-1,5", "rollout-1": "many"})),
     ]
     for _, write in writes:
         write()
@@ -72,6 +74,24 @@ REPORTED = {
               "dead_letter_counts", "produced", "workers_done", "members", "shares"),
     "values": ("backlog_bytes", "room", "consumer_state", "produced", "members"),
 }
+
+
+def test_the_corruptions_cover_every_key_the_run_owns():
+    """A key added to the run's schema without a corruption here would go untested."""
+    from drl.memory.redis.keys import Keys
+    from drl.memory.redis.repair import schema
+
+    keys = Keys("covered")
+    owned = set(schema(keys))
+    assert owned - {keys.stop} - set(_wrong_types(_Recorder(), keys)) == set()  # the stop flag: its own test
+    assert {keys.policy, keys.consumer_state, keys.produced, keys.floors} <= set(_bad_values(_Recorder(), keys))
+
+
+class _Recorder:
+    """Takes the writes the corruptions make, to list their keys without a server."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
 
 
 def _logs(run: ServiceRun) -> str:

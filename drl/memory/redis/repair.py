@@ -33,6 +33,7 @@ REPORT_EVERY_S = 60.0
 """The same unsound key is reported at most this often per process (a writer that keeps corrupting it)."""
 _COUNT = re.compile(rb"\d{1,15}")
 _SEQS = re.compile(rb"\d{1,15}(,\d{1,15})*")
+_TOTALS = re.compile(rb"\d{1,15}(,\d{1,15}:\d{1,15}:\d{1,15})*")
 _WORKER = re.compile(r"rollout-\d{1,9}")
 STATES = ("active", "retired")
 
@@ -57,6 +58,7 @@ def schema(keys: Keys) -> dict[str, tuple[str, str, list[str]]]:
         keys.started_at: ("string", "", []),
         keys.members: ("hash", "", []),
         keys.shares: ("hash", "count", []),
+        keys.floors: ("hash", "floor", []),
     }
 
 
@@ -70,14 +72,18 @@ def watermark(raw: bytes | None) -> int | None:
     return int(raw.split(b",", 1)[0]) if raw is not None and _SEQS.fullmatch(raw) else None
 
 
-READ_BACK = ("seq", "produced", "end", "final", "consumed", "duplicates", "stale", "dead_letters", "updates")
+READ_BACK = ("seq", "produced", "end", "final", "consumed", "duplicates", "stale", "dead_letters", "updates", "lost",
+             "totals")
 """The fields of ``trainer:state`` that drl reads back (by name, or by the part before ``:``)."""
 
 
 def sound_state_field(field: str, raw: bytes) -> bool:
     """A field of ``trainer:state`` that drl reads back is a count or, for ``seq:<worker>``, counts joined by
-    commas; other fields are the trainer's own business."""
-    return field.split(":", 1)[0] not in READ_BACK or bool(_SEQS.fullmatch(raw))
+    commas, or for ``totals:<worker>`` a count and ``,seq:count:total`` triples; other fields are the trainer's own business."""
+    kind = field.split(":", 1)[0]
+    if kind == "totals":
+        return bool(_TOTALS.fullmatch(raw))
+    return kind not in READ_BACK or bool(_SEQS.fullmatch(raw))
 
 
 def worker(name: str) -> bool:

@@ -31,7 +31,27 @@ end
 local function read_field(name)
   local kind = string.match(name, '^(%a+):') or name
   return kind == 'seq' or kind == 'produced' or kind == 'end' or kind == 'final' or kind == 'consumed'
-    or kind == 'duplicates' or kind == 'stale' or kind == 'dead_letters' or kind == 'updates'
+    or kind == 'duplicates' or kind == 'stale' or kind == 'dead_letters' or kind == 'updates' or kind == 'lost'
+    or kind == 'totals'
+end
+local function totals(s)
+  if type(s) ~= 'string' then return false end
+  local first, rest = string.match(s, '^([^,]*)(.*)$')
+  if not count(first) then return false end
+  for part in string.gmatch(rest, ',([^,]*)') do
+    local a, b, c = string.match(part, '^(%d+):(%d+):(%d+)$')
+    if not (count(a) and count(b) and count(c)) then return false end
+  end
+  return true
+end
+local function sound_field(name, value)
+  if not read_field(name) then return true end
+  if string.match(name, '^totals:') then return totals(value) end
+  return seqs(value)
+end
+local function floor(s)
+  local a, b = string.match(type(s) == 'string' and s or '', '^(%d+),(%d+)$')
+  return count(a) ~= nil and count(b) ~= nil
 end
 local function typed(key, want)
   local t = redis.call('TYPE', key)['ok']
@@ -39,8 +59,9 @@ local function typed(key, want)
 end
 """
 """The checks every script starts with. ``count`` accepts a decimal integer of at most 15 digits (below 10^15,
-so exact in Lua's doubles and in JSON), ``seqs`` counts joined by commas (the fields of ``trainer:state`` that drl reads back, ``read_field``: counters
-and per-worker progress); ``typed`` accepts a key of the type wanted or an absent one. A key that
+so exact in Lua's doubles and in JSON), ``seqs`` counts joined by commas and ``totals`` a count followed by ``,seq:count:total`` triples (the fields of
+``trainer:state`` that drl reads back, ``read_field``, checked by ``sound_field``: counters and per-worker
+progress), ``floor`` a writer's ``seq,total``; ``typed`` accepts a key of the type wanted or an absent one. A key that
 fails is reported as ``UNSOUNDKEY <key> <why>`` before the script writes anything (a script that fails half-way
 keeps what it wrote), and the caller repairs that key (``drl.memory.redis.repair``) and calls again; a bad
 argument is ``BADARG``."""
@@ -95,8 +116,8 @@ local bytes = count(redis.call('GET', KEYS[2]) or '0')
 if not bytes then return bad(KEYS[2], 'is not a count') end
 local state = redis.call('HGETALL', KEYS[3])
 for i = 2, #state, 2 do
-  if read_field(state[i - 1]) and not seqs(state[i]) then
-    return bad(KEYS[3], 'field ' .. state[i - 1] .. ' is not a count or watermark')
+  if not sound_field(state[i - 1], state[i]) then
+    return bad(KEYS[3], 'field ' .. state[i - 1] .. ' is not a count, watermark or totals')
   end
 end
 local n = count(ARGV[2])
@@ -218,7 +239,7 @@ if t == 'none' then return 'sound' end
 local function sound(value)
   if rule == 'count' then return count(value) ~= nil end
   if rule == 'factor' then local f = count(value) return f ~= nil and f >= 1 and f <= 1024 end
-  if rule == 'state' then return seqs(value) end
+  if rule == 'floor' then return floor(value) end
   return true
 end
 if rule == 'bytes' then
@@ -244,14 +265,16 @@ if t == 'hash' then
   local dropped = 0
   local all = redis.call('HGETALL', key)
   for i = 1, #all, 2 do
-    if not sound(all[i + 1]) and (rule ~= 'state' or read_field(all[i])) then redis.call('HDEL', key, all[i]) dropped = dropped + 1 end
+    local ok
+    if rule == 'state' then ok = sound_field(all[i], all[i + 1]) else ok = sound(all[i + 1]) end
+    if not ok then redis.call('HDEL', key, all[i]) dropped = dropped + 1 end
   end
   if dropped > 0 then return 'dropped fields' end
 end
 return 'sound'
 """
 """Repairs one key of a run (KEYS[1]; ARGV: the type it must have; what its values must be: ``count``,
-``factor``, ``bytes`` (recounted from the stream, KEYS[2]) or empty; how many of KEYS[2...] go with it),
+``factor``, ``state`` (``sound_field``), ``floor``, ``bytes`` (recounted from the stream, KEYS[2]) or empty; how many of KEYS[2...] go with it),
 re-checking it first, so that a repair raced by another process's repair or by a sound write changes nothing.
 A key of the wrong type is deleted together with the keys that only make sense with it (the stream takes its
 byte count and the data epoch along, so writers re-send what the trainer had not taken); a string with an

@@ -26,12 +26,12 @@ from typing import Callable, Iterable
 import redis
 
 from drl._proto import experience_pb2
-from drl.memory.base import AppendReply, Entry, seq_field
+from drl.memory.base import AppendReply, Entry, MemoryBackendError, seq_field
 from drl.memory.outbox import Outbox, Outgoing, OutboxWriter, format_floor, parse_floors
 from drl.memory.redis.announce import announce_in
 from drl.memory.redis.connection import RETRY_S, plain, retrying
 from drl.memory.redis.keys import Keys
-from drl.memory.redis.repair import Guard, count, sound_state_field, watermark
+from drl.memory.redis.repair import ATTEMPTS, Guard, count, sound_state_field, watermark
 from drl.memory.redis.scripts import ADD, COMMIT, RAISE, DirectScript
 
 log = logging.getLogger(__name__)
@@ -109,8 +109,8 @@ class Producer(OutboxWriter):
     def _report_floor(self, floor: tuple[int, int]) -> None:
         """Tells the reader this writer's floor after a data loss (``ExperienceReader.floors``)."""
         if floor[0] > 0:
-            retrying(lambda: self.client.hset(self.keys.floors, self.worker_id, format_floor(floor)),
-                     "HSET floor", self.retry_s)
+            self.guard.call(lambda: self.client.hset(self.keys.floors, self.worker_id, format_floor(floor)),
+                            "HSET floor", key=self.keys.floors)
 
     def position(self) -> tuple[int, int]:
         return producer_position(self.client, self.keys, self.worker_id, self.retry_s)
@@ -325,9 +325,8 @@ class Consumer:
         """Puts back, in one transaction, what services read from the server after it lost its data: the trainer's
         state, the produced counts (raised only: after a data loss workers re-send and go on appending, each
         append raising its own count, before the trainer notices, and writing the trainer's older counts over
-        theirs would lose their newer ones; ``scripts.RAISE``), the widening and the announced version."""
-        self.guard.repair(self.keys.consumer_state, "checked before a rewrite")
-        self.guard.repair(self.keys.produced, "checked before a rewrite")
+        theirs would lose their newer ones; ``scripts.RAISE``), the widening and the announced version. The keys it
+        writes are checked (and repaired) first, and again if another writer changed one's type in between."""
 
         def _do():
             pipe = self.client.pipeline(transaction=True)
@@ -341,7 +340,15 @@ class Consumer:
                 announce_in(pipe, self.keys, version)
             pipe.execute()
 
-        retrying(_do, "restore memory state", self.retry_s)
+        written = (self.keys.consumer_state, self.keys.produced, self.keys.room, self.keys.policy)
+        for attempt in range(ATTEMPTS + 1):
+            for key in written:
+                self.guard.repair(key, "checked before a rewrite")
+            try:
+                return retrying(_do, "restore memory state", self.retry_s)
+            except MemoryBackendError as exc:
+                if attempt == ATTEMPTS or "WRONGTYPE" not in str(exc):
+                    raise
 
     def load_state(self) -> dict[str, str]:
         """The committed state; a ``trainer:state`` of the wrong type is deleted, unsound fields are left out
@@ -363,7 +370,7 @@ class Consumer:
         return state
 
     def floors(self) -> dict[str, tuple[int, int]]:
-        raw = retrying(lambda: self.client.hgetall(self.keys.floors), "HGETALL floors", self.retry_s)
+        raw = self.guard.read(lambda: self.client.hgetall(self.keys.floors), "HGETALL floors", self.keys.floors, {})
         return parse_floors({k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()})
 
     def backlog(self) -> int:
