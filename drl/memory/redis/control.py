@@ -141,6 +141,9 @@ class RedisRunControl:
     def unconsumed(self) -> int:
         return backlog_transitions(self.client, self.keys, self.retry_s)
 
+    def ledger(self) -> dict[str, str]:
+        return _text(self._call(lambda: self.client.hgetall(self.keys.consumer_state), "HGETALL state"))
+
     def has_data(self) -> bool:
         return bool(self._call(lambda: self.client.exists(self.keys.policy, self.keys.stream), "EXISTS run"))
 

@@ -26,7 +26,7 @@ from typing import Callable, Iterable
 import redis
 
 from drl._proto import experience_pb2
-from drl.memory.base import AppendReply, Entry, seq_field
+from drl.memory.base import AppendReply, Entry, seq_field, unseen_transitions
 from drl.memory.outbox import Outbox, Outgoing, OutboxWriter
 from drl.memory.redis.announce import announce_in
 from drl.memory.redis.connection import RETRY_S, plain, retrying
@@ -53,8 +53,11 @@ def _headers(client: redis.Redis, keys: Keys, retry_s: float):
 
 
 def backlog_transitions(client: redis.Redis, keys: Keys, retry_s: float = RETRY_S) -> int:
-    """Transitions in entries still in the stream (unread or unacknowledged), counted from their headers."""
-    return sum(header.count for header in _headers(client, keys, retry_s))
+    """Transitions in entries still in the stream (unread or unacknowledged) that the trainer's committed state
+    has not taken, counted from their headers (``drl.memory.base.unseen_transitions``)."""
+    raw = retrying(lambda: client.hgetall(keys.consumer_state), "HGETALL state", retry_s)
+    state = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()}
+    return unseen_transitions(((h.worker_id, h.seq, h.count) for h in _headers(client, keys, retry_s)), state)
 
 
 def producer_position(client: redis.Redis, keys: Keys, worker_id: str, retry_s: float = RETRY_S) -> tuple[int, int]:

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from drl.config import ExperimentConfig
 from drl.errors import EXIT_USAGE, UserError
+from drl.ingest import COUNTERS
 from drl.memory import MemoryBackend, MemoryBackendError, MemoryUnavailable, RunControl, open_memory, private_server
 from drl.naming import worker_index
 from drl.process import die_with_parent
@@ -101,6 +102,7 @@ class LocalRun:
         self.restarts = {"trainer": 0, "rollout": 0, "evaluator": 0, "memory": 0}
         self.workers_history = [{"wall_seconds": 0.0, "env_steps": steps_done, "workers": cfg.workers}]
         self._membership: tuple[dict[str, str], dict[str, int]] = ({}, {})
+        self.resume_counters: dict[str, int] = {}
 
     # -- setup ------------------------------------------------------------------------------------------
     def prepare(self) -> tuple[str, str]:
@@ -120,6 +122,8 @@ class LocalRun:
         self.control.set_started_at(self.started)
         store_url = self.cfg.store or str(self.run_dir.resolve().parent)
         run_store(store_url, self.run).put("config.json", self.cfg.to_json().encode())
+        if self.resume:
+            self.resume_counters = resume_counters(store_url, self.run)
         return memory_url, store_url
 
     def spawn(self, memory_url: str, store_url: str, detached: bool = False) -> None:
@@ -465,17 +469,38 @@ class LocalRun:
                 p.popen.wait()
 
     # -- summary ----------------------------------------------------------------------------------------
+    def accounts(self) -> dict:
+        """Where every transition went, from the authoritative counters: the workers' produced totals, the
+        ledger the trainer commits with its acknowledgements (``RunControl.ledger``, never the status hash, which
+        a crashing trainer stops refreshing), and what is still in the stream. Every counter of
+        ``drl.ingest.COUNTERS`` but ``consumed`` and ``duplicates`` (a duplicate is a re-sent copy, not a
+        transition produced twice) is a drop, so that produced = consumed + unconsumed + the drops. A resumed run
+        counts what its checkpoint accounted for (``resume_counters``) as produced before it; its ledger starts
+        from that checkpoint's counters. Raises ``MemoryBackendError`` when the memory server cannot answer."""
+        if self.control is None:
+            raise MemoryUnavailable("no memory server")
+        ledger = self.control.ledger()
+        produced = sum(self.control.produced().values())
+        unconsumed = self.control.unconsumed()
+        dead = self.control.dead_letters()
+        base = self.resume_counters
+        counters = {name: _count(ledger.get(name), base.get(name, 0)) for name in COUNTERS}
+        before = (sum(v for k, v in base.items() if k != "duplicates") if base else self.steps_done)
+        return {"produced": produced + before, "consumed": counters["consumed"], "unconsumed": unconsumed,
+                "duplicates": counters["duplicates"], "dead_lettered": dead,
+                "updates": _count(ledger.get("updates"), -1),
+                "dropped": {n: v for n, v in counters.items() if n not in ("consumed", "duplicates")}}
+
     def summary(self, outcome: str) -> dict:
         t = self.status("trainer")
         evals = read_evaluations(self.run_dir / "evaluations.jsonl")
         try:
-            if self.control is None:
-                raise MemoryUnavailable("no memory server")
-            produced = sum(self.control.produced().values())
-            backlog = self.control.unconsumed()
-            dead = self.control.dead_letters()
-        except MemoryUnavailable:
-            produced, backlog, dead = -1, -1, {}
+            acc = self.accounts()
+        except (MemoryBackendError, ValueError) as exc:
+            print(f"drl: the run's counters cannot be read from the memory server ({exc}); the summary's "
+                  "transition counts are -1", file=sys.stderr)
+            acc = {"produced": -1, "consumed": -1, "unconsumed": -1, "duplicates": -1, "dead_lettered": {},
+                   "updates": -1, "dropped": {n: -1 for n in COUNTERS if n not in ("consumed", "duplicates")}}
         reason = t.get("exit_reason") if outcome == "finished" else outcome
         if outcome == "finished" and t.get("state") != "finished":
             reason = "failed: trainer did not report a final state"
@@ -487,11 +512,13 @@ class LocalRun:
             "workers_history": list(self.workers_history), "envs_per_worker": self.cfg.envs_per_worker,
             "seed": self.cfg.seed, "steps_requested": self.cfg.steps,
             "resumed_from_env_steps": self.steps_done,
-            "env_steps": produced + self.steps_done if produced >= 0 else -1, "updates": int(t.get("updates") or 0),
+            "env_steps": acc["produced"],
+            "updates": acc["updates"] if acc["updates"] >= 0 else int(t.get("updates") or 0),
             "policy_version": int(t.get("policy_version") or -1),
-            "transitions_produced": produced + self.steps_done if produced >= 0 else -1, "transitions_consumed": int(t.get("transitions_consumed") or 0),
-            "transitions_unconsumed": backlog, "duplicates_dropped": int(t.get("duplicates_dropped") or 0),
-            "stale_dropped": int(t.get("stale_dropped") or 0), "dead_lettered": dead,
+            "transitions_produced": acc["produced"], "transitions_consumed": acc["consumed"],
+            "transitions_unconsumed": acc["unconsumed"], "duplicates_dropped": acc["duplicates"],
+            "stale_dropped": acc["dropped"].get("stale", 0), "dead_lettered": acc["dead_lettered"],
+            "dropped": acc["dropped"],
             "evaluations": len(evals),
             "best_eval_return": max((e["mean_return"] for e in evals), default=None),
             "last_eval_return": evals[-1]["mean_return"] if evals else None,
@@ -540,6 +567,23 @@ def read_evaluations(path: Path) -> list[dict]:
         if isinstance(entry, dict) and isinstance(entry.get("mean_return"), (int, float)):
             out.append(entry)
     return out
+
+
+def resume_counters(store_url: str, run: str) -> dict[str, int]:
+    """The ledger's counters in the checkpoint a resumed trainer starts from (the newest that verifies): what the
+    run had accounted for before this resume."""
+    from drl.store.checkpoint import CheckpointStore
+
+    latest = CheckpointStore(run_store(store_url, run), run).latest()
+    counters = latest[2].get("counters") if latest is not None else None
+    if not isinstance(counters, dict):
+        return {}
+    return {str(k): int(v) for k, v in counters.items() if isinstance(v, int)}
+
+
+def _count(value: str | None, default: int) -> int:
+    """A counter of the ledger; ``default`` where it has none (a ledger not written since the run started)."""
+    return default if value in (None, "") else int(value)
 
 
 def _float(value: str | None) -> float | None:
