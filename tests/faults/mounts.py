@@ -4,6 +4,7 @@ the way a run meets it. A mount that fails fails the test with the reason, rathe
 
 from __future__ import annotations
 
+import os
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,17 +41,18 @@ def small_disk(path: Path, size_kib: int):
 
 
 def fill(path: Path) -> None:
-    """Fills the file system holding ``path`` to its last byte (a file of zeros under ``path``)."""
-    with open(path / "filler", "wb") as fh:
-        try:
+    """Fills the file system holding ``path`` to its last byte (a file of zeros under ``path``; none if it is
+    full already)."""
+    try:
+        fd = os.open(path / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    except OSError:
+        return
+    try:
+        for chunk in (65536, 1):
             while True:
-                fh.write(b"\0" * 65536)
-                fh.flush()
-        except OSError:
-            pass
-        try:
-            while True:
-                fh.write(b"\0")
-                fh.flush()
-        except OSError:
-            pass
+                try:
+                    os.write(fd, b"\0" * chunk)
+                except OSError:
+                    break
+    finally:
+        os.close(fd)

@@ -151,8 +151,16 @@ def start(cfg: ExperimentConfig, resume: bool, detach: bool) -> int:
 
     code, summary = run_local(cfg, run, run_dir, steps_done=steps_done, resume=resume)
     print(json.dumps({k: summary.get(k) for k in SUMMARY_KEYS}))
-    print(f"drl: summary written to {run_dir / 'summary.json'}", file=sys.stderr)
+    if _written(run_dir / "summary.json", summary):
+        print(f"drl: summary written to {run_dir / 'summary.json'}", file=sys.stderr)
     return code
+
+
+def _written(path: Path, summary: dict) -> bool:
+    try:
+        return json.loads(path.read_text()) == summary
+    except (OSError, ValueError):
+        return False
 
 
 def follow_up(run: str, output: str) -> str:

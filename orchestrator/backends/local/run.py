@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -528,17 +529,21 @@ class LocalRun:
 
     def final_state(self, exit_reason: str) -> None:
         """Marks state.json finished, with each process's exit code and last status hash (read while the
-        memory server is still up, so that ``status`` shows a finished run's final counters)."""
+        memory server is still up, so that ``status`` shows a finished run's final counters). A state file
+        that cannot be written (a full disk) is said once and left as it was: the run is ending anyway."""
         if self.state is None:
             return
-        self.refresh_state()
-        for entry in self.state.processes:
-            try:
-                entry.last_status = self.control.status(entry.name) if self.control is not None else {}
-            except MemoryUnavailable:
-                break
         self.state.state, self.state.exit_reason = "finished", exit_reason
-        write_state(self.run_dir, self.state)
+        try:
+            self.refresh_state()
+            for entry in self.state.processes:
+                try:
+                    entry.last_status = self.control.status(entry.name) if self.control is not None else {}
+                except MemoryUnavailable:
+                    break
+            write_state(self.run_dir, self.state)
+        except OSError as exc:
+            print(f"drl: the run's state file cannot be updated: {_refused_write(exc)}", file=sys.stderr)
 
     def cleanup(self) -> None:
         if self.memory is not None:
@@ -581,6 +586,40 @@ def resume_counters(store_url: str, run: str) -> dict[str, int]:
     return {str(k): int(v) for k, v in counters.items() if isinstance(v, int)}
 
 
+def write_summary(run_dir: Path, summary: dict) -> bool:
+    """Writes summary.json whole or not at all; where it cannot be written (a full disk, a read-only folder) the
+    summary goes to stderr instead, so that a failed run still says what it did. Returns whether it was written."""
+    text = json.dumps(summary, indent=2) + "\n"
+    partial = run_dir / "summary.json.partial"
+    try:
+        partial.write_text(text)
+        os.replace(partial, run_dir / "summary.json")
+        return True
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        print(f"drl: the summary cannot be written to {run_dir / 'summary.json'} ({exc.strerror or exc}); here it "
+              f"is:\n{text}", file=sys.stderr, end="")
+        return False
+
+
+def last_error(reason: str) -> str:
+    """The last error line of the log a failure names (``... (log: PATH)``), as "; last error: ...", so that the
+    line that ends a run says why (a read-only store, a full disk) without opening the log; "" without one."""
+    match = re.search(r"log: ([^;)]+)\)", reason)
+    try:
+        lines = Path(match.group(1)).read_text(errors="replace").splitlines()[-200:] if match else []
+    except OSError:
+        return ""
+    errors = [line.strip() for line in lines if re.match(r"^[A-Za-z_.]*(Error|Exception|Exit)\b.*:", line.strip())]
+    return f"; last error: {errors[-1][:300]}" if errors else ""
+
+
+def _refused_write(exc: OSError) -> str:
+    """An OSError of the run's own files as one line: what the system said, and where."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
 def _count(value: str | None, default: int) -> int:
     """A counter of the ledger; ``default`` where it has none (a ledger not written since the run started)."""
     return default if value in (None, "") else int(value)
@@ -606,17 +645,20 @@ def run_local(cfg: ExperimentConfig, run: str, run_dir: Path, steps_done: int = 
     progress = Progress(cfg.steps, start=steps_done)
     summary: dict = {}
     try:
-        memory_url, store_url = job.prepare()
-        job.spawn(memory_url, store_url, detached=detached)
-        outcome = job.wait(progress)
+        try:
+            memory_url, store_url = job.prepare()
+            job.spawn(memory_url, store_url, detached=detached)
+            outcome = job.wait(progress)
+        except OSError as exc:
+            outcome = f"failed: {_refused_write(exc)}"
         job.show(progress, force=True)
         progress.close()
+        if outcome.startswith("failed:"):
+            print(f"drl: the run {outcome}{last_error(outcome)}", file=sys.stderr)
         job.stop_all()
         summary = job.summary(outcome)
         job.final_state(summary["exit_reason"])
-        partial = run_dir / "summary.json.partial"
-        partial.write_text(json.dumps(summary, indent=2) + "\n")
-        os.replace(partial, run_dir / "summary.json")
+        write_summary(run_dir, summary)
     finally:
         job.stop_all()
         if job.state is not None and job.state.state != "finished":
