@@ -68,6 +68,8 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("DRL_CACHE_DIR", USER_SET, "Node-local policy cache shared by the processes of one machine "
      "(default `/tmp/drl-cache-<uid>`)."),
     ("DRL_LOG_LEVEL", USER_SET, "Log level of the services (default `INFO`)."),
+    ("DRL_RAM_LIMIT", USER_SET, "Bytes a local run may allocate (a K, M, G or T suffix allowed): a run whose "
+     "replay and networks need more is refused before it starts (default: the memory available, MemAvailable)."),
     ("DRL_PLUGINS", USER_SET, "Comma-separated Python modules that `drl-orchestrate` and every service import "
      "before the configuration is built: each registers an algorithm (`drl.algorithms.register`), which then has "
      "its `--algorithm` value, its `--NAME.FIELD` flags and its config file block. The local backend's processes "

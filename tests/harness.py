@@ -109,6 +109,21 @@ class ServiceRun:
                 "backlog_bytes": int(c.get(self.keys.backlog_bytes) or 0), "workers": len(produced)}
 
 
+def assert_balanced(summary: dict) -> None:
+    """Every summary's promise, whatever the run's exit reason: produced = consumed + unconsumed + every counted
+    drop (each counter of ``drl.ingest.COUNTERS`` but ``consumed`` and ``duplicates``: a duplicate is a re-sent
+    copy of a transition produced once). The fault suite checks it for every run that writes a summary."""
+    from drl.ingest import COUNTERS
+
+    produced, consumed = summary["transitions_produced"], summary["transitions_consumed"]
+    unconsumed, dropped = summary["transitions_unconsumed"], summary["dropped"]
+    described = (f"{summary.get('run')} ({summary.get('exit_reason')}): produced {produced}, consumed {consumed}, "
+                 f"unconsumed {unconsumed}, dropped {dropped}, duplicates {summary.get('duplicates_dropped')}")
+    assert set(dropped) == set(COUNTERS) - {"consumed", "duplicates"}, f"drop counters missing: {described}"
+    assert min(produced, consumed, unconsumed, *dropped.values()) >= 0, f"a counter could not be read: {described}"
+    assert produced == consumed + unconsumed + sum(dropped.values()), f"the summary does not balance: {described}"
+
+
 def fast_config(**changes) -> ExperimentConfig:
     """A small, quick SAC configuration for fault tests (tiny networks, few updates)."""
     from drl.algorithms.sac.config import SACConfig

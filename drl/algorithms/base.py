@@ -8,6 +8,8 @@ it runs, and adding one touches only its own folder. Pure: nothing here reads fi
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -94,6 +96,37 @@ class Folder(Protocol):
     def flush(self) -> dict[str, np.ndarray] | None: ...
 
 
+def mlp_parameters(sizes: list[int]) -> int:
+    """Weights and biases of ``drl.algorithms.common.mlp(sizes)``, counted without building it."""
+    return sum(a * b + b for a, b in zip(sizes, sizes[1:]))
+
+
+@dataclass(frozen=True)
+class Parameters:
+    """An algorithm's network parameters, by what each costs in memory."""
+
+    trained: int
+    """Parameters the learner trains: each has a gradient and two Adam moments beside it."""
+    frozen: int
+    """Parameters the learner keeps without training them (target networks)."""
+    acting: int
+    """Parameters of the acting policy, which every rollout worker and the evaluator hold."""
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    """Memory a run will allocate for one thing, and the option that sizes it (for the message that refuses
+    a run too large for the machine)."""
+
+    what: str
+    option: str
+    value: object
+    bytes: int
+
+
+FLOAT_BYTES = 4
+
+
 class Algorithm:
     """An algorithm's builder: one instance per algorithm, registered by ``name``.
 
@@ -132,6 +165,38 @@ class Algorithm:
 
         return ReplayLearning(self.make_learner(spec, cfg, seed), spec, cfg, keep=self.wire_fields(cfg))
 
+    replay: bool = True
+    """Its ``make_learning`` keeps a replay of ``--replay-size`` transitions (False: it learns from rollouts)."""
+
+    def parameters(self, spec: SpaceSpec, cfg: Any) -> Parameters | None:
+        """Its networks' parameter counts for ``spec`` and ``cfg``, computed without building them (a size too
+        large for the machine must be refused before anything allocates it); None: not known."""
+        return None
+
+    def memory_needs(self, spec: SpaceSpec, cfg: Any) -> list[MemoryNeed]:
+        """What a run of ``cfg`` allocates, at least: the replay (every stored field of ``replay_size``
+        transitions, the prioritized replay's sum tree) and the networks (in the trainer with gradients, Adam
+        moments and targets; in every rollout worker and the evaluator the acting policy, once as the network and
+        once as the loaded weights). Checked before a run starts, so that a mistyped size ends with one line
+        instead of allocation errors and restarts."""
+        needs = []
+        if self.replay:
+            row = 2 * math.prod(spec.obs_shape) * _itemsize(spec.obs_dtype)
+            row += math.prod(spec.act_shape) * _itemsize(spec.act_dtype) + 2 * FLOAT_BYTES
+            row += sum(FLOAT_BYTES * math.prod(shape) for name, (_, shape) in self.wire_fields(cfg).items()
+                       if name != "priority")
+            tree = 2 * 2 ** math.ceil(math.log2(max(cfg.replay_size, 1))) * 8 if cfg.prioritized else 0
+            needs.append(MemoryNeed("the replay buffer", "--replay-size", cfg.replay_size,
+                                    cfg.replay_size * row + tree))
+        counts = self.parameters(spec, cfg)
+        if counts is not None:
+            processes = cfg.workers + 1
+            size = FLOAT_BYTES * (4 * counts.trained + counts.frozen + 2 * processes * counts.acting)
+            hidden = getattr(self.hyper(cfg), "hidden", None)
+            needs.append(MemoryNeed("the networks", f"--{self.name}.hidden",
+                                    ",".join(map(str, hidden)) if hidden is not None else "", size))
+        return needs
+
     def make_folder(self, cfg: Any) -> Folder | None:
         """Worker-side folding of transitions; None: transitions go as stepped."""
         return None
@@ -155,6 +220,10 @@ class Algorithm:
                             "pick a discrete environment such as CartPole-v1")
         if not spec.discrete_actions and self.bounded_actions and not all(np.isfinite(spec.act_low + spec.act_high)):
             raise UserError(f"algorithm {self.name} needs bounded actions, but {env_id} has {spec.action_space}")
+
+
+def _itemsize(dtype: str) -> int:
+    return int(np.dtype(dtype).itemsize)
 
 
 ALGORITHMS: dict[str, Algorithm] = {}

@@ -37,6 +37,29 @@ def seq_field(worker: str) -> str:
     return f"seq:{worker}"
 
 
+def unseen_transitions(headers: Iterable[tuple[str, int, int]], state: dict[str, str]) -> int:
+    """Transitions in entries (``(worker, seq, count)`` of each entry still in the stream) that the reader's
+    committed ``state`` has not taken (by its ``seq_field`` of the worker), each ``(worker, seq)`` counted once: a
+    copy of a consumed entry, re-sent after the server lost its data, is a duplicate, not a transition still owed.
+    A ``seq`` field that does not parse counts as nothing taken."""
+    taken: dict[str, tuple[int, set[int]]] = {}
+    total = 0
+    counted: set[tuple[str, int]] = set()
+    for worker, seq, count in headers:
+        if worker not in taken:
+            try:
+                mark, *above = (int(x) for x in state.get(seq_field(worker), "0").split(",") if x)
+            except ValueError:
+                mark, above = 0, []
+            taken[worker] = (mark, set(above))
+        mark, above = taken[worker]
+        if seq <= mark or seq in above or (worker, seq) in counted:
+            continue
+        counted.add((worker, seq))
+        total += count
+    return total
+
+
 class MemoryBackendError(Exception):
     """The memory server refused a request (a wrong type under a run's key, a script error, ...)."""
 
@@ -211,7 +234,13 @@ class RunControl(Protocol):
         """Dead-lettered entries by kind."""
 
     def unconsumed(self) -> int:
-        """Transitions in entries still in the stream (unread or unacknowledged), counted from their headers."""
+        """Transitions in entries still in the stream (unread or unacknowledged), counted from their headers,
+        leaving out those the reader's committed state already took (``unseen_transitions``)."""
+
+    def ledger(self) -> dict[str, str]:
+        """The state the reader committed last with its acknowledgements (``ExperienceReader.commit``): the
+        authoritative counters of what was consumed and dropped, whatever became of the trainer since. Empty on a
+        fresh run or after the server lost its data."""
 
     def has_data(self) -> bool:
         """Whether the run already has a policy or experience on this server (a new run must not reuse it)."""

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from drl.memory.base import AppendReply, Entry, MemoryBackendError
+from drl.memory.base import AppendReply, Entry, MemoryBackendError, unseen_transitions
 from drl.memory.outbox import Outbox, Outgoing, OutboxWriter, format_floor, parse_floors
 
 log = logging.getLogger(__name__)
@@ -603,9 +603,12 @@ class InProcessControl:
     def unconsumed(self) -> int:
         def count(d: _RunData) -> int:
             headers = (_header(fields) for fields in d.stream.values())
-            return sum(h.count for h in headers if h is not None)
+            return unseen_transitions(((h.worker_id, h.seq, h.count) for h in headers if h is not None), d.state)
 
         return self._read(count)
+
+    def ledger(self) -> dict[str, str]:
+        return self._read(lambda d: dict(d.state))
 
     def has_data(self) -> bool:
         return self._read(lambda d: d.policy is not None or d.stream_exists)

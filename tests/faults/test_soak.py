@@ -20,6 +20,7 @@ import time
 import pytest
 
 from tests.conftest import read_summary, run_cli
+from tests.harness import assert_balanced
 from tests.faults.test_supervision import Run
 
 SOAK_S = float(os.environ.get("DRL_SOAK_S", "600"))
@@ -67,6 +68,7 @@ def test_resident_memory_stays_flat_after_warm_up(tmp_path):
     assert stopped.returncode == 0, stopped.stderr
     run.proc.communicate(timeout=600)
     summary = read_summary(run.dir)
+    assert_balanced(summary)
 
     print(f"\nsoak: {WORKERS} workers, {SOAK_S:.0f} s, warm-up {WARMUP * SOAK_S:.0f} s; "
           f"{summary['env_steps']:,} env steps, {summary['updates']:,} updates, restarts {summary['restarts']}")

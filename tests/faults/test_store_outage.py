@@ -12,6 +12,7 @@ import time
 import uuid
 
 from tests.conftest import ROOT, read_summary, run_cli
+from tests.harness import assert_balanced
 from tests.integration.test_checkpoints_and_resume import SMALL
 
 STEPS = 20_000  # about 8 s of this run without an outage: it must still be running when the outage starts
@@ -37,6 +38,7 @@ def test_run_completes_through_a_20s_s3_outage(tmp_path, s3_server):
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     summary = read_summary(tmp_path / "outage")
+    assert_balanced(summary)
     assert summary["exit_reason"] == "steps_done" and summary["transitions_consumed"] == STEPS
     logs = "".join(p.read_text() for p in (tmp_path / "outage" / "logs").glob("*.log"))
     assert "S3 put" in logs or "S3 get" in logs, "the outage was never noticed: the test did not test it"

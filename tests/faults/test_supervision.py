@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, processes_mentioning, read_summary, run_cli
+from tests.harness import assert_balanced
 
 SMALL = ["--sac.hidden", "16,16", "--sac.batch-size", "32", "--eval-episodes", "1", "--learning-starts", "300",
          "--random-steps", "300", "--updates-per-transition", "0.25"]
@@ -64,6 +65,7 @@ class Run:
         _, err = self.proc.communicate(timeout=timeout)
         assert self.proc.returncode == 0, err[-4000:]
         summary = read_summary(self.dir)
+        assert_balanced(summary)
         assert not processes_mentioning(f"DRL_RUN={self.name}")
         return summary, err
 
@@ -76,7 +78,7 @@ def _status_row(run: Run, name: str) -> list[str]:
 
 def _accounts_for_everything(summary: dict, steps: int) -> None:
     """Produced = consumed + counted drops, with nothing left in the stream."""
-    dropped = summary["stale_dropped"] + sum(summary["dead_lettered"].values())
+    dropped = sum(summary["dropped"].values())
     print(f"\n{summary['run']}: restarts {summary['restarts']}, produced {summary['transitions_produced']}, consumed "
           f"{summary['transitions_consumed']}, stale {summary['stale_dropped']}, dead letters "
           f"{summary['dead_lettered']}, duplicates dropped {summary['duplicates_dropped']}, unconsumed "

@@ -559,6 +559,27 @@ def test_commit_acknowledges_deletes_releases_bytes_and_stores_state_in_one_step
     assert mem.open().reader("trainer-0").read(10, None) == [], "a committed entry was delivered again"
 
 
+def test_the_ledger_is_the_committed_state_and_unconsumed_leaves_out_what_it_took(mem):
+    """A summary's counters come from what the reader committed (``RunControl.ledger``), and entries it already
+    took, sent again after a data loss, are not counted as still owed."""
+    reader = mem.open().reader("trainer-0")
+    control = mem.open().control()
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    assert control.ledger() == {}
+    for seq in (1, 2, 3, 4):
+        send(writer, "rollout-0", seq)
+    got = reader.read(10, None)
+    reader.commit([(eid, size(f[b"h"], f[b"d"])) for eid, f in got[:1]], {"consumed": 8, "seq:rollout-0": "1,3"})
+    assert control.ledger() == reader.load_state() == {"consumed": "8", "seq:rollout-0": "1,3"}
+    assert control.unconsumed() == 16, "seq 3 is taken (above the watermark) and seqs 2 and 4 are owed"
+    other = mem.open().writer("rollout-1", max_entries=10, max_bytes=1 << 20)
+    for seq in (1, 1):
+        h, d = entry("rollout-1", seq, count=5)
+        other.send(seq, h, d, 5)
+    assert reader.backlog() == 5
+    assert control.unconsumed() == 21, "two copies of one entry were counted twice"
+
+
 def test_an_empty_commit_changes_nothing(mem):
     reader = mem.open().reader("trainer-0")
     reader.commit([], {})

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from drl.algorithms.base import Actor, Algorithm, FieldSpecs, Folder, Learner, register
+import math
+
+from drl.algorithms.base import (Actor, Algorithm, FieldSpecs, Folder, Learner, Parameters, mlp_parameters,
+                                 register)
 from drl.algorithms.dqn.config import DQNConfig
 from drl.envs import SpaceSpec
 from drl.nstep import NSTEP_FIELDS, NStepFolder
@@ -20,6 +23,11 @@ class DQNBuilder(Algorithm):
     doc = "DQN hyperparameters."
     discrete = True
     worker_priorities = True
+
+    def parameters(self, spec: SpaceSpec, cfg: Any) -> Parameters:
+        """A Q network and its target copy (``drl.algorithms.dqn.networks``); workers act with the Q network."""
+        q = mlp_parameters([math.prod(spec.obs_shape), *self.hyper(cfg).hidden, spec.discrete_actions])
+        return Parameters(trained=q, frozen=q, acting=q)
 
     def wire_fields(self, cfg: Any) -> FieldSpecs:
         fields = dict(NSTEP_FIELDS)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from drl.algorithms.base import Actor, Algorithm, FieldSpecs, Learner, register
+import math
+
+from drl.algorithms.base import Actor, Algorithm, FieldSpecs, Learner, Parameters, mlp_parameters, register
 from drl.algorithms.ppo.config import PPOConfig
 from drl.envs import TRAJECTORY_FIELDS, SpaceSpec
 
@@ -18,6 +20,16 @@ class PPOBuilder(Algorithm):
     continuous = True
     discrete = True
     bounded_actions = False  # a Gaussian policy; the worker's stepper clips to whatever bounds there are
+    replay = False
+
+    def parameters(self, spec: SpaceSpec, cfg: Any) -> Parameters:
+        """A policy (logits, or a Gaussian's mean and log-std) and a value function, no targets
+        (``drl.algorithms.ppo.networks``)."""
+        hidden = list(self.hyper(cfg).hidden)
+        obs, act = math.prod(spec.obs_shape), math.prod(spec.act_shape)
+        policy = mlp_parameters([obs, *hidden, spec.discrete_actions or act]) + (0 if spec.discrete_actions else act)
+        value = mlp_parameters([obs, *hidden, 1])
+        return Parameters(trained=policy + value, frozen=0, acting=policy)
 
     def wire_fields(self, cfg: Any) -> FieldSpecs:
         return dict(TRAJECTORY_FIELDS)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from drl.algorithms.base import Actor, Algorithm, Learner, register
+import math
+
+from drl.algorithms.base import Actor, Algorithm, Learner, Parameters, mlp_parameters, register
 from drl.algorithms.sac.config import SACConfig
 from drl.envs import SpaceSpec
 
@@ -14,6 +16,15 @@ class SACBuilder(Algorithm):
     config = SACConfig
     doc = "SAC hyperparameters."
     continuous = True
+
+    def parameters(self, spec: SpaceSpec, cfg: Any) -> Parameters:
+        """A squashed Gaussian actor (trunk, mean and log-std heads), twin critics and their targets, and the
+        temperature (``drl.algorithms.sac.networks``)."""
+        hidden = list(self.hyper(cfg).hidden)
+        obs, act = math.prod(spec.obs_shape), math.prod(spec.act_shape)
+        actor = mlp_parameters([obs, *hidden]) + 2 * (hidden[-1] * act + act)
+        critics = 2 * mlp_parameters([obs + act, *hidden, 1])
+        return Parameters(trained=actor + critics + 1, frozen=critics, acting=actor)
 
     def make_actor(self, spec: SpaceSpec, cfg: Any, seed: int) -> Actor:
         from drl.algorithms.sac.actor import SACActor

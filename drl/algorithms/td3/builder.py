@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from drl.algorithms.base import Actor, Algorithm, Learner, register
+import math
+
+from drl.algorithms.base import Actor, Algorithm, Learner, Parameters, mlp_parameters, register
 from drl.algorithms.td3.config import TD3Config
 from drl.envs import SpaceSpec
 
@@ -14,6 +16,14 @@ class TD3Builder(Algorithm):
     config = TD3Config
     doc = "TD3 hyperparameters."
     continuous = True
+
+    def parameters(self, spec: SpaceSpec, cfg: Any) -> Parameters:
+        """A deterministic actor and twin critics, each with a target copy (``drl.algorithms.td3.networks``)."""
+        hidden = list(self.hyper(cfg).hidden)
+        obs, act = math.prod(spec.obs_shape), math.prod(spec.act_shape)
+        actor = mlp_parameters([obs, *hidden, act])
+        critics = 2 * mlp_parameters([obs + act, *hidden, 1])
+        return Parameters(trained=actor + critics, frozen=actor + critics, acting=actor)
 
     def make_actor(self, spec: SpaceSpec, cfg: Any, seed: int) -> Actor:
         from drl.algorithms.td3.actor import TD3Actor

@@ -11,7 +11,7 @@ from drl.memory.redis.connection import RETRY_S, plain
 from drl.memory.redis.keys import Keys
 from drl.memory.redis.repair import STATES, Guard, count, worker
 from drl.memory.redis.scripts import DONE, REGISTER
-from drl.memory.redis.stream import backlog_transitions
+from drl.memory.redis.stream import backlog_transitions, committed_state
 
 
 def _text(raw: dict) -> dict[str, str]:
@@ -194,6 +194,9 @@ class RedisRunControl:
 
     def unconsumed(self) -> int:
         return backlog_transitions(self.client, self.keys, self.retry_s)
+
+    def ledger(self) -> dict[str, str]:
+        return committed_state(self.client, self.keys, self.retry_s)
 
     def has_data(self) -> bool:
         return bool(self._call(lambda: self.client.exists(self.keys.policy, self.keys.stream), "EXISTS run"))

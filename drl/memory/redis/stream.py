@@ -26,7 +26,7 @@ from typing import Callable, Iterable
 import redis
 
 from drl._proto import experience_pb2
-from drl.memory.base import AppendReply, Entry, MemoryBackendError, seq_field
+from drl.memory.base import AppendReply, Entry, MemoryBackendError, seq_field, unseen_transitions
 from drl.memory.outbox import Outbox, Outgoing, OutboxWriter, format_floor, parse_floors
 from drl.memory.redis.announce import announce_in
 from drl.memory.redis.connection import RETRY_S, plain, retrying
@@ -55,8 +55,25 @@ def _headers(client: redis.Redis, keys: Keys, retry_s: float):
 
 
 def backlog_transitions(client: redis.Redis, keys: Keys, retry_s: float = RETRY_S) -> int:
-    """Transitions in entries still in the stream (unread or unacknowledged), counted from their headers."""
-    return sum(header.count for header in _headers(client, keys, retry_s))
+    """Transitions in entries still in the stream (unread or unacknowledged) that the trainer's committed state
+    has not taken, counted from their headers (``drl.memory.base.unseen_transitions``)."""
+    state = committed_state(client, keys, retry_s)
+    return unseen_transitions(((h.worker_id, h.seq, h.count) for h in _headers(client, keys, retry_s)), state)
+
+
+def committed_state(client: redis.Redis, keys: Keys, retry_s: float = RETRY_S) -> dict[str, str]:
+    """``trainer:state`` as text, read by others than the trainer: of the wrong type it reads as empty, and its
+    unsound fields are left out (both reported; the trainer repairs it)."""
+    guard = Guard(client, keys, retry_s)
+    raw = guard.read(lambda: client.hgetall(keys.consumer_state), "HGETALL state", keys.consumer_state, {})
+    state = {}
+    for field, value in raw.items():
+        name = field.decode(errors="replace")
+        if sound_state_field(name, value):
+            state[name] = value.decode(errors="replace")
+        else:
+            guard.report(keys.consumer_state, f"field {name} is not a count or watermark", "left out")
+    return state
 
 
 def producer_position(client: redis.Redis, keys: Keys, worker_id: str, retry_s: float = RETRY_S) -> tuple[int, int]:

@@ -57,6 +57,60 @@ def resume_point(cfg: ExperimentConfig, run: str) -> int:
     return done
 
 
+RAM_LIMIT_VARIABLE = "DRL_RAM_LIMIT"
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def memory_limit() -> tuple[int, str] | None:
+    """The bytes a local run may allocate, and where that figure comes from: ``DRL_RAM_LIMIT`` (bytes, or with
+    a K, M, G or T suffix) when set, else the kernel's estimate of the memory available without swapping
+    (MemAvailable); None when neither can be read."""
+    given = os.environ.get(RAM_LIMIT_VARIABLE, "").strip().upper().removesuffix("B").removesuffix("I")
+    if given:
+        number, unit = (given[:-1], given[-1]) if given[-1] in _UNITS else (given, "")
+        try:
+            return int(float(number) * _UNITS[unit]), RAM_LIMIT_VARIABLE
+        except ValueError:
+            raise UserError(f"{RAM_LIMIT_VARIABLE} must be a size in bytes (e.g. 64G), got "
+                            f"{os.environ[RAM_LIMIT_VARIABLE]!r}") from None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024, "available memory"
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def check_memory(cfg: ExperimentConfig) -> None:
+    """Refuses a run whose replay and networks (``Algorithm.memory_needs``) would not fit in this machine's
+    memory, naming the option behind the largest part: such a run would otherwise start, fail to allocate in
+    the trainer (or be killed for memory) and be restarted until it gives up."""
+    from drl.algorithms import get
+    from drl.envs import space_spec
+
+    limit = memory_limit()
+    if limit is None:
+        return
+    needs = get(cfg.algorithm).memory_needs(space_spec(cfg.env), cfg)
+    total = sum(n.bytes for n in needs)
+    if total <= limit[0]:
+        return
+    biggest = max(needs, key=lambda n: n.bytes)
+    rest = f" (the whole run about {_size(total)})" if total > biggest.bytes * 1.05 else ""
+    raise UserError(f"{biggest.option} {biggest.value} needs about {_size(biggest.bytes)} for {biggest.what}"
+                    f"{rest}, more than the {_size(limit[0])} of {limit[1]} on this machine; lower it (or set "
+                    f"{RAM_LIMIT_VARIABLE} to the bytes the run may use)")
+
+
 def check_output(output: str) -> None:
     """``--output`` must be a folder or a path one can become (its first existing part a folder): said here, a
     file in the way is not blamed on the store, which defaults to the same folder."""
@@ -72,6 +126,7 @@ def start(cfg: ExperimentConfig, resume: bool, detach: bool) -> int:
     from drl.store import open_store
 
     check_output(cfg.output)
+    check_memory(cfg)
     preflight_memory(cfg)
     open_store(store_url(cfg))
     run = cfg.run_name or default_run_name(cfg.preset, cfg.env, cfg.mode)
@@ -96,8 +151,16 @@ def start(cfg: ExperimentConfig, resume: bool, detach: bool) -> int:
 
     code, summary = run_local(cfg, run, run_dir, steps_done=steps_done, resume=resume)
     print(json.dumps({k: summary.get(k) for k in SUMMARY_KEYS}))
-    print(f"drl: summary written to {run_dir / 'summary.json'}", file=sys.stderr)
+    if _written(run_dir / "summary.json", summary):
+        print(f"drl: summary written to {run_dir / 'summary.json'}", file=sys.stderr)
     return code
+
+
+def _written(path: Path, summary: dict) -> bool:
+    try:
+        return json.loads(path.read_text()) == summary
+    except (OSError, ValueError):
+        return False
 
 
 def follow_up(run: str, output: str) -> str:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from pathlib import Path
 
 from drl.config import ExperimentConfig
 from drl.errors import EXIT_USAGE, UserError
+from drl.ingest import COUNTERS
 from drl.memory import MemoryBackend, MemoryBackendError, MemoryUnavailable, RunControl, open_memory, private_server
 from drl.naming import worker_index
 from drl.process import die_with_parent
@@ -101,6 +103,7 @@ class LocalRun:
         self.restarts = {"trainer": 0, "rollout": 0, "evaluator": 0, "memory": 0}
         self.workers_history = [{"wall_seconds": 0.0, "env_steps": steps_done, "workers": cfg.workers}]
         self._membership: tuple[dict[str, str], dict[str, int]] = ({}, {})
+        self.resume_counters: dict[str, int] = {}
 
     # -- setup ------------------------------------------------------------------------------------------
     def prepare(self) -> tuple[str, str]:
@@ -120,6 +123,8 @@ class LocalRun:
         self.control.set_started_at(self.started)
         store_url = self.cfg.store or str(self.run_dir.resolve().parent)
         run_store(store_url, self.run).put("config.json", self.cfg.to_json().encode())
+        if self.resume:
+            self.resume_counters = resume_counters(store_url, self.run)
         return memory_url, store_url
 
     def spawn(self, memory_url: str, store_url: str, detached: bool = False) -> None:
@@ -464,17 +469,38 @@ class LocalRun:
                 p.popen.wait()
 
     # -- summary ----------------------------------------------------------------------------------------
+    def accounts(self) -> dict:
+        """Where every transition went, from the authoritative counters: the workers' produced totals, the
+        ledger the trainer commits with its acknowledgements (``RunControl.ledger``, never the status hash, which
+        a crashing trainer stops refreshing), and what is still in the stream. Every counter of
+        ``drl.ingest.COUNTERS`` but ``consumed`` and ``duplicates`` (a duplicate is a re-sent copy, not a
+        transition produced twice) is a drop, so that produced = consumed + unconsumed + the drops. A resumed run
+        counts what its checkpoint accounted for (``resume_counters``) as produced before it; its ledger starts
+        from that checkpoint's counters. Raises ``MemoryBackendError`` when the memory server cannot answer."""
+        if self.control is None:
+            raise MemoryUnavailable("no memory server")
+        ledger = self.control.ledger()
+        produced = sum(self.control.produced().values())
+        unconsumed = self.control.unconsumed()
+        dead = self.control.dead_letters()
+        base = self.resume_counters
+        counters = {name: _count(ledger.get(name), base.get(name, 0)) for name in COUNTERS}
+        before = (sum(v for k, v in base.items() if k != "duplicates") if base else self.steps_done)
+        return {"produced": produced + before, "consumed": counters["consumed"], "unconsumed": unconsumed,
+                "duplicates": counters["duplicates"], "dead_lettered": dead,
+                "updates": _count(ledger.get("updates"), -1),
+                "dropped": {n: v for n, v in counters.items() if n not in ("consumed", "duplicates")}}
+
     def summary(self, outcome: str) -> dict:
         t = self.status("trainer")
         evals = read_evaluations(self.run_dir / "evaluations.jsonl")
         try:
-            if self.control is None:
-                raise MemoryUnavailable("no memory server")
-            produced = sum(self.control.produced().values())
-            backlog = self.control.unconsumed()
-            dead = self.control.dead_letters()
-        except MemoryUnavailable:
-            produced, backlog, dead = -1, -1, {}
+            acc = self.accounts()
+        except (MemoryBackendError, ValueError) as exc:
+            print(f"drl: the run's counters cannot be read from the memory server ({exc}); the summary's "
+                  "transition counts are -1", file=sys.stderr)
+            acc = {"produced": -1, "consumed": -1, "unconsumed": -1, "duplicates": -1, "dead_lettered": {},
+                   "updates": -1, "dropped": {n: -1 for n in COUNTERS if n not in ("consumed", "duplicates")}}
         reason = t.get("exit_reason") if outcome == "finished" else outcome
         if outcome == "finished" and t.get("state") != "finished":
             reason = "failed: trainer did not report a final state"
@@ -486,11 +512,13 @@ class LocalRun:
             "workers_history": list(self.workers_history), "envs_per_worker": self.cfg.envs_per_worker,
             "seed": self.cfg.seed, "steps_requested": self.cfg.steps,
             "resumed_from_env_steps": self.steps_done,
-            "env_steps": produced + self.steps_done if produced >= 0 else -1, "updates": int(t.get("updates") or 0),
+            "env_steps": acc["produced"],
+            "updates": acc["updates"] if acc["updates"] >= 0 else int(t.get("updates") or 0),
             "policy_version": int(t.get("policy_version") or -1),
-            "transitions_produced": produced + self.steps_done if produced >= 0 else -1, "transitions_consumed": int(t.get("transitions_consumed") or 0),
-            "transitions_unconsumed": backlog, "duplicates_dropped": int(t.get("duplicates_dropped") or 0),
-            "stale_dropped": int(t.get("stale_dropped") or 0), "dead_lettered": dead,
+            "transitions_produced": acc["produced"], "transitions_consumed": acc["consumed"],
+            "transitions_unconsumed": acc["unconsumed"], "duplicates_dropped": acc["duplicates"],
+            "stale_dropped": acc["dropped"].get("stale", 0), "dead_lettered": acc["dead_lettered"],
+            "dropped": acc["dropped"],
             "evaluations": len(evals),
             "best_eval_return": max((e["mean_return"] for e in evals), default=None),
             "last_eval_return": evals[-1]["mean_return"] if evals else None,
@@ -500,17 +528,21 @@ class LocalRun:
 
     def final_state(self, exit_reason: str) -> None:
         """Marks state.json finished, with each process's exit code and last status hash (read while the
-        memory server is still up, so that ``status`` shows a finished run's final counters)."""
+        memory server is still up, so that ``status`` shows a finished run's final counters). A state file
+        that cannot be written (a full disk) is said once and left as it was: the run is ending anyway."""
         if self.state is None:
             return
-        self.refresh_state()
-        for entry in self.state.processes:
-            try:
-                entry.last_status = self.control.status(entry.name) if self.control is not None else {}
-            except MemoryUnavailable:
-                break
         self.state.state, self.state.exit_reason = "finished", exit_reason
-        write_state(self.run_dir, self.state)
+        try:
+            self.refresh_state()
+            for entry in self.state.processes:
+                try:
+                    entry.last_status = self.control.status(entry.name) if self.control is not None else {}
+                except MemoryUnavailable:
+                    break
+            write_state(self.run_dir, self.state)
+        except OSError as exc:
+            print(f"drl: the run's state file cannot be updated: {_refused_write(exc)}", file=sys.stderr)
 
     def cleanup(self) -> None:
         if self.memory is not None:
@@ -541,6 +573,57 @@ def read_evaluations(path: Path) -> list[dict]:
     return out
 
 
+def resume_counters(store_url: str, run: str) -> dict[str, int]:
+    """The ledger's counters in the checkpoint a resumed trainer starts from (the newest that verifies): what the
+    run had accounted for before this resume."""
+    from drl.store.checkpoint import CheckpointStore
+
+    latest = CheckpointStore(run_store(store_url, run), run).latest()
+    counters = latest[2].get("counters") if latest is not None else None
+    if not isinstance(counters, dict):
+        return {}
+    return {str(k): int(v) for k, v in counters.items() if isinstance(v, int)}
+
+
+def write_summary(run_dir: Path, summary: dict) -> bool:
+    """Writes summary.json whole or not at all; where it cannot be written (a full disk, a read-only folder) the
+    summary goes to stderr instead, so that a failed run still says what it did. Returns whether it was written."""
+    text = json.dumps(summary, indent=2) + "\n"
+    partial = run_dir / "summary.json.partial"
+    try:
+        partial.write_text(text)
+        os.replace(partial, run_dir / "summary.json")
+        return True
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        print(f"drl: the summary cannot be written to {run_dir / 'summary.json'} ({exc.strerror or exc}); here it "
+              f"is:\n{text}", file=sys.stderr, end="")
+        return False
+
+
+def last_error(reason: str) -> str:
+    """The last error line of the log a failure names (``... (log: PATH)``), as "; last error: ...", so that the
+    line that ends a run says why (a read-only store, a full disk) without opening the log; "" without one."""
+    match = re.search(r"log: ([^;)]+)\)", reason)
+    try:
+        lines = Path(match.group(1)).read_text(errors="replace").splitlines()[-200:] if match else []
+    except OSError:
+        return ""
+    errors = [line.strip() for line in lines if re.match(r"^[A-Za-z_.]*(Error|Exception|Exit)\b.*:", line.strip())]
+    return f"; last error: {errors[-1][:300]}" if errors else ""
+
+
+def _refused_write(exc: OSError) -> str:
+    """An OSError of the run's own files as one line: what the system said, and where."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
+def _count(value: str | None, default: int) -> int:
+    """A counter of the ledger; ``default`` where it has none (a ledger not written since the run started)."""
+    return default if value in (None, "") else int(value)
+
+
 def _float(value: str | None) -> float | None:
     try:
         return float(value) if value not in (None, "") else None
@@ -561,17 +644,20 @@ def run_local(cfg: ExperimentConfig, run: str, run_dir: Path, steps_done: int = 
     progress = Progress(cfg.steps, start=steps_done)
     summary: dict = {}
     try:
-        memory_url, store_url = job.prepare()
-        job.spawn(memory_url, store_url, detached=detached)
-        outcome = job.wait(progress)
+        try:
+            memory_url, store_url = job.prepare()
+            job.spawn(memory_url, store_url, detached=detached)
+            outcome = job.wait(progress)
+        except OSError as exc:
+            outcome = f"failed: {_refused_write(exc)}"
         job.show(progress, force=True)
         progress.close()
+        if outcome.startswith("failed:"):
+            print(f"drl: the run {outcome}{last_error(outcome)}", file=sys.stderr)
         job.stop_all()
         summary = job.summary(outcome)
         job.final_state(summary["exit_reason"])
-        partial = run_dir / "summary.json.partial"
-        partial.write_text(json.dumps(summary, indent=2) + "\n")
-        os.replace(partial, run_dir / "summary.json")
+        write_summary(run_dir, summary)
     finally:
         job.stop_all()
         if job.state is not None and job.state.state != "finished":
