@@ -5,7 +5,11 @@ produced = consumed + stale + lost, nothing left in the stream."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +22,20 @@ def _kill(proc) -> None:
     proc.wait()
 
 
+def _stop_past_its_checkpoint(run: ServiceRun, checkpoints: Path) -> None:
+    """SIGSTOPs the trainer at a moment when it has committed entries its newest checkpoint does not hold (what
+    its death together with the server's loses), so the test does not depend on how fast this machine runs."""
+    trainer = run.procs["trainer"]
+    for _ in range(600):
+        os.kill(trainer.pid, signal.SIGSTOP)
+        manifests = sorted(checkpoints.glob("*/manifest.json"))
+        if manifests and run.consumed() > int(json.loads(manifests[-1].read_text())["env_steps"]) + 200:
+            return
+        os.kill(trainer.pid, signal.SIGCONT)
+        time.sleep(0.1)
+    raise AssertionError("never caught the trainer with committed entries beyond its newest checkpoint")
+
+
 @pytest.mark.parametrize("mode,first", [("async", "trainer"), ("async", "server"), ("sync", "trainer")])
 def test_trainer_and_memory_server_killed_together_the_run_finishes_and_balances(tmp_path, mode, first):
     server = RedisServer(tmp_path / "redis").start()
@@ -27,6 +45,7 @@ def test_trainer_and_memory_server_killed_together_the_run_finishes_and_balances
     try:
         run.start_all()
         run.wait_until(lambda: run.consumed() >= 2500, 120, "2500 transitions consumed")
+        _stop_past_its_checkpoint(run, tmp_path / "store" / run.run / "checkpoints")
         victims = [lambda: _kill(run.procs["trainer"]), lambda: _kill(server.proc)]
         if first == "server":
             victims.reverse()
