@@ -4,8 +4,9 @@ moments, and every run judged on how it ended and whether its summary balances.
 Each run is ``drl-orchestrate`` in the foreground (a private Valkey server started by the orchestrator, a local
 data store) with the small SAC flags of the test suite, ``--workers W --steps S`` in ASYNC or SYNC mode. While it
 runs, ``--victims`` kills are made: for each, a moment is drawn as a fraction of the run's progress (uniform in
-0.1-0.85 of the steps, read from the trainer's status), then a random delay of up to 1.5 s, so two kills can land
-within a second of each other; the victim is drawn among the trainer, the rollout workers, the evaluator and the
+0.05-0.98 of the steps, read from the trainer's status; each kill after the first comes, one time in three, right
+after the one before it), then a random delay of up to 1.5 s, so two kills often land within a second or two of
+each other (the trainer and the memory server lost together, say); the victim is drawn among the trainer, the rollout workers, the evaluator and the
 memory server, and gets SIGKILL. The orchestrator restarts what died (``--max-restarts`` allows all the kills).
 
 A run **passes** when
@@ -92,7 +93,10 @@ class Campaign:
 
     def schedule(self, rng: random.Random) -> list[Kill]:
         names = ["trainer", "evaluator", "memory", *(f"rollout-{i}" for i in range(self.workers))]
-        fractions = sorted(rng.uniform(0.1, 0.85) for _ in range(self.victims))
+        fractions = sorted(rng.uniform(0.05, 0.98) for _ in range(self.victims))
+        for i in range(1, len(fractions)):
+            if rng.random() < 1 / 3:
+                fractions[i] = fractions[i - 1]
         return [Kill(f, rng.uniform(0.0, 1.5), rng.choice(names)) for f in fractions]
 
     def run_one(self, index: int, mode: str, seed: int) -> Outcome:
