@@ -47,9 +47,8 @@ ROLES = ("trainer", "rollout", "evaluator", "memory")
 
 
 def drops(summary: dict) -> int:
-    """Every transition the run counted as dropped: stale, dead-lettered, and lost in a gap that could not fill."""
-    return (int(summary.get("stale_dropped") or 0) + sum((summary.get("dead_lettered") or {}).values())
-            + int(summary.get("lost") or 0))
+    """Every drop the run counted (``dropped``: stale, dead-lettered, lost in a gap that could never fill)."""
+    return sum((summary.get("dropped") or {}).values())
 
 
 def balance(summary: dict) -> int:
