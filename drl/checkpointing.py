@@ -35,12 +35,15 @@ class TrainerCheckpoints:
         self.with_replay = with_replay
         self._written_at = time.monotonic()
 
-    def save(self, learning, ledger: Ledger, version: int) -> None:
-        """Writes a full checkpoint and keeps the newest ``keep``."""
+    def save(self, learning, ledger: Ledger, version: int, exit_reason: str | None = None) -> None:
+        """Writes a full checkpoint and keeps the newest ``keep``. The one written at exit also names the exit
+        reason: with the ledger it is the trainer's record of the run that outlives the memory server."""
         tensors, meta = learning.state(self.with_replay)
         tensors["rng.torch"] = torch.get_rng_state().numpy()
         meta["counters"] = ledger.counters()
         meta["ledger"] = {k: str(v) for k, v in ledger.fields(ledger.known_workers(), learning.learner.updates).items()}
+        if exit_reason is not None:
+            meta["exit"] = {"reason": exit_reason, "policy_version": version}
         self.store.save(tensors, meta, algorithm=self.algorithm, policy_version=version, env_steps=ledger.consumed,
                         updates=learning.learner.updates)
         self.store.retain(self.keep)

@@ -233,9 +233,11 @@ class RunControl(Protocol):
     def dead_letters(self) -> dict[str, int]:
         """Dead-lettered entries by kind."""
 
-    def unconsumed(self) -> int:
+    def unconsumed(self, ledger: dict[str, str] | None = None) -> int:
         """Transitions in entries still in the stream (unread or unacknowledged), counted from their headers,
-        leaving out those the reader's committed state already took (``unseen_transitions``)."""
+        leaving out those the reader's committed state already took (``unseen_transitions``), or those
+        ``ledger`` took when it is given (a committed state kept elsewhere, e.g. in the trainer's final
+        checkpoint, when the server lost its own)."""
 
     def ledger(self) -> dict[str, str]:
         """The state the reader committed last with its acknowledgements (``ExperienceReader.commit``): the

@@ -600,10 +600,11 @@ class InProcessControl:
     def dead_letters(self) -> dict[str, int]:
         return self._read(lambda d: dict(d.dead_counts))
 
-    def unconsumed(self) -> int:
+    def unconsumed(self, ledger: dict[str, str] | None = None) -> int:
         def count(d: _RunData) -> int:
             headers = (_header(fields) for fields in d.stream.values())
-            return unseen_transitions(((h.worker_id, h.seq, h.count) for h in headers if h is not None), d.state)
+            return unseen_transitions(((h.worker_id, h.seq, h.count) for h in headers if h is not None),
+                                      d.state if ledger is None else ledger)
 
         return self._read(count)
 

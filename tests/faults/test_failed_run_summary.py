@@ -45,3 +45,33 @@ def test_a_run_failed_by_a_killed_trainer_counts_what_it_committed_after_its_las
     assert summary["exit_reason"].startswith("failed: trainer"), summary["exit_reason"]
     assert summary["transitions_consumed"] == committed
     assert_balanced(summary)
+
+
+def test_a_memory_server_lost_after_the_trainer_ended_leaves_the_summary_the_trainers_record(tmp_path):
+    """The trainer finished and exited; then the memory server died and came back empty (its ledger, status and
+    done marker gone). The summary goes by the trainer's final checkpoint: its exit reason and its ledger."""
+    from bench.fault_campaign import memory_server_pid
+
+    steps = 6000
+    run = Run(tmp_path, "late-loss", ["--mode", "async", "--workers", "2", "--steps", str(steps)])
+    try:
+        run.wait_until("4,000 transitions consumed", lambda: run.consumed() >= 4000)
+        evaluator = run.pid("evaluator")
+        os.kill(evaluator, signal.SIGSTOP)
+        run.wait_until("the trainer exited 0", lambda: next(p for p in run.state()["processes"]
+                                                           if p["name"] == "trainer")["exit_code"] == 0, 120)
+        killed = memory_server_pid(run.dir)
+        os.kill(killed, signal.SIGKILL)
+        run.wait_until("the memory server started again",
+                       lambda: memory_server_pid(run.dir) not in (None, killed), 60)
+        os.kill(evaluator, signal.SIGCONT)
+        _, err = run.proc.communicate(timeout=300)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+    summary = read_summary(run.dir)
+    assert "the memory server exited with code -9" in err
+    assert summary["exit_reason"] == "steps_done", summary
+    assert summary["transitions_produced"] == steps, summary
+    assert summary["transitions_consumed"] + sum(summary["dropped"].values()) == steps, summary
+    assert_balanced(summary)

@@ -748,6 +748,17 @@ def test_unconsumed_counts_the_transitions_in_entries_still_in_the_stream(mem):
     assert control.unconsumed() == 8
 
 
+def test_unconsumed_judged_against_a_ledger_kept_elsewhere(mem):
+    """After the server lost the reader's state, the summary judges the stream against the trainer's own record."""
+    control = mem.open().control()
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    for seq, count in ((1, 8), (2, 5), (3, 3)):
+        send(writer, "rollout-0", seq, count=count)
+    assert control.unconsumed() == 16
+    assert control.unconsumed({"seq:rollout-0": "1,3"}) == 5, "seqs 1 and 3 are taken by that ledger, 2 is owed"
+    assert control.unconsumed({}) == 16
+
+
 def test_has_data_and_clear(mem):
     control = mem.open().control()
     assert control.has_data() is False

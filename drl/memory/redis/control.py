@@ -192,8 +192,8 @@ class RedisRunControl:
         key = self.keys.dead_letter_counts
         return self.guard.counts(self._read(lambda: self.client.hgetall(key), "HGETALL dlq", key, {}), key)
 
-    def unconsumed(self) -> int:
-        return backlog_transitions(self.client, self.keys, self.retry_s)
+    def unconsumed(self, ledger: dict[str, str] | None = None) -> int:
+        return backlog_transitions(self.client, self.keys, self.retry_s, ledger)
 
     def ledger(self) -> dict[str, str]:
         return committed_state(self.client, self.keys, self.retry_s)

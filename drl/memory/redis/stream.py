@@ -54,10 +54,12 @@ def _headers(client: redis.Redis, keys: Keys, retry_s: float):
         yield header
 
 
-def backlog_transitions(client: redis.Redis, keys: Keys, retry_s: float = RETRY_S) -> int:
+def backlog_transitions(client: redis.Redis, keys: Keys, retry_s: float = RETRY_S,
+                        state: dict[str, str] | None = None) -> int:
     """Transitions in entries still in the stream (unread or unacknowledged) that the trainer's committed state
-    has not taken, counted from their headers (``drl.memory.base.unseen_transitions``)."""
-    state = committed_state(client, keys, retry_s)
+    (or ``state``) has not taken, counted from their headers (``drl.memory.base.unseen_transitions``)."""
+    if state is None:
+        state = committed_state(client, keys, retry_s)
     return unseen_transitions(((h.worker_id, h.seq, h.count) for h in _headers(client, keys, retry_s)), state)
 
 

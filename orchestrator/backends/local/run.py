@@ -104,6 +104,8 @@ class LocalRun:
         self.workers_history = [{"wall_seconds": 0.0, "env_steps": steps_done, "workers": cfg.workers}]
         self._membership: tuple[dict[str, str], dict[str, int]] = ({}, {})
         self.resume_counters: dict[str, int] = {}
+        self.store_url: str | None = None
+        self._trainer_record: dict | None = None
 
     # -- setup ------------------------------------------------------------------------------------------
     def prepare(self) -> tuple[str, str]:
@@ -122,6 +124,7 @@ class LocalRun:
             raise UserError(f"run {self.run!r} already has data on the memory server; pick another --run-name")
         self.control.set_started_at(self.started)
         store_url = self.cfg.store or str(self.run_dir.resolve().parent)
+        self.store_url = store_url
         run_store(store_url, self.run).put("config.json", self.cfg.to_json().encode())
         if self.resume:
             self.resume_counters = resume_counters(store_url, self.run)
@@ -366,7 +369,9 @@ class LocalRun:
 
     def revive_memory_server(self) -> str | None:
         """Starts the private memory server again on its port if it died, and writes back the keys only the
-        orchestrator owns; the services reconnect and re-send what the server lost."""
+        orchestrator owns; the services reconnect and re-send what the server lost. When the trainer has already
+        ended, its final version (announced, and as ``trainer:done``) is written back from its final checkpoint,
+        so the evaluator's wait for it ends."""
         code = self.server.exit_code() if self.server is not None else None
         if code is None:
             return None
@@ -377,6 +382,15 @@ class LocalRun:
               file=sys.stderr)
         self.restarts["memory"] += 1
         self.server = private_server(self.run_dir / "redis", port=self.server.port)
+        record = self.trainer_record()
+        if record is not None:
+            version = int(record["exit"]["policy_version"])
+            announcements = self.memory.announcements()
+            try:
+                announcements.announce(version)
+            finally:
+                announcements.close()
+            self.control.mark_trainer_done(version)
         members, shares = self._membership
         self.control.register(members, shares, started_at=self.started)
         return None
@@ -476,12 +490,26 @@ class LocalRun:
         ``drl.ingest.COUNTERS`` but ``consumed`` and ``duplicates`` (a duplicate is a re-sent copy, not a
         transition produced twice) is a drop, so that produced = consumed + unconsumed + the drops. A resumed run
         counts what its checkpoint accounted for (``resume_counters``) as produced before it; its ledger starts
-        from that checkpoint's counters. Raises ``MemoryBackendError`` when the memory server cannot answer."""
+        from that checkpoint's counters. When the server has no ledger and the trainer exited 0 (the server was
+        lost after the trainer ended), the ledger, and the produced counts it saw, come from the trainer's final
+        checkpoint (``trainer_record``). Raises ``MemoryBackendError`` when the memory server cannot answer."""
         if self.control is None:
             raise MemoryUnavailable("no memory server")
         ledger = self.control.ledger()
-        produced = sum(self.control.produced().values())
-        unconsumed = self.control.unconsumed()
+        unconsumed = None
+        record = self.trainer_record() if "consumed" not in ledger else None
+        if record and isinstance(record.get("ledger"), dict):
+            ledger = {str(k): str(v) for k, v in record["ledger"].items()}
+            unconsumed = self.control.unconsumed(ledger)
+        produced_by = self.control.produced()
+        if unconsumed is None:
+            unconsumed = self.control.unconsumed()
+        else:
+            for field, value in ledger.items():
+                if field.startswith("produced:"):
+                    worker = field.split(":", 1)[1]
+                    produced_by[worker] = max(produced_by.get(worker, 0), _count(value, 0))
+        produced = sum(produced_by.values())
         dead = self.control.dead_letters()
         base = self.resume_counters
         counters = {name: _count(ledger.get(name), base.get(name, 0)) for name in COUNTERS}
@@ -490,6 +518,17 @@ class LocalRun:
                 "duplicates": counters["duplicates"], "dead_lettered": dead,
                 "updates": _count(ledger.get("updates"), -1),
                 "dropped": {n: v for n, v in counters.items() if n not in ("consumed", "duplicates")}}
+
+    def trainer_record(self) -> dict | None:
+        """The meta of the checkpoint a trainer that exited 0 wrote at exit (its ledger and exit reason), read once:
+        what the summary goes by when the memory server lost the trainer's state and status after the trainer
+        ended (a server that died and was started again empty). None while the trainer has not exited 0."""
+        trainer = next((p for p in self.procs if p.role == "trainer"), None)
+        if trainer is None or trainer.popen.poll() != 0 or self.store_url is None:
+            return None
+        if self._trainer_record is None:
+            self._trainer_record = latest_checkpoint_meta(self.store_url, self.run) or {}
+        return self._trainer_record if isinstance(self._trainer_record.get("exit"), dict) else None
 
     def summary(self, outcome: str) -> dict:
         t = self.status("trainer")
@@ -503,7 +542,8 @@ class LocalRun:
                    "updates": -1, "dropped": {n: -1 for n in COUNTERS if n not in ("consumed", "duplicates")}}
         reason = t.get("exit_reason") if outcome == "finished" else outcome
         if outcome == "finished" and t.get("state") != "finished":
-            reason = "failed: trainer did not report a final state"
+            record = self.trainer_record()
+            reason = (record or {}).get("exit", {}).get("reason") or "failed: trainer did not report a final state"
         elif outcome == "finished" and self.stop_requested:
             reason = "stopped"
         return {
@@ -573,13 +613,18 @@ def read_evaluations(path: Path) -> list[dict]:
     return out
 
 
-def resume_counters(store_url: str, run: str) -> dict[str, int]:
-    """The ledger's counters in the checkpoint a resumed trainer starts from (the newest that verifies): what the
-    run had accounted for before this resume."""
+def latest_checkpoint_meta(store_url: str, run: str) -> dict | None:
+    """The meta of the run's newest checkpoint that verifies, None without one."""
     from drl.store.checkpoint import CheckpointStore
 
     latest = CheckpointStore(run_store(store_url, run), run).latest()
-    counters = latest[2].get("counters") if latest is not None else None
+    return latest[2] if latest is not None else None
+
+
+def resume_counters(store_url: str, run: str) -> dict[str, int]:
+    """The ledger's counters in the checkpoint a resumed trainer starts from (the newest that verifies): what the
+    run had accounted for before this resume."""
+    counters = (latest_checkpoint_meta(store_url, run) or {}).get("counters")
     if not isinstance(counters, dict):
         return {}
     return {str(k): int(v) for k, v in counters.items() if isinstance(v, int)}
