@@ -4,6 +4,10 @@ A service learns everything from its environment (set by the orchestrator's plan
 experiment configuration as a JSON object: every value, as local runs pass it, or only the preset, env and
 overrides, as the helm chart's ConfigMap holds it; ``drl.presets.resolve`` fills in the rest), ``DRL_RUN``, ``DRL_RUN_DIR``, ``DRL_MEMORY_URL``, ``DRL_STORE`` and, for
 rollout workers, ``DRL_WORKER_INDEX``. Credentials therefore never appear in process arguments.
+
+A local run's orchestrator also sets ``DRL_ORCHESTRATOR_PID``: a service whose orchestrator is gone (killed
+without the time to stop its processes) ends by itself (``watch_orchestrator``), since nothing would supervise,
+stop or summarise it any more, and its private memory server went with the orchestrator.
 """
 
 from __future__ import annotations
@@ -108,6 +112,38 @@ class StatusWriter:
 
 
 HEARTBEAT_EVERY_S = 5.0
+ORPHAN_CHECK_S = 1.0
+ORPHAN_GRACE_S = 10.0
+EXIT_ORPHANED = 3
+
+
+def watch_orchestrator(pid_text: str) -> None:
+    """Ends this process within ``ORPHAN_GRACE_S`` of its orchestrator's death. A daemon thread checks once a
+    second that the parent is still the orchestrator (``os.getppid``: an orphan is handed to init or a
+    subreaper, and this also covers an orchestrator that died before the parent-death signal was armed). Then
+    the service is asked to stop as its control endpoint would ask it (a worker hands in what it collected, the
+    trainer writes its final checkpoint), and if it is still running after the grace (its memory server went
+    with the orchestrator, so handing in may never finish) it exits with ``EXIT_ORPHANED``."""
+    import threading
+
+    try:
+        pid = int(pid_text)
+    except ValueError:
+        return
+    log = logging.getLogger("drl")
+
+    def watch() -> None:
+        while os.getppid() == pid:
+            time.sleep(ORPHAN_CHECK_S)
+        log.warning("the run's orchestrator (pid %d) is gone; stopping (handing in what can be handed in within "
+                    "%.0f s)", pid, ORPHAN_GRACE_S)
+        TELEMETRY.stop.set()
+        time.sleep(ORPHAN_GRACE_S)
+        log.warning("still running %.0f s after the orchestrator went; exiting", ORPHAN_GRACE_S)
+        sys.stderr.flush()
+        os._exit(EXIT_ORPHANED)
+
+    threading.Thread(target=watch, name="orchestrator-watch", daemon=True).start()
 
 
 def start_heartbeat(path: str) -> None:
@@ -135,6 +171,8 @@ def run_service(role: str, body: Callable[[ServiceContext], int]) -> None:
                         format=f"%(asctime)s {role} %(levelname)s %(message)s", stream=sys.stderr)
     if os.environ.get("DRL_HEARTBEAT_FILE"):
         start_heartbeat(os.environ["DRL_HEARTBEAT_FILE"])
+    if os.environ.get("DRL_ORCHESTRATOR_PID"):
+        watch_orchestrator(os.environ["DRL_ORCHESTRATOR_PID"])
     from services.metrics import start_metrics
     start_metrics()
     try:

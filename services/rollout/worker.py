@@ -200,10 +200,15 @@ class RolloutWorker(Service):
         self.stop = self.stop or self.control.stop_reason() is not None
         return self.stop
 
+    def asked_or_stopped(self) -> bool:
+        """Whether to stop waiting for a policy: this worker was asked to stop (asked first: it needs no server,
+        which may be gone), or the run's stop flag is set."""
+        return TELEMETRY.stop.is_set() or self.stopped()
+
     def run(self) -> int:
-        first = self.announcer.wait_for(0, timeout=FIRST_POLICY_TIMEOUT_S, should_stop=self.stopped)
+        first = self.announcer.wait_for(0, timeout=FIRST_POLICY_TIMEOUT_S, should_stop=self.asked_or_stopped)
         if first < 0:
-            if self.stopped():
+            if self.asked_or_stopped():
                 return self.finish("stopped before the first policy")
             raise RuntimeError(f"no policy was announced within {FIRST_POLICY_TIMEOUT_S:.0f}s; is the trainer alive?")
         self.load(first)
@@ -218,9 +223,9 @@ class RolloutWorker(Service):
             if self.produced >= self.total or self.stop or TELEMETRY.stop.is_set():
                 break
             nxt = self.announcer.wait_for(self.version + 1, timeout=self.cfg.sync_deadline_s * 10,
-                                          should_stop=lambda: self.stopped() or TELEMETRY.stop.is_set())
+                                          should_stop=self.asked_or_stopped)
             if nxt < 0:
-                if self.stopped() or TELEMETRY.stop.is_set():
+                if self.asked_or_stopped():
                     break
                 raise RuntimeError(f"no policy version {self.version + 1} within "
                                    f"{self.cfg.sync_deadline_s * 10:.0f}s; is the trainer alive?")
