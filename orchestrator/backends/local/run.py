@@ -49,7 +49,7 @@ from orchestrator.plan import plan
 from orchestrator.progress import Progress
 from orchestrator.scaling import (ACTIVE, RETIRED, Snapshot, initial_shares, margin_transitions, plan_removal,
                                   plan_shares)
-from orchestrator.state import ProcessState, RunState, write_state
+from orchestrator.state import ProcessState, RunState, pid_alive, write_state
 from orchestrator.status import stop_service
 
 EVALUATOR_GRACE_S = 300.0
@@ -139,14 +139,15 @@ class LocalRun:
     def claim_run(self) -> None:
         """Takes the run's claim on its memory server (``RunControl.claim``), which another orchestrator of the
         same run, from another run folder or machine, cannot take while this one renews it. A claim whose
-        orchestrator died expires within ``CLAIM_S``, so it is waited for that long before the run is refused."""
+        orchestrator died expires within ``CLAIM_S``, so it is waited for that long before the run is refused (at
+        once when the holder is a live process of this machine)."""
         deadline, noted = time.monotonic() + CLAIM_S + 1.0, False
         while True:
             holder = self.control.claim(OWNER_CLAIM, self.holder, CLAIM_S)
             if holder is None:
                 self._claimed_at = time.monotonic()
                 return
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or _alive_here(holder):
                 raise UserError(f"run {self.run!r} is owned by another orchestrator ({holder}) on the memory server "
                                 f"{self.memory.describe()}; one orchestrator owns a run at a time")
             if not noted:
@@ -585,6 +586,13 @@ def _rollout_child() -> None:
     holds every producer, and more workers collect less. Niced, the workers take what the trainer leaves."""
     die_with_parent()
     os.nice(ROLLOUT_NICENESS)
+
+
+def _alive_here(holder: str) -> bool:
+    """Whether a claim's holder (``host:pid:run dir``) is a live process on this machine."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    return host == socket.gethostname() and pid.isdigit() and pid_alive(int(pid))
 
 
 def read_evaluations(path: Path) -> list[dict]:
