@@ -10,8 +10,8 @@ background process. The run's memory server holds a second, timed claim (``RunCo
 A service's orchestrator can die without stopping it (SIGKILL leaves no time to). Services notice and end by
 themselves within seconds (``services.common.watch_orchestrator``); ``end_orphans`` ends what is still there (a
 process wedged or stopped), from the pids ``state.json`` records, each checked to be this run's process (its
-environment names the run folder, or, for the private memory server, its ``--dir``) so that a pid reused by
-another program is never signalled.
+environment names the run folder, or, for the private memory server, its working folder, which the server
+makes its data folder) so that a pid reused by another program is never signalled.
 """
 
 from __future__ import annotations
@@ -109,14 +109,16 @@ def _proc_entries(pid: int, what: str) -> list[bytes]:
 
 def belongs_to_run(pid: int, run_dir: Path) -> bool:
     """Whether ``pid`` is a live process of the run in ``run_dir``: a service (``DRL_RUN_DIR`` in its
-    environment) or the run's private memory server (its data folder in its arguments)."""
+    environment) or the run's private memory server (working in the run's ``redis`` folder: the server changes
+    into its ``--dir``, and rewrites its arguments, so they cannot tell)."""
     if not pid or not pid_alive(pid):
         return False
-    folder = str(Path(run_dir)).encode()
-    if b"DRL_RUN_DIR=" + folder in _proc_entries(pid, "environ"):
+    if b"DRL_RUN_DIR=" + str(Path(run_dir)).encode() in _proc_entries(pid, "environ"):
         return True
-    args = _proc_entries(pid, "cmdline")
-    return any(a == b"--dir" and b == folder + b"/redis" for a, b in zip(args, args[1:]))
+    try:
+        return os.readlink(f"/proc/{pid}/cwd") == str(Path(run_dir) / "redis")
+    except OSError:
+        return False
 
 
 def leftovers(run_dir: Path, state: RunState) -> dict[str, int]:
