@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 
-from orchestrator.state import pid_alive
 from tests.conftest import ROOT, processes_mentioning, read_summary, run_cli, run_client
 from tests.faults.test_supervision import SMALL, Run
 
@@ -33,9 +32,10 @@ def _has_checkpoint(run_dir) -> bool:
 
 
 def _left(run_dir) -> list[str]:
-    """The run's services still alive, and its private memory server (which rewrites its command line)."""
-    server = json.loads((run_dir / "state.json").read_text())["memory_pid"]
-    return processes_mentioning(str(run_dir)) + ([f"{server}: memory server"] if pid_alive(server) else [])
+    """The run's services still alive, and its private memory server (its title names its address)."""
+    port = json.loads((run_dir / "state.json").read_text())["memory_url"].rsplit(":", 1)[1].split("/")[0]
+    server = [line for line in processes_mentioning(f"127.0.0.1:{port}") if "server" in line]
+    return processes_mentioning(str(run_dir)) + server
 
 
 def _wait(what: str, check, timeout: float) -> float:
