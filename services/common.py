@@ -23,7 +23,7 @@ from typing import Callable
 
 from drl.config import ExperimentConfig
 from drl.errors import EXIT_USAGE, UserError
-from drl.memory import MemoryBackend, RunControl, open_memory
+from drl.memory import MemoryBackend, MemoryBackendError, RunControl, open_memory
 from drl.naming import worker_name
 from drl.presets import resolve
 from drl.store import PolicyStore, run_store
@@ -112,6 +112,62 @@ class StatusWriter:
 
 
 HEARTBEAT_EVERY_S = 5.0
+CLAIM_S = 15.0
+EXIT_CLAIM_LOST = 4
+
+
+def hold_claim(control: RunControl, name: str, ttl_s: float = CLAIM_S) -> Callable[[], None]:
+    """Takes the run's claim ``name`` (``RunControl.claim``) for this process and keeps it: one trainer consumes
+    a run at a time, since two would split the stream between them and overwrite each other's committed counters.
+
+    While another live process has the claim this waits (a replaced trainer pod may still be ending); a claim
+    whose holder was a process of this machine that is gone is released at once (a trainer restarted after a
+    crash does not wait for the expiry), any other lapses ``ttl_s`` after its holder stopped renewing. A daemon
+    thread renews the claim every third of ``ttl_s``; a process that finds its claim taken (it was stopped or cut
+    off for longer than ``ttl_s``) exits with ``EXIT_CLAIM_LOST`` before it commits anything more. Returns the
+    function that gives the claim up."""
+    import socket
+    import threading
+
+    from drl.process import pid_alive
+
+    log = logging.getLogger("drl")
+    host = socket.gethostname()
+    holder = f"{host}:{os.getpid()}"
+    noted = False
+    while (other := control.claim(name, holder, ttl_s)) is not None:
+        other_host, _, other_pid = other.partition(":")
+        if other_host == host and other_pid.isdigit() and not pid_alive(int(other_pid)):
+            log.info("releasing the %s claim of %s, a process that is gone", name, other)
+            control.release(name, other)
+            continue
+        if not noted:
+            log.warning("the run's %s claim is held by %s; waiting for it (it lapses %.0f s after its holder "
+                        "ends)", name, other, ttl_s)
+            noted = True
+        time.sleep(1.0)
+
+    def renew() -> None:
+        while True:
+            time.sleep(ttl_s / 3)
+            try:
+                other = control.claim(name, holder, ttl_s)
+            except MemoryBackendError:
+                continue
+            if other is not None:
+                log.error("the run's %s claim went to %s; exiting so that only one %s goes on", name, other, name)
+                sys.stderr.flush()
+                os._exit(EXIT_CLAIM_LOST)
+
+    threading.Thread(target=renew, name=f"{name}-claim", daemon=True).start()
+
+    def release() -> None:
+        try:
+            control.release(name, holder)
+        except MemoryBackendError:
+            pass
+
+    return release
 ORPHAN_CHECK_S = 1.0
 ORPHAN_GRACE_S = 10.0
 EXIT_ORPHANED = 3

@@ -5,9 +5,14 @@ run goes on undisturbed: its state file, its memory server's data and its summar
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import time
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
+from tests.harness import ServiceRun, fast_config
 from tests.faults.test_supervision import SMALL, Run
 
 
@@ -67,3 +72,39 @@ def test_a_second_orchestrator_of_a_run_on_the_same_memory_server_is_refused(tmp
     assert summary["exit_reason"] == "stopped", summary
     assert summary["transitions_unconsumed"] == 0
     assert summary["transitions_produced"] == summary["transitions_consumed"] + summary["stale_dropped"], summary
+
+
+def test_a_second_trainer_of_a_run_waits_until_the_first_is_gone(tmp_path, redis_server, redis_client):
+    """Two trainers would split the stream between them and overwrite each other's committed counters; the
+    second waits on the run's trainer claim, and takes over at once when the first is killed."""
+    run = ServiceRun(fast_config(mode="async", updates_per_transition=0.5), redis_server.url, tmp_path)
+    run.start_all()
+    first = run.procs["trainer"]
+    run.wait_until(lambda: run.consumed() >= 1000, 120, "1,000 transitions consumed")
+    workload = run.workloads["trainer"]
+    second_log = tmp_path / "logs" / "second-trainer.log"
+    with open(second_log, "ab") as log:
+        second = subprocess.Popen(list(workload.command), env={**os.environ, **workload.replica_env(0)}, stdout=log,
+                                  stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while "claim is held by" not in second_log.read_text() and time.monotonic() < deadline:
+            assert second.poll() is None, second_log.read_text()[-3000:]
+            time.sleep(0.2)
+        assert "claim is held by" in second_log.read_text(), second_log.read_text()[-3000:]
+        time.sleep(3.0)
+        assert "continuing: " not in second_log.read_text(), "the second trainer started consuming"
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        run.procs["trainer"] = second
+        run.wait_all(timeout=300)
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait()
+    text = second_log.read_text()
+    assert "continuing: " in text and "releasing the trainer claim" in text, text[-3000:]
+    acc = run.accounting()
+    assert acc["produced"] == 6000, acc
+    assert acc["consumed"] + acc["stale"] == 6000, acc
+    assert acc["backlog_entries"] == 0, acc
