@@ -25,7 +25,7 @@ from pathlib import Path
 from drl.config import ExperimentConfig
 from drl.errors import UserError
 from drl.naming import default_run_name
-from orchestrator.backends.local.ownership import LOCK_FD_ENV, RunLock, end_orphans
+from orchestrator.backends.local.ownership import RunLock, end_orphans
 
 DEFAULT_OUTPUT = "runs"
 DETACHED_COMMAND = "_run-detached"
@@ -152,7 +152,7 @@ def start_detached(run: str, run_dir: Path, steps_done: int, resume: bool, outpu
                    lock: RunLock | None = None) -> int:
     """Starts the run's orchestrator as a child that outlives this command: its own session (no terminal
     signals), no parent-death signal, stdin closed, output to ``<run dir>/orchestrator.log``, the run's lock
-    passed on (``LOCK_FD_ENV``). Returns once the child has written state.json for this run (its processes
+    passed on (its open file, named by ``--lock-fd``). Returns once the child has written state.json for this run (its processes
     exist), or with 1 if it ended first."""
     from orchestrator.state import read_state
 
@@ -160,13 +160,12 @@ def start_detached(run: str, run_dir: Path, steps_done: int, resume: bool, outpu
     command = [sys.executable, "-m", "orchestrator.cli", DETACHED_COMMAND, str(run_dir), str(steps_done)]
     if resume:
         command.append("--resume")
-    (run_dir / "state.json").unlink(missing_ok=True)
-    env, fds = dict(os.environ), ()
     if lock is not None:
-        env[LOCK_FD_ENV], fds = str(lock.fd), (lock.fd,)
+        command += ["--lock-fd", str(lock.fd)]
+    (run_dir / "state.json").unlink(missing_ok=True)
     with open(log_path, "ab") as log:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True, cwd=os.getcwd(), env=env, pass_fds=fds)
+                                 start_new_session=True, cwd=os.getcwd(), pass_fds=(lock.fd,) if lock else ())
     deadline = time.monotonic() + DETACH_START_S
     while time.monotonic() < deadline:
         state = read_state(run_dir)
@@ -193,12 +192,14 @@ def run_detached(argv: list[str]) -> int:
     from orchestrator.backends.local.run import run_local
 
     if len(argv) < 2 or not argv[1].isdigit():
-        raise UserError(f"{DETACHED_COMMAND} is started by --detach: {DETACHED_COMMAND} RUN_DIR STEPS_DONE [--resume]")
+        raise UserError(f"{DETACHED_COMMAND} is started by --detach: {DETACHED_COMMAND} RUN_DIR STEPS_DONE [--resume] "
+                        "[--lock-fd N]")
     run_dir, steps_done = Path(argv[0]), int(argv[1])
-    lock = RunLock.inherit(run_dir, os.environ.pop(LOCK_FD_ENV, None))
+    rest = argv[2:]
+    lock = RunLock.inherit(run_dir, rest[rest.index("--lock-fd") + 1] if "--lock-fd" in rest[:-1] else None)
     try:
         cfg = ExperimentConfig.from_json((run_dir / "config.json").read_text())
-        code, summary = run_local(cfg, cfg.run_name, run_dir, steps_done=steps_done, resume="--resume" in argv[2:],
+        code, summary = run_local(cfg, cfg.run_name, run_dir, steps_done=steps_done, resume="--resume" in rest,
                                   detached=True)
     finally:
         if lock is not None:

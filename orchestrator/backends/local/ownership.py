@@ -26,7 +26,6 @@ from drl.errors import UserError
 from orchestrator.state import RunState, pid_alive
 
 LOCK_FILE = "run.lock"
-LOCK_FD_ENV = "DRL_RUN_LOCK_FD"
 ORPHAN_TERM_S = 5.0
 
 
@@ -58,8 +57,8 @@ class RunLock:
 
     @classmethod
     def inherit(cls, run_dir: Path, fd_text: str | None) -> "RunLock | None":
-        """The lock a detached orchestrator got from the command that started it (``LOCK_FD_ENV``), now marked
-        with its own pid; None without one."""
+        """The lock a detached orchestrator got from the command that started it (the open file ``fd_text``
+        names), now marked with its own pid; None without one."""
         if not fd_text or not fd_text.isdigit():
             return None
         lock = cls(run_dir, int(fd_text))
