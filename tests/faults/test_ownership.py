@@ -87,13 +87,13 @@ def test_a_second_trainer_of_a_run_waits_until_the_first_is_gone(tmp_path, redis
         second = subprocess.Popen(list(workload.command), env={**os.environ, **workload.replica_env(0)}, stdout=log,
                                   stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while "claim is held by" not in second_log.read_text() and time.monotonic() < deadline:
-            assert second.poll() is None, second_log.read_text()[-3000:]
-            time.sleep(0.2)
-        assert "claim is held by" in second_log.read_text(), second_log.read_text()[-3000:]
-        time.sleep(3.0)
+        run.wait_until(lambda: any(s in second_log.read_text() for s in ("continuing: ", "claim is held by")), 120,
+                       "the second trainer to start")
+        consumed = run.consumed()
+        run.wait_until(lambda: run.consumed() >= consumed + 500, 120, "500 more transitions consumed")
+        assert second.poll() is None, second_log.read_text()[-3000:]
         assert "continuing: " not in second_log.read_text(), "the second trainer started consuming"
+        assert "claim is held by" in second_log.read_text(), second_log.read_text()[-3000:]
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
         run.procs["trainer"] = second
@@ -102,6 +102,7 @@ def test_a_second_trainer_of_a_run_waits_until_the_first_is_gone(tmp_path, redis
         if second.poll() is None:
             second.kill()
             second.wait()
+        run.kill_all()
     text = second_log.read_text()
     assert "continuing: " in text and "releasing the trainer claim" in text, text[-3000:]
     acc = run.accounting()
