@@ -105,3 +105,22 @@ def test_orchestrator_sigkilled_detached_its_services_end_and_stop_ends_a_stoppe
     log = (run_dir / "logs" / "rollout-0.log").read_text()
     assert log.count("WARNING") < 50, "an orphaned worker kept writing warnings"
     _resume(tmp_path, name, steps)
+
+
+def test_a_policy_wait_ends_on_a_stop_request_while_the_server_is_gone(tmp_path):
+    """The SYNC worker's spin: ``wait_for`` retried a failing subscribe until its timeout without asking
+    ``should_stop``, so a worker asked to stop (its orchestrator gone, its server with it) went on for minutes."""
+    from drl.memory import open_memory
+    from drl.memory.redis.server import RedisServer
+
+    server = RedisServer(tmp_path / "redis").start()
+    memory = open_memory(server.url, "gone", retry_s=1.0)
+    announcements = memory.announcements()
+    server.stop()
+    started = time.monotonic()
+    try:
+        assert announcements.wait_for(1, timeout=60.0, should_stop=lambda: True) == -1
+    finally:
+        announcements.close()
+        memory.close()
+    assert time.monotonic() - started < 10.0, "the wait did not ask should_stop while the server was gone"
