@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 
 from tests.conftest import ROOT, run_cli
 from tests.harness import ServiceRun, fast_config

@@ -25,6 +25,7 @@ from drl.status import status_message
 from orchestrator.backends.local.ownership import RunLock, end_orphans, orchestrator_alive
 from orchestrator.backends.local.run import PASSWORD_FILE, SCALE_REQUEST, SCALE_RESULT, STOP_REQUEST
 from orchestrator.state import STATE_FILE, RunState, pid_alive, read_state, write_state
+from orchestrator.status import Row, format_table, get_status, row_from_status
 
 
 def memory_env(run_dir: Path | None) -> dict[str, str] | None:
@@ -32,7 +33,6 @@ def memory_env(run_dir: Path | None) -> dict[str, str] | None:
     environment, as for any other memory server."""
     path = Path(run_dir) / PASSWORD_FILE if run_dir is not None else None
     return private_env(path) if path is not None and path.exists() else None
-from orchestrator.status import Row, format_table, get_status, row_from_status
 
 
 def _status_hashes(state: RunState, run_dir: Path | None = None) -> dict[str, dict[str, str]]:
@@ -140,7 +140,7 @@ def stop(run: str, output: str, timeout: float) -> int:
                                                  f"drl-orchestrate delete {run} --namespace NS removes it")
     summary_path = run_dir / "summary.json"
     if not summary_path.exists():
-        if state.state == "finished" or not orchestrator_alive(run_dir, state):
+        if not orchestrator_alive(run_dir, state):
             return stop_orphaned(run_dir, state)
         (run_dir / STOP_REQUEST).write_text(f"{time.time()}\n")
         print(f"drl: stopping run {state.run}", file=sys.stderr)
