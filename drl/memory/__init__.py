@@ -24,8 +24,9 @@ RETRY_S = 120.0
 INPROC_SCHEME = "memory://"
 
 __all__ = ["AppendReply", "Announcements", "Entry", "ExperienceReader", "ExperienceWriter", "MemoryBackend",
-           "MemoryBackendError", "MemoryUnavailable", "RunControl", "check_url", "find_server_binary", "open_memory",
-           "new_password", "private_env", "private_server", "redact", "seq_field", "url_has_password", "write_password_file"]
+           "MemoryBackendError", "MemoryUnavailable", "RunControl", "check_url", "find_server_binary", "new_password",
+           "open_memory", "private_env", "private_server", "redact", "seq_field", "url_has_password",
+           "write_password_file"]
 
 
 def open_memory(url: str, run: str, *, wait_s: float = 0.0, retry_s: float = RETRY_S,

@@ -152,8 +152,8 @@ def start_detached(run: str, run_dir: Path, steps_done: int, resume: bool, outpu
                    lock: RunLock | None = None) -> int:
     """Starts the run's orchestrator as a child that outlives this command: its own session (no terminal
     signals), no parent-death signal, stdin closed, output to ``<run dir>/orchestrator.log``, the run's lock
-    passed on (its open file, named by ``--lock-fd``). Returns once the child has written state.json for this run (its processes
-    exist), or with 1 if it ended first."""
+    passed on (its open file, named by ``--lock-fd``). Returns once the child has written state.json for this
+    run (its processes exist), or with 1 if it ended first."""
     from orchestrator.state import read_state
 
     log_path = run_dir / "orchestrator.log"
