@@ -158,13 +158,14 @@ class Campaign:
 
     def _steps(self, run_dir: Path) -> int:
         """The trainer's consumed steps as its status reports them; 0 while the run or its server is unreachable."""
-        from drl.memory import open_memory
+        from drl.memory import open_memory, private_env
 
         state = self._state(run_dir)
         if not state.get("memory_url"):
             return 0
         try:
-            memory = open_memory(state["memory_url"], state["run"], retry_s=0)
+            memory = open_memory(state["memory_url"], state["run"], retry_s=0,
+                                 env=private_env(run_dir / "memory.password"))
             try:
                 return int(memory.control().status("trainer").get("env_steps") or 0)
             finally:

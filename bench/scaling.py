@@ -443,7 +443,9 @@ class SystemRun:
             if state_path.exists():
                 try:
                     state = json.loads(state_path.read_text())
-                    self.client = redis.Redis.from_url(state["memory_url"])
+                    secret = self.run_dir / "memory.password"
+                    self.client = redis.Redis.from_url(state["memory_url"], password=secret.read_text().strip()
+                                                       if secret.exists() else None)
                 except (ValueError, KeyError):
                     self.client = None
             time.sleep(0.1)

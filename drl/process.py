@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import socket
+from pathlib import Path
 
 
 def die_with_parent() -> None:
@@ -20,3 +22,20 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process of this machine (a zombie, exited but not reaped, counts as gone)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]

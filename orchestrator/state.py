@@ -46,6 +46,7 @@ class RunState:
     state: str = "running"  # running | finished
     exit_reason: str = ""
     detached: bool = False
+    memory_pid: int | None = None  # the private memory server's, for ending it if the orchestrator is gone
 
     def __post_init__(self) -> None:
         self.memory_url = without_password(self.memory_url)
@@ -113,7 +114,8 @@ def read_state(run_dir: Path) -> RunState | None:
     try:
         state = RunState.from_dict(data)
         if not isinstance(state.run, str) or not _pid(state.orchestrator_pid) or not _number(state.started_at) \
-                or not isinstance(state.state, str) or not isinstance(state.exit_reason, str) or not all(
+                or not isinstance(state.state, str) or not isinstance(state.exit_reason, str) \
+                or not (state.memory_pid is None or _pid(state.memory_pid)) or not all(
                 isinstance(p.name, str) and _pid(p.pid) and (p.control_port is None or _pid(p.control_port))
                 and isinstance(p.last_status, dict) for p in state.processes):
             raise TypeError("run, a process id or name, a control port or a last status has the wrong type")

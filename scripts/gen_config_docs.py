@@ -95,6 +95,8 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("DRL_METRICS_PORT", PER_SERVICE, "Port of the Prometheus `/metrics` page (0 or unset: a free port)."),
     ("DRL_RESTARTS", PER_SERVICE, "How many times this process was restarted after a crash or hang, reported "
      "by `status` and the metrics (default 0)."),
+    ("DRL_ORCHESTRATOR_PID", PER_SERVICE, "Set by the local backend: the pid of the run's orchestrator. A service "
+     "whose parent is no longer that process stops, and exits within 10 s (unset on Kubernetes)."),
     ("DRL_KIND_CLUSTER", TOOLING, "Name of the kind cluster (default `drl`)."),
     ("DRL_IMAGE", TOOLING, "Image `name:tag` built, loaded into kind and deployed (default `drl:dev`)."),
     ("DRL_RELEASE", TOOLING, "Helm release name (default `drl`)."),

@@ -4,6 +4,10 @@ A service learns everything from its environment (set by the orchestrator's plan
 experiment configuration as a JSON object: every value, as local runs pass it, or only the preset, env and
 overrides, as the helm chart's ConfigMap holds it; ``drl.presets.resolve`` fills in the rest), ``DRL_RUN``, ``DRL_RUN_DIR``, ``DRL_MEMORY_URL``, ``DRL_STORE`` and, for
 rollout workers, ``DRL_WORKER_INDEX``. Credentials therefore never appear in process arguments.
+
+A local run's orchestrator also sets ``DRL_ORCHESTRATOR_PID``: a service whose orchestrator is gone (killed
+without the time to stop its processes) ends by itself (``watch_orchestrator``), since nothing would supervise,
+stop or summarise it any more, and its private memory server went with the orchestrator.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Callable
 
 from drl.config import ExperimentConfig
 from drl.errors import EXIT_USAGE, UserError
-from drl.memory import MemoryBackend, RunControl, open_memory
+from drl.memory import MemoryBackend, MemoryBackendError, RunControl, open_memory
 from drl.naming import worker_name
 from drl.presets import resolve
 from drl.store import PolicyStore, run_store
@@ -108,6 +112,94 @@ class StatusWriter:
 
 
 HEARTBEAT_EVERY_S = 5.0
+CLAIM_S = 15.0
+EXIT_CLAIM_LOST = 4
+
+
+def hold_claim(control: RunControl, name: str, ttl_s: float = CLAIM_S) -> Callable[[], None]:
+    """Takes the run's claim ``name`` (``RunControl.claim``) for this process and keeps it: one trainer consumes
+    a run at a time, since two would split the stream between them and overwrite each other's committed counters.
+
+    While another live process has the claim this waits (a replaced trainer pod may still be ending); a claim
+    whose holder was a process of this machine that is gone is released at once (a trainer restarted after a
+    crash does not wait for the expiry), any other lapses ``ttl_s`` after its holder stopped renewing. A daemon
+    thread renews the claim every third of ``ttl_s``; a process that finds its claim taken (it was stopped or cut
+    off for longer than ``ttl_s``) exits with ``EXIT_CLAIM_LOST`` before it commits anything more. Returns the
+    function that gives the claim up."""
+    import socket
+    import threading
+
+    from drl.process import pid_alive
+
+    log = logging.getLogger("drl")
+    host = socket.gethostname()
+    holder = f"{host}:{os.getpid()}"
+    noted = False
+    while (other := control.claim(name, holder, ttl_s)) is not None:
+        other_host, _, other_pid = other.partition(":")
+        if other_host == host and other_pid.isdigit() and not pid_alive(int(other_pid)):
+            log.info("releasing the %s claim of %s, a process that is gone", name, other)
+            control.release(name, other)
+            continue
+        if not noted:
+            log.warning("the run's %s claim is held by %s; waiting for it (it lapses %.0f s after its holder "
+                        "ends)", name, other, ttl_s)
+            noted = True
+        time.sleep(1.0)
+
+    def renew() -> None:
+        while True:
+            time.sleep(ttl_s / 3)
+            try:
+                other = control.claim(name, holder, ttl_s)
+            except MemoryBackendError:
+                continue
+            if other is not None:
+                log.error("the run's %s claim went to %s; exiting so that only one %s goes on", name, other, name)
+                sys.stderr.flush()
+                os._exit(EXIT_CLAIM_LOST)
+
+    threading.Thread(target=renew, name=f"{name}-claim", daemon=True).start()
+
+    def release() -> None:
+        try:
+            control.release(name, holder)
+        except MemoryBackendError:
+            pass
+
+    return release
+ORPHAN_CHECK_S = 1.0
+ORPHAN_GRACE_S = 10.0
+EXIT_ORPHANED = 3
+
+
+def watch_orchestrator(pid_text: str) -> None:
+    """Ends this process within ``ORPHAN_GRACE_S`` of its orchestrator's death. A daemon thread checks once a
+    second that the parent is still the orchestrator (``os.getppid``: an orphan is handed to init or a
+    subreaper, and this also covers an orchestrator that died before the parent-death signal was armed). Then
+    the service is asked to stop as its control endpoint would ask it (a worker hands in what it collected, the
+    trainer writes its final checkpoint), and if it is still running after the grace (its memory server went
+    with the orchestrator, so handing in may never finish) it exits with ``EXIT_ORPHANED``."""
+    import threading
+
+    try:
+        pid = int(pid_text)
+    except ValueError:
+        return
+    log = logging.getLogger("drl")
+
+    def watch() -> None:
+        while os.getppid() == pid:
+            time.sleep(ORPHAN_CHECK_S)
+        log.warning("the run's orchestrator (pid %d) is gone; stopping (handing in what can be handed in within "
+                    "%.0f s)", pid, ORPHAN_GRACE_S)
+        TELEMETRY.stop.set()
+        time.sleep(ORPHAN_GRACE_S)
+        log.warning("still running %.0f s after the orchestrator went; exiting", ORPHAN_GRACE_S)
+        sys.stderr.flush()
+        os._exit(EXIT_ORPHANED)
+
+    threading.Thread(target=watch, name="orchestrator-watch", daemon=True).start()
 
 
 def start_heartbeat(path: str) -> None:
@@ -135,6 +227,8 @@ def run_service(role: str, body: Callable[[ServiceContext], int]) -> None:
                         format=f"%(asctime)s {role} %(levelname)s %(message)s", stream=sys.stderr)
     if os.environ.get("DRL_HEARTBEAT_FILE"):
         start_heartbeat(os.environ["DRL_HEARTBEAT_FILE"])
+    if os.environ.get("DRL_ORCHESTRATOR_PID"):
+        watch_orchestrator(os.environ["DRL_ORCHESTRATOR_PID"])
     from services.metrics import start_metrics
     start_metrics()
     try:

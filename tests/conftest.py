@@ -40,6 +40,17 @@ def run_cli(args: list[str], timeout: float = 600, env: dict | None = None) -> s
                           timeout=timeout, env=full_env, cwd=ROOT)
 
 
+def run_client(run_dir: Path):
+    """A Redis client of a local run's memory server (the URL in its state.json), with the private server's
+    password from the run folder when it has one."""
+    import redis
+
+    url = json.loads((run_dir / "state.json").read_text())["memory_url"]
+    secret = run_dir / "memory.password"
+    return redis.Redis.from_url(url, password=secret.read_text().strip() if secret.exists() else None,
+                                socket_timeout=10)
+
+
 def read_summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 

@@ -11,7 +11,10 @@ backend.
 
 from __future__ import annotations
 
+import os
+import secrets
 from pathlib import Path
+from typing import Mapping
 
 from drl.errors import UserError
 from drl.memory.base import (AppendReply, Announcements, Entry, ExperienceReader, ExperienceWriter, MemoryBackend,
@@ -21,22 +24,25 @@ RETRY_S = 120.0
 INPROC_SCHEME = "memory://"
 
 __all__ = ["AppendReply", "Announcements", "Entry", "ExperienceReader", "ExperienceWriter", "MemoryBackend",
-           "MemoryBackendError", "MemoryUnavailable", "RunControl", "check_url", "find_server_binary", "open_memory",
-           "private_server", "redact", "seq_field", "url_has_password"]
+           "MemoryBackendError", "MemoryUnavailable", "RunControl", "check_url", "find_server_binary", "new_password",
+           "open_memory", "private_env", "private_server", "redact", "seq_field", "url_has_password",
+           "write_password_file"]
 
 
 def open_memory(url: str, run: str, *, wait_s: float = 0.0, retry_s: float = RETRY_S,
-                timeout: float = 5.0) -> MemoryBackend:
+                timeout: float = 5.0, env: Mapping[str, str] | None = None) -> MemoryBackend:
     """The memory backend of ``run`` at ``url``, checked to answer; an unreachable server is waited for ``wait_s``
     seconds (pods of a run start together), then one ``UserError`` naming the URL without its credentials.
-    Every later call retries an unreachable server for ``retry_s`` seconds before ``MemoryUnavailable``."""
+    Every later call retries an unreachable server for ``retry_s`` seconds before ``MemoryUnavailable``.
+    Credentials come from the ``DRL_MEMORY_*`` variables of ``env`` (default: this process's environment), never
+    from arguments: a local run's private server has its own password file (``private_env``)."""
     if url.startswith(INPROC_SCHEME):
         from drl.memory.inproc import open_inproc
 
         return open_inproc(url[len(INPROC_SCHEME):], run)
     from drl.memory.redis import RedisMemory
 
-    return RedisMemory.open(url, run, wait_s=wait_s, retry_s=retry_s, timeout=timeout)
+    return RedisMemory.open(url, run, wait_s=wait_s, retry_s=retry_s, timeout=timeout, env=env)
 
 
 def check_url(url: str) -> None:
@@ -68,10 +74,33 @@ def find_server_binary() -> str:
     return _find()
 
 
-def private_server(workdir: Path, port: int | None = None):
+def private_server(workdir: Path, port: int | None = None, password: str | None = None):
     """A private Valkey/Redis server for one local run, started on a free loopback port (or ``port``) with its data
-    and log in ``workdir``: ``.url``, ``.port``, ``.log_path``, ``.exit_code()`` (None while it runs), ``.stop()``."""
+    and log in ``workdir``: ``.url``, ``.port``, ``.log_path``, ``.exit_code()`` (None while it runs), ``.stop()``,
+    ``.proc.pid``. With ``password`` (``new_password``) it refuses clients that do not give it."""
     from drl.memory.redis.server import RedisServer
 
-    return RedisServer(workdir, port=port).start()
+    return RedisServer(workdir, port=port, password=password).start()
+
+
+def new_password() -> str:
+    """A password for a private server: 256 random bits as hex (no character a config line would need quoted)."""
+    return secrets.token_hex(32)
+
+
+def write_password_file(path: Path, password: str) -> None:
+    """Writes ``password`` to ``path`` readable by its owner only (0600 from the moment the file exists)."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(password + "\n")
+
+
+def private_env(password_file: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) with the credentials of a private server: its password file
+    as ``DRL_MEMORY_PASSWORD_FILE``, and no user name or password meant for another server."""
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if k not in ("DRL_MEMORY_PASSWORD", "DRL_MEMORY_USERNAME")}
+    env["DRL_MEMORY_PASSWORD_FILE"] = str(password_file)
+    return env
 

@@ -248,7 +248,18 @@ class RunControl(Protocol):
         """Whether the run already has a policy or experience on this server (a new run must not reuse it)."""
 
     def clear(self) -> None:
-        """Deletes everything the run keeps on this server (``--resume`` starts from the checkpoint alone)."""
+        """Deletes everything the run keeps on this server (``--resume`` starts from the checkpoint alone), except
+        its claims."""
+
+    # -- claims (one owner at a time of a part of the run: its orchestrator, its trainer)
+    def claim(self, name: str, holder: str, ttl_s: float) -> str | None:
+        """Takes the claim ``name`` for ``holder`` for ``ttl_s`` seconds, or extends it if ``holder`` has it already
+        (in one atomic step, so two claimants never both succeed); returns None when ``holder`` has it now, else the
+        holder that has it. A holder that stops renewing loses its claim after ``ttl_s``: a claim never outlives a
+        dead holder for longer than that."""
+
+    def release(self, name: str, holder: str) -> None:
+        """Gives up the claim ``name`` if ``holder`` has it (a claim taken over by another holder stays theirs)."""
 
 
 class MemoryBackend(Protocol):

@@ -82,6 +82,7 @@ class _RunData:
     members: dict[str, str] = field(default_factory=dict)
     shares: dict[str, int] = field(default_factory=dict)
     status: dict[str, dict[str, str]] = field(default_factory=dict)
+    claims: dict[str, tuple[str, float]] = field(default_factory=dict)  # name -> (holder, monotonic expiry)
 
 
 class _Server:
@@ -616,8 +617,31 @@ class InProcessControl:
 
     def clear(self) -> None:
         with self._server.cond:
-            self._server.runs.pop(self._run, None)
+            old = self._server.runs.pop(self._run, None)
+            if old is not None and old.claims:
+                self._server.data(self._run).claims = old.claims
             self._server.changed()
+
+    def claim(self, name: str, holder: str, ttl_s: float) -> str | None:
+        holder = _stored(holder)
+
+        def do(d: _RunData) -> str | None:
+            now = time.monotonic()
+            current = d.claims.get(name)
+            if current is not None and current[0] != holder and current[1] > now:
+                return current[0]
+            d.claims[name] = (holder, now + ttl_s)
+            return None
+
+        with self._server.cond:
+            return do(self._server.data(self._run))
+
+    def release(self, name: str, holder: str) -> None:
+        def do(d: _RunData) -> None:
+            if d.claims.get(name, ("",))[0] == holder:
+                del d.claims[name]
+
+        self._write(do)
 
 
 class InProcessMemory:

@@ -207,13 +207,18 @@ class RolloutWorker(Service):
         self.stop = self.stop or self.control.stop_reason() is not None
         return self.stop
 
+    def asked_or_stopped(self) -> bool:
+        """Whether to stop waiting for a policy: this worker was asked to stop (asked first: it needs no server,
+        which may be gone), or the run's stop flag is set."""
+        return TELEMETRY.stop.is_set() or self.stopped()
+
     def run(self) -> int:
         if self.cfg.mode == "async":
-            first = self.announcer.wait_for(0, timeout=FIRST_POLICY_TIMEOUT_S, should_stop=self.stopped)
+            first = self.announcer.wait_for(0, timeout=FIRST_POLICY_TIMEOUT_S, should_stop=self.asked_or_stopped)
         else:
             first = self.wait_for_policy(0, FIRST_POLICY_TIMEOUT_S)
         if first < 0:
-            if self.stopped():
+            if self.asked_or_stopped():
                 return self.finish("stopped before the first policy")
             raise RuntimeError(f"no loadable policy was announced within {FIRST_POLICY_TIMEOUT_S:.0f}s; is the "
                                f"trainer alive?")
@@ -230,7 +235,7 @@ class RolloutWorker(Service):
                 break
             nxt = self.wait_for_policy(self.version + 1, self.cfg.sync_deadline_s * 10)
             if nxt < 0:
-                if self.stopped() or TELEMETRY.stop.is_set():
+                if self.asked_or_stopped():
                     break
                 raise RuntimeError(f"no loadable policy version >= {self.version + 1} within "
                                    f"{self.cfg.sync_deadline_s * 10:.0f}s; is the trainer alive?")
@@ -243,7 +248,7 @@ class RolloutWorker(Service):
         it waits for the iteration, and publishes the next one after its deadline, so a worker that failed here
         instead would only use up its restarts on the same missing version."""
         deadline = time.monotonic() + timeout
-        should_stop = lambda: self.stopped() or TELEMETRY.stop.is_set()  # noqa: E731
+        should_stop = self.asked_or_stopped
         while True:
             version = self.announcer.wait_for(least, timeout=max(0.0, deadline - time.monotonic()),
                                               should_stop=should_stop)

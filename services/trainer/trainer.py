@@ -27,7 +27,7 @@ from drl.pacing import RateLimiter, ReadPace, Widening
 from drl.store import PolicyStore, run_store
 from drl.store.checkpoint import CheckpointStore
 from drl.tensorboard import ScalarLog, TrainerCurves
-from services.common import Service, ServiceContext, StatusWriter
+from services.common import Service, ServiceContext, StatusWriter, hold_claim
 from services.telemetry import TELEMETRY
 
 log = logging.getLogger("drl.trainer")
@@ -252,9 +252,13 @@ class Trainer(Service):
 def serve(ctx: ServiceContext) -> int:
     """SIGTERM (Kubernetes, the orchestrator) ends the run loop at the next check, with a final checkpoint."""
     torch.set_num_threads(ctx.config.trainer_threads)
+    memory = ctx.memory()
+    release = hold_claim(memory.control(), "trainer")
     trainer = Trainer(ctx)
     signal.signal(signal.SIGTERM, lambda signum, frame: trainer.stop("stopped"))
     try:
         return trainer.run()
     finally:
         trainer.curves.close()
+        release()
+        memory.close()

@@ -7,15 +7,14 @@ from __future__ import annotations
 import os
 import signal
 
-import redis
 
-from tests.conftest import read_summary
+from tests.conftest import read_summary, run_client
 from tests.faults.test_supervision import Run
 from tests.harness import assert_balanced
 
 
 def _committed(run: Run) -> int:
-    client = redis.Redis.from_url(run.state()["memory_url"])
+    client = run_client(run.dir)
     return int(client.hget(f"drl:{{{run.name}}}:trainer:state", "consumed") or 0)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, processes_mentioning, read_summary, run_cli
+from tests.conftest import ROOT, processes_mentioning, read_summary, run_cli, run_client
 from tests.harness import assert_balanced
 
 SMALL = ["--sac.hidden", "16,16", "--sac.batch-size", "32", "--eval-episodes", "1", "--learning-starts", "300",
@@ -40,10 +40,11 @@ class Run:
         return next(p["pid"] for p in self.state()["processes"] if p["name"] == name)
 
     def status(self, name: str) -> dict:
-        import redis
-
-        url = self.state()["memory_url"]
-        raw = redis.Redis.from_url(url).hgetall(f"drl:{{{self.name}}}:status:{name}")
+        client = run_client(self.dir)
+        try:
+            raw = client.hgetall(f"drl:{{{self.name}}}:status:{name}")
+        finally:
+            client.close()
         return {k.decode(): v.decode() for k, v in raw.items()}
 
     def wait_until(self, what: str, check, timeout: float = 120) -> None:

@@ -9,13 +9,12 @@ import time
 
 import grpc
 import pytest
-import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from drl.memory.redis import Keys
 from orchestrator.state import pid_alive, read_state
 from orchestrator.status import get_status, stop_service
-from tests.conftest import processes_mentioning, read_summary, run_cli
+from tests.conftest import processes_mentioning, read_summary, run_cli, run_client
 
 NAMES = ["trainer", "rollout-0", "rollout-1", "evaluator"]
 
@@ -123,7 +122,7 @@ def test_stopping_one_worker_hands_in_its_transitions_and_the_run_goes_on(tmp_pa
     worker = state.process("rollout-1")
     wait_until(lambda: not pid_alive(worker.pid), 60, "rollout-1 to exit")
 
-    client = redis.Redis.from_url(state.memory_url)
+    client = run_client(tmp_path / run)
     keys = Keys(run)
     handed_in = int(client.hget(keys.workers_done, "rollout-1"))
     trainer_state = {k.decode(): v.decode() for k, v in client.hgetall(keys.consumer_state).items()}
@@ -154,7 +153,7 @@ def test_sigterm_makes_a_worker_hand_in_its_transitions(tmp_path):
     worker = state.process("rollout-1")
     os.kill(worker.pid, signal.SIGTERM)
     wait_until(lambda: not pid_alive(worker.pid), 60, "rollout-1 to exit")
-    client = redis.Redis.from_url(state.memory_url)
+    client = run_client(tmp_path / run)
     handed_in = int(client.hget(Keys(run).workers_done, "rollout-1"))
     client.close()
     assert 0 < handed_in < steps // 2

@@ -789,6 +789,56 @@ def test_has_data_and_clear(mem):
     assert send(mem.open().writer("rollout-0", 10, 1 << 20), "rollout-0", 1).widening == 1
 
 
+def test_a_claim_has_one_holder_until_it_is_released(mem):
+    control, other = mem.open().control(), mem.open().control()
+    assert control.claim("orchestrator", "host:1:/runs/a", 30) is None
+    assert other.claim("orchestrator", "host:2:/other/a", 30) == "host:1:/runs/a"
+    assert control.claim("orchestrator", "host:1:/runs/a", 30) is None, "the holder renews its claim"
+    assert other.claim("trainer", "host:2:/other/a", 30) is None, "claims of other names are apart"
+    other.release("orchestrator", "host:2:/other/a")
+    assert other.claim("orchestrator", "host:2:/other/a", 30) == "host:1:/runs/a", "only the holder releases"
+    control.release("orchestrator", "host:1:/runs/a")
+    assert other.claim("orchestrator", "host:2:/other/a", 30) is None
+    assert mem.open_run(mem.run + "-other").control().claim("orchestrator", "x", 30) is None, "runs are apart"
+
+
+def test_a_claim_that_is_not_renewed_expires(mem):
+    control, other = mem.open().control(), mem.open().control()
+    assert control.claim("trainer", "old", 0.3) is None
+    assert other.claim("trainer", "new", 30) == "old"
+    time.sleep(0.5)
+    assert other.claim("trainer", "new", 30) is None
+    assert control.claim("trainer", "old", 0.3) == "new", "a holder whose claim expired does not get it back"
+
+
+def test_concurrent_claimants_have_one_winner(mem):
+    backends = [mem.open().control() for _ in range(8)]
+    results: dict[int, str | None] = {}
+    start = threading.Barrier(len(backends))
+
+    def claim(i: int) -> None:
+        start.wait()
+        results[i] = backends[i].claim("orchestrator", f"holder-{i}", 30)
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(len(backends))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [i for i, other in results.items() if other is None]
+    assert len(winners) == 1, results
+    assert all(other == f"holder-{winners[0]}" for i, other in results.items() if i != winners[0])
+
+
+def test_clear_keeps_the_claims(mem):
+    control = mem.open().control()
+    control.claim("orchestrator", "me", 30)
+    mem.open().announcements().announce(3)
+    control.clear()
+    assert control.has_data() is False
+    assert mem.open().control().claim("orchestrator", "another", 30) == "me"
+
+
 def test_runs_on_one_server_are_apart(mem):
     mine, theirs = mem.open(), mem.open_run(mem.run + "-other")
     mine.announcements().announce(5)

@@ -33,9 +33,10 @@ class RedisMemory:
 
     @classmethod
     def open(cls, url: str, run: str, wait_s: float = 0.0, retry_s: float = RETRY_S,
-             timeout: float = 5.0) -> "RedisMemory":
-        """Connects and checks the server (``connection.connect``: an unreachable one is waited for ``wait_s``)."""
-        return cls(connect(url, timeout=timeout, wait_s=wait_s), run, retry_s, url)
+             timeout: float = 5.0, env=None) -> "RedisMemory":
+        """Connects and checks the server (``connection.connect``: an unreachable one is waited for ``wait_s``;
+        credentials from ``env``'s ``DRL_MEMORY_*`` variables, default this process's environment)."""
+        return cls(connect(url, timeout=timeout, wait_s=wait_s, env=env), run, retry_s, url)
 
     def writer(self, worker: str, max_entries: int, max_bytes: int) -> Producer:
         return Producer(self.client, self.keys, worker, max_entries, max_bytes, retry_s=self.retry_s)

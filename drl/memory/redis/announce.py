@@ -58,7 +58,9 @@ class Announcer:
         return -1 if version is None else version
 
     def wait_for(self, min_version: int, timeout: float, should_stop: Callable[[], bool]) -> int:
-        """Blocks until a version >= min_version is announced; returns it, or -1 when stopped or timed out."""
+        """Blocks until a version >= min_version is announced; returns it, or -1 when stopped or timed out.
+        ``should_stop`` is asked also while the server cannot be reached, so that a stop request is never held
+        up by a connection that keeps failing."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -77,6 +79,8 @@ class Announcer:
                 log.warning("policy announcements interrupted (%s); resubscribing", exc)
                 self.close()
                 time.sleep(0.2)
+                if should_stop():
+                    return -1
         return -1
 
     def _subscribe(self) -> "redis.client.PubSub":

@@ -70,7 +70,7 @@ def credentials_from_env(env: dict[str, str] | None = None) -> dict:
     return kwargs
 
 
-def connect(url: str, timeout: float = 5.0, wait_s: float = 0.0) -> redis.Redis:
+def connect(url: str, timeout: float = 5.0, wait_s: float = 0.0, env: dict[str, str] | None = None) -> redis.Redis:
     """Opens and checks a connection; raises UserError naming the URL (without credentials) when it fails.
 
     With ``wait_s``, an unreachable server is tried again every second for that long: pods of a run start
@@ -79,7 +79,7 @@ def connect(url: str, timeout: float = 5.0, wait_s: float = 0.0) -> redis.Redis:
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return _connect(url, timeout)
+            return _connect(url, timeout, env)
         except _Unreachable as exc:
             if time.monotonic() >= deadline:
                 raise UserError(str(exc)) from None
@@ -91,7 +91,7 @@ class _Unreachable(Exception):
     pass
 
 
-def _connect(url: str, timeout: float) -> redis.Redis:
+def _connect(url: str, timeout: float, env: dict[str, str] | None = None) -> redis.Redis:
     shown = redact(url)
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme not in SCHEMES:
@@ -100,7 +100,7 @@ def _connect(url: str, timeout: float) -> redis.Redis:
     path = urlsplit(url).path.strip("/") if scheme != "unix" else ""
     if path and not path.isdigit():
         raise UserError(f"memory URL {shown}: the database index must be a number, got {path!r}")
-    kwargs = credentials_from_env()
+    kwargs = credentials_from_env(env)
     if scheme != "rediss":
         kwargs = {k: v for k, v in kwargs.items() if not k.startswith("ssl_")}
     try:

@@ -14,6 +14,20 @@ from drl.memory.redis.scripts import DONE, REGISTER
 from drl.memory.redis.stream import backlog_transitions, committed_state
 
 
+CLAIM = """
+local v = redis.call('GET', KEYS[1])
+if v and v ~= ARGV[1] then return v end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false
+"""
+"""Takes or extends a claim (KEYS[1]) for a holder (ARGV[1]) for ARGV[2] ms; returns the other holder that has it."""
+
+RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
 def _text(raw: dict) -> dict[str, str]:
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()}
 
@@ -202,9 +216,23 @@ class RedisRunControl:
         return bool(self._call(lambda: self.client.exists(self.keys.policy, self.keys.stream), "EXISTS run"))
 
     def clear(self) -> None:
+        claims = self.keys.claim("").encode()
+
         def _do() -> None:
-            stale = list(self.client.scan_iter(match=f"{self.keys.prefix}*", count=1000))
+            stale = [k for k in self.client.scan_iter(match=f"{self.keys.prefix}*", count=1000)
+                     if not k.startswith(claims)]
             if stale:
                 self.client.delete(*stale)
 
         self._call(_do, "delete the run's keys")
+
+    # -- claims
+    def claim(self, name: str, holder: str, ttl_s: float) -> str | None:
+        ms = max(1, int(ttl_s * 1000))
+        script = self.client.register_script(CLAIM)
+        other = self._call(lambda: script(keys=[self.keys.claim(name)], args=[holder, ms]), "claim")
+        return None if other is None else other.decode(errors="replace")
+
+    def release(self, name: str, holder: str) -> None:
+        script = self.client.register_script(RELEASE)
+        self._call(lambda: script(keys=[self.keys.claim(name)], args=[holder]), "release claim")

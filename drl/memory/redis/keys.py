@@ -32,3 +32,7 @@ class Keys:
 
     def status(self, name: str) -> str:
         return f"{self.prefix}status:{name}"
+
+    def claim(self, name: str) -> str:
+        """The claim ``name`` (``orchestrator``, ``trainer``): its holder, with an expiry."""
+        return f"{self.prefix}claim:{name}"

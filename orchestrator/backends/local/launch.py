@@ -4,6 +4,11 @@
 With ``--detach`` the orchestrator runs again as a child in its own session (``DETACHED_COMMAND``, output in
 ``<run dir>/orchestrator.log``), and the command prints the run's name once the child has started the
 processes.
+
+The run's lock (``ownership.RunLock``) is taken before anything is written to the run folder, so a second
+orchestrator of a running run (``--resume RUN`` while RUN runs) is refused with one line; a detached run's
+orchestrator inherits the lock from this command. Resuming a run whose orchestrator died first ends what that
+orchestrator left running (``ownership.end_orphans``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 from drl.config import ExperimentConfig
 from drl.errors import UserError
 from drl.naming import default_run_name
+from orchestrator.backends.local.ownership import RunLock, end_orphans
 
 DEFAULT_OUTPUT = "runs"
 DETACHED_COMMAND = "_run-detached"
@@ -122,7 +128,8 @@ def check_output(output: str) -> None:
 
 
 def start(cfg: ExperimentConfig, resume: bool, detach: bool) -> int:
-    """Checks that the run can start, writes ``<run dir>/config.json`` and runs it (or starts it detached)."""
+    """Checks that the run can start, takes its lock, writes ``<run dir>/config.json`` and runs it (or starts it
+    detached)."""
     from drl.store import open_store
 
     check_output(cfg.output)
@@ -131,22 +138,56 @@ def start(cfg: ExperimentConfig, resume: bool, detach: bool) -> int:
     open_store(store_url(cfg))
     run = cfg.run_name or default_run_name(cfg.preset, cfg.env, cfg.mode)
     run_dir = Path(cfg.output).resolve() / run
-    steps_done = 0
-    if resume:
-        steps_done = resume_point(cfg, run)
-    elif (run_dir / "summary.json").exists() or (run_dir / "config.json").exists():
-        raise UserError(f"run {run!r} already exists in {run_dir.parent}; pick another --run-name or --resume {run}")
+    if not resume:
+        refuse_existing(run_dir, run)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"output directory {run_dir} cannot be created: {exc.strerror}") from None
+    lock = RunLock.acquire(run_dir, run)
+    try:
+        return _start_locked(cfg, run, run_dir, lock, resume, detach)
+    finally:
+        lock.release()
+
+
+def refuse_existing(run_dir: Path, run: str) -> None:
+    """A new run never takes over the folder of another (checked before the folder is made, and again under the
+    lock, for two commands starting the same name at once)."""
+    if (run_dir / "summary.json").exists() or (run_dir / "config.json").exists():
+        raise UserError(f"run {run!r} already exists in {run_dir.parent}; pick another --run-name or --resume {run}")
+
+
+def end_previous(run_dir: Path, run: str) -> None:
+    """Ends what the previous orchestrator of a resumed run left running (its lock is ours, so it is gone)."""
+    from orchestrator.state import read_state
+
+    try:
+        state = read_state(run_dir)
+    except UserError:
+        return
+    if state is None:
+        return
+    ended = end_orphans(run_dir, state)
+    if ended:
+        print(f"drl: ended what the previous orchestrator of run {run} (pid {state.orchestrator_pid}) left "
+              f"running: {', '.join(sorted(ended))}", file=sys.stderr)
+
+
+def _start_locked(cfg: ExperimentConfig, run: str, run_dir: Path, lock: RunLock, resume: bool, detach: bool) -> int:
+    steps_done = 0
+    if resume:
+        end_previous(run_dir, run)
+        steps_done = resume_point(cfg, run)
+    else:
+        refuse_existing(run_dir, run)
     cfg = dataclasses.replace(cfg, run_name=run)
     (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2) + "\n")
     what = f"resuming at {steps_done:,} of" if resume else "with"
     print(f"drl: run {run} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, {what} "
           f"{cfg.steps:,} steps) -> {run_dir}", file=sys.stderr)
     if detach:
-        return start_detached(run, run_dir, steps_done, resume, cfg.output)
+        return start_detached(run, run_dir, steps_done, resume, cfg.output, lock)
     from orchestrator.backends.local.run import run_local
 
     code, summary = run_local(cfg, run, run_dir, steps_done=steps_done, resume=resume)
@@ -170,20 +211,24 @@ def follow_up(run: str, output: str) -> str:
     return f"drl-orchestrate status {shlex.quote(run)}{where} / drl-orchestrate stop {shlex.quote(run)}{where}"
 
 
-def start_detached(run: str, run_dir: Path, steps_done: int, resume: bool, output: str = DEFAULT_OUTPUT) -> int:
+def start_detached(run: str, run_dir: Path, steps_done: int, resume: bool, output: str = DEFAULT_OUTPUT,
+                   lock: RunLock | None = None) -> int:
     """Starts the run's orchestrator as a child that outlives this command: its own session (no terminal
-    signals), no parent-death signal, stdin closed, output to ``<run dir>/orchestrator.log``. Returns once the
-    child has written state.json for this run (its processes exist), or with 1 if it ended first."""
+    signals), no parent-death signal, stdin closed, output to ``<run dir>/orchestrator.log``, the run's lock
+    passed on (its open file, named by ``--lock-fd``). Returns once the child has written state.json for this
+    run (its processes exist), or with 1 if it ended first."""
     from orchestrator.state import read_state
 
     log_path = run_dir / "orchestrator.log"
     command = [sys.executable, "-m", "orchestrator.cli", DETACHED_COMMAND, str(run_dir), str(steps_done)]
     if resume:
         command.append("--resume")
+    if lock is not None:
+        command += ["--lock-fd", str(lock.fd)]
     (run_dir / "state.json").unlink(missing_ok=True)
     with open(log_path, "ab") as log:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True, cwd=os.getcwd())
+                                 start_new_session=True, cwd=os.getcwd(), pass_fds=(lock.fd,) if lock else ())
     deadline = time.monotonic() + DETACH_START_S
     while time.monotonic() < deadline:
         state = read_state(run_dir)
@@ -210,10 +255,17 @@ def run_detached(argv: list[str]) -> int:
     from orchestrator.backends.local.run import run_local
 
     if len(argv) < 2 or not argv[1].isdigit():
-        raise UserError(f"{DETACHED_COMMAND} is started by --detach: {DETACHED_COMMAND} RUN_DIR STEPS_DONE [--resume]")
+        raise UserError(f"{DETACHED_COMMAND} is started by --detach: {DETACHED_COMMAND} RUN_DIR STEPS_DONE [--resume] "
+                        "[--lock-fd N]")
     run_dir, steps_done = Path(argv[0]), int(argv[1])
-    cfg = ExperimentConfig.from_json((run_dir / "config.json").read_text())
-    code, summary = run_local(cfg, cfg.run_name, run_dir, steps_done=steps_done, resume="--resume" in argv[2:],
-                              detached=True)
+    rest = argv[2:]
+    lock = RunLock.inherit(run_dir, rest[rest.index("--lock-fd") + 1] if "--lock-fd" in rest[:-1] else None)
+    try:
+        cfg = ExperimentConfig.from_json((run_dir / "config.json").read_text())
+        code, summary = run_local(cfg, cfg.run_name, run_dir, steps_done=steps_done, resume="--resume" in rest,
+                                  detached=True)
+    finally:
+        if lock is not None:
+            lock.release()
     print(json.dumps(summary), flush=True)
     return code

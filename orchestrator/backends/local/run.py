@@ -32,6 +32,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -41,7 +42,8 @@ from pathlib import Path
 from drl.config import ExperimentConfig
 from drl.errors import EXIT_USAGE, UserError
 from drl.ingest import COUNTERS
-from drl.memory import MemoryBackend, MemoryBackendError, MemoryUnavailable, RunControl, open_memory, private_server
+from drl.memory import (MemoryBackend, MemoryBackendError, MemoryUnavailable, RunControl, new_password, open_memory,
+                        private_env, private_server, write_password_file)
 from drl.naming import worker_index
 from drl.process import die_with_parent
 from drl.store import run_store
@@ -49,7 +51,7 @@ from orchestrator.plan import plan
 from orchestrator.progress import Progress
 from orchestrator.scaling import (ACTIVE, RETIRED, Snapshot, initial_shares, margin_transitions, plan_removal,
                                   plan_shares)
-from orchestrator.state import ProcessState, RunState, write_state
+from orchestrator.state import ProcessState, RunState, pid_alive, write_state
 from orchestrator.status import stop_service
 
 EVALUATOR_GRACE_S = 300.0
@@ -66,6 +68,10 @@ BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 HEARTBEATS = "heartbeats"
 MAX_WORKERS = 4096
 ROLLOUT_NICENESS = 5
+PASSWORD_FILE = "memory.password"
+OWNER_CLAIM = "orchestrator"
+CLAIM_S = 15.0
+CLAIM_RENEW_S = 3.0
 
 
 @dataclass
@@ -106,17 +112,25 @@ class LocalRun:
         self.resume_counters: dict[str, int] = {}
         self.store_url: str | None = None
         self._trainer_record: dict | None = None
+        self.memory_env: dict[str, str] | None = None
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{run_dir}"
+        self._claimed_at: float | None = None
 
     # -- setup ------------------------------------------------------------------------------------------
     def prepare(self) -> tuple[str, str]:
         if self.cfg.memory:
             memory_url = self.cfg.memory
         else:
-            self.server = private_server(self.run_dir / "redis")
+            password = new_password()
+            password_file = self.run_dir / PASSWORD_FILE
+            write_password_file(password_file, password)
+            self.memory_env = private_env(password_file)
+            self.server = private_server(self.run_dir / "redis", password=password)
             memory_url = self.server.url
-        self.memory = open_memory(memory_url, self.run, retry_s=MEMORY_RETRY_S)
+        self.memory = open_memory(memory_url, self.run, retry_s=MEMORY_RETRY_S, env=self.memory_env)
         self.control = self.memory.control()
         self.memory_url = memory_url
+        self.claim_run()
         (self.run_dir / STOP_REQUEST).unlink(missing_ok=True)
         if self.resume:
             self.control.clear()
@@ -130,6 +144,40 @@ class LocalRun:
             self.resume_counters = resume_counters(store_url, self.run)
         return memory_url, store_url
 
+    def claim_run(self) -> None:
+        """Takes the run's claim on its memory server (``RunControl.claim``), which another orchestrator of the
+        same run, from another run folder or machine, cannot take while this one renews it. A claim whose
+        orchestrator died expires within ``CLAIM_S``, so it is waited for that long before the run is refused (at
+        once when the holder is a live process of this machine)."""
+        deadline, noted = time.monotonic() + CLAIM_S + 1.0, False
+        while True:
+            holder = self.control.claim(OWNER_CLAIM, self.holder, CLAIM_S)
+            if holder is None:
+                self._claimed_at = time.monotonic()
+                return
+            if time.monotonic() >= deadline or _alive_here(holder):
+                raise UserError(f"run {self.run!r} is owned by another orchestrator ({holder}) on the memory server "
+                                f"{self.memory.describe()}; one orchestrator owns a run at a time")
+            if not noted:
+                print(f"drl: run {self.run} is claimed on the memory server by {holder}; waiting up to "
+                      f"{CLAIM_S:.0f} s for the claim of an orchestrator that died to expire", file=sys.stderr)
+                noted = True
+            time.sleep(0.5)
+
+    def keep_claim(self) -> str | None:
+        """Renews the run's claim every ``CLAIM_RENEW_S``; returns why the run fails if another orchestrator has
+        it (this one lost it while the memory server could not be reached for longer than ``CLAIM_S``)."""
+        if self._claimed_at is None or time.monotonic() - self._claimed_at < CLAIM_RENEW_S:
+            return None
+        try:
+            holder = self.control.claim(OWNER_CLAIM, self.holder, CLAIM_S)
+        except MemoryBackendError:
+            return None
+        if holder is not None:
+            return f"failed: another orchestrator ({holder}) owns run {self.run} on its memory server"
+        self._claimed_at = time.monotonic()
+        return None
+
     def spawn(self, memory_url: str, store_url: str, detached: bool = False) -> None:
         self.workloads = {w.role: w for w in plan(self.cfg, run=self.run, run_dir=str(self.run_dir),
                                                   memory_url=memory_url, store_url=store_url,
@@ -140,6 +188,7 @@ class LocalRun:
                 self.start(workload, i)
         self.state = RunState(run=self.run, orchestrator_pid=os.getpid(), memory_url=self.memory_url,
                               started_at=self.started, detached=detached,
+                              memory_pid=self.server.proc.pid if self.server is not None else None,
                               processes=[ProcessState(p.name, p.role, p.popen.pid, None, str(p.log))
                                          for p in self.procs])
         write_state(self.run_dir, self.state)
@@ -157,8 +206,9 @@ class LocalRun:
                 self.control.forget_status_field(name, "control_port")
             except MemoryUnavailable:
                 pass
-        env = {**os.environ, **workload.replica_env(index), "DRL_CONTROL_PORT": "0",
-               "DRL_HEARTBEAT_FILE": str(heartbeat), "DRL_RESTARTS": str(restarts)}
+        env = {**(self.memory_env or os.environ), **workload.replica_env(index), "DRL_CONTROL_PORT": "0",
+               "DRL_HEARTBEAT_FILE": str(heartbeat), "DRL_RESTARTS": str(restarts),
+               "DRL_ORCHESTRATOR_PID": str(os.getpid())}
         with open(log_path, "ab") as log:
             popen = subprocess.Popen(list(workload.command), env=env, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True,
@@ -381,7 +431,12 @@ class LocalRun:
         print(f"drl: the memory server exited with code {code}; starting it again on port {self.server.port}",
               file=sys.stderr)
         self.restarts["memory"] += 1
-        self.server = private_server(self.run_dir / "redis", port=self.server.port)
+        self.server = private_server(self.run_dir / "redis", port=self.server.port, password=self.server.password)
+        if self.state is not None:
+            self.state.memory_pid = self.server.proc.pid
+            write_state(self.run_dir, self.state)
+        if self._claimed_at is not None:
+            self._claimed_at = 0.0  # the server came back empty: claim the run again at once
         record = self.trainer_record()
         if record is not None:
             version = int(record["exit"]["policy_version"])
@@ -420,7 +475,7 @@ class LocalRun:
             else:
                 self.take_scale_request()
             self.refresh_state()
-            failure = self.failed() if self.stop_requested else self.supervise(progress)
+            failure = self.keep_claim() or (self.failed() if self.stop_requested else self.supervise(progress))
             if failure:
                 return failure
             self.show(progress)
@@ -586,6 +641,11 @@ class LocalRun:
 
     def cleanup(self) -> None:
         if self.memory is not None:
+            if self._claimed_at is not None:
+                try:
+                    self.control.release(OWNER_CLAIM, self.holder)
+                except MemoryBackendError:
+                    pass
             self.memory.close()
         if self.server:
             self.server.stop()
@@ -597,6 +657,13 @@ def _rollout_child() -> None:
     holds every producer, and more workers collect less. Niced, the workers take what the trainer leaves."""
     die_with_parent()
     os.nice(ROLLOUT_NICENESS)
+
+
+def _alive_here(holder: str) -> bool:
+    """Whether a claim's holder (``host:pid:run dir``) is a live process on this machine."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    return host == socket.gethostname() and pid.isdigit() and pid_alive(int(pid))
 
 
 def read_evaluations(path: Path) -> list[dict]:
