@@ -10,22 +10,8 @@ import redis
 from drl.memory.redis.connection import RETRY_S, plain
 from drl.memory.redis.keys import Keys
 from drl.memory.redis.repair import STATES, Guard, count, worker
-from drl.memory.redis.scripts import DONE, REGISTER
+from drl.memory.redis.scripts import CLAIM, DONE, REGISTER, RELEASE
 from drl.memory.redis.stream import backlog_transitions, committed_state
-
-
-CLAIM = """
-local v = redis.call('GET', KEYS[1])
-if v and v ~= ARGV[1] then return v end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return false
-"""
-"""Takes or extends a claim (KEYS[1]) for a holder (ARGV[1]) for ARGV[2] ms; returns the other holder that has it."""
-
-RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 
 
 def _text(raw: dict) -> dict[str, str]:
@@ -230,9 +216,11 @@ class RedisRunControl:
     def claim(self, name: str, holder: str, ttl_s: float) -> str | None:
         ms = max(1, int(ttl_s * 1000))
         script = self.client.register_script(CLAIM)
-        other = self._call(lambda: script(keys=[self.keys.claim(name)], args=[holder, ms]), "claim")
+        other = self._call(lambda: script(keys=[self.keys.claim(name)], args=[holder, ms]), "claim",
+                           key=self.keys.claim(name))
         return None if other is None else other.decode(errors="replace")
 
     def release(self, name: str, holder: str) -> None:
         script = self.client.register_script(RELEASE)
-        self._call(lambda: script(keys=[self.keys.claim(name)], args=[holder]), "release claim")
+        self._call(lambda: script(keys=[self.keys.claim(name)], args=[holder]), "release claim",
+                   key=self.keys.claim(name))

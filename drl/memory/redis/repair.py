@@ -121,6 +121,8 @@ class Guard:
     def spec(self, key: str) -> tuple[str, str, list[str]]:
         if key.startswith(self.keys.prefix + "status:"):
             return "hash", "", []
+        if key.startswith(self.keys.prefix + "claim:"):
+            return "string", "", []
         return self.schema.get(key, ("", "", []))
 
     def repair(self, key: str, why: str) -> str:

@@ -313,3 +313,21 @@ class DirectScript:
         if self._conn is not None:
             self._conn.disconnect()
             self._conn = None
+
+CLAIM = CHECKS + """
+if not typed(KEYS[1], 'string') then return bad(KEYS[1], 'is not a string') end
+local v = redis.call('GET', KEYS[1])
+if v and v ~= ARGV[1] and redis.call('PTTL', KEYS[1]) >= 0 then return v end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false
+"""
+"""Takes or extends a claim (KEYS[1]) for a holder (ARGV[1]) for ARGV[2] ms; returns the other holder that has it.
+drl always writes a claim with an expiry, so one without (written by something else) is taken over rather than
+waited on for ever."""
+
+RELEASE = CHECKS + """
+if not typed(KEYS[1], 'string') then return bad(KEYS[1], 'is not a string') end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+"""Gives a claim (KEYS[1]) up if its holder is ARGV[1]."""
