@@ -12,7 +12,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from drl.memory.redis import Keys
-from orchestrator.state import pid_alive, read_state
+from drl.process import pid_alive
+from orchestrator.state import read_state
 from orchestrator.status import get_status, stop_service
 from tests.conftest import processes_mentioning, read_summary, run_cli, run_client
 

@@ -15,7 +15,8 @@ from drl.errors import UserError
 from drl.status import status_message
 from orchestrator.backends.local.control import local_rows
 from orchestrator.cli import main
-from orchestrator.state import ProcessState, RunState, pid_alive, read_state, state_path, write_state
+from drl.process import pid_alive
+from orchestrator.state import ProcessState, RunState, read_state, state_path, write_state
 from orchestrator.status import Row, format_table, get_status, stop_service
 from services.control import listen_address, serve
 from services.telemetry import Telemetry

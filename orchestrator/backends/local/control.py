@@ -21,10 +21,11 @@ from pathlib import Path
 from drl.errors import UserError
 from drl.memory import MemoryBackendError, open_memory, private_env
 from drl.naming import check_workers
+from drl.process import pid_alive
 from drl.status import status_message
 from orchestrator.backends.local.ownership import RunLock, end_orphans, orchestrator_alive
 from orchestrator.backends.local.run import PASSWORD_FILE, SCALE_REQUEST, SCALE_RESULT, STOP_REQUEST
-from orchestrator.state import STATE_FILE, RunState, pid_alive, read_state, write_state
+from orchestrator.state import STATE_FILE, RunState, read_state, write_state
 from orchestrator.status import Row, format_table, get_status, row_from_status
 
 

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 from drl.errors import UserError
-from orchestrator.state import RunState, pid_alive
+from drl.process import pid_alive
+from orchestrator.state import RunState
 
 LOCK_FILE = "run.lock"
 ORPHAN_TERM_S = 5.0

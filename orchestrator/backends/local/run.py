@@ -45,13 +45,13 @@ from drl.ingest import COUNTERS
 from drl.memory import (MemoryBackend, MemoryBackendError, MemoryUnavailable, RunControl, new_password, open_memory,
                         private_env, private_server, write_password_file)
 from drl.naming import worker_index
-from drl.process import die_with_parent
+from drl.process import die_with_parent, pid_alive
 from drl.store import run_store
 from orchestrator.plan import plan
 from orchestrator.progress import Progress
 from orchestrator.scaling import (ACTIVE, RETIRED, Snapshot, initial_shares, margin_transitions, plan_removal,
                                   plan_shares)
-from orchestrator.state import ProcessState, RunState, pid_alive, write_state
+from orchestrator.state import ProcessState, RunState, write_state
 from orchestrator.status import stop_service
 
 EVALUATOR_GRACE_S = 300.0
