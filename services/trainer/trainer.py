@@ -52,11 +52,12 @@ class Trainer(Service):
         self.membership = Membership(self.control, self.ledger, cfg.workers)
         self.reader = self.memory.reader("trainer-0", on_reset=self.on_memory_reset)
         ingest = Ingest(ctx.run, layout, self.ledger, self.membership.admits)
-        self.feed = Feed(self.reader, ingest, self.learning, cfg.reclaim_idle_s)
+        self.feed = Feed(self.reader, ingest, self.learning, cfg.reclaim_idle_s,
+                         done=self.control.workers_done)
         store = run_store(ctx.store_url, ctx.run)
         self.policies = PolicyStore(store, ctx.run)
         self.checkpoints = TrainerCheckpoints(CheckpointStore(store, ctx.run), cfg.algorithm, cfg.checkpoint_every_s,
-                                              cfg.keep_checkpoints, cfg.checkpoint_replay)
+                                              cfg.keep_checkpoints, cfg.checkpoint_replay, session=ctx.steps_done)
         self.status = StatusWriter(self.control, "trainer")
         self.membership.refresh()
         limits = backlog_limits(cfg, layout)
@@ -83,6 +84,10 @@ class Trainer(Service):
         checkpoint = self.checkpoints.restore(self.learning, self.ledger, committed)
         known = [self.announcer.latest(), *self.policies.versions()[-1:]]
         self.version = max(known + ([checkpoint.policy_version] if checkpoint is not None else []))
+        if not committed and self.ledger.known_workers():
+            # The memory server lost the state with the trainer: put the checkpoint's back before any worker
+            # process that starts now reads where to continue its numbering (it waits for the announced version).
+            self.on_memory_reset()
         if committed or checkpoint is not None:
             log.info("continuing: %d transitions consumed, %d updates, policy version %d", self.ledger.consumed,
                      self.updates, self.version)

@@ -66,8 +66,12 @@ def producer_position(client: redis.Redis, keys: Keys, worker_id: str, retry_s: 
     for header in _headers(client, keys, retry_s):
         if header.worker_id == worker_id:
             seq = max(seq, header.seq)
-    produced = retrying(lambda: client.hget(keys.produced, worker_id), "HGET produced", retry_s)
-    return seq, int(produced or 0)
+    produced = int(retrying(lambda: client.hget(keys.produced, worker_id), "HGET produced", retry_s) or 0)
+    raw = retrying(lambda: client.hget(keys.floors, worker_id), "HGET floor", retry_s)
+    floor = parse_floors({worker_id: raw.decode(errors="replace")}).get(worker_id) if raw else None
+    if floor is not None:
+        seq, produced = max(seq, floor[0]), max(produced, floor[1])
+    return seq, produced
 
 
 class Producer(OutboxWriter):
@@ -101,6 +105,11 @@ class Producer(OutboxWriter):
 
     def position(self) -> tuple[int, int]:
         return producer_position(self.client, self.keys, self.worker_id, self.retry_s)
+
+    def continue_from(self, seq: int, produced: int) -> None:
+        if seq > self.outbox.floor[0]:
+            self.outbox.floor = (seq, produced)
+        self._report_floor(self.outbox.floor)
 
     def send(self, seq: int, h: bytes, d: bytes, produced_total: int) -> AppendReply:
         """Appends one entry (after any re-sends due before it), waiting while the backlog is full; it gives up
@@ -310,6 +319,27 @@ class Consumer:
     def floors(self) -> dict[str, tuple[int, int]]:
         raw = retrying(lambda: self.client.hgetall(self.keys.floors), "HGETALL floors", self.retry_s)
         return parse_floors({k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()})
+
+    def in_stream(self, workers) -> dict[str, list[tuple[int, int, int]]]:
+        wanted = set(workers)
+        out: dict[str, list[tuple[int, int, int]]] = {}
+        if wanted:
+            for h in _headers(self.client, self.keys, self.retry_s):
+                if h.worker_id in wanted:
+                    out.setdefault(h.worker_id, []).append((h.seq, h.count, h.produced_total))
+        return out
+
+    def settle(self, state: dict[str, str | int], produced: dict[str, int]) -> None:
+        def _do():
+            pipe = self.client.pipeline(transaction=True)
+            if state:
+                pipe.hset(self.keys.consumer_state, mapping=plain(state))
+            args = [x for worker, count in produced.items() for x in (worker, count)]
+            if args:
+                self._raise(keys=[self.keys.produced], args=args, client=pipe)
+            pipe.execute()
+
+        retrying(_do, "settle", self.retry_s)
 
     def backlog(self) -> int:
         return int(retrying(lambda: self.client.xlen(self.keys.stream), "XLEN", self.retry_s))

@@ -101,6 +101,8 @@ class LocalRun:
         self.restarts = {"trainer": 0, "rollout": 0, "evaluator": 0, "memory": 0}
         self.workers_history = [{"wall_seconds": 0.0, "env_steps": steps_done, "workers": cfg.workers}]
         self._membership: tuple[dict[str, str], dict[str, int]] = ({}, {})
+        self._done: dict[str, int] = {}
+        self._done_read_at = 0.0
 
     # -- setup ------------------------------------------------------------------------------------------
     def prepare(self) -> tuple[str, str]:
@@ -361,9 +363,13 @@ class LocalRun:
 
     def revive_memory_server(self) -> str | None:
         """Starts the private memory server again on its port if it died, and writes back the keys only the
-        orchestrator owns; the services reconnect and re-send what the server lost."""
+        orchestrator owns; the services reconnect and re-send what the server lost. It also writes back the done
+        markers of the rollout workers that exited 0: nothing else would ever tell the trainer that they finished,
+        and it settles each one's entries from the total in its marker (``drl.ingest.Ingest.settle``)."""
         code = self.server.exit_code() if self.server is not None else None
         if code is None:
+            if self.server is not None:
+                self.remember_done()
             return None
         if self.restarts["memory"] >= self.cfg.max_restarts:
             return (f"failed: the memory server exited with code {code} after "
@@ -375,7 +381,23 @@ class LocalRun:
         members, shares = self._membership
         self.control.register(members, shares)
         self.control.set_started_at(self.started)
+        for p in self.procs:
+            if p.role == "rollout" and p.popen.poll() == 0 and p.name in self._done:
+                self.control.mark_worker_done(p.name, self._done[p.name])
         return None
+
+    def remember_done(self) -> None:
+        """Keeps a copy of the workers' done markers (each worker writes its own before it exits), read once a
+        second and as soon as a rollout worker is seen to have exited 0, for ``revive_memory_server``."""
+        now = time.monotonic()
+        exited = any(p.role == "rollout" and p.name not in self._done and p.popen.poll() == 0 for p in self.procs)
+        if not exited and now - self._done_read_at < 1.0:
+            return
+        self._done_read_at = now
+        try:
+            self._done.update(self.control.workers_done())
+        except MemoryUnavailable:
+            pass
 
     @staticmethod
     def note(progress: Progress | None, text: str) -> None:
