@@ -92,11 +92,13 @@ class Trainer(Service):
             log.info("continuing: %d transitions consumed, %d updates, policy version %d", self.ledger.consumed,
                      self.updates, self.version)
 
-    def on_memory_reset(self) -> None:
-        """The memory server restarted empty: put back what services read from it."""
-        log.warning("memory server lost its data; re-announcing version %d and rewriting trainer state", self.version)
+    def on_memory_reset(self, version: int | None = None) -> None:
+        """The memory server restarted empty: put back what services read from it, announcing ``version`` (the
+        current one by default)."""
+        version = self.version if version is None else version
+        log.warning("memory server lost its data; re-announcing version %d and rewriting trainer state", version)
         self.reader.rewrite(self.ledger.fields(self.ledger.known_workers(), self.updates), self.ledger.produced,
-                            self.widening.factor, self.version)
+                            self.widening.factor, version)
 
     # -- experience -------------------------------------------------------------------------------------
     def finished(self) -> bool:
@@ -120,6 +122,11 @@ class Trainer(Service):
         self.policies.publish(version, self.learning.learner.policy_weights(), algorithm=self.cfg.algorithm,
                               env_steps=self.ledger.consumed, updates=self.updates,
                               observation_space=self.spec.observation_space, action_space=self.spec.action_space)
+        if self.ledger.known_workers() and not self.reader.load_state():
+            # The memory server lost its data and this trainer has not read from it since: a worker process
+            # starting now takes its position once a version is announced, so the state goes back with it.
+            self.on_memory_reset(version)
+            return
         self.announcer.announce(version)
 
     def keep_published(self) -> bool:
