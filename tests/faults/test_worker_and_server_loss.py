@@ -98,7 +98,7 @@ def test_memory_server_and_trainer_lost_after_a_worker_exited_the_orchestrator_w
     are SIGKILLed within a second, with no checkpoint written: the restarted trainer knows nothing of rollout-1,
     whose done marker went with the server. The orchestrator writes the marker back, and the trainer counts
     rollout-1's transitions as lost instead of waiting for its final entry for ever."""
-    run = Run(tmp_path, "done-lost", ["--mode", "async", "--workers", "2", "--steps", "8000",
+    run = Run(tmp_path, "done-lost", ["--mode", "async", "--workers", "2", "--steps", "30000",
                                       "--checkpoint-every-s", "3600"])
     try:
         run.wait_until("1,500 transitions consumed", lambda: run.consumed() >= 1500)

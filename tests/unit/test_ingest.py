@@ -118,10 +118,12 @@ def test_seqs_below_a_writers_floor_never_seen_are_declared_lost_with_their_tran
     assert moved == {"rollout-0"}
     assert ledger.lost == 8, "seqs 3 and 5 (4 transitions each) were never seen"
     assert ledger.seqs.watermark["rollout-0"] == 5 and set(ledger.seqs.above["rollout-0"]) == {7}
-    assert ingest.settle({"rollout-0": (5, 20)}, {}, NOTHING_IN_STREAM) == set() and ledger.lost == 8, "a floor counted twice"
+    assert ingest.settle({"rollout-0": (5, 20)}, {}, NOTHING_IN_STREAM) == set() and ledger.lost == 8, \
+        "a floor counted twice"
     ingest.take([_entry("rollout-0", 6)])
     assert ledger.seqs.watermark["rollout-0"] == 7
-    assert ingest.settle({"rollout-9": (3, 12)}, {}, NOTHING_IN_STREAM) == set(), "a floor of a worker outside the run was taken"
+    assert ingest.settle({"rollout-9": (3, 12)}, {}, NOTHING_IN_STREAM) == set(), \
+        "a floor of a worker outside the run was taken"
 
 
 def test_the_totals_round_trip_so_a_restored_ledger_counts_a_later_gap_exactly():
