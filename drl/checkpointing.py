@@ -12,7 +12,11 @@ lost, and the ``updates`` counter is not rewound. On a fresh memory server (``--
 are used, and so are its watermarks: a trainer and a memory server lost together (in either order, within the
 checkpoint interval) come back with the checkpoint's watermarks, not zeros, so re-sent entries above them are
 duplicates or fill the gap; the entries taken after the checkpoint exist nowhere any more, and the writers'
-floors (``drl.ingest.Ingest.settle``) have them counted as lost instead of awaited.
+floors (``drl.ingest.Ingest.settle``) have them counted as lost instead of awaited. The workers' progress is
+taken only from a checkpoint written by the same session of the run (``session``: the steps done when the
+orchestrator started it, the same for every process it starts): a ``--resume`` starts new workers, numbered from
+the beginning again on a cleared memory server, and the old session's watermarks would make their entries
+duplicates.
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ log = logging.getLogger("drl.checkpointing")
 
 
 class TrainerCheckpoints:
-    def __init__(self, store: CheckpointStore, algorithm: str, every_s: float, keep: int, with_replay: bool):
+    def __init__(self, store: CheckpointStore, algorithm: str, every_s: float, keep: int, with_replay: bool,
+                 session: int = 0):
         self.store, self.algorithm, self.every_s, self.keep = store, algorithm, every_s, keep
+        self.session = session
         self.with_replay = with_replay
         self._written_at = time.monotonic()
 
@@ -42,6 +48,7 @@ class TrainerCheckpoints:
         tensors["rng.torch"] = torch.get_rng_state().numpy()
         meta["counters"] = ledger.counters()
         meta["ledger"] = {k: str(v) for k, v in ledger.fields(ledger.known_workers(), learning.learner.updates).items()}
+        meta["session"] = self.session
         if exit_reason is not None:
             meta["exit"] = {"reason": exit_reason, "policy_version": version}
         self.store.save(tensors, meta, algorithm=self.algorithm, policy_version=version, env_steps=ledger.consumed,
@@ -67,7 +74,8 @@ class TrainerCheckpoints:
             torch.set_rng_state(torch.from_numpy(tensors["rng.torch"].copy()))
             for name, value in meta["counters"].items():
                 setattr(ledger, name, value)
-            ledger.load(meta.get("ledger", {}))
+            if meta.get("session") == self.session:
+                ledger.load(meta.get("ledger", {}))
             log.info("restored checkpoint %d: policy version %d, %d env steps, %d updates", manifest.sequence,
                      manifest.policy_version, manifest.env_steps, manifest.updates)
         updates = ledger.load(committed)

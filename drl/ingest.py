@@ -84,6 +84,23 @@ class SeqTracker:
         self._advance(worker, floor)
         return floor - mark - len(below), lost
 
+    def close(self, worker: str, total: int) -> tuple[int, int | None]:
+        """Declares lost everything of a writer that finished with ``total`` transitions produced that was not
+        seen (see ``Ingest.settle``): the holes below the highest seq seen and whatever followed it, and moves the
+        watermark to that seq. Returns (entries lost below it, transitions lost; None when the total at the
+        watermark is unknown)."""
+        mark = self.watermark.get(worker, 0)
+        above = self.above.setdefault(worker, {})
+        top = max(above, default=mark)
+        base = self.mark_total.get(worker, 0 if mark == 0 else None)
+        taken = sum(count for count, _ in above.values())
+        holes = top - mark - len(above)
+        lost = None if base is None else max(0, total - base - taken)
+        above.clear()
+        self.watermark[worker] = top
+        self.mark_total[worker] = total
+        return holes, lost
+
     def dump(self, worker: str) -> str:
         """"mark[,seq...]": the watermark first (writers read it), then the seqs seen above it."""
         return ",".join(str(x) for x in [self.watermark.get(worker, 0), *sorted(self.above.get(worker, ()))])
@@ -238,27 +255,67 @@ class Ingest:
             intake.accepted.append(batch)
         return intake
 
-    def settle(self, floors: dict[str, tuple[int, int]]) -> set[str]:
+    def settle(self, floors: dict[str, tuple[int, int]], done: dict[str, int],
+               in_stream: Callable[[Iterable[str]], dict[str, list[tuple[int, int, int]]]]) -> set[str]:
         """Declares lost the entries that can never arrive, and returns the workers whose watermark moved.
 
-        A writer's floor (``ExperienceReader.floors``) is the highest watermark any trainer ever confirmed to
-        it, with its produced total there: it kept nothing up to that seq, so an entry at or below it that this
-        ledger has not seen was taken by a trainer whose record was lost with the memory server (the ledger came
-        back from an older checkpoint). No copy of it is left anywhere, so it is never waited on: its seq is
-        marked taken and its transitions are counted in ``lost``."""
+        A writer's floor (``ExperienceReader.floors``) is the highest seq it knows it keeps nothing at or below,
+        with its produced total there: the highest watermark any trainer ever confirmed to it, or, for a new
+        process of the writer, the seq it continues from (``ExperienceWriter.continue_from``: its predecessor's
+        kept entries died with it). An entry at or below it that this ledger has not seen and that is not in the
+        stream (``in_stream``: such an entry still arrives, so the floor counts only up to the first of them) was
+        taken by a trainer whose record was lost with the memory server, or was held by a dead process: no copy
+        of it is left anywhere, so it is never waited on: its seq is marked taken and its transitions are counted
+        in ``lost``.
+
+        A writer that is done (``done``: its marker, with the transitions it produced in all; the orchestrator
+        writes it back for a worker that exited before the memory server lost it) sends nothing more: once none
+        of its entries is left in the stream, whatever of its total this ledger has not seen is lost, and it is
+        finished (``final_seq``), so the run does not wait for its final entry."""
+        ledger, seqs = self.ledger, self.ledger.seqs
+        known = ledger.known_workers()
+        floors = {w: f for w, f in floors.items()
+                  if f[0] > seqs.watermark.get(w, 0) and (w in known or self.admits(w))}
+        open_done = {}
+        for w, total in done.items():
+            if w not in known and not self.admits(w):
+                continue
+            mark = seqs.watermark.get(w, 0)
+            if w in ledger.final_seq and mark >= ledger.final_seq[w]:
+                continue
+            base = seqs.mark_total.get(w, 0 if mark == 0 else None)
+            if seqs.above.get(w) or (base is not None and base < total):
+                open_done[w] = total
+        if not floors and not open_done:
+            return set()
+        pending = in_stream(set(floors) | set(open_done))
         moved = set()
         for worker, (floor, total) in floors.items():
-            if worker not in self.ledger.known_workers() and not self.admits(worker):
-                continue
-            entries, lost = self.ledger.seqs.skip_to(worker, floor, total)
+            waiting = sorted(e for e in pending.get(worker, ()) if e[0] <= floor)
+            if waiting:
+                seq, count, at = waiting[0]
+                floor, total = seq - 1, at - count
+            entries, lost = seqs.skip_to(worker, floor, total)
             if not entries and not lost:
                 continue
             moved.add(worker)
-            self.ledger.lost += lost or 0
-            self.ledger.produced[worker] = max(self.ledger.produced.get(worker, 0), total)
+            ledger.lost += lost or 0
+            ledger.produced[worker] = max(ledger.produced.get(worker, 0), total)
             log.warning("%s: %d entries up to seq %d can never arrive (taken by a trainer whose record the memory "
-                        "server lost; the worker no longer holds them): %s transitions counted as lost", worker,
-                        entries, floor, "an unknown number of" if lost is None else lost)
+                        "server lost, or held by a process that died; nobody holds them now): %s transitions "
+                        "counted as lost", worker, entries, floor, "an unknown number of" if lost is None else lost)
+        for worker, total in open_done.items():
+            if worker in pending:
+                continue
+            entries, lost = seqs.close(worker, total)
+            moved.add(worker)
+            ledger.lost += lost or 0
+            ledger.produced[worker] = max(ledger.produced.get(worker, 0), total)
+            ledger.final_seq[worker] = seqs.watermark[worker]
+            log.warning("%s finished with %d transitions produced, but not all of them arrived (the memory server "
+                        "lost them, and the worker that held them has exited): %d entries below seq %d and %s "
+                        "transitions counted as lost", worker, total, entries, seqs.watermark[worker],
+                        "an unknown number of" if lost is None else lost)
         return moved
 
 
@@ -270,18 +327,22 @@ class Feed:
     RECLAIM_EVERY_S = 5.0
     FLOORS_EVERY_S = 2.0
 
-    def __init__(self, reader: ExperienceReader, ingest: Ingest, learning, reclaim_idle_s: float):
-        self.reader, self.ingest, self.learning = reader, ingest, learning
+    def __init__(self, reader: ExperienceReader, ingest: Ingest, learning, reclaim_idle_s: float,
+                 done: Callable[[], dict[str, int]] = dict):
+        self.reader, self.ingest, self.learning, self.done = reader, ingest, learning, done
         self.reclaim_idle_ms = int(reclaim_idle_s * 1000)
         self.read_at = self.reclaimed_at = self.floors_at = 0.0
         self.last: Intake | None = None
 
     def settle(self) -> None:
-        """Declares lost what the writers' floors say can never arrive (``Ingest.settle``) and commits the
-        moved watermarks at once, so that writers waiting for them see them."""
-        moved = self.ingest.settle(self.reader.floors())
+        """Declares lost what the writers' floors and done markers say can never arrive (``Ingest.settle``) and
+        records the moved watermarks and the produced counts at once, so that writers waiting for them see them
+        and the produced counts include what was lost."""
+        ledger = self.ingest.ledger
+        moved = self.ingest.settle(self.reader.floors(), self.done(), self.reader.in_stream)
         if moved:
-            self.reader.commit([], self.ingest.ledger.fields(moved, self.learning.learner.updates))
+            self.reader.settle(ledger.fields(moved, self.learning.learner.updates),
+                               {w: ledger.produced[w] for w in moved if w in ledger.produced})
 
     def read(self, count: int, block_ms: int | None, sync_version: int | None = None) -> list:
         """Reads up to ``count`` entries (waiting ``block_ms`` for new ones, None: not at all) and returns the

@@ -98,7 +98,15 @@ class ExperienceWriter(Protocol):
 
     def position(self) -> tuple[int, int]:
         """(last sequence number, transitions produced) this writer already has in the run: a restarted worker
-        continues its numbering instead of having every entry dropped as a duplicate."""
+        continues its numbering instead of having every entry dropped as a duplicate. It counts the reader's
+        watermark and the seqs seen above it, the entries still in the stream, the produced count and the floor
+        the writer reported last."""
+
+    def continue_from(self, seq: int, produced: int) -> None:
+        """A new process of this writer continues at ``seq`` (``position``): it holds nothing at or below it,
+        its predecessor's kept entries died with it. Takes (seq, produced) as its floor and reports it, so the
+        reader declares lost every seq up to it that it never saw and that is not in the stream (an entry still
+        there arrives), instead of waiting for it for ever."""
 
     def send(self, seq: int, h: bytes, d: bytes, produced_total: int) -> AppendReply:
         """Appends one entry after any re-sends due before it, waiting while the backlog is full; gives up
@@ -141,6 +149,15 @@ class ExperienceReader(Protocol):
         it), the highest watermark a reader ever confirmed to it. The writer keeps nothing at or below it
         (``drl.memory.outbox``), so those of its seqs the reader has not seen can never arrive. Malformed values
         are left out."""
+
+    def in_stream(self, workers: Iterable[str]) -> dict[str, list[tuple[int, int, int]]]:
+        """Per writer of ``workers``, (seq, transitions, produced total) of its entries still in the stream (unread
+        or unacknowledged): they will still arrive, so a floor does not declare them lost."""
+
+    def settle(self, state: dict[str, str | int], produced: dict[str, int]) -> None:
+        """Records ``state`` (watermarks moved past entries declared lost) and raises (never lowers) the
+        ``produced`` counts, in one step: the transitions declared lost were produced, whether or not their writer
+        still appends."""
 
     def rewrite(self, state: dict[str, str | int], produced: dict[str, int], widening: int, version: int) -> None:
         """After the server lost its data: puts back the reader's state, raises (never lowers) the workers'

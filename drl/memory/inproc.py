@@ -231,7 +231,16 @@ class InProcessWriter(OutboxWriter):
                 header = _header(fields)
                 if header is not None and header.worker_id == self.worker:
                     seq = max(seq, header.seq)
-            return seq, data.produced.get(self.worker, 0)
+            produced = data.produced.get(self.worker, 0)
+            floor = parse_floors({k: v for k, v in data.floors.items() if k == self.worker}).get(self.worker)
+            if floor is not None:
+                seq, produced = max(seq, floor[0]), max(produced, floor[1])
+            return seq, produced
+
+    def continue_from(self, seq: int, produced: int) -> None:
+        if seq > self.outbox.floor[0]:
+            self.outbox.floor = (seq, produced)
+        self._report_floor(self.outbox.floor)
 
     def send(self, seq: int, h: bytes, d: bytes, produced_total: int) -> AppendReply:
         with self._server.cond:
@@ -424,6 +433,26 @@ class InProcessReader:
     def floors(self) -> dict[str, tuple[int, int]]:
         with self._server.cond:
             return parse_floors(dict(self._server.data(self._run).floors))
+
+    def in_stream(self, workers) -> dict[str, list[tuple[int, int, int]]]:
+        wanted = set(workers)
+        out: dict[str, list[tuple[int, int, int]]] = {}
+        with self._server.cond:
+            for fields in self._server.data(self._run).stream.values():
+                h = _header(fields)
+                if h is not None and h.worker_id in wanted:
+                    out.setdefault(h.worker_id, []).append((h.seq, h.count, h.produced_total))
+        return out
+
+    def settle(self, state: dict[str, str | int], produced: dict[str, int]) -> None:
+        values = _fields(state)
+        with self._server.cond:
+            data = self._server.data(self._run)
+            data.state.update(values)
+            for worker, count in produced.items():
+                if int(count) > data.produced.get(worker, 0):
+                    data.produced[worker] = int(count)
+            self._server.changed()
 
     def rewrite(self, state: dict[str, str | int], produced: dict[str, int], widening: int, version: int) -> None:
         values = _fields(state)

@@ -223,6 +223,7 @@ class RolloutWorker(Service):
             raise RuntimeError(f"no loadable policy was announced within {FIRST_POLICY_TIMEOUT_S:.0f}s; is the "
                                f"trainer alive?")
         self.load(first)
+        self.take_position()
         if self.cfg.mode == "async":
             self.collect_async()
             self.hand_in()
@@ -280,6 +281,21 @@ class RolloutWorker(Service):
                     return
             fresh = chunk - (self.stepped - self._share_read_at)
             self.collect(min(fresh, self.total - self.stepped), hand_in=False)
+
+    def take_position(self) -> None:
+        """Reads again where this worker's numbering continues, now that a version is announced: the trainer
+        writes its state back (after the memory server lost it) before it announces, so the position counts every
+        seq a trainer saw. A process continuing a worker's numbering holds none of its predecessor's entries, so
+        it reports that seq as its floor (``ExperienceWriter.continue_from``): what its predecessor sent that
+        the trainer never saw and the stream no longer holds is counted lost, not awaited."""
+        seq, produced = self.producer.position()
+        if seq > self.seq or produced > self.produced:
+            log.info("%s continues at entry %d, %d transitions produced (was %d, %d at start)", self.ctx.name, seq,
+                     produced, self.seq, self.produced)
+            self.stepped += produced - self.produced
+            self.seq, self.produced = max(seq, self.seq), max(produced, self.produced)
+        if self.seq:
+            self.producer.continue_from(self.seq, self.produced)
 
     def outcome(self) -> str:
         if self.produced >= self.total:

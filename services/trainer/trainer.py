@@ -52,11 +52,12 @@ class Trainer(Service):
         self.membership = Membership(self.control, self.ledger, cfg.workers, cfg.member_silence_s)
         self.reader = self.memory.reader("trainer-0", on_reset=self.on_memory_reset)
         ingest = Ingest(ctx.run, layout, self.ledger, self.membership.admits)
-        self.feed = Feed(self.reader, ingest, self.learning, cfg.reclaim_idle_s)
+        self.feed = Feed(self.reader, ingest, self.learning, cfg.reclaim_idle_s,
+                         done=self.control.workers_done)
         store = run_store(ctx.store_url, ctx.run)
         self.policies = PolicyStore(store, ctx.run)
         self.checkpoints = TrainerCheckpoints(CheckpointStore(store, ctx.run), cfg.algorithm, cfg.checkpoint_every_s,
-                                              cfg.keep_checkpoints, cfg.checkpoint_replay)
+                                              cfg.keep_checkpoints, cfg.checkpoint_replay, session=ctx.steps_done)
         self.status = StatusWriter(self.control, "trainer")
         self.membership.refresh()
         limits = backlog_limits(cfg, layout)
@@ -83,15 +84,21 @@ class Trainer(Service):
         checkpoint = self.checkpoints.restore(self.learning, self.ledger, committed)
         known = [self.announcer.latest(), *self.policies.versions()[-1:]]
         self.version = max(known + ([checkpoint.policy_version] if checkpoint is not None else []))
+        if not committed and self.ledger.known_workers():
+            # The memory server lost the state with the trainer: put the checkpoint's back before any worker
+            # process that starts now reads where to continue its numbering (it waits for the announced version).
+            self.on_memory_reset()
         if committed or checkpoint is not None:
             log.info("continuing: %d transitions consumed, %d updates, policy version %d", self.ledger.consumed,
                      self.updates, self.version)
 
-    def on_memory_reset(self) -> None:
-        """The memory server restarted empty: put back what services read from it."""
-        log.warning("memory server lost its data; re-announcing version %d and rewriting trainer state", self.version)
+    def on_memory_reset(self, version: int | None = None) -> None:
+        """The memory server restarted empty: put back what services read from it, announcing ``version`` (the
+        current one by default)."""
+        version = self.version if version is None else version
+        log.warning("memory server lost its data; re-announcing version %d and rewriting trainer state", version)
         self.reader.rewrite(self.ledger.fields(self.ledger.known_workers(), self.updates), self.ledger.produced,
-                            self.widening.factor, self.version)
+                            self.widening.factor, version)
 
     # -- experience -------------------------------------------------------------------------------------
     def finished(self) -> bool:
@@ -115,6 +122,11 @@ class Trainer(Service):
         self.policies.publish(version, self.learning.learner.policy_weights(), algorithm=self.cfg.algorithm,
                               env_steps=self.ledger.consumed, updates=self.updates,
                               observation_space=self.spec.observation_space, action_space=self.spec.action_space)
+        if self.ledger.known_workers() and not self.reader.load_state():
+            # The memory server lost its data and this trainer has not read from it since: a worker process
+            # starting now takes its position once a version is announced, so the state goes back with it.
+            self.on_memory_reset(version)
+            return
         self.announcer.announce(version)
 
     def keep_published(self) -> bool:

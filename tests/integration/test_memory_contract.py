@@ -945,3 +945,34 @@ def test_the_in_process_backend_imports_no_redis():
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert not {n for n in names if n == "redis" or n.startswith(("redis.", "drl.memory.redis"))}
+
+
+def test_a_new_writer_process_continues_past_its_floor_and_reports_it(mem):
+    reader = mem.open().reader("trainer-0")
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    for seq in (1, 2, 3):
+        send(writer, "rollout-0", seq)
+    consume(reader, count=1, state={"seq:rollout-0": "1"})
+    assert reader.in_stream(["rollout-0", "rollout-1"]) == {"rollout-0": [(2, 8, 16), (3, 8, 24)]}
+    assert reader.in_stream([]) == {}
+    successor = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    assert successor.position() == (3, 24)
+    successor.continue_from(3, 24)
+    assert reader.floors() == {"rollout-0": (3, 24)}
+    mem.lose_data()
+    reader.read(1, None)
+    reader.settle({"seq:rollout-0": "1"}, {"rollout-0": 16})
+    later = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    assert later.position() == (1, 16), "the reader's watermark and the produced count it raised"
+    later.continue_from(1, 16)
+    assert reader.floors() == {"rollout-0": (1, 16)}
+    reader.settle({}, {"rollout-0": 8})
+    assert mem.open().control().produced() == {"rollout-0": 16}, "settle lowered a produced count"
+
+
+def test_a_writers_position_counts_its_floor(mem):
+    reader = mem.open().reader("trainer-0")
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    writer.continue_from(5, 40)
+    assert reader.floors() == {"rollout-0": (5, 40)}
+    assert mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20).position() == (5, 40)

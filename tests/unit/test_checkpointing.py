@@ -113,3 +113,18 @@ def test_a_checkpoint_keeps_the_workers_watermarks_for_a_memory_server_lost_with
     assert restored.seqs.mark_total == {"rollout-0": 56}
     assert (restored.produced, restored.final_seq, restored.iteration_end) == ({"rollout-0": 72}, {"rollout-0": 9},
                                                                                {"rollout-0": 2})
+
+
+def test_a_resumed_session_takes_the_counters_but_not_the_old_sessions_watermarks(tmp_path):
+    """``--resume`` starts new workers numbered from 1 on a cleared memory server: the old session's
+    watermarks would make all their entries duplicates."""
+    cfg = fast_config(learning_starts=0)
+    store = CheckpointStore(run_store(str(tmp_path), "run"), "run")
+    ledger = Ledger(consumed=64)
+    ledger.load({"seq:rollout-0": "7", "totals:rollout-0": "56", "produced:rollout-0": "56"})
+    TrainerCheckpoints(store, cfg.algorithm, 60.0, 2, False, session=0).save(_trained(cfg), ledger, 1)
+    same, resumed = Ledger(), Ledger()
+    TrainerCheckpoints(store, cfg.algorithm, 60.0, 2, False, session=0).restore(_learning(cfg), same, {})
+    TrainerCheckpoints(store, cfg.algorithm, 60.0, 2, False, session=64).restore(_learning(cfg), resumed, {})
+    assert same.seqs.watermark == {"rollout-0": 7}
+    assert resumed.consumed == 64 and resumed.seqs.watermark == {} and resumed.produced == {}

@@ -105,19 +105,25 @@ def test_the_watermark_covers_exactly_the_contiguous_seqs_whatever_the_order(seq
     assert ledger.duplicates == 4 * (len(seqs) - 3)
 
 
+def NOTHING_IN_STREAM(workers):
+    return {}
+
+
 def test_seqs_below_a_writers_floor_never_seen_are_declared_lost_with_their_transitions():
     ingest, ledger, _ = _ingest()
     ingest.take([_entry("rollout-0", 1), _entry("rollout-0", 2)])
     ingest.take([_entry("rollout-0", 4), _entry("rollout-0", 7)])
     assert ledger.seqs.watermark["rollout-0"] == 2
-    moved = ingest.settle({"rollout-0": (5, 5 * 4)})
+    moved = ingest.settle({"rollout-0": (5, 5 * 4)}, {}, NOTHING_IN_STREAM)
     assert moved == {"rollout-0"}
     assert ledger.lost == 8, "seqs 3 and 5 (4 transitions each) were never seen"
     assert ledger.seqs.watermark["rollout-0"] == 5 and set(ledger.seqs.above["rollout-0"]) == {7}
-    assert ingest.settle({"rollout-0": (5, 20)}) == set() and ledger.lost == 8, "a floor counted twice"
+    assert ingest.settle({"rollout-0": (5, 20)}, {}, NOTHING_IN_STREAM) == set() and ledger.lost == 8, \
+        "a floor counted twice"
     ingest.take([_entry("rollout-0", 6)])
     assert ledger.seqs.watermark["rollout-0"] == 7
-    assert ingest.settle({"rollout-9": (3, 12)}) == set(), "a floor of a worker outside the run was taken"
+    assert ingest.settle({"rollout-9": (3, 12)}, {}, NOTHING_IN_STREAM) == set(), \
+        "a floor of a worker outside the run was taken"
 
 
 def test_the_totals_round_trip_so_a_restored_ledger_counts_a_later_gap_exactly():
@@ -127,5 +133,40 @@ def test_the_totals_round_trip_so_a_restored_ledger_counts_a_later_gap_exactly()
     assert fields["totals:rollout-0"] == "4,3:4:12" and fields["lost"] == "0"
     other = Ledger()
     other.load(fields)
-    Ingest(RUN, LAYOUT, other, MEMBERS.__contains__).settle({"rollout-0": (4, 16)})
+    Ingest(RUN, LAYOUT, other, MEMBERS.__contains__).settle({"rollout-0": (4, 16)}, {}, NOTHING_IN_STREAM)
     assert other.lost == 8 and other.seqs.watermark["rollout-0"] == 4
+
+
+def test_a_floor_stops_below_an_entry_still_in_the_stream_which_then_arrives_and_counts():
+    """A new process of a worker reports the seq it continues from as its floor; entries of its predecessor still
+    in the stream are not lost: the floor counts only the seqs below the first of them."""
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1)])
+    in_stream = {"rollout-0": [(4, 4, 16), (5, 4, 20)]}
+    moved = ingest.settle({"rollout-0": (5, 20)}, {}, lambda workers: in_stream)
+    assert moved == {"rollout-0"} and ledger.lost == 8, "seqs 2 and 3 are gone, 4 and 5 are still to come"
+    assert ledger.seqs.watermark["rollout-0"] == 3
+    ingest.take([_entry("rollout-0", 4), _entry("rollout-0", 5)])
+    assert ingest.settle({"rollout-0": (5, 20)}, {}, NOTHING_IN_STREAM) == set()
+    assert ledger.lost == 8 and ledger.consumed == 12 and ledger.seqs.watermark["rollout-0"] == 5
+
+
+def test_a_done_worker_whose_entries_never_arrive_is_finished_with_the_rest_counted_lost():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1), _entry("rollout-0", 3)])
+    assert ingest.settle({}, {"rollout-0": 6 * 4}, lambda workers: {"rollout-0": [(4, 4, 16)]}) == set(), \
+        "a done worker's entry still in the stream will arrive; nothing is settled before it did"
+    moved = ingest.settle({}, {"rollout-0": 6 * 4}, NOTHING_IN_STREAM)
+    assert moved == {"rollout-0"}
+    assert ledger.lost == 4 * 4, "seq 2 and everything after seq 3 (its total was 24) never arrived"
+    assert ledger.final_seq["rollout-0"] == ledger.seqs.watermark["rollout-0"] == 3
+    assert ledger.produced["rollout-0"] == 24
+    assert ingest.settle({}, {"rollout-0": 24}, NOTHING_IN_STREAM) == set() and ledger.lost == 16
+
+
+def test_a_done_worker_the_ledger_saw_through_its_final_entry_settles_nothing():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1), _entry("rollout-0", 2)])
+    calls = []
+    assert ingest.settle({}, {"rollout-0": 8}, lambda workers: calls.append(workers) or {}) == set()
+    assert ledger.lost == 0 and not calls, "the stream is looked at only when something may be lost"

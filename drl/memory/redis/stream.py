@@ -97,7 +97,12 @@ def producer_position(client: redis.Redis, keys: Keys, worker_id: str, retry_s: 
     produced = count(raw)
     if raw is not None and produced is None:
         guard.report(keys.produced, f"field {worker_id} is not a count", "ignored")
-    return seq, produced or 0
+    produced = produced or 0
+    raw = guard.read(lambda: client.hget(keys.floors, worker_id), "HGET floor", keys.floors, None)
+    floor = parse_floors({worker_id: raw.decode(errors="replace")}).get(worker_id) if raw else None
+    if floor is not None:
+        seq, produced = max(seq, floor[0]), max(produced, floor[1])
+    return seq, produced
 
 
 class Producer(OutboxWriter):
@@ -133,6 +138,11 @@ class Producer(OutboxWriter):
 
     def position(self) -> tuple[int, int]:
         return producer_position(self.client, self.keys, self.worker_id, self.retry_s)
+
+    def continue_from(self, seq: int, produced: int) -> None:
+        if seq > self.outbox.floor[0]:
+            self.outbox.floor = (seq, produced)
+        self._report_floor(self.outbox.floor)
 
     def send(self, seq: int, h: bytes, d: bytes, produced_total: int) -> AppendReply:
         """Appends one entry (after any re-sends due before it), waiting while the backlog is full; it gives up
@@ -391,6 +401,27 @@ class Consumer:
     def floors(self) -> dict[str, tuple[int, int]]:
         raw = self.guard.read(lambda: self.client.hgetall(self.keys.floors), "HGETALL floors", self.keys.floors, {})
         return parse_floors({k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()})
+
+    def in_stream(self, workers) -> dict[str, list[tuple[int, int, int]]]:
+        wanted = set(workers)
+        out: dict[str, list[tuple[int, int, int]]] = {}
+        if wanted:
+            for h in _headers(self.client, self.keys, self.retry_s):
+                if h.worker_id in wanted:
+                    out.setdefault(h.worker_id, []).append((h.seq, h.count, h.produced_total))
+        return out
+
+    def settle(self, state: dict[str, str | int], produced: dict[str, int]) -> None:
+        def _do():
+            pipe = self.client.pipeline(transaction=True)
+            if state:
+                pipe.hset(self.keys.consumer_state, mapping=plain(state))
+            args = [x for worker, count in produced.items() for x in (worker, count)]
+            if args:
+                self._raise(keys=[self.keys.produced], args=args, client=pipe)
+            pipe.execute()
+
+        retrying(_do, "settle", self.retry_s)
 
     def backlog(self) -> int:
         return int(self.guard.call(lambda: self.client.xlen(self.keys.stream), "XLEN", key=self.keys.stream))

@@ -115,6 +115,8 @@ class LocalRun:
         self.memory_env: dict[str, str] | None = None
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{run_dir}"
         self._claimed_at: float | None = None
+        self._done: dict[str, int] = {}
+        self._done_read_at = 0.0
 
     # -- setup ------------------------------------------------------------------------------------------
     def prepare(self) -> tuple[str, str]:
@@ -419,11 +421,15 @@ class LocalRun:
 
     def revive_memory_server(self) -> str | None:
         """Starts the private memory server again on its port if it died, and writes back the keys only the
-        orchestrator owns; the services reconnect and re-send what the server lost. When the trainer has already
-        ended, its final version (announced, and as ``trainer:done``) is written back from its final checkpoint,
-        so the evaluator's wait for it ends."""
+        orchestrator owns; the services reconnect and re-send what the server lost. It also writes back the done
+        markers of the rollout workers that exited 0: nothing else would ever tell the trainer that they finished,
+        and it settles each one's entries from the total in its marker (``drl.ingest.Ingest.settle``). When the
+        trainer has already ended, its final version (announced, and as ``trainer:done``) is written back from
+        its final checkpoint, so the evaluator's wait for it ends."""
         code = self.server.exit_code() if self.server is not None else None
         if code is None:
+            if self.server is not None:
+                self.remember_done()
             return None
         if self.restarts["memory"] >= self.cfg.max_restarts:
             return (f"failed: the memory server exited with code {code} after "
@@ -448,7 +454,23 @@ class LocalRun:
             self.control.mark_trainer_done(version)
         members, shares = self._membership
         self.control.register(members, shares, started_at=self.started)
+        for p in self.procs:
+            if p.role == "rollout" and p.popen.poll() == 0 and p.name in self._done:
+                self.control.mark_worker_done(p.name, self._done[p.name])
         return None
+
+    def remember_done(self) -> None:
+        """Keeps a copy of the workers' done markers (each worker writes its own before it exits), read once a
+        second and as soon as a rollout worker is seen to have exited 0, for ``revive_memory_server``."""
+        now = time.monotonic()
+        exited = any(p.role == "rollout" and p.name not in self._done and p.popen.poll() == 0 for p in self.procs)
+        if not exited and now - self._done_read_at < 1.0:
+            return
+        self._done_read_at = now
+        try:
+            self._done.update(self.control.workers_done())
+        except MemoryUnavailable:
+            pass
 
     @staticmethod
     def note(progress: Progress | None, text: str) -> None:
