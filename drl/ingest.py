@@ -344,6 +344,11 @@ class Feed:
             self.reader.settle(ledger.fields(moved, self.learning.learner.updates),
                                {w: ledger.produced[w] for w in moved if w in ledger.produced})
 
+    def record(self) -> None:
+        """Commits the ledger's counters and ``updates`` without acknowledging anything: at exit, so that the
+        committed ``updates`` (the summary's) include the updates run since the last read."""
+        self.reader.commit([], self.ingest.ledger.fields([], self.learning.learner.updates))
+
     def read(self, count: int, block_ms: int | None, sync_version: int | None = None) -> list:
         """Reads up to ``count`` entries (waiting ``block_ms`` for new ones, None: not at all) and returns the
         accepted entries' headers; ``sync_version`` as in ``Ingest.take``."""

@@ -253,6 +253,7 @@ class Trainer(Service):
             reason = self.should_stop(force=True) or reason
         if reason == "steps_done":
             self.publish()
+        self.feed.record()
         self.checkpoints.save(self.learning, self.ledger, self.version, exit_reason=reason)
         self.control.mark_trainer_done(self.version)
         self.report(force=True, state="finished", reason=reason)
