@@ -7,7 +7,7 @@ runs, ``--victims`` kills are made: for each, a moment is drawn as a fraction of
 0.05-0.98 of the steps, read from the trainer's status; each kill after the first comes, one time in three, right
 after the one before it), then a random delay of up to 1.5 s, so two kills often land within a second or two of
 each other (the trainer and the memory server lost together, say); the victim is drawn among the trainer, the rollout workers, the evaluator and the
-memory server, and gets SIGKILL. The orchestrator restarts what died (``--max-restarts`` allows all the kills).
+memory server (``--roles`` narrows it, e.g. to ``trainer,memory``), and gets SIGKILL. The orchestrator restarts what died (``--max-restarts`` allows all the kills).
 
 A run **passes** when
 
@@ -86,12 +86,15 @@ class Outcome:
 
 
 class Campaign:
-    def __init__(self, output: Path, steps: int, workers: int, victims: int, timeout: float, python: str):
+    def __init__(self, output: Path, steps: int, workers: int, victims: int, timeout: float, python: str,
+                 roles: tuple[str, ...] = ROLES):
         self.output, self.steps, self.workers, self.victims = output, steps, workers, victims
-        self.timeout, self.python = timeout, python
+        self.timeout, self.python, self.roles = timeout, python, roles
 
     def schedule(self, rng: random.Random) -> list[Kill]:
-        names = ["trainer", "evaluator", "memory", *(f"rollout-{i}" for i in range(self.workers))]
+        names = [r for r in ("trainer", "evaluator", "memory") if r in self.roles]
+        if "rollout" in self.roles:
+            names += [f"rollout-{i}" for i in range(self.workers)]
         fractions = sorted(rng.uniform(0.05, 0.98) for _ in range(self.victims))
         for i in range(1, len(fractions)):
             if rng.random() < 1 / 3:
@@ -269,13 +272,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seed of the first run; run i uses seed + i")
     ap.add_argument("--output", type=Path, help="where the runs go (default: a temporary folder)")
     ap.add_argument("--json", type=Path, help="write every run's outcome here")
+    ap.add_argument("--roles", default=",".join(ROLES),
+                    help="the roles victims are drawn from (default all: trainer,rollout,evaluator,memory)")
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
+    roles = tuple(r for r in args.roles.split(",") if r)
     if args.runs < 1 or args.victims < 0 or not modes or any(m not in ("async", "sync") for m in modes):
         ap.error("--runs must be >= 1, --victims >= 0, --modes a list of async/sync")
+    if not roles or any(r not in ROLES for r in roles):
+        ap.error(f"--roles must be a list of {', '.join(ROLES)}")
     output = args.output or Path(tempfile.mkdtemp(prefix="drl-campaign-"))
     output.mkdir(parents=True, exist_ok=True)
-    campaign = Campaign(output, args.steps, args.workers, args.victims, args.timeout, sys.executable)
+    campaign = Campaign(output, args.steps, args.workers, args.victims, args.timeout, sys.executable, roles)
     outcomes = []
     for i in range(args.runs):
         outcome = campaign.run_one(i, modes[i % len(modes)], args.seed + i)
