@@ -6,8 +6,9 @@ data store) with the small SAC flags of the test suite, ``--workers W --steps S`
 runs, ``--victims`` kills are made: for each, a moment is drawn as a fraction of the run's progress (uniform in
 0.05-0.98 of the steps, read from the trainer's status; each kill after the first comes, one time in three, right
 after the one before it), then a random delay of up to 1.5 s, so two kills often land within a second or two of
-each other (the trainer and the memory server lost together, say); the victim is drawn among the trainer, the rollout workers, the evaluator and the
-memory server (``--roles`` narrows it, e.g. to ``trainer,memory``), and gets SIGKILL. The orchestrator restarts what died (``--max-restarts`` allows all the kills).
+each other (the trainer and the memory server lost together, say). The victim is drawn among the trainer, the
+rollout workers, the evaluator and the memory server (``--roles`` narrows it, e.g. to ``trainer,memory``) and gets
+SIGKILL. The orchestrator restarts what died (``--max-restarts`` allows all the kills).
 
 A run **passes** when
 
@@ -296,8 +297,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(outcomes: list[Outcome]) -> str:
-    rows = ["| mode | runs | passed | steps_done | ended with a reason | hung | kills (trainer/rollout/evaluator/memory) "
-            "| duplicates dropped | median wall s |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| mode | runs | passed | steps_done | ended with a reason | hung "
+            "| kills (trainer/rollout/evaluator/memory) | duplicates dropped | median wall s |", "|---|---|---|---|---|---|---|---|---|"]
     for mode in sorted({o.mode for o in outcomes}):
         group = [o for o in outcomes if o.mode == mode]
         victims = [k.victim.split("-")[0] for o in group for k in o.kills if k.pid]
