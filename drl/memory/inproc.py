@@ -445,16 +445,10 @@ class InProcessReader:
         return out
 
     def settle(self, state: dict[str, str | int], produced: dict[str, int]) -> None:
-        values = _fields(state)
-        with self._server.cond:
-            data = self._server.data(self._run)
-            data.state.update(values)
-            for worker, count in produced.items():
-                if int(count) > data.produced.get(worker, 0):
-                    data.produced[worker] = int(count)
-            self._server.changed()
+        self.rewrite(state, produced, widening=0, version=-1)
 
     def rewrite(self, state: dict[str, str | int], produced: dict[str, int], widening: int, version: int) -> None:
+        """Also ``settle`` (``widening`` 0 and ``version`` -1 leave both as they are)."""
         values = _fields(state)
         with self._server.cond:
             data = self._server.data(self._run)
@@ -462,7 +456,8 @@ class InProcessReader:
             for worker, count in produced.items():
                 if int(count) > data.produced.get(worker, 0):
                     data.produced[worker] = int(count)
-            data.widening = max(1, int(widening))
+            if widening > 0:
+                data.widening = int(widening)
             if version >= 0:
                 data.policy = int(version)
             self._server.changed()
