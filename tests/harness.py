@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 from drl.config import ExperimentConfig
@@ -107,6 +108,14 @@ class ServiceRun:
                 "lost": int(state.get("lost", 0)),
                 "dead_letter_entries": dead, "backlog_entries": c.xlen(self.keys.stream),
                 "backlog_bytes": int(c.get(self.keys.backlog_bytes) or 0), "workers": len(produced)}
+
+
+FULL_TIER = pytest.mark.skipif(
+    os.environ.get("DRL_TESTS_FULL") != "1",
+    reason="opt-in tier (DRL_TESTS_FULL=1): another mode or order of a test that runs in every suite, left out to "
+           "keep the suite under its time budget")
+"""Marks a variant of a fault or run test (the other mode, the other order of two kills) as opt-in: the same case
+runs in every suite in one variant, all variants with ``DRL_TESTS_FULL=1``."""
 
 
 def assert_balanced(summary: dict) -> None:

@@ -17,13 +17,14 @@ import sys
 import pytest
 
 from bench.fault_campaign import Campaign, describe, report
+from tests.harness import FULL_TIER
 
 
 def _campaign(tmp_path) -> Campaign:
     return Campaign(tmp_path, steps=6000, workers=2, victims=3, timeout=240, python=sys.executable)
 
 
-@pytest.mark.parametrize("mode,seed", [("async", 7), ("sync", 8)])
+@pytest.mark.parametrize("mode,seed", [("async", 7), pytest.param("sync", 8, marks=FULL_TIER)])
 def test_three_random_sigkills_the_run_ends_cleanly_and_its_summary_balances(tmp_path, mode, seed):
     outcome = _campaign(tmp_path).run_one(0, mode, seed)
     print("\n" + describe(outcome))

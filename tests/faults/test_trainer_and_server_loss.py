@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from drl.memory.redis.server import RedisServer
-from tests.harness import ServiceRun, fast_config
+from tests.harness import FULL_TIER, ServiceRun, fast_config
 
 
 def _kill(proc) -> None:
@@ -36,7 +36,8 @@ def _stop_past_its_checkpoint(run: ServiceRun, checkpoints: Path) -> None:
     raise AssertionError("never caught the trainer with committed entries beyond its newest checkpoint")
 
 
-@pytest.mark.parametrize("mode,first", [("async", "trainer"), ("async", "server"), ("sync", "trainer")])
+@pytest.mark.parametrize("mode,first", [("async", "trainer"), ("async", "server"),
+                                        pytest.param("sync", "trainer", marks=FULL_TIER)])
 def test_trainer_and_memory_server_killed_together_the_run_finishes_and_balances(tmp_path, mode, first):
     server = RedisServer(tmp_path / "redis").start()
     port = server.port

@@ -14,7 +14,7 @@ import pytest
 from drl.memory.redis.server import RedisServer
 from tests.conftest import processes_mentioning
 from tests.faults.test_supervision import Run
-from tests.harness import ServiceRun, fast_config
+from tests.harness import FULL_TIER, ServiceRun, fast_config
 
 
 def _kill(proc) -> None:
@@ -27,7 +27,7 @@ def _balances(acc: dict) -> None:
     assert acc["produced"] == acc["consumed"] + acc["stale"] + acc["dead_letter_entries"] + acc["lost"], acc
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
+@pytest.mark.parametrize("mode", ["async", pytest.param("sync", marks=FULL_TIER)])
 def test_a_worker_and_the_memory_server_sigkilled_together_the_new_worker_process_reports_its_floor(tmp_path, mode):
     """The worker's entries in the stream died with the server, those it kept with its process, and the trainer,
     stopped, has not written its state back when the new worker process starts: the new process takes its

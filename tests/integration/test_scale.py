@@ -8,6 +8,7 @@ import time
 import pytest
 
 from tests.conftest import read_summary, run_cli
+from tests.harness import FULL_TIER
 
 STEPS = 30_000
 SMALL = ["--sac.hidden", "16,16", "--eval-episodes", "1", "--workers", "2", "--steps", str(STEPS)]
@@ -20,7 +21,7 @@ def _summary(run_dir, timeout=240):
     return read_summary(run_dir)
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
+@pytest.mark.parametrize("mode", ["async", pytest.param("sync", marks=FULL_TIER)])
 def test_scale_up_and_down_during_a_run_loses_nothing(tmp_path, mode):
     run = f"scale-{mode}"
     started = run_cli([*SMALL, "--mode", mode, "--output", str(tmp_path), "--run-name", run, "--detach"],
