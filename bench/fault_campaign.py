@@ -225,17 +225,15 @@ class Campaign:
 
 
 def memory_server_pid(run_dir: Path) -> int | None:
-    """The private server's pid: the process whose working directory is the run's ``redis`` folder (the server
-    changes into its ``--dir``)."""
-    folder = (run_dir / "redis").resolve()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if Path(os.readlink(entry / "cwd")) == folder:
-                    return int(entry.name)
-            except OSError:
-                continue
-    return None
+    """The private server's pid as ``state.json`` names it (rewritten when the orchestrator starts it again),
+    while that process lives and is the run's server (``ownership.belongs_to_run``)."""
+    from orchestrator.backends.local.ownership import belongs_to_run
+
+    try:
+        pid = json.loads((run_dir / "state.json").read_text()).get("memory_pid")
+    except (OSError, ValueError):
+        return None
+    return pid if isinstance(pid, int) and belongs_to_run(pid, run_dir) else None
 
 
 def processes_of(run: str) -> list[int]:

@@ -573,19 +573,15 @@ class LocalRun:
         if self.control is None:
             raise MemoryUnavailable("no memory server")
         ledger = self.control.ledger()
-        unconsumed = None
-        record = self.trainer_record() if "consumed" not in ledger else None
-        if record and isinstance(record.get("ledger"), dict):
-            ledger = {str(k): str(v) for k, v in record["ledger"].items()}
-            unconsumed = self.control.unconsumed(ledger)
         produced_by = self.control.produced()
-        if unconsumed is None:
-            unconsumed = self.control.unconsumed()
-        else:
+        kept = (self.trainer_record() or {}).get("ledger") if "consumed" not in ledger else None
+        if isinstance(kept, dict):
+            ledger = {str(k): str(v) for k, v in kept.items()}
             for field, value in ledger.items():
                 if field.startswith("produced:"):
                     worker = field.split(":", 1)[1]
                     produced_by[worker] = max(produced_by.get(worker, 0), _count(value, 0))
+        unconsumed = self.control.unconsumed(ledger if isinstance(kept, dict) else None)
         produced = sum(produced_by.values())
         dead = self.control.dead_letters()
         base = self.resume_counters
