@@ -39,6 +39,20 @@ class SpaceSpec:
     act_high: tuple[float, ...] = ()
     observation_space: str = ""
     action_space: str = ""
+    frame_stack: int = 0
+    """0: observations travel whole. k >= 1: uint8 image observations that travel as frames, each sent once
+    (``drl.frames``): k frames stacked along the first axis (k = 1: the observation is one frame)."""
+
+    @property
+    def image(self) -> bool:
+        """Observations with 2 or 3 dimensions (HxW, HxWxC, CxHxW): networks read them with a convolutional
+        encoder."""
+        return len(self.obs_shape) in (2, 3)
+
+    @property
+    def frame_shape(self) -> tuple[int, ...]:
+        """The shape of one frame of a frame-stacked observation (``frame_stack`` > 0)."""
+        return self.obs_shape[1:] if self.frame_stack > 1 else self.obs_shape
 
     def action_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """Low and high of a Box action space as float32 arrays of the action's shape."""
@@ -52,13 +66,25 @@ class SpaceSpec:
             raise UserError(f"observation space {obs} is not supported (Box or Discrete)")
         obs_shape = tuple(obs.shape) if isinstance(obs, gym.spaces.Box) else ()
         obs_dtype = np.dtype(obs.dtype).newbyteorder("<").str
+        frames = frame_stack(env) if obs_dtype == "|u1" and len(obs_shape) in (2, 3) else 0
         if isinstance(act, gym.spaces.Box):
             return cls(obs_shape, obs_dtype, tuple(act.shape), np.dtype(np.float32).str, 0,
                        tuple(float(x) for x in act.low.ravel()), tuple(float(x) for x in act.high.ravel()),
-                       repr(obs), repr(act))
+                       repr(obs), repr(act), frames)
         if isinstance(act, gym.spaces.Discrete):
-            return cls(obs_shape, obs_dtype, (), np.dtype("<i8").str, int(act.n), (), (), repr(obs), repr(act))
+            return cls(obs_shape, obs_dtype, (), np.dtype("<i8").str, int(act.n), (), (), repr(obs), repr(act),
+                       frames)
         raise UserError(f"action space {act} is not supported (Box or Discrete)")
+
+
+def frame_stack(env: gym.Env) -> int:
+    """How many frames an image environment's observation stacks: the stack size of a gymnasium
+    ``FrameStackObservation`` among its wrappers, else 1."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.FrameStackObservation):
+            return int(env.stack_size)
+        env = env.env
+    return 1
 
 
 @dataclass(frozen=True)
