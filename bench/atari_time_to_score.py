@@ -2,9 +2,9 @@
 stated time budget; the best evaluated return is the figure when the score is not reached.
 
 The question is the user's, as in ``bench.time_to_score``: how long from "go" until the policy is good. Pong's
-scores run from -21 to 21 and 18 is the usual "solved" mark (CleanRL and rl-baselines3-zoo report 19-21 for DQN
-after 10M frames). On this 2-core CPU machine the budget will not reach it (a Nature CNN update takes tens of
-milliseconds here); run it on a GPU machine, and record the figure either way.
+scores run from -21 to 21 and 18 is the usual "solved" mark. On a CPU-only machine a budget of hours will not
+reach it (see ``bench.atari_learner`` for the update rate); run it on a GPU machine, and record the figure
+either way.
 
 One run per seed (``--seeds``), one after the other: the real command line as a subprocess,
 ``drl-orchestrate --preset dqn-atari --env ALE/Pong-v5 --mode async --workers W --seed S --steps 10^9
