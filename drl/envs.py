@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 from drl.errors import UserError
+from drl.frames import FrameLog
 
 RECENT_RETURNS = 10  # finished episodes' returns kept for status reports: a long run must not grow a list
 TRAJECTORY_FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {
@@ -149,12 +150,20 @@ def space_spec(env_id: str) -> SpaceSpec:
 
 
 class VecEnv:
-    """N environments stepped in lock-step, each reset on its own when its episode ends."""
+    """N environments stepped in lock-step, each reset on its own when its episode ends.
+
+    After ``log_frames`` (an image environment whose frames travel once, ``SpaceSpec.frame_stack``), transitions
+    hold each observation's k frame serials instead of the observation
+    (``drl.frames``); ``obs`` stays the whole observations the policy acts on. Stacking follows gymnasium's
+    ``FrameStackObservation``: a step's stack is the previous one's last k - 1 frames and the new frame, and a
+    reset's repeats the reset frame (a reset stack of other frames is numbered frame by frame).
+    """
 
     def __init__(self, env_id: str, n: int, seed: int):
         self.envs = [make_env(env_id) for _ in range(n)]
         self.spec = SpaceSpec.from_env(self.envs[0])
         self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
+        self.frames: FrameLog | None = None
         for i, env in enumerate(self.envs):
             env.action_space.seed(seed + 10_000 + i)
         self.episode_returns = np.zeros(n)
@@ -173,8 +182,9 @@ class VecEnv:
         action as given: an on-policy learner needs the sampled action to recompute its probability.
         """
         n = len(self.envs)
-        out = {"obs": np.empty_like(self.obs), "action": np.empty((n, *self.spec.act_shape), self.spec.act_dtype),
-               "reward": np.empty(n, dtype=np.float32), "next_obs": np.empty_like(self.obs),
+        rows = self.obs if self.frames is None else self.ids
+        out = {"obs": np.empty_like(rows), "action": np.empty((n, *self.spec.act_shape), self.spec.act_dtype),
+               "reward": np.empty(n, dtype=np.float32), "next_obs": np.empty_like(rows),
                "terminated": np.empty(n, dtype=np.uint8), "truncated": np.empty(n, dtype=np.uint8),
                "env_index": np.empty(n, dtype=np.uint16)}
         self.step_into(actions, out, 0)
@@ -192,7 +202,8 @@ class VecEnv:
         end = row + n
         actions = np.asarray(actions, dtype=self.spec.act_dtype)
         env_actions = actions if self._low is None else np.clip(actions, self._low, self._high)
-        out["obs"][row:end] = self.obs
+        frames = self.frames
+        out["obs"][row:end] = self.obs if frames is None else self.ids
         out["action"][row:end] = actions
         next_obs, rewards, terminated = out["next_obs"], out["reward"], out["terminated"]
         truncated = out.get("truncated")
@@ -200,7 +211,13 @@ class VecEnv:
         for i, env in enumerate(self.envs):
             o, r, term, trunc, _ = env.step(env_actions[i])
             j = row + i
-            next_obs[j] = o
+            if frames is None:
+                next_obs[j] = o
+            else:
+                ids = self.ids[i]
+                ids[:-1] = ids[1:]
+                ids[-1] = frames.put(o[-1] if self.spec.frame_stack > 1 else o)
+                next_obs[j] = ids
             rewards[j] = r
             terminated[j] = term
             if truncated is not None:
@@ -210,9 +227,25 @@ class VecEnv:
                 self.finished_returns.append(float(self.episode_returns[i]))
                 self.episode_returns[i] = 0.0
                 o, _ = env.reset()
+                if frames is not None:
+                    self.ids[i] = self._number_reset(o)
             carry[i] = o
         if "env_index" in out:
             out["env_index"][row:end] = self._index
+
+    def log_frames(self, capacity: int) -> None:
+        """From now on transitions hold frame serials, the frames kept in a log of ``capacity``."""
+        self.frames = FrameLog(self.spec.frame_shape, capacity)
+        self.ids = np.stack([self._number_reset(o) for o in self.obs])
+
+    def _number_reset(self, obs: np.ndarray) -> np.ndarray:
+        """The serials of a reset observation's frames, each frame put in the log once."""
+        k = self.spec.frame_stack
+        if k == 1:
+            return np.array([self.frames.put(obs)], dtype=np.int64)
+        if all(np.array_equal(obs[j], obs[-1]) for j in range(k - 1)):
+            return np.full(k, self.frames.put(obs[-1]), dtype=np.int64)
+        return np.array([self.frames.put(frame) for frame in obs], dtype=np.int64)
 
     def close(self) -> None:
         for env in self.envs:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from google.protobuf.message import DecodeError as _ProtoDecodeError
 
+from drl import frames
 from drl._proto import experience_pb2
 from drl.envs import SpaceSpec
 
@@ -59,7 +60,9 @@ def encode(header: experience_pb2.BatchHeader, arrays: dict[str, np.ndarray]) ->
     count = None
     for name, arr in arrays.items():
         arr = _le(np.asarray(arr))
-        if count is None:
+        if name == frames.TABLE:
+            pass
+        elif count is None:
             count = arr.shape[0]
         elif arr.shape[0] != count:
             raise ValueError(f"array {name} has {arr.shape[0]} rows, expected {count}")
@@ -80,18 +83,23 @@ def expected_layout(spec: SpaceSpec, extras: Mapping[str, tuple[str, tuple[int, 
                     ) -> dict[str, tuple[str, tuple[int, ...]]]:
     """dtype and per-transition shape of each field for an environment's spaces, then the optional fields
     ``extras`` (name: (dtype, shape)) that the run's algorithm and options ask for
-    (``drl.algorithms.wire_extras``), in their order."""
+    (``drl.algorithms.wire_extras``), in their order. An image environment whose frames travel once
+    (``SpaceSpec.frame_stack``) has frame indices for ``obs`` and ``next_obs`` and the frame table last, whose
+    shape is one frame's (``drl.frames``)."""
+    table = frames.wire_fields(spec.frame_stack, spec.frame_shape) if spec.frame_stack else {}
     layout = {
-        "obs": (spec.obs_dtype, spec.obs_shape),
+        "obs": table.get("obs", (spec.obs_dtype, spec.obs_shape)),
         "action": (spec.act_dtype, spec.act_shape),
         "reward": ("<f4", ()),
-        "next_obs": (spec.obs_dtype, spec.obs_shape),
+        "next_obs": table.get("next_obs", (spec.obs_dtype, spec.obs_shape)),
         "terminated": ("|u1", ()),
     }
-    clash = sorted(set(extras or {}) & set(layout))
+    clash = sorted(set(extras or {}) & (set(layout) | {frames.TABLE}))
     if clash:
         raise ValueError(f"optional wire fields {clash} would replace fields every transition has")
     layout.update(extras or {})
+    if table:
+        layout[frames.TABLE] = table[frames.TABLE]
     return layout
 
 
@@ -144,8 +152,8 @@ def _decode_arrays(header: experience_pb2.BatchHeader, d: bytes,
         dtype, shape = layout[name]
         if info.dtype != dtype:
             raise DecodeError("wrong_dtype", f"{name} has dtype {info.dtype}, expected {dtype}")
-        full = (count, *shape)
         got = tuple(info.shape)
+        full = (got[0] if name == frames.TABLE and got and got[0] >= 1 else count, *shape)
         if got != full:
             raise DecodeError("wrong_shape", f"{name} has shape {got}, expected {full}")
         nbytes = math.prod(full) * _itemsize(dtype)
@@ -153,4 +161,10 @@ def _decode_arrays(header: experience_pb2.BatchHeader, d: bytes,
         if info.nbytes != nbytes or offset + nbytes > size:
             raise DecodeError("truncated", f"{name} needs {nbytes} bytes at {offset}, blob has {size}")
         arrays[name] = np.frombuffer(view[offset:offset + nbytes], dtype=dtype).reshape(full)
+    table = arrays.get(frames.TABLE)
+    if table is not None:
+        for name in frames.INDEXED:
+            if arrays[name].max() >= len(table):
+                raise DecodeError("bad_index", f"{name} refers to frame {int(arrays[name].max())} of a table "
+                                               f"of {len(table)}")
     return Batch(header, arrays)
