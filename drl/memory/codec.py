@@ -51,8 +51,55 @@ def _le(arr: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def encode(header: experience_pb2.BatchHeader, arrays: dict[str, np.ndarray]) -> tuple[bytes, bytes]:
-    """Fills header.format_version, count and arrays; returns the (h, d) field values."""
+COMPRESSIONS = ("zstd", "lz4")
+
+
+@functools.lru_cache(maxsize=None)
+def _compressor(kind: str):
+    if kind == "zstd":
+        import zstandard
+
+        return zstandard.ZstdCompressor(level=1).compress
+    import lz4.frame
+
+    return lz4.frame.compress
+
+
+def _decompress(kind: str, blob: bytes, size: int) -> bytes:
+    """``blob`` decompressed, refusing to produce more than ``size`` bytes (a small entry must not expand into
+    gigabytes)."""
+    if kind == "zstd":
+        import zstandard
+
+        return zstandard.ZstdDecompressor().decompress(blob, max_output_size=size)
+    import lz4.frame
+
+    with lz4.frame.LZ4FrameDecompressor() as lz:
+        out = lz.decompress(blob, max_length=size)
+        if not lz.eof:
+            raise ValueError("more data than raw_nbytes, or a truncated frame")
+        return out
+
+
+def compression_for(option: str, spec: SpaceSpec) -> str:
+    """The compression a run's workers use: ``--compression`` itself, or for ``auto`` zstd where it wins
+    (image frames, when the zstandard package is installed: frames shrink many times over for a small part of
+    an env step's CPU time) and none elsewhere (float observations barely shrink). See bench/README.md."""
+    if option != "auto":
+        return "" if option == "none" else option
+    if not spec.frame_stack:
+        return ""
+    try:
+        import zstandard  # noqa: F401
+    except ImportError:
+        return ""
+    return "zstd"
+
+
+def encode(header: experience_pb2.BatchHeader, arrays: dict[str, np.ndarray], compression: str = ""
+           ) -> tuple[bytes, bytes]:
+    """Fills header.format_version, count and arrays; returns the (h, d) field values, ``d`` compressed with
+    ``compression`` ("zstd", "lz4"; "" for none)."""
     header.format_version = FORMAT_VERSION
     del header.arrays[:]
     parts = []
@@ -71,7 +118,11 @@ def encode(header: experience_pb2.BatchHeader, arrays: dict[str, np.ndarray]) ->
         offset += info.nbytes
         parts.append(arr)  # C-contiguous: join copies its buffer once (tobytes would copy it twice)
     header.count = count or 0
-    return header.SerializeToString(), b"".join(parts)
+    blob = b"".join(parts)
+    if compression:
+        header.compression, header.raw_nbytes = compression, len(blob)
+        blob = _compressor(compression)(blob)
+    return header.SerializeToString(), blob
 
 
 def entry_size(fields: dict) -> int:
@@ -125,10 +176,30 @@ def decode(fields: dict, run: str, layout: dict[str, tuple[str, tuple[int, ...]]
     try:
         if len(d) > MAX_ENTRY_BYTES:
             raise DecodeError("too_large", f"entry of {len(d)} bytes exceeds the limit of {MAX_ENTRY_BYTES}")
+        if header.compression:
+            d = _decompressed(header, d)
         return _decode_arrays(header, d, layout)
     except DecodeError as exc:
         exc.header = header
         raise
+
+
+def _decompressed(header: experience_pb2.BatchHeader, d: bytes) -> bytes:
+    kind, size = header.compression, header.raw_nbytes
+    if kind not in COMPRESSIONS:
+        raise DecodeError("bad_header", f"compression {kind!r} unknown (known: {', '.join(COMPRESSIONS)})")
+    if size > MAX_ENTRY_BYTES:
+        raise DecodeError("too_large", f"entry of {size} bytes once decompressed exceeds the limit of "
+                                       f"{MAX_ENTRY_BYTES}")
+    try:
+        raw = _decompress(kind, d, size)
+    except ImportError as exc:
+        raise DecodeError("bad_entry", f"{kind} entries need a package this trainer lacks: {exc}") from None
+    except Exception as exc:
+        raise DecodeError("truncated", f"{kind} data does not decompress: {exc}") from None
+    if len(raw) != size:
+        raise DecodeError("truncated", f"{kind} data decompresses to {len(raw)} bytes, header says {size}")
+    return raw
 
 
 @functools.lru_cache(maxsize=256)

@@ -50,6 +50,7 @@ class RolloutWorker(Service):
         self.envs = VecEnv(cfg.env, cfg.envs_per_worker, seed=cfg.seed * 100_003 + 1000 * ctx.worker_index)
         layout = codec.expected_layout(self.envs.spec, algorithm.wire_fields(cfg))
         self.limits = limits = backlog_limits(cfg, layout)
+        self.compression = codec.compression_for(cfg.compression, self.envs.spec)
         folder = algorithm.make_folder(cfg)
         self.held_steps = self.envs.spec.frame_stack + getattr(folder, "n", 0) + 2
         if self.envs.spec.frame_stack:
@@ -168,7 +169,7 @@ class RolloutWorker(Service):
         header = experience_pb2.BatchHeader(run=self.ctx.run, worker_id=self.ctx.name, seq=self.seq,
                                             policy_version=max(self.version, 0), iteration_end=iteration_end or final,
                                             final=final, produced_total=self.produced + count)
-        h, d = codec.encode(header, arrays)
+        h, d = codec.encode(header, arrays, self.compression)
         self.entry.n = 0
         reply = self.producer.send(self.seq, h, d, self.produced + count)
         if reply.appended:

@@ -234,3 +234,37 @@ def test_frame_replay_checkpoint_round_trip():
     assert 0 < len(smaller) <= 20
     batch = smaller.sample(8)
     assert batch["obs"].shape == (8, 4, 6, 5)
+
+
+@pytest.mark.parametrize("kind", ["zstd", "lz4"])
+def test_compressed_entries_round_trip_and_bad_ones_are_refused(kind):
+    envs, serial = stepped(STACKED, 2, 20, log=1000)
+    rows = {k: np.concatenate([s[k] for s in serial]) for k in ("obs", "action", "reward", "next_obs", "terminated")}
+    packed = frames.pack(rows, envs.frames)
+    layout = codec.expected_layout(envs.spec)
+    header = experience_pb2.BatchHeader(run="r", worker_id="rollout-0", seq=1)
+    plain_h, plain_d = codec.encode(header, packed)
+    h, d = codec.encode(experience_pb2.BatchHeader(run="r", worker_id="rollout-0", seq=1), packed, kind)
+    parsed = experience_pb2.BatchHeader.FromString(h)
+    assert parsed.compression == kind and parsed.raw_nbytes == len(plain_d)
+    batch = codec.decode({b"h": h, b"d": d}, "r", layout)
+    for name, arr in packed.items():
+        np.testing.assert_array_equal(batch.arrays[name], arr)
+    with pytest.raises(DecodeError, match="truncated"):
+        codec.decode({b"h": h, b"d": d[: len(d) // 2]}, "r", layout)
+    parsed.raw_nbytes = len(plain_d) - 1
+    with pytest.raises(DecodeError, match="truncated"):
+        codec.decode({b"h": parsed.SerializeToString(), b"d": d}, "r", layout)
+    parsed.raw_nbytes, parsed.compression = len(plain_d), "brotli"
+    with pytest.raises(DecodeError, match="bad_header"):
+        codec.decode({b"h": parsed.SerializeToString(), b"d": d}, "r", layout)
+    parsed.compression, parsed.raw_nbytes = kind, codec.MAX_ENTRY_BYTES + 1
+    with pytest.raises(DecodeError, match="too_large"):
+        codec.decode({b"h": parsed.SerializeToString(), b"d": d}, "r", layout)
+
+
+def test_auto_compression_is_zstd_for_frames_only():
+    assert codec.compression_for("auto", VecEnv(STACKED, 1, seed=0).spec) == "zstd"
+    assert codec.compression_for("auto", VecEnv("CartPole-v1", 1, seed=0).spec) == ""
+    assert codec.compression_for("none", VecEnv(STACKED, 1, seed=0).spec) == ""
+    assert codec.compression_for("lz4", VecEnv("CartPole-v1", 1, seed=0).spec) == "lz4"
