@@ -164,6 +164,7 @@ class RolloutWorker(Service):
             arrays = frames.pack(arrays, log)
             if self.actor.annotates:
                 arrays.update(self.actor.annotate(frames.expand(arrays)))
+                arrays[frames.TABLE] = arrays.pop(frames.TABLE)
         self.seq += 1
         final = last or self.produced + count >= self.total
         header = experience_pb2.BatchHeader(run=self.ctx.run, worker_id=self.ctx.name, seq=self.seq,
