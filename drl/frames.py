@@ -26,7 +26,7 @@ INDEXED = ("obs", "next_obs")
 """The fields that hold, per transition, k indices into the frame table instead of an observation."""
 INDEX_DTYPE = "<u4"
 SERIAL_DTYPE = "<i8"
-FRAME_ROOM = 1.25
+FRAME_ROOM = 1.1
 """Frames a frame replay keeps per transition of its capacity: an entry's table holds, besides one new frame per
 transition, each environment's stack history and its resets (``drl.frames``); when tables run above this, the
 oldest transitions leave early and the replay holds fewer than its capacity, never a stack with a lost frame."""

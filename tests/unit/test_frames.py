@@ -195,7 +195,7 @@ def test_frame_replay_rebuilds_stacks_and_drops_what_it_overwrote(kind):
     whole_envs, whole = stepped(STACKED, 2, 200, log=None, seed=9)
     envs, serial = stepped(STACKED, 2, 200, log=10_000, seed=9)
     replay = kind(envs.spec, 60, seed=0)
-    assert replay.ring.capacity == 75
+    assert replay.ring.capacity == 66
     stored = replay.data["obs"].nbytes + replay.data["next_obs"].nbytes + replay.ring.frames.nbytes
     assert stored / replay.capacity < 0.5 * 2 * 4 * 6 * 5
     sizes = []
