@@ -11,10 +11,12 @@ import importlib
 import re
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable
 
 import gymnasium as gym
 import numpy as np
 
+from drl import atari
 from drl.errors import UserError
 from drl.frames import FrameLog
 
@@ -62,9 +64,11 @@ class SpaceSpec:
 
     @classmethod
     def from_env(cls, env: gym.Env) -> "SpaceSpec":
+        """Raises UserError for an observation space drl cannot carry (Dict, Tuple, a Box of more than 3
+        dimensions) or an action space it cannot act in."""
         obs, act = env.observation_space, env.action_space
-        if not isinstance(obs, (gym.spaces.Box, gym.spaces.Discrete)):
-            raise UserError(f"observation space {obs} is not supported (Box or Discrete)")
+        if not isinstance(obs, (gym.spaces.Box, gym.spaces.Discrete)) or len(obs.shape or ()) > 3:
+            raise UserError(f"observation space {_brief(obs)} is not supported; {SUPPORTED_OBSERVATIONS}")
         obs_shape = tuple(obs.shape) if isinstance(obs, gym.spaces.Box) else ()
         obs_dtype = np.dtype(obs.dtype).newbyteorder("<").str
         frames = frame_stack(env) if obs_dtype == "|u1" and len(obs_shape) in (2, 3) else 0
@@ -75,7 +79,17 @@ class SpaceSpec:
         if isinstance(act, gym.spaces.Discrete):
             return cls(obs_shape, obs_dtype, (), np.dtype("<i8").str, int(act.n), (), (), repr(obs), repr(act),
                        frames)
-        raise UserError(f"action space {act} is not supported (Box or Discrete)")
+        raise UserError(f"action space {_brief(act)} is not supported; drl acts in Box and Discrete action spaces")
+
+
+SUPPORTED_OBSERVATIONS = ("drl takes Box observations of at most 3 dimensions (a vector, an HxW, HxWxC or CxHxW "
+                          "image) and Discrete ones")
+
+
+def _brief(space: gym.Space) -> str:
+    """A space as one line of bounded length: a Dict or Tuple of many parts would fill a terminal."""
+    text = " ".join(repr(space).split())
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def frame_stack(env: gym.Env) -> int:
@@ -90,51 +104,67 @@ def frame_stack(env: gym.Env) -> int:
 
 @dataclass(frozen=True)
 class EnvFamily:
-    """Environments a package provides, which a default install may lack."""
+    """Environments a package provides, which a default install may lack; ``register`` registers its ids
+    after ``module`` imports, ``make`` builds one of its envs with drl's preprocessing."""
 
     name: str
     ids: re.Pattern
     module: str
     install: str
+    register: Callable[[], None] | None = None
+    make: Callable[[str, str | None, bool], gym.Env] | None = None
 
 
+ATARI_INSTALL = "pip install 'drl[atari]' (in a checkout of drl: pip install -e '.[atari]')"
 FAMILIES = (
-    EnvFamily("Atari (ALE)", re.compile(r"ALE/"), "ale_py", "pip install ale-py"),
-    EnvFamily("MinAtar", re.compile(r"MinAtar/"), "minatar", "pip install minatar"),
+    EnvFamily("Atari (ALE)", re.compile(r"ALE/"), "ale_py", ATARI_INSTALL, atari.register_ale, atari.make_ale),
+    EnvFamily("MinAtar", re.compile(r"MinAtar/"), "minatar", ATARI_INSTALL, atari.register_minatar,
+              atari.make_minatar),
     EnvFamily("MuJoCo", re.compile(r"(Ant|HalfCheetah|Hopper|Humanoid|HumanoidStandup|InvertedDoublePendulum|"
                                    r"InvertedPendulum|Pusher|Reacher|Swimmer|Walker2d)-v\d+$"),
               "mujoco", "pip install 'gymnasium[mujoco]'"),
 )
 
 
+def family_of(env_id: str) -> EnvFamily | None:
+    return next((f for f in FAMILIES if f.ids.match(env_id)), None)
+
+
 def check_env_id(env_id: str) -> None:
     """Raises UserError when env_id is not a registered gymnasium id, naming close matches.
 
-    An id of a family a package provides (ALE, MinAtar, MuJoCo) imports that package first, since importing it
-    registers its ids; when it is not installed, the message says what to install.
+    An id of a family a package provides (ALE, MinAtar, MuJoCo) imports that package and registers its ids
+    first; when it is not installed, the message says what to install.
     """
+    family = family_of(env_id)
+    if family is not None:
+        try:
+            importlib.import_module(family.module)
+            if family.register is not None:
+                family.register()
+        except ImportError:
+            raise UserError(f"unknown environment id {env_id!r}; {family.name} environments come with a package "
+                            f"that is not installed: {family.install}") from None
     if env_id in gym.envs.registry:
         return
     import difflib
 
-    family = next((f for f in FAMILIES if f.ids.match(env_id)), None)
-    if family is not None:
-        try:
-            importlib.import_module(family.module)
-        except ImportError:
-            raise UserError(f"unknown environment id {env_id!r}; {family.name} environments come with a package "
-                            f"that is not installed: {family.install}") from None
-        if env_id in gym.envs.registry:
-            return
     close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see gymnasium.envs.registry for the ids"
     raise UserError(f"unknown environment id {env_id!r}{hint}")
 
 
-def make_env(env_id: str, render_mode: str | None = None) -> gym.Env:
+def make_env(env_id: str, render_mode: str | None = None, evaluation: bool = False) -> gym.Env:
+    """The env as drl trains on it, or with ``evaluation`` as it is scored: for Atari the two differ in that
+    training ends an episode at a lost life and clips rewards to their sign, while evaluation reports the game's
+    real score (``drl.atari``). Other ids are ``gymnasium.make``'s env, the same for both, and get a render mode
+only when one is asked for: an env class without that argument is still made for training."""
     check_env_id(env_id)
+    family = family_of(env_id)
     try:
-        return gym.make(env_id, render_mode=render_mode)
+        if family is not None and family.make is not None:
+            return family.make(env_id, render_mode, evaluation)
+        return gym.make(env_id, **({} if render_mode is None else {"render_mode": render_mode}))
     except gym.error.Error as exc:
         raise UserError(f"environment {env_id!r} cannot be created: {exc}") from None
     except ImportError as exc:
@@ -142,9 +172,13 @@ def make_env(env_id: str, render_mode: str | None = None) -> gym.Env:
 
 
 def space_spec(env_id: str) -> SpaceSpec:
+    """The spaces of the training env (an evaluation env has the same ones), as the wire and networks see
+    them; UserError names the environment when drl cannot carry its spaces."""
     env = make_env(env_id)
     try:
         return SpaceSpec.from_env(env)
+    except UserError as exc:
+        raise UserError(f"environment {env_id!r}: {exc}") from None
     finally:
         env.close()
 
