@@ -92,6 +92,17 @@ def _brief(space: gym.Space) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+def _records_episodes(env: gym.Env) -> bool:
+    """Whether a ``RecordEpisodeStatistics`` among the env's wrappers reports each game's real score (Atari:
+    under the training wrappers that clip rewards and end an episode at a lost life), which status reports then
+    show instead of the sum of the rewards the learner sees."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.RecordEpisodeStatistics):
+            return True
+        env = env.env
+    return False
+
+
 def frame_stack(env: gym.Env) -> int:
     """How many frames an image environment's observation stacks: the stack size of a gymnasium
     ``FrameStackObservation`` among its wrappers, else 1."""
@@ -198,6 +209,7 @@ class VecEnv:
         self.spec = SpaceSpec.from_env(self.envs[0])
         self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
         self.frames: FrameLog | None = None
+        self._scored = _records_episodes(self.envs[0])
         for i, env in enumerate(self.envs):
             env.action_space.seed(seed + 10_000 + i)
         self.episode_returns = np.zeros(n)
@@ -243,7 +255,7 @@ class VecEnv:
         truncated = out.get("truncated")
         carry = self.obs
         for i, env in enumerate(self.envs):
-            o, r, term, trunc, _ = env.step(env_actions[i])
+            o, r, term, trunc, info = env.step(env_actions[i])
             j = row + i
             if frames is None:
                 next_obs[j] = o
@@ -258,11 +270,14 @@ class VecEnv:
                 truncated[j] = trunc and not term
             self.episode_returns[i] += r
             if term or trunc:
-                self.finished_returns.append(float(self.episode_returns[i]))
+                if not self._scored:
+                    self.finished_returns.append(float(self.episode_returns[i]))
                 self.episode_returns[i] = 0.0
                 o, _ = env.reset()
                 if frames is not None:
                     self.ids[i] = self._number_reset(o)
+            if self._scored and "episode" in info:
+                self.finished_returns.append(float(info["episode"]["r"]))
             carry[i] = o
         if "env_index" in out:
             out["env_index"][row:end] = self._index

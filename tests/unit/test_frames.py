@@ -268,3 +268,17 @@ def test_auto_compression_is_zstd_for_frames_only():
     assert codec.compression_for("auto", VecEnv("CartPole-v1", 1, seed=0).spec) == ""
     assert codec.compression_for("none", VecEnv(STACKED, 1, seed=0).spec) == ""
     assert codec.compression_for("lz4", VecEnv("CartPole-v1", 1, seed=0).spec) == "lz4"
+
+
+def test_status_returns_are_whole_game_scores_for_atari():
+    """Training ends an Atari episode at a lost life and clips rewards; the returns a worker reports are the
+    games' real scores (``RecordEpisodeStatistics``), one per game."""
+    envs = VecEnv("ALE/Breakout-v5", 1, seed=0)
+    envs.log_frames(100)
+    rng = np.random.default_rng(0)
+    ends = 0
+    while len(envs.finished_returns) < 1:
+        step = envs.step(rng.integers(0, 4, 1))
+        ends += int(step["terminated"][0] or step["truncated"][0])
+    assert ends >= 5, "every lost life ends a training episode"
+    assert len(envs.finished_returns) == 1
