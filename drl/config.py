@@ -13,6 +13,7 @@ gets its block, its ``--<name>.<field>`` flags and its place among ``--algorithm
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 import types
@@ -63,6 +64,10 @@ class ExperimentBase:
                                      "(--max-backlog-entries entries of --batch-transitions): a fast env sends "
                                      "fewer, larger entries, a slow one is not held back. 0 sends every entry at "
                                      "--batch-transitions.")
+    compression: str = opt("auto", "How rollout workers compress each entry's arrays: zstd, lz4, none, or auto "
+                                   "(zstd for image frames when the zstandard package is installed, none "
+                                   "otherwise). The trainer reads any of them.",
+                           choices=("auto", "none", "zstd", "lz4"))
     random_steps: int = opt(1000, "Initial environment steps (all workers together) taken with uniform random actions.")
     learning_starts: int = opt(1000, "Transitions in replay before the first gradient update.")
     updates_per_transition: float = opt(1.0, "Gradient updates per consumed transition (the replay ratio).")
@@ -129,6 +134,10 @@ class ExperimentBase:
             block = getattr(self, f.name)
             if dataclasses.is_dataclass(block) and hasattr(block, "problems"):
                 problems += block.problems(f"--{f.name}.")
+        package = {"zstd": "zstandard", "lz4": "lz4"}.get(self.compression)
+        if package and importlib.util.find_spec(package) is None:
+            problems.append(f"--compression {self.compression} needs the {package} package: "
+                            f"pip install {package} (or pip install 'drl[atari]')")
         if problems:
             raise ConfigError("; ".join(problems))
         return self

@@ -11,11 +11,14 @@ import importlib
 import re
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable
 
 import gymnasium as gym
 import numpy as np
 
+from drl import atari
 from drl.errors import UserError
+from drl.frames import FrameLog
 
 RECENT_RETURNS = 10  # finished episodes' returns kept for status reports: a long run must not grow a list
 TRAJECTORY_FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {
@@ -61,9 +64,11 @@ class SpaceSpec:
 
     @classmethod
     def from_env(cls, env: gym.Env) -> "SpaceSpec":
+        """Raises UserError for an observation space drl cannot carry (Dict, Tuple, a Box of more than 3
+        dimensions) or an action space it cannot act in."""
         obs, act = env.observation_space, env.action_space
-        if not isinstance(obs, (gym.spaces.Box, gym.spaces.Discrete)):
-            raise UserError(f"observation space {obs} is not supported (Box or Discrete)")
+        if not isinstance(obs, (gym.spaces.Box, gym.spaces.Discrete)) or len(obs.shape or ()) > 3:
+            raise UserError(f"observation space {_brief(obs)} is not supported; {SUPPORTED_OBSERVATIONS}")
         obs_shape = tuple(obs.shape) if isinstance(obs, gym.spaces.Box) else ()
         obs_dtype = np.dtype(obs.dtype).newbyteorder("<").str
         frames = frame_stack(env) if obs_dtype == "|u1" and len(obs_shape) in (2, 3) else 0
@@ -74,7 +79,28 @@ class SpaceSpec:
         if isinstance(act, gym.spaces.Discrete):
             return cls(obs_shape, obs_dtype, (), np.dtype("<i8").str, int(act.n), (), (), repr(obs), repr(act),
                        frames)
-        raise UserError(f"action space {act} is not supported (Box or Discrete)")
+        raise UserError(f"action space {_brief(act)} is not supported; drl acts in Box and Discrete action spaces")
+
+
+SUPPORTED_OBSERVATIONS = ("drl takes Box observations of at most 3 dimensions (a vector, an HxW, HxWxC or CxHxW "
+                          "image) and Discrete ones")
+
+
+def _brief(space: gym.Space) -> str:
+    """A space as one line of bounded length: a Dict or Tuple of many parts would fill a terminal."""
+    text = " ".join(repr(space).split())
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _records_episodes(env: gym.Env) -> bool:
+    """Whether a ``RecordEpisodeStatistics`` among the env's wrappers reports each game's real score (Atari:
+    under the training wrappers that clip rewards and end an episode at a lost life), which status reports then
+    show instead of the sum of the rewards the learner sees."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.RecordEpisodeStatistics):
+            return True
+        env = env.env
+    return False
 
 
 def frame_stack(env: gym.Env) -> int:
@@ -89,51 +115,67 @@ def frame_stack(env: gym.Env) -> int:
 
 @dataclass(frozen=True)
 class EnvFamily:
-    """Environments a package provides, which a default install may lack."""
+    """Environments a package provides, which a default install may lack; ``register`` registers its ids
+    after ``module`` imports, ``make`` builds one of its envs with drl's preprocessing."""
 
     name: str
     ids: re.Pattern
     module: str
     install: str
+    register: Callable[[], None] | None = None
+    make: Callable[[str, str | None, bool], gym.Env] | None = None
 
 
+ATARI_INSTALL = "pip install 'drl[atari]' (in a checkout of drl: pip install -e '.[atari]')"
 FAMILIES = (
-    EnvFamily("Atari (ALE)", re.compile(r"ALE/"), "ale_py", "pip install ale-py"),
-    EnvFamily("MinAtar", re.compile(r"MinAtar/"), "minatar", "pip install minatar"),
+    EnvFamily("Atari (ALE)", re.compile(r"ALE/"), "ale_py", ATARI_INSTALL, atari.register_ale, atari.make_ale),
+    EnvFamily("MinAtar", re.compile(r"MinAtar/"), "minatar", ATARI_INSTALL, atari.register_minatar,
+              atari.make_minatar),
     EnvFamily("MuJoCo", re.compile(r"(Ant|HalfCheetah|Hopper|Humanoid|HumanoidStandup|InvertedDoublePendulum|"
                                    r"InvertedPendulum|Pusher|Reacher|Swimmer|Walker2d)-v\d+$"),
               "mujoco", "pip install 'gymnasium[mujoco]'"),
 )
 
 
+def family_of(env_id: str) -> EnvFamily | None:
+    return next((f for f in FAMILIES if f.ids.match(env_id)), None)
+
+
 def check_env_id(env_id: str) -> None:
     """Raises UserError when env_id is not a registered gymnasium id, naming close matches.
 
-    An id of a family a package provides (ALE, MinAtar, MuJoCo) imports that package first, since importing it
-    registers its ids; when it is not installed, the message says what to install.
+    An id of a family a package provides (ALE, MinAtar, MuJoCo) imports that package and registers its ids
+    first; when it is not installed, the message says what to install.
     """
+    family = family_of(env_id)
+    if family is not None:
+        try:
+            importlib.import_module(family.module)
+            if family.register is not None:
+                family.register()
+        except ImportError:
+            raise UserError(f"unknown environment id {env_id!r}; {family.name} environments come with a package "
+                            f"that is not installed: {family.install}") from None
     if env_id in gym.envs.registry:
         return
     import difflib
 
-    family = next((f for f in FAMILIES if f.ids.match(env_id)), None)
-    if family is not None:
-        try:
-            importlib.import_module(family.module)
-        except ImportError:
-            raise UserError(f"unknown environment id {env_id!r}; {family.name} environments come with a package "
-                            f"that is not installed: {family.install}") from None
-        if env_id in gym.envs.registry:
-            return
     close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see gymnasium.envs.registry for the ids"
     raise UserError(f"unknown environment id {env_id!r}{hint}")
 
 
-def make_env(env_id: str, render_mode: str | None = None) -> gym.Env:
+def make_env(env_id: str, render_mode: str | None = None, evaluation: bool = False) -> gym.Env:
+    """The env as drl trains on it, or with ``evaluation`` as it is scored: for Atari the two differ in that
+    training ends an episode at a lost life and clips rewards to their sign, while evaluation reports the game's
+    real score (``drl.atari``). Other ids are ``gymnasium.make``'s env, the same for both, and get a render mode
+only when one is asked for: an env class without that argument is still made for training."""
     check_env_id(env_id)
+    family = family_of(env_id)
     try:
-        return gym.make(env_id, render_mode=render_mode)
+        if family is not None and family.make is not None:
+            return family.make(env_id, render_mode, evaluation)
+        return gym.make(env_id, **({} if render_mode is None else {"render_mode": render_mode}))
     except gym.error.Error as exc:
         raise UserError(f"environment {env_id!r} cannot be created: {exc}") from None
     except ImportError as exc:
@@ -141,20 +183,33 @@ def make_env(env_id: str, render_mode: str | None = None) -> gym.Env:
 
 
 def space_spec(env_id: str) -> SpaceSpec:
+    """The spaces of the training env (an evaluation env has the same ones), as the wire and networks see
+    them; UserError names the environment when drl cannot carry its spaces."""
     env = make_env(env_id)
     try:
         return SpaceSpec.from_env(env)
+    except UserError as exc:
+        raise UserError(f"environment {env_id!r}: {exc}") from None
     finally:
         env.close()
 
 
 class VecEnv:
-    """N environments stepped in lock-step, each reset on its own when its episode ends."""
+    """N environments stepped in lock-step, each reset on its own when its episode ends.
+
+    After ``log_frames`` (an image environment whose frames travel once, ``SpaceSpec.frame_stack``), transitions
+    hold each observation's k frame serials instead of the observation
+    (``drl.frames``); ``obs`` stays the whole observations the policy acts on. Stacking follows gymnasium's
+    ``FrameStackObservation``: a step's stack is the previous one's last k - 1 frames and the new frame, and a
+    reset's repeats the reset frame (a reset stack of other frames is numbered frame by frame).
+    """
 
     def __init__(self, env_id: str, n: int, seed: int):
         self.envs = [make_env(env_id) for _ in range(n)]
         self.spec = SpaceSpec.from_env(self.envs[0])
         self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
+        self.frames: FrameLog | None = None
+        self._scored = _records_episodes(self.envs[0])
         for i, env in enumerate(self.envs):
             env.action_space.seed(seed + 10_000 + i)
         self.episode_returns = np.zeros(n)
@@ -173,8 +228,9 @@ class VecEnv:
         action as given: an on-policy learner needs the sampled action to recompute its probability.
         """
         n = len(self.envs)
-        out = {"obs": np.empty_like(self.obs), "action": np.empty((n, *self.spec.act_shape), self.spec.act_dtype),
-               "reward": np.empty(n, dtype=np.float32), "next_obs": np.empty_like(self.obs),
+        rows = self.obs if self.frames is None else self.ids
+        out = {"obs": np.empty_like(rows), "action": np.empty((n, *self.spec.act_shape), self.spec.act_dtype),
+               "reward": np.empty(n, dtype=np.float32), "next_obs": np.empty_like(rows),
                "terminated": np.empty(n, dtype=np.uint8), "truncated": np.empty(n, dtype=np.uint8),
                "env_index": np.empty(n, dtype=np.uint16)}
         self.step_into(actions, out, 0)
@@ -192,27 +248,53 @@ class VecEnv:
         end = row + n
         actions = np.asarray(actions, dtype=self.spec.act_dtype)
         env_actions = actions if self._low is None else np.clip(actions, self._low, self._high)
-        out["obs"][row:end] = self.obs
+        frames = self.frames
+        out["obs"][row:end] = self.obs if frames is None else self.ids
         out["action"][row:end] = actions
         next_obs, rewards, terminated = out["next_obs"], out["reward"], out["terminated"]
         truncated = out.get("truncated")
         carry = self.obs
         for i, env in enumerate(self.envs):
-            o, r, term, trunc, _ = env.step(env_actions[i])
+            o, r, term, trunc, info = env.step(env_actions[i])
             j = row + i
-            next_obs[j] = o
+            if frames is None:
+                next_obs[j] = o
+            else:
+                ids = self.ids[i]
+                ids[:-1] = ids[1:]
+                ids[-1] = frames.put(o[-1] if self.spec.frame_stack > 1 else o)
+                next_obs[j] = ids
             rewards[j] = r
             terminated[j] = term
             if truncated is not None:
                 truncated[j] = trunc and not term
             self.episode_returns[i] += r
             if term or trunc:
-                self.finished_returns.append(float(self.episode_returns[i]))
+                if not self._scored:
+                    self.finished_returns.append(float(self.episode_returns[i]))
                 self.episode_returns[i] = 0.0
                 o, _ = env.reset()
+                if frames is not None:
+                    self.ids[i] = self._number_reset(o)
+            if self._scored and "episode" in info:
+                self.finished_returns.append(float(info["episode"]["r"]))
             carry[i] = o
         if "env_index" in out:
             out["env_index"][row:end] = self._index
+
+    def log_frames(self, capacity: int) -> None:
+        """From now on transitions hold frame serials, the frames kept in a log of ``capacity``."""
+        self.frames = FrameLog(self.spec.frame_shape, capacity)
+        self.ids = np.stack([self._number_reset(o) for o in self.obs])
+
+    def _number_reset(self, obs: np.ndarray) -> np.ndarray:
+        """The serials of a reset observation's frames, each frame put in the log once."""
+        k = self.spec.frame_stack
+        if k == 1:
+            return np.array([self.frames.put(obs)], dtype=np.int64)
+        if all(np.array_equal(obs[j], obs[-1]) for j in range(k - 1)):
+            return np.full(k, self.frames.put(obs[-1]), dtype=np.int64)
+        return np.array([self.frames.put(frame) for frame in obs], dtype=np.int64)
 
     def close(self) -> None:
         for env in self.envs:

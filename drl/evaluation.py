@@ -18,12 +18,15 @@ def run_episodes(env_id: str, actor: Actor, episodes: int, seed: int, max_steps:
     """Returns of deterministic episodes seeded seed, seed+1, ...; ``on_frame(episode, rgb)`` receives rendered
     frames when given (the env is then made with render_mode="rgb_array", one episode after the other).
 
+    The envs are evaluation envs (``make_env(evaluation=True)``): a return is the game's real score, whatever
+    training changes (an Atari game's lost lives and clipped rewards).
+
     Without frames the episodes run side by side, one policy call for every running episode per step: the same
     episodes and returns, in a fraction of the time, so a run's evaluator reports a version sooner and takes less
     CPU from the trainer."""
     if on_frame is None:
         return _run_together(env_id, actor, episodes, seed, max_steps)
-    env = make_env(env_id, render_mode="rgb_array")
+    env = make_env(env_id, render_mode="rgb_array", evaluation=True)
     returns = []
     try:
         for i in range(episodes):
@@ -43,7 +46,7 @@ def run_episodes(env_id: str, actor: Actor, episodes: int, seed: int, max_steps:
 
 
 def _run_together(env_id: str, actor: Actor, episodes: int, seed: int, max_steps: int) -> list[float]:
-    envs = [make_env(env_id) for _ in range(episodes)]
+    envs = [make_env(env_id, evaluation=True) for _ in range(episodes)]
     try:
         obs = [np.asarray(env.reset(seed=seed + i)[0]) for i, env in enumerate(envs)]
         totals = [0.0] * episodes

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from drl import frames
 from drl.envs import SpaceSpec
 from drl.replay import PrioritizedReplay, ReplayBuffer
 
@@ -132,7 +133,8 @@ class RolloutLearning:
         self.rollout: list[tuple[str, int, dict[str, np.ndarray]]] = []
 
     def add(self, worker: str, seq: int, arrays: dict[str, np.ndarray]) -> None:
-        self.rollout.append((worker, seq, arrays))
+        """Keeps an entry for the iteration's end, with whole observations when its frames travelled once."""
+        self.rollout.append((worker, seq, frames.expand(arrays)))
 
     def size(self) -> int:
         return 0

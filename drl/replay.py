@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from drl.envs import SpaceSpec
+from drl.frames import INDEXED, TABLE, frame_capacity
 
 PRIORITY = "priority"
 """The optional field with a transition's initial priority: the prioritized replay's own input, never stored
@@ -22,19 +23,60 @@ as a column and left out of batches."""
 Extras = Mapping[str, tuple[str, tuple[int, ...]]] | Iterable[str]
 
 
+
+class FrameRing:
+    """Frames in a ring, each under a serial (0, 1, 2, ...); a serial below ``oldest`` was overwritten."""
+
+    def __init__(self, frame_shape: tuple[int, ...], capacity: int):
+        self.frames = np.zeros((capacity, *frame_shape), dtype=np.uint8)
+        self.capacity = capacity
+        self.next = 0
+
+    @property
+    def oldest(self) -> int:
+        return max(0, self.next - self.capacity)
+
+    def put(self, table: np.ndarray) -> int:
+        """Stores a table's frames (at most the newest ``capacity``); returns the first one's serial."""
+        start = self.next
+        rows = len(table)
+        skip = max(0, rows - self.capacity)
+        slots = (start + skip + np.arange(rows - skip)) % self.capacity
+        self.frames[slots] = table[skip:]
+        self.next = start + rows
+        return start
+
+    def stacks(self, refs: np.ndarray, obs_shape: tuple[int, ...]) -> np.ndarray:
+        return self.frames[refs % self.capacity].reshape(len(refs), *obs_shape)
+
+
 class ReplayBuffer:
     """``extras``: the optional fields to keep beside the five every transition has, by name or as
     ``{name: (dtype, shape)}`` (shape () when only named); they are stored as float32, which is what batches
-    hold anyway."""
+    hold anyway.
+
+    An image environment whose frames travel once (``SpaceSpec.frame_stack``) is stored the same way: its frame
+    tables go into a ``FrameRing`` of ``FRAME_ROOM`` frames per transition, each transition keeps the serials of
+    its observations' frames, and a batch rebuilds the stacks. A transition leaves when one of its frames is
+    overwritten, so the buffer may hold fewer than ``capacity``. Image observations reach a batch as uint8: the
+    learner's first layer scales them."""
 
     def __init__(self, spec: SpaceSpec, capacity: int, seed: int, extras: Extras = ()):
         self.capacity = capacity
+        self.obs_shape = spec.obs_shape
         obs_dt = np.dtype(spec.obs_dtype)
+        obs_rows = (spec.frame_stack,) if spec.frame_stack else spec.obs_shape
+        if spec.frame_stack:
+            obs_dt = np.dtype(np.int64)
+            self.ring: FrameRing | None = FrameRing(spec.frame_shape, frame_capacity(capacity))
+            self.entry_start = np.zeros(capacity, dtype=np.int64)
+        else:
+            self.ring = None
         self.data = {
-            "obs": np.zeros((capacity, *spec.obs_shape), dtype=obs_dt),
+            "obs": np.zeros((capacity, *obs_rows), dtype=obs_dt),
             "action": np.zeros((capacity, *spec.act_shape), dtype=np.dtype(spec.act_dtype)),
             "reward": np.zeros(capacity, dtype=np.float32),
-            "next_obs": np.zeros((capacity, *spec.obs_shape), dtype=obs_dt),
+            "next_obs": np.zeros((capacity, *obs_rows), dtype=obs_dt),
             "terminated": np.zeros(capacity, dtype=np.float32),
         }
         shapes = extras if isinstance(extras, Mapping) else {name: ("<f4", ()) for name in extras}
@@ -51,34 +93,81 @@ class ReplayBuffer:
     def add(self, arrays: dict[str, np.ndarray]) -> int:
         """Appends a batch of transitions (rows along the first axis), overwriting the oldest when full."""
         n = len(arrays["reward"])
+        if self.ring is not None:
+            start = self.ring.put(arrays[TABLE])
+            arrays = {**arrays, "obs": start + arrays["obs"].astype(np.int64),
+                      "next_obs": start + arrays["next_obs"].astype(np.int64)}
+            self._drop_overwritten()
         self._slots = idx = (self.pos + np.arange(n)) % self.capacity
         for name, store in self.data.items():
             store[idx] = arrays[name]
+        if self.ring is not None:
+            self.entry_start[idx] = start
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.capacity, self.size + n)
         return n
 
+    def _drop_overwritten(self) -> None:
+        """Drops, oldest first, the transitions of entries whose first frame the ring overwrote (entries come in
+        order, so their first serials only grow along the buffer)."""
+        oldest = self.ring.oldest
+        while self.size:
+            tail = (self.pos - self.size) % self.capacity
+            if self.entry_start[tail] >= oldest:
+                return
+            span = (tail + np.arange(min(self.size, 4096))) % self.capacity
+            gone = int(np.searchsorted(self.entry_start[span], oldest))
+            self._dropped(span[:gone])
+            self.size -= gone
+
+    def _dropped(self, slots: np.ndarray) -> None:
+        """Slots that no longer hold a transition."""
+
     def _gather(self, idx: np.ndarray) -> dict[str, torch.Tensor]:
         out = {}
         for name, store in self.data.items():
+            if self.ring is not None and name in INDEXED:
+                out[name] = torch.from_numpy(self.ring.stacks(store[idx], self.obs_shape))
+                continue
             x = torch.from_numpy(store[idx])
             out[name] = x.float() if x.dtype != torch.int64 else x
         return out
 
     def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
-        return self._gather(self.rng.integers(0, self.size, size=batch_size))
+        return self._gather((self.pos - self.size + self.rng.integers(0, self.size, size=batch_size))
+                            % self.capacity)
 
     def dump(self) -> tuple[dict[str, np.ndarray], dict]:
-        """The stored transitions (oldest first) and the buffer's position, for checkpoints."""
+        """The stored transitions (oldest first) and the buffer's position, for checkpoints; a frame replay's
+        as an entry would carry them (indices into the frames they refer to)."""
         order = np.arange(self.pos - self.size, self.pos) % self.capacity
-        return {name: store[order] for name, store in self.data.items()}, {"size": self.size}
+        arrays = {name: store[order] for name, store in self.data.items()}
+        if self.ring is not None and self.size:
+            first = int(min(arrays["obs"].min(), arrays["next_obs"].min()))
+            serials = np.arange(first, self.ring.next)
+            arrays[TABLE] = self.ring.frames[serials % self.ring.capacity]
+            for name in INDEXED:
+                arrays[name] = (arrays[name] - first).astype(np.uint32)
+        return arrays, {"size": self.size}
 
     def load(self, arrays: dict[str, np.ndarray], meta: dict) -> None:
         """Refills the buffer from ``dump``'s output (a smaller capacity keeps the newest transitions)."""
         self.pos = self.size = 0
         n = int(meta["size"])
+        if n == 0:
+            return
         keep = slice(max(0, n - self.capacity), n)
-        self.add({name: np.asarray(arrays[name])[keep] for name in arrays if name in self.data or name == PRIORITY})
+        rows = {name: np.asarray(arrays[name])[keep] for name in arrays
+                if (name in self.data or name == PRIORITY) and name != TABLE}
+        if self.ring is not None:
+            table = np.asarray(arrays[TABLE])
+            first = max(0, len(table) - self.ring.capacity)
+            whole = np.minimum(rows["obs"].min(1), rows["next_obs"].min(1)) >= first
+            rows = {name: value[whole] for name, value in rows.items()}
+            for name in INDEXED:
+                rows[name] = rows[name].astype(np.int64) - first
+            rows[TABLE] = table[first:]
+        self.add(rows)
 
 
 class SumTree:
@@ -150,13 +239,18 @@ class PrioritizedReplay(ReplayBuffer):
         importance-sampling weights in ``weight``; the slots drawn are kept for ``update_priorities``."""
         total = self.tree.total()
         bounds = (np.arange(batch_size) + self.rng.random(batch_size)) * (total / batch_size)
-        idx = np.minimum(self.tree.find(np.minimum(bounds, np.nextafter(total, 0))), self.size - 1)
+        idx = self.tree.find(np.minimum(bounds, np.nextafter(total, 0)))
+        idx = np.where(self.tree.leaves(idx) > 0, idx, (self.pos - 1) % self.capacity)
         probs = self.tree.leaves(idx) / total
         weights = (self.size * np.maximum(probs, 1e-12)) ** -self.beta
         batch = self._gather(idx)
         batch["weight"] = torch.from_numpy((weights / weights.max()).astype(np.float32))
         self.last_indices = idx
         return batch
+
+    def _dropped(self, slots: np.ndarray) -> None:
+        if len(slots):
+            self.tree.set(slots, np.zeros(len(slots)))
 
     def update_priorities(self, idx: np.ndarray, td_errors: np.ndarray) -> None:
         """New priorities |TD error| + eps for the slots of the last batch."""

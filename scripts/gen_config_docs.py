@@ -109,7 +109,7 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      "then wait; default), `wait` or `none`."),
     ("DRL_TIMEOUT", TOOLING, "Seconds `kind-deploy.sh` waits for the trainer Job (default 900)."),
     ("DRL_EXTRAS", TOOLING, "Docker build argument: optional dependency groups installed into the image "
-     "(default `kubernetes`)."),
+     "(default `kubernetes,atari`)."),
 )
 
 EXAMPLE_CONFIG = """{

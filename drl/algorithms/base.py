@@ -16,6 +16,7 @@ import numpy as np
 
 from drl.envs import SpaceSpec
 from drl.errors import UserError
+from drl.frames import FRAME_ROOM
 
 if TYPE_CHECKING:
     from drl.learning import Learning
@@ -181,13 +182,16 @@ class Algorithm:
         instead of allocation errors and restarts."""
         needs = []
         if self.replay:
-            row = 2 * math.prod(spec.obs_shape) * _itemsize(spec.obs_dtype)
+            if spec.frame_stack:
+                row = FRAME_ROOM * math.prod(spec.frame_shape) + 2 * 8 * (spec.frame_stack + 1)
+            else:
+                row = 2 * math.prod(spec.obs_shape) * _itemsize(spec.obs_dtype)
             row += math.prod(spec.act_shape) * _itemsize(spec.act_dtype) + 2 * FLOAT_BYTES
             row += sum(FLOAT_BYTES * math.prod(shape) for name, (_, shape) in self.wire_fields(cfg).items()
                        if name != "priority")
             tree = 2 * 2 ** math.ceil(math.log2(max(cfg.replay_size, 1))) * 8 if cfg.prioritized else 0
             needs.append(MemoryNeed("the replay buffer", "--replay-size", cfg.replay_size,
-                                    cfg.replay_size * row + tree))
+                                    int(cfg.replay_size * row) + tree))
         counts = self.parameters(spec, cfg)
         if counts is not None:
             processes = cfg.workers + 1

@@ -24,6 +24,7 @@ import numpy as np
 from drl._proto import experience_pb2
 from drl.algorithms import get as get_algorithm
 from drl.entries import EntryBuffer, EntryFill, Folding, StepInto
+from drl import frames
 from drl.envs import VecEnv
 from drl.memory import codec
 from drl.memory.backlog import backlog_limits
@@ -47,19 +48,23 @@ class RolloutWorker(Service):
         self.policies = ctx.policy_store()
         algorithm = get_algorithm(cfg.algorithm)
         self.envs = VecEnv(cfg.env, cfg.envs_per_worker, seed=cfg.seed * 100_003 + 1000 * ctx.worker_index)
+        layout = codec.expected_layout(self.envs.spec, algorithm.wire_fields(cfg))
+        self.limits = limits = backlog_limits(cfg, layout)
+        self.compression = codec.compression_for(cfg.compression, self.envs.spec)
+        folder = algorithm.make_folder(cfg)
+        self.held_steps = self.envs.spec.frame_stack + getattr(folder, "n", 0) + 2
+        if self.envs.spec.frame_stack:
+            self.envs.log_frames(self.frame_log_size(limits.most))
         self.actor = algorithm.make_actor(self.envs.spec, cfg, seed=cfg.seed + 7919 * (ctx.worker_index + 1))
         self.status = StatusWriter(self.control, ctx.name)
         self.total = even_share(max(0, cfg.steps - ctx.steps_done), cfg.workers, ctx.worker_index)
         self.random_steps = even_share(max(0, cfg.random_steps - ctx.steps_done), cfg.workers, ctx.worker_index)
         self.version = -1
-        layout = codec.expected_layout(self.envs.spec, algorithm.wire_fields(cfg))
-        self.limits = limits = backlog_limits(cfg, layout)
         self.widening = 1  # the trainer's factor on the backlog's limits, as the last append reported it
         self.batch_transitions = limits.least
         self.fill = EntryFill(limits.least, limits.most, cfg.entry_fill_ms / 1000.0)
-        self.entry = EntryBuffer({k: v for k, v in layout.items() if k not in self.actor.annotates},
-                                 limits.most + cfg.envs_per_worker)
-        folder = algorithm.make_folder(cfg)
+        self.entry = EntryBuffer({k: v for k, v in frames.serial_layout(layout).items()
+                                  if k not in self.actor.annotates}, limits.most + cfg.envs_per_worker)
         self.write = StepInto(self.envs, self.entry) if folder is None else Folding(self.envs, self.entry, folder)
         self.producer = self.memory.writer(ctx.name, cfg.max_backlog_entries, limits.limit_bytes)
         self.seq, self.produced = self.producer.position()
@@ -72,6 +77,12 @@ class RolloutWorker(Service):
         self.stop = False
         self._refused: set[int] = set()
         self._waited_out: set[int] = set()
+
+    def frame_log_size(self, most: int) -> int:
+        """Frames the worker keeps for an image environment whose frames travel once: every frame an unsent
+        transition can refer to (an entry of ``most`` transitions, with each environment's stack history and
+        the steps a folder holds back), twice over for the frames of episodes' resets."""
+        return 2 * (most + self.cfg.envs_per_worker * (self.held_steps + 1))
 
     def refresh_share(self) -> None:
         """Reads the share the orchestrator assigned (``RunControl.share``; it changes when the run is scaled)."""
@@ -146,13 +157,20 @@ class RolloutWorker(Service):
         if not count:
             return
         arrays = self.entry.filled()
-        arrays.update(self.actor.annotate(arrays))
+        log = self.envs.frames
+        if log is None:
+            arrays.update(self.actor.annotate(arrays))
+        else:
+            arrays = frames.pack(arrays, log)
+            if self.actor.annotates:
+                arrays.update(self.actor.annotate(frames.expand(arrays)))
+                arrays[frames.TABLE] = arrays.pop(frames.TABLE)
         self.seq += 1
         final = last or self.produced + count >= self.total
         header = experience_pb2.BatchHeader(run=self.ctx.run, worker_id=self.ctx.name, seq=self.seq,
                                             policy_version=max(self.version, 0), iteration_end=iteration_end or final,
                                             final=final, produced_total=self.produced + count)
-        h, d = codec.encode(header, arrays)
+        h, d = codec.encode(header, arrays, self.compression)
         self.entry.n = 0
         reply = self.producer.send(self.seq, h, d, self.produced + count)
         if reply.appended:
@@ -165,6 +183,8 @@ class RolloutWorker(Service):
             self.widening = reply.widening
             self.fill.most = self.limits.most_in(self.widening)
             self.entry.reserve(self.fill.most + len(self.envs.envs))
+            if self.envs.frames is not None:
+                self.envs.frames.resize(self.frame_log_size(self.fill.most))
         self.stop = reply.stop
         if self.cfg.mode == "async" and reply.policy_version > self.version:
             self.load(reply.policy_version)

@@ -36,6 +36,24 @@ def test_an_oversized_run_is_refused_with_one_line_before_it_starts(tmp_path, fl
     assert not processes_mentioning(f"DRL_RUN={name}")
 
 
+def test_an_atari_replay_that_does_not_fit_is_refused(tmp_path):
+    """A frame replay is sized by its frames (about 7.7 KiB a transition for 84x84 frames stacked 4 deep), not
+    by whole stacks: 4 million transitions need about 29 GiB, more than this machine has; 100,000 fit."""
+    shown = run_cli(["--preset", "dqn", "--env", "ALE/Pong-v5", "--replay-size", "4000000", "--output",
+                     str(tmp_path), "--run-name", "atari-replay"], timeout=120)
+    lines = shown.stderr.strip().splitlines()
+    assert shown.returncode == EXIT_USAGE and len(lines) == 1, shown.stderr[-3000:]
+    assert lines[0].startswith("drl-orchestrate: error: --replay-size 4000000 needs about 29."), lines[0]
+    assert "GiB for the replay buffer" in lines[0], lines[0]
+    assert not (tmp_path / "atari-replay").exists()
+    spec = space_spec("ALE/Pong-v5")
+    from drl.config import ExperimentConfig, replace
+
+    cfg = replace(ExperimentConfig(algorithm="dqn", env="ALE/Pong-v5"), replay_size=100_000)
+    replay = next(n for n in get("dqn").memory_needs(spec, cfg) if n.option == "--replay-size")
+    assert 7.5 * 2**10 * 100_000 < replay.bytes < 8 * 2**10 * 100_000
+
+
 def test_the_limit_can_be_set_and_names_its_source(tmp_path):
     shown = run_cli(["--preset", "sac", "--steps", "2000", "--output", str(tmp_path), "--run-name", "limited"],
                     env={"DRL_RAM_LIMIT": "1M"}, timeout=120)

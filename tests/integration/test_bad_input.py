@@ -7,6 +7,7 @@ import socket
 import pytest
 
 from tests.conftest import processes_mentioning, run_cli
+from tests.plugins.odd_spaces import SPACES as ODD_SPACES
 
 
 def _closed_port() -> int:
@@ -35,6 +36,11 @@ CASES = {
     "worker_priorities_for_sac": (["--prioritized", "true", "--worker-priorities", "true"], {},
                                   "--worker-priorities: sac's rollout workers have no value estimate"),
     "prioritized_ppo": (["--preset", "ppo", "--prioritized", "true"], {}, "--prioritized applies to replay-based"),
+    **{f"observations_{env}": (["--preset", "dqn", "--env", env], {"DRL_PLUGINS": "tests.plugins.odd_spaces"},
+                               f"environment {env!r}: observation space {space!r} is not supported; drl takes Box "
+                               "observations of at most 3 dimensions (a vector, an HxW, HxWxC or CxHxW image) and "
+                               "Discrete ones")
+       for env, space in ODD_SPACES.items()},
 }
 
 

@@ -1,1 +1,1 @@
-"""Algorithms registered from outside drl, as a user's plugin would be (``DRL_PLUGINS``)."""
+"""Algorithms and environments registered from outside drl, as a user's plugin would be (``DRL_PLUGINS``)."""

@@ -11,8 +11,8 @@ from drl.errors import UserError
 
 
 @pytest.mark.parametrize("env_id, module, install", [
-    ("ALE/Pong-v5", "ale_py", "pip install ale-py"),
-    ("MinAtar/Breakout-v1", "minatar", "pip install minatar"),
+    ("ALE/Pong-v5", "ale_py", "pip install 'drl[atari]'"),
+    ("MinAtar/Breakout-v1", "minatar", "pip install 'drl[atari]'"),
     ("Humanoid-v9", "mujoco", "pip install 'gymnasium[mujoco]'"),
 ])
 def test_an_id_of_a_family_that_is_not_installed_names_its_package(monkeypatch, env_id, module, install):

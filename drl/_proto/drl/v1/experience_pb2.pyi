@@ -21,7 +21,7 @@ class ArrayInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., offset: _Optional[int] = ..., nbytes: _Optional[int] = ...) -> None: ...
 
 class BatchHeader(_message.Message):
-    __slots__ = ("format_version", "run", "worker_id", "seq", "policy_version", "count", "arrays", "iteration_end", "final", "produced_total")
+    __slots__ = ("format_version", "run", "worker_id", "seq", "policy_version", "count", "arrays", "iteration_end", "final", "produced_total", "compression", "raw_nbytes")
     FORMAT_VERSION_FIELD_NUMBER: _ClassVar[int]
     RUN_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,8 @@ class BatchHeader(_message.Message):
     ITERATION_END_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
     PRODUCED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    RAW_NBYTES_FIELD_NUMBER: _ClassVar[int]
     format_version: int
     run: str
     worker_id: str
@@ -42,4 +44,6 @@ class BatchHeader(_message.Message):
     iteration_end: bool
     final: bool
     produced_total: int
-    def __init__(self, format_version: _Optional[int] = ..., run: _Optional[str] = ..., worker_id: _Optional[str] = ..., seq: _Optional[int] = ..., policy_version: _Optional[int] = ..., count: _Optional[int] = ..., arrays: _Optional[_Iterable[_Union[ArrayInfo, _Mapping]]] = ..., iteration_end: _Optional[bool] = ..., final: _Optional[bool] = ..., produced_total: _Optional[int] = ...) -> None: ...
+    compression: str
+    raw_nbytes: int
+    def __init__(self, format_version: _Optional[int] = ..., run: _Optional[str] = ..., worker_id: _Optional[str] = ..., seq: _Optional[int] = ..., policy_version: _Optional[int] = ..., count: _Optional[int] = ..., arrays: _Optional[_Iterable[_Union[ArrayInfo, _Mapping]]] = ..., iteration_end: _Optional[bool] = ..., final: _Optional[bool] = ..., produced_total: _Optional[int] = ..., compression: _Optional[str] = ..., raw_nbytes: _Optional[int] = ...) -> None: ...

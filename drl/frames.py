@@ -1,0 +1,118 @@
+"""Image observations as frames, each sent and stored once.
+
+A frame-stacked observation (k frames along the first axis, ``SpaceSpec.frame_stack``) shares k - 1 frames with
+the one before it, and a transition's next observation shares k - 1 with its observation: whole stacks on the
+wire or in replay repeat every frame 2k times. Here a frame is the unit instead:
+
+- a rollout worker's ``VecEnv`` keeps its recent frames in a ``FrameLog``, each numbered by a serial, and writes
+  k serials per observation into the transitions where other environments write the observation itself;
+- ``pack`` turns an entry's serials into the entry's own frame table (wire field ``frames``) and indices into it
+  (``obs``, ``next_obs``: k ``<u4`` each). An entry carries every frame its transitions refer to, history
+  included, so no entry depends on another: a lost, re-sent or dead-lettered entry leaves no stack incomplete;
+- ``expand`` rebuilds whole observations from a table and indices (an on-policy rollout, Ape-X priorities);
+- the replay (``drl.replay``) keeps the tables' frames in a ring and each transition's 2k frame references.
+
+A stack never mixes two episodes: after a reset the worker numbers the reset observation's own frames, so the
+first stack of an episode refers only to frames of that episode.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+TABLE = "frames"
+"""The wire field holding an entry's frame table: its rows are frames, not transitions."""
+INDEXED = ("obs", "next_obs")
+"""The fields that hold, per transition, k indices into the frame table instead of an observation."""
+INDEX_DTYPE = "<u4"
+SERIAL_DTYPE = "<i8"
+FRAME_ROOM = 1.1
+"""Frames a frame replay keeps per transition of its capacity: an entry's table holds, besides one new frame per
+transition, each environment's stack history and its resets (``drl.frames``); when tables run above this, the
+oldest transitions leave early and the replay holds fewer than its capacity, never a stack with a lost frame."""
+
+
+def frame_capacity(capacity: int) -> int:
+    """Frames a frame replay of ``capacity`` transitions keeps."""
+    return int(np.ceil(capacity * FRAME_ROOM))
+
+
+def wire_fields(frame_stack: int, frame_shape: tuple[int, ...]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The layout entries (dtype, per-row shape) of a frame run's observation fields and its table."""
+    return {"obs": (INDEX_DTYPE, (frame_stack,)), "next_obs": (INDEX_DTYPE, (frame_stack,)),
+            TABLE: ("|u1", tuple(frame_shape))}
+
+
+def serial_layout(layout: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The fields a worker fills while stepping, for a wire layout with a frame table: the frame serials in
+    place of the indices, and no table (``pack`` builds it when the entry is sent)."""
+    if TABLE not in layout:
+        return dict(layout)
+    return {name: ((SERIAL_DTYPE, shape) if name in INDEXED else (dtype, shape))
+            for name, (dtype, shape) in layout.items() if name != TABLE}
+
+
+class FrameLog:
+    """A rollout worker's most recent frames in a ring, by serial (0, 1, 2, ...).
+
+    It must hold every frame an unsent transition can refer to: an entry's worth of steps, plus the stack's
+    history and the steps a folder (n-step returns) holds back, for every environment; ``get`` raises
+    RuntimeError rather than return a frame that was overwritten."""
+
+    def __init__(self, frame_shape: tuple[int, ...], capacity: int):
+        self.ring = np.zeros((capacity, *frame_shape), dtype=np.uint8)
+        self.capacity = capacity
+        self.next = 0
+
+    def resize(self, capacity: int) -> None:
+        """Holds ``capacity`` frames from now on, keeping the newest ones held (it never shrinks)."""
+        if capacity <= self.capacity:
+            return
+        kept = np.arange(max(0, self.next - self.capacity), self.next)
+        ring = np.zeros((capacity, *self.ring.shape[1:]), dtype=np.uint8)
+        ring[kept % capacity] = self.ring[kept % self.capacity]
+        self.ring, self.capacity = ring, capacity
+
+    def put(self, frame: np.ndarray) -> int:
+        serial = self.next
+        self.ring[serial % self.capacity] = frame
+        self.next = serial + 1
+        return serial
+
+    def get(self, serials: np.ndarray) -> np.ndarray:
+        if len(serials) and (serials.min() < self.next - self.capacity or serials.max() >= self.next):
+            raise RuntimeError(f"frames {serials.min()}..{serials.max()} asked of a log holding "
+                               f"{max(0, self.next - self.capacity)}..{self.next - 1}")
+        return self.ring[serials % self.capacity]
+
+
+def pack(arrays: dict[str, np.ndarray], log: FrameLog) -> dict[str, np.ndarray]:
+    """An entry's transitions with frame serials -> the same transitions with indices into a frame table of
+    the frames they refer to (each once, oldest first), the table last."""
+    n = len(arrays["reward"])
+    serials = np.concatenate([arrays[name].reshape(-1) for name in INDEXED])
+    unique, inverse = np.unique(serials, return_inverse=True)
+    index = inverse.astype(INDEX_DTYPE)
+    out = {}
+    for name, arr in arrays.items():
+        if name in INDEXED:
+            part = INDEXED.index(name)
+            width = arr.shape[1]
+            out[name] = index[part * n * width:(part + 1) * n * width].reshape(n, width)
+        else:
+            out[name] = arr
+    out[TABLE] = log.get(unique)
+    return out
+
+
+def expand(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Whole observations rebuilt from a frame table: each ``obs``/``next_obs`` row becomes its k frames
+    stacked along the first axis (one frame as it is when k is 1); the table is left out."""
+    table = arrays.get(TABLE)
+    if table is None:
+        return arrays
+    out = {name: arr for name, arr in arrays.items() if name != TABLE}
+    for name in INDEXED:
+        stacks = table[arrays[name]]
+        out[name] = stacks[:, 0] if stacks.shape[1] == 1 else stacks
+    return out
