@@ -15,11 +15,11 @@ frames, 84x84 grayscale, no life-loss terminal) and a stack of 4 frames: (4, 84,
 
 - **raw** (per N): N fresh processes started together, each stepping E envs and acting on their stacked
   observations with one forward pass of the network, with nothing else: nothing sent, nothing stored beyond the
-  step's rows. With drl's ``dqn-atari`` preset on the tree the envs are drl's own (``drl.envs.VecEnv`` with the
-  preset's env, ``step_into`` preallocated rows, as ``bench.scaling``'s raw loop) and the network is the preset's
-  DQN actor, the one drl's workers act with; before that the envs are the gymnasium chain above and the network
-  the Nature DQN CNN in torch (random weights, greedy). Torch uses one thread in each process. Rate = the sum of
-  the N processes' frames over ``--raw-seconds`` after a warm-up.
+  step's rows. The envs are drl's own (``drl.envs.VecEnv``, the training env the workers step, stepped into
+  preallocated rows as ``bench.scaling``'s raw loop does; the gymnasium chain above on a tree without
+  ``drl.atari``). The network is the ``dqn-atari`` preset's DQN actor, the one drl's workers act with, with random
+  weights; on a tree without the preset, the Nature DQN CNN in torch (random weights, greedy). Torch uses one
+  thread in each process. Rate = the sum of the N processes' frames over ``--raw-seconds`` after a warm-up.
 - **sf**: Sample Factory 2.1.1 (APPO: ``--async_rl True``) in its own environment (``/work/venvs/sf``, built by
   ``bench/peers/setup_atari_peers.sh``), ``bench/peers/sf_pong.py`` with its own tuned Atari configuration
   (Nature CNN, no RNN, batch 256, rollout 128, 4 epochs of 4 minibatches), ``--num_workers N
@@ -99,6 +99,13 @@ def drl_has_preset() -> bool:
     return PRESET in PRESETS
 
 
+def drl_has_atari() -> bool:
+    """Whether drl builds Atari envs itself (``drl.atari``: the preprocessing its workers step)."""
+    import importlib.util
+
+    return importlib.util.find_spec("drl.atari") is not None
+
+
 # -- raw loop ------------------------------------------------------------------------------------------------
 def local_env(env_id: str):
     """The gymnasium chain every side steps (see the module docstring), for a tree without drl's Atari env."""
@@ -121,51 +128,72 @@ def nature_cnn(actions: int):
                          nn.Linear(512, actions))
 
 
-def drl_stepper(job: dict):
-    """drl's envs and the preset's actor: ``step()`` steps every env once with the actor's actions."""
+def torch_policy(actions: int, seed: int):
+    """Greedy actions of the Nature CNN in torch (random weights) for a batch of uint8 stacks."""
+    import torch
+
+    torch.manual_seed(seed)
+    net = nature_cnn(actions).eval()
+
+    def act(obs):
+        with torch.no_grad():
+            return net(torch.from_numpy(obs).float().div_(255.0)).argmax(1).numpy()
+
+    return act, "Nature CNN in torch"
+
+
+def drl_policy(job: dict, spec):
+    """The preset's actor, the one drl's workers act with, loaded with random weights where it names them."""
     import numpy as np
 
     from drl.algorithms import make_actor
-    from drl.config import replace
-    from drl.envs import VecEnv
     from drl.presets import get_preset
 
-    cfg = replace(get_preset(PRESET, job["env"]), envs_per_worker=job["envs_per_worker"])
-    envs = VecEnv(cfg.env, cfg.envs_per_worker, seed=job["seed"])
-    actor = make_actor(cfg.algorithm, envs.spec, cfg, seed=job["seed"])
+    cfg = get_preset(PRESET, job["env"])
+    actor = make_actor(cfg.algorithm, spec, cfg, seed=job["seed"])
     shapes = getattr(actor, "shapes", None)
     if shapes:
         rng = np.random.default_rng(job["seed"])
         actor.load({name: (0.05 * rng.standard_normal(shape)).astype(np.float32) for name, shape in shapes.items()})
-    n = cfg.envs_per_worker
+    return actor.act, f"{type(actor).__name__} ({PRESET} preset)"
+
+
+def drl_stepper(job: dict):
+    """drl's envs (``VecEnv`` over ``drl.envs.make_env``, the training env the workers step), stepped into
+    preallocated rows as ``bench.scaling``'s raw loop does; the preset's actor where the tree has it."""
+    import numpy as np
+
+    from drl.envs import VecEnv
+
+    n = job["envs_per_worker"]
+    envs = VecEnv(job["env"], n, seed=job["seed"])
+    act, policy = (drl_policy(job, envs.spec) if job["policy"] == "drl"
+                   else torch_policy(envs.spec.discrete_actions, job["seed"]))
     rows = {"obs": np.empty_like(envs.obs), "next_obs": np.empty_like(envs.obs),
             "action": np.empty((n, *envs.spec.act_shape), envs.spec.act_dtype),
             "reward": np.empty(n, np.float32), "terminated": np.empty(n, np.uint8)}
 
     def step() -> None:
-        envs.step_into(actor.act(envs.obs), rows, 0)
+        envs.step_into(act(envs.obs), rows, 0)
 
-    return step, f"drl VecEnv + {type(actor).__name__} ({PRESET} preset)"
+    return step, f"drl VecEnv, {policy}"
 
 
 def local_stepper(job: dict):
-    """The gymnasium chain and the Nature CNN in torch, greedy on the batch of stacked observations."""
+    """The gymnasium chain and the Nature CNN in torch, for a tree without drl's Atari envs."""
     import numpy as np
-    import torch
 
     envs = [local_env(job["env"]) for _ in range(job["envs_per_worker"])]
     obs = np.stack([env.reset(seed=job["seed"] + i)[0] for i, env in enumerate(envs)])
-    torch.manual_seed(job["seed"])
-    net = nature_cnn(int(envs[0].action_space.n)).eval()
+    act, policy = torch_policy(int(envs[0].action_space.n), job["seed"])
 
     def step() -> None:
-        with torch.no_grad():
-            actions = net(torch.from_numpy(obs).float().div_(255.0)).argmax(1).numpy()
+        actions = act(obs)
         for i, env in enumerate(envs):
             o, _, terminated, truncated, _ = env.step(int(actions[i]))
             obs[i] = env.reset()[0] if terminated or truncated else o
 
-    return step, "gymnasium AtariPreprocessing + FrameStackObservation, Nature CNN in torch"
+    return step, f"gymnasium AtariPreprocessing + FrameStackObservation, {policy}"
 
 
 def raw_child(job: dict) -> int:
@@ -196,7 +224,8 @@ def measure_raw(n: int, seed: int, args: argparse.Namespace) -> dict:
     """N raw loops in N processes started together (after their imports and env construction); the rate is
     their sum."""
     job = {"env": args.env, "envs_per_worker": args.envs_per_worker, "seconds": args.raw_seconds,
-           "warmup_s": 1.0, "source": args.raw_source, "start_at": time.time() + 6.0 + 1.5 * n}
+           "warmup_s": 1.0, "source": args.raw_source, "policy": args.raw_policy,
+           "start_at": time.time() + 6.0 + 1.5 * n}
     result: dict = {"side": "raw", "workers": n, "seed": seed, "load_at_start": round(os.getloadavg()[0], 2)}
     procs = [subprocess.Popen([sys.executable, "-m", "bench.atari_throughput", "--raw-child",
                                json.dumps({**job, "seed": seed + 100 * i})], cwd=REPO, stdout=subprocess.PIPE,
@@ -435,7 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=5.0, help="seconds after start-up before the window")
     parser.add_argument("--raw-seconds", type=float, default=10.0, help="seconds of each raw measurement")
     parser.add_argument("--raw-source", choices=("auto", "drl", "local"), default="auto",
-                        help="raw loop's envs and network: drl's (needs the dqn-atari preset) or the local chain")
+                        help="raw loop's envs: drl's VecEnv (needs drl.atari) or the local gymnasium chain")
+    parser.add_argument("--raw-policy", choices=("auto", "drl", "torch"), default="auto",
+                        help="raw loop's network: the dqn-atari preset's actor or the Nature CNN in torch")
     parser.add_argument("--sides", default=",".join(SIDES), help="which of raw,sf,sf-sampler,drl to measure")
     parser.add_argument("--sf-args", default="", help="extra Sample Factory flags (e.g. '--num_epochs 1')")
     parser.add_argument("--drl-args", default="", help="extra drl-orchestrate flags")
@@ -452,7 +483,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.workers, args.repeats, args.window, args.settle, args.raw_seconds = "1,2", 1, 10.0, 3.0, 5.0
     if args.raw_source == "auto":
-        args.raw_source = "drl" if drl_has_preset() else "local"
+        args.raw_source = "drl" if drl_has_atari() else "local"
+    if args.raw_policy == "auto":
+        args.raw_policy = "drl" if drl_has_preset() and args.raw_source == "drl" else "torch"
     worker_counts = [int(x) for x in args.workers.split(",")]
     sides = [s for s in SIDES if s in args.sides.split(",")]
     n_cores = cores()
@@ -468,7 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     print(f"setup:    {args.env}, {args.envs_per_worker} envs per worker, workers {worker_counts}, sides {sides}, "
           f"{args.repeats} repeats, windows {args.window:g} s after {args.settle:g} s, raw {args.raw_seconds:g} s, "
-          f"raw source {args.raw_source}, drl trainer {'learning' if args.drl_train else 'consuming only'}",
+          f"raw envs {args.raw_source}, raw policy {args.raw_policy}, "
+          f"drl trainer {'learning' if args.drl_train else 'consuming only'}",
           flush=True)
 
     measure = {"raw": lambda n, s, d: measure_raw(n, s, args), "sf": lambda n, s, d: measure_sf(n, s, args, d),
@@ -501,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
         "frames": "agent steps x 4 (frame skip 4); sf and drl count consumed transitions",
         "env": args.env, "envs_per_worker": args.envs_per_worker, "workers": worker_counts, "sides": sides,
         "repeats": args.repeats, "window_s": args.window, "settle_s": args.settle, "raw_seconds": args.raw_seconds,
-        "raw_source": args.raw_source, "drl_train": args.drl_train, "sf_args": args.sf_args,
+        "raw_source": args.raw_source, "raw_policy": args.raw_policy, "drl_train": args.drl_train,
+        "sf_args": args.sf_args,
         "drl_args": args.drl_args,
         "runs": [{k: v for k, v in r.items() if k != "log_tail"} for r in results],
         "command": command, "machine": machine, "versions": versions,
