@@ -12,11 +12,10 @@ pixels), consecutive stacks sharing frames, built on both sides from the seed an
   the ``dqn-atari`` preset's DQN block where the tree has it, else ``DQNConfig``'s defaults, with ``batch_size``
   32, ``n_step`` 1 and ``double`` off so that the update is SB3's arithmetic (``--double`` keeps double DQN: one
   more forward pass of the online network on the next observations). One timed update is
-  ``learner.update(batch)`` with the batch sampled inside the timed loop, as SB3's ``train()`` samples: from
-  ``drl.replay.ReplayBuffer`` when its batches keep observations uint8 (the frame path of issue 24), else
-  gathered from the uint8 transitions here (``torch.from_numpy`` of 32 indexed stacks: what a replay's gather
-  costs at least). The batch is a dict of tensors: obs/next_obs uint8 (32, 4, 84, 84), action int64,
-  reward/terminated/nsteps float32.
+  ``learner.update(replay.sample(32))``: the batch sampled inside the timed loop, as SB3's ``train()`` samples,
+  from drl's frame replay (``drl.replay.ReplayBuffer`` with the image spec, filled as the trainer fills it: each
+  frame stored once, the stacks rebuilt per batch); the batch is a dict of tensors, obs/next_obs uint8
+  (32, 4, 84, 84), action int64, reward/terminated float32.
 - **sb3**: ``DQN("CnnPolicy", ...)`` in a child process in the Stable-Baselines3 environment
   (``/work/venvs/sb3``, ``bench/peers/setup_atari_peers.sh``; ``bench/peers/sb3_dqn.py``), its replay buffer
   filled with the same transitions through its own ``add``; one timed block is ``model.train(gradient_steps=K,
@@ -94,28 +93,21 @@ class DrlRunner:
 
     @staticmethod
     def _sampler(spec, data: dict[str, np.ndarray], seed: int):
-        """drl's replay where its batches keep uint8 observations, else a plain gather of the same arrays."""
+        """drl's frame replay filled as the trainer fills it: one entry whose frame table holds each frame once
+        and whose observations are the indices of their 4 frames in it."""
+        from drl.frames import INDEX_DTYPE, TABLE
+        from drl.replay import ReplayBuffer
+
         n = len(data["reward"])
-        arrays = {k: data[k] for k in ("obs", "action", "reward", "next_obs", "terminated")}
-        try:
-            from drl.replay import ReplayBuffer
-
-            replay = ReplayBuffer(spec, capacity=n, seed=seed)
-            replay.add(arrays)
-            if replay.sample(BATCH)["obs"].dtype == torch.uint8:
-                return (lambda: replay.sample(BATCH)), "drl.replay.ReplayBuffer"
-        except Exception:  # a replay without image support: the gather below stands in, and the output says so
-            pass
-        rng = np.random.default_rng(seed)
-        ones = torch.ones(BATCH)
-
-        def gather() -> dict[str, torch.Tensor]:
-            idx = rng.integers(0, n, BATCH)
-            batch = {name: torch.from_numpy(arrays[name][idx]) for name in arrays}
-            batch["nsteps"] = ones
-            return batch
-
-        return gather, "uint8 gather (drl.replay gives no uint8 batches on this tree)"
+        rows = np.arange(n)[:, None] + np.arange(STACK)
+        replay = ReplayBuffer(spec, capacity=n, seed=seed)
+        replay.add({TABLE: data["frames"], "obs": rows.astype(INDEX_DTYPE), "next_obs": (rows + 1).astype(INDEX_DTYPE),
+                    "action": data["action"], "reward": data["reward"], "terminated": data["terminated"]})
+        batch = replay.sample(BATCH)
+        if len(replay) != n or batch["obs"].dtype != torch.uint8 or not torch.equal(batch["obs"][:, 1:],
+                                                                                  batch["next_obs"][:, :-1]):
+            raise RuntimeError("drl's replay does not give back the stacks it was given")
+        return (lambda: replay.sample(BATCH)), "drl.replay.ReplayBuffer (frames stored once)"
 
     def run(self, updates: int) -> float:
         learner, sample = self.learner, self.sample
