@@ -5,6 +5,8 @@ where a torch call costs tens of microseconds of dispatch, and a process that do
 a second sooner (torch's import is most of a service's start-up on a small machine). The names and shapes are
 those of the learners' ``nn.Module`` state dicts (``nn.Sequential`` numbers its layers, activations included),
 so the same safetensors file serves both; the unit tests hold each actor to its learner's torch forward pass.
+
+Image policies are the exception: their convolutions run in torch (``TorchNet``).
 """
 
 from __future__ import annotations
@@ -60,3 +62,35 @@ def mlp(weights: dict[str, np.ndarray], prefix: str, layers: int, x: np.ndarray,
 def flat(obs: np.ndarray) -> np.ndarray:
     obs = np.asarray(obs, dtype=np.float32)
     return obs.reshape(len(obs), -1)
+
+
+class TorchNet:
+    """A torch module run as a numpy function for acting (image policies): the same class the learner trains,
+    loaded from the published weights, evaluated without autograd (inference mode). How many threads torch uses
+    is the process's business, not the policy's.
+
+    Image policies act through torch rather than numpy because a convolution written in numpy is far slower than
+    torch's (figures in bench/README.md, "Measurements behind the code"); their networks are costly enough that
+    torch's per-call dispatch does not matter.
+    """
+
+    def __init__(self, module):
+        import torch
+
+        self.torch = torch
+        self.module = module.requires_grad_(False).eval()
+        self.shapes = {name: tuple(value.shape) for name, value in module.state_dict().items()}
+        with torch.no_grad():
+            for value in module.state_dict().values():
+                value.zero_()
+
+    def load(self, weights: dict[str, np.ndarray]) -> None:
+        """Loads published weights; raises ValueError when their names or shapes do not fit the module."""
+        checked(weights, self.shapes)
+        from drl.algorithms.common import load_weights
+
+        load_weights(self.module, weights)
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        with self.torch.inference_mode():
+            return self.module(self.torch.from_numpy(np.ascontiguousarray(obs))).numpy()

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from drl.algorithms.dqn import DQNActor, DQNConfig, DQNLearner
-from drl.envs import space_spec
+from drl.envs import SpaceSpec, space_spec
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +149,68 @@ def test_actor_greedy_actions_match_the_learners_network(spec):
         q = learner.q(torch.from_numpy(obs)).numpy()
     np.testing.assert_allclose(actor.q_values(obs), q, rtol=1e-5, atol=1e-6)
     assert (actor.act(obs, deterministic=True) == q.argmax(1)).all()
+
+
+ATARI = SpaceSpec((4, 84, 84), "|u1", (), "<i8", 6, frame_stack=4)
+MINATAR = SpaceSpec((10, 10, 4), "|u1", (), "<i8", 3, frame_stack=1)
+
+
+def image_batch(spec: SpaceSpec, n: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    frames = lambda: torch.from_numpy(rng.integers(0, 256, (n, *spec.obs_shape), dtype=np.uint8))  # noqa: E731
+    return {"obs": frames(), "action": torch.from_numpy(rng.integers(0, spec.discrete_actions, n)),
+            "reward": torch.from_numpy(rng.normal(size=n).astype(np.float32)), "next_obs": frames(),
+            "terminated": torch.from_numpy((rng.random(n) < 0.2).astype(np.float32)),
+            "nsteps": torch.full((n,), 3.0)}
+
+
+@pytest.mark.parametrize("spec", [MINATAR, ATARI], ids=["minatar", "atari"])
+def test_image_learner_fits_a_uint8_batch(spec):
+    lrn = DQNLearner(spec, DQNConfig(lr=1e-3, target_update_every=10_000), seed=0)
+    batch = image_batch(spec, 16)
+    losses = [lrn.update(batch)["loss"] for _ in range(8)]
+    assert batch["obs"].dtype == torch.uint8 and batch["next_obs"].dtype == torch.uint8  # read, never converted
+    assert losses[-1] < 0.8 * losses[0], losses
+    assert lrn.td_errors.shape == (16,) and np.isfinite(lrn.td_errors).all()
+    assert {name.split(".")[0] for name in lrn.policy_weights()} == {"encoder", "head"}
+
+
+SMALL_RGB = SpaceSpec((48, 48, 3), "|u1", (), "<i8", 4, frame_stack=1)
+
+
+@pytest.mark.parametrize("spec, encoder", [(MINATAR, "auto"), (ATARI, "nature"), (SMALL_RGB, "impala")])
+def test_image_actor_acts_greedily_on_the_learners_q_network(spec, encoder):
+    cfg = DQNConfig(encoder=encoder, gamma=0.9)
+    learner = DQNLearner(spec, cfg, seed=3)
+    learner.update(image_batch(spec, 16))
+    actor = DQNActor(spec, cfg, seed=0)
+    assert (actor.q_values(image_batch(spec, 2)["obs"].numpy()) == 0).all()  # nothing loaded yet
+    actor.load(learner.policy_weights())
+    batch = image_batch(spec, 24, seed=1)
+    obs = batch["obs"].numpy()
+    with torch.no_grad():
+        q = learner.q(batch["obs"]).numpy()
+    np.testing.assert_allclose(actor.q_values(obs), q, rtol=1e-5, atol=1e-6)
+    assert (actor.act(obs, deterministic=True) == q.argmax(1)).all()
+    # Ape-X priorities from the worker's copy: |Q(s, a) - (r + gamma^k (1 - done) max_a' Q(s', a'))|
+    arrays = {k: v.numpy() for k, v in batch.items()}
+    with torch.no_grad():
+        next_q = learner.q(batch["next_obs"]).max(1).values.numpy()
+    target = arrays["reward"] + 0.9 ** 3 * (1 - arrays["terminated"]) * next_q
+    np.testing.assert_allclose(actor.priorities(arrays), np.abs(q[np.arange(24), arrays["action"]] - target),
+                               rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="do not fit"):
+        actor.load({k: v for k, v in learner.policy_weights().items() if k != "head.bias"})
+
+
+@pytest.mark.parametrize("spec, encoder", [(MINATAR, "auto"), (ATARI, "auto"), (ATARI, "impala")])
+def test_builder_counts_the_image_networks_parameters(spec, encoder):
+    from drl.algorithms import get
+    from drl.config import ExperimentConfig, replace
+
+    cfg = replace(ExperimentConfig(), algorithm="dqn", **{"dqn.encoder": encoder})
+    counts = get("dqn").parameters(spec, cfg)
+    built = sum(p.numel() for p in DQNLearner(spec, cfg.dqn, seed=0).q.parameters())
+    assert counts.trained == counts.frozen == counts.acting == built
+    vector = get("dqn").parameters(space_spec("CartPole-v1"), cfg)
+    assert vector.trained == sum(p.numel() for p in DQNLearner(space_spec("CartPole-v1"), cfg.dqn, 0).q.parameters())

@@ -10,7 +10,7 @@ import torch
 from drl.algorithms.common import ObsNorm
 from drl.algorithms.ppo import PPOActor, PPOConfig, PPOLearner
 from drl.algorithms.ppo.learner import gae
-from drl.envs import space_spec
+from drl.envs import SpaceSpec, space_spec
 
 CFG = PPOConfig(hidden=(16,), epochs=2, minibatches=2)
 
@@ -205,3 +205,86 @@ def test_acting_processes_do_not_import_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+MINATAR = SpaceSpec((10, 10, 4), "|u1", (), "<i8", 3, frame_stack=1)
+ATARI = SpaceSpec((4, 84, 84), "|u1", (), "<i8", 4, frame_stack=4)
+IMAGE_CFG = PPOConfig(epochs=2, minibatches=4, lr=1e-3)
+
+
+def image_segment(spec: SpaceSpec, n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    obs = rng.integers(0, 2, (n + 1, *spec.obs_shape), dtype=np.uint8) * 255
+    action = rng.integers(0, spec.discrete_actions, n) if spec.discrete_actions else \
+        rng.normal(size=(n, *spec.act_shape)).astype(np.float32)
+    return {"obs": obs[:-1], "action": action, "next_obs": obs[1:],
+            "reward": rng.normal(size=n).astype(np.float32), "terminated": (rng.random(n) < 0.05).astype(np.uint8),
+            "truncated": np.zeros(n, np.uint8)}
+
+
+@pytest.mark.parametrize("spec", [MINATAR, ATARI], ids=["minatar", "atari"])
+def test_image_train_on_uint8_segments_and_the_actor_acts_with_its_policy(spec):
+    learner = PPOLearner(spec, IMAGE_CFG, seed=0)
+    segments = [image_segment(spec, 16, seed) for seed in range(2)]
+    kept = [s["obs"].copy() for s in segments]
+    before = learner.policy_weights()
+    metrics = learner.train(segments, progress=0.25)
+    assert all(np.array_equal(s["obs"], k) and s["obs"].dtype == np.uint8 for s, k in zip(segments, kept))
+    assert learner.updates == IMAGE_CFG.epochs * IMAGE_CFG.minibatches
+    assert all(np.isfinite(v) for v in metrics.values()) and metrics["lr"] == pytest.approx(IMAGE_CFG.lr * 0.75)
+    weights = learner.policy_weights()
+    assert {name.split(".")[0] for name in weights} == {"encoder", "head"}  # no observation statistics
+    assert not np.array_equal(before["encoder.convs.0.weight"], weights["encoder.convs.0.weight"])
+
+    actor = PPOActor(spec, IMAGE_CFG, seed=0)
+    actor.load(weights)
+    seg = image_segment(spec, 32, seed=7)
+    action = torch.from_numpy(seg["action"])
+    with torch.no_grad():
+        dist = learner.policy.dist(torch.from_numpy(seg["obs"]))
+        expected = learner.policy.log_prob(dist, action).numpy()
+    logits = actor.outputs(seg["obs"])
+    logp = torch.log_softmax(torch.from_numpy(logits), 1).numpy()[np.arange(32), seg["action"]]
+    np.testing.assert_allclose(logp, expected, rtol=1e-5, atol=1e-5)
+    assert (actor.act(seg["obs"], deterministic=True) == logits.argmax(1)).all()
+    sampled = actor.act(seg["obs"])
+    assert sampled.dtype == np.int64 and sampled.shape == (32,)
+
+
+def test_image_rollout_is_evaluated_in_chunks_like_whole(monkeypatch):
+    import drl.algorithms.ppo.learner as module
+
+    learner = PPOLearner(MINATAR, IMAGE_CFG, seed=0)
+    segments = [image_segment(MINATAR, 20, seed) for seed in range(3)]
+    whole = learner.prepare(segments)
+    monkeypatch.setattr(module, "EVAL_CHUNK", 7)
+    chunked = learner.prepare(segments)
+    for key in ("old_logp", "advantage", "return"):
+        torch.testing.assert_close(chunked[key], whole[key], rtol=1e-5, atol=1e-6)
+
+
+def test_continuous_image_policy_acts_within_bounds():
+    spec = SpaceSpec((10, 10, 3), "|u1", (2,), "<f4", 0, (-1.0, -1.0), (1.0, 1.0), frame_stack=1)
+    cfg = PPOConfig(init_log_std=0.5, epochs=1, minibatches=1)
+    learner = PPOLearner(spec, cfg, seed=0)
+    actor = PPOActor(spec, cfg, seed=0)
+    actor.load(learner.policy_weights())
+    obs = image_segment(spec, 2000)["obs"]
+    with torch.no_grad():
+        mean = learner.policy(torch.from_numpy(obs)).numpy()
+    np.testing.assert_allclose(actor.act(obs, deterministic=True), np.clip(mean, -1, 1), rtol=1e-5, atol=1e-6)
+    noise = actor.act(np.repeat(obs[:1], 20_000, 0)) - mean[:1]
+    assert noise.std() == pytest.approx(np.exp(0.5), rel=0.03)
+
+
+@pytest.mark.parametrize("spec, encoder", [(MINATAR, "auto"), (ATARI, "nature"), (ATARI, "impala")])
+def test_builder_counts_the_image_networks_parameters(spec, encoder):
+    from drl.algorithms import get
+    from drl.config import ExperimentConfig, replace
+
+    cfg = replace(ExperimentConfig(), algorithm="ppo", **{"ppo.encoder": encoder})
+    counts = get("ppo").parameters(spec, cfg)
+    learner = PPOLearner(spec, cfg.ppo, seed=0)
+    policy = sum(p.numel() for p in learner.policy.parameters())
+    assert (counts.acting, counts.frozen) == (policy, 0)
+    assert counts.trained == policy + sum(p.numel() for p in learner.value.parameters())

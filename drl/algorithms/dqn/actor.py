@@ -1,5 +1,8 @@
-"""DQN acting policy: epsilon-greedy for collection, greedy for evaluation; also the Ape-X initial priorities
-(numpy inference, see ``drl.algorithms.inference``)."""
+"""DQN acting policy: epsilon-greedy for collection, greedy for evaluation; also the Ape-X initial priorities.
+
+Vector observations go through numpy (``drl.algorithms.inference``). Image observations go through the learner's
+own torch module (``inference.TorchNet``): a convolution in numpy is far slower than torch's, and it would be a
+second implementation of the encoder to keep equal to the first."""
 
 from __future__ import annotations
 
@@ -17,17 +20,29 @@ class DQNActor(ActorBase):
     def __init__(self, spec: SpaceSpec, cfg: DQNConfig, seed: int = 0, worker_priorities: bool = False):
         self.spec, self.cfg = spec, cfg
         self.annotates = ("priority",) if worker_priorities else ()
-        self.layers = len(cfg.hidden) + 1
-        self.shapes = nx.mlp_shapes("net.", [int(np.prod(spec.obs_shape)), *cfg.hidden, spec.discrete_actions])
-        self.weights = nx.zeros(self.shapes)
+        self.net: nx.TorchNet | None = None
+        if spec.image:
+            from drl.algorithms.dqn.networks import q_network
+
+            self.net = nx.TorchNet(q_network(spec, cfg))
+            self.shapes = self.net.shapes
+        else:
+            self.layers = len(cfg.hidden) + 1
+            self.shapes = nx.mlp_shapes("net.", [int(np.prod(spec.obs_shape)), *cfg.hidden, spec.discrete_actions])
+            self.weights = nx.zeros(self.shapes)
         self.rng = np.random.default_rng(seed)
         self.epsilon = cfg.eps_start
 
     def load(self, weights: dict[str, np.ndarray]) -> None:
         """Loads published weights; raises ValueError when their names or shapes do not fit this network."""
-        self.weights = nx.checked(weights, self.shapes)
+        if self.net is not None:
+            self.net.load(weights)
+        else:
+            self.weights = nx.checked(weights, self.shapes)
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
+        if self.net is not None:
+            return self.net(obs)
         return nx.mlp(self.weights, "net.", self.layers, nx.flat(obs))
 
     def set_progress(self, fraction: float) -> None:

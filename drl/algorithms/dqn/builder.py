@@ -10,6 +10,7 @@ import math
 from drl.algorithms.base import (Actor, Algorithm, FieldSpecs, Folder, Learner, Parameters, mlp_parameters,
                                  register)
 from drl.algorithms.dqn.config import DQNConfig
+from drl.algorithms.encoders import encoder_parameters
 from drl.envs import SpaceSpec
 from drl.nstep import NSTEP_FIELDS, NStepFolder
 
@@ -25,8 +26,14 @@ class DQNBuilder(Algorithm):
     worker_priorities = True
 
     def parameters(self, spec: SpaceSpec, cfg: Any) -> Parameters:
-        """A Q network and its target copy (``drl.algorithms.dqn.networks``); workers act with the Q network."""
-        q = mlp_parameters([math.prod(spec.obs_shape), *self.hyper(cfg).hidden, spec.discrete_actions])
+        """A Q network and its target copy (``drl.algorithms.dqn.networks``); workers act with the Q network.
+        Raises UserError when the configured encoder cannot read the observations."""
+        hyper = self.hyper(cfg)
+        if spec.image:
+            encoder, features = encoder_parameters(hyper.encoder, spec.obs_shape)
+            q = encoder + mlp_parameters([features, spec.discrete_actions])
+        else:
+            q = mlp_parameters([math.prod(spec.obs_shape), *hyper.hidden, spec.discrete_actions])
         return Parameters(trained=q, frozen=q, acting=q)
 
     def wire_fields(self, cfg: Any) -> FieldSpecs:

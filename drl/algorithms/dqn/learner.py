@@ -8,6 +8,9 @@ and the loss is mean(w * huber(Q(s, a) - y)) with the batch's importance-samplin
 replay). ``td_errors`` keeps |Q(s, a) - y| of the last batch for the replay's new priorities. The target network
 is a copy of the online one, refreshed every ``target_update_every`` updates.
 
+Image observations arrive as the replay keeps them (uint8, the environment's shape) and go to the network as
+they are: its encoder makes them float. Vector observations are flattened.
+
 Pure math: it takes batches of tensors and returns metrics; replay, transport and storage live elsewhere.
 """
 
@@ -19,9 +22,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from drl.algorithms.common import load_training_state, training_state
+from drl.algorithms.common import fused, load_training_state, training_state
 from drl.algorithms.dqn.config import DQNConfig
-from drl.algorithms.dqn.networks import QNetwork
+from drl.algorithms.dqn.networks import q_network
 from drl.envs import SpaceSpec
 
 
@@ -29,16 +32,20 @@ class DQNLearner:
     def __init__(self, spec: SpaceSpec, cfg: DQNConfig, seed: int):
         torch.manual_seed(seed)
         self.cfg = cfg
-        self.q = QNetwork(int(np.prod(spec.obs_shape)), spec.discrete_actions, cfg.hidden)
+        self.image = spec.image
+        self.q = q_network(spec, cfg)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
-        self.opt = torch.optim.Adam(self.q.parameters(), lr=cfg.lr)
+        self.opt = torch.optim.Adam(self.q.parameters(), lr=cfg.lr, **fused(spec))
         self.updates = 0
         self.batch_size = cfg.batch_size
         self.td_errors = np.zeros(0, dtype=np.float32)
 
+    def observations(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs if self.image else obs.flatten(1)
+
     def targets(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The n-step double-DQN targets y of a batch."""
-        next_obs = batch["next_obs"].flatten(1)
+        next_obs = self.observations(batch["next_obs"])
         nsteps = batch.get("nsteps")
         discount = self.cfg.gamma ** (nsteps if nsteps is not None else torch.ones_like(batch["reward"]))
         with torch.no_grad():
@@ -53,7 +60,7 @@ class DQNLearner:
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One gradient step on a batch from replay."""
         target = self.targets(batch)
-        q = self.q(batch["obs"].flatten(1)).gather(1, batch["action"].long().reshape(-1, 1)).squeeze(1)
+        q = self.q(self.observations(batch["obs"])).gather(1, batch["action"].long().reshape(-1, 1)).squeeze(1)
         weight = batch.get("weight")
         per_sample = F.smooth_l1_loss(q, target, reduction="none")
         loss = (per_sample * weight).mean() if weight is not None else per_sample.mean()

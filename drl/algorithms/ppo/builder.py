@@ -9,6 +9,7 @@ from typing import Any
 import math
 
 from drl.algorithms.base import Actor, Algorithm, FieldSpecs, Learner, Parameters, mlp_parameters, register
+from drl.algorithms.encoders import encoder_parameters
 from drl.algorithms.ppo.config import PPOConfig
 from drl.envs import TRAJECTORY_FIELDS, SpaceSpec
 
@@ -24,11 +25,17 @@ class PPOBuilder(Algorithm):
 
     def parameters(self, spec: SpaceSpec, cfg: Any) -> Parameters:
         """A policy (logits, or a Gaussian's mean and log-std) and a value function, no targets
-        (``drl.algorithms.ppo.networks``)."""
-        hidden = list(self.hyper(cfg).hidden)
+        (``drl.algorithms.ppo.networks``); for images the encoder belongs to the policy and the value function
+        is a head on its features. Raises UserError when the configured encoder cannot read the observations."""
+        hyper = self.hyper(cfg)
         obs, act = math.prod(spec.obs_shape), math.prod(spec.act_shape)
-        policy = mlp_parameters([obs, *hidden, spec.discrete_actions or act]) + (0 if spec.discrete_actions else act)
-        value = mlp_parameters([obs, *hidden, 1])
+        log_std = 0 if spec.discrete_actions else act
+        if spec.image:
+            encoder, features = encoder_parameters(hyper.encoder, spec.obs_shape)
+            policy = encoder + mlp_parameters([features, spec.discrete_actions or act]) + log_std
+            return Parameters(trained=policy + mlp_parameters([features, 1]), frozen=0, acting=policy)
+        policy = mlp_parameters([obs, *hyper.hidden, spec.discrete_actions or act]) + log_std
+        value = mlp_parameters([obs, *hyper.hidden, 1])
         return Parameters(trained=policy + value, frozen=0, acting=policy)
 
     def wire_fields(self, cfg: Any) -> FieldSpecs:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from drl.algorithms.encoders import ENCODERS
 from drl.fields import opt, problems
 
 
@@ -15,7 +16,12 @@ class PPOConfig:
     ``epochs`` passes over it in ``minibatches`` shuffled minibatches.
     """
 
-    hidden: tuple[int, ...] = opt((64, 64), "Hidden layer sizes (tanh) of policy and value networks.")
+    hidden: tuple[int, ...] = opt((64, 64), "Hidden layer sizes (tanh) of policy and value networks for vector "
+                                            "observations (image observations: --ppo.encoder).")
+    encoder: str = opt("auto", "Convolutional encoder shared by policy and value for image observations: nature "
+                               "(Mnih et al. 2015), impala (Espeholt et al. 2018), minatar (Young and Tian 2019), "
+                               "or auto: nature for images of at least 36x36, minatar for smaller ones.",
+                       choices=ENCODERS)
     lr: float = opt(3e-4, "Adam learning rate (falls linearly to 0 over the run with --ppo.anneal-lr).")
     anneal_lr: bool = opt(True, "Decay the learning rate linearly to 0 over the run's env steps.")
     gamma: float = opt(0.99, "Discount factor.")
@@ -26,8 +32,9 @@ class PPOConfig:
     ent_coef: float = opt(0.0, "Entropy bonus coefficient.")
     vf_coef: float = opt(0.5, "Value loss coefficient.")
     max_grad_norm: float = opt(0.5, "Gradient norm clipping.")
-    normalize_obs: bool = opt(False, "Standardise observations with running statistics merged at the trainer "
-                                     "and shipped with each policy version.")
+    normalize_obs: bool = opt(False, "Standardise vector observations with running statistics merged at the "
+                                     "trainer and shipped with each policy version (image observations are "
+                                     "scaled by 1/255 in the encoder instead).")
     init_log_std: float = opt(0.0, "Initial log standard deviation of the Gaussian policy (continuous actions).")
 
     def problems(self, prefix: str) -> list[str]:

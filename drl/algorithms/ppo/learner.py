@@ -11,7 +11,8 @@ A truncated episode or a segment cut off by the end of the iteration bootstraps 
 does not. The behaviour policy's log-probabilities are recomputed here: in SYNC mode the rollout was collected
 with exactly the policy the learner holds before this iteration (older versions are dropped by the trainer).
 Observation statistics are frozen during the iteration (they are the ones the workers used) and merged with the
-iteration's observations afterwards, for the next version.
+iteration's observations afterwards, for the next version. Image observations are not standardised: they stay
+uint8 up to the encoder, which scales them (``drl.algorithms.encoders``).
 
 Pure math: no I/O.
 """
@@ -23,8 +24,12 @@ import torch
 
 from drl.algorithms.common import load_training_state, training_state
 from drl.algorithms.ppo.config import PPOConfig
-from drl.algorithms.ppo.networks import Policy, ValueNet
+from drl.algorithms.ppo.networks import networks
 from drl.envs import SpaceSpec
+
+EVAL_CHUNK = 1024
+"""Rows per forward pass when a whole rollout is evaluated without gradients: bounds the encoder's activations
+of a long image rollout."""
 
 
 def gae(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray, terminated: np.ndarray, cut: np.ndarray,
@@ -43,10 +48,8 @@ class PPOLearner:
     def __init__(self, spec: SpaceSpec, cfg: PPOConfig, seed: int):
         torch.manual_seed(seed)
         self.cfg, self.spec = cfg, spec
-        obs_dim = int(np.prod(spec.obs_shape))
-        self.policy = Policy(obs_dim, int(np.prod(spec.act_shape)), spec.discrete_actions, cfg.hidden,
-                             cfg.normalize_obs, cfg.init_log_std)
-        self.value = ValueNet(obs_dim, cfg.hidden)
+        self.image = spec.image
+        self.policy, self.value = networks(spec, cfg)
         self.opt = torch.optim.Adam([*self.policy.parameters(), *self.value.parameters()], lr=cfg.lr, eps=1e-5)
         self.rng = np.random.default_rng(seed)
         self.updates = 0
@@ -59,14 +62,20 @@ class PPOLearner:
                                                                        "terminated", "truncated")}
         cut = np.concatenate([np.eye(1, len(s["reward"]), len(s["reward"]) - 1)[0] for s in segments])
         cut = np.maximum(cut, np.maximum(cat["terminated"], cat["truncated"]).astype(np.float64))
-        raw = torch.as_tensor(cat["obs"], dtype=torch.float32).flatten(1)
+        raw, next_obs = self.observations(cat["obs"]), self.observations(cat["next_obs"])
+        action = torch.as_tensor(cat["action"])
         with torch.no_grad():
-            obs = self.policy.norm(raw)
-            next_obs = self.policy.norm(torch.as_tensor(cat["next_obs"], dtype=torch.float32).flatten(1))
-            action = torch.as_tensor(cat["action"])
-            old_logp = self.policy.log_prob(self.policy.dist(obs), action)
-            value = self.value(obs).numpy().astype(np.float64)
-            next_value = self.value(next_obs).numpy().astype(np.float64)
+            obs = raw if self.image else self.policy.norm(raw)
+            next_obs = next_obs if self.image else self.policy.norm(next_obs)
+            logps, values, next_values = [], [], []
+            for rows in (slice(i, i + EVAL_CHUNK) for i in range(0, len(obs), EVAL_CHUNK)):
+                dist, value = self.evaluate(obs[rows])
+                logps.append(self.policy.log_prob(dist, action[rows]))
+                values.append(value)
+                next_values.append(self.value(self.policy.trunk(next_obs[rows])))
+            old_logp = torch.cat(logps)
+            value = torch.cat(values).numpy().astype(np.float64)
+            next_value = torch.cat(next_values).numpy().astype(np.float64)
         adv = gae(cat["reward"].astype(np.float64), value, next_value, cat["terminated"].astype(np.float64), cut,
                   self.cfg.gamma, self.cfg.gae_lambda)
         return {"raw_obs": raw, "obs": obs, "action": action, "old_logp": old_logp,
@@ -74,10 +83,21 @@ class PPOLearner:
                 "return": torch.as_tensor(adv + value, dtype=torch.float32),
                 "old_value": torch.as_tensor(value, dtype=torch.float32)}
 
+    def observations(self, obs: np.ndarray) -> torch.Tensor:
+        """Images as they came (uint8 for the encoder), vectors as flat float32."""
+        if self.image:
+            return torch.as_tensor(obs)
+        return torch.as_tensor(obs, dtype=torch.float32).flatten(1)
+
+    def evaluate(self, obs_n: torch.Tensor):
+        """The action distribution and the value of (normalised) observations, the policy's trunk run once."""
+        features = self.policy.trunk(obs_n)
+        return self.policy.distribution(self.policy.head_out(features)), self.value(features)
+
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Clipped surrogate + value loss - entropy bonus on one minibatch (advantages standardised in it)."""
         cfg = self.cfg
-        dist = self.policy.dist(mb["obs"])
+        dist, value = self.evaluate(mb["obs"])
         logp = self.policy.log_prob(dist, mb["action"])
         log_ratio = logp - mb["old_logp"]
         ratio = log_ratio.exp()
@@ -85,7 +105,7 @@ class PPOLearner:
         if len(adv) > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip, 1 + cfg.clip)).mean()
-        value_loss = 0.5 * (self.value(mb["obs"]) - mb["return"]).square().mean()
+        value_loss = 0.5 * (value - mb["return"]).square().mean()
         entropy = self.policy.entropy(dist).mean()
         total = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
         with torch.no_grad():
@@ -120,7 +140,8 @@ class PPOLearner:
                 steps += 1
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
-        self.policy.norm.update(data["raw_obs"])
+        if not self.image:
+            self.policy.norm.update(data["raw_obs"])
         self.updates += steps
         self.iterations += 1
         returns = data["return"].numpy()

@@ -1,15 +1,26 @@
-"""PPO networks: a policy (categorical or diagonal Gaussian) and a value function, tanh MLPs with orthogonal
-initialisation as in the PPO reference implementations; observation statistics live in the policy."""
+"""PPO networks: a policy (categorical or diagonal Gaussian) and a value function.
+
+Vector observations: separate tanh MLPs for policy and value with orthogonal initialisation, as in the PPO
+reference implementations; observation statistics live in the policy. Image observations: one convolutional
+encoder (``drl.algorithms.encoders``) shared by a linear policy head and a linear value head, ReLU, orthogonal
+initialisation (CleanRL's ``ppo_atari.py``); the encoder is part of the policy, which is what workers load, and
+the value head reads its features. Both kinds split the pass into ``trunk`` (observations to features) and heads,
+so the learner runs a shared encoder once per minibatch.
+"""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
 
 from drl.algorithms.common import ObsNorm, mlp
+from drl.algorithms.convnets import ImageEncoder, orthogonal_
+from drl.algorithms.ppo.config import PPOConfig
+from drl.envs import SpaceSpec
 
 
 def _init(net: nn.Sequential, last_gain: float) -> nn.Sequential:
@@ -20,7 +31,38 @@ def _init(net: nn.Sequential, last_gain: float) -> nn.Sequential:
     return net
 
 
-class Policy(nn.Module):
+class PolicyBase(nn.Module):
+    """``forward`` maps observations (normalised, for vector policies) to the distribution's parameters: logits,
+    or a Gaussian's mean (its log-std is a parameter of its own)."""
+
+    discrete: int
+
+    def trunk(self, obs: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def head_out(self, features: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.head_out(self.trunk(obs))
+
+    def distribution(self, out: torch.Tensor) -> Categorical | Normal:
+        if self.discrete:
+            return Categorical(logits=out)
+        return Normal(out, self.log_std.exp().expand_as(out))
+
+    def dist(self, obs_n: torch.Tensor) -> Categorical | Normal:
+        """The action distribution for already normalised observations."""
+        return self.distribution(self(obs_n))
+
+    def log_prob(self, dist: Categorical | Normal, action: torch.Tensor) -> torch.Tensor:
+        return dist.log_prob(action) if self.discrete else dist.log_prob(action).sum(-1)
+
+    def entropy(self, dist: Categorical | Normal) -> torch.Tensor:
+        return dist.entropy() if self.discrete else dist.entropy().sum(-1)
+
+
+class Policy(PolicyBase):
     def __init__(self, obs_dim: int, act_dim: int, discrete: int, hidden: tuple[int, ...],
                  normalize_obs: bool, init_log_std: float):
         super().__init__()
@@ -30,18 +72,11 @@ class Policy(nn.Module):
         if not discrete:
             self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
 
-    def dist(self, obs_n: torch.Tensor) -> Categorical | Normal:
-        """The action distribution for already normalised observations."""
-        out = self.body(obs_n)
-        if self.discrete:
-            return Categorical(logits=out)
-        return Normal(out, self.log_std.exp().expand_as(out))
+    def trunk(self, obs_n: torch.Tensor) -> torch.Tensor:
+        return obs_n
 
-    def log_prob(self, dist: Categorical | Normal, action: torch.Tensor) -> torch.Tensor:
-        return dist.log_prob(action) if self.discrete else dist.log_prob(action).sum(-1)
-
-    def entropy(self, dist: Categorical | Normal) -> torch.Tensor:
-        return dist.entropy() if self.discrete else dist.entropy().sum(-1)
+    def head_out(self, features: torch.Tensor) -> torch.Tensor:
+        return self.body(features)
 
 
 class ValueNet(nn.Module):
@@ -51,3 +86,43 @@ class ValueNet(nn.Module):
 
     def forward(self, obs_n: torch.Tensor) -> torch.Tensor:
         return self.body(obs_n).squeeze(-1)
+
+
+class ImagePolicy(PolicyBase):
+    """Images (B, *obs_shape), uint8 or float, through the shared encoder to a linear head."""
+
+    def __init__(self, obs_shape: tuple[int, ...], act_dim: int, discrete: int, encoder: str, init_log_std: float):
+        super().__init__()
+        self.discrete = discrete
+        self.encoder = orthogonal_(ImageEncoder(obs_shape, encoder))
+        self.head = orthogonal_(nn.Linear(self.encoder.features, discrete or act_dim), 0.01)
+        if not discrete:
+            self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
+
+    def trunk(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.encoder(obs)
+
+    def head_out(self, features: torch.Tensor) -> torch.Tensor:
+        return self.head(features)
+
+
+class ValueHead(nn.Module):
+    """The value of the policy encoder's features."""
+
+    def __init__(self, features: int):
+        super().__init__()
+        self.head = orthogonal_(nn.Linear(features, 1), 1.0)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.head(features).squeeze(-1)
+
+
+def networks(spec: SpaceSpec, cfg: PPOConfig) -> tuple[Policy | ImagePolicy, ValueNet | ValueHead]:
+    """The policy and the value function for ``spec``'s observations (``drl.algorithms.ppo.networks``)."""
+    act_dim = int(np.prod(spec.act_shape))
+    if spec.image:
+        policy = ImagePolicy(spec.obs_shape, act_dim, spec.discrete_actions, cfg.encoder, cfg.init_log_std)
+        return policy, ValueHead(policy.encoder.features)
+    obs_dim = int(np.prod(spec.obs_shape))
+    return (Policy(obs_dim, act_dim, spec.discrete_actions, cfg.hidden, cfg.normalize_obs, cfg.init_log_std),
+            ValueNet(obs_dim, cfg.hidden))

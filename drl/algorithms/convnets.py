@@ -1,0 +1,72 @@
+"""The nn.Modules of the image encoders; their layer tables, layout rule and parameter counts are in
+``drl.algorithms.encoders``."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from drl.algorithms.encoders import (FEATURES, IMPALA_STAGES, MINATAR_CONVS, NATURE_CONVS, conv_size, choose,
+                                     image_layout)
+
+
+class ResidualBlock(nn.Module):
+    """x + conv(relu(conv(relu(x)))), both 3x3 with the channels kept (IMPALA)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+class ImpalaStage(nn.Sequential):
+    """conv 3x3, max-pool 3x3 stride 2 (padded: the size halves, rounded up), two residual blocks."""
+
+    def __init__(self, c_in: int, c_out: int):
+        super().__init__(nn.Conv2d(c_in, c_out, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1),
+                         ResidualBlock(c_out), ResidualBlock(c_out))
+
+
+class ImageEncoder(nn.Module):
+    """Images (B, *obs_shape), uint8 or float, to ``features`` floats (see the module docstring)."""
+
+    def __init__(self, obs_shape: tuple[int, ...], kind: str = "auto"):
+        super().__init__()
+        self.kind = choose(kind, obs_shape)
+        channels, height, width, self.channels_last = image_layout(obs_shape)
+        self.plane = len(obs_shape) == 2
+        layers: list[nn.Module] = []
+        if self.kind == "impala":
+            for c_out in IMPALA_STAGES:
+                layers.append(ImpalaStage(channels, c_out))
+                channels = c_out
+                height, width = conv_size(height, 3, 2, 1), conv_size(width, 3, 2, 1)
+            layers.append(nn.ReLU())
+        else:
+            for c_out, kernel, stride in NATURE_CONVS if self.kind == "nature" else MINATAR_CONVS:
+                layers += [nn.Conv2d(channels, c_out, kernel, stride), nn.ReLU()]
+                channels = c_out
+                height, width = conv_size(height, kernel, stride), conv_size(width, kernel, stride)
+        self.convs = nn.Sequential(*layers)
+        self.features = FEATURES[self.kind]
+        self.fc = nn.Sequential(nn.Linear(channels * height * width, self.features), nn.ReLU())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.unsqueeze(1) if self.plane else obs.permute(0, 3, 1, 2) if self.channels_last else obs
+        x = x.float().div_(255) if x.dtype == torch.uint8 else x.float()
+        return self.fc(self.convs(x).flatten(1))
+
+
+def orthogonal_(module: nn.Module, gain: float = math.sqrt(2)) -> nn.Module:
+    """Orthogonal weights with ``gain`` and zero biases for every conv and linear layer of ``module`` (the
+    initialisation of the PPO reference implementations, CleanRL's ``layer_init``)."""
+    for layer in module.modules():
+        if isinstance(layer, (nn.Conv2d, nn.Linear)):
+            nn.init.orthogonal_(layer.weight, gain)
+            nn.init.zeros_(layer.bias)
+    return module
