@@ -134,11 +134,16 @@ def preset_variants() -> dict[str, list[tuple[str, str | None]]]:
         rest = "".join(f", {env}" for env in sorted(classic - {default}))
         return [(f"{default} (default){rest}", None), (f"other env ids, e.g. {other}{needs}", other)]
 
+    minatar = ("MinAtar ids, e.g. MinAtar/Breakout-v1 (needs `pip install minatar`)", "MinAtar/Breakout-v1")
+    atari = ("Atari screens, e.g. {} (needs `pip install ale-py`): the {}-atari values", "ALE/{}-v5")
+    classic_dqn, other_dqn = families("dqn", "ALE/Pong-ram-v5")
     return {"sac": families("sac", "HalfCheetah-v5"),
             "td3": families("td3", "HalfCheetah-v5"),
             "ppo": [(f"discrete actions: {get_preset('ppo').env} (default)", None),
-                    ("continuous actions, e.g. Pendulum-v1", "Pendulum-v1")],
-            "dqn": families("dqn", "ALE/Pong-v5", " (needs `pip install ale-py`)")}
+                    ("continuous actions, e.g. Pendulum-v1", "Pendulum-v1"), minatar,
+                    (atari[0].format("ALE/Breakout-v5", "ppo"), atari[1].format("Breakout"))],
+            "dqn": [classic_dqn, minatar, (atari[0].format("ALE/Pong-v5", "dqn"), atari[1].format("Pong")),
+                    other_dqn]}
 
 
 def flag(name: str) -> str:

@@ -69,9 +69,10 @@ class TorchNet:
     loaded from the published weights, evaluated without autograd (inference mode). How many threads torch uses
     is the process's business, not the policy's.
 
-    Image policies act through torch rather than numpy because a convolution written in numpy is far slower than
-    torch's (figures in bench/README.md, "Measurements behind the code"); their networks are costly enough that
-    torch's per-call dispatch does not matter.
+    Image policies act through torch rather than numpy: the learner's module is then the only implementation of
+    each encoder (IMPALA's pooling and residual blocks included), and at Atari's sizes torch's convolutions are as
+    fast as a numpy one for a single observation and faster for several (bench/README.md, "Measurements behind
+    the code"; on MinAtar's tiny images numpy would win at small batches).
     """
 
     def __init__(self, module):

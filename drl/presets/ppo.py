@@ -1,16 +1,30 @@
 """PPO presets (SYNC only): the tuned classic-control settings of rl-baselines3-zoo for discrete control,
-CleanRL's MuJoCo settings (with observation normalisation) for continuous control."""
+CleanRL's MuJoCo settings (with observation normalisation) for continuous control, the ``ppo-atari`` values for
+Atari (``ALE/`` ids but their RAM observations), and for MinAtar CleanRL's Atari settings on the MinAtar network
+made quicker for short runs: learning rate 1e-3 and clip 0.2 (``ppo_atari.py``: 2.5e-4 and 0.1) over 500,000
+steps, figures in bench/README.md."""
 
 from __future__ import annotations
 
 from drl.algorithms.ppo.config import PPOConfig
 from drl.config import ExperimentConfig
 from drl.envs import space_spec
+from drl.presets.atari import is_atari, ppo_atari
+from drl.presets.dqn import is_minatar
 
 
 def ppo(env: str | None = None) -> ExperimentConfig:
     """PPO for discrete or continuous actions (CartPole-v1 by default); on-policy, SYNC mode only."""
     env = env or "CartPole-v1"
+    if is_atari(env):
+        return ppo_atari(env, preset="ppo")
+    if is_minatar(env):
+        return ExperimentConfig(preset="ppo", algorithm="ppo", env=env, mode="sync", workers=2, envs_per_worker=4,
+                                steps=500_000, random_steps=0, learning_starts=0, sync_steps_per_iteration=1024,
+                                batch_transitions=128,
+                                ppo=PPOConfig(encoder="minatar", lr=1e-3, anneal_lr=True, gamma=0.99,
+                                              gae_lambda=0.95, clip=0.2, epochs=4, minibatches=4, ent_coef=0.01,
+                                              vf_coef=0.5, max_grad_norm=0.5))
     discrete = bool(space_spec(env).discrete_actions)
     if discrete:
         return ExperimentConfig(preset="ppo", algorithm="ppo", env=env, mode="sync", workers=4, steps=150_000, random_steps=0,

@@ -1,8 +1,7 @@
 """DQN acting policy: epsilon-greedy for collection, greedy for evaluation; also the Ape-X initial priorities.
 
-Vector observations go through numpy (``drl.algorithms.inference``). Image observations go through the learner's
-own torch module (``inference.TorchNet``): a convolution in numpy is far slower than torch's, and it would be a
-second implementation of the encoder to keep equal to the first."""
+Vector observations go through numpy (``drl.algorithms.inference``), image observations through the learner's
+own torch module (``inference.TorchNet``, which says why)."""
 
 from __future__ import annotations
 

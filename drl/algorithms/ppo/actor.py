@@ -1,7 +1,7 @@
 """PPO acting policy: sampled actions for collection, the mode (argmax or mean) for evaluation.
 
-Vector observations go through numpy (``drl.algorithms.inference``); image observations through the learner's
-own torch module (``inference.TorchNet``), since a convolution in numpy is far slower than torch's.
+Vector observations go through numpy (``drl.algorithms.inference``), image observations through the learner's
+own torch module (``inference.TorchNet``, which says why).
 
 Sampled continuous actions are returned unclipped: the transition must hold the action whose probability the
 learner recomputes, and the rollout worker's environment stepper clips to the bounds. Evaluation actions are
