@@ -214,3 +214,17 @@ def test_builder_counts_the_image_networks_parameters(spec, encoder):
     assert counts.trained == counts.frozen == counts.acting == built
     vector = get("dqn").parameters(space_spec("CartPole-v1"), cfg)
     assert vector.trained == sum(p.numel() for p in DQNLearner(space_spec("CartPole-v1"), cfg.dqn, 0).q.parameters())
+
+
+def test_image_checkpoint_round_trip():
+    a = DQNLearner(MINATAR, DQNConfig(), seed=0)
+    a.update(image_batch(MINATAR, 8))
+    tensors, meta = a.state()
+    b = DQNLearner(MINATAR, DQNConfig(), seed=1)
+    b.load_state(tensors, meta)
+    batch = image_batch(MINATAR, 8, seed=2)
+    assert a.update(batch) == b.update(batch)
+    for name, value in a.policy_weights().items():
+        np.testing.assert_array_equal(value, b.policy_weights()[name])
+    with pytest.raises(ValueError, match="does not fit"):
+        DQNLearner(MINATAR, DQNConfig(encoder="impala"), seed=0).load_state(tensors, meta)

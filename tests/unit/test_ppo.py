@@ -288,3 +288,16 @@ def test_builder_counts_the_image_networks_parameters(spec, encoder):
     policy = sum(p.numel() for p in learner.policy.parameters())
     assert (counts.acting, counts.frozen) == (policy, 0)
     assert counts.trained == policy + sum(p.numel() for p in learner.value.parameters())
+
+
+def test_image_checkpoint_round_trip():
+    a = PPOLearner(MINATAR, IMAGE_CFG, seed=0)
+    a.train([image_segment(MINATAR, 16)])
+    tensors, meta = a.state()
+    b = PPOLearner(MINATAR, IMAGE_CFG, seed=4)
+    b.load_state(tensors, meta)
+    seg = image_segment(MINATAR, 16, seed=3)
+    a.train([seg])
+    b.train([seg])
+    for name, value in a.policy_weights().items():
+        np.testing.assert_array_equal(value, b.policy_weights()[name])

@@ -28,8 +28,8 @@ from drl.algorithms.ppo.networks import networks
 from drl.envs import SpaceSpec
 
 EVAL_CHUNK = 1024
-"""Rows per forward pass when a whole rollout is evaluated without gradients: bounds the encoder's activations
-of a long image rollout."""
+"""Rows per forward pass when a whole image rollout is evaluated without gradients: bounds the encoder's
+activations of a long rollout."""
 
 
 def gae(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray, terminated: np.ndarray, cut: np.ndarray,
@@ -68,7 +68,8 @@ class PPOLearner:
             obs = raw if self.image else self.policy.norm(raw)
             next_obs = next_obs if self.image else self.policy.norm(next_obs)
             logps, values, next_values = [], [], []
-            for rows in (slice(i, i + EVAL_CHUNK) for i in range(0, len(obs), EVAL_CHUNK)):
+            chunk = EVAL_CHUNK if self.image else max(len(obs), 1)
+            for rows in (slice(i, i + chunk) for i in range(0, len(obs), chunk)):
                 dist, value = self.evaluate(obs[rows])
                 logps.append(self.policy.log_prob(dist, action[rows]))
                 values.append(value)
