@@ -17,9 +17,11 @@ it, with the sticky actions of Machado et al. (2018) that ``-v5`` sets, built fr
 Evaluation reports the game's real score: the whole game (every life), unclipped rewards; an episode ends when
 the game does or at ``-v5``'s limit of 108,000 emulator frames.
 
-MinAtar ids (10x10xC images of five Atari games) get their boolean observations as uint8 and no stack: the state
-already carries the motion an agent needs (trail and direction channels), and MinAtar's own DQN baseline reads it
-unstacked.
+MinAtar ids (10x10xC images of five Atari games) get their boolean observations as uint8 0 and 255 and no stack:
+the encoders scale every uint8 image by 1/255 (``drl.algorithms.encoders``), so the game's 0/1 planes reach the
+first layer as 0/1, the MinAtar paper's input (cast to 0/1 they would reach it 255 times too small, and learning
+stalls: bench/README.md); the state already carries the motion an agent needs (trail and direction channels), and
+MinAtar's own DQN baseline reads it unstacked.
 """
 
 from __future__ import annotations
@@ -67,13 +69,13 @@ def make_ale(env_id: str, render_mode: str | None, evaluation: bool) -> gym.Env:
 
 
 def make_minatar(env_id: str, render_mode: str | None, evaluation: bool = False) -> gym.Env:
-    """A ``MinAtar/`` env with uint8 observations (and uint8 RGB frames when rendered). Training and evaluation
+    """A ``MinAtar/`` env with uint8 observations, 0 and 255 (and uint8 RGB frames when rendered). Training and evaluation
     get the same env: a MinAtar game has one life, and its rewards are the game's own small counts, which MinAtar's
     baselines learn from unclipped."""
     env = gym.make(env_id, render_mode=render_mode, disable_env_checker=True)
     space = env.observation_space
-    env = TransformObservation(env, lambda obs: obs.astype(np.uint8),
-                               gym.spaces.Box(0, 1, space.shape, np.uint8))
+    env = TransformObservation(env, lambda obs: obs.astype(np.uint8) * np.uint8(255),
+                               gym.spaces.Box(0, 255, space.shape, np.uint8))
     return MinAtarFrames(env) if render_mode == "rgb_array" else env
 
 

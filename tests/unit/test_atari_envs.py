@@ -169,14 +169,14 @@ def test_ale_stacks_are_rebuilt_from_reset_frames_and_new_frames(evaluation):
     assert resets >= (10 if not evaluation else 2), "lost lives (training) and lost games reset the env"
 
 
-def test_minatar_observation_is_the_games_state_as_uint8():
+def test_minatar_observation_is_the_games_state_as_uint8_0_and_255():
     env = make_env("MinAtar/Breakout-v1")
     resets = check_frame_log_invariant(env, 1, 400, seed=3)
     assert resets >= 2
     obs, _ = env.reset(seed=4)
     for _ in range(50):
         state = env.unwrapped.game.state()
-        assert obs.dtype == np.uint8 and state.dtype == bool and np.array_equal(obs, state.astype(np.uint8))
+        assert obs.dtype == np.uint8 and state.dtype == bool and np.array_equal(obs, state.astype(np.uint8) * 255)
         obs, _, terminated, _, _ = env.step(env.action_space.sample())
         if terminated:
             obs, _ = env.reset()
