@@ -9,6 +9,10 @@ Goals (issue: algorithms), seeds fixed:
 - dqn on CartPole-v1, 2 workers, both modes (ASYNC with prioritized replay and worker-computed priorities): best
   evaluation of at least 475 within 100,000 env steps (SYNC seeds 0-4: 8,000-9,512 steps; ASYNC seeds 0-2:
   10,496-12,544 steps).
+- image observations (issue: pixels), on MinAtar/Breakout-v1, whose random policy averages 0.34 (100 episodes,
+  at most 2): ppo SYNC, 2 workers of 4 envs, at least 5 within 150,000 env steps (seed 0: about 60 s here);
+  dqn ASYNC with prioritized replay and worker-computed priorities (Ape-X on frames), at least 4 within 60,000
+  (seed 0: about 24,000 steps, 30 s). Frames travel once, zstd-compressed, and the DQN replay is the frame replay.
 
 The run stops once the evaluator sees the target; the evaluated version's env steps are checked against the
 budget and the evaluation must have run all 10 episodes.
@@ -32,6 +36,8 @@ CASES = {
     "ppo-cartpole-sync": ("ppo", "CartPole-v1", "sync", 4, [], 475.0, 150_000),
     "dqn-cartpole-sync": ("dqn", "CartPole-v1", "sync", 2, [], 475.0, 100_000),
     "dqn-cartpole-async-prioritized": ("dqn", "CartPole-v1", "async", 2, PER, 475.0, 100_000),
+    "ppo-minatar-breakout-sync": ("ppo", "MinAtar/Breakout-v1", "sync", 2, [], 5.0, 150_000),
+    "dqn-minatar-breakout-async-prioritized": ("dqn", "MinAtar/Breakout-v1", "async", 2, PER, 4.0, 60_000),
 }
 
 
