@@ -196,9 +196,13 @@ class Algorithm:
         if counts is not None:
             processes = cfg.workers + 1
             size = FLOAT_BYTES * (4 * counts.trained + counts.frozen + 2 * processes * counts.acting)
-            hidden = getattr(self.hyper(cfg), "hidden", None)
-            needs.append(MemoryNeed("the networks", f"--{self.name}.hidden",
-                                    ",".join(map(str, hidden)) if hidden is not None else "", size))
+            hyper = self.hyper(cfg)
+            if spec.image and hasattr(hyper, "encoder"):
+                needs.append(MemoryNeed("the networks", f"--{self.name}.encoder", hyper.encoder, size))
+            else:
+                hidden = getattr(hyper, "hidden", None)
+                needs.append(MemoryNeed("the networks", f"--{self.name}.hidden",
+                                        ",".join(map(str, hidden)) if hidden is not None else "", size))
         return needs
 
     def make_folder(self, cfg: Any) -> Folder | None:
