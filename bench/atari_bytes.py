@@ -18,6 +18,8 @@ import argparse
 import json
 import math
 import platform
+import shlex
+import sys
 import time
 
 import numpy as np
@@ -116,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'replay (allocated/held)':28}{held:>18,.0f}{r['float32_stack_pair'] / held:>19.1f}x"
           f"{r['uint8_stack_pair'] / held:>17.1f}x")
     r["goal_met"] = rb <= 8192
-    r["command"] = "python -m bench.atari_bytes " + " ".join(argv or [])
+    r["command"] = " ".join(["python", "-m", "bench.atari_bytes",
+                             *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
     r["machine"] = platform.platform()
     print(json.dumps(r))
     return 0
