@@ -11,7 +11,18 @@ Benchmarks, in this order (each its own module, documented in ``bench/README.md`
 - ``time_to_score_lunar_bf16`` (only with ``--lunar``): the same, drl alone with ``--sac.matmul bfloat16``;
 - ``time_to_score_lunar_fast`` (only with ``--lunar``): both sides with 256x256 networks (SB3's default size)
   instead of the zoo's 400x300, drl with ``--sac.matmul bfloat16``, two torch threads each and 600 s per run:
-  the settings the 360 s goal is judged on.
+  the settings the 360 s goal is judged on;
+- ``atari_throughput`` (only with ``--atari``): frames/s on ALE/Pong-v5 with 1, 2, 4 workers, the raw loop, Sample
+  Factory APPO, Sample Factory's sampler and drl;
+- ``atari_learner`` (only with ``--atari``): DQN updates/s on 32 x 4x84x84 batches, drl against SB3;
+- ``atari_bytes`` (only with ``--atari``): bytes per Atari transition on the wire (none, zstd, lz4) and in replay;
+- ``atari_time_to_score`` (only with ``--atari``): DQN on ALE/Pong-v5 to a mean return of 18 within a budget
+  (``--budget-s 600`` here; on a CPU machine not reached: the best return is the figure).
+
+The ``--atari`` benchmarks are not in the default run: ``atari_throughput`` and ``atari_learner`` need the peers'
+environments (Sample Factory, Stable-Baselines3) built once by ``bash bench/peers/setup_atari_peers.sh`` (without
+them ``atari_learner`` fails and ``atari_throughput`` has no Sample Factory figures), and all four need drl's
+``atari`` extra (ale-py). ``--only`` with their names runs them alone and keeps the other sections' saved figures.
 
 Each runs as ``python -m bench.NAME [--quick] [extra]`` with its output saved to ``<data dir>/logs/NAME.log``;
 its last JSON line (every benchmark ends with one: figures, goal, command, machine, versions) is collected. A
@@ -26,12 +37,16 @@ the tail of its output: never dropped. Then ``run_all`` writes:
 
 ``--quick`` passes ``--quick`` to every benchmark (smoke sizes: one seed, fewer repeats, shorter windows; a few
 minutes in all on 2 idle cores) and marks the report as quick figures. Without it the full measurements run
-(about 30-45 minutes on 2 cores without ``--lunar``; ``--lunar`` adds up to about 3 hours).
+(about 30-45 minutes on 2 cores without ``--lunar``; ``--lunar`` adds up to about 3 hours, ``--atari`` about an
+hour).
 
     python -m bench.run_all --quick                 # smoke run of everything, a few minutes
     python -m bench.run_all                         # full figures (about 30-45 minutes)
     python -m bench.run_all --lunar                 # plus LunarLander time to score (up to ~3 more hours)
+    python -m bench.run_all --atari                 # plus the four Atari benchmarks (about an hour more)
     python -m bench.run_all --only scaling,learner_speed   # re-runs these, keeps the others' saved figures
+    python -m bench.run_all --only atari_throughput,atari_learner,atari_bytes,atari_time_to_score
+    python -m bench.run_all --only atari_time_to_score --extra 'atari_time_to_score=--budget-s 3600'
     python -m bench.run_all --quick --extra 'policy_sync=--workers 1,4' --extra 'scaling=--workers 1,2'
 """
 
@@ -44,6 +59,7 @@ import math
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -61,7 +77,7 @@ class Bench:
     args: list[str] = field(default_factory=list)
     timeout_quick: float = 600.0
     timeout_full: float = 3600.0
-    opt_in: bool = False
+    opt_in: str = ""  # the flag that adds it to a run without --only ("lunar": --lunar); "" = always run
 
 
 BENCHES = [
@@ -74,17 +90,26 @@ BENCHES = [
     Bench("scaling", "Scaling with rollout workers", "bench.scaling", timeout_quick=600, timeout_full=3600),
     Bench("time_to_score_lunar", "Time to score: SAC on LunarLanderContinuous-v3", "bench.time_to_score",
           args=["--env", "LunarLanderContinuous-v3", "--target", "200"], timeout_quick=2 * 3600,
-          timeout_full=4 * 3600, opt_in=True),
+          timeout_full=4 * 3600, opt_in="lunar"),
     Bench("time_to_score_lunar_bf16", "Time to score: SAC on LunarLanderContinuous-v3, drl with bfloat16 products",
           "bench.time_to_score", args=["--env", "LunarLanderContinuous-v3", "--target", "200", "--sides", "drl",
                                        "--drl-args", "--sac.matmul bfloat16"],
-          timeout_quick=2 * 3600, timeout_full=4 * 3600, opt_in=True),
+          timeout_quick=2 * 3600, timeout_full=4 * 3600, opt_in="lunar"),
     Bench("time_to_score_lunar_fast", "Time to score: SAC on LunarLanderContinuous-v3, 256x256 networks, drl with "
           "bfloat16 products", "bench.time_to_score",
           args=["--env", "LunarLanderContinuous-v3", "--target", "200", "--threads", "2", "--time-budget", "600",
                 "--drl-args", "--sac.hidden 256,256 --sac.matmul bfloat16"],
-          timeout_quick=2 * 3600, timeout_full=4 * 3600, opt_in=True),
+          timeout_quick=2 * 3600, timeout_full=4 * 3600, opt_in="lunar"),
+    Bench("atari_throughput", "Atari throughput: frames/s on ALE/Pong-v5, drl against the raw loop and Sample Factory",
+          "bench.atari_throughput", timeout_quick=1800, timeout_full=2 * 3600, opt_in="atari"),
+    Bench("atari_learner", "Atari learner speed: DQN on 32 x 4x84x84 batches, drl against SB3", "bench.atari_learner",
+          timeout_quick=900, timeout_full=1800, opt_in="atari"),
+    Bench("atari_bytes", "Atari bytes per transition: wire and replay", "bench.atari_bytes",
+          timeout_quick=900, timeout_full=1800, opt_in="atari"),
+    Bench("atari_time_to_score", "Atari time to score: DQN on ALE/Pong-v5 to 18", "bench.atari_time_to_score",
+          args=["--budget-s", "600"], timeout_quick=900, timeout_full=2 * 3600, opt_in="atari"),
 ]
+OPT_IN = ("lunar", "atari")  # the flags of the opt-in groups, in BENCHES' order
 
 
 # -- running -----------------------------------------------------------------------------------------------------
@@ -167,7 +192,8 @@ def provenance(result: dict) -> list[str]:
              + ("" if own == result["command"] else f" (run by run_all as `{result['command']}`)")]
     machine = f.get("machine")
     if machine:
-        lines.append("- machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()))
+        lines.append("- machine: " + (", ".join(f"{k} {v}" for k, v in machine.items()) if isinstance(machine, dict)
+                                      else str(machine)))
     versions = f.get("versions")
     if versions:
         lines.append("- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
@@ -421,12 +447,193 @@ def section_scaling(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
     return lines, headline, str(f.get("goal")), f.get("goal_met")
 
 
+# -- Atari (issue 24; only with --atari or --only) ------------------------------------------------------------------
+ATARI_SIDES = (("raw", "raw_fps", "raw loop"), ("sf", "sf_fps", "Sample Factory APPO"),
+               ("sf-sampler", "sf_sampler_fps", "Sample Factory sampler"), ("drl", "drl_fps", "drl"))
+ATARI_REPLAY_GOAL_BYTES = 8192
+
+
+def section_atari_throughput(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
+    rows_in = f.get("rows", [])
+    cores = (f.get("machine") or {}).get("cores")
+    peer = f.get("peer", "sf-sampler")
+    peer_name = "Sample Factory sampler" if peer == "sf-sampler" else "Sample Factory APPO"
+    rows = [[r["workers"], num(r.get("raw_fps")), num(r.get("sf_fps")), num(r.get("sf_collected_fps")),
+             num(r.get("sf_sampler_fps")), num(r.get("drl_fps")), num(r.get("drl_whole_run_fps")),
+             num(r.get("drl_over_raw"), ".3f"), num(r.get("drl_over_sf"), ".2f"),
+             num(r.get("drl_over_sf_sampler"), ".2f"), num(r.get("sf_over_raw"), ".3f"),
+             num(r.get("sf_sampler_over_raw"), ".3f"), met(r.get("goal_met"))] for r in rows_in]
+    lines = table(["workers", "raw frames/s", "SF APPO (trained on)", "SF APPO collected", "SF sampler", "drl",
+                   "drl whole run", "drl / raw", "drl / SF APPO", "drl / SF sampler", "SF APPO / raw",
+                   "SF sampler / raw", "goal"], rows)
+    lines += ["", f"Frames/s on {f.get('env')}, frames = agent steps x 4 (frame skip 4, as Sample Factory counts); "
+                  f"{f.get('envs_per_worker')} envs per worker; medians of {f.get('repeats')} repeats, the sides in "
+                  f"rotation, {f.get('window_s')} s windows after {f.get('settle_s')} s, raw {f.get('raw_seconds')} s; "
+                  "ratios are medians of the per-repeat ratios. raw = N processes stepping and acting with nothing "
+                  f"sent (envs {f.get('raw_source')}, network {f.get('raw_policy')}); SF APPO = frames Sample "
+                  "Factory's learner trained on (collected: its samples counter); SF sampler = Sample Factory's "
+                  "sampling API with no learner; drl = frames drl's trainer consumed in the steady window "
+                  f"({'learning' if f.get('drl_train') else 'no gradient update: the collection path'}; whole run = "
+                  "start-up included, from summary.json). The goal's Sample Factory figure is the "
+                  f"{peer_name} ({peer})."
+              + (f" Extra drl flags `{f['drl_args']}`." if f.get("drl_args") else "")
+              + (f" Extra Sample Factory flags `{f['sf_args']}`." if f.get("sf_args") else "")]
+    errors = [f"repeat {r.get('repeat')} N={r.get('workers')} {r.get('side')}: {r['error']}"
+              for r in f.get("runs", []) if r.get("error")]
+    if errors:
+        lines += ["", "Runs without a figure: " + "; ".join(f"`{e}`" for e in errors)]
+    if plot and rows_in:
+        import numpy as np
+
+        fig, (ax, ax2) = plot.subplots(1, 2, figsize=(10, 3.6))
+        ns = [r["workers"] for r in rows_in]
+        x = np.arange(len(ns))
+        shown = [(key, label) for _, key, label in ATARI_SIDES if any(r.get(key) for r in rows_in)]
+        width = 0.8 / max(len(shown), 1)
+        for i, (key, label) in enumerate(shown):
+            ax.bar(x + (i - (len(shown) - 1) / 2) * width, [r.get(key) or 0.0 for r in rows_in], width, label=label)
+        ax.set_xticks(x, [str(n) for n in ns])
+        ax.set_xlabel("workers")
+        ax.set_ylabel("frames / s (median)")
+        ax.set_title("Atari throughput")
+        ax.legend(fontsize=8)
+        ratios = [("drl_over_raw", "drl / raw"), (f"drl_over_{peer.replace('-', '_')}", f"drl / {peer_name}")]
+        for i, (key, label) in enumerate(ratios):
+            ax2.bar(x + (i - 0.5) * 0.4, [r.get(key) or 0.0 for r in rows_in], 0.4, label=label)
+        ax2.axhline(0.9, color="grey", ls=":", lw=0.8, label="0.9 (raw goal)")
+        ax2.axhline(1.0, color="grey", ls="--", lw=0.8, label="1.0 (peer goal)")
+        ax2.set_xticks(x, [str(n) for n in ns])
+        ax2.set_ylim(0, 1.45 * max([1.0, *(r.get(key) or 0.0 for r in rows_in for key, _ in ratios)]))
+        ax2.set_xlabel("workers")
+        ax2.set_title("drl's ratios (0 = no figure)")
+        ax2.legend(fontsize=8, ncol=2, loc="upper center")
+        lines += ["", plot.save(fig, "atari_throughput.png")]
+    within = [r for r in rows_in if cores is None or r["workers"] <= cores]
+    head = max(within or rows_in, key=lambda r: r["workers"]) if rows_in else None
+    headline = "-"
+    if head:
+        headline = (f"drl {num(head.get('drl_fps'))} frames/s with {head['workers']} workers: "
+                    f"{num(head.get('drl_over_raw'), '.2f')} x raw, "
+                    f"{num(head.get('drl_over_' + peer.replace('-', '_')), '.2f')} x {peer_name}")
+    goal = str(f.get("goal", "drl >= 0.9 x raw for N <= cores, drl >= Sample Factory"))
+    return lines, headline, goal + (f" ({cores} cores)" if cores else ""), f.get("goal_met")
+
+
+def section_atari_learner(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
+    params = f.get("parameters") or {}
+
+    def row(name: str, key: str) -> list[str]:
+        runs = f.get(f"{key}_runs") or []
+        rate = f.get(f"{key}_updates_per_s")
+        return [name, num(rate, ".2f"), num(1000 / rate if rate else None, ".1f"),
+                f"{num(min(runs), '.2f')}-{num(max(runs), '.2f')}" if runs else "-", num(params.get(key))]
+
+    lines = table(["learner", "updates/s (median)", "ms/update", "spread", "parameters"],
+                  [row("drl", "drl"), row("SB3", "sb3")])
+    obs = "x".join(str(d) for d in f.get("obs") or [])
+    lines += ["", f"ratio {num(f.get('ratio'), '.2f')} (median of per-repeat ratios "
+                  f"{num(f.get('ratio_median_per_repeat'), '.2f')}); batches of {f.get('batch_size')} x {obs} uint8, "
+                  f"{f.get('actions')} actions, Nature CNN, {'double' if f.get('double') else 'plain'} DQN on drl's "
+                  f"side; {f.get('threads')} torch threads each; {f.get('repeats')} repeats x "
+                  f"{f.get('updates_per_repeat')} updates in rotation after {f.get('warmup')} warm-up, "
+                  f"{num(f.get('fill'))} transitions in each replay; drl's batches from {f.get('drl_batches')}, "
+                  "SB3's from its own replay buffer (sampling inside the timed loop on both sides)."]
+    errors = f.get("errors") or {}
+    if errors:
+        lines += ["", "No figure: " + "; ".join(f"{k}: `{v}`" for k, v in errors.items())]
+    if plot:
+        fig, ax = plot.subplots(figsize=(5, 3.2))
+        ax.bar(["drl", "SB3"], [f.get("drl_updates_per_s") or 0.0, f.get("sb3_updates_per_s") or 0.0],
+               color=["C0", "C1"])
+        ax.set_ylabel("DQN updates / s (median)")
+        ax.set_title("Atari learner speed (batch 32, 4x84x84)")
+        lines += ["", plot.save(fig, "atari_learner.png")]
+    headline = (f"drl {num(f.get('drl_updates_per_s'), '.1f')} vs SB3 {num(f.get('sb3_updates_per_s'), '.1f')} DQN "
+                f"updates/s (x{num(f.get('ratio'), '.2f')})")
+    return lines, headline, "none set: drl and SB3 compared", None
+
+
+def section_atari_bytes(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
+    wire = f.get("wire_bytes_per_transition") or {}
+    encode = f.get("encode_us_per_transition") or {}
+    f32, u8 = f.get("float32_stack_pair"), f.get("uint8_stack_pair")
+
+    def times(base, value) -> str:
+        return f"{num(base / value, '.1f')}x" if base and value else "-"
+
+    measured = [(f"wire, {kind}", wire.get(kind), num(encode.get(kind), ".2f")) for kind in ("none", "zstd", "lz4")]
+    measured += [("replay, allocated / capacity (the goal's figure)", f.get("replay_bytes_per_transition"), "-"),
+                 ("replay, allocated / held", f.get("replay_bytes_per_held_transition"), "-")]
+    lines = table(["where", "bytes/transition", "smaller than float32 stacks", "smaller than uint8 stacks",
+                   "encode us/transition"],
+                  [[name, num(value), times(f32, value), times(u8, value), us] for name, value, us in measured])
+    lines += ["", f"{f.get('env')}: {num(f.get('transitions'))} transitions from {f.get('envs')} envs in "
+                  f"{num(f.get('entries'))} entries of about {f.get('rows')} ({f.get('n_step')}-step folding), "
+                  f"{f.get('frames_per_transition')} frames of {num(f.get('frame_bytes'))} bytes sent per transition; "
+                  f"the replay (zstd entries decoded and added) held {num(f.get('replay_held_of_capacity'), '.3f')} "
+                  f"of its capacity. Baselines: a transition's observation and next observation as whole stacks, "
+                  f"float32 {num(f32)} bytes, uint8 {num(u8)} bytes."]
+    if plot and wire:
+        fig, ax = plot.subplots(figsize=(7, 3.2))
+        names = [f"wire {k}" for k in wire] + ["replay"]
+        values = [*wire.values(), f.get("replay_bytes_per_transition") or 0.0]
+        ax.barh(names, values, color="C0")
+        for base, label, style in ((f32, "float32 stacks", "--"), (u8, "uint8 stacks", ":")):
+            if base:
+                ax.axvline(base, color="grey", ls=style, lw=0.8, label=label)
+        ax.axvline(ATARI_REPLAY_GOAL_BYTES, color="C3", ls="-", lw=0.8, label="replay goal")
+        ax.set_xscale("log")
+        smallest = min([v for v in values if v > 0] or [1000.0])
+        ax.set_xlim(left=10 ** math.floor(math.log10(smallest)))
+        ax.set_xlabel("bytes per transition")
+        ax.set_title("Atari bytes per transition")
+        ax.legend(fontsize=8)
+        lines += ["", plot.save(fig, "atari_bytes.png")]
+    rb = f.get("replay_bytes_per_transition")
+    headline = (f"replay {num(rb)} bytes per stored transition; wire zstd {num(wire.get('zstd'))}, lz4 "
+                f"{num(wire.get('lz4'))}, none {num(wire.get('none'))}")
+    goal_met = f.get("goal_met", None if rb is None else rb <= ATARI_REPLAY_GOAL_BYTES)
+    return lines, headline, f"replay <= {ATARI_REPLAY_GOAL_BYTES:,} bytes per stored transition", goal_met
+
+
+def section_atari_tts(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
+    runs = f.get("runs", [])
+    rows = [[r.get("seed"), "yes" if r.get("reached") else "**no**", num(r.get("time_to_score_s"), ".1f"),
+             num(r.get("env_steps")), num(r.get("updates")), num(r.get("return_at_score"), ".1f"),
+             num(r.get("best_return"), ".1f"), num(r.get("evaluations")), num(r.get("first_evaluation_s"), ".1f"),
+             num(r.get("env_steps_total")), f"{r.get('exit_code')} ({r.get('exit_reason')})",
+             num(r.get("load_at_start"), ".2f")] for r in runs]
+    lines = table(["seed", "reached", "time to score s", "env steps", "updates", "return", "best return",
+                   "evaluations", "first evaluation s", "env steps in all", "exit", "load"], rows)
+    budget, target = f.get("budget_s"), f.get("target")
+    lines += ["", f"{f.get('preset')} on {f.get('env')}, target mean return {num(target, 'g')}, budget "
+                  f"{num(budget, 'g')} s per run on the run's own clock, {f.get('workers')} workers, "
+                  f"{f.get('threads')} trainer thread(s)"
+                  + (f", extra flags `{f['drl_args']}`" if f.get("drl_args") else "")
+                  + ". Time to score = the run's wall seconds (start-up included) at its first evaluation at or "
+                    "above the target; the best evaluated mean return is the figure where it is not reached (on a "
+                    "CPU-only machine it is not: see the learner speed above)."]
+    reached = [r["time_to_score_s"] for r in runs if r.get("reached") and r.get("time_to_score_s") is not None]
+    bests = [r["best_return"] for r in runs if r.get("best_return") is not None]
+    best = f"best mean return {num(max(bests), '.1f')}" if bests else "no evaluation"
+    if reached:
+        headline = (f"{num(target, 'g')} reached after {num(statistics.median(reached), '.1f')} s "
+                    f"({len(reached)} of {len(runs)} seeds; budget {num(budget, 'g')} s), {best}")
+    else:
+        headline = f"{num(target, 'g')} not reached in the {num(budget, 'g')} s budget; {best}"
+    goal_met = bool(runs) and all(r.get("best_return") is not None for r in runs)
+    return lines, headline, (f"recorded: the time to {num(target, 'g')} within {num(budget, 'g')} s, or the best "
+                             "mean return reached"), goal_met
+
+
 SECTIONS = {"memory_throughput": section_memory, "policy_sync": section_policy_sync,
             "learner_speed": section_learner, "scaling": section_scaling,
             "time_to_score": lambda f, p: section_tts(f, p, "time_to_score"),
             "time_to_score_lunar": lambda f, p: section_tts(f, p, "time_to_score_lunar"),
             "time_to_score_lunar_bf16": lambda f, p: section_tts(f, p, "time_to_score_lunar_bf16"),
-            "time_to_score_lunar_fast": lambda f, p: section_tts(f, p, "time_to_score_lunar_fast")}
+            "time_to_score_lunar_fast": lambda f, p: section_tts(f, p, "time_to_score_lunar_fast"),
+            "atari_throughput": section_atari_throughput, "atari_learner": section_atari_learner,
+            "atari_bytes": section_atari_bytes, "atari_time_to_score": section_atari_tts}
 
 
 class Plotter:
@@ -461,7 +668,8 @@ def write_report(results: list[dict], args: argparse.Namespace, doc: Path, folde
     if args.quick:
         out += ["> **Quick figures.** This report was generated with `--quick`: smoke-run sizes (one seed, fewer "
                 "repeats, shorter windows, fewer workers). They show that every benchmark runs; they are not the "
-                "measurement. Regenerate with `python -m bench.run_all` (and `--lunar`) on a quiet machine.", ""]
+                "measurement. Regenerate with `python -m bench.run_all` (and `--lunar`, `--atari`) on a quiet "
+                "machine.", ""]
     out += [f"Generated by `{command}` on {generated_at} in {total_s / 60:.1f} minutes, "
             f"{os.cpu_count()} logical CPUs, {platform.platform()}, Python {platform.python_version()}. "
             "Each benchmark ran alone, one after the other, as a subprocess; the sections give each one's exact "
@@ -486,8 +694,8 @@ def write_report(results: list[dict], args: argparse.Namespace, doc: Path, folde
         summary_rows.append([f"[{r['title']}](#{anchor(r['title'])})", headline, goal, met(goal_met),
                              f"{r['duration_s']:.0f} s", status])
     for b in skipped:
-        summary_rows.append([b.title, "not run (opt-in: `--lunar`)" if b.opt_in else "not run (`--only`)", "-",
-                             "-", "-", "skipped"])
+        summary_rows.append([b.title, f"not run (opt-in: `--{b.opt_in}`)" if b.opt_in else "not run (`--only`)",
+                             "-", "-", "-", "skipped"])
     out += table(["benchmark", "headline (medians)", "goal", "goal met", "duration", "status"], summary_rows)
     out += [""] + sections
     doc.write_text("\n".join(out).rstrip() + "\n")
@@ -498,11 +706,19 @@ def anchor(title: str) -> str:
     return keep.replace(" ", "-")
 
 
+def select(only: set[str], opted: set[str]) -> list[Bench]:
+    """The benchmarks to run: those named with ``--only``, else every one that is not opt-in plus the opt-in groups
+    whose flags were given (``opted``: "lunar", "atari")."""
+    return [b for b in BENCHES if (b.name in only if only else (not b.opt_in or b.opt_in in opted))]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="every benchmark with --quick (a few minutes)")
     parser.add_argument("--lunar", action="store_true",
                         help="also LunarLanderContinuous-v3 time to score (hours; with --quick one seed)")
+    parser.add_argument("--atari", action="store_true",
+                        help="also the four Atari benchmarks (need bench/peers/setup_atari_peers.sh's environments)")
     parser.add_argument("--only", default="", help="comma-separated benchmark names to run (default: all)")
     parser.add_argument("--extra", action="append", default=[], metavar="NAME=FLAGS",
                         help="more flags for one benchmark, e.g. --extra 'scaling=--workers 1,2' (repeatable)")
@@ -517,7 +733,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; known: "
                      f"{', '.join(b.name for b in BENCHES)}")
-    chosen = [b for b in BENCHES if (b.name in only if only else (not b.opt_in or args.lunar))]
+    chosen = select(only, {flag for flag in OPT_IN if getattr(args, flag)})
     skipped = [b for b in BENCHES if b not in chosen]
     doc, folder = Path(args.doc).resolve(), Path(args.data).resolve()
     logs = folder / "logs"
