@@ -23,6 +23,13 @@ from drl.algorithms.ppo.config import PPOConfig
 from drl.config import ExperimentConfig
 
 
+ATARI_ENTRY_TRANSITIONS = 512
+"""Transitions per entry at least: an entry repeats each environment's stack history and the steps n-step
+folding holds back (``drl.frames``), 5 frames per environment for a stack of 4 and 3-step returns, which at the
+default 64 transitions over 4 environments is about a third more frames on the wire and in replay; at 512, a
+few percent (bench/README.md, ``atari_bytes``)."""
+
+
 def is_atari(env: str) -> bool:
     """An Atari game's screen (``ALE/...``); the ``-ram`` ids observe the console's 128 bytes of memory instead."""
     return env.startswith("ALE/") and "-ram" not in env
@@ -32,7 +39,7 @@ def dqn_atari(env: str | None = None, preset: str = "dqn-atari") -> ExperimentCo
     """DQN with the Nature encoder and CleanRL's Atari hyperparameters (ALE/Pong-v5 by default)."""
     return ExperimentConfig(preset=preset, algorithm="dqn", env=env or "ALE/Pong-v5", steps=10_000_000,
                             random_steps=80_000, learning_starts=80_000, updates_per_transition=0.25,
-                            replay_size=1_000_000,
+                            replay_size=1_000_000, batch_transitions=ATARI_ENTRY_TRANSITIONS,
                             dqn=DQNConfig(encoder="nature", lr=1e-4, gamma=0.99, batch_size=32, n_step=3,
                                           double=True, target_update_every=250, max_grad_norm=10.0, eps_start=1.0,
                                           eps_end=0.01, eps_decay_fraction=0.1))
