@@ -103,7 +103,7 @@ def _worker(seed: int, least: int = 8, most: int = 12, folder=None):
     entry = EntryBuffer(codec.expected_layout(envs.spec), most + 3)
     write = StepInto(envs, entry) if folder is None else Folding(envs, entry, folder)
     worker.__dict__.update(envs=envs, actor=actor, version=0, random_steps=0, stepped=0, total=10**9, stop=False,
-                           entry=entry, write=write, fill=EntryFill(least, most, fill_s=1e9))
+                           entry=entry, write=write, fill=EntryFill(least, most, fill_s=1e9), compression="")
     worker.sent = []
 
     def flush(iteration_end=False, last=False):
