@@ -18,7 +18,7 @@ import numpy as np
 
 from drl import atari
 from drl.errors import UserError
-from drl.frames import FrameLog
+from drl.frames import FrameRing
 
 RECENT_RETURNS = 10  # finished episodes' returns kept for status reports: a long run must not grow a list
 TRAJECTORY_FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {
@@ -92,25 +92,27 @@ def _brief(space: gym.Space) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+def _wrapper(env: gym.Env, kind: type) -> gym.Wrapper | None:
+    """The outermost wrapper of type ``kind`` around an env, if any."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, kind):
+            return env
+        env = env.env
+    return None
+
+
 def _records_episodes(env: gym.Env) -> bool:
     """Whether a ``RecordEpisodeStatistics`` among the env's wrappers reports each game's real score (Atari:
     under the training wrappers that clip rewards and end an episode at a lost life), which status reports then
     show instead of the sum of the rewards the learner sees."""
-    while isinstance(env, gym.Wrapper):
-        if isinstance(env, gym.wrappers.RecordEpisodeStatistics):
-            return True
-        env = env.env
-    return False
+    return _wrapper(env, gym.wrappers.RecordEpisodeStatistics) is not None
 
 
 def frame_stack(env: gym.Env) -> int:
     """How many frames an image environment's observation stacks: the stack size of a gymnasium
     ``FrameStackObservation`` among its wrappers, else 1."""
-    while isinstance(env, gym.Wrapper):
-        if isinstance(env, gym.wrappers.FrameStackObservation):
-            return int(env.stack_size)
-        env = env.env
-    return 1
+    stack = _wrapper(env, gym.wrappers.FrameStackObservation)
+    return 1 if stack is None else int(stack.stack_size)
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,7 @@ class VecEnv:
         self.envs = [make_env(env_id) for _ in range(n)]
         self.spec = SpaceSpec.from_env(self.envs[0])
         self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
-        self.frames: FrameLog | None = None
+        self.frames: FrameRing | None = None
         self._scored = _records_episodes(self.envs[0])
         for i, env in enumerate(self.envs):
             env.action_space.seed(seed + 10_000 + i)
@@ -284,7 +286,7 @@ class VecEnv:
 
     def log_frames(self, capacity: int) -> None:
         """From now on transitions hold frame serials, the frames kept in a log of ``capacity``."""
-        self.frames = FrameLog(self.spec.frame_shape, capacity)
+        self.frames = FrameRing(self.spec.frame_shape, capacity)
         self.ids = np.stack([self._number_reset(o) for o in self.obs])
 
     def _number_reset(self, obs: np.ndarray) -> np.ndarray:

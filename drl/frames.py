@@ -4,13 +4,13 @@ A frame-stacked observation (k frames along the first axis, ``SpaceSpec.frame_st
 the one before it, and a transition's next observation shares k - 1 with its observation: whole stacks on the
 wire or in replay repeat every frame 2k times. Here a frame is the unit instead:
 
-- a rollout worker's ``VecEnv`` keeps its recent frames in a ``FrameLog``, each numbered by a serial, and writes
+- a rollout worker's ``VecEnv`` keeps its recent frames in a ``FrameRing``, each numbered by a serial, and writes
   k serials per observation into the transitions where other environments write the observation itself;
 - ``pack`` turns an entry's serials into the entry's own frame table (wire field ``frames``) and indices into it
   (``obs``, ``next_obs``: k ``<u4`` each). An entry carries every frame its transitions refer to, history
   included, so no entry depends on another: a lost, re-sent or dead-lettered entry leaves no stack incomplete;
 - ``expand`` rebuilds whole observations from a table and indices (an on-policy rollout, Ape-X priorities);
-- the replay (``drl.replay``) keeps the tables' frames in a ring and each transition's 2k frame references.
+- the replay (``drl.replay``) keeps the tables' frames in a ``FrameRing`` too and each transition's 2k frame references.
 
 A stack never mixes two episodes: after a reset the worker numbers the reset observation's own frames, so the
 first stack of an episode refers only to frames of that episode.
@@ -52,41 +52,60 @@ def serial_layout(layout: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, t
             for name, (dtype, shape) in layout.items() if name != TABLE}
 
 
-class FrameLog:
-    """A rollout worker's most recent frames in a ring, by serial (0, 1, 2, ...).
+class FrameRing:
+    """Frames in a ring, each under a serial (0, 1, 2, ...): a rollout worker's recent frames (one ``put`` per
+    new frame) and a frame replay's (``extend`` with an entry's table). A serial below ``oldest`` was
+    overwritten.
 
-    It must hold every frame an unsent transition can refer to: an entry's worth of steps, plus the stack's
-    history and the steps a folder (n-step returns) holds back, for every environment; ``get`` raises
+    A worker's ring must hold every frame an unsent transition can refer to: an entry's worth of steps, plus the
+    stack's history and the steps a folder (n-step returns) holds back, for every environment; ``get`` raises
     RuntimeError rather than return a frame that was overwritten."""
 
     def __init__(self, frame_shape: tuple[int, ...], capacity: int):
-        self.ring = np.zeros((capacity, *frame_shape), dtype=np.uint8)
+        self.frames = np.zeros((capacity, *frame_shape), dtype=np.uint8)
         self.capacity = capacity
         self.next = 0
+
+    @property
+    def oldest(self) -> int:
+        return max(0, self.next - self.capacity)
 
     def resize(self, capacity: int) -> None:
         """Holds ``capacity`` frames from now on, keeping the newest ones held (it never shrinks)."""
         if capacity <= self.capacity:
             return
-        kept = np.arange(max(0, self.next - self.capacity), self.next)
-        ring = np.zeros((capacity, *self.ring.shape[1:]), dtype=np.uint8)
-        ring[kept % capacity] = self.ring[kept % self.capacity]
-        self.ring, self.capacity = ring, capacity
+        kept = np.arange(self.oldest, self.next)
+        frames = np.zeros((capacity, *self.frames.shape[1:]), dtype=np.uint8)
+        frames[kept % capacity] = self.frames[kept % self.capacity]
+        self.frames, self.capacity = frames, capacity
 
     def put(self, frame: np.ndarray) -> int:
         serial = self.next
-        self.ring[serial % self.capacity] = frame
+        self.frames[serial % self.capacity] = frame
         self.next = serial + 1
         return serial
 
+    def extend(self, table: np.ndarray) -> int:
+        """Stores a table's frames (at most the newest ``capacity``); returns the first one's serial."""
+        start = self.next
+        rows = len(table)
+        skip = max(0, rows - self.capacity)
+        self.frames[(start + skip + np.arange(rows - skip)) % self.capacity] = table[skip:]
+        self.next = start + rows
+        return start
+
     def get(self, serials: np.ndarray) -> np.ndarray:
-        if len(serials) and (serials.min() < self.next - self.capacity or serials.max() >= self.next):
-            raise RuntimeError(f"frames {serials.min()}..{serials.max()} asked of a log holding "
-                               f"{max(0, self.next - self.capacity)}..{self.next - 1}")
-        return self.ring[serials % self.capacity]
+        if len(serials) and (serials.min() < self.oldest or serials.max() >= self.next):
+            raise RuntimeError(f"frames {serials.min()}..{serials.max()} asked of a ring holding "
+                               f"{self.oldest}..{self.next - 1}")
+        return self.frames[serials % self.capacity]
+
+    def stacks(self, refs: np.ndarray, obs_shape: tuple[int, ...]) -> np.ndarray:
+        """The observations whose frames' serials are the rows of ``refs``."""
+        return self.get(refs).reshape(len(refs), *obs_shape)
 
 
-def pack(arrays: dict[str, np.ndarray], log: FrameLog) -> dict[str, np.ndarray]:
+def pack(arrays: dict[str, np.ndarray], log: FrameRing) -> dict[str, np.ndarray]:
     """An entry's transitions with frame serials -> the same transitions with indices into a frame table of
     the frames they refer to (each once, oldest first), the table last."""
     n = len(arrays["reward"])

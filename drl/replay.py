@@ -15,39 +15,13 @@ import numpy as np
 import torch
 
 from drl.envs import SpaceSpec
-from drl.frames import INDEXED, TABLE, frame_capacity
+from drl.frames import INDEXED, TABLE, FrameRing, frame_capacity
 
 PRIORITY = "priority"
 """The optional field with a transition's initial priority: the prioritized replay's own input, never stored
 as a column and left out of batches."""
 Extras = Mapping[str, tuple[str, tuple[int, ...]]] | Iterable[str]
 
-
-
-class FrameRing:
-    """Frames in a ring, each under a serial (0, 1, 2, ...); a serial below ``oldest`` was overwritten."""
-
-    def __init__(self, frame_shape: tuple[int, ...], capacity: int):
-        self.frames = np.zeros((capacity, *frame_shape), dtype=np.uint8)
-        self.capacity = capacity
-        self.next = 0
-
-    @property
-    def oldest(self) -> int:
-        return max(0, self.next - self.capacity)
-
-    def put(self, table: np.ndarray) -> int:
-        """Stores a table's frames (at most the newest ``capacity``); returns the first one's serial."""
-        start = self.next
-        rows = len(table)
-        skip = max(0, rows - self.capacity)
-        slots = (start + skip + np.arange(rows - skip)) % self.capacity
-        self.frames[slots] = table[skip:]
-        self.next = start + rows
-        return start
-
-    def stacks(self, refs: np.ndarray, obs_shape: tuple[int, ...]) -> np.ndarray:
-        return self.frames[refs % self.capacity].reshape(len(refs), *obs_shape)
 
 
 class ReplayBuffer:
@@ -94,7 +68,7 @@ class ReplayBuffer:
         """Appends a batch of transitions (rows along the first axis), overwriting the oldest when full."""
         n = len(arrays["reward"])
         if self.ring is not None:
-            start = self.ring.put(arrays[TABLE])
+            start = self.ring.extend(arrays[TABLE])
             arrays = {**arrays, "obs": start + arrays["obs"].astype(np.int64),
                       "next_obs": start + arrays["next_obs"].astype(np.int64)}
             self._drop_overwritten()

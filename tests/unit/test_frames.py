@@ -156,7 +156,7 @@ def test_the_worker_entry_path_steps_into_serials():
 
 
 def test_the_log_refuses_frames_it_no_longer_holds():
-    log = frames.FrameLog((2, 2), 4)
+    log = frames.FrameRing((2, 2), 4)
     for i in range(6):
         log.put(np.full((2, 2), i, np.uint8))
     assert log.get(np.array([2, 5]))[:, 0, 0].tolist() == [2, 5]
