@@ -80,6 +80,9 @@ class ExperimentBase:
                                        "(back-pressure).")
     max_backlog_bytes: int = opt(256 * 1024 * 1024, "Bytes of stream entries waiting for the trainer before "
                                                      "producers pause (back-pressure).")
+    max_policy_lag: int = opt(0, "ASYNC, algorithms that learn from a queue (appo): a segment collected with a "
+                                 "policy more than this many versions older than the trainer's newest is dropped "
+                                 "when its batch is formed, and counted (lag_dropped); 0: no limit.")
     ratio_tolerance: int = opt(64, "ASYNC: transitions the trainer may read ahead of the updates it owes "
                                    "(the rate limiter's error buffer).")
     reclaim_idle_s: float = opt(30.0, "Seconds an entry may stay pending at another (dead) consumer before the "
@@ -113,7 +116,8 @@ class ExperimentBase:
             positive_int=("workers", "envs_per_worker", "steps", "batch_transitions", "eval_episodes",
                           "trainer_threads", "keep_policies", "keep_checkpoints", "sync_steps_per_iteration",
                           "publish_every_updates", "max_backlog_entries", "max_backlog_bytes", "replay_size"),
-            nonneg=("random_steps", "learning_starts", "ratio_tolerance", "max_restarts", "entry_fill_ms"),
+            nonneg=("random_steps", "learning_starts", "ratio_tolerance", "max_policy_lag", "max_restarts",
+                    "entry_fill_ms"),
             positive=("updates_per_transition", "sync_deadline_s", "reclaim_idle_s", "memory_retry_s", "member_silence_s",
                       "checkpoint_every_s", "hang_timeout_s"),
             fraction=("priority_alpha", "priority_beta"))

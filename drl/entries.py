@@ -104,6 +104,22 @@ class StepInto:
         """Nothing is held back."""
 
 
+class StepRecording(StepInto):
+    """Transitions go into the entry as stepped, with the fields the actor recorded while choosing the step's
+    actions (``Actor.records``: APPO's behaviour log-probabilities) beside them."""
+
+    def __init__(self, envs: VecEnv, entry: EntryBuffer, actor):
+        super().__init__(envs, entry)
+        self.actor = actor
+
+    def __call__(self, actions: np.ndarray, count: int) -> None:
+        entry, recorded, row = self.entry, self.actor.recorded, self.entry.n
+        self.envs.step_into(actions, entry.arrays, row)
+        for name in self.actor.records:
+            entry.arrays[name][row:row + len(actions)] = recorded[name]
+        entry.n += count
+
+
 class Folding:
     """Transitions pass through a folder (``drl.algorithms.base.Folder``) on their way into the entry."""
 

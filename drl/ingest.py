@@ -368,7 +368,7 @@ class Feed:
             return []
         intake = self.last = self.ingest.take(entries, sync_version)
         for batch in intake.accepted:
-            self.learning.add(batch.header.worker_id, batch.header.seq, batch.arrays)
+            self.learning.add(batch.header.worker_id, batch.header.seq, batch.arrays, batch.header.policy_version)
         ledger = self.ingest.ledger
         self.reader.commit(intake.acks, ledger.fields(intake.touched, self.learning.learner.updates), intake.dead)
         return [batch.header for batch in intake.accepted]

@@ -13,6 +13,13 @@ The trainer's loops stay the same for every algorithm: accepted entries go to ``
 - ``RolloutLearning`` (on-policy): the iteration's entries are kept as they come; at the end of the iteration
   they are sorted by (worker, seq), split by ``env_index`` into per-environment segments, trained on once and
   dropped. It never owes an update in between.
+- ``QueueLearning`` (asynchronous on-policy, IMPALA/APPO): each entry is split into per-environment segments that
+  join a queue in order of arrival; whenever ``batch_size`` transitions are queued an update is owed, which takes
+  the oldest whole segments, drops those collected more than ``--max-policy-lag`` versions ago, and trains on the
+  rest once. Like Reverb's ``Queue`` rate limiter, nothing is read while a batch waits (``tolerance`` 0), so
+  what the queue holds, and the lag it adds, stays within a read's worth. Each trained transition's policy lag
+  (the trainer's newest version minus the one that collected it, ``policy_version``) goes into a histogram
+  (``LagHistogram``) that the trainer's status, its metrics page and TensorBoard show.
 
 ``state``/``load_state`` give the tensors and meta of the trainer's checkpoint (``learner.*``, ``replay.*``;
 ``learner``, ``replay_rng``, ``replay``), so checkpoints written before this module existed still load.
@@ -20,6 +27,7 @@ The trainer's loops stay the same for every algorithm: accepted entries go to ``
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -35,9 +43,11 @@ if TYPE_CHECKING:
 class Learning(Protocol):
     learner: "Learner"
     metrics: dict[str, float]  # the learner's last metrics
+    tolerance: float  # updates the trainer may be behind and still read (``drl.pacing.RateLimiter``)
+    policy_version: int  # the trainer's newest published version; the trainer keeps it current
 
-    def add(self, worker: str, seq: int, arrays: dict[str, np.ndarray]) -> None:
-        """An accepted entry's transitions."""
+    def add(self, worker: str, seq: int, arrays: dict[str, np.ndarray], version: int = 0) -> None:
+        """An accepted entry's transitions, collected with policy ``version``."""
 
     def size(self) -> int:
         """Transitions held (the trainer's ``replay_size``; 0 for a rollout)."""
@@ -57,6 +67,18 @@ class Learning(Protocol):
     def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
         """Restores ``state``'s output; raises ValueError when it does not fit."""
 
+    def report(self) -> dict[str, Any]:
+        """Status fields of its own beyond the learner's metrics."""
+
+
+class LearningBase:
+    """The defaults of ``Learning``: no status fields of its own, the version unused."""
+
+    policy_version = -1
+
+    def report(self) -> dict[str, Any]:
+        return {}
+
 
 def _prefixed(tensors: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
     return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
@@ -67,20 +89,21 @@ def _learner_state(learner: "Learner") -> tuple[dict[str, np.ndarray], dict]:
     return {f"learner.{k}": v for k, v in tensors.items()}, {"learner": meta}
 
 
-class ReplayLearning:
+class ReplayLearning(LearningBase):
     """A replay learner behind a replay buffer (``cfg`` an ExperimentConfig; ``keep``: the optional wire fields
     the learner's batches need, ``Algorithm.wire_fields``)."""
 
     def __init__(self, learner: "ReplayLearner", spec: SpaceSpec, cfg: Any, keep: Any = ()):
         self.learner, self.cfg = learner, cfg
         self.metrics: dict[str, float] = {}
+        self.tolerance = cfg.updates_per_transition * cfg.ratio_tolerance
         if cfg.prioritized:
             self.replay: ReplayBuffer = PrioritizedReplay(spec, cfg.replay_size, seed=cfg.seed + 1, extras=keep,
                                                           alpha=cfg.priority_alpha, beta=cfg.priority_beta)
         else:
             self.replay = ReplayBuffer(spec, cfg.replay_size, seed=cfg.seed + 1, extras=keep)
 
-    def add(self, worker: str, seq: int, arrays: dict[str, np.ndarray]) -> None:
+    def add(self, worker: str, seq: int, arrays: dict[str, np.ndarray], version: int = 0) -> None:
         self.replay.add(arrays)
 
     def size(self) -> int:
@@ -124,15 +147,16 @@ class ReplayLearning:
             raise ValueError(f"the replay in the checkpoint does not fit: {exc}") from None
 
 
-class RolloutLearning:
+class RolloutLearning(LearningBase):
     """An on-policy learner trained once on each SYNC iteration's rollout (``cfg`` an ExperimentConfig)."""
 
     def __init__(self, learner: "RolloutLearner", cfg: Any):
         self.learner, self.cfg = learner, cfg
         self.metrics: dict[str, float] = {}
+        self.tolerance = 0.0
         self.rollout: list[tuple[str, int, dict[str, np.ndarray]]] = []
 
-    def add(self, worker: str, seq: int, arrays: dict[str, np.ndarray]) -> None:
+    def add(self, worker: str, seq: int, arrays: dict[str, np.ndarray], version: int = 0) -> None:
         """Keeps an entry for the iteration's end, with whole observations when its frames travelled once."""
         self.rollout.append((worker, seq, frames.expand(arrays)))
 
@@ -179,3 +203,134 @@ class RolloutLearning:
 
     def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
         self.learner.load_state(_prefixed(tensors, "learner."), meta["learner"])
+
+
+LAG_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
+"""Upper bounds (inclusive) of the policy-lag histogram's buckets, in versions; one more bucket holds the rest."""
+
+
+class LagHistogram:
+    """Transitions by policy lag, in the buckets of ``LAG_BUCKETS`` and one above them, with the exact sum and
+    maximum: Sample Factory's policy-lag statistic, kept as a histogram so that the tail shows."""
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(len(LAG_BUCKETS) + 1, dtype=np.int64)
+        self.total = 0
+        self.most = 0
+
+    def add(self, lag: int, count: int) -> None:
+        self.counts[int(np.searchsorted(LAG_BUCKETS, lag))] += count
+        self.total += lag * count
+        self.most = max(self.most, lag)
+
+    @property
+    def count(self) -> int:
+        return int(self.counts.sum())
+
+    def mean(self) -> float:
+        return self.total / self.count if self.count else 0.0
+
+    def quantile(self, q: float) -> int:
+        """The upper bound of the bucket holding the ``q`` quantile (the maximum for the last bucket)."""
+        if not self.count:
+            return 0
+        bucket = int(np.searchsorted(np.cumsum(self.counts), q * self.count))
+        return LAG_BUCKETS[bucket] if bucket < len(LAG_BUCKETS) else self.most
+
+    def text(self) -> str:
+        """"le:count,..." for every bucket (``inf`` the last), non-cumulative: the status field that the metrics
+        page turns into a Prometheus histogram and ``status`` prints."""
+        bounds = [str(b) for b in LAG_BUCKETS] + ["inf"]
+        return ",".join(f"{b}:{int(c)}" for b, c in zip(bounds, self.counts))
+
+    @staticmethod
+    def parse(text: str) -> list[tuple[float, int]]:
+        """``text``'s (upper bound, count) pairs; ValueError when it is not one."""
+        pairs = []
+        for item in text.split(","):
+            bound, _, count = item.partition(":")
+            pairs.append((float(bound), int(count)))
+        return pairs
+
+    def state(self) -> dict:
+        return {"counts": self.counts.tolist(), "total": self.total, "most": self.most}
+
+    def load(self, state: dict) -> None:
+        counts = np.asarray(state["counts"], dtype=np.int64)
+        if counts.shape != self.counts.shape:
+            raise ValueError(f"the policy-lag histogram has {len(counts)} buckets, expected {len(self.counts)}")
+        self.counts, self.total, self.most = counts, int(state["total"]), int(state["most"])
+
+
+class QueueLearning(LearningBase):
+    """A learner trained once on each batch of segments, in order of arrival (``cfg`` an ExperimentConfig; the
+    learner's ``batch_size`` is in transitions, its ``train(segments, progress)`` as an on-policy learner's)."""
+
+    def __init__(self, learner: "RolloutLearner", cfg: Any):
+        self.learner, self.cfg = learner, cfg
+        self.metrics: dict[str, float] = {}
+        self.tolerance = 0.0
+        self.queue: deque[tuple[int, dict[str, np.ndarray]]] = deque()
+        self.queued = 0
+        self.lag = LagHistogram()
+        self.lag_dropped = 0
+
+    def add(self, worker: str, seq: int, arrays: dict[str, np.ndarray], version: int = 0) -> None:
+        """Queues the entry's segments, one per environment, with the version that collected them."""
+        arrays = frames.expand(arrays)
+        index = arrays["env_index"]
+        for env in np.unique(index):
+            rows = np.flatnonzero(index == env)
+            self.queue.append((version, {k: v[rows] for k, v in arrays.items()}))
+        self.queued += len(index)
+
+    def size(self) -> int:
+        """Transitions queued."""
+        return self.queued
+
+    def owed(self, consumed: int) -> int:
+        """One update (a whole batch: ``update`` runs the learner's epochs over it) while a batch is queued."""
+        return self.learner.updates + (1 if self.queued >= self.learner.batch_size else 0)
+
+    def update(self, consumed: int) -> None:
+        """Trains on the oldest ``batch_size`` transitions' whole segments, less those too old to learn from."""
+        batch, taken, limit = [], 0, self.cfg.max_policy_lag
+        while self.queue and taken < self.learner.batch_size:
+            version, segment = self.queue.popleft()
+            rows = len(segment["reward"])
+            taken += rows
+            lag = max(0, self.policy_version - version)
+            if limit and lag > limit:
+                self.lag_dropped += rows
+                continue
+            self.lag.add(lag, rows)
+            batch.append(segment)
+        self.queued -= taken
+        if batch:
+            self.metrics = self.learner.train(batch, progress=min(1.0, consumed / self.cfg.steps))
+
+    def end_iteration(self, consumed: int) -> None:
+        """Updates follow the queue (``owed``); an iteration's end changes nothing."""
+
+    def report(self) -> dict[str, Any]:
+        lag = self.lag
+        return {"queued": self.queued, "lag_dropped": self.lag_dropped, "policy_lag_mean": round(lag.mean(), 3),
+                "policy_lag_p95": lag.quantile(0.95), "policy_lag_max": lag.most, "policy_lag": lag.text()}
+
+    def state(self, with_replay: bool) -> tuple[dict[str, np.ndarray], dict]:
+        """The learner's state and the lag counters; the queue is never checkpointed (it holds at most a read's
+        worth of segments, consumed and committed: a restarted trainer goes on with what it reads next)."""
+        tensors, meta = _learner_state(self.learner)
+        meta["replay_rng"] = None
+        meta["queue"] = {"lag": self.lag.state(), "lag_dropped": self.lag_dropped}
+        return tensors, meta
+
+    def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
+        self.learner.load_state(_prefixed(tensors, "learner."), meta["learner"])
+        kept = meta.get("queue")
+        if kept:
+            try:
+                self.lag.load(kept["lag"])
+                self.lag_dropped = int(kept["lag_dropped"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"the policy-lag counters in the checkpoint do not fit: {exc}") from None

@@ -25,7 +25,7 @@ __all__ = ["ALGORITHMS", "Actor", "ActorBase", "Algorithm", "FieldSpecs", "Folde
            "RolloutLearner", "check_spaces", "get", "load_plugins", "make_actor", "make_learner", "opt",
            "register", "wire_extras"]
 
-BUILT_IN = ("sac", "td3", "ppo", "dqn")
+BUILT_IN = ("sac", "td3", "ppo", "dqn", "appo")
 PLUGINS_VARIABLE = "DRL_PLUGINS"
 ENTRY_POINT_GROUP = "drl.algorithms"
 

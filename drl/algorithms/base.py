@@ -59,9 +59,14 @@ class Actor(Protocol):
     ``set_progress`` tells it how far the worker is through its share (schedules such as DQN's epsilon);
     ``annotate`` returns the extra wire fields it computes for a whole entry before the entry is sent, named in
     ``annotates`` (DQN's Ape-X priorities), so that a worker can keep them out of the rows it steps into.
+    ``records`` names the wire fields it computes per step while acting (APPO's behaviour log-probabilities):
+    after each sampling call of ``act``, ``recorded`` holds one row per observation, which the worker writes
+    beside the step's transitions.
     """
 
     annotates: tuple[str, ...]
+    records: tuple[str, ...]
+    recorded: dict[str, np.ndarray]
 
     def load(self, weights: dict[str, np.ndarray]) -> None: ...
 
@@ -73,9 +78,11 @@ class Actor(Protocol):
 
 
 class ActorBase:
-    """The defaults of ``Actor``: no schedule, nothing to annotate."""
+    """The defaults of ``Actor``: no schedule, nothing to annotate or record."""
 
     annotates: tuple[str, ...] = ()
+    records: tuple[str, ...] = ()
+    recorded: dict[str, np.ndarray] = {}
 
     def set_progress(self, fraction: float) -> None:
         """Where the worker is in its share, 0 to 1; most policies do not care."""
@@ -205,12 +212,27 @@ class Algorithm:
                                         ",".join(map(str, hidden)) if hidden is not None else "", size))
         return needs
 
+    def segment_steps(self, cfg: Any) -> int:
+        """Steps per environment in each entry a worker sends (fixed-length trajectory segments for an
+        algorithm that learns from them in order, APPO's); 0: entries are filled as ``--batch-transitions`` and
+        ``--entry-fill-ms`` say."""
+        return 0
+
+    def entry_transitions(self, cfg: Any) -> int:
+        """Transitions in every entry a worker sends when segments fix it (``segment_steps`` of each of its
+        environments), else 0; workers and the trainer size the backlog's limits by it."""
+        return self.segment_steps(cfg) * cfg.envs_per_worker
+
     def make_folder(self, cfg: Any) -> Folder | None:
         """Worker-side folding of transitions; None: transitions go as stepped."""
         return None
 
     def problems(self, cfg: Any) -> list[str]:
         """What this algorithm refuses in a configuration, one message per problem."""
+        if cfg.max_policy_lag and not self.segment_steps(cfg):
+            queued = ", ".join(n for n, a in ALGORITHMS.items() if a.segment_steps(cfg))
+            return [f"--max-policy-lag applies to algorithms that learn from segments in order of arrival "
+                    f"({queued}); {self.name} does not"]
         if cfg.worker_priorities and cfg.prioritized and not self.worker_priorities:
             workers_can = ", ".join(n for n, a in ALGORITHMS.items() if a.worker_priorities)
             return [f"--worker-priorities: {self.name}'s rollout workers have no value estimate to compute "

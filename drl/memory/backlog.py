@@ -52,9 +52,11 @@ class BacklogLimits:
                                    self.ceiling))
 
 
-def backlog_limits(cfg, layout: dict[str, tuple[str, tuple[int, ...]]]) -> BacklogLimits:
+def backlog_limits(cfg, layout: dict[str, tuple[str, tuple[int, ...]]], entry: int = 0) -> BacklogLimits:
+    """The limits of a run whose entries hold ``--batch-transitions`` at least, or ``entry`` transitions when the
+    algorithm fixes their size (``Algorithm.entry_transitions``)."""
     transition_bytes = sum(np.dtype(dt).itemsize * int(np.prod(shape)) for dt, shape in layout.values())
     ceiling = max(1, min(MAX_ENTRY_BYTES // transition_bytes, cfg.max_backlog_bytes // transition_bytes))
-    least = min(cfg.batch_transitions, ceiling)
+    least = min(entry or cfg.batch_transitions, ceiling)
     return BacklogLimits(transition_bytes, least, backlog_bytes(cfg, least, transition_bytes), cfg.max_backlog_entries,
                          ceiling)

@@ -7,6 +7,7 @@ from typing import Callable
 
 from drl.config import ConfigError, ExperimentConfig, from_dict, merge
 from drl.errors import UserError
+from drl.presets.appo import appo, appo_atari
 from drl.presets.atari import dqn_atari, ppo_atari
 from drl.presets.dqn import dqn
 from drl.presets.lunar import sac_lunar
@@ -16,7 +17,8 @@ from drl.presets.td3 import td3
 
 PRESETS: dict[str, Callable[[str | None], ExperimentConfig]] = {"sac": sac, "td3": td3, "ppo": ppo, "dqn": dqn,
                                                                 "sac-lunar": sac_lunar, "dqn-atari": dqn_atari,
-                                                                "ppo-atari": ppo_atari}
+                                                                "ppo-atari": ppo_atari, "appo": appo,
+                                                                "appo-atari": appo_atari}
 
 
 def get_preset(name: str, env: str | None = None) -> ExperimentConfig:

@@ -23,7 +23,7 @@ import numpy as np
 
 from drl._proto import experience_pb2
 from drl.algorithms import get as get_algorithm
-from drl.entries import EntryBuffer, EntryFill, Folding, StepInto
+from drl.entries import EntryBuffer, EntryFill, Folding, StepInto, StepRecording
 from drl import frames
 from drl.envs import VecEnv
 from drl.memory import codec
@@ -49,7 +49,8 @@ class RolloutWorker(Service):
         algorithm = get_algorithm(cfg.algorithm)
         self.envs = VecEnv(cfg.env, cfg.envs_per_worker, seed=cfg.seed * 100_003 + 1000 * ctx.worker_index)
         layout = codec.expected_layout(self.envs.spec, algorithm.wire_fields(cfg))
-        self.limits = limits = backlog_limits(cfg, layout)
+        self.segment_rows = algorithm.entry_transitions(cfg)
+        self.limits = limits = backlog_limits(cfg, layout, self.segment_rows)
         self.compression = codec.compression_for(cfg.compression, self.envs.spec)
         folder = algorithm.make_folder(cfg)
         self.held_steps = self.envs.spec.frame_stack + getattr(folder, "n", 0) + 2
@@ -62,10 +63,19 @@ class RolloutWorker(Service):
         self.version = -1
         self.widening = 1  # the trainer's factor on the backlog's limits, as the last append reported it
         self.batch_transitions = limits.least
-        self.fill = EntryFill(limits.least, limits.most, cfg.entry_fill_ms / 1000.0)
+        if self.segment_rows:
+            self.segment_rows = limits.least
+            self.fill = EntryFill(limits.least, limits.least, 0.0)
+        else:
+            self.fill = EntryFill(limits.least, limits.most, cfg.entry_fill_ms / 1000.0)
         self.entry = EntryBuffer({k: v for k, v in frames.serial_layout(layout).items()
                                   if k not in self.actor.annotates}, limits.most + cfg.envs_per_worker)
-        self.write = StepInto(self.envs, self.entry) if folder is None else Folding(self.envs, self.entry, folder)
+        if folder is not None:
+            self.write = Folding(self.envs, self.entry, folder)
+        elif self.actor.records:
+            self.write = StepRecording(self.envs, self.entry, self.actor)
+        else:
+            self.write = StepInto(self.envs, self.entry)
         self.producer = self.memory.writer(ctx.name, cfg.max_backlog_entries, limits.limit_bytes)
         self.seq, self.produced = self.producer.position()
         self._started, self._produced_at_start = time.monotonic(), self.produced
@@ -181,7 +191,7 @@ class RolloutWorker(Service):
         self.take_share(reply.share)
         if reply.widening != self.widening:
             self.widening = reply.widening
-            self.fill.most = self.limits.most_in(self.widening)
+            self.fill.most = self.segment_rows or self.limits.most_in(self.widening)
             self.entry.reserve(self.fill.most + len(self.envs.envs))
             if self.envs.frames is not None:
                 self.envs.frames.resize(self.frame_log_size(self.fill.most))

@@ -60,10 +60,10 @@ class Trainer(Service):
                                               cfg.keep_checkpoints, cfg.checkpoint_replay, session=ctx.steps_done)
         self.status = StatusWriter(self.control, "trainer")
         self.membership.refresh()
-        limits = backlog_limits(cfg, layout)
+        limits = backlog_limits(cfg, layout, algorithm.entry_transitions(cfg))
         self.pace = ReadPace(limits.limit_bytes)
         self.widening = Widening(self.reader, limits, cfg.max_backlog_bytes, cfg.learning_starts, self.pace)
-        self.limiter = RateLimiter.of(cfg)
+        self.limiter = RateLimiter(self.learning.tolerance)
         self.version = self.published_updates = -1
         self.started = time.monotonic()
         self._stop_checked = 0.0
@@ -71,6 +71,15 @@ class Trainer(Service):
         self.restore()
         self.curves = TrainerCurves(ScalarLog(ctx.run_dir / "tensorboard" / "trainer"), self.started,
                                     self.ledger.consumed, self.updates)
+
+    @property
+    def version(self) -> int:
+        """The newest published policy version, which the learning measures policy lag against."""
+        return self._version
+
+    @version.setter
+    def version(self, value: int) -> None:
+        self._version = self.learning.policy_version = value
 
     @property
     def updates(self) -> int:
@@ -173,7 +182,7 @@ class Trainer(Service):
             "transitions_per_s": round(ledger.consumed / elapsed, 1),
             "replay_size": self.learning.size(), "backlog": self.reader.backlog(),
             "backlog_bytes": self.reader.backlog_bytes(), "memory_resets": self.reader.resets,
-            **{k: round(v, 5) for k, v in self.learning.metrics.items()},
+            **{k: round(v, 5) for k, v in self.learning.metrics.items()}, **self.learning.report(),
         }
         self.status.write(fields, force=force)
         self.curves.add(time.monotonic(), ledger.consumed, self.updates, self.learning.metrics, fields,

@@ -43,7 +43,7 @@ def test_built_in_algorithms_register_in_order_with_their_blocks():
 
 
 def test_unknown_algorithm_names_the_accepted_ones():
-    with pytest.raises(UserError, match=r"unknown algorithm 'a2c'; accepted: dqn, ppo, sac, td3"):
+    with pytest.raises(UserError, match=r"unknown algorithm 'a2c'; accepted: appo, dqn, ppo, sac, td3"):
         get("a2c")
 
 

@@ -284,7 +284,7 @@ def test_algorithm_blocks_and_choices_come_from_the_registry():
     from drl.algorithms import ALGORITHMS
 
     fields = dataclasses.fields(ExperimentConfig)
-    assert [f.name for f in fields[-len(ALGORITHMS):]] == list(ALGORITHMS) == ["sac", "td3", "ppo", "dqn"]
+    assert [f.name for f in fields[-len(ALGORITHMS):]] == list(ALGORITHMS) == ["sac", "td3", "ppo", "dqn", "appo"]
     for f in fields[-len(ALGORITHMS):]:
         assert f.type is ALGORITHMS[f.name].config and f.metadata["doc"] == ALGORITHMS[f.name].doc
     assert next(f for f in fields if f.name == "algorithm").metadata["choices"] == tuple(ALGORITHMS)
@@ -318,7 +318,7 @@ def test_a_registered_algorithm_gets_its_block_json_options_and_checks():
     assert cls.from_json(cfg.to_json()) == cfg
     options = {name: (default, doc) for name, _tp, default, doc, _choices in iter_options(cls)}
     assert options["toyx.scale"] == (1.0, "How much.")
-    assert next(c for n, *_, c in iter_options(cls) if n == "algorithm") == ("sac", "td3", "ppo", "dqn", "toyx")
+    assert next(c for n, *_, c in iter_options(cls) if n == "algorithm") == ("sac", "td3", "ppo", "dqn", "appo", "toyx")
     assert cfg.validate() is cfg
     with pytest.raises(ConfigError) as info:
         replace(cfg, mode="async", **{"toyx.scale": 3}).validate()

@@ -215,6 +215,7 @@ def _async_worker(least: int, most: int, total: int, assigned: dict):
     cfg = replace(get_preset("sac", "Pendulum-v1"), envs_per_worker=3, batch_transitions=least)
     del worker.flush
     worker.__dict__.update(cfg=cfg, limits=backlog_limits(cfg, codec.expected_layout(worker.envs.spec)), widening=1,
+                           segment_rows=0,
                            producer=FakeProducer(widening=1), seq=0, produced=0, total=total,
                            batch_transitions=least, _share_read_at=0, ctx=SimpleNamespace(run="r", name="rollout-0"),
                            report=lambda: None)

@@ -115,25 +115,32 @@ class PPOLearner:
                      "clip_fraction": ((ratio - 1).abs() > cfg.clip).float().mean()}
         return total, stats
 
+    WHOLE = ("raw_obs",)
+    """Keys of ``prepare``'s output that are not per-row minibatch inputs."""
+
+    def minibatch_rows(self, data: dict[str, torch.Tensor]):
+        """One pass's minibatches as row indices: ``minibatches`` shuffled slices of the rollout."""
+        n = len(data["advantage"])
+        size = max(1, n // self.cfg.minibatches)
+        self.batch_size = size
+        order = torch.from_numpy(self.rng.permutation(n))
+        for start in range(0, n - size + 1, size):
+            yield order[start:start + size]
+
     def train(self, segments: list[dict[str, np.ndarray]], progress: float = 0.0) -> dict[str, float]:
         """Trains on one rollout; ``progress`` (0 to 1, the run's env steps done before it) sets the learning
         rate when it is annealed."""
         cfg = self.cfg
         data = self.prepare(segments)
-        n = len(data["advantage"])
         lr = cfg.lr * max(0.0, 1.0 - progress) if cfg.anneal_lr else cfg.lr
         for group in self.opt.param_groups:
             group["lr"] = lr
         params = [*self.policy.parameters(), *self.value.parameters()]
-        size = max(1, n // cfg.minibatches)
-        self.batch_size = size
         sums: dict[str, float] = {}
         steps = 0
         for _ in range(cfg.epochs):
-            order = torch.from_numpy(self.rng.permutation(n))
-            for start in range(0, n - size + 1, size):
-                idx = order[start:start + size]
-                total, stats = self.loss({k: v[idx] for k, v in data.items() if k != "raw_obs"})
+            for idx in self.minibatch_rows(data):
+                total, stats = self.loss({k: v[idx] for k, v in data.items() if k not in self.WHOLE})
                 self.opt.zero_grad(set_to_none=True)
                 total.backward()
                 torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
@@ -167,7 +174,7 @@ class PPOLearner:
             updates, iterations = int(meta["updates"]), int(meta["iterations"])
             self.rng.bit_generator.state = meta["rng"]
         except (KeyError, RuntimeError, TypeError, ValueError) as exc:
-            raise ValueError(f"checkpoint does not fit the PPO networks: {exc}") from None
+            raise ValueError(f"checkpoint does not fit the {type(self).__name__[:-7]} networks: {exc}") from None
         self.updates, self.iterations = updates, iterations
 
     def policy_weights(self) -> dict[str, np.ndarray]:

@@ -1,0 +1,66 @@
+"""APPO's builder: on-policy data collected ASYNC, consumed once from a queue (``drl.learning.QueueLearning``),
+never replayed; workers send fixed-length segments (``segment_steps``) whose transitions carry what rebuilds
+per-environment trajectories and the behaviour policy's log-probabilities."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drl.algorithms.appo.actor import BEHAVIOUR_LOGP
+from drl.algorithms.appo.config import APPOConfig
+from drl.algorithms.base import Actor, Algorithm, FieldSpecs, Learner, Parameters, register
+from drl.algorithms.ppo.builder import PPOBuilder
+from drl.envs import TRAJECTORY_FIELDS, SpaceSpec
+
+
+class APPOBuilder(Algorithm):
+    name = "appo"
+    config = APPOConfig
+    doc = "APPO / IMPALA hyperparameters (V-trace)."
+    continuous = True
+    discrete = True
+    bounded_actions = False  # a Gaussian policy; the worker's stepper clips to whatever bounds there are
+    replay = False
+
+    def parameters(self, spec: SpaceSpec, cfg: Any) -> Parameters:
+        """PPO's networks (``drl.algorithms.appo.networks``), counted as PPO counts them."""
+        return PPOBuilder.parameters(self, spec, cfg)
+
+    def wire_fields(self, cfg: Any) -> FieldSpecs:
+        return {**TRAJECTORY_FIELDS, BEHAVIOUR_LOGP: ("<f4", ())}
+
+    def segment_steps(self, cfg: Any) -> int:
+        return self.hyper(cfg).segment
+
+    def make_actor(self, spec: SpaceSpec, cfg: Any, seed: int) -> Actor:
+        from drl.algorithms.appo.actor import APPOActor
+
+        return APPOActor(spec, self.hyper(cfg), seed)
+
+    def make_learner(self, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
+        from drl.algorithms.appo.learner import APPOLearner
+
+        return APPOLearner(spec, self.hyper(cfg), seed)
+
+    def make_learning(self, spec: SpaceSpec, cfg: Any, seed: int):
+        from drl.learning import QueueLearning
+
+        return QueueLearning(self.make_learner(spec, cfg, seed), cfg)
+
+    def problems(self, cfg: Any) -> list[str]:
+        """ASYNC only (SYNC's iterations need no correction: that is PPO), and every action must be the
+        policy's own, with its probability."""
+        found = []
+        if cfg.mode != "async":
+            found.append(f"{self.name} runs in --mode async (it corrects for the policy lag of asynchronous "
+                         "collection; for SYNC iterations use --algorithm ppo)")
+        if cfg.random_steps:
+            found.append(f"--random-steps must be 0 for {self.name}: it learns from its own policy's actions and "
+                         f"their probabilities (got {cfg.random_steps})")
+        if cfg.prioritized:
+            found.append(f"--prioritized applies to replay-based algorithms; {self.name} consumes each segment "
+                         "once")
+        return found + super().problems(cfg)
+
+
+register(APPOBuilder())

@@ -1,0 +1,127 @@
+"""APPO / IMPALA updates on one batch of segments: V-trace targets and advantages computed once with the
+learner's policy before the batch (``drl.algorithms.appo.vtrace``), then ``epochs`` passes of minibatch steps.
+
+The trainer hands over a batch as segments in order of arrival: each one the consecutive transitions of one
+environment of one worker, collected with one policy version, with the behaviour policy's log-probability of
+each action (``behaviour_logp``). Values of next observations are computed only where a segment ends or an
+episode was truncated (elsewhere the next observation is the next step's), and not at all where it terminated.
+
+The policy loss is PPO's clipped surrogate on the ratio pi_theta / mu with V-trace's advantages (APPO), or with
+``clip`` 0 IMPALA's -A_s log pi_theta(a_s|x_s). Observation statistics, as in PPO, are frozen during a batch and
+merged with its observations afterwards, for the next version.
+
+Pure math: no I/O.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from drl.algorithms.appo.actor import BEHAVIOUR_LOGP
+from drl.algorithms.appo.config import APPOConfig
+from drl.algorithms.appo.vtrace import vtrace
+from drl.algorithms.ppo.learner import EVAL_CHUNK, PPOLearner
+from drl.envs import SpaceSpec
+
+FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", BEHAVIOUR_LOGP)
+
+
+class APPOLearner(PPOLearner):
+    """PPO's learner with V-trace in place of GAE and minibatches of whole segments (``train``, the networks,
+    the checkpoint state and the published weights are PPO's)."""
+
+    WHOLE = ("raw_obs", "column")
+
+    def __init__(self, spec: SpaceSpec, cfg: APPOConfig, seed: int):
+        super().__init__(spec, cfg, seed)
+        self.batch_size = cfg.batch_size
+
+    def normalised(self, raw: torch.Tensor) -> torch.Tensor:
+        return raw if self.image else self.policy.norm(raw)
+
+    def _values(self, obs_n: torch.Tensor, action: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Values (and log-probabilities of ``action``) without gradients, in chunks for images."""
+        chunk = EVAL_CHUNK if self.image else max(len(obs_n), 1)
+        values, logps = [], []
+        with torch.no_grad():
+            for rows in (slice(i, i + chunk) for i in range(0, len(obs_n), chunk)):
+                if action is None:
+                    values.append(self.value(self.policy.trunk(obs_n[rows])))
+                    continue
+                dist, value = self.evaluate(obs_n[rows])
+                values.append(value)
+                logps.append(self.policy.log_prob(dist, action[rows]))
+        return torch.cat(values), (torch.cat(logps) if action is not None else None)
+
+    def prepare(self, segments: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
+        """The batch as flat rows with V-trace targets and advantages, and each row's segment."""
+        cfg = self.cfg
+        lengths = np.array([len(s["reward"]) for s in segments])
+        cat = {k: np.concatenate([s[k] for s in segments]) for k in FIELDS}
+        steps = np.concatenate([np.arange(n) for n in lengths])
+        column = np.repeat(np.arange(len(segments)), lengths)
+        terminated = cat["terminated"].astype(bool)
+        cut = (steps == lengths[column] - 1) | terminated | cat["truncated"].astype(bool)
+        raw = self.observations(cat["obs"])
+        obs = self.normalised(raw)
+        action = torch.as_tensor(cat["action"])
+        value_t, logp_t = self._values(obs, action)
+        value = value_t.numpy().astype(np.float64)
+        next_value = np.zeros_like(value)
+        follows = np.flatnonzero(~cut)
+        next_value[follows] = value[follows + 1]
+        ends = np.flatnonzero(cut & ~terminated)
+        if len(ends):
+            next_obs = self.normalised(self.observations(cat["next_obs"][ends]))
+            next_value[ends] = self._values(next_obs, None)[0].numpy()
+        shape = (int(lengths.max()), len(segments))
+
+        def grid(flat: np.ndarray, fill: float = 0.0) -> np.ndarray:
+            out = np.full(shape, fill, dtype=np.float64)
+            out[steps, column] = flat
+            return out
+
+        log_ratio = logp_t.numpy().astype(np.float64) - cat[BEHAVIOUR_LOGP].astype(np.float64)
+        v = vtrace(grid(log_ratio), grid(cat["reward"]), grid(value), grid(next_value), grid(terminated),
+                   grid(cut, 1.0), cfg.gamma, cfg.rho_bar, cfg.c_bar, cfg.vtrace_lambda)
+        return {"raw_obs": raw, "obs": obs, "action": action,
+                "behaviour_logp": torch.as_tensor(cat[BEHAVIOUR_LOGP], dtype=torch.float32),
+                "advantage": torch.as_tensor(v.advantages[steps, column], dtype=torch.float32),
+                "return": torch.as_tensor(v.targets[steps, column], dtype=torch.float32),
+                "old_value": torch.as_tensor(value, dtype=torch.float32),
+                "rho": torch.as_tensor(v.rho[steps, column], dtype=torch.float32),
+                "column": torch.as_tensor(column)}
+
+    def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Policy loss (clipped surrogate, or IMPALA's with ``clip`` 0) + value loss - entropy bonus."""
+        cfg = self.cfg
+        dist, value = self.evaluate(mb["obs"])
+        logp = self.policy.log_prob(dist, mb["action"])
+        adv = mb["advantage"]
+        if cfg.normalize_advantages and len(adv) > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        log_ratio = logp - mb["behaviour_logp"]
+        ratio = log_ratio.exp()
+        if cfg.clip > 0:
+            policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip, 1 + cfg.clip)).mean()
+        else:
+            policy_loss = -(adv * logp).mean()
+        value_loss = 0.5 * (value - mb["return"]).square().mean()
+        entropy = self.policy.entropy(dist).mean()
+        total = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+        with torch.no_grad():
+            stats = {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
+                     "entropy": entropy.detach(), "approx_kl": ((ratio - 1) - log_ratio).mean(),
+                     "clip_fraction": ((ratio - 1).abs() > cfg.clip).float().mean() if cfg.clip > 0
+                     else torch.zeros(()), "rho_mean": mb["rho"].mean()}
+        return total, stats
+
+    def minibatch_rows(self, data: dict[str, torch.Tensor]):
+        """One pass's minibatches as row indices: the batch's segments shuffled into ``minibatches`` groups,
+        each segment whole (V-trace's targets already span it; whole segments keep the minibatches' sizes
+        close)."""
+        column = data["column"].numpy()
+        order = self.rng.permutation(int(column.max()) + 1)
+        for part in np.array_split(order, min(self.cfg.minibatches, len(order))):
+            yield torch.from_numpy(np.flatnonzero(np.isin(column, part)))
