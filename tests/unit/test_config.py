@@ -323,7 +323,7 @@ def test_a_registered_algorithm_gets_its_block_json_options_and_checks():
     with pytest.raises(ConfigError) as info:
         replace(cfg, mode="async", **{"toyx.scale": 3}).validate()
     assert str(info.value) == "toyx refuses async; --toyx.scale must not be 3"
-    with pytest.raises(ConfigError, match="--algorithm must be one of sac, td3, ppo, dqn, got 'toyx'"):
+    with pytest.raises(ConfigError, match="--algorithm must be one of sac, td3, ppo, dqn, appo, got 'toyx'"):
         replace(ExperimentConfig(), algorithm="toyx").validate()
 
 

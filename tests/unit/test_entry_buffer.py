@@ -216,7 +216,7 @@ def _async_worker(least: int, most: int, total: int, assigned: dict):
     del worker.flush
     worker.__dict__.update(cfg=cfg, limits=backlog_limits(cfg, codec.expected_layout(worker.envs.spec)), widening=1,
                            segment_rows=0,
-                           producer=FakeProducer(widening=1), seq=0, produced=0, total=total,
+                           producer=FakeProducer(widening=1), seq=0, produced=0, total=total, segment_rows=0,
                            batch_transitions=least, _share_read_at=0, ctx=SimpleNamespace(run="r", name="rollout-0"),
                            report=lambda: None)
 
