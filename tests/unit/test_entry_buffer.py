@@ -186,7 +186,7 @@ def test_a_worker_lets_its_entries_grow_with_the_room_its_appends_report_fake_pr
     limits = backlog_limits(cfg, codec.expected_layout(worker.envs.spec))
     assert (limits.most, limits.most_in(4)) == (256, 1024)
     del worker.flush
-    worker.__dict__.update(cfg=cfg, limits=limits, widening=1, producer=FakeProducer(widening=4),
+    worker.__dict__.update(cfg=cfg, limits=limits, widening=1, segment_rows=0, producer=FakeProducer(widening=4),
                            seq=0, produced=0, ctx=SimpleNamespace(run="r", name="rollout-0"), report=lambda: None)
     worker.collect(300, hand_in=False)
     assert worker.fill.most == 1024 and worker.widening == 4
@@ -215,7 +215,6 @@ def _async_worker(least: int, most: int, total: int, assigned: dict):
     cfg = replace(get_preset("sac", "Pendulum-v1"), envs_per_worker=3, batch_transitions=least)
     del worker.flush
     worker.__dict__.update(cfg=cfg, limits=backlog_limits(cfg, codec.expected_layout(worker.envs.spec)), widening=1,
-                           segment_rows=0,
                            producer=FakeProducer(widening=1), seq=0, produced=0, total=total, segment_rows=0,
                            batch_transitions=least, _share_read_at=0, ctx=SimpleNamespace(run="r", name="rollout-0"),
                            report=lambda: None)
