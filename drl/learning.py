@@ -35,6 +35,7 @@ import numpy as np
 from drl import frames
 from drl.envs import SpaceSpec
 from drl.replay import PrioritizedReplay, ReplayBuffer
+from drl.tensorboard import parse_buckets
 
 if TYPE_CHECKING:
     from drl.algorithms.base import Learner, ReplayLearner, RolloutLearner
@@ -216,11 +217,13 @@ class LagHistogram:
     def __init__(self) -> None:
         self.counts = np.zeros(len(LAG_BUCKETS) + 1, dtype=np.int64)
         self.total = 0
+        self.squares = 0
         self.most = 0
 
     def add(self, lag: int, count: int) -> None:
         self.counts[int(np.searchsorted(LAG_BUCKETS, lag))] += count
         self.total += lag * count
+        self.squares += lag * lag * count
         self.most = max(self.most, lag)
 
     @property
@@ -243,23 +246,18 @@ class LagHistogram:
         bounds = [str(b) for b in LAG_BUCKETS] + ["inf"]
         return ",".join(f"{b}:{int(c)}" for b, c in zip(bounds, self.counts))
 
-    @staticmethod
-    def parse(text: str) -> list[tuple[float, int]]:
-        """``text``'s (upper bound, count) pairs; ValueError when it is not one."""
-        pairs = []
-        for item in text.split(","):
-            bound, _, count = item.partition(":")
-            pairs.append((float(bound), int(count)))
-        return pairs
+    parse = staticmethod(parse_buckets)
+    """``text``'s (upper bound, count) pairs; ValueError when it is not one."""
 
     def state(self) -> dict:
-        return {"counts": self.counts.tolist(), "total": self.total, "most": self.most}
+        return {"counts": self.counts.tolist(), "total": self.total, "squares": self.squares, "most": self.most}
 
     def load(self, state: dict) -> None:
         counts = np.asarray(state["counts"], dtype=np.int64)
         if counts.shape != self.counts.shape:
             raise ValueError(f"the policy-lag histogram has {len(counts)} buckets, expected {len(self.counts)}")
         self.counts, self.total, self.most = counts, int(state["total"]), int(state["most"])
+        self.squares = int(state["squares"])
 
 
 class QueueLearning(LearningBase):
@@ -315,7 +313,8 @@ class QueueLearning(LearningBase):
     def report(self) -> dict[str, Any]:
         lag = self.lag
         return {"queued": self.queued, "lag_dropped": self.lag_dropped, "policy_lag_mean": round(lag.mean(), 3),
-                "policy_lag_p95": lag.quantile(0.95), "policy_lag_max": lag.most, "policy_lag": lag.text()}
+                "policy_lag_p95": lag.quantile(0.95), "policy_lag_max": lag.most, "policy_lag": lag.text(),
+                "policy_lag_sum": lag.total, "policy_lag_squares": lag.squares}
 
     def state(self, with_replay: bool) -> tuple[dict[str, np.ndarray], dict]:
         """The learner's state and the lag counters; the queue is never checkpointed (it holds at most a read's

@@ -57,12 +57,43 @@ class Row:
     rate: float | None = None
     restarts: int | None = None
     last_error: str = ""
+    policy_lag: str = ""
+    """The trainer's policy-lag histogram in words (``lag_line``), for learners that measure it."""
 
 
 def row_from_status(name: str, status) -> Row:
     return Row(name, status.role, status.state, status.policy_version, status.env_steps,
                status.transitions_per_s if status.transitions_per_s > 0 else None, status.restarts,
-               status.last_error)
+               status.last_error, lag_line(dict(status.fields)))
+
+
+def lag_line(fields: dict) -> str:
+    """"policy lag (versions): 0: 12%, 1: 61%, 2: 27% | mean 1.15, max 2 | dropped 0" from a trainer's
+    status fields (``drl.learning.QueueLearning.report``); empty without them or before anything was trained.
+    Buckets are named by their range and shown when they hold anything."""
+    from drl.tensorboard import parse_buckets
+
+    try:
+        pairs = parse_buckets(str(fields.get("policy_lag") or ""))
+    except ValueError:
+        return ""
+    total = sum(count for _, count in pairs)
+    if not total:
+        return ""
+    parts, low = [], 0
+    for bound, count in pairs:
+        name = f"{low}" if bound == low else (f"{low}+" if bound == float("inf") else f"{low}-{int(bound)}")
+        if count:
+            share = 100 * count / total
+            parts.append(f"{name}: {share:.0f}%" if share >= 1 else f"{name}: <1%")
+        low = int(bound) + 1 if bound != float("inf") else low
+    return (f"policy lag (versions): {', '.join(parts)} | mean {fields.get('policy_lag_mean', '')}, max {fields.get('policy_lag_max', '')} | "
+            f"dropped {fields.get('lag_dropped', 0)} transitions")
+
+
+def format_lags(rows: list[Row]) -> str:
+    """The policy-lag lines of the rows that have one, under the table."""
+    return "\n".join(f"{r.name}: {r.policy_lag}" for r in rows if r.policy_lag)
 
 
 def format_table(rows: list[Row]) -> str:

@@ -5,7 +5,9 @@ read ``services.telemetry.TELEMETRY``: a custom collector turns the snapshot int
 Prometheus scrapes, so there is no second set of counters to keep in step. Every numeric status field ``f``
 becomes ``drl_<f>`` with the labels ``run``, ``role`` and ``id``; fields that only ever grow (``COUNTERS``)
 are counters (samples ``drl_<f>_total``, so ``rate()`` works), the others gauges. ``drl_info`` carries the
-state and exit reason as labels, and the standard ``process_*`` metrics come along.
+state and exit reason as labels, and the standard ``process_*`` metrics come along. A field holding a
+histogram (``HISTOGRAMS``: the trainer's policy lag, ``drl.learning.LagHistogram``'s text with its sum in
+``<field>_sum``) becomes a Prometheus histogram of that name.
 
 Where: ``127.0.0.1`` unless ``DRL_METRICS_HOST`` names another address (``0.0.0.0`` in a pod), port
 ``DRL_METRICS_PORT`` (0 or unset: a free port, which the local backend wants because all its services share
@@ -23,9 +25,10 @@ from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import make_wsgi_app
-from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
+from drl.learning import LagHistogram
 from services.telemetry import TELEMETRY, Telemetry
 
 log = logging.getLogger("drl.metrics")
@@ -56,6 +59,32 @@ HELP = {
 }
 
 
+HISTOGRAMS = {
+    "policy_lag": "Transitions the learner trained on, by policy lag: the trainer's newest version minus the "
+                  "version that collected them (appo).",
+}
+
+
+HISTOGRAM_PARTS = {f"{name}_{part}" for name in HISTOGRAMS for part in ("sum", "squares")}
+"""Status fields a histogram's family carries (its sum) or leaves out (the sum of squares, for TensorBoard)."""
+
+
+def _histogram(name: str, text: str, total, labels: list[str]) -> HistogramMetricFamily | None:
+    """A histogram family from "le:count,..." (non-cumulative counts, ``inf`` last) and its sum, or None when
+    the text is not one."""
+    try:
+        pairs = LagHistogram.parse(text)
+    except ValueError:
+        return None
+    buckets, running = [], 0
+    for bound, count in pairs:
+        running += count
+        buckets.append(("+Inf" if bound == float("inf") else f"{bound:g}", float(running)))
+    family = HistogramMetricFamily(PREFIX + name, HISTOGRAMS[name], labels=LABELS)
+    family.add_metric(labels, buckets, sum_value=_number(total) or 0.0)
+    return family
+
+
 def _number(value) -> float | None:
     if isinstance(value, bool):
         return float(value)
@@ -79,6 +108,13 @@ class TelemetryCollector:
         yield info
         ports = set(self.telemetry.ports)
         for field, raw in sorted(snap.items()):
+            if field in HISTOGRAMS:
+                family = _histogram(field, str(raw), snap.get(f"{field}_sum"), labels)
+                if family is not None:
+                    yield family
+                continue
+            if field in HISTOGRAM_PARTS:
+                continue
             value = _number(raw)
             if field in IDENTITY or field in ports or value is None:
                 continue

@@ -142,6 +142,9 @@ class RolloutWorker(Service):
         a few percent of a worker. The entry has room for a step: it holds ``most`` rows plus a step's, and is
         sent once it reaches ``most``."""
         envs, entry, fill, write = self.envs, self.entry, self.fill, self.write
+        if entry.n >= fill.most:
+            self.flush()  # full when the last call's steps ended exactly at its target: a segment must not grow
+            return
         act, limit = self.policy(target)
         progress, total = self.actor.set_progress, max(self.total, 1)
         width, stopping = len(envs.envs), TELEMETRY.stop.is_set

@@ -54,3 +54,40 @@ def test_prioritized_replay_runs(tmp_path, preset):
                                                "--steps", "1500", "--prioritized", "true"])
     assert summary["transitions_consumed"] == 1500
     assert summary["updates"] == 500
+
+
+def test_appo_consumes_fixed_segments_once_and_reports_the_policy_lag(tmp_path):
+    """4 workers of 2 envs send segments of 16 steps (32 transitions) with their behaviour log-probabilities;
+    the trainer trains on each batch of 128 transitions once (2 epochs x 2 minibatches of whole segments), so
+    4,096 steps are 32 batches, and the lag of every trained transition is in the histogram."""
+    from drl.tensorboard import parse_buckets
+    from orchestrator.state import read_state
+    from orchestrator.status import lag_line
+
+    run = "appo-cartpole"
+    summary = _run(tmp_path, run, ["--preset", "appo", "--env", "CartPole-v1", "--workers", "4",
+                                   "--envs-per-worker", "2", "--steps", "4096", "--appo.segment", "16",
+                                   "--appo.batch-size", "128", "--appo.epochs", "2", "--appo.minibatches", "2",
+                                   "--publish-every-updates", "4"])
+    assert summary["mode"] == "async" and summary["transitions_consumed"] == 4096
+    assert summary["updates"] == 4096 // 128 * 2 * 2
+    lag = summary["policy_lag"]
+    assert sum(lag["histogram"].values()) == 4096 and lag["dropped"] == 0
+    assert 0 <= lag["mean"] <= lag["max"] and lag["max"] <= summary["policy_version"]
+    trainer = next(p for p in read_state(tmp_path / run).processes if p.role == "trainer").last_status
+    assert sum(c for _, c in parse_buckets(trainer["policy_lag"])) == 4096
+    assert lag_line(trainer).startswith("policy lag (versions): ")
+
+
+def test_appo_drops_and_counts_segments_older_than_the_lag_limit(tmp_path):
+    """A trainer that publishes at every update while 4 workers send faster than it learns: with
+    --max-policy-lag 1 the segments collected more than one version before the newest are dropped and counted, the rest
+    trained, and the summary still balances (drops count as consumed)."""
+    run = "appo-lag"
+    summary = _run(tmp_path, run, ["--preset", "appo", "--env", "CartPole-v1", "--workers", "4", "--steps", "4096",
+                                   "--appo.segment", "16", "--appo.batch-size", "64", "--max-policy-lag", "1",
+                                   "--publish-every-updates", "1"])
+    lag = summary["policy_lag"]
+    assert lag["dropped"] > 0 and lag["max"] <= 1
+    assert lag["dropped"] + sum(lag["histogram"].values()) + 64 > summary["transitions_consumed"]
+    assert lag["dropped"] + sum(lag["histogram"].values()) <= summary["transitions_consumed"]

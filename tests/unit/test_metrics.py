@@ -105,3 +105,48 @@ def test_unwritable_tensorboard_folder_warns_once(tmp_path, caplog):
     log.flush()
     log.close()
     assert caplog.text.count("TensorBoard scalars are not written") == 1
+
+
+def _lag_fields() -> dict:
+    from drl.learning import LagHistogram, QueueLearning
+
+    lag = LagHistogram()
+    lag.add(0, 60)
+    lag.add(3, 30)
+    lag.add(40, 10)
+    learning = object.__new__(QueueLearning)
+    learning.__dict__.update(lag=lag, lag_dropped=7, queued=5)
+    return learning.report()
+
+
+def test_the_policy_lag_is_a_prometheus_histogram(telemetry, monkeypatch):
+    monkeypatch.delenv("DRL_METRICS_PORT", raising=False)
+    telemetry.update(_lag_fields())
+    families = scrape(metrics.start_metrics())
+    family = families["drl_policy_lag"]
+    assert family.type == "histogram"
+    buckets = {s.labels["le"]: s.value for s in family.samples if s.name == "drl_policy_lag_bucket"}
+    assert (buckets["0"], buckets["2"], buckets["4"], buckets["32"], buckets["64"], buckets["+Inf"]) == (
+        60, 60, 90, 90, 100, 100)
+    samples = {s.name: s.value for s in family.samples}
+    assert samples["drl_policy_lag_count"] == 100 and samples["drl_policy_lag_sum"] == 3 * 30 + 40 * 10
+    assert families["drl_lag_dropped"].samples[0].value == 7
+    assert "drl_policy_lag_squares" not in families
+
+
+def test_tensorboard_shows_the_policy_lag(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from drl.tensorboard import ScalarLog, TrainerCurves
+
+    curves = TrainerCurves(ScalarLog(tmp_path / "tb"), now=0.0, consumed=0, updates=0)
+    fields = {"backlog": 0, "backlog_bytes": 0, "policy_version": 3, "replay_size": 0, **_lag_fields()}
+    curves.add(2.0, consumed=1000, updates=10, metrics={"entropy": 0.6}, fields=fields, final=True)
+    curves.close()
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert events.Scalars("policy_lag/mean")[0].value == pytest.approx(4.9)
+    assert events.Scalars("policy_lag/dropped")[0].value == 7
+    (histogram,) = events.Histograms("policy_lag/versions")
+    assert histogram.step == 1000 and histogram.histogram_value.num == 100
+    assert histogram.histogram_value.sum == 490 and histogram.histogram_value.max == 40

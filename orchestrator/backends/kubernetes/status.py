@@ -15,7 +15,7 @@ from drl.errors import UserError
 from drl.status import status_message
 from orchestrator.backends.kubernetes import manifests
 from orchestrator.backends.kubernetes.api import FATAL_WAITING, Api, KubeError, PodState, default_api
-from orchestrator.status import Row, format_table, row_from_status
+from orchestrator.status import Row, format_lags, format_table, row_from_status
 
 METRICS_ROLES = ("trainer", "rollout", "evaluator")
 ABNORMAL = ("CrashLoopBackOff", "Error", "OOMKilled", "ContainerCannotRun", "DeadlineExceeded", "Evicted",
@@ -24,12 +24,24 @@ ABNORMAL = ("CrashLoopBackOff", "Error", "OOMKilled", "ContainerCannotRun", "Dea
 
 def snapshot_from_metrics(text: str) -> dict:
     """A service's telemetry snapshot rebuilt from its Prometheus page (``services.metrics``): ``drl_info``'s
-    labels give the identity and state, every other ``drl_<field>`` sample the field's value."""
+    labels give the identity and state, every other ``drl_<field>`` sample the field's value, and a histogram
+    its status field's text again (``drl.learning.LagHistogram.text``) with its sum."""
     from prometheus_client.parser import text_string_to_metric_families
 
     snapshot: dict = {}
     for family in text_string_to_metric_families(text):
         if not family.name.startswith("drl_"):
+            continue
+        if family.type == "histogram":
+            field, pairs, before = family.name.removeprefix("drl_"), [], 0.0
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    bound = "inf" if sample.labels["le"] == "+Inf" else sample.labels["le"]
+                    pairs.append(f"{bound}:{int(sample.value - before)}")
+                    before = sample.value
+                elif sample.name.endswith("_sum"):
+                    snapshot[f"{field}_sum"] = sample.value
+            snapshot[field] = ",".join(pairs)
             continue
         for sample in family.samples:
             if family.name == "drl_info":
@@ -113,4 +125,6 @@ def show_status(run: str, namespace: str, *, api: Api | None = None, stream: Tex
     rows = status_rows(api or default_api(), run, namespace)
     print(f"run {run}: Kubernetes namespace {namespace}, {len(rows)} pods", file=stream)
     print(format_table(rows), file=stream)
+    if format_lags(rows):
+        print(format_lags(rows), file=stream)
     return 0

@@ -26,7 +26,7 @@ from drl.status import status_message
 from orchestrator.backends.local.ownership import RunLock, end_orphans, orchestrator_alive
 from orchestrator.backends.local.run import PASSWORD_FILE, SCALE_REQUEST, SCALE_RESULT, STOP_REQUEST
 from orchestrator.state import STATE_FILE, RunState, read_state, write_state
-from orchestrator.status import Row, format_table, get_status, row_from_status
+from orchestrator.status import Row, format_lags, format_table, get_status, row_from_status
 
 
 def memory_env(run_dir: Path | None) -> dict[str, str] | None:
@@ -112,7 +112,10 @@ def show_local(run_dir: Path, state: RunState, stream=sys.stdout) -> None:
         what = (f"orchestrator (pid {state.orchestrator_pid}) gone without a summary (drl-orchestrate stop "
                 f"{state.run} ends what it left running)")
     print(f"run {state.run}: {what}; started {_age(time.time() - state.started_at)} ago; {run_dir}", file=stream)
-    print(format_table(local_rows(state, run_dir)), file=stream)
+    rows = local_rows(state, run_dir)
+    print(format_table(rows), file=stream)
+    if format_lags(rows):
+        print(format_lags(rows), file=stream)
 
 
 KUBERNETES_HINT = "for a Kubernetes run pass --namespace NS"

@@ -74,6 +74,26 @@ CLAIM_S = 15.0
 CLAIM_RENEW_S = 3.0
 
 
+def policy_lag(trainer: dict) -> dict:
+    """The summary's ``policy_lag`` from the trainer's last status, for learners that measure it: the histogram
+    of trained transitions by lag in versions (bucket upper bound: count), its mean, 95th percentile (a bucket's
+    upper bound) and maximum, and ``dropped``, the transitions consumed but not learned from because they were
+    older than ``--max-policy-lag`` (they count as consumed in the balance)."""
+    if not trainer.get("policy_lag"):
+        return {}
+    from drl.tensorboard import parse_buckets
+
+    try:
+        pairs = parse_buckets(trainer["policy_lag"])
+        return {"policy_lag": {"histogram": {("inf" if b == float("inf") else str(int(b))): c for b, c in pairs},
+                               "mean": float(trainer.get("policy_lag_mean") or 0.0),
+                               "p95": int(float(trainer.get("policy_lag_p95") or 0)),
+                               "max": int(float(trainer.get("policy_lag_max") or 0)),
+                               "dropped": int(float(trainer.get("lag_dropped") or 0))}}
+    except ValueError:
+        return {}
+
+
 @dataclass
 class Proc:
     name: str
@@ -657,6 +677,7 @@ class LocalRun:
             "last_eval_return": evals[-1]["mean_return"] if evals else None,
             "restarts": dict(self.restarts),
             "wall_seconds": round(time.time() - self.started, 2), "exit_reason": reason,
+            **policy_lag(t),
         }
 
     def final_state(self, exit_reason: str) -> None:
