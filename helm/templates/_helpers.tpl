@@ -54,7 +54,7 @@ checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha
 {{- $own.pullPolicy | default .ctx.Values.image.pullPolicy -}}
 {{- end -}}
 
-{{/* The experiment configuration the ConfigMap holds: preset, env (when set), workers, mode, steps (when set),
+{{/* The experiment configuration the ConfigMap holds: preset, env (when set), workers, mode (when set), steps (when set),
 seed, run_name and the config overrides (the top-level values win). */}}
 {{- define "drl.configJson" -}}
 {{- $cfg := deepCopy (.Values.config | default dict) -}}
@@ -63,7 +63,9 @@ seed, run_name and the config overrides (the top-level values win). */}}
 {{- $_ := set $cfg "env" .Values.env -}}
 {{- end -}}
 {{- $_ := set $cfg "workers" (int .Values.workers) -}}
+{{- if .Values.mode -}}
 {{- $_ := set $cfg "mode" .Values.mode -}}
+{{- end -}}
 {{- if not (kindIs "invalid" .Values.steps) -}}
 {{- $_ := set $cfg "steps" (int64 .Values.steps) -}}
 {{- end -}}

@@ -92,6 +92,7 @@ VALUE_SETS = {
     "workers-64": {"workers": 64, "mode": "async", "steps": 1_000_000, "seed": 7, "env": "HalfCheetah-v5"},
     "custom": CUSTOM,
     "ppo": {"preset": "ppo", "workers": 8, "runName": "cartpole-1", "config": {"ppo": {"epochs": 5}}},
+    "appo": {"preset": "appo", "workers": 32, "config": {"max_policy_lag": 20, "appo": {"segment": 64}}},
     "network": {"rbac": {"create": True}, "networkPolicy": NETWORK},
     "no-network-policy": {"networkPolicy": {"enabled": False}},
 }
@@ -721,6 +722,15 @@ def test_config_json_resolves_to_the_requested_run(preset, workers):
     cfg = resolve(data)
     assert (cfg.preset, cfg.algorithm, cfg.workers, cfg.mode, cfg.run_name, cfg.eval_episodes) == \
         (preset, preset, workers, "sync", RELEASE, 3)
+
+
+def test_an_empty_mode_is_the_presets():
+    """appo runs only ASYNC and the others start SYNC: the chart leaves mode out unless it is set."""
+    for preset, mode in (("appo", "async"), ("sac", "sync")):
+        data = json.loads(find(render({"preset": preset}), "ConfigMap", "drl-config")["data"]["config.json"])
+        assert "mode" not in data and resolve(data).mode == mode
+    data = json.loads(find(render({"preset": "sac", "mode": "async"}), "ConfigMap", "drl-config")["data"]["config.json"])
+    assert data["mode"] == "async"
 
 
 def test_chart_lists_exactly_the_registrys_presets():

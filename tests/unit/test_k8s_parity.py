@@ -32,6 +32,8 @@ CASES = {
                                "config": {"prioritized": True, "worker_priorities": True}},
                               lambda: replace(get_preset("dqn"), workers=2, mode="async", prioritized=True,
                                               worker_priorities=True)),
+    "appo-lag-bound": ({"preset": "appo", "workers": 8, "config": {"max_policy_lag": 20, "appo": {"segment": 64}}},
+                       lambda: replace(get_preset("appo"), workers=8, max_policy_lag=20, **{"appo.segment": 64})),
 }
 
 
