@@ -13,6 +13,11 @@ Goals (issue: algorithms), seeds fixed:
   at most 2): ppo SYNC, 2 workers of 4 envs, at least 5 within 150,000 env steps (seed 0: about 60 s here);
   dqn ASYNC with prioritized replay and worker-computed priorities (Ape-X on frames), at least 4 within 60,000
   (seed 0: about 24,000 steps, 30 s). Frames travel once, zstd-compressed, and the DQN replay is the frame replay.
+- asynchronous on-policy (issue: IMPALA/APPO), CartPole-v1, ASYNC, 4 workers, at least 475: appo's preset (V-trace
+  targets, the clipped surrogate, 20 epochs over each batch) within 150,000 env steps (seed 0: about 6,000),
+  and IMPALA's loss (``--appo.clip 0``, one pass over each batch of 512, V-trace lambda 1) within 300,000 (seed 0:
+  about 115,000); in the opt-in tier, appo on MinAtar/Breakout-v1 (2 workers of 4 envs, the minatar encoder, frames
+  travelling once) to 5 within 150,000 (seed 0: about 23,000 steps).
 
 The run stops once the evaluator sees the target; the evaluated version's env steps are checked against the
 budget and the evaluation must have run all 10 episodes.
@@ -28,6 +33,8 @@ from tests.conftest import read_summary, run_cli
 from tests.harness import FULL_TIER
 
 PER = ["--prioritized", "true", "--worker-priorities", "true"]
+IMPALA = ["--appo.clip", "0", "--appo.epochs", "1", "--appo.minibatches", "1", "--appo.vtrace-lambda", "1",
+          "--appo.lr", "5e-4"]
 CASES = {
     "sac-pendulum-sync": ("sac", "Pendulum-v1", "sync", 2, [], -200.0, 20_000),
     "sac-pendulum-async": ("sac", "Pendulum-v1", "async", 2, [], -200.0, 20_000),
@@ -39,8 +46,11 @@ CASES = {
     "dqn-cartpole-async-prioritized": ("dqn", "CartPole-v1", "async", 2, PER, 475.0, 100_000),
     "ppo-minatar-breakout-sync": ("ppo", "MinAtar/Breakout-v1", "sync", 2, [], 5.0, 150_000),
     "dqn-minatar-breakout-async-prioritized": ("dqn", "MinAtar/Breakout-v1", "async", 2, PER, 4.0, 60_000),
+    "appo-cartpole-async": ("appo", "CartPole-v1", "async", 4, [], 475.0, 150_000),
+    "impala-cartpole-async": ("appo", "CartPole-v1", "async", 4, IMPALA, 475.0, 300_000),
+    "appo-minatar-breakout-async": ("appo", "MinAtar/Breakout-v1", "async", 2, [], 5.0, 150_000),
 }
-OPT_IN = {"ppo-minatar-breakout-sync"}
+OPT_IN = {"ppo-minatar-breakout-sync", "appo-minatar-breakout-async"}
 """Cases of the opt-in tier (``DRL_TESTS_FULL=1``): the suite learns images once, with dqn (frames through the
 frame replay, prioritized), to stay within its time budget."""
 

@@ -331,3 +331,26 @@ def test_max_policy_lag_is_refused_for_algorithms_without_a_queue():
     with pytest.raises(ConfigError, match="--max-policy-lag applies to .*appo.*; sac does not"):
         replace(get_preset("sac"), max_policy_lag=3).validate()
     replace(get_preset("appo"), max_policy_lag=3).validate()
+
+
+def test_image_segments_train_through_the_shared_encoder():
+    """MinAtar frames (uint8, 10x10xC) through APPO's encoder: a batch trains, the weights change, and the actor
+    built from them records log-probabilities of its image observations."""
+    spec = space_spec("MinAtar/Breakout-v1")
+    cfg = APPOConfig(encoder="minatar", epochs=1, minibatches=2)
+    learner = APPOLearner(spec, cfg, seed=0)
+    actor = APPOActor(spec, cfg, seed=0)
+    actor.load(learner.policy_weights())
+    rng = np.random.default_rng(1)
+    obs = (rng.random((40, *spec.obs_shape)) < 0.1).astype(np.uint8) * 255
+    action = actor.act(obs[:20])
+    segs = []
+    for i in range(2):
+        rows = slice(10 * i, 10 * i + 10)
+        segs.append({"obs": obs[rows], "action": action[rows], "reward": rng.random(10).astype(np.float32),
+                     "next_obs": obs[20 + 10 * i:30 + 10 * i], "terminated": np.zeros(10, np.uint8),
+                     "truncated": np.zeros(10, np.uint8), "behaviour_logp": actor.recorded["behaviour_logp"][rows]})
+    before = {k: v.copy() for k, v in learner.policy_weights().items()}
+    metrics = learner.train(segs)
+    assert learner.updates == 2 and np.isfinite(metrics["policy_loss"])
+    assert any(not np.array_equal(before[k], v) for k, v in learner.policy_weights().items())
