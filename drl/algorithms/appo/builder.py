@@ -8,23 +8,17 @@ from typing import Any
 
 from drl.algorithms.appo.actor import BEHAVIOUR_LOGP
 from drl.algorithms.appo.config import APPOConfig
-from drl.algorithms.base import Actor, Algorithm, FieldSpecs, Learner, Parameters, register
+from drl.algorithms.base import Actor, FieldSpecs, Learner, register
 from drl.algorithms.ppo.builder import PPOBuilder
 from drl.envs import TRAJECTORY_FIELDS, SpaceSpec
 
 
-class APPOBuilder(Algorithm):
+class APPOBuilder(PPOBuilder):
+    """PPO's builder where the data differ: its networks (``parameters``) and action spaces are PPO's."""
+
     name = "appo"
     config = APPOConfig
     doc = "APPO / IMPALA hyperparameters (V-trace)."
-    continuous = True
-    discrete = True
-    bounded_actions = False  # a Gaussian policy; the worker's stepper clips to whatever bounds there are
-    replay = False
-
-    def parameters(self, spec: SpaceSpec, cfg: Any) -> Parameters:
-        """PPO's networks (``drl.algorithms.appo.networks``), counted as PPO counts them."""
-        return PPOBuilder.parameters(self, spec, cfg)
 
     def wire_fields(self, cfg: Any) -> FieldSpecs:
         return {**TRAJECTORY_FIELDS, BEHAVIOUR_LOGP: ("<f4", ())}
@@ -60,7 +54,7 @@ class APPOBuilder(Algorithm):
         if cfg.prioritized:
             found.append(f"--prioritized applies to replay-based algorithms; {self.name} consumes each segment "
                          "once")
-        return found + super().problems(cfg)
+        return found + super(PPOBuilder, self).problems(cfg)
 
 
 register(APPOBuilder())

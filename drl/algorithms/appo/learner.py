@@ -93,29 +93,17 @@ class APPOLearner(PPOLearner):
                 "rho": torch.as_tensor(v.rho[steps, column], dtype=torch.float32),
                 "column": torch.as_tensor(column)}
 
-    def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Policy loss (clipped surrogate, or IMPALA's with ``clip`` 0) + value loss - entropy bonus."""
-        cfg = self.cfg
-        dist, value = self.evaluate(mb["obs"])
-        logp = self.policy.log_prob(dist, mb["action"])
-        adv = mb["advantage"]
-        if cfg.normalize_advantages and len(adv) > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        log_ratio = logp - mb["behaviour_logp"]
-        ratio = log_ratio.exp()
-        if cfg.clip > 0:
-            policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip, 1 + cfg.clip)).mean()
-        else:
-            policy_loss = -(adv * logp).mean()
-        value_loss = 0.5 * (value - mb["return"]).square().mean()
-        entropy = self.policy.entropy(dist).mean()
-        total = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-        with torch.no_grad():
-            stats = {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
-                     "entropy": entropy.detach(), "approx_kl": ((ratio - 1) - log_ratio).mean(),
-                     "clip_fraction": ((ratio - 1).abs() > cfg.clip).float().mean() if cfg.clip > 0
-                     else torch.zeros(()), "rho_mean": mb["rho"].mean()}
-        return total, stats
+    OLD_LOGP = BEHAVIOUR_LOGP
+
+    def surrogate(self, adv: torch.Tensor, ratio: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+        """APPO's clipped surrogate on pi_theta / mu, or with ``clip`` 0 IMPALA's -A log pi_theta."""
+        if self.cfg.clip > 0:
+            return super().surrogate(adv, ratio, logp)
+        return -(adv * logp).mean()
+
+    def more_stats(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """V-trace's mean truncated importance weight: how far off-policy the minibatch was."""
+        return {"rho_mean": mb["rho"].mean()}
 
     def minibatch_rows(self, data: dict[str, torch.Tensor]):
         """One pass's minibatches as row indices: the batch's segments shuffled into ``minibatches`` groups,

@@ -95,25 +95,38 @@ class PPOLearner:
         features = self.policy.trunk(obs_n)
         return self.policy.distribution(self.policy.head_out(features)), self.value(features)
 
+    OLD_LOGP = "old_logp"
+    """The minibatch key of the log-probabilities the ratio is taken against."""
+
+    def surrogate(self, adv: torch.Tensor, ratio: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+        """The policy loss: PPO's clipped surrogate."""
+        clip = self.cfg.clip
+        return torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
+
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Clipped surrogate + value loss - entropy bonus on one minibatch (advantages standardised in it)."""
+        """Policy loss (``surrogate``) + value loss - entropy bonus on one minibatch (advantages standardised in
+        it unless the configuration says otherwise)."""
         cfg = self.cfg
         dist, value = self.evaluate(mb["obs"])
         logp = self.policy.log_prob(dist, mb["action"])
-        log_ratio = logp - mb["old_logp"]
+        log_ratio = logp - mb[self.OLD_LOGP]
         ratio = log_ratio.exp()
         adv = mb["advantage"]
-        if len(adv) > 1:
+        if getattr(cfg, "normalize_advantages", True) and len(adv) > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip, 1 + cfg.clip)).mean()
+        policy_loss = self.surrogate(adv, ratio, logp)
         value_loss = 0.5 * (value - mb["return"]).square().mean()
         entropy = self.policy.entropy(dist).mean()
         total = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
         with torch.no_grad():
             stats = {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
                      "entropy": entropy.detach(), "approx_kl": ((ratio - 1) - log_ratio).mean(),
-                     "clip_fraction": ((ratio - 1).abs() > cfg.clip).float().mean()}
+                     "clip_fraction": ((ratio - 1).abs() > cfg.clip).float().mean(), **self.more_stats(mb)}
         return total, stats
+
+    def more_stats(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Statistics of a minibatch beyond the loss's (none for PPO)."""
+        return {}
 
     WHOLE = ("raw_obs",)
     """Keys of ``prepare``'s output that are not per-row minibatch inputs."""
