@@ -39,6 +39,7 @@ IDENTITY = {"run", "role", "id", "state", "exit_reason", "last_error"}
 COUNTERS = frozenset({
     "env_steps", "transitions_consumed", "updates", "duplicates_dropped", "stale_dropped", "dead_lettered",
     "lost", "memory_resets", "produced", "seq", "backpressure_s", "resent", "evaluations", "restarts",
+    "lag_dropped",
 })
 HELP = {
     "env_steps": "Environment steps: consumed by the trainer, or of the last evaluated version (evaluator).",
@@ -56,6 +57,9 @@ HELP = {
     "produced": "Transitions this rollout worker appended.",
     "total": "Transitions this rollout worker is to collect (its share of --steps).",
     "backpressure_s": "Seconds this rollout worker waited for room in the backlog.",
+    "lag_dropped": "Transitions consumed but not learned from: collected more than --max-policy-lag versions "
+                   "before the trainer's newest (appo).",
+    "queued": "Transitions waiting in the trainer's queue for their batch (appo).",
 }
 
 
