@@ -6,7 +6,9 @@
   environment; a version is published after every batch. The zoo anneals its learning rate; the ``ppo`` preset
   and this one keep it constant.
 - **LunarLander-v3** (and LunarLanderContinuous): rl-baselines3-zoo's PPO LunarLander values (gamma 0.999,
-  lambda 0.98, 4 epochs, entropy 0.01) on batches of 2,048 transitions (32 segments of 64 steps) in 4 minibatches.
+  lambda 0.98, 4 epochs, entropy 0.01) on batches of 2,048 transitions (32 segments of 64 steps) in 16
+  minibatches of 128 (the zoo: 16,384 per rollout in minibatches of 64), Adam 3e-4 held constant; the ``ppo``
+  preset's LunarLander settings are the same, so that the two differ only in how data is collected.
 - **Atari** (``ALE/`` ids) and **MinAtar**: Sample Factory's Atari defaults (``sf_examples/atari/atari_params.py``,
   chosen there to match CleanRL's ``ppo_atari.py``): segments of 128 steps, 8 environments (4 workers of 2),
   4 epochs of 4 minibatches over 1,024 transitions, Adam 2.5e-4 falling linearly to 0, gamma 0.99, lambda 0.95,
@@ -42,7 +44,7 @@ def appo(env: str | None = None) -> ExperimentConfig:
     if env.startswith("LunarLander"):
         return ExperimentConfig(**common, workers=4, steps=2_000_000,
                                 appo=APPOConfig(hidden=(64, 64), segment=64, batch_size=2048, epochs=4,
-                                                minibatches=4, lr=3e-4, gamma=0.999, vtrace_lambda=0.98,
+                                                minibatches=16, lr=3e-4, gamma=0.999, vtrace_lambda=0.98,
                                                 clip=0.2, ent_coef=0.01))
     return ExperimentConfig(**common, workers=4, steps=150_000,
                             appo=APPOConfig(hidden=(64, 64), segment=32, batch_size=512, epochs=20, minibatches=2,
