@@ -97,3 +97,22 @@ def test_bad_input_exits_with_one_line(tmp_path):
                           text=True, cwd=bench.REPO)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "unknown or no env Pong" in proc.stderr
+
+
+def test_report_section_shows_the_crash_and_no_verdict(tmp_path):
+    from tests.unit.test_bench_report import report, summary
+
+    runs = [run("appo", 40.0), run("ppo", 90.0), run("rllib", None, crashed=True)]
+    per_env = {"CartPole-v1": bench.env_verdicts(runs, workers=4)}
+    line = {"per_env": per_env, "goal_met": bench.overall(per_env), "goal": "appo/ppo < 1, appo/rllib <= 0.5",
+            "runs": [{**r, "load_at_start": 1.0} for r in runs], "envs": ["CartPole-v1"], "seeds": [0],
+            "sides": list(bench.SIDES), "workers": 4, "targets": {"CartPole-v1": 475.0},
+            "budgets_s": {"CartPole-v1": 300.0}, "budgets_env_steps": {"CartPole-v1": 500000}, "rllib": None,
+            "command": "python -m bench.appo_time_to_score", "machine": {"logical_cpus": 2}, "versions": {}}
+    text = report(tmp_path, {"appo_time_to_score": line})
+    assert "could not render" not in text
+    headline, _, met, _, status = summary(text, "appo_time_to_score")
+    assert headline == "CartPole-v1: appo/ppo 0.444 (met), appo/rllib - (no comparison)"
+    assert (met, status) == ("-", "ok")
+    assert "| CartPole-v1 | 40.0 | 90.0 | crashed | 0.444 (met) | - (no comparison) |" in text
+    assert "| CartPole-v1 | 0 | rllib | **crashed** |" in text
