@@ -30,7 +30,7 @@ Verdicts, per env, on the medians over seeds:
 
 - a run that **did not reach** the target within its budget counts as infinite time: medians keep it, never drop it;
 - a run that **crashed** (a non-zero exit other than the budget's stop, no result line, killed past
-  ``--run-timeout``) leaves its side without a median, and every ratio with that side is **no comparison**, as is a
+  ``--run-timeout``, for RLlib plus the time budget again, its evaluations being off its clock) leaves its side without a median, and every ratio with that side is **no comparison**, as is a
   ratio with a side that did not run: never "met";
 - ``appo / ppo`` (drl's APPO median over drl's PPO median): goal < 1, judged with 4 workers or more (with fewer
   the asynchronous mode has little waiting to save: "not judged");
@@ -178,7 +178,9 @@ def run_rllib(env: str, seed: int, args: argparse.Namespace) -> dict:
     launched = time.time()
     start = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=run_timeout(args, env),
+        # Its evaluations are off its clock and may take up to as long again as its training (rllib_appo.py).
+        timeout = run_timeout(args, env) + (args.time_budget or PROFILES[env]["time_budget"])
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
         code, out, err = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as exc:

@@ -34,7 +34,10 @@ whose mean return reaches ``--target``, minus the time spent in earlier evaluati
 algorithm (its actors) and training count, as starting the memory server and the services count in drl's time;
 evaluating does not, as for SB3 in ``bench.time_to_score``. ``train_to_score_s`` is the same without the
 start-up. Evaluations happen in the driver between training iterations (``--eval-every`` iterations of at least
-``--iteration-s`` seconds; RLlib's APPO reports every 10 s by default, which would make its time coarse). While
+``--iteration-s`` seconds; RLlib's APPO reports every 10 s by default, which would make its time coarse), and the
+next one waits until training has run at least as long as the last evaluation took: evaluating then costs at most
+half the wall time, and a score is seen about as late as drl's evaluator, which runs beside training and sees a
+new version when its last evaluation ends. While
 the driver evaluates, RLlib's actors finish the requests already sent (one 50-step fragment per runner, the
 learner's update in flight) and then wait: that little work is free on RLlib's clock.
 
@@ -170,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
             result = algo.train()
             iteration += 1
             env_steps = int(result.get(NUM_ENV_STEPS_SAMPLED_LIFETIME, env_steps))
-            if iteration % args.eval_every == 0:
+            trained_since = time.perf_counter() - t0 - eval_s - (evaluations[-1]["seconds"] if evaluations else 0.0)
+            due = not evaluations or trained_since >= evaluations[-1]["eval_s"]
+            if iteration % args.eval_every == 0 and due:
                 begin = time.perf_counter()
                 mean = evaluate()
                 end = time.perf_counter()
