@@ -18,11 +18,15 @@ Benchmarks, in this order (each its own module, documented in ``bench/README.md`
 - ``atari_bytes`` (only with ``--atari``): bytes per Atari transition on the wire (none, zstd, lz4) and in replay;
 - ``atari_time_to_score`` (only with ``--atari``): DQN on ALE/Pong-v5 to a mean return of 18 within a budget
   (``--budget-s 600`` here; on a CPU machine not reached: the best return is the figure).
+- ``appo_time_to_score`` (only with ``--appo``; hours): drl's APPO (async) against drl's PPO (sync) and RLlib's
+  APPO on CartPole-v1 (475) and LunarLander-v3 (200) with 4 workers; goals appo/ppo < 1 and appo/rllib <= 0.5.
 
 The ``--atari`` benchmarks are not in the default run: ``atari_throughput`` and ``atari_learner`` need the peers'
 environments (Sample Factory, Stable-Baselines3) built once by ``bash bench/peers/setup_atari_peers.sh`` (without
 them ``atari_learner`` fails and ``atari_throughput`` has no Sample Factory figures), and all four need drl's
 ``atari`` extra (ale-py). ``--only`` with their names runs them alone and keeps the other sections' saved figures.
+``appo_time_to_score`` is not in the default run either: its RLlib side needs the peer environment built once by
+``bash bench/peers/setup_rllib.sh`` (without it the benchmark stops at once with one line and is reported failed).
 
 Each runs as ``python -m bench.NAME [--quick] [extra]`` with its output saved to ``<data dir>/logs/NAME.log``;
 its last JSON line (every benchmark ends with one: figures, goal, command, machine, versions) is collected. A
@@ -38,15 +42,17 @@ the tail of its output: never dropped. Then ``run_all`` writes:
 ``--quick`` passes ``--quick`` to every benchmark (smoke sizes: one seed, fewer repeats, shorter windows; a few
 minutes in all on 2 idle cores) and marks the report as quick figures. Without it the full measurements run
 (about 30-45 minutes on 2 cores without ``--lunar``; ``--lunar`` adds up to about 3 hours, ``--atari`` about an
-hour).
+hour, ``--appo`` up to about 5 hours, most of it LunarLander).
 
     python -m bench.run_all --quick                 # smoke run of everything, a few minutes
     python -m bench.run_all                         # full figures (about 30-45 minutes)
     python -m bench.run_all --lunar                 # plus LunarLander time to score (up to ~3 more hours)
     python -m bench.run_all --atari                 # plus the four Atari benchmarks (about an hour more)
+    python -m bench.run_all --appo                  # plus APPO time to score (needs bench/peers/setup_rllib.sh)
     python -m bench.run_all --only scaling,learner_speed   # re-runs these, keeps the others' saved figures
     python -m bench.run_all --only atari_throughput,atari_learner,atari_bytes,atari_time_to_score
     python -m bench.run_all --only atari_time_to_score --extra 'atari_time_to_score=--budget-s 3600'
+    python -m bench.run_all --only appo_time_to_score --extra 'appo_time_to_score=--envs CartPole-v1'
     python -m bench.run_all --quick --extra 'policy_sync=--workers 1,4' --extra 'scaling=--workers 1,2'
 """
 
@@ -108,8 +114,10 @@ BENCHES = [
           timeout_quick=900, timeout_full=1800, opt_in="atari"),
     Bench("atari_time_to_score", "Atari time to score: DQN on ALE/Pong-v5 to 18", "bench.atari_time_to_score",
           args=["--budget-s", "600"], timeout_quick=900, timeout_full=2 * 3600, opt_in="atari"),
+    Bench("appo_time_to_score", "APPO time to score: drl APPO against drl PPO and RLlib APPO",
+          "bench.appo_time_to_score", timeout_quick=1800, timeout_full=7 * 3600, opt_in="appo"),
 ]
-OPT_IN = ("lunar", "atari")  # the flags of the opt-in groups, in BENCHES' order
+OPT_IN = ("lunar", "atari", "appo")  # the flags of the opt-in groups, in BENCHES' order
 
 
 # -- running -----------------------------------------------------------------------------------------------------
@@ -626,6 +634,63 @@ def section_atari_tts(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
                              "mean return reached"), goal_met
 
 
+# -- APPO (issue 25; only with --appo or --only) ------------------------------------------------------------------
+APPO_SIDES = (("appo", "drl APPO"), ("ppo", "drl PPO"), ("rllib", "RLlib APPO"))
+
+
+def section_appo_tts(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
+    runs = f.get("runs", [])
+    rows = [[r.get("env"), r.get("seed"), r.get("side"),
+             "**crashed**" if r.get("crashed") else "yes" if r.get("reached") else "**no**",
+             num(r.get("time_to_score_s"), ".1f"), num(r.get("launch_to_score_s"), ".1f"), num(r.get("env_steps")),
+             num(r.get("return_at_score"), ".1f"), num(r.get("best_return"), ".1f"),
+             num(r.get("load_at_start"), ".2f")] for r in runs]
+    lines = table(["env", "seed", "side", "reached", "time to score s", "launch->score s", "env steps", "return",
+                   "best return", "load"], rows)
+    per_env = f.get("per_env") or {}
+
+    def median(v: dict, side: str) -> str:
+        if side not in f.get("sides", []):
+            return "not run"
+        if (v.get("crashed") or {}).get(side):
+            return "crashed"
+        m = (v.get("medians_s") or {}).get(side)
+        return "not reached" if m is None else num(m, ".1f")
+
+    def ratio(v: dict, key: str) -> str:
+        r = v.get(key) or {}
+        return f"{num(r.get('ratio'), '.3f')} ({r.get('verdict', '-')})"
+
+    lines += ["", *table(["env", *(f"{name} median s" for _, name in APPO_SIDES), "appo / ppo", "appo / rllib"],
+                         [[env, *(median(v, side) for side, _ in APPO_SIDES), ratio(v, "appo_over_ppo"),
+                           ratio(v, "appo_over_rllib")] for env, v in per_env.items()])]
+    rllib = f.get("rllib") or {}
+    lines += ["", f"{f.get('workers')} workers (RLlib: env runners of one env each"
+                  + (f", {rllib.get('num_learners')} learner, {rllib.get('cpus_per_actor')} CPU per actor"
+                     if rllib else "") + f"); targets {f.get('targets')}, budgets {f.get('budgets_s')} s and "
+                  f"{f.get('budgets_env_steps')} env steps per run. drl's time: {f.get('drl_time')}; RLlib's: "
+                  f"{f.get('rllib_time')}. Not reached counts as infinite; a crashed side gives no comparison."
+              + (f" drl flags `{f['drl_args']}`." if f.get("drl_args") else "")
+              + (f" RLlib flags `{f['rllib_args']}`." if f.get("rllib_args") else "")]
+    if plot and per_env:
+        import numpy as np
+
+        envs = list(per_env)
+        fig, ax = plot.subplots(figsize=(6, 3.2))
+        x = np.arange(len(envs))
+        for i, (side, name) in enumerate(APPO_SIDES):
+            vals = [(per_env[e].get("medians_s") or {}).get(side) or 0.0 for e in envs]
+            ax.bar(x + (i - 1) * 0.27, vals, 0.27, label=name)
+        ax.set_xticks(x, envs)
+        ax.set_ylabel("median time to score, s (0 = none)")
+        ax.set_title(f"APPO time to score, {f.get('workers')} workers")
+        ax.legend(fontsize=8)
+        lines += ["", plot.save(fig, "appo_time_to_score.png")]
+    headline = "; ".join(f"{env}: appo/ppo {ratio(v, 'appo_over_ppo')}, appo/rllib {ratio(v, 'appo_over_rllib')}"
+                         for env, v in per_env.items()) or "-"
+    return lines, headline, str(f.get("goal", "appo/ppo < 1 (>= 4 workers), appo/rllib <= 0.5")), f.get("goal_met")
+
+
 SECTIONS = {"memory_throughput": section_memory, "policy_sync": section_policy_sync,
             "learner_speed": section_learner, "scaling": section_scaling,
             "time_to_score": lambda f, p: section_tts(f, p, "time_to_score"),
@@ -633,7 +698,8 @@ SECTIONS = {"memory_throughput": section_memory, "policy_sync": section_policy_s
             "time_to_score_lunar_bf16": lambda f, p: section_tts(f, p, "time_to_score_lunar_bf16"),
             "time_to_score_lunar_fast": lambda f, p: section_tts(f, p, "time_to_score_lunar_fast"),
             "atari_throughput": section_atari_throughput, "atari_learner": section_atari_learner,
-            "atari_bytes": section_atari_bytes, "atari_time_to_score": section_atari_tts}
+            "atari_bytes": section_atari_bytes, "atari_time_to_score": section_atari_tts,
+            "appo_time_to_score": section_appo_tts}
 
 
 class Plotter:
@@ -668,8 +734,8 @@ def write_report(results: list[dict], args: argparse.Namespace, doc: Path, folde
     if args.quick:
         out += ["> **Quick figures.** This report was generated with `--quick`: smoke-run sizes (one seed, fewer "
                 "repeats, shorter windows, fewer workers). They show that every benchmark runs; they are not the "
-                "measurement. Regenerate with `python -m bench.run_all` (and `--lunar`, `--atari`) on a quiet "
-                "machine.", ""]
+                "measurement. Regenerate with `python -m bench.run_all` (and `--lunar`, `--atari`, `--appo`) on a "
+                "quiet machine.", ""]
     out += [f"Generated by `{command}` on {generated_at} in {total_s / 60:.1f} minutes, "
             f"{os.cpu_count()} logical CPUs, {platform.platform()}, Python {platform.python_version()}. "
             "Each benchmark ran alone, one after the other, as a subprocess; the sections give each one's exact "
@@ -708,7 +774,7 @@ def anchor(title: str) -> str:
 
 def select(only: set[str], opted: set[str]) -> list[Bench]:
     """The benchmarks to run: those named with ``--only``, else every one that is not opt-in plus the opt-in groups
-    whose flags were given (``opted``: "lunar", "atari")."""
+    whose flags were given (``opted``: "lunar", "atari", "appo")."""
     return [b for b in BENCHES if (b.name in only if only else (not b.opt_in or b.opt_in in opted))]
 
 
@@ -719,6 +785,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also LunarLanderContinuous-v3 time to score (hours; with --quick one seed)")
     parser.add_argument("--atari", action="store_true",
                         help="also the four Atari benchmarks (need bench/peers/setup_atari_peers.sh's environments)")
+    parser.add_argument("--appo", action="store_true",
+                        help="also APPO time to score against PPO and RLlib (hours; needs bench/peers/setup_rllib.sh)")
     parser.add_argument("--only", default="", help="comma-separated benchmark names to run (default: all)")
     parser.add_argument("--extra", action="append", default=[], metavar="NAME=FLAGS",
                         help="more flags for one benchmark, e.g. --extra 'scaling=--workers 1,2' (repeatable)")

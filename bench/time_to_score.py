@@ -110,10 +110,10 @@ SHARED_KEYS = ("sac", "replay_size", "learning_starts", "random_steps", "updates
 
 
 # -- drl ---------------------------------------------------------------------------------------------------------
-def drl_command(seed: int, args: argparse.Namespace, output: Path, run: str) -> list[str]:
+def drl_command(seed: int, args: argparse.Namespace, output: Path, run: str, mode: str = MODE) -> list[str]:
     exe = Path(sys.executable).parent / "drl-orchestrate"
     orchestrate = str(exe) if exe.exists() else (shutil.which("drl-orchestrate") or "drl-orchestrate")
-    return [orchestrate, "--preset", args.preset, "--env", args.env, "--mode", MODE, "--workers", str(args.workers),
+    return [orchestrate, "--preset", args.preset, "--env", args.env, "--mode", mode, "--workers", str(args.workers),
             "--seed", str(seed), "--steps", str(args.steps), "--target-return", str(args.target),
             "--trainer-threads", str(args.threads), *shlex.split(args.drl_args), "--output", str(output),
             "--run-name", run]
@@ -141,10 +141,12 @@ def wait_within_budget(proc: subprocess.Popen, args: argparse.Namespace) -> int 
             return "timeout"
 
 
-def run_drl(seed: int, args: argparse.Namespace, workdir: Path) -> tuple[dict, dict | None]:
-    """One drl run; returns its figures and its resolved configuration (config.json, None if never written)."""
-    run = f"tts-drl-s{seed}-{int(time.time())}"
-    cmd = drl_command(seed, args, workdir, run)
+def run_drl(seed: int, args: argparse.Namespace, workdir: Path, mode: str = MODE,
+            side: str = "drl") -> tuple[dict, dict | None]:
+    """One drl run; returns its figures and its resolved configuration (config.json, None if never written).
+    ``side`` names the run in the figures (``bench.appo_time_to_score`` runs drl's appo and ppo as two sides)."""
+    run = f"tts-{side}-s{seed}-{int(time.time())}"
+    cmd = drl_command(seed, args, workdir, run, mode)
     log_path = workdir / f"{run}.out"
     load = os.getloadavg()[0]
     launched = time.time()
@@ -162,7 +164,7 @@ def run_drl(seed: int, args: argparse.Namespace, workdir: Path) -> tuple[dict, d
     budget = math.inf if args.time_budget is None else args.time_budget
     hit = next((e for e in evals if e["mean_return"] >= args.target and e["wall_seconds"] <= budget), None)
     result = {
-        "side": "drl", "seed": seed, "reached": hit is not None and code in (0, "budget"), "exit_code": code,
+        "side": side, "seed": seed, "reached": hit is not None and code in (0, "budget"), "exit_code": code,
         "time_to_score_s": round(hit["wall_seconds"], 2) if hit else None,
         "launch_to_score_s": round(hit["created_at"] - launched, 2) if hit else None,
         "process_wall_s": round(process_s, 2),
@@ -176,10 +178,11 @@ def run_drl(seed: int, args: argparse.Namespace, workdir: Path) -> tuple[dict, d
         "env_steps_total": summary.get("env_steps"), "load_at_start": round(load, 2),
     }
     if code == "budget":
-        print(f"  drl seed {seed}: not reached within the time budget of {args.time_budget:g} s; stopped", flush=True)
+        print(f"  {side} seed {seed}: not reached within the time budget of {args.time_budget:g} s; stopped",
+              flush=True)
     elif code != 0:
         tail = log_path.read_text(errors="replace")[-2000:]
-        print(f"  drl seed {seed} exited with {code}; counted as not reached. Output tail:\n{tail}", flush=True)
+        print(f"  {side} seed {seed} exited with {code}; counted as not reached. Output tail:\n{tail}", flush=True)
         result["reached"] = False
     return result, config
 
