@@ -19,7 +19,8 @@ Benchmarks, in this order (each its own module, documented in ``bench/README.md`
 - ``atari_time_to_score`` (only with ``--atari``): DQN on ALE/Pong-v5 to a mean return of 18 within a budget
   (``--budget-s 600`` here; on a CPU machine not reached: the best return is the figure).
 - ``appo_time_to_score`` (only with ``--appo``; hours): drl's APPO (async) against drl's PPO (sync) and RLlib's
-  APPO on CartPole-v1 (475) and LunarLander-v3 (200) with 4 workers; goals appo/ppo < 1 and appo/rllib <= 0.5.
+  APPO on CartPole-v1 (475) and LunarLander-v3 (200) with 4 workers; goals appo/ppo < 1 and appo/rllib <= 0.5;
+- ``appo_policy_lag`` (only with ``--appo``): the policy-lag histogram of appo runs with 2, 8 and 32 workers.
 
 The ``--atari`` benchmarks are not in the default run: ``atari_throughput`` and ``atari_learner`` need the peers'
 environments (Sample Factory, Stable-Baselines3) built once by ``bash bench/peers/setup_atari_peers.sh`` (without
@@ -116,6 +117,8 @@ BENCHES = [
           args=["--budget-s", "600"], timeout_quick=900, timeout_full=2 * 3600, opt_in="atari"),
     Bench("appo_time_to_score", "APPO time to score: drl APPO against drl PPO and RLlib APPO",
           "bench.appo_time_to_score", timeout_quick=1800, timeout_full=7 * 3600, opt_in="appo"),
+    Bench("appo_policy_lag", "APPO policy lag with 2, 8 and 32 workers", "bench.appo_policy_lag",
+          timeout_quick=1200, timeout_full=3600, opt_in="appo"),
 ]
 OPT_IN = ("lunar", "atari", "appo")  # the flags of the opt-in groups, in BENCHES' order
 
@@ -635,6 +638,24 @@ def section_atari_tts(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
 
 
 # -- APPO (issue 25; only with --appo or --only) ------------------------------------------------------------------
+def section_appo_lag(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
+    rows = f.get("rows", [])
+    bounds = list(next((r["histogram"] for r in rows if not r.get("failed")), {}))
+    head = ["workers", "env steps/s", "mean lag", "p95", "max", "dropped",
+            *[f"<= {b}" if b != "inf" else "> 256" for b in bounds]]
+    body = [[r["workers"], *(["**failed**"] + [""] * (len(head) - 2) if r.get("failed") else
+                             [num(r["steps_per_s"]), num(r["mean"], ".2f"), r["p95"], r["max"], r["dropped"],
+                              *[f"{100 * r['shares'].get(b, 0):.1f}%" for b in bounds]])] for r in rows]
+    lines = table(head, body)
+    lines += ["", f"appo preset on {f.get('env')}, {num(f.get('steps'))} env steps per run, seed {f.get('seed')}, "
+                  f"--max-policy-lag {f.get('max_policy_lag')} (0: no limit). Lag in published versions (one per "
+                  "batch); shares of the trained transitions by lag bucket."]
+    headline = "; ".join(f"{r['workers']} workers: mean {num(r.get('mean'), '.2f')}, max {r.get('max')}"
+                         for r in rows if not r.get("failed"))
+    return lines, headline, "measured (no goal)", None
+
+
+
 APPO_SIDES = (("appo", "drl APPO"), ("ppo", "drl PPO"), ("rllib", "RLlib APPO"))
 
 
@@ -699,7 +720,7 @@ SECTIONS = {"memory_throughput": section_memory, "policy_sync": section_policy_s
             "time_to_score_lunar_fast": lambda f, p: section_tts(f, p, "time_to_score_lunar_fast"),
             "atari_throughput": section_atari_throughput, "atari_learner": section_atari_learner,
             "atari_bytes": section_atari_bytes, "atari_time_to_score": section_atari_tts,
-            "appo_time_to_score": section_appo_tts}
+            "appo_time_to_score": section_appo_tts, "appo_policy_lag": section_appo_lag}
 
 
 class Plotter:
