@@ -172,6 +172,21 @@ def rllib_command(env: str, seed: int, args: argparse.Namespace) -> list[str]:
             "--steps", str(args.steps or profile["steps"]), *shlex.split(args.rllib_args)]
 
 
+RAY_EXIT_WAIT_S = 60.0
+
+
+def wait_for_ray_to_exit(limit_s: float = RAY_EXIT_WAIT_S) -> float:
+    """Seconds until none of Ray's processes (``ray::`` actors, raylet, gcs_server) is left after an RLlib run, at
+    most ``limit_s``: the next side must not start beside Ray's shutdown, which would charge it Ray's cost."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < limit_s:
+        found = subprocess.run(["pgrep", "-f", "ray::|raylet|gcs_server"], capture_output=True).returncode == 0
+        if not found:
+            break
+        time.sleep(0.5)
+    return round(time.perf_counter() - start, 1)
+
+
 def run_rllib(env: str, seed: int, args: argparse.Namespace) -> dict:
     cmd = rllib_command(env, seed, args)
     load = os.getloadavg()[0]
@@ -188,8 +203,9 @@ def run_rllib(env: str, seed: int, args: argparse.Namespace) -> dict:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
     process_s = time.perf_counter() - start
+    ray_gone_s = wait_for_ray_to_exit()
     lines = [line for line in out.splitlines() if line.startswith("{")]
-    base = {"side": "rllib", "env": env, "seed": seed, "exit_code": code, "process_wall_s": round(process_s, 2),
+    base = {"side": "rllib", "ray_exit_wait_s": ray_gone_s, "env": env, "seed": seed, "exit_code": code, "process_wall_s": round(process_s, 2),
             "load_at_start": round(load, 2)}
     if code != 0 or not lines:
         print(f"  rllib seed {seed} exited with {code}; crashed (no comparison). Output tail:\n"
