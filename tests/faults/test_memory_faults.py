@@ -9,7 +9,7 @@ import time
 import pytest
 
 from drl.memory.redis.server import RedisServer
-from tests.harness import ServiceRun, fast_config
+from tests.harness import FULL_TIER, ServiceRun, fast_config
 
 
 def _reconciles(acc: dict, steps: int) -> None:
@@ -33,7 +33,7 @@ def _kill_mid_batch(run: ServiceRun, proc) -> int:
     raise AssertionError("never caught the trainer between read and commit")
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
+@pytest.mark.parametrize("mode", ["async", pytest.param("sync", marks=FULL_TIER)])
 def test_trainer_sigkill_mid_batch_then_restart_counts_every_transition_once(tmp_path, redis_server, redis_client,
                                                                              mode):
     # One update per two transitions keeps the learner the bottleneck, so the trainer reads often, a few entries at a

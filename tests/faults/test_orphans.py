@@ -13,6 +13,7 @@ import time
 
 from tests.conftest import ROOT, processes_mentioning, read_summary, run_cli, run_client
 from tests.faults.test_supervision import SMALL, Run
+from tests.harness import FULL_TIER
 
 ENDS_WITHIN_S = 30.0
 """Services give their orchestrator's death ``ORPHAN_GRACE_S`` (10 s) to hand in what they can; before they
@@ -76,6 +77,7 @@ def test_orchestrator_sigkilled_in_the_foreground_its_services_end_and_the_run_r
     _resume(tmp_path, "fg-kill", steps)
 
 
+@FULL_TIER  # the foreground case above runs in every suite: the same ending of orphaned services, with a resume
 def test_orchestrator_sigkilled_detached_its_services_end_and_stop_ends_a_stopped_one(tmp_path):
     steps, name = 6000, "bg-kill"
     run_dir = tmp_path / name

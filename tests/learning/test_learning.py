@@ -50,9 +50,11 @@ CASES = {
     "impala-cartpole-async": ("appo", "CartPole-v1", "async", 4, IMPALA, 475.0, 300_000),
     "appo-minatar-breakout-async": ("appo", "MinAtar/Breakout-v1", "async", 2, [], 5.0, 150_000),
 }
-OPT_IN = {"ppo-minatar-breakout-sync", "appo-minatar-breakout-async"}
-"""Cases of the opt-in tier (``DRL_TESTS_FULL=1``): the suite learns images once, with dqn (frames through the
-frame replay, prioritized), to stay within its time budget."""
+OPT_IN = {"ppo-minatar-breakout-sync", "appo-minatar-breakout-async", "sac-pendulum-sync", "td3-pendulum-sync",
+          "dqn-cartpole-sync"}
+"""Cases of the opt-in tier (``DRL_TESTS_FULL=1``), to keep the suite within its time budget: the suite learns
+images once, with dqn (frames through the frame replay, prioritized), and each replay algorithm in one mode
+(ASYNC: its rate limiter and paced reads; SYNC iterations are learned by ppo in every suite)."""
 
 
 @pytest.mark.learning
