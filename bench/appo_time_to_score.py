@@ -30,15 +30,17 @@ Verdicts, per env, on the medians over seeds:
 
 - a run that **did not reach** the target within its budget counts as infinite time: medians keep it, never drop it;
 - a run that **crashed** (a non-zero exit other than the budget's stop, no result line, killed past
-  ``--run-timeout``, for RLlib plus the time budget again, its evaluations being off its clock) leaves its side without a median, and every ratio with that side is **no comparison**, as is a
-  ratio with a side that did not run: never "met";
+  ``--run-timeout``, for RLlib plus the time budget again, its evaluations being off its clock) leaves its side
+  without a median, and every ratio with that side is **no comparison**, as is a ratio with a side that did not
+  run: never "met";
 - ``appo / ppo`` (drl's APPO median over drl's PPO median): goal < 1, judged with 4 workers or more (with fewer
   the asynchronous mode has little waiting to save: "not judged");
 - ``appo / rllib`` (drl's APPO over RLlib's APPO): goal <= 0.5.
 
-A ratio with an infinite denominator and a finite numerator is 0 (the baseline never scored); an infinite
-numerator is not met. ``goal_met`` is false if any goal is not met, null (no verdict) if any is without a
-comparison or not judged, true only if every goal is met. The table shows every run with the load average when it
+An infinite numerator is not met. Over a baseline whose median is infinite a finite median gives only a bound:
+the ratio is at most numerator / time budget; the goal is met when the bound meets it, else there is no
+comparison (a longer budget is needed). ``goal_met`` is false if any goal is not met, null (no verdict) if any is
+without a comparison or not judged, true only if every goal is met. The table shows every run with the load average when it
 started; the last line is one JSON object with every run, the medians, ratios and verdicts per env, the commands,
 the machine and the versions (RLlib's as its script reports them).
 
@@ -98,29 +100,36 @@ def side_median(runs: list[dict]) -> float | None:
 
 
 def compare(numerator: float | None, denominator: float | None, goal: float, strict: bool,
-            judged: bool = True) -> dict:
-    """A ratio of medians and its verdict: "met", "not met", "no comparison" (a side crashed or did not run) or
-    "not judged" (the goal does not apply). Not reached is infinite: a finite time over an infinite baseline is 0,
-    an infinite numerator never meets a goal."""
+            judged: bool = True, budget_s: float | None = None) -> dict:
+    """A ratio of medians and its verdict: "met", "not met", "no comparison" (a side crashed or did not run, or the
+    budget was too short to tell) or "not judged" (the goal does not apply). Not reached is infinite. An infinite
+    numerator never meets a goal. Over an infinite baseline a finite time's ratio is only bounded: the baseline's
+    median is at least the budget, so the ratio is at most numerator / budget ("bound": "at most"); the goal is met
+    when that bound meets it, and without a comparison otherwise (a longer budget could still meet it)."""
     if numerator is None or denominator is None:
-        return {"ratio": None, "verdict": "no comparison"}
+        return {"ratio": None, "bound": None, "verdict": "no comparison"}
+    bound = None
     if math.isinf(numerator):
         ratio = None
     elif math.isinf(denominator):
-        ratio = 0.0
+        ratio, bound = (numerator / budget_s if budget_s else 0.0), "at most"
     else:
         ratio = numerator / denominator
+    meets = ratio is not None and (ratio < goal if strict else ratio <= goal)
     if not judged:
         verdict = "not judged"
     elif ratio is None:
         verdict = "not met"
+    elif bound:
+        verdict = "met" if meets else "no comparison"
     else:
-        verdict = "met" if (ratio < goal if strict else ratio <= goal) else "not met"
-    return {"ratio": None if ratio is None else round(ratio, 3), "verdict": verdict}
+        verdict = "met" if meets else "not met"
+    return {"ratio": None if ratio is None else round(ratio, 3), "bound": bound, "verdict": verdict}
 
 
-def env_verdicts(runs: list[dict], workers: int) -> dict:
-    """Medians, env-step medians and the two ratios with their verdicts for one env's runs."""
+def env_verdicts(runs: list[dict], workers: int, budget_s: float | None = None) -> dict:
+    """Medians, env-step medians and the two ratios with their verdicts for one env's runs (``budget_s``: the time
+    budget of each run, which bounds a ratio over a baseline that did not score)."""
     by_side = {side: [r for r in runs if r["side"] == side] for side in SIDES}
     medians = {side: side_median(rs) for side, rs in by_side.items()}
     steps = {side: statistics.median(r["env_steps"] if r.get("reached") and r.get("env_steps") is not None
@@ -131,8 +140,9 @@ def env_verdicts(runs: list[dict], workers: int) -> dict:
         "crashed": {side: sum(1 for r in rs if r.get("crashed")) for side, rs in by_side.items()},
         "median_env_steps": {side: None if s is None else finite(s) for side, s in steps.items()},
         "appo_over_ppo": compare(medians["appo"], medians["ppo"], APPO_OVER_PPO_GOAL, strict=True,
-                                 judged=workers >= APPO_OVER_PPO_MIN_WORKERS),
-        "appo_over_rllib": compare(medians["appo"], medians["rllib"], APPO_OVER_RLLIB_GOAL, strict=False),
+                                 judged=workers >= APPO_OVER_PPO_MIN_WORKERS, budget_s=budget_s),
+        "appo_over_rllib": compare(medians["appo"], medians["rllib"], APPO_OVER_RLLIB_GOAL, strict=False,
+                                   budget_s=budget_s),
     }
 
 
@@ -346,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     machine["load_average_end"] = [round(x, 2) for x in load_end]
 
     print_table(results)
-    per_env = {env: env_verdicts([r for r in results if r["env"] == env], args.workers) for env in args.env_list}
+    per_env = {env: env_verdicts([r for r in results if r["env"] == env], args.workers,
+                                 args.time_budget or PROFILES[env]["time_budget"]) for env in args.env_list}
     goal_met = overall(per_env)
     print()
     for env, v in per_env.items():
@@ -354,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{env}: median time to score (not reached = infinite): {medians}")
         for key, goal in (("appo_over_ppo", f"< {APPO_OVER_PPO_GOAL:g} with >= {APPO_OVER_PPO_MIN_WORKERS} workers"),
                           ("appo_over_rllib", f"<= {APPO_OVER_RLLIB_GOAL:g}")):
-            print(f"  {key.replace('_over_', '/')}: {fmt(v[key]['ratio'], '.3f')} (goal {goal}): "
+            bound = "at most " if v[key]["bound"] else ""
+            print(f"  {key.replace('_over_', '/')}: {bound}{fmt(v[key]['ratio'], '.3f')} (goal {goal}): "
                   f"{v[key]['verdict']}")
     print(f"goal met: {goal_met}; load average {load_start[0]:.2f} at start, {load_end[0]:.2f} at end; total "
           f"{time.perf_counter() - begin:.0f} s")

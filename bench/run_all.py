@@ -680,7 +680,8 @@ def section_appo_tts(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
 
     def ratio(v: dict, key: str) -> str:
         r = v.get(key) or {}
-        return f"{num(r.get('ratio'), '.3f')} ({r.get('verdict', '-')})"
+        bound = "<= " if r.get("bound") else ""
+        return f"{bound}{num(r.get('ratio'), '.3f')} ({r.get('verdict', '-')})"
 
     lines += ["", *table(["env", *(f"{name} median s" for _, name in APPO_SIDES), "appo / ppo", "appo / rllib"],
                          [[env, *(median(v, side) for side, _ in APPO_SIDES), ratio(v, "appo_over_ppo"),

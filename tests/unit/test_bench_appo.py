@@ -22,8 +22,8 @@ def run(side: str, seconds: float | None, crashed: bool = False, seed: int = 0) 
 def test_crashed_baseline_is_no_comparison_never_met():
     runs = [run("appo", 50.0), run("ppo", None, crashed=True), run("rllib", 200.0)]
     v = bench.env_verdicts(runs, workers=4)
-    assert v["appo_over_ppo"] == {"ratio": None, "verdict": "no comparison"}
-    assert v["appo_over_rllib"] == {"ratio": 0.25, "verdict": "met"}
+    assert v["appo_over_ppo"] == {"ratio": None, "bound": None, "verdict": "no comparison"}
+    assert v["appo_over_rllib"] == {"ratio": 0.25, "bound": None, "verdict": "met"}
     assert v["crashed"]["ppo"] == 1
     assert bench.overall({"CartPole-v1": v}) is None
 
@@ -49,10 +49,16 @@ def test_not_reached_is_infinite_in_the_median():
     assert bench.side_median(mixed) == 120.0
 
 
-def test_not_reached_numerator_fails_and_not_reached_baseline_gives_zero():
-    assert bench.compare(math.inf, 100.0, 0.5, strict=False) == {"ratio": None, "verdict": "not met"}
-    assert bench.compare(math.inf, math.inf, 0.5, strict=False)["verdict"] == "not met"
-    assert bench.compare(100.0, math.inf, 1.0, strict=True) == {"ratio": 0.0, "verdict": "met"}
+def test_not_reached_numerator_fails_and_not_reached_baseline_bounds_the_ratio():
+    assert bench.compare(math.inf, 100.0, 0.5, strict=False) == {"ratio": None, "bound": None, "verdict": "not met"}
+    assert bench.compare(math.inf, math.inf, 0.5, strict=False, budget_s=300.0)["verdict"] == "not met"
+    assert bench.compare(30.0, math.inf, 0.5, strict=False, budget_s=300.0) == {"ratio": 0.1, "bound": "at most",
+                                                                               "verdict": "met"}
+    # 200 s against a baseline still unscored at 300 s: at most 0.667, which a longer budget might bring under 0.5
+    assert bench.compare(200.0, math.inf, 0.5, strict=False, budget_s=300.0) == {
+        "ratio": 0.667, "bound": "at most", "verdict": "no comparison"}
+    runs = [run("appo", 30.0), run("ppo", 40.0), run("rllib", None)]
+    assert bench.env_verdicts(runs, workers=4, budget_s=300.0)["appo_over_rllib"]["ratio"] == 0.1
     v = bench.env_verdicts([run("appo", None), run("ppo", 80.0), run("rllib", 90.0)], workers=4)
     assert v["appo_over_ppo"]["verdict"] == "not met"
     assert bench.overall({"CartPole-v1": v}) is False
@@ -66,8 +72,8 @@ def test_goal_edges_strict_and_inclusive():
 
 def test_appo_over_ppo_is_judged_from_four_workers():
     runs = [run("appo", 50.0), run("ppo", 100.0), run("rllib", 200.0)]
-    assert bench.env_verdicts(runs, workers=2)["appo_over_ppo"] == {"ratio": 0.5, "verdict": "not judged"}
-    assert bench.env_verdicts(runs, workers=4)["appo_over_ppo"] == {"ratio": 0.5, "verdict": "met"}
+    assert bench.env_verdicts(runs, workers=2)["appo_over_ppo"]["verdict"] == "not judged"
+    assert bench.env_verdicts(runs, workers=4)["appo_over_ppo"] == {"ratio": 0.5, "bound": None, "verdict": "met"}
     assert bench.overall({"CartPole-v1": bench.env_verdicts(runs, workers=4)}) is True
 
 
