@@ -40,9 +40,9 @@ Verdicts, per env, on the medians over seeds:
 An infinite numerator is not met. Over a baseline whose median is infinite a finite median gives only a bound:
 the ratio is at most numerator / time budget; the goal is met when the bound meets it, else there is no
 comparison (a longer budget is needed). ``goal_met`` is false if any goal is not met, null (no verdict) if any is
-without a comparison or not judged, true only if every goal is met. The table shows every run with the load average when it
-started; the last line is one JSON object with every run, the medians, ratios and verdicts per env, the commands,
-the machine and the versions (RLlib's as its script reports them).
+without a comparison or not judged, true only if every goal is met. The table shows every run with the load
+average when it started; the last line is one JSON object with every run, the medians, ratios and verdicts per
+env, the commands, the machine and the versions (RLlib's as its script reports them).
 
     python -m bench.appo_time_to_score --envs CartPole-v1 --seeds 0       # three runs of at most 300 s each
     python -m bench.appo_time_to_score                                    # both envs, seeds 0,1,2 (hours)
