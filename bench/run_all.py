@@ -43,7 +43,7 @@ the tail of its output: never dropped. Then ``run_all`` writes:
 ``--quick`` passes ``--quick`` to every benchmark (smoke sizes: one seed, fewer repeats, shorter windows; a few
 minutes in all on 2 idle cores) and marks the report as quick figures. Without it the full measurements run
 (about 30-45 minutes on 2 cores without ``--lunar``; ``--lunar`` adds up to about 3 hours, ``--atari`` about an
-hour, ``--appo`` up to about 5 hours, most of it LunarLander).
+hour, ``--appo`` up to about 6 hours, most of it LunarLander).
 
     python -m bench.run_all --quick                 # smoke run of everything, a few minutes
     python -m bench.run_all                         # full figures (about 30-45 minutes)
