@@ -116,7 +116,7 @@ BENCHES = [
     Bench("atari_time_to_score", "Atari time to score: DQN on ALE/Pong-v5 to 18", "bench.atari_time_to_score",
           args=["--budget-s", "600"], timeout_quick=900, timeout_full=2 * 3600, opt_in="atari"),
     Bench("appo_time_to_score", "APPO time to score: drl APPO against drl PPO and RLlib APPO",
-          "bench.appo_time_to_score", timeout_quick=1800, timeout_full=7 * 3600, opt_in="appo"),
+          "bench.appo_time_to_score", timeout_quick=3600, timeout_full=8 * 3600, opt_in="appo"),
     Bench("appo_policy_lag", "APPO policy lag with 2, 8 and 32 workers", "bench.appo_policy_lag",
           timeout_quick=1200, timeout_full=3600, opt_in="appo"),
 ]
