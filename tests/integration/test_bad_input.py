@@ -18,7 +18,7 @@ def _closed_port() -> int:
 
 CASES = {
     "unknown_preset": (["--preset", "nope"], {},
-                       "unknown preset 'nope'; accepted: dqn, dqn-atari, ppo, ppo-atari, sac, sac-lunar, td3"),
+                       "unknown preset 'nope'; accepted: appo, appo-atari, dqn, dqn-atari, ppo, ppo-atari, sac, sac-lunar, td3"),
     "unknown_env": (["--env", "Pendulum-v9"], {}, "unknown environment id 'Pendulum-v9'; did you mean"),
     "unknown_mode": (["--mode", "sometimes"], {}, "invalid choice: 'sometimes' (choose from 'sync', 'async')"),
     "zero_workers": (["--workers", "0"], {}, "--workers must be a positive integer, got 0"),

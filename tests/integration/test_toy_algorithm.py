@@ -31,7 +31,7 @@ from drl.memory import codec
 from drl.learning import ReplayLearning
 from orchestrator.cli import build_parser, resolve_config
 
-assert list(ALGORITHMS) == ["sac", "td3", "ppo", "dqn", "toy"], list(ALGORITHMS)
+assert list(ALGORITHMS) == ["sac", "td3", "ppo", "dqn", "appo", "toy"], list(ALGORITHMS)
 cfg = resolve_config(["--algorithm", "toy", "--toy.action", "0.25", "--toy.batch-size", "8", "--random-steps", "0",
                       "--learning-starts", "16", "--steps", "64", "--workers", "1"])
 assert cfg.toy.action == 0.25 and cfg.toy.batch_size == 8 and type(cfg) is ExperimentConfig
