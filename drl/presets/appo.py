@@ -3,7 +3,9 @@
 - **CartPole-v1** (the default) and other vector tasks: the ``ppo`` preset's tuned rl-baselines3-zoo CartPole
   values (tanh 64x64, Adam 1e-3, gamma 0.98, lambda 0.8 as V-trace's lambda, 20 epochs of 2 minibatches over each
   batch of 512 transitions, no entropy bonus), the batch made of 16 segments of 32 steps from 4 workers of one
-  environment; a version is published after every batch. The zoo anneals its learning rate; the ``ppo`` preset
+  environment; a version is published after every batch. The backlog holds 4 entries (a quarter of a batch):
+  back-pressure then keeps the segments the learner trains on within about one version of its policy, which on
+  CartPole scored in fewer env steps and less time than the default 16 (bench/README.md, "APPO presets"). The zoo anneals its learning rate; the ``ppo`` preset
   and this one keep it constant.
 - **LunarLander-v3** (and LunarLanderContinuous): rl-baselines3-zoo's PPO LunarLander values (gamma 0.999,
   lambda 0.98, 4 epochs, entropy 0.01) on batches of 2,048 transitions (32 segments of 64 steps) in 16
@@ -46,7 +48,7 @@ def appo(env: str | None = None) -> ExperimentConfig:
                                 appo=APPOConfig(hidden=(64, 64), segment=64, batch_size=2048, epochs=4,
                                                 minibatches=16, lr=3e-4, gamma=0.999, vtrace_lambda=0.98,
                                                 clip=0.2, ent_coef=0.01))
-    return ExperimentConfig(**common, workers=4, steps=150_000,
+    return ExperimentConfig(**common, workers=4, steps=150_000, max_backlog_entries=4,
                             appo=APPOConfig(hidden=(64, 64), segment=32, batch_size=512, epochs=20, minibatches=2,
                                             lr=1e-3, gamma=0.98, vtrace_lambda=0.8, clip=0.2, ent_coef=0.0))
 
