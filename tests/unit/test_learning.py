@@ -18,15 +18,6 @@ from drl.nstep import NSTEP_FIELDS
 from drl.replay import PrioritizedReplay, ReplayBuffer
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny networks: one thread is faster than any, and the trainer runs its learner the same way."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def pendulum():
     return space_spec("Pendulum-v1")
