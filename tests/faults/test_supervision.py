@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, processes_mentioning, read_summary, run_cli, run_client
-from tests.harness import assert_balanced
+from tests.harness import FULL_TIER, assert_balanced
 
 SMALL = ["--sac.hidden", "16,16", "--sac.batch-size", "32", "--eval-episodes", "1", "--learning-starts", "300",
          "--random-steps", "300", "--updates-per-transition", "0.25"]
@@ -90,7 +90,7 @@ def _accounts_for_everything(summary: dict, steps: int) -> None:
     assert summary["transitions_unconsumed"] == 0, summary
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", [pytest.param("sync", marks=FULL_TIER), "async"])
 def test_sigkilled_rollout_workers_are_restarted_and_every_transition_counted(tmp_path, mode):
     steps = 6000
     run = Run(tmp_path, f"kill-workers-{mode}", ["--mode", mode, "--workers", "3", "--steps", str(steps),

@@ -11,6 +11,7 @@ import pytest
 
 from drl.store import PolicyStore, run_store
 from tests.conftest import read_summary, run_cli
+from tests.harness import FULL_TIER
 
 
 def _run(tmp_path, run: str, args: list[str]) -> dict:
@@ -39,7 +40,7 @@ def test_ppo_iterations_with_vectorised_envs_and_merged_statistics(tmp_path):
     assert np.all(weights["norm.var"] > 0) and not np.allclose(weights["norm.mean"], 0)
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", [pytest.param("sync", marks=FULL_TIER), "async"])
 def test_dqn_nstep_with_worker_priorities(tmp_path, mode):
     summary = _run(tmp_path, f"dqn-{mode}", ["--preset", "dqn", "--workers", "2", "--envs-per-worker", "3",
                                              "--mode", mode, "--steps", "3000", "--prioritized", "true",

@@ -16,6 +16,7 @@ from drl.process import pid_alive
 from orchestrator.state import read_state
 from orchestrator.status import get_status, stop_service
 from tests.conftest import processes_mentioning, read_summary, run_cli, run_client
+from tests.harness import FULL_TIER
 
 NAMES = ["trainer", "rollout-0", "rollout-1", "evaluator"]
 
@@ -111,7 +112,7 @@ HAND_IN_STEPS = 12_000
 HAND_IN_PACE = ("--updates-per-transition", "0.25")
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["sync", pytest.param("async", marks=FULL_TIER)])
 def test_stopping_one_worker_hands_in_its_transitions_and_the_run_goes_on(tmp_path, mode):
     run = f"ctl-worker-{mode}"
     steps = HAND_IN_STEPS
