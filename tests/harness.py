@@ -112,10 +112,11 @@ class ServiceRun:
 
 FULL_TIER = pytest.mark.skipif(
     os.environ.get("DRL_TESTS_FULL") != "1",
-    reason="opt-in tier (DRL_TESTS_FULL=1): another mode or order of a test that runs in every suite, left out to "
-           "keep the suite under its time budget")
-"""Marks a variant of a fault or run test (the other mode, the other order of two kills) as opt-in: the same case
-runs in every suite in one variant, all variants with ``DRL_TESTS_FULL=1``."""
+    reason="opt-in tier (DRL_TESTS_FULL=1): another variant (mode, order, option or environment) of a case that runs "
+           "in every suite, left out to keep the suite within its time budget")
+"""Marks a variant of a test as opt-in (the other mode, the other order of two kills, another option or environment
+of a learning case): the same case runs in every suite in one variant, all variants with ``DRL_TESTS_FULL=1``. The
+rule and what each tier covers: tests/README.md."""
 
 
 def assert_balanced(summary: dict) -> None:

@@ -7,11 +7,27 @@ import time
 
 import pytest
 
-from tests.conftest import read_summary, run_cli
+from tests.conftest import read_summary, run_cli, run_client
 from tests.harness import FULL_TIER
 
-STEPS = 30_000
+STEPS = 15_000
+"""Scaling follows the run's progress and the new worker's first entry, not the clock, so that the scale down comes
+well before the end on a fast machine too; the one worker left collects the rest."""
 SMALL = ["--sac.hidden", "16,16", "--eval-episodes", "1", "--workers", "2", "--steps", str(STEPS)]
+
+
+def _wait_for(run_dir, what: str, check, timeout: float = 120) -> None:
+    """Waits until check(client of the run's memory server) is true."""
+    client = run_client(run_dir)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if check(client):
+                return
+            time.sleep(0.2)
+    finally:
+        client.close()
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _summary(run_dir, timeout=240):
@@ -28,13 +44,14 @@ def test_scale_up_and_down_during_a_run_loses_nothing(tmp_path, mode):
                       timeout=120)
     assert started.returncode == 0, started.stderr[-2000:]
     run_dir = tmp_path / run
-    time.sleep(6)
+    _wait_for(run_dir, "2,000 transitions consumed", lambda c: int(
+        c.hget(f"drl:{{{run}}}:status:trainer", "transitions_consumed") or 0) >= 2000)
     up = run_cli(["scale", run, "--workers", "3", "--output", str(tmp_path)], timeout=180)
     assert up.returncode == 0, up.stderr[-2000:]
     assert "rollout-2" in up.stderr
     status = run_cli(["status", run, "--output", str(tmp_path)], timeout=60)
     assert "rollout-2" in status.stdout
-    time.sleep(3)
+    _wait_for(run_dir, "rollout-2 to produce", lambda c: int(c.hget(f"drl:{{{run}}}:produced", "rollout-2") or 0) > 0)
     down = run_cli(["scale", run, "--workers", "1", "--output", str(tmp_path)], timeout=180)
     assert down.returncode == 0, down.stderr[-2000:]
     assert "collects with 1 rollout workers" in down.stderr or "collects with 0" in down.stderr

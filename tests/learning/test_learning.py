@@ -9,7 +9,7 @@ Goals (issue: algorithms), seeds fixed:
 - dqn on CartPole-v1, 2 workers, both modes (ASYNC with prioritized replay and worker-computed priorities): best
   evaluation of at least 475 within 100,000 env steps (SYNC seeds 0-4: 8,000-9,512 steps; ASYNC seeds 0-2:
   10,496-12,544 steps).
-- image observations (issue: pixels; the ppo case in the opt-in tier, ``DRL_TESTS_FULL=1``), on MinAtar/Breakout-v1, whose random policy averages 0.34 (100 episodes,
+- image observations (issue: pixels), on MinAtar/Breakout-v1, whose random policy averages 0.34 (100 episodes,
   at most 2): ppo SYNC, 2 workers of 4 envs, at least 5 within 150,000 env steps (seed 0: about 60 s here);
   dqn ASYNC with prioritized replay and worker-computed priorities (Ape-X on frames), at least 4 within 60,000
   (seed 0: about 24,000 steps, 30 s). Frames travel once, zstd-compressed, and the DQN replay is the frame replay.
@@ -50,11 +50,14 @@ CASES = {
     "impala-cartpole-async": ("appo", "CartPole-v1", "async", 4, IMPALA, 475.0, 300_000),
     "appo-minatar-breakout-async": ("appo", "MinAtar/Breakout-v1", "async", 2, [], 5.0, 150_000),
 }
-OPT_IN = {"ppo-minatar-breakout-sync", "appo-minatar-breakout-async", "sac-pendulum-sync", "td3-pendulum-sync",
-          "dqn-cartpole-sync"}
-"""Cases of the opt-in tier (``DRL_TESTS_FULL=1``), to keep the suite within its time budget: the suite learns
-images once, with dqn (frames through the frame replay, prioritized), and each replay algorithm in one mode
-(ASYNC: its rate limiter and paced reads; SYNC iterations are learned by ppo in every suite)."""
+OPT_IN = {"sac-pendulum-sync", "sac-pendulum-async-bfloat16", "td3-pendulum-sync", "dqn-cartpole-async-prioritized",
+          "ppo-minatar-breakout-sync", "appo-minatar-breakout-async"}
+"""Cases of the opt-in tier (``DRL_TESTS_FULL=1``), to keep the suite within its time budget. Every suite learns
+with each algorithm once and in each mode: sac and td3 ASYNC, ppo and dqn SYNC, and images once, with dqn ASYNC
+(frames through the frame replay, prioritized, worker priorities). The opt-in cases are the other mode of sac and
+td3, SAC's bfloat16 products (whose gradients tests/unit/test_sac_bf16.py checks), dqn's prioritized ASYNC case on
+CartPole (the MinAtar case runs the same preset, mode and options), and ppo and appo on images (appo learns
+CartPole in every suite, with its preset and with IMPALA's loss)."""
 
 
 @pytest.mark.learning
