@@ -140,13 +140,19 @@ def test_learner_targets_follow_vtrace_with_the_learners_own_values_and_ratios(c
                                                        rel=1e-5)
 
 
-def _policy_grad(cartpole, log_ratio: float, advantage: float, clip: float) -> float:
-    cfg = APPOConfig(hidden=(8,), clip=clip, vf_coef=0.0, ent_coef=0.0, normalize_advantages=False)
+def _policy_grad(cartpole, log_ratio: float, advantage: float, clip: float, proximal: bool = False,
+                 other_log_ratio: float = 0.0) -> float:
+    """The policy loss's gradient norm on one row whose ratio is exp(``log_ratio``) to the policy the
+    configuration takes it to (behaviour or proximal), the other log-probability off by ``other_log_ratio``."""
+    cfg = APPOConfig(hidden=(8,), clip=clip, proximal=proximal, vf_coef=0.0, ent_coef=0.0,
+                     normalize_advantages=False)
     learner = APPOLearner(cartpole, cfg, seed=0)
     obs = torch.full((1, 4), 0.3)
     with torch.no_grad():
         logp = learner.policy.log_prob(learner.policy.dist(obs), torch.zeros(1, dtype=torch.int64))
-    mb = {"obs": obs, "action": torch.zeros(1, dtype=torch.int64), "behaviour_logp": logp - log_ratio,
+    taken, other = logp - log_ratio, logp - other_log_ratio
+    mb = {"obs": obs, "action": torch.zeros(1, dtype=torch.int64),
+          "behaviour_logp": other if proximal else taken, "proximal_logp": taken if proximal else other,
           "advantage": torch.tensor([advantage]), "return": torch.zeros(1), "rho": torch.ones(1)}
     total, _ = learner.loss(mb)
     learner.opt.zero_grad()
@@ -154,13 +160,35 @@ def _policy_grad(cartpole, log_ratio: float, advantage: float, clip: float) -> f
     return float(sum(p.grad.abs().sum() for p in learner.policy.parameters() if p.grad is not None))
 
 
-def test_clipped_surrogate_has_no_gradient_outside_the_clip_range(cartpole):
-    clip = 0.2
-    assert _policy_grad(cartpole, np.log(1.5), +1.0, clip) == 0.0  # ratio above 1 + clip, advantage > 0
-    assert _policy_grad(cartpole, np.log(0.5), -1.0, clip) == 0.0  # ratio below 1 - clip, advantage < 0
-    assert _policy_grad(cartpole, np.log(1.1), +1.0, clip) > 0.0  # inside the range
-    assert _policy_grad(cartpole, np.log(1.5), -1.0, clip) > 0.0  # the pessimistic side is never clipped
-    assert _policy_grad(cartpole, np.log(1.5), +1.0, 0.0) > 0.0  # IMPALA: no clipping at all
+@pytest.mark.parametrize("proximal", [False, True])
+def test_clipped_surrogate_has_no_gradient_outside_the_clip_range(cartpole, proximal):
+    clip, far = 0.2, np.log(3.0)
+    assert _policy_grad(cartpole, np.log(1.5), +1.0, clip, proximal) == 0.0  # ratio above 1 + clip, advantage > 0
+    assert _policy_grad(cartpole, np.log(0.5), -1.0, clip, proximal) == 0.0  # ratio below 1 - clip, advantage < 0
+    assert _policy_grad(cartpole, np.log(1.1), +1.0, clip, proximal) > 0.0  # inside the range
+    assert _policy_grad(cartpole, np.log(1.5), -1.0, clip, proximal) > 0.0  # the pessimistic side is never clipped
+    assert _policy_grad(cartpole, np.log(1.5), +1.0, 0.0, proximal) > 0.0  # IMPALA: no clipping at all
+    # Only the ratio the configuration names is clipped: the other log-probability, however far, changes nothing.
+    assert _policy_grad(cartpole, np.log(1.5), +1.0, clip, proximal, other_log_ratio=-far) == 0.0
+    assert _policy_grad(cartpole, 0.0, +1.0, clip, proximal, other_log_ratio=far) > 0.0
+
+
+def test_proximal_log_probabilities_are_the_learners_before_the_batch(cartpole):
+    """The proximal ratio's denominator is the policy V-trace's weights were computed with: each row's
+    log-probability under the learner's policy as the batch began, not the behaviour policy's."""
+    learner = APPOLearner(cartpole, APPOConfig(hidden=(8,)), seed=0)
+    rng = np.random.default_rng(3)
+    seg = {"obs": rng.standard_normal((5, 4)).astype(np.float32), "action": rng.integers(0, 2, 5),
+           "reward": np.ones(5, np.float32), "next_obs": rng.standard_normal((5, 4)).astype(np.float32),
+           "terminated": np.zeros(5, np.uint8), "truncated": np.zeros(5, np.uint8),
+           "behaviour_logp": np.full(5, -0.1, np.float32)}
+    data = learner.prepare([seg])
+    with torch.no_grad():
+        expected = learner.policy.log_prob(learner.policy.dist(torch.as_tensor(seg["obs"])),
+                                           torch.as_tensor(seg["action"]))
+    assert data["proximal_logp"].tolist() == pytest.approx(expected.tolist(), rel=1e-5)
+    assert data["behaviour_logp"].tolist() == pytest.approx([-0.1] * 5)
+    assert data["rho"].tolist() == pytest.approx(np.minimum(1.0, np.exp(expected.numpy() + 0.1)).tolist(), rel=1e-5)
 
 
 @pytest.mark.parametrize("env", ["cartpole", "pendulum"])

@@ -12,10 +12,12 @@ from drl.fields import opt, problems
 class APPOConfig:
     """Actor-critic on segments of ``segment`` steps per environment, sent by ASYNC workers with their behaviour
     policy's log-probabilities and consumed once, in batches of ``batch_size`` transitions, with V-trace
-    corrections (Espeholt et al. 2018). ``clip`` > 0 is APPO (PPO's clipped surrogate on the ratio to the
-    behaviour policy, with V-trace advantages); ``clip`` 0 is IMPALA's policy gradient (the ratio enters only
-    through V-trace's truncated weights). ``epochs`` and ``minibatches`` reuse a batch as PPO reuses a rollout;
-    the ratio then also covers the learner's own updates on it.
+    corrections (Espeholt et al. 2018). ``clip`` > 0 is APPO (PPO's clipped surrogate with V-trace's
+    advantages); ``clip`` 0 is IMPALA's policy gradient (the ratio enters only through V-trace's truncated
+    weights). The clipped ratio is taken to the behaviour policy (the default, as Sample Factory's APPO: the
+    trust region is around the policy that collected the data) or, with ``proximal``, to the learner's policy as
+    the batch began (the trust region then bounds only the learner's own steps on the batch, and the behaviour
+    policy enters once, through the truncated weights rho_s in the advantages). ``epochs`` and ``minibatches`` reuse a batch as PPO reuses a rollout.
 
     The trainer's ``--ratio-tolerance`` and ``--updates-per-transition`` (the replay ratio) do not apply: an
     update is owed whenever a batch is queued, and nothing is read while one is.
@@ -38,8 +40,12 @@ class APPOConfig:
     rho_bar: float = opt(1.0, "V-trace's rho-bar: truncation of the importance weights in the value targets "
                               "and the policy-gradient advantages.")
     c_bar: float = opt(1.0, "V-trace's c-bar: truncation of the traces (how far corrections propagate).")
-    clip: float = opt(0.2, "Clipping range of the probability ratio to the behaviour policy (APPO); 0: IMPALA's "
-                           "unclipped policy gradient.")
+    clip: float = opt(0.2, "Clipping range of the probability ratio (APPO); 0: IMPALA's unclipped policy "
+                           "gradient.")
+    proximal: bool = opt(False, "Take the clipped ratio to the learner's policy at the start of each batch and "
+                                "leave the behaviour policy to V-trace's truncated weights in the advantages (the "
+                                "decoupled objective of Hilton et al. 2021); off: the ratio to the behaviour "
+                                "policy, as Sample Factory's APPO.")
     normalize_advantages: bool = opt(True, "Standardise the advantages within each minibatch.")
     ent_coef: float = opt(0.0, "Entropy bonus coefficient.")
     vf_coef: float = opt(0.5, "Value loss coefficient.")

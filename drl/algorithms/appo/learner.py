@@ -6,8 +6,10 @@ environment of one worker, collected with one policy version, with the behaviour
 each action (``behaviour_logp``). Values of next observations are computed only where a segment ends or an
 episode was truncated (elsewhere the next observation is the next step's), and not at all where it terminated.
 
-The policy loss is PPO's clipped surrogate on the ratio pi_theta / mu with V-trace's advantages (APPO), or with
-``clip`` 0 IMPALA's -A_s log pi_theta(a_s|x_s). Observation statistics, as in PPO, are frozen during a batch and
+The policy loss is PPO's clipped surrogate with V-trace's advantages (APPO), or with ``clip`` 0 IMPALA's
+-A_s log pi_theta(a_s|x_s). The ratio is pi_theta / mu, or with ``proximal`` pi_theta / pi_prox, pi_prox the learner's policy
+before the batch, whose log-probabilities V-trace's weights were computed with (Hilton et al. 2021,
+arXiv:2110.00641, the decoupled PPO objective; A_s already carries min(rho-bar, pi_prox / mu)). Observation statistics, as in PPO, are frozen during a batch and
 merged with its observations afterwards, for the next version.
 
 Pure math: no I/O.
@@ -24,6 +26,7 @@ from drl.algorithms.appo.vtrace import vtrace
 from drl.algorithms.ppo.learner import EVAL_CHUNK, PPOLearner
 from drl.envs import SpaceSpec
 
+PROXIMAL_LOGP = "proximal_logp"
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", BEHAVIOUR_LOGP)
 
 
@@ -87,16 +90,19 @@ class APPOLearner(PPOLearner):
                    grid(cut, 1.0), cfg.gamma, cfg.rho_bar, cfg.c_bar, cfg.vtrace_lambda)
         return {"raw_obs": raw, "obs": obs, "action": action,
                 "behaviour_logp": torch.as_tensor(cat[BEHAVIOUR_LOGP], dtype=torch.float32),
+                PROXIMAL_LOGP: logp_t.float(),
                 "advantage": torch.as_tensor(v.advantages[steps, column], dtype=torch.float32),
                 "return": torch.as_tensor(v.targets[steps, column], dtype=torch.float32),
                 "old_value": torch.as_tensor(value, dtype=torch.float32),
                 "rho": torch.as_tensor(v.rho[steps, column], dtype=torch.float32),
                 "column": torch.as_tensor(column)}
 
-    OLD_LOGP = BEHAVIOUR_LOGP
+    @property
+    def OLD_LOGP(self) -> str:  # noqa: N802 (PPO's class attribute, chosen per configuration here)
+        return PROXIMAL_LOGP if self.cfg.proximal else BEHAVIOUR_LOGP
 
     def surrogate(self, adv: torch.Tensor, ratio: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
-        """APPO's clipped surrogate on pi_theta / mu, or with ``clip`` 0 IMPALA's -A log pi_theta."""
+        """APPO's clipped surrogate on pi_theta / mu (or / pi_prox), or with ``clip`` 0 IMPALA's -A log pi_theta."""
         if self.cfg.clip > 0:
             return super().surrogate(adv, ratio, logp)
         return -(adv * logp).mean()
