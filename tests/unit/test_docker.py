@@ -262,7 +262,7 @@ def run_script(name: str, env: dict, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=60, env=env)
 
 
-def test_kind_up_creates_builds_and_loads(fake_tools):
+def test_kind_up_with_fake_tools_creates_builds_and_loads(fake_tools):
     env, calls = fake_tools
     proc = run_script("kind-up.sh", env, "--build-arg", "TORCH_VERSION=2.13.0")
     assert proc.returncode == 0, proc.stderr
@@ -277,7 +277,7 @@ def test_kind_up_creates_builds_and_loads(fake_tools):
     assert not any(line.startswith("kind create") for line in calls.read_text().splitlines())
 
 
-def test_kind_deploy_installs_and_waits_for_the_trainer(fake_tools):
+def test_kind_deploy_with_fake_tools_installs_and_waits_for_the_trainer(fake_tools):
     env, calls = fake_tools
     proc = run_script("kind-deploy.sh", {**env, "DRL_STEPS": "2000"}, "--set", "mode=async")
     assert proc.returncode == 0, proc.stderr
@@ -292,14 +292,14 @@ def test_kind_deploy_installs_and_waits_for_the_trainer(fake_tools):
     assert proc.returncode == 1 and "drl-trainer failed" in proc.stderr
 
 
-def test_kind_deploy_refuses_an_existing_release(fake_tools):
+def test_kind_deploy_with_fake_tools_refuses_an_existing_release(fake_tools):
     env, calls = fake_tools
     proc = run_script("kind-deploy.sh", {**env, "FAKE_RELEASE_EXISTS": "1"})
     assert proc.returncode == 2 and "kind-down.sh --keep-cluster" in proc.stderr
     assert not any(line.startswith("helm install") for line in calls.read_text().splitlines())
 
 
-def test_kind_down_uninstalls_then_deletes(fake_tools):
+def test_kind_down_with_fake_tools_uninstalls_then_deletes(fake_tools):
     env, calls = fake_tools
     proc = run_script("kind-down.sh", {**env, "FAKE_CLUSTERS": "drl", "FAKE_RELEASE_EXISTS": "1"})
     assert proc.returncode == 0, proc.stderr
