@@ -3,10 +3,11 @@
 - **CartPole-v1** (the default) and other vector tasks: the ``ppo`` preset's tuned rl-baselines3-zoo CartPole
   values (tanh 64x64, Adam 1e-3, gamma 0.98, lambda 0.8 as V-trace's lambda, 20 epochs of 2 minibatches over each
   batch of 512 transitions, no entropy bonus), the batch made of 16 segments of 32 steps from 4 workers of one
-  environment; a version is published after every batch. The backlog holds 4 entries (a quarter of a batch):
-  back-pressure then keeps the segments the learner trains on within about one version of its policy, which on
-  CartPole scored in fewer env steps and less time than the default 16 (bench/README.md, "APPO presets"). The zoo anneals its learning rate; the ``ppo`` preset
-  and this one keep it constant.
+  environment; a version is published after every batch. The backlog holds 2 entries (an eighth of a batch):
+  back-pressure then lets the workers run on only briefly while the learner trains, so most of each batch is
+  collected by the newest version, which on CartPole scored in fewer env steps and less time than backlogs of 4
+  and 16 entries (bench/README.md, "APPO presets"). The zoo anneals its learning rate; the ``ppo`` preset and
+  this one keep it constant.
 - **LunarLander-v3** (and LunarLanderContinuous): rl-baselines3-zoo's PPO LunarLander values (gamma 0.999,
   lambda 0.98, 4 epochs, entropy 0.01) on batches of 2,048 transitions (32 segments of 64 steps) in 16
   minibatches of 128 (the zoo: 16,384 per rollout in minibatches of 64), Adam 3e-4 held constant; the ``ppo``
@@ -48,7 +49,7 @@ def appo(env: str | None = None) -> ExperimentConfig:
                                 appo=APPOConfig(hidden=(64, 64), segment=64, batch_size=2048, epochs=4,
                                                 minibatches=16, lr=3e-4, gamma=0.999, vtrace_lambda=0.98,
                                                 clip=0.2, ent_coef=0.01))
-    return ExperimentConfig(**common, workers=4, steps=150_000, max_backlog_entries=4,
+    return ExperimentConfig(**common, workers=4, steps=150_000, max_backlog_entries=2,
                             appo=APPOConfig(hidden=(64, 64), segment=32, batch_size=512, epochs=20, minibatches=2,
                                             lr=1e-3, gamma=0.98, vtrace_lambda=0.8, clip=0.2, ent_coef=0.0))
 
