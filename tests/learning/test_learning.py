@@ -14,10 +14,12 @@ Goals (issue: algorithms), seeds fixed:
   dqn ASYNC with prioritized replay and worker-computed priorities (Ape-X on frames), at least 4 within 60,000
   (seed 0: about 24,000 steps, 30 s). Frames travel once, zstd-compressed, and the DQN replay is the frame replay.
 - asynchronous on-policy (issue: IMPALA/APPO), CartPole-v1, ASYNC, 4 workers, at least 475: appo's preset (V-trace
-  targets, the clipped surrogate, 20 epochs over each batch) within 150,000 env steps (seed 0: about 6,000),
-  and IMPALA's loss (``--appo.clip 0``, one pass over each batch of 512, V-trace lambda 1) within 300,000 (seed 0:
-  about 115,000); in the opt-in tier, appo on MinAtar/Breakout-v1 (2 workers of 4 envs, the minatar encoder, frames
-  travelling once) to 5 within 150,000 (seed 0: about 23,000 steps).
+  targets, the clipped surrogate, 20 epochs over each batch) within 150,000 env steps (seed 0: about 6,000-10,000),
+  and the same preset with 8 workers and ``--max-policy-lag 2`` (no trained transition more than 2 versions old)
+  within 150,000 (seeds 0-1: 20,256 and 8,480 steps, 26-38 s); in the opt-in tier, IMPALA's loss (``--appo.clip 0``,
+  one pass over each batch of 512, V-trace lambda 1) within 300,000 (seed 0: about 115,000), and appo on
+  MinAtar/Breakout-v1 (2 workers of 4 envs, the minatar encoder, frames travelling once) to 5 within 150,000
+  (seed 0: about 23,000 steps).
 
 The run stops once the evaluator sees the target; the evaluated version's env steps are checked against the
 budget and the evaluation must have run all 10 episodes.
@@ -47,17 +49,23 @@ CASES = {
     "ppo-minatar-breakout-sync": ("ppo", "MinAtar/Breakout-v1", "sync", 2, [], 5.0, 150_000),
     "dqn-minatar-breakout-async-prioritized": ("dqn", "MinAtar/Breakout-v1", "async", 2, PER, 4.0, 60_000),
     "appo-cartpole-async": ("appo", "CartPole-v1", "async", 4, [], 475.0, 150_000),
+    "appo-cartpole-async-8-workers-lag-2": ("appo", "CartPole-v1", "async", 8, ["--max-policy-lag", "2"], 475.0,
+                                            150_000),
     "impala-cartpole-async": ("appo", "CartPole-v1", "async", 4, IMPALA, 475.0, 300_000),
     "appo-minatar-breakout-async": ("appo", "MinAtar/Breakout-v1", "async", 2, [], 5.0, 150_000),
 }
-OPT_IN = {"sac-pendulum-sync", "sac-pendulum-async-bfloat16", "td3-pendulum-sync", "dqn-cartpole-async-prioritized",
-          "ppo-minatar-breakout-sync", "appo-minatar-breakout-async"}
+OPT_IN = {"sac-pendulum-sync", "sac-pendulum-async-bfloat16", "td3-pendulum-sync", "dqn-cartpole-sync",
+          "dqn-cartpole-async-prioritized", "ppo-minatar-breakout-sync", "impala-cartpole-async",
+          "appo-minatar-breakout-async"}
 """Cases of the opt-in tier (``DRL_TESTS_FULL=1``), to keep the suite within its time budget. Every suite learns
-with each algorithm once and in each mode: sac and td3 ASYNC, ppo and dqn SYNC, and images once, with dqn ASYNC
-(frames through the frame replay, prioritized, worker priorities). The opt-in cases are the other mode of sac and
-td3, SAC's bfloat16 products (whose gradients tests/unit/test_sac_bf16.py checks), dqn's prioritized ASYNC case on
-CartPole (the MinAtar case runs the same preset, mode and options), and ppo and appo on images (appo learns
-CartPole in every suite, with its preset and with IMPALA's loss)."""
+with each algorithm once and in each mode: sac, td3 and appo ASYNC, ppo SYNC, and dqn once, on images, ASYNC
+(frames through the frame replay, prioritized, worker priorities). The opt-in cases are the other mode of sac,
+td3 and dqn (dqn's SYNC case on CartPole; SYNC collection is the same path for every algorithm, and ppo learns
+through it in every suite), SAC's bfloat16 products (whose gradients tests/unit/test_sac_bf16.py checks), dqn's
+prioritized ASYNC case on CartPole (the MinAtar case runs the same preset, mode and options), IMPALA's loss (appo
+with ``--appo.clip 0``, one pass: about 115,000 env steps; its gradient and V-trace targets are unit-tested in
+every suite), and ppo and appo on images (appo learns CartPole in every suite, with 4 workers and with 8 workers
+and a lag bound)."""
 
 
 @pytest.mark.learning
@@ -80,3 +88,6 @@ def test_preset_reaches_target(tmp_path, case):
     assert summary["env_steps"] <= budget
     assert reached and reached[0]["env_steps"] <= budget
     assert len(reached[0]["returns"]) == 10
+    if "--max-policy-lag" in extra:
+        limit = int(extra[extra.index("--max-policy-lag") + 1])
+        assert summary["policy_lag"]["max"] <= limit, summary["policy_lag"]
