@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import ServiceRun, fast_config
+from tests.harness import FULL_TIER, ServiceRun, fast_config
 
 RUN_BOUND_S = 150
 SILENCE_S = 6.0
@@ -101,7 +101,7 @@ def _logs(run: ServiceRun) -> str:
     return "\n".join(p.read_text(errors="replace") for p in Path(run.run_dir, "logs").glob("*.log"))
 
 
-@pytest.mark.parametrize("corruption", ["types", "values"])
+@pytest.mark.parametrize("corruption", [pytest.param("types", marks=FULL_TIER), "values"])
 def test_a_run_survives_every_key_overwritten(tmp_path, redis_server, redis_client, corruption):
     steps = 30000
     run = ServiceRun(fast_config(workers=2, steps=steps, member_silence_s=SILENCE_S), redis_server.url, tmp_path)

@@ -49,7 +49,7 @@ def test_dqn_nstep_with_worker_priorities(tmp_path, mode):
     assert summary["updates"] == (3000 - 500) // 2  # updates_per_transition 0.5
 
 
-@pytest.mark.parametrize("preset", ["sac", "td3"])
+@pytest.mark.parametrize("preset", ["sac", pytest.param("td3", marks=FULL_TIER)])
 def test_prioritized_replay_runs(tmp_path, preset):
     summary = _run(tmp_path, f"{preset}-per", ["--preset", preset, "--workers", "2", "--mode", "async",
                                                "--steps", "1500", "--prioritized", "true"])
