@@ -10,13 +10,10 @@ import pytest
 from tests.conftest import read_summary, run_cli, run_client
 from tests.harness import FULL_TIER
 
-STEPS = 25_000
+STEPS = 15_000
 """Scaling follows the run's progress and the new worker's first entry, not the clock, so that the scale down comes
-well before the end on a fast machine too (here at 10,923 of 25,000 steps); the one worker left collects the
-rest. The learner does a quarter of an update per transition on 32-sample batches: what is tested is the
-workers' accounting, and a cheap learner keeps the run short."""
-SMALL = ["--sac.hidden", "16,16", "--sac.batch-size", "32", "--updates-per-transition", "0.25", "--eval-episodes", "1",
-         "--workers", "2", "--steps", str(STEPS)]
+well before the end on a fast machine too; the one worker left collects the rest."""
+SMALL = ["--sac.hidden", "16,16", "--eval-episodes", "1", "--workers", "2", "--steps", str(STEPS)]
 
 
 def _wait_for(run_dir, what: str, check, timeout: float = 120) -> None:
@@ -64,10 +61,9 @@ def test_scale_up_and_down_during_a_run_loses_nothing(tmp_path, mode):
     rollouts = [p for p in state["processes"] if p["role"] == "rollout"]
     assert len(rollouts) >= 3 and all(p["exit_code"] == 0 for p in rollouts)
     assert summary["exit_reason"] == "steps_done"
-    print(json.dumps(summary["workers_history"]))
     assert [h["workers"] for h in summary["workers_history"]] == [2, 3, 1] and summary["workers"] == 1
     assert summary["workers_history"][1]["env_steps"] <= summary["workers_history"][2]["env_steps"] <= STEPS
-    assert summary["env_steps"] == STEPS, summary["workers_history"]
+    assert summary["env_steps"] == STEPS
     assert summary["transitions_produced"] == summary["transitions_consumed"] + summary["stale_dropped"]
     assert summary["transitions_unconsumed"] == 0 and summary["duplicates_dropped"] == 0
 
