@@ -110,6 +110,18 @@ class ServiceRun:
                 "backlog_bytes": int(c.get(self.keys.backlog_bytes) or 0), "workers": len(produced)}
 
 
+def wait_until(predicate, timeout: float, what: str, every: float = 0.3):
+    """Polls ``predicate`` every ``every`` seconds until it returns something true, and returns that; fails the
+    test naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 FULL_TIER = pytest.mark.skipif(
     os.environ.get("DRL_TESTS_FULL") != "1",
     reason="opt-in tier (DRL_TESTS_FULL=1): another variant (mode, order, option or environment) of a case that runs "

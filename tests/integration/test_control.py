@@ -16,7 +16,7 @@ from drl.process import pid_alive
 from orchestrator.state import read_state
 from orchestrator.status import get_status, stop_service
 from tests.conftest import processes_mentioning, read_summary, run_cli, run_client
-from tests.harness import FULL_TIER
+from tests.harness import FULL_TIER, wait_until
 
 NAMES = ["trainer", "rollout-0", "rollout-1", "evaluator"]
 
@@ -44,16 +44,6 @@ def wait_for_ports(tmp_path, run: str, timeout: float = 60.0):
         time.sleep(0.3)
     raise AssertionError(f"control ports not all known: {ports}; log: "
                          f"{(tmp_path / run / 'orchestrator.log').read_text()[-2000:]}")
-
-
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_detached_run_status_health_and_stop(tmp_path):

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.conftest import read_summary, run_cli, run_client
-from tests.harness import FULL_TIER
+from tests.harness import FULL_TIER, wait_until
 
 STEPS = 15_000
 """Scaling follows the run's progress and the new worker's first entry, not the clock, so that the scale down comes
@@ -19,15 +19,10 @@ SMALL = ["--sac.hidden", "16,16", "--eval-episodes", "1", "--workers", "2", "--s
 def _wait_for(run_dir, what: str, check, timeout: float = 120) -> None:
     """Waits until check(client of the run's memory server) is true."""
     client = run_client(run_dir)
-    deadline = time.monotonic() + timeout
     try:
-        while time.monotonic() < deadline:
-            if check(client):
-                return
-            time.sleep(0.2)
+        wait_until(lambda: check(client), timeout, what, every=0.2)
     finally:
         client.close()
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _summary(run_dir, timeout=240):
