@@ -176,7 +176,7 @@ def test_clipped_surrogate_has_no_gradient_outside_the_clip_range(cartpole, prox
 def test_proximal_log_probabilities_are_the_learners_before_the_batch(cartpole):
     """The proximal ratio's denominator is the policy V-trace's weights were computed with: each row's
     log-probability under the learner's policy as the batch began, not the behaviour policy's."""
-    learner = APPOLearner(cartpole, APPOConfig(hidden=(8,)), seed=0)
+    learner = APPOLearner(cartpole, APPOConfig(hidden=(8,), proximal=True), seed=0)
     rng = np.random.default_rng(3)
     seg = {"obs": rng.standard_normal((5, 4)).astype(np.float32), "action": rng.integers(0, 2, 5),
            "reward": np.ones(5, np.float32), "next_obs": rng.standard_normal((5, 4)).astype(np.float32),
@@ -189,6 +189,7 @@ def test_proximal_log_probabilities_are_the_learners_before_the_batch(cartpole):
     assert data["proximal_logp"].tolist() == pytest.approx(expected.tolist(), rel=1e-5)
     assert data["behaviour_logp"].tolist() == pytest.approx([-0.1] * 5)
     assert data["rho"].tolist() == pytest.approx(np.minimum(1.0, np.exp(expected.numpy() + 0.1)).tolist(), rel=1e-5)
+    assert "proximal_logp" not in APPOLearner(cartpole, APPOConfig(hidden=(8,)), seed=0).prepare([seg])
 
 
 @pytest.mark.parametrize("env", ["cartpole", "pendulum"])

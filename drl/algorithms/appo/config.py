@@ -17,7 +17,8 @@ class APPOConfig:
     weights). The clipped ratio is taken to the behaviour policy (the default, as Sample Factory's APPO: the
     trust region is around the policy that collected the data) or, with ``proximal``, to the learner's policy as
     the batch began (the trust region then bounds only the learner's own steps on the batch, and the behaviour
-    policy enters once, through the truncated weights rho_s in the advantages). ``epochs`` and ``minibatches`` reuse a batch as PPO reuses a rollout.
+    policy enters once, through the truncated weights rho_s in the advantages). ``epochs`` and ``minibatches``
+    reuse a batch as PPO reuses a rollout.
 
     The trainer's ``--ratio-tolerance`` and ``--updates-per-transition`` (the replay ratio) do not apply: an
     update is owed whenever a batch is queued, and nothing is read while one is.

@@ -7,10 +7,11 @@ each action (``behaviour_logp``). Values of next observations are computed only 
 episode was truncated (elsewhere the next observation is the next step's), and not at all where it terminated.
 
 The policy loss is PPO's clipped surrogate with V-trace's advantages (APPO), or with ``clip`` 0 IMPALA's
--A_s log pi_theta(a_s|x_s). The ratio is pi_theta / mu, or with ``proximal`` pi_theta / pi_prox, pi_prox the learner's policy
-before the batch, whose log-probabilities V-trace's weights were computed with (Hilton et al. 2021,
-arXiv:2110.00641, the decoupled PPO objective; A_s already carries min(rho-bar, pi_prox / mu)). Observation statistics, as in PPO, are frozen during a batch and
-merged with its observations afterwards, for the next version.
+-A_s log pi_theta(a_s|x_s). The ratio is pi_theta / mu, or with ``proximal`` pi_theta / pi_prox, pi_prox the
+learner's policy before the batch, whose log-probabilities V-trace's weights were computed with (Hilton et al.
+2021, arXiv:2110.00641, the decoupled PPO objective; A_s already carries min(rho-bar, pi_prox / mu)).
+Observation statistics, as in PPO, are frozen during a batch and merged with its observations afterwards, for
+the next version.
 
 Pure math: no I/O.
 """
@@ -88,9 +89,9 @@ class APPOLearner(PPOLearner):
         log_ratio = logp_t.numpy().astype(np.float64) - cat[BEHAVIOUR_LOGP].astype(np.float64)
         v = vtrace(grid(log_ratio), grid(cat["reward"]), grid(value), grid(next_value), grid(terminated),
                    grid(cut, 1.0), cfg.gamma, cfg.rho_bar, cfg.c_bar, cfg.vtrace_lambda)
+        proximal = {PROXIMAL_LOGP: logp_t.float()} if cfg.proximal else {}
         return {"raw_obs": raw, "obs": obs, "action": action,
-                "behaviour_logp": torch.as_tensor(cat[BEHAVIOUR_LOGP], dtype=torch.float32),
-                PROXIMAL_LOGP: logp_t.float(),
+                "behaviour_logp": torch.as_tensor(cat[BEHAVIOUR_LOGP], dtype=torch.float32), **proximal,
                 "advantage": torch.as_tensor(v.advantages[steps, column], dtype=torch.float32),
                 "return": torch.as_tensor(v.targets[steps, column], dtype=torch.float32),
                 "old_value": torch.as_tensor(value, dtype=torch.float32),
