@@ -9,6 +9,12 @@ above what it produced: that worker is taken back, and its new entries are await
 A worker is finished once its final entry and every entry before it were taken (entries re-sent after a memory
 server restart may arrive after the final one), or once it said so itself (``RunControl.workers_done``).
 
+Every worker finished is not enough while the run is being scaled: the orchestrator retires a worker, waits for it
+to hand in, and only then shares the steps it did not produce among the workers it keeps and the ones it adds. In
+between, the members that are left may all finish their old shares. So the run is done only once the members also
+cover its steps: each active member with its share (the even split of the run's steps for a worker of the
+original ``--workers`` the orchestrator wrote no share for), each retired one with what it produced.
+
 The wait for a worker is bounded: one from which nothing arrives for ``silence_s`` seconds (it never started, or
 another program wrote its name into the membership) is given up, with a line naming it, and counts as finished,
 so that a run never waits for ever on a member that will not send. Whatever it sends later is still taken.
@@ -23,20 +29,32 @@ from typing import Callable
 
 from drl.ingest import Ledger
 from drl.memory import RunControl
-from drl.naming import worker_names
+from drl.naming import even_share, worker_index, worker_names
 
 log = logging.getLogger("drl.membership")
+ACTIVE = "active"
+
+
+def _index(name: str) -> int:
+    try:
+        return worker_index(name)
+    except (ValueError, IndexError):
+        return -1
 
 
 class Membership:
     def __init__(self, control: RunControl, ledger: Ledger, workers: int, silence_s: float = math.inf,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, steps: int | None = None):
+        """``steps``: what this session of the run produces in all (its steps less those a resumed run's
+        checkpoint covers); None leaves the coverage rule out."""
         self.control, self.ledger = control, ledger
+        self.initial, self.steps = workers, steps
         self.workers: set[str] = set(worker_names(workers))
         self.finished: set[str] = set()
         self.given_up: set[str] = set()
         self.silence_s, self.clock = silence_s, clock
         self._heard: dict[str, tuple[tuple, float]] = {}
+        self._short_since: float | None = None
 
     def refresh(self) -> None:
         """Adds the workers registered since, and takes back finished ones that returned with more to produce."""
@@ -47,7 +65,7 @@ class Membership:
             self.workers |= added
         produced = self.ledger.produced
         returned = {w for w in self.finished - self.given_up
-                    if members.get(w) == "active" and shares.get(w, 0) > produced.get(w, 0)}
+                    if members.get(w) == ACTIVE and shares.get(w, 0) > produced.get(w, 0)}
         if returned:
             log.info("rollout workers returned: %s", ", ".join(sorted(returned)))
             self.finished -= returned
@@ -67,10 +85,39 @@ class Membership:
         if self.finished >= self.workers:
             self.refresh()
         if self.finished >= self.workers:
-            return True
+            return self.covered()
         self.finished |= set(self.control.workers_done()) & self.workers
         self._give_up_silent()
-        return self.finished >= self.workers
+        return self.finished >= self.workers and self.covered()
+
+    def covered(self) -> bool:
+        """Whether the members' shares add up to the run's steps (see the module docstring)."""
+        if self.steps is None:
+            return True
+        produced, shares, members = self.control.snapshot()
+        done = self.control.workers_done()
+        promised = 0
+        for w in self.workers | set(members):
+            if members.get(w, ACTIVE) == ACTIVE:
+                index = _index(w)
+                default = even_share(self.steps, self.initial, index) if 0 <= index < self.initial else 0
+                promised += shares.get(w, default)
+            else:
+                promised += max(produced.get(w, 0), done.get(w, 0), self.ledger.produced.get(w, 0))
+        if promised >= self.steps:
+            self._short_since = None
+            return True
+        now = self.clock()
+        if self._short_since is None:
+            self._short_since = now
+            log.info("every rollout worker finished, but their shares cover %d of the run's %d steps: waiting "
+                     "for the orchestrator to share out the rest", promised, self.steps)
+        elif now - self._short_since >= self.silence_s:
+            log.warning("the rollout workers' shares still cover only %d of the run's %d steps after %.0f s "
+                        "(--member-silence-s); the run ends without the rest", promised, self.steps,
+                        now - self._short_since)
+            return True
+        return False
 
     def _give_up_silent(self) -> None:
         """Counts as finished the workers from which nothing arrived for ``silence_s`` (see the module

@@ -49,7 +49,8 @@ class Trainer(Service):
         layout = codec.expected_layout(self.spec, algorithm.wire_fields(cfg))
         self.learning = algorithm.make_learning(self.spec, cfg, seed=cfg.seed)
         self.ledger = Ledger()
-        self.membership = Membership(self.control, self.ledger, cfg.workers, cfg.member_silence_s)
+        self.membership = Membership(self.control, self.ledger, cfg.workers, cfg.member_silence_s,
+                                     steps=max(0, cfg.steps - ctx.steps_done))
         self.reader = self.memory.reader("trainer-0", on_reset=self.on_memory_reset)
         ingest = Ingest(ctx.run, layout, self.ledger, self.membership.admits)
         self.feed = Feed(self.reader, ingest, self.learning, cfg.reclaim_idle_s,

@@ -301,7 +301,7 @@ def test_a_worker_that_returns_with_a_larger_share_is_awaited_again(tmp_path, re
     keys = Keys(RUN)
     redis_client.hset(keys.members, mapping={"rollout-0": "active", "rollout-1": "active"})
     redis_client.hset(keys.shares, mapping={"rollout-0": 16, "rollout-1": 16})
-    trainer = _trainer(tmp_path, redis_server.url, workers=2)
+    trainer = _trainer(tmp_path, redis_server.url, workers=2, steps=32)
 
     def send(worker: str, seq: int, final: bool) -> None:
         header = experience_pb2.BatchHeader(run=RUN, worker_id=worker, seq=seq, produced_total=seq * 8, final=final)

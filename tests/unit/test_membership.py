@@ -95,3 +95,32 @@ def test_a_worker_that_keeps_sending_is_never_given_up(control):
         ledger.seqs.seen("rollout-0", seq)
         assert not membership.all_finished()
     assert membership.given_up == set()
+
+
+def test_a_run_is_not_done_while_a_retired_workers_steps_wait_to_be_shared_out(control):
+    """The scaling window: rollout-0 retired after producing 300 of its 500, rollout-1 finished its 500; the run's
+    1,000 steps are covered only once the orchestrator gives the other 200 to a new worker, which is then awaited."""
+    now = [0.0]
+    ledger = Ledger()
+    membership = Membership(control, ledger, workers=2, silence_s=30, clock=lambda: now[0], steps=1000)
+    control.register({"rollout-0": "active", "rollout-1": "active"}, {"rollout-0": 500, "rollout-1": 500})
+    control.register({"rollout-0": "retired"}, {})
+    control.mark_worker_done("rollout-0", 300)
+    control.mark_worker_done("rollout-1", 500)
+    assert not membership.all_finished(), "done while 200 of the run's steps belonged to no one"
+    control.register({"rollout-2": "active"}, {"rollout-1": 500, "rollout-2": 200})
+    assert not membership.all_finished() and "rollout-2" in membership.workers
+    control.mark_worker_done("rollout-2", 200)
+    assert membership.all_finished()
+
+
+def test_the_original_workers_cover_the_run_without_written_shares_and_a_shortfall_is_waited_out(control):
+    assert Membership(control, Ledger(), workers=3, steps=1000).covered()
+    now = [0.0]
+    membership = Membership(control, Ledger(), workers=2, silence_s=30, clock=lambda: now[0], steps=1000)
+    control.register({}, {"rollout-0": 500, "rollout-1": 400})
+    assert not membership.covered()
+    now[0] = 29.0
+    assert not membership.covered()
+    now[0] = 31.0
+    assert membership.covered(), "a shortfall nobody fills is waited for at most the silence bound"
