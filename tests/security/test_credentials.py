@@ -37,11 +37,16 @@ def argv_leaks(secrets: list[str]) -> dict[int, str]:
 
 
 def run_pids(run: str) -> dict[int, str]:
-    """pid -> command line of the processes of a run (their environment names it)."""
+    """pid -> command line and name (a service forked by the local backend's fork server shows the server's
+    command line and its own name, ``drl-<replica>``) of the processes of a run (their environment names it)."""
     pids = {}
     for line in processes_mentioning(f"DRL_RUN={run}"):
         pid, _, cmdline = line.partition(": ")
-        pids[int(pid)] = cmdline
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        pids[int(pid)] = f"{cmdline} [{name}]"
     return pids
 
 
@@ -88,8 +93,8 @@ def test_secrets_stay_out_of_argv_files_store_and_configmaps(tmp_path, s3_server
 
     assert not leaked, f"secrets in process arguments: {leaked}"
     roles = " ".join(seen.values())
-    for module in ("services.trainer", "services.rollout", "services.evaluator"):
-        assert module in roles, f"the argv scan never saw {module}: {seen}"
+    for role in ("trainer", "rollout", "evaluator"):
+        assert f"services.{role}" in roles or f"[drl-{role}" in roles, f"the argv scan never saw the {role}: {seen}"
     assert not any(s in out + err for s in values), "a secret was printed by drl-orchestrate"
 
     run_dir = tmp_path / "runs" / run

@@ -45,8 +45,9 @@ from drl.ingest import COUNTERS
 from drl.memory import (MemoryBackend, MemoryBackendError, MemoryUnavailable, RunControl, new_password, open_memory,
                         private_env, private_server, write_password_file)
 from drl.naming import worker_index
-from drl.process import die_with_parent, pid_alive
+from drl.process import pid_alive
 from drl.store import run_store
+from orchestrator.backends.local.forkserver import ForkedProcess, Launcher
 from orchestrator.plan import plan
 from orchestrator.progress import Progress
 from orchestrator.scaling import (ACTIVE, RETIRED, Snapshot, initial_shares, margin_transitions, plan_removal,
@@ -67,6 +68,9 @@ HAND_IN_S = 60.0
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 HEARTBEATS = "heartbeats"
 MAX_WORKERS = 4096
+# Rollout workers run this many steps nicer than the trainer. With more workers than cores the scheduler would
+# otherwise give the one consumer a 1/(N+2) share of the CPU: it falls behind, back-pressure holds every
+# producer, and more workers collect less. Niced, the workers take what the trainer leaves.
 ROLLOUT_NICENESS = 5
 PASSWORD_FILE = "memory.password"
 OWNER_CLAIM = "orchestrator"
@@ -98,7 +102,7 @@ def policy_lag(trainer: dict) -> dict:
 class Proc:
     name: str
     role: str
-    popen: subprocess.Popen
+    popen: subprocess.Popen | ForkedProcess
     log: Path
     heartbeat: Path | None = None
     started: float = field(default_factory=time.time)
@@ -114,6 +118,7 @@ class LocalRun:
         self.steps_done = steps_done
         self.resume = resume
         self.procs: list[Proc] = []
+        self.launcher = Launcher()
         self.server = None
         self.memory: MemoryBackend | None = None
         self.control: RunControl | None = None
@@ -141,6 +146,8 @@ class LocalRun:
 
     # -- setup ------------------------------------------------------------------------------------------
     def prepare(self) -> tuple[str, str]:
+        self.launcher.warm({**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "DRL_RUN": self.run,
+                            "DRL_RUN_DIR": str(self.run_dir)})
         if self.cfg.memory:
             memory_url = self.cfg.memory
         else:
@@ -233,9 +240,9 @@ class LocalRun:
                "DRL_HEARTBEAT_FILE": str(heartbeat), "DRL_RESTARTS": str(restarts),
                "DRL_ORCHESTRATOR_PID": str(os.getpid())}
         with open(log_path, "ab") as log:
-            popen = subprocess.Popen(list(workload.command), env=env, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True,
-                                     preexec_fn=_rollout_child if workload.role == "rollout" else die_with_parent)
+            popen = self.launcher.start(list(workload.command), env, log,
+                                        nice=ROLLOUT_NICENESS if workload.role == "rollout" else 0,
+                                        name=f"drl-{name}")
         proc = Proc(name, workload.role, popen, log_path, heartbeat, restarts=restarts)
         self.procs = [p for p in self.procs if p.name != name] + [proc]
         if self.state is not None:
@@ -708,14 +715,7 @@ class LocalRun:
             self.memory.close()
         if self.server:
             self.server.stop()
-
-
-def _rollout_child() -> None:
-    """Rollout workers run ``ROLLOUT_NICENESS`` steps nicer than the trainer. With more workers than cores the
-    scheduler would otherwise give the one consumer a 1/(N+2) share of the CPU: it falls behind, back-pressure
-    holds every producer, and more workers collect less. Niced, the workers take what the trainer leaves."""
-    die_with_parent()
-    os.nice(ROLLOUT_NICENESS)
+        self.launcher.close()
 
 
 def _alive_here(holder: str) -> bool:
