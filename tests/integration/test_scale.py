@@ -13,7 +13,8 @@ from tests.harness import FULL_TIER, wait_until
 STEPS = 25_000
 """Scaling follows the run's progress and the new worker's first entry, not the clock, so that the scale down comes
 well before the end on a fast machine too; the one worker left collects the rest."""
-SMALL = ["--sac.hidden", "16,16", "--sac.batch-size", "32", "--updates-per-transition", "0.25", "--eval-episodes", "1", "--workers", "2", "--steps", str(STEPS)]
+SMALL = ["--sac.hidden", "16,16", "--sac.batch-size", "32", "--updates-per-transition", "0.25", "--eval-episodes", "1",
+         "--workers", "2", "--steps", str(STEPS)]
 
 
 def _wait_for(run_dir, what: str, check, timeout: float = 120) -> None:
