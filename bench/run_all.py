@@ -7,6 +7,7 @@ Benchmarks, in this order (each its own module, documented in ``bench/README.md`
 - ``learner_speed``: SAC gradient updates per second, drl against SB3;
 - ``time_to_score``: SAC on Pendulum-v1 to -200, drl against SB3;
 - ``scaling``: env steps per second through the system with N workers against the raw env + actor rate;
+- ``startup``: a local run's start-up with services forked from the fork server against new processes;
 - ``time_to_score_lunar`` (only with ``--lunar``; hours): SAC on LunarLanderContinuous-v3 to 200;
 - ``time_to_score_lunar_bf16`` (only with ``--lunar``): the same, drl alone with ``--sac.matmul bfloat16``;
 - ``time_to_score_lunar_fast`` (only with ``--lunar``): both sides with 256x256 networks (SB3's default size)
@@ -95,6 +96,8 @@ BENCHES = [
     Bench("time_to_score", "Time to score: SAC on Pendulum-v1", "bench.time_to_score",
           timeout_quick=600, timeout_full=2400),
     Bench("scaling", "Scaling with rollout workers", "bench.scaling", timeout_quick=600, timeout_full=3600),
+    Bench("startup", "Start-up: services forked from the fork server against new processes", "bench.startup",
+          timeout_quick=600, timeout_full=1800),
     Bench("time_to_score_lunar", "Time to score: SAC on LunarLanderContinuous-v3", "bench.time_to_score",
           args=["--env", "LunarLanderContinuous-v3", "--target", "200"], timeout_quick=2 * 3600,
           timeout_full=4 * 3600, opt_in="lunar"),
@@ -656,6 +659,23 @@ def section_appo_lag(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
 
 
 
+def section_startup(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
+    summary = f.get("summary", [])
+    head = ["workers", "ready s (fork / new)", "wall s (fork / new)", "CPU s (fork / new)", "ready fork/new",
+            "wall fork/new", "CPU fork/new"]
+    body = [[e["workers"], *[f"{num(e['fork'][k], '.1f')} / {num(e['new'][k], '.1f')}"
+                             for k in ("ready_s", "wall_s", "cpu_s")],
+             *[num(e["ratio"][k], ".2f") for k in ("ready_s", "wall_s", "cpu_s")]] for e in summary]
+    lines = table(head, body)
+    lines += ["", f"`drl-orchestrate --preset ppo --env CartPole-v1 --workers N --steps 1024N`, medians of "
+                  f"{f.get('repeats')} repeats per side, the two sides interleaved (order swapped every repeat); "
+                  "new = `DRL_FORKSERVER=0`. ready: launch until every service logged its control endpoint; CPU: "
+                  "the run's whole process tree."]
+    headline = "; ".join(f"{e['workers']} workers: ready x{num(e['ratio']['ready_s'], '.2f')}, CPU "
+                         f"x{num(e['ratio']['cpu_s'], '.2f')}" for e in summary)
+    return lines, headline, "measured (no goal)", None
+
+
 APPO_SIDES = (("appo", "drl APPO"), ("ppo", "drl PPO"), ("rllib", "RLlib APPO"))
 
 
@@ -721,7 +741,8 @@ SECTIONS = {"memory_throughput": section_memory, "policy_sync": section_policy_s
             "time_to_score_lunar_fast": lambda f, p: section_tts(f, p, "time_to_score_lunar_fast"),
             "atari_throughput": section_atari_throughput, "atari_learner": section_atari_learner,
             "atari_bytes": section_atari_bytes, "atari_time_to_score": section_atari_tts,
-            "appo_time_to_score": section_appo_tts, "appo_policy_lag": section_appo_lag}
+            "appo_time_to_score": section_appo_tts, "appo_policy_lag": section_appo_lag,
+            "startup": section_startup}
 
 
 class Plotter:

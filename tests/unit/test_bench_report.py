@@ -183,3 +183,28 @@ def test_atari_benchmarks_are_opt_in():
     assert [b.name for b in run_all.select(set(atari), set())] == atari
     tts = next(b for b in run_all.BENCHES if b.name == "atari_time_to_score")
     assert tts.args == ["--budget-s", "600"]
+
+
+def test_startup_medians_ratios_and_section(tmp_path):
+    from bench import startup
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "trainer.log").write_text("2026-11-25 10:00:01,500 trainer INFO metrics on x\n"
+                                      "2026-11-25 10:00:02,000 trainer INFO control endpoint (drl.v1.Control) on y\n")
+    (logs / "rollout-0.log").write_text("2026-11-25 10:00:03,250 rollout INFO control endpoint (drl.v1.Control) on z\n")
+    from datetime import datetime
+    assert startup._ready_at(logs) == datetime(2026, 11, 25, 10, 0, 3, 250000).timestamp()
+    (logs / "evaluator.log").write_text("2026-11-25 10:00:01,000 evaluator INFO metrics on x\n")
+    assert startup._ready_at(logs) is None, "a service that never came up counted as ready"
+    rows = [{"side": side, "workers": 4, "repeat": r, "failed": False, "ready_s": ready, "wall_s": 2 * ready,
+             "cpu_s": 3 * ready} for side, values in (("fork", (2.0, 3.0, 4.0)), ("new", (6.0, 8.0, 7.0)))
+            for r, ready in enumerate(values)]
+    rows.append({"side": "new", "workers": 4, "repeat": 3, "failed": True})
+    summary = startup.summarize(rows, [4])
+    assert summary[0]["fork"] == {"ready_s": 3.0, "wall_s": 6.0, "cpu_s": 9.0, "runs": 3}
+    assert summary[0]["new"]["ready_s"] == 7.0 and summary[0]["new"]["runs"] == 3
+    assert summary[0]["ratio"]["ready_s"] == round(3 / 7, 3)
+    lines, headline, goal, met = run_all.section_startup({"summary": summary, "repeats": 3}, None)
+    assert "4 workers: ready x0.43" in headline and met is None
+    assert any("3.0 / 7.0" in line for line in lines)
