@@ -1,8 +1,8 @@
 """APPO presets (ASYNC; V-trace targets with PPO's clipped surrogate on the ratio to the behaviour policy).
 
 - **CartPole-v1** (the default) and other vector tasks: the ``ppo`` preset's tuned rl-baselines3-zoo CartPole
-  values (tanh 64x64, Adam 1e-3, gamma 0.98, lambda 0.8 as V-trace's lambda, 20 epochs of 2 minibatches over each
-  batch of 512 transitions, no entropy bonus), the batch made of 16 segments of 32 steps from 4 workers of one
+  values (tanh 64x64, Adam 1e-3, gamma 0.98, lambda 0.8 as V-trace's lambda, 20 epochs of 2 minibatches of rows
+  over each batch of 512 transitions, no entropy bonus), the batch made of 16 segments of 32 steps from 4 workers of one
   environment; a version is published after every batch. The backlog holds 2 entries (an eighth of a batch):
   back-pressure then lets the workers run on only briefly while the learner trains, so most of each batch is
   collected by the newest version, which on CartPole scored in fewer env steps and less time than backlogs of 4
@@ -10,8 +10,11 @@
   this one keep it constant.
 - **LunarLander-v3** (and LunarLanderContinuous): rl-baselines3-zoo's PPO LunarLander values (gamma 0.999,
   lambda 0.98, 4 epochs, entropy 0.01) on batches of 2,048 transitions (32 segments of 64 steps) in 16
-  minibatches of 128 (the zoo: 16,384 per rollout in minibatches of 64), Adam 3e-4 held constant; the ``ppo``
-  preset's LunarLander settings are the same, so that the two differ only in how data is collected.
+  minibatches of 128 rows (the zoo: 16,384 per rollout in minibatches of 64), Adam 3e-4 held constant; the
+  ``ppo`` preset's LunarLander settings are the same, so that the two differ only in how data is collected. The
+  backlog holds 2 entries, as on CartPole. Minibatches of whole segments (2 segments of 64 consecutive steps
+  each) rose to about 35 and fell back to a hovering lander; minibatches of rows shuffled across the batch reach
+  200 (bench/README.md).
 - **Atari** (``ALE/`` ids) and **MinAtar**: Sample Factory's Atari defaults (``sf_examples/atari/atari_params.py``,
   chosen there to match CleanRL's ``ppo_atari.py``): segments of 128 steps, 8 environments (4 workers of 2),
   4 epochs of 4 minibatches over 1,024 transitions, Adam 2.5e-4 falling linearly to 0, gamma 0.99, lambda 0.95,
@@ -45,7 +48,7 @@ def appo(env: str | None = None) -> ExperimentConfig:
                                                 minibatches=4, lr=1e-3, anneal_lr=True, gamma=0.99,
                                                 vtrace_lambda=0.95, clip=0.2, ent_coef=0.01))
     if env.startswith("LunarLander"):
-        return ExperimentConfig(**common, workers=4, steps=2_000_000,
+        return ExperimentConfig(**common, workers=4, steps=2_000_000, max_backlog_entries=2,
                                 appo=APPOConfig(hidden=(64, 64), segment=64, batch_size=2048, epochs=4,
                                                 minibatches=16, lr=3e-4, gamma=0.999, vtrace_lambda=0.98,
                                                 clip=0.2, ent_coef=0.01))

@@ -140,6 +140,22 @@ def test_learner_targets_follow_vtrace_with_the_learners_own_values_and_ratios(c
                                                        rel=1e-5)
 
 
+@pytest.mark.parametrize("whole", [False, True])
+def test_minibatches_are_shuffled_rows_or_whole_segments(cartpole, whole):
+    cfg = APPOConfig(hidden=(8,), minibatches=4, whole_segments=whole)
+    learner = APPOLearner(cartpole, cfg, seed=0)
+    data = learner.prepare([segment(16, float(i)) for i in range(8)])
+    parts = list(learner.minibatch_rows(data))
+    column = data["column"].numpy()
+    assert len(parts) == 4 and sorted(np.concatenate(parts).tolist()) == list(range(128))
+    spans = [len(set(column[p.numpy()])) for p in parts]
+    if whole:
+        assert spans == [2, 2, 2, 2], "a minibatch is not two whole segments"
+    else:
+        assert all(len(p) == 32 for p in parts) and min(spans) >= 5, f"rows not shuffled across segments: {spans}"
+    assert learner.batch_size == cfg.batch_size, "the queue's batch size changed"
+
+
 def _policy_grad(cartpole, log_ratio: float, advantage: float, clip: float, proximal: bool = False,
                  other_log_ratio: float = 0.0) -> float:
     """The policy loss's gradient norm on one row whose ratio is exp(``log_ratio``) to the policy the

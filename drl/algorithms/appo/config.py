@@ -32,7 +32,9 @@ class APPOConfig:
                            "of each of its environments (the last entry of a share may be shorter).")
     batch_size: int = opt(512, "Transitions per learner batch, taken as whole segments in order of arrival.")
     epochs: int = opt(1, "Passes over each batch (1: every transition is used for exactly one gradient step).")
-    minibatches: int = opt(1, "Minibatches per pass, of whole segments.")
+    minibatches: int = opt(1, "Minibatches per pass (of whole segments with --appo.whole-segments).")
+    whole_segments: bool = opt(False, "Make minibatches of whole segments; off: of rows shuffled across the "
+                                      "batch, as PPO (V-trace's targets are computed for the whole batch first).")
     lr: float = opt(5e-4, "Adam learning rate (falls linearly to 0 over the run with --appo.anneal-lr).")
     anneal_lr: bool = opt(False, "Decay the learning rate linearly to 0 over the run's env steps.")
     gamma: float = opt(0.99, "Discount factor.")

@@ -24,7 +24,7 @@ import torch
 from drl.algorithms.appo.actor import BEHAVIOUR_LOGP
 from drl.algorithms.appo.config import APPOConfig
 from drl.algorithms.appo.vtrace import vtrace
-from drl.algorithms.ppo.learner import EVAL_CHUNK, PPOLearner
+from drl.algorithms.ppo.learner import EVAL_CHUNK, PPOLearner, shuffled_slices
 from drl.envs import SpaceSpec
 
 PROXIMAL_LOGP = "proximal_logp"
@@ -113,9 +113,13 @@ class APPOLearner(PPOLearner):
         return {"rho_mean": mb["rho"].mean()}
 
     def minibatch_rows(self, data: dict[str, torch.Tensor]):
-        """One pass's minibatches as row indices: the batch's segments shuffled into ``minibatches`` groups,
-        each segment whole (V-trace's targets already span it; whole segments keep the minibatches' sizes
-        close)."""
+        """One pass's minibatches as row indices: rows shuffled across the batch, as PPO's (every row carries
+        its V-trace target and advantage, computed for the whole batch first), or with ``whole_segments`` the
+        batch's segments shuffled into ``minibatches`` groups, each segment whole. Rows keep a minibatch from
+        being a few consecutive stretches of a few episodes, whose gradients are correlated."""
+        if not self.cfg.whole_segments:
+            yield from shuffled_slices(self.rng, len(data["advantage"]), self.cfg.minibatches)
+            return
         column = data["column"].numpy()
         order = self.rng.permutation(int(column.max()) + 1)
         for part in np.array_split(order, min(self.cfg.minibatches, len(order))):

@@ -44,6 +44,14 @@ def gae(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray, terminate
     return adv
 
 
+def shuffled_slices(rng: np.random.Generator, n: int, parts: int):
+    """``parts`` equal slices (the last rows of an uneven split left out) of a random order of ``n`` rows."""
+    size = max(1, n // parts)
+    order = torch.from_numpy(rng.permutation(n))
+    for start in range(0, n - size + 1, size):
+        yield order[start:start + size]
+
+
 class PPOLearner:
     def __init__(self, spec: SpaceSpec, cfg: PPOConfig, seed: int):
         torch.manual_seed(seed)
@@ -134,11 +142,8 @@ class PPOLearner:
     def minibatch_rows(self, data: dict[str, torch.Tensor]):
         """One pass's minibatches as row indices: ``minibatches`` shuffled slices of the rollout."""
         n = len(data["advantage"])
-        size = max(1, n // self.cfg.minibatches)
-        self.batch_size = size
-        order = torch.from_numpy(self.rng.permutation(n))
-        for start in range(0, n - size + 1, size):
-            yield order[start:start + size]
+        self.batch_size = max(1, n // self.cfg.minibatches)
+        yield from shuffled_slices(self.rng, n, self.cfg.minibatches)
 
     def train(self, segments: list[dict[str, np.ndarray]], progress: float = 0.0) -> dict[str, float]:
         """Trains on one rollout; ``progress`` (0 to 1, the run's env steps done before it) sets the learning
