@@ -1,7 +1,9 @@
-"""Pieces the algorithms share: MLPs, action scaling, loading published weights, and checkpoint state of
-modules and optimisers as (tensors, JSON-able meta)."""
+"""Pieces the algorithms share: MLPs, action scaling, loading published weights, networks' parameters in one flat
+tensor with its Adam, and checkpoint state of modules and optimisers as (tensors, JSON-able meta)."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -62,6 +64,86 @@ def fused(spec: SpaceSpec) -> dict:
     image networks, where it makes an update measurably faster; vector networks keep the default, whose exact
     arithmetic their learning tests and published results were tuned with."""
     return {"fused": True} if spec.image else {}
+
+
+class FlatParams:
+    """Tensors moved into one flat parameter: each original tensor's ``.data`` becomes a view of its slice, so
+    modules, ``state_dict`` and ``load_state_dict`` keep working on them while one operation on ``param`` (and on
+    ``param.grad``, when ``grads``) covers them all.
+
+    With ``tie_grads`` each tensor's ``.grad`` is also a view of ``param.grad``: autograd's backward adds into
+    an existing gradient in place, so ``loss.backward()`` fills the flat gradient, which is then cleared with
+    ``zero_grad`` (never set to None, which would cut the views). Adam, gradient clipping and zeroing are then one
+    operation each instead of one per tensor: for small networks, where each operation's overhead outweighs its
+    arithmetic, that is most of an optimiser step."""
+
+    def __init__(self, tensors: list[torch.Tensor], grads: bool, tie_grads: bool = False):
+        self.param = nn.Parameter(torch.cat([t.detach().reshape(-1) for t in tensors]), requires_grad=grads)
+        if grads:
+            self.param.grad = torch.zeros_like(self.param)
+        self.offsets: dict[int, int] = {}
+        self.tensors = list(tensors)
+        offset = 0
+        for t in tensors:
+            self.offsets[id(t)] = offset
+            t.data = self.param.data[offset:offset + t.numel()].view_as(t)
+            offset += t.numel()
+        if tie_grads:
+            for t in tensors:
+                t.grad = self.grad(t, tuple(t.shape))
+
+    def grad(self, first: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+        """The gradient slice of the given shape that starts where ``first`` starts."""
+        offset = self.offsets[id(first)]
+        return self.param.grad[offset:offset + math.prod(shape)].view(shape)
+
+    def value(self, first: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+        """The parameter slice of the given shape that starts where ``first`` starts (it may span several)."""
+        offset = self.offsets[id(first)]
+        return self.param.data[offset:offset + math.prod(shape)].view(shape)
+
+    def zero_grad(self) -> None:
+        self.param.grad.zero_()
+
+
+def flat_adam(param: torch.Tensor, lr: float, **options) -> torch.optim.Adam:
+    """Adam over one flat parameter, with PyTorch's fused kernel where this PyTorch has one for the parameter's
+    device (CPU: 2.4 and later), else the default one."""
+    try:
+        return torch.optim.Adam([param], lr=lr, fused=True, **options)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.Adam([param], lr=lr, **options)
+
+
+def flatten_optimizer_state(name: str, opt: torch.optim.Optimizer, flat: FlatParams, tensors: dict[str, np.ndarray],
+                            meta: dict) -> None:
+    """Rewrites, in place, a checkpoint's state of optimiser ``name`` (``opt``, over ``flat.param``) written when
+    each of ``flat``'s tensors was a parameter of its own (one slot per tensor, in the same order) as the state of
+    the one flat parameter, so that checkpoints from before the parameters were flattened still resume; the
+    implementation options (fused, foreach) stay ``opt``'s. State already flat is left as it is."""
+    saved = meta[name]
+    indices = [int(i) for i in saved["indices"]]
+    if len(indices) <= 1 or len(saved["param_groups"][0]["params"]) <= 1:
+        return
+    if len(saved["param_groups"][0]["params"]) != len(flat.tensors):
+        raise ValueError(f"optimizer {name!r} has {len(saved['param_groups'][0]['params'])} parameters, expected "
+                         f"{len(flat.tensors)}")
+    slots = sorted({k.rsplit(".", 1)[1] for k in tensors if k.startswith(f"{name}.")})
+    for slot in slots:
+        parts = [tensors.pop(f"{name}.{i}.{slot}") for i in indices]
+        if slot == "step":
+            tensors[f"{name}.0.{slot}"] = np.asarray(parts[0])
+        else:
+            tensors[f"{name}.0.{slot}"] = np.concatenate([np.asarray(p).reshape(-1) for p in parts])
+    scalars = {}
+    for key, value in saved["scalars"].items():
+        index, slot = key.split(".", 1)
+        if int(index) == indices[0]:
+            scalars[f"0.{slot}"] = value
+    current = opt.param_groups[0]
+    group = {**saved["param_groups"][0], "params": [0],
+             **{k: current[k] for k in ("fused", "foreach") if k in current}}
+    meta[name] = {"param_groups": [group], "scalars": scalars, "indices": [0]}
 
 
 def action_scale(spec: SpaceSpec) -> tuple[torch.Tensor, torch.Tensor]:

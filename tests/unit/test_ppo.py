@@ -170,6 +170,68 @@ def test_checkpoint_round_trip(cartpole):
         PPOLearner(cartpole, PPOConfig(hidden=(32,)), seed=0).load_state(tensors, meta)
 
 
+def _per_parameter_reference(learner: PPOLearner) -> tuple[torch.nn.Module, torch.nn.Module, torch.optim.Adam]:
+    """Copies of the learner's networks with their own parameters and the per-parameter Adam PPO had before
+    its parameters shared one flat tensor."""
+    import copy
+
+    policy, value = copy.deepcopy(learner.policy), copy.deepcopy(learner.value)
+    for module in (policy, value):
+        for p in module.parameters():
+            p.data = p.data.clone()
+    return policy, value, torch.optim.Adam([*policy.parameters(), *value.parameters()], lr=learner.cfg.lr, eps=1e-5)
+
+
+def test_flat_parameters_train_as_separate_ones(cartpole):
+    """One flat parameter with its gradient tied to the networks' (one Adam, one clipping operation) makes the
+    same steps as per-parameter Adam on the same minibatches."""
+    a = PPOLearner(cartpole, CFG, seed=0)
+    policy, value, opt = _per_parameter_reference(a)
+    seg = segment(16, 0.3)
+    data = a.prepare([seg])
+    mb = {k: v for k, v in data.items() if k not in a.WHOLE}
+    for _ in range(3):
+        total, _ = a.loss(mb)
+        a.flat.zero_grad()
+        total.backward()
+        torch.nn.utils.clip_grad_norm_([a.flat.param], a.cfg.max_grad_norm)
+        a.opt.step()
+        ref = PPOLearner.__new__(PPOLearner)
+        ref.cfg, ref.policy, ref.value, ref.image = a.cfg, policy, value, a.image
+        total, _ = PPOLearner.loss(ref, mb)
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        torch.nn.utils.clip_grad_norm_([*policy.parameters(), *value.parameters()], a.cfg.max_grad_norm)
+        opt.step()
+    assert float(a.flat.param.grad.abs().sum()) > 0
+    for mine, theirs in zip([*a.policy.parameters(), *a.value.parameters()],
+                            [*policy.parameters(), *value.parameters()]):
+        np.testing.assert_allclose(mine.detach().numpy(), theirs.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_checkpoint_with_per_parameter_optimizer_state_resumes(cartpole):
+    """A checkpoint written when each parameter had its own Adam state resumes with those moments, flattened."""
+    a = PPOLearner(cartpole, CFG, seed=0)
+    policy, value, opt = _per_parameter_reference(a)
+    loss = sum(p.square().sum() for p in [*policy.parameters(), *value.parameters()])
+    loss.backward()
+    opt.step()
+    from drl.algorithms.common import training_state
+
+    tensors, optimizers = training_state({"policy": policy, "value": value}, {"opt": opt})
+    assert len(optimizers["opt"]["indices"]) > 1
+    meta = {"updates": 1, "iterations": 1, "optimizers": optimizers, "rng": a.rng.bit_generator.state}
+    b = PPOLearner(cartpole, CFG, seed=5)
+    b.load_state(tensors, meta)
+    moments = torch.cat([opt.state[p]["exp_avg"].reshape(-1) for p in [*policy.parameters(), *value.parameters()]])
+    np.testing.assert_allclose(b.opt.state[b.flat.param]["exp_avg"].numpy(), moments.numpy())
+    np.testing.assert_allclose(b.flat.param.detach().numpy(),
+                               torch.cat([p.detach().reshape(-1) for p in [*policy.parameters(),
+                                                                           *value.parameters()]]).numpy())
+    b.train([segment(16, 0.3)])
+    assert b.updates > 1
+
+
 def test_actor_matches_the_learners_policy_and_samples_its_distribution(cartpole, pendulum):
     for spec in (cartpole, pendulum):
         cfg = PPOConfig(hidden=(16,), normalize_obs=True, init_log_std=-0.5)

@@ -11,8 +11,11 @@ A truncated episode or a segment cut off by the end of the iteration bootstraps 
 does not. The behaviour policy's log-probabilities are recomputed here: in SYNC mode the rollout was collected
 with exactly the policy the learner holds before this iteration (older versions are dropped by the trainer).
 Observation statistics are frozen during the iteration (they are the ones the workers used) and merged with the
-iteration's observations afterwards, for the next version. Image observations are not standardised: they stay
-uint8 up to the encoder, which scales them (``drl.algorithms.encoders``).
+iteration's observations afterwards, for the next version. The policy's and value's parameters are views of one
+flat tensor (``drl.algorithms.common.FlatParams``): with networks this small a minibatch step's cost is mostly
+per-tensor operations, and Adam, clipping and zeroing then run once per step rather than once per tensor. Image
+observations are not standardised: they stay uint8 up to the encoder, which scales them
+(``drl.algorithms.encoders``).
 
 Pure math: no I/O.
 """
@@ -22,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from drl.algorithms.common import load_training_state, training_state
+from drl.algorithms.common import (FlatParams, flat_adam, flatten_optimizer_state, load_training_state,
+                                   training_state)
 from drl.algorithms.ppo.config import PPOConfig
 from drl.algorithms.ppo.networks import networks
 from drl.envs import SpaceSpec
@@ -58,7 +62,8 @@ class PPOLearner:
         self.cfg, self.spec = cfg, spec
         self.image = spec.image
         self.policy, self.value = networks(spec, cfg)
-        self.opt = torch.optim.Adam([*self.policy.parameters(), *self.value.parameters()], lr=cfg.lr, eps=1e-5)
+        self.flat = FlatParams([*self.policy.parameters(), *self.value.parameters()], grads=True, tie_grads=True)
+        self.opt = flat_adam(self.flat.param, cfg.lr, eps=1e-5)
         self.rng = np.random.default_rng(seed)
         self.updates = 0
         self.iterations = 0
@@ -153,13 +158,13 @@ class PPOLearner:
         lr = cfg.lr * max(0.0, 1.0 - progress) if cfg.anneal_lr else cfg.lr
         for group in self.opt.param_groups:
             group["lr"] = lr
-        params = [*self.policy.parameters(), *self.value.parameters()]
+        params = [self.flat.param]
         sums: dict[str, float] = {}
         steps = 0
         for _ in range(cfg.epochs):
             for idx in self.minibatch_rows(data):
                 total, stats = self.loss({k: v[idx] for k, v in data.items() if k not in self.WHOLE})
-                self.opt.zero_grad(set_to_none=True)
+                self.flat.zero_grad()
                 total.backward()
                 torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                 self.opt.step()
@@ -188,7 +193,9 @@ class PPOLearner:
     def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
         """Restores what ``state`` returned; raises ValueError when it does not fit these networks."""
         try:
-            load_training_state(self._modules(), {"opt": self.opt}, tensors, meta["optimizers"])
+            tensors, optimizers = dict(tensors), dict(meta["optimizers"])
+            flatten_optimizer_state("opt", self.opt, self.flat, tensors, optimizers)
+            load_training_state(self._modules(), {"opt": self.opt}, tensors, optimizers)
             updates, iterations = int(meta["updates"]), int(meta["iterations"])
             self.rng.bit_generator.state = meta["rng"]
         except (KeyError, RuntimeError, TypeError, ValueError) as exc:

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from drl.algorithms.common import action_scale, load_training_state, training_state
+from drl.algorithms.common import FlatParams, action_scale, flat_adam, load_training_state, training_state
 from drl.algorithms.sac.config import SACConfig
 from drl.algorithms.sac.networks import LOG_STD_MAX, LOG_STD_MIN, Actor, TwinCritic
 from drl.envs import SpaceSpec
@@ -91,41 +91,6 @@ class _Products:
         return torch.add(torch.bmm(a.to(self.low), b.to(self.low)), bias, out=out)
 
 
-class _Flat:
-    """Tensors moved into one flat parameter: each original tensor's ``.data`` becomes a view of its slice, so
-    modules, ``state_dict`` and ``load_state_dict`` keep working on them while one operation on ``param`` (and on
-    ``param.grad``, when ``grads``) covers them all."""
-
-    def __init__(self, tensors: list[torch.Tensor], grads: bool):
-        self.param = nn.Parameter(torch.cat([t.detach().reshape(-1) for t in tensors]), requires_grad=grads)
-        if grads:
-            self.param.grad = torch.zeros_like(self.param)
-        self.offsets: dict[int, int] = {}
-        offset = 0
-        for t in tensors:
-            self.offsets[id(t)] = offset
-            t.data = self.param.data[offset:offset + t.numel()].view_as(t)
-            offset += t.numel()
-
-    def grad(self, first: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-        """The gradient slice of the given shape that starts where ``first`` starts."""
-        offset = self.offsets[id(first)]
-        return self.param.grad[offset:offset + math.prod(shape)].view(shape)
-
-    def value(self, first: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-        """The parameter slice of the given shape that starts where ``first`` starts (it may span several)."""
-        offset = self.offsets[id(first)]
-        return self.param.data[offset:offset + math.prod(shape)].view(shape)
-
-
-def _adam(param: torch.Tensor, lr: float) -> torch.optim.Adam:
-    """Adam with PyTorch's fused CPU kernel where this PyTorch has one (2.4 and later), else the default one."""
-    try:
-        return torch.optim.Adam([param], lr=lr, fused=True)
-    except (RuntimeError, TypeError, ValueError):
-        return torch.optim.Adam([param], lr=lr)
-
-
 class _Workspace:
     """Outputs of the update's layer-sized intermediate results, allocated once per batch size and reused.
 
@@ -168,11 +133,11 @@ class SACLearner:
         self._trunk = [m for m in actor.trunk if isinstance(m, nn.Linear)]
         trunk_params = [p for m in self._trunk for p in (m.weight, m.bias)]
         head = [actor.mean.weight, actor.log_std.weight, actor.mean.bias, actor.log_std.bias]
-        self._actor_flat = _Flat([*trunk_params, *head, self.log_alpha], grads=True)
-        self._critic_flat = _Flat(list(self.critic.parameters()), grads=True)
-        self._target_flat = _Flat(list(self.critic_target.parameters()), grads=False)
-        self.actor_opt = _adam(self._actor_flat.param, cfg.lr)
-        self.critic_opt = _adam(self._critic_flat.param, cfg.lr)
+        self._actor_flat = FlatParams([*trunk_params, *head, self.log_alpha], grads=True)
+        self._critic_flat = FlatParams(list(self.critic.parameters()), grads=True)
+        self._target_flat = FlatParams(list(self.critic_target.parameters()), grads=False)
+        self.actor_opt = flat_adam(self._actor_flat.param, cfg.lr)
+        self.critic_opt = flat_adam(self._critic_flat.param, cfg.lr)
 
         af, cf = self._actor_flat, self._critic_flat
         width = 2 * act_dim
