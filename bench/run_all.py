@@ -5,6 +5,7 @@ Benchmarks, in this order (each its own module, documented in ``bench/README.md`
 - ``memory_throughput``: experience transport, end to end and raw (issue: memory backend);
 - ``policy_sync``: publish-to-act latency with 1, 8, 32 workers, local and S3 stores;
 - ``learner_speed``: SAC gradient updates per second, drl against SB3;
+- ``ppo_learner``: PPO rollouts trained per second (the CartPole preset's sizes), drl against SB3;
 - ``time_to_score``: SAC on Pendulum-v1 to -200, drl against SB3;
 - ``scaling``: env steps per second through the system with N workers against the raw env + actor rate;
 - ``startup``: a local run's start-up with services forked from the fork server against new processes;
@@ -93,6 +94,7 @@ BENCHES = [
           timeout_quick=600, timeout_full=2400),
     Bench("policy_sync", "Policy sync latency", "bench.policy_sync", timeout_quick=600, timeout_full=1800),
     Bench("learner_speed", "SAC learner speed", "bench.learner_speed", timeout_quick=600, timeout_full=1200),
+    Bench("ppo_learner", "PPO learner speed", "bench.ppo_learner", timeout_quick=600, timeout_full=1200),
     Bench("time_to_score", "Time to score: SAC on Pendulum-v1", "bench.time_to_score",
           timeout_quick=600, timeout_full=2400),
     Bench("scaling", "Scaling with rollout workers", "bench.scaling", timeout_quick=600, timeout_full=3600),
@@ -312,6 +314,19 @@ def section_learner(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
         lines += ["", plot.save(fig, "learner_speed.png")]
     return lines, f"drl {num(f['drl_updates_per_s'], '.1f')} vs SB3 {num(f['sb3_updates_per_s'], '.1f')} updates/s " \
                   f"(x{num(f['ratio'], '.2f')})", f"drl >= {f.get('goal')} x SB3", f.get("goal_met")
+
+
+def section_ppo_learner(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
+    rates, runs = f["rollouts_per_s"], f.get("runs", {})
+    steps = f.get("minibatch_steps_per_rollout") or 1
+    rows = [[name, num(rate, ".2f"), num(1000 / rate / steps, ".3f"),
+             ", ".join(num(v, ".2f") for v in runs.get(name, []))] for name, rate in rates.items()]
+    lines = table(["learner", "rollouts/s (median)", "ms per minibatch step", "repeats"], rows)
+    lines += ["", f"drl/sb3 {num(f['ratio_drl_over_sb3'], '.2f')}x; drl/drl-per-param (the same learner with a "
+                  f"per-parameter Adam, as before its parameters shared one flat tensor) "
+                  f"{num(f['ratio_drl_over_per_param'], '.2f')}x; {f.get('threads')} torch thread(s)"]
+    return lines, f"drl {num(rates['drl'], '.2f')} vs SB3 {num(rates['sb3'], '.2f')} rollouts/s " \
+                  f"(x{num(f['ratio_drl_over_sb3'], '.2f')})", "measured (no goal)", None
 
 
 def section_tts(f: dict, plot, stem: str) -> tuple[list[str], str, str, bool | None]:
@@ -734,7 +749,7 @@ def section_appo_tts(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
 
 
 SECTIONS = {"memory_throughput": section_memory, "policy_sync": section_policy_sync,
-            "learner_speed": section_learner, "scaling": section_scaling,
+            "learner_speed": section_learner, "ppo_learner": section_ppo_learner, "scaling": section_scaling,
             "time_to_score": lambda f, p: section_tts(f, p, "time_to_score"),
             "time_to_score_lunar": lambda f, p: section_tts(f, p, "time_to_score_lunar"),
             "time_to_score_lunar_bf16": lambda f, p: section_tts(f, p, "time_to_score_lunar_bf16"),
