@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from drl import device
 from drl.algorithms import ALGORITHMS, Algorithm
 from drl.algorithms.base import seal
 from drl.errors import ConfigError
@@ -97,6 +98,9 @@ class ExperimentBase:
                                       "kills and restarts a process (a hung or stopped process).")
     eval_episodes: int = opt(10, "Deterministic episodes per evaluated policy version.")
     trainer_threads: int = opt(1, "Torch intra-op threads of the trainer.")
+    device: str = opt("auto", "Where the trainer's networks train: auto (the first CUDA device when the trainer "
+                              "sees one, else the CPU), cpu, cuda or cuda:N; a named GPU the trainer does not have "
+                              "is refused.")
     checkpoint_every_s: float = opt(60.0, "Seconds between full trainer checkpoints (one is also written at exit).")
     keep_checkpoints: int = opt(3, "Checkpoints kept in the store (the newest is never deleted).")
     checkpoint_replay: bool = opt(False, "Include the replay buffer in checkpoints (large; off by default).")
@@ -125,6 +129,8 @@ class ExperimentBase:
             problems.append(f"--target-return must be a finite number, got {self.target_return}")
         if not self.env:
             problems.append("--env must name a gymnasium environment id")
+        if device.problem(self.device):
+            problems.append(device.problem(self.device))
         if self.run_name and not all(c.isalnum() or c in "-_." for c in self.run_name):
             problems.append(f"--run-name may hold letters, digits, '-', '_' and '.', got {self.run_name!r}")
         algo = self.algorithms.get(self.algorithm)

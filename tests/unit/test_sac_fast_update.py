@@ -67,7 +67,7 @@ class Reference:
             critic_loss = (w * (q1 - y) ** 2).mean() + (w * (q2 - y) ** 2).mean()
         else:
             critic_loss = F.mse_loss(q1, y) + F.mse_loss(q2, y)
-        td_errors = (0.5 * ((q1 - y).abs() + (q2 - y).abs())).detach().numpy()
+        td_errors = (0.5 * ((q1 - y).abs() + (q2 - y).abs())).detach().cpu().numpy()
         self.critic_opt.zero_grad()
         critic_loss.backward()
         self.critic_opt.step()
@@ -136,7 +136,8 @@ def learner_tensors(learner: SACLearner) -> dict[str, torch.Tensor]:
     return out
 
 
-def batch(n: int, seed: int, weighted: bool = False, dtype=torch.float32) -> dict[str, torch.Tensor]:
+def batch(n: int, seed: int, weighted: bool = False, dtype=torch.float32, device: str = "cpu"
+          ) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     out = {
         "obs": torch.rand(n, 3, generator=g) * 2 - 1,
@@ -147,16 +148,17 @@ def batch(n: int, seed: int, weighted: bool = False, dtype=torch.float32) -> dic
     }
     if weighted:
         out["weight"] = torch.rand(n, generator=g) * 0.9 + 0.1
-    return {k: v.to(dtype) for k, v in out.items()}
+    return {k: v.to(dtype=dtype, device=device) for k, v in out.items()}
 
 
-def run_both(cfg: SACConfig, updates: int, n: int, weighted: bool, dtype=torch.float32):
-    """``updates`` updates of a fresh learner and of the reference copied from it, with the same noise."""
-    learner = SACLearner(SPEC, cfg, seed=7)
+def run_both(cfg: SACConfig, updates: int, n: int, weighted: bool, dtype=torch.float32, device: str = "cpu"):
+    """``updates`` updates of a fresh learner and of the reference copied from it, with the same noise (drawn on
+    ``device``, where both run)."""
+    learner = SACLearner(SPEC, cfg, seed=7, device=device)
     reference = Reference(learner)
     history = []
     for i in range(updates):
-        b = batch(n, seed=i, weighted=weighted, dtype=dtype)
+        b = batch(n, seed=i, weighted=weighted, dtype=dtype, device=device)
         torch.manual_seed(1000 + i)
         metrics = learner.update(b)
         td = learner.td_errors

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drl import device
 from drl.algorithms.appo.actor import BEHAVIOUR_LOGP
 from drl.algorithms.appo.config import APPOConfig
 from drl.algorithms.base import Actor, FieldSpecs, Learner, register
@@ -34,7 +35,7 @@ class APPOBuilder(PPOBuilder):
     def make_learner(self, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
         from drl.algorithms.appo.learner import APPOLearner
 
-        return APPOLearner(spec, self.hyper(cfg), seed)
+        return APPOLearner(spec, self.hyper(cfg), seed, device=device.of(cfg))
 
     def make_learning(self, spec: SpaceSpec, cfg: Any, seed: int):
         from drl.learning import QueueLearning

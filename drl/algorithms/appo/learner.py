@@ -37,8 +37,8 @@ class APPOLearner(PPOLearner):
 
     WHOLE = ("raw_obs", "column")
 
-    def __init__(self, spec: SpaceSpec, cfg: APPOConfig, seed: int):
-        super().__init__(spec, cfg, seed)
+    def __init__(self, spec: SpaceSpec, cfg: APPOConfig, seed: int, device: torch.device | str = "cpu"):
+        super().__init__(spec, cfg, seed, device)
         self.batch_size = cfg.batch_size
 
     def normalised(self, raw: torch.Tensor) -> torch.Tensor:
@@ -69,16 +69,16 @@ class APPOLearner(PPOLearner):
         cut = (steps == lengths[column] - 1) | terminated | cat["truncated"].astype(bool)
         raw = self.observations(cat["obs"])
         obs = self.normalised(raw)
-        action = torch.as_tensor(cat["action"])
+        action = torch.as_tensor(cat["action"], device=self.device)
         value_t, logp_t = self._values(obs, action)
-        value = value_t.numpy().astype(np.float64)
+        value = value_t.cpu().numpy().astype(np.float64)
         next_value = np.zeros_like(value)
         follows = np.flatnonzero(~cut)
         next_value[follows] = value[follows + 1]
         ends = np.flatnonzero(cut & ~terminated)
         if len(ends):
             next_obs = self.normalised(self.observations(cat["next_obs"][ends]))
-            next_value[ends] = self._values(next_obs, None)[0].numpy()
+            next_value[ends] = self._values(next_obs, None)[0].cpu().numpy()
         shape = (int(lengths.max()), len(segments))
 
         def grid(flat: np.ndarray, fill: float = 0.0) -> np.ndarray:
@@ -86,16 +86,14 @@ class APPOLearner(PPOLearner):
             out[steps, column] = flat
             return out
 
-        log_ratio = logp_t.numpy().astype(np.float64) - cat[BEHAVIOUR_LOGP].astype(np.float64)
+        log_ratio = logp_t.cpu().numpy().astype(np.float64) - cat[BEHAVIOUR_LOGP].astype(np.float64)
         v = vtrace(grid(log_ratio), grid(cat["reward"]), grid(value), grid(next_value), grid(terminated),
                    grid(cut, 1.0), cfg.gamma, cfg.rho_bar, cfg.c_bar, cfg.vtrace_lambda)
         proximal = {PROXIMAL_LOGP: logp_t.float()} if cfg.proximal else {}
         return {"raw_obs": raw, "obs": obs, "action": action,
-                "behaviour_logp": torch.as_tensor(cat[BEHAVIOUR_LOGP], dtype=torch.float32), **proximal,
-                "advantage": torch.as_tensor(v.advantages[steps, column], dtype=torch.float32),
-                "return": torch.as_tensor(v.targets[steps, column], dtype=torch.float32),
-                "old_value": torch.as_tensor(value, dtype=torch.float32),
-                "rho": torch.as_tensor(v.rho[steps, column], dtype=torch.float32),
+                "behaviour_logp": self.tensor(cat[BEHAVIOUR_LOGP]), **proximal,
+                "advantage": self.tensor(v.advantages[steps, column]), "return": self.tensor(v.targets[steps, column]),
+                "old_value": self.tensor(value), "rho": self.tensor(v.rho[steps, column]),
                 "column": torch.as_tensor(column)}
 
     @property

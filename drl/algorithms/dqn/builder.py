@@ -7,6 +7,7 @@ from typing import Any
 
 import math
 
+from drl import device
 from drl.algorithms.base import (Actor, Algorithm, FieldSpecs, Folder, Learner, Parameters, mlp_parameters,
                                  register)
 from drl.algorithms.dqn.config import DQNConfig
@@ -54,7 +55,7 @@ class DQNBuilder(Algorithm):
     def make_learner(self, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
         from drl.algorithms.dqn.learner import DQNLearner
 
-        return DQNLearner(spec, self.hyper(cfg), seed)
+        return DQNLearner(spec, self.hyper(cfg), seed, device=device.of(cfg))
 
     def make_folder(self, cfg: Any) -> Folder:
         hyper = self.hyper(cfg)

@@ -22,23 +22,31 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from drl.algorithms.common import fused, load_training_state, training_state
+from drl.algorithms.common import fused, load_training_state, on_device, training_state
 from drl.algorithms.dqn.config import DQNConfig
 from drl.algorithms.dqn.networks import q_network
 from drl.envs import SpaceSpec
 
 
 class DQNLearner:
-    def __init__(self, spec: SpaceSpec, cfg: DQNConfig, seed: int):
+    def __init__(self, spec: SpaceSpec, cfg: DQNConfig, seed: int, device: torch.device | str = "cpu"):
         torch.manual_seed(seed)
         self.cfg = cfg
         self.image = spec.image
-        self.q = q_network(spec, cfg)
+        self.device = torch.device(device)
+        self.q = q_network(spec, cfg).to(self.device)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
-        self.opt = torch.optim.Adam(self.q.parameters(), lr=cfg.lr, **fused(spec))
+        self.opt = torch.optim.Adam(self.q.parameters(), lr=cfg.lr, **fused(spec, self.device))
+        self._td_errors: torch.Tensor | None = None
         self.updates = 0
         self.batch_size = cfg.batch_size
-        self.td_errors = np.zeros(0, dtype=np.float32)
+
+    @property
+    def td_errors(self) -> np.ndarray:
+        """|Q(s, a) - y| of the last batch (host memory, copied from the device when first read)."""
+        if self._td_errors is None:
+            return np.zeros(0, dtype=np.float32)
+        return self._td_errors.cpu().numpy().astype(np.float32)
 
     def observations(self, obs: torch.Tensor) -> torch.Tensor:
         return obs if self.image else obs.flatten(1)
@@ -59,6 +67,7 @@ class DQNLearner:
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One gradient step on a batch from replay."""
+        batch = on_device(batch, self.device)
         target = self.targets(batch)
         q = self.q(self.observations(batch["obs"])).gather(1, batch["action"].long().reshape(-1, 1)).squeeze(1)
         weight = batch.get("weight")
@@ -68,11 +77,12 @@ class DQNLearner:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.q.parameters(), self.cfg.max_grad_norm)
         self.opt.step()
-        self.td_errors = (q.detach() - target).abs().numpy().astype(np.float32)
+        self._td_errors = (q.detach() - target).abs()
         self.updates += 1
         if self.updates % self.cfg.target_update_every == 0:
             self.q_target.load_state_dict(self.q.state_dict())
-        return {"loss": loss.item(), "q": q.detach().mean().item()}
+        loss_value, q_mean = torch.stack([loss.detach(), q.detach().mean()]).tolist()
+        return {"loss": loss_value, "q": q_mean}
 
     def _modules(self) -> dict:
         return {"q": self.q, "q_target": self.q_target}

@@ -8,6 +8,7 @@ from typing import Any
 
 import math
 
+from drl import device
 from drl.algorithms.base import Actor, Algorithm, FieldSpecs, Learner, Parameters, mlp_parameters, register
 from drl.algorithms.encoders import encoder_parameters
 from drl.algorithms.ppo.config import PPOConfig
@@ -49,7 +50,7 @@ class PPOBuilder(Algorithm):
     def make_learner(self, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
         from drl.algorithms.ppo.learner import PPOLearner
 
-        return PPOLearner(spec, self.hyper(cfg), seed)
+        return PPOLearner(spec, self.hyper(cfg), seed, device=device.of(cfg))
 
     def make_learning(self, spec: SpaceSpec, cfg: Any, seed: int):
         from drl.learning import RolloutLearning

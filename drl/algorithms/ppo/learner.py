@@ -57,11 +57,12 @@ def shuffled_slices(rng: np.random.Generator, n: int, parts: int):
 
 
 class PPOLearner:
-    def __init__(self, spec: SpaceSpec, cfg: PPOConfig, seed: int):
+    def __init__(self, spec: SpaceSpec, cfg: PPOConfig, seed: int, device: torch.device | str = "cpu"):
         torch.manual_seed(seed)
         self.cfg, self.spec = cfg, spec
         self.image = spec.image
-        self.policy, self.value = networks(spec, cfg)
+        self.device = torch.device(device)
+        self.policy, self.value = (net.to(self.device) for net in networks(spec, cfg))
         self.flat = FlatParams([*self.policy.parameters(), *self.value.parameters()], grads=True, tie_grads=True)
         self.opt = flat_adam(self.flat.param, cfg.lr, eps=1e-5)
         self.rng = np.random.default_rng(seed)
@@ -76,7 +77,7 @@ class PPOLearner:
         cut = np.concatenate([np.eye(1, len(s["reward"]), len(s["reward"]) - 1)[0] for s in segments])
         cut = np.maximum(cut, np.maximum(cat["terminated"], cat["truncated"]).astype(np.float64))
         raw, next_obs = self.observations(cat["obs"]), self.observations(cat["next_obs"])
-        action = torch.as_tensor(cat["action"])
+        action = torch.as_tensor(cat["action"], device=self.device)
         with torch.no_grad():
             obs = raw if self.image else self.policy.norm(raw)
             next_obs = next_obs if self.image else self.policy.norm(next_obs)
@@ -88,20 +89,22 @@ class PPOLearner:
                 values.append(value)
                 next_values.append(self.value(self.policy.trunk(next_obs[rows])))
             old_logp = torch.cat(logps)
-            value = torch.cat(values).numpy().astype(np.float64)
-            next_value = torch.cat(next_values).numpy().astype(np.float64)
+            value = torch.cat(values).cpu().numpy().astype(np.float64)
+            next_value = torch.cat(next_values).cpu().numpy().astype(np.float64)
         adv = gae(cat["reward"].astype(np.float64), value, next_value, cat["terminated"].astype(np.float64), cut,
                   self.cfg.gamma, self.cfg.gae_lambda)
         return {"raw_obs": raw, "obs": obs, "action": action, "old_logp": old_logp,
-                "advantage": torch.as_tensor(adv, dtype=torch.float32),
-                "return": torch.as_tensor(adv + value, dtype=torch.float32),
-                "old_value": torch.as_tensor(value, dtype=torch.float32)}
+                "advantage": self.tensor(adv), "return": self.tensor(adv + value), "old_value": self.tensor(value)}
+
+    def tensor(self, array: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """A host array as a tensor on the learner's device."""
+        return torch.as_tensor(array, dtype=dtype, device=self.device)
 
     def observations(self, obs: np.ndarray) -> torch.Tensor:
         """Images as they came (uint8 for the encoder), vectors as flat float32."""
         if self.image:
-            return torch.as_tensor(obs)
-        return torch.as_tensor(obs, dtype=torch.float32).flatten(1)
+            return torch.as_tensor(obs, device=self.device)
+        return torch.as_tensor(obs, dtype=torch.float32, device=self.device).flatten(1)
 
     def evaluate(self, obs_n: torch.Tensor):
         """The action distribution and the value of (normalised) observations, the policy's trunk run once."""
@@ -159,27 +162,30 @@ class PPOLearner:
         for group in self.opt.param_groups:
             group["lr"] = lr
         params = [self.flat.param]
-        sums: dict[str, float] = {}
-        steps = 0
+        stats_per_step: list[dict[str, torch.Tensor]] = []
         for _ in range(cfg.epochs):
             for idx in self.minibatch_rows(data):
+                idx = idx.to(self.device, non_blocking=True)
                 total, stats = self.loss({k: v[idx] for k, v in data.items() if k not in self.WHOLE})
                 self.flat.zero_grad()
                 total.backward()
                 torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                 self.opt.step()
-                steps += 1
-                for k, v in stats.items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
+                stats_per_step.append(stats)
         if not self.image:
             self.policy.norm.update(data["raw_obs"])
+        steps = len(stats_per_step)
         self.updates += steps
         self.iterations += 1
-        returns = data["return"].numpy()
-        residual = returns - data["old_value"].numpy()
+        means = {}
+        if stats_per_step:
+            names = list(stats_per_step[0])
+            table = torch.stack([torch.stack([s[k].float() for k in names]) for s in stats_per_step])
+            means = dict(zip(names, table.double().mean(0).tolist()))
+        returns = data["return"].cpu().numpy()
+        residual = returns - data["old_value"].cpu().numpy()
         explained = 1.0 - residual.var() / returns.var() if returns.var() > 0 else 0.0
-        return {**{k: v / max(steps, 1) for k, v in sums.items()}, "explained_variance": float(explained),
-                "lr": lr}
+        return {**means, "explained_variance": float(explained), "lr": lr}
 
     def _modules(self) -> dict:
         return {"policy": self.policy, "value": self.value}

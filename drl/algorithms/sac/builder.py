@@ -6,6 +6,7 @@ from typing import Any
 
 import math
 
+from drl import device
 from drl.algorithms.base import Actor, Algorithm, Learner, Parameters, mlp_parameters, register
 from drl.algorithms.sac.config import SACConfig
 from drl.envs import SpaceSpec
@@ -34,7 +35,7 @@ class SACBuilder(Algorithm):
     def make_learner(self, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
         from drl.algorithms.sac.learner import SACLearner
 
-        return SACLearner(spec, self.hyper(cfg), seed)
+        return SACLearner(spec, self.hyper(cfg), seed, device=device.of(cfg))
 
 
 register(SACBuilder())

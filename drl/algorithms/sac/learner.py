@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from drl.algorithms.common import FlatParams, action_scale, flat_adam, load_training_state, training_state
+from drl.algorithms.common import FlatParams, action_scale, flat_adam, load_training_state, on_device, training_state
 from drl.algorithms.sac.config import SACConfig
 from drl.algorithms.sac.networks import LOG_STD_MAX, LOG_STD_MIN, Actor, TwinCritic
 from drl.envs import SpaceSpec
@@ -99,34 +99,36 @@ class _Workspace:
     the sign of the output) overwrites that output in place once nothing else needs it.
     """
 
-    def __init__(self, n: int, hidden: tuple[int, ...], act_dim: int, dtype: torch.dtype):
+    def __init__(self, n: int, hidden: tuple[int, ...], act_dim: int, dtype: torch.dtype, device: torch.device):
         self.key = (n, dtype)
-        self.actor = [torch.empty(2 * n, h, dtype=dtype) for h in hidden]
-        self.actor_grad = [torch.empty(n, h, dtype=dtype) for h in hidden]
-        self.critic = [torch.empty(2, n, h, dtype=dtype) for h in hidden]
-        self.spare = [torch.empty(2, n, h, dtype=dtype) for h in hidden]
-        self.critic_grad = [torch.empty(2, n, h, dtype=dtype) for h in hidden]
-        self.grad_head = torch.empty(n, 2 * act_dim, dtype=dtype)
-        self.tie_grad = torch.full((2, 1), -0.5 / n, dtype=dtype)
-        self.side_grad = torch.tensor([[-0.5 / n], [0.5 / n]], dtype=dtype)
-        self.half_range = torch.tensor(_LOG_STD_HALF_RANGE, dtype=dtype)
+        on = dict(dtype=dtype, device=device)
+        self.actor = [torch.empty(2 * n, h, **on) for h in hidden]
+        self.actor_grad = [torch.empty(n, h, **on) for h in hidden]
+        self.critic = [torch.empty(2, n, h, **on) for h in hidden]
+        self.spare = [torch.empty(2, n, h, **on) for h in hidden]
+        self.critic_grad = [torch.empty(2, n, h, **on) for h in hidden]
+        self.grad_head = torch.empty(n, 2 * act_dim, **on)
+        self.tie_grad = torch.full((2, 1), -0.5 / n, **on)
+        self.side_grad = torch.tensor([[-0.5 / n], [0.5 / n]], **on)
+        self.half_range = torch.tensor(_LOG_STD_HALF_RANGE, **on)
 
 
 class SACLearner:
-    def __init__(self, spec: SpaceSpec, cfg: SACConfig, seed: int):
+    def __init__(self, spec: SpaceSpec, cfg: SACConfig, seed: int, device: torch.device | str = "cpu"):
         torch.manual_seed(seed)
         self.cfg = cfg
+        self.device = torch.device(device)
         obs_dim = int(np.prod(spec.obs_shape))
         act_dim = int(np.prod(spec.act_shape))
-        self.actor = Actor(obs_dim, act_dim, cfg.hidden)
-        self.critic = TwinCritic(obs_dim, act_dim, cfg.hidden)
+        self.actor = Actor(obs_dim, act_dim, cfg.hidden).to(self.device)
+        self.critic = TwinCritic(obs_dim, act_dim, cfg.hidden).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.log_alpha = torch.tensor(float(np.log(cfg.init_alpha)), requires_grad=True)
+        self.log_alpha = torch.tensor(float(np.log(cfg.init_alpha)), device=self.device, requires_grad=True)
         self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else -float(act_dim)
-        self.center, self.half = action_scale(spec)
+        self.center, self.half = (t.to(self.device) for t in action_scale(spec))
         self.updates = 0
         self.batch_size = cfg.batch_size
-        self.td_errors = np.zeros(0, dtype=np.float32)
+        self._td_errors: torch.Tensor | None = None
         self._obs_dim, self._act_dim = obs_dim, act_dim
 
         actor = self.actor
@@ -151,8 +153,16 @@ class SACLearner:
         self._ws: _Workspace | None = None
         self._p = _Products(MATMUL_DTYPES[cfg.matmul])
 
+    @property
+    def td_errors(self) -> np.ndarray:
+        """``0.5 (|q1 - y| + |q2 - y|)`` of the last batch (host memory, copied from the device when first read)."""
+        if self._td_errors is None:
+            return np.zeros(0, dtype=np.float32)
+        return self._td_errors.cpu().numpy()
+
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One gradient step of critics, actor and temperature on a batch from replay."""
+        batch = on_device(batch, self.device)
         # Inference mode (no autograd bookkeeping at all) for the arithmetic; the optimisers step outside it so
         # that the moments they create on their first step are ordinary tensors.
         with torch.inference_mode():
@@ -203,7 +213,7 @@ class SACLearner:
         x = torch.cat([obs, action], 1)
         outputs = self._critic_forward(self.critic, x, ws.critic)
         error = outputs.pop().squeeze(-1).sub_(target)
-        self.td_errors = error.abs().mean(0).float().numpy()
+        self._td_errors = error.abs().mean(0).float()
         grad_q = error * (2.0 / n) if weight is None else (error * weight).mul_(2.0 / n)
         twice_loss = torch.dot(grad_q.view(-1), error.view(-1))
         self._critic_backward([x.expand(2, *x.shape), *outputs], grad_q.unsqueeze(-1), ws)
@@ -253,7 +263,7 @@ class SACLearner:
     def _workspace(self, n: int, dtype: torch.dtype) -> _Workspace:
         ws = self._ws
         if ws is None or ws.key != (n, dtype):
-            ws = self._ws = _Workspace(n, self.cfg.hidden, self._act_dim, dtype)
+            ws = self._ws = _Workspace(n, self.cfg.hidden, self._act_dim, dtype, self.device)
         return ws
 
     def _critic_forward(self, critic: TwinCritic, x: torch.Tensor, hidden: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -310,7 +320,7 @@ class SACLearner:
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
         """Everything needed to continue training: tensors (networks, optimiser moments) and JSON-able meta."""
         tensors, optimizers = training_state(self._modules(), self._optimizers())
-        tensors["log_alpha"] = self.log_alpha.detach().numpy().copy()
+        tensors["log_alpha"] = self.log_alpha.detach().cpu().numpy().copy()
         return tensors, {"updates": self.updates, "optimizers": optimizers}
 
     def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import math
 
+from drl import device
 from drl.algorithms.base import Actor, Algorithm, Learner, Parameters, mlp_parameters, register
 from drl.algorithms.td3.config import TD3Config
 from drl.envs import SpaceSpec
@@ -33,7 +34,7 @@ class TD3Builder(Algorithm):
     def make_learner(self, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
         from drl.algorithms.td3.learner import TD3Learner
 
-        return TD3Learner(spec, self.hyper(cfg), seed)
+        return TD3Learner(spec, self.hyper(cfg), seed, device=device.of(cfg))
 
 
 register(TD3Builder())

@@ -19,36 +19,46 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from drl.algorithms.common import action_scale, load_training_state, training_state
+from drl.algorithms.common import action_scale, fused, load_training_state, on_device, training_state
 from drl.algorithms.td3.config import TD3Config
 from drl.algorithms.td3.networks import Actor, TwinCritic
 from drl.envs import SpaceSpec
 
 
 class TD3Learner:
-    def __init__(self, spec: SpaceSpec, cfg: TD3Config, seed: int):
+    def __init__(self, spec: SpaceSpec, cfg: TD3Config, seed: int, device: torch.device | str = "cpu"):
         torch.manual_seed(seed)
         self.cfg = cfg
+        self.device = torch.device(device)
         obs_dim = int(np.prod(spec.obs_shape))
         act_dim = int(np.prod(spec.act_shape))
-        self.actor = Actor(obs_dim, act_dim, cfg.hidden)
-        self.critic = TwinCritic(obs_dim, act_dim, cfg.hidden)
+        self.actor = Actor(obs_dim, act_dim, cfg.hidden).to(self.device)
+        self.critic = TwinCritic(obs_dim, act_dim, cfg.hidden).to(self.device)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
-        self.center, self.half = action_scale(spec)
+        options = fused(spec, self.device)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr, **options)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr, **options)
+        self.center, self.half = (t.to(self.device) for t in action_scale(spec))
         self.updates = 0
         self.actor_updates = 0
         self.batch_size = cfg.batch_size
         self.last_actor_loss = 0.0
-        self.td_errors = np.zeros(0, dtype=np.float32)
+        self._td_errors: torch.Tensor | None = None
+
+    @property
+    def td_errors(self) -> np.ndarray:
+        """The last batch's mean of |q1 - y| and |q2 - y| per transition (host memory, copied when first read)."""
+        if self._td_errors is None:
+            return np.zeros(0, dtype=np.float32)
+        return self._td_errors.cpu().numpy().astype(np.float32)
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One critic step on a batch from replay; every ``policy_delay``-th call also an actor and target step.
 
         ``actor_loss`` is that of the latest actor step (0 before the first one).
         """
+        batch = on_device(batch, self.device)
         obs = batch["obs"].flatten(1)
         next_obs = batch["next_obs"].flatten(1)
         action = ((batch["action"] - self.center) / self.half).flatten(1).clamp(-1.0, 1.0)
@@ -67,7 +77,7 @@ class TD3Learner:
             critic_loss = F.mse_loss(q1, target) + F.mse_loss(q2, target)
         else:
             critic_loss = (weight * ((q1 - target).square() + (q2 - target).square())).mean()
-        self.td_errors = (0.5 * ((q1 - target).abs() + (q2 - target).abs())).detach().numpy().astype(np.float32)
+        self._td_errors = (0.5 * ((q1 - target).abs() + (q2 - target).abs())).detach()
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_opt.step()
