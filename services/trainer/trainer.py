@@ -83,6 +83,11 @@ class Trainer(Service):
         self._version = self.learning.policy_version = value
 
     @property
+    def device(self) -> str:
+        """Where the learner's networks are (``--device`` resolved; a plugin's learner without one: the CPU)."""
+        return str(getattr(self.learning.learner, "device", "cpu"))
+
+    @property
     def updates(self) -> int:
         return self.learning.learner.updates
 
@@ -177,6 +182,7 @@ class Trainer(Service):
         ledger, elapsed = self.ledger, max(1e-9, time.monotonic() - self.started)
         fields = {
             "role": "trainer", "state": state, "exit_reason": reason, "policy_version": self.version,
+            "device": self.device,
             "env_steps": ledger.consumed, "transitions_consumed": ledger.consumed, "updates": self.updates,
             "duplicates_dropped": ledger.duplicates, "stale_dropped": ledger.stale,
             "dead_lettered": ledger.dead_letters, "lost": ledger.lost,
@@ -253,8 +259,8 @@ class Trainer(Service):
             self.publish(force=True, checkpoint=True)
 
     def run(self) -> int:
-        log.info("trainer of run %s: %s on %s, %s mode, %d workers", self.ctx.run, self.cfg.algorithm,
-                 self.cfg.env, self.cfg.mode, self.cfg.workers)
+        log.info("trainer of run %s: %s on %s, %s mode, %d workers; learner on %s", self.ctx.run, self.cfg.algorithm,
+                 self.cfg.env, self.cfg.mode, self.cfg.workers, self.device)
         if self.announcer.latest() < 0:
             self.publish(force=True)
         reason = self.run_async() if self.cfg.mode == "async" else self.run_sync()

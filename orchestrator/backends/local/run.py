@@ -98,6 +98,22 @@ def policy_lag(trainer: dict) -> dict:
         return {}
 
 
+def refusal(log: Path, tail_bytes: int = 8192) -> str:
+    """The reason a service gave when it refused its input: the last ``drl ROLE: error: ...`` line of its log
+    (``services.common`` prints one before it exits with the usage code), or "" when there is none."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - tail_bytes))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        head, sep, reason = line.partition(": error: ")
+        if sep and head.startswith("drl "):
+            return reason.strip()
+    return ""
+
+
 @dataclass
 class Proc:
     name: str
@@ -424,7 +440,9 @@ class LocalRun:
             if p.role == "rollout" and retired.get(p.name) == RETIRED:
                 continue
             if code == EXIT_USAGE:
-                return f"failed: {p.name} refused its input (exit code 2; log: {p.log})"
+                reason = refusal(p.log)
+                said = f": {reason}" if reason else ""
+                return f"failed: {p.name} refused its input{said} (exit code 2; log: {p.log})"
             if p.restart_at is None:
                 if p.restarts >= self.cfg.max_restarts:
                     return (f"failed: {p.name} exited with code {code} after {p.restarts} restarts "
