@@ -825,6 +825,18 @@ def test_gpu_trainer_gets_the_gpu_limit():
     assert "resources" not in role_container(render(), "trainer")
 
 
+def test_gpu_trainer_trains_on_the_gpu():
+    """The GPU option also sets the run's device (the trainer is the only service that reads it), unless the
+    configuration names one; without it the device is the default, auto."""
+    def device_of(values: dict) -> str:
+        data = json.loads(find(render(values), "ConfigMap", "drl-config")["data"]["config.json"])
+        return resolve(data).device
+
+    assert device_of(GPU) == "cuda"
+    assert device_of({"trainer": {"gpu": {"enabled": True}}, "config": {"device": "cuda:1"}}) == "cuda:1"
+    assert device_of({}) == "auto"
+
+
 def test_custom_resources_and_scheduling():
     docs = render(CUSTOM)
     for component, kind in (("trainer", "Job"), ("rollout", "Job"), ("evaluator", "Job"), ("redis", "StatefulSet"),
