@@ -43,6 +43,12 @@ Stable-Baselines3 is an optional dependency: ``pip install -e '.[bench]'``.
     python -m bench.learner_speed              # 5 repeats x 300 updates each (about a minute on 2 idle cores)
     python -m bench.learner_speed --quick      # 3 repeats x 100 updates
     python -m bench.learner_speed --threads 1  # both learners on one thread
+    python -m bench.learner_speed --device cuda   # both learners on the GPU (a machine with one)
+
+With ``--device cuda`` both learners run on the GPU: replay stays in host memory on both sides and each sampled
+batch is copied to the device, as each library does in training; every timed block ends with
+``torch.cuda.synchronize()``, so the time counts the GPU's work, not only its queueing. The matrix-product floor
+is then the GPU's: back-to-back 256x256x256 float32 products, timed with a synchronize after the last.
 """
 
 from __future__ import annotations
@@ -89,11 +95,19 @@ def random_transitions(n: int, seed: int) -> dict[str, np.ndarray]:
     }
 
 
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 class DrlRunner:
-    def __init__(self, data: dict[str, np.ndarray], seed: int, matmul: str = "float32"):
+    def __init__(self, data: dict[str, np.ndarray], seed: int, matmul: str = "float32",
+                 device: torch.device = torch.device("cpu")):
         self.name = "drl" if matmul == "float32" else f"drl-{matmul}"
+        self.device = device
         spec = space_spec(ENV)
-        self.learner = SACLearner(spec, SACConfig(hidden=HIDDEN, batch_size=BATCH, lr=LR, matmul=matmul), seed=seed)
+        self.learner = SACLearner(spec, SACConfig(hidden=HIDDEN, batch_size=BATCH, lr=LR, matmul=matmul), seed=seed,
+                                  device=device)
         self.replay = ReplayBuffer(spec, capacity=len(data["reward"]), seed=seed)
         self.replay.add(data)
         self.last: dict = {}
@@ -103,13 +117,14 @@ class DrlRunner:
         start = time.perf_counter()
         for _ in range(updates):
             self.last = learner.update(replay.sample(BATCH))
+        synchronize(self.device)
         return time.perf_counter() - start
 
 
 class Sb3Runner:
     name = "sb3"
 
-    def __init__(self, data: dict[str, np.ndarray], seed: int):
+    def __init__(self, data: dict[str, np.ndarray], seed: int, device: torch.device = torch.device("cpu")):
         import gymnasium as gym
         try:
             from stable_baselines3 import SAC
@@ -119,7 +134,8 @@ class Sb3Runner:
 
         n = len(data["reward"])
         self.model = SAC("MlpPolicy", gym.make(ENV), policy_kwargs=dict(net_arch=list(HIDDEN)), batch_size=BATCH,
-                         learning_starts=0, buffer_size=n, learning_rate=LR, device="cpu", seed=seed, verbose=0)
+                         learning_starts=0, buffer_size=n, learning_rate=LR, device=str(device), seed=seed, verbose=0)
+        self.device = device
         self.model.set_logger(Logger(folder=None, output_formats=[]))
         buffer = self.model.replay_buffer
         for i in range(n):
@@ -130,19 +146,23 @@ class Sb3Runner:
     def run(self, updates: int) -> float:
         start = time.perf_counter()
         self.model.train(gradient_steps=updates, batch_size=BATCH)
+        synchronize(self.device)
         return time.perf_counter() - start
 
 
-def gemm_seconds(repeats: int = 200) -> float:
-    """Best-of-5 time of one 256x256 @ 256x256 float32 product at the current thread count."""
-    a, b = torch.randn(HIDDEN[0], HIDDEN[1]), torch.randn(HIDDEN[1], BATCH)
+def gemm_seconds(repeats: int = 200, device: torch.device = torch.device("cpu")) -> float:
+    """Best-of-5 time of one 256x256 @ 256x256 float32 product at the current thread count (on a GPU: of
+    back-to-back products, the last one waited for)."""
+    a, b = torch.randn(HIDDEN[0], HIDDEN[1], device=device), torch.randn(HIDDEN[1], BATCH, device=device)
     for _ in range(20):
         a @ b
+    synchronize(device)
     best = float("inf")
     for _ in range(5):
         start = time.perf_counter()
         for _ in range(repeats):
             a @ b
+        synchronize(device)
         best = min(best, (time.perf_counter() - start) / repeats)
     return best
 
@@ -174,7 +194,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads for both (default: torch's own)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="3 repeats x 100 updates, 20 warm-up updates")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]: where both learners run")
     args = parser.parse_args(argv)
+    from drl import device as devices
+    from drl.errors import UserError
+
+    try:
+        device = devices.resolve(args.device)
+    except UserError as exc:
+        raise SystemExit(f"learner_speed: {exc}") from None
     if args.quick:
         args.repeats, args.updates, args.warmup = 3, 100, 20
     if args.threads:
@@ -184,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join([os.path.basename(sys.executable), "-m", "bench.learner_speed", *map(shlex.quote,
                                                                                          sys.argv[1:])])
     machine = {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "platform": platform.platform(),
-               "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+               "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "device": str(device),
+               "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
     versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
                 "stable-baselines3": version("stable-baselines3"), "gymnasium": version("gymnasium"),
                 "drl": version("drl")}
@@ -192,13 +221,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine:  {machine['cpu']}, {machine['logical_cpus']} logical CPUs, {machine['platform']}, "
           f"torch CPU capability {machine['torch_cpu_capability']}")
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    if device.type == "cuda":
+        print(f"device:   {machine['gpu']} ({device}), both learners")
     print(f"setup:    {ENV} spaces, hidden {HIDDEN}, batch {BATCH}, lr {LR}, torch threads {threads} (both), "
           f"replay {args.fill:,} random transitions, warm-up {args.warmup}, {args.repeats} x {args.updates} "
           f"timed updates each, in rotation")
     load_start = os.getloadavg()
 
     data = random_transitions(args.fill, args.seed)
-    runners = [DrlRunner(data, args.seed), Sb3Runner(data, args.seed), DrlRunner(data, args.seed, "bfloat16")]
+    runners = [DrlRunner(data, args.seed, device=device), Sb3Runner(data, args.seed, device),
+               DrlRunner(data, args.seed, "bfloat16", device)]
     for runner in runners:
         runner.run(args.warmup)
     rates: dict[str, list[float]] = {r.name: [] for r in runners}
@@ -208,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     assert torch.get_num_threads() == threads, "a learner changed torch's thread count"
     load_end = os.getloadavg()
 
-    gemm = gemm_seconds()
+    gemm = gemm_seconds(1000 if device.type == "cuda" else 200, device)
     medians = {name: statistics.median(values) for name, values in rates.items()}
     ratio = medians["drl"] / medians["sb3"]
     ratio_bf16 = medians["drl-bfloat16"] / medians["sb3"]
@@ -241,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         "gemm_floor_updates_per_s": round(floor_rate, 1),
         "drl_runs": [round(v, 2) for v in rates["drl"]],
         "sb3_runs": [round(v, 2) for v in rates["sb3"]],
-        "threads": threads,
+        "threads": threads, "device": str(device),
         "env": ENV, "hidden": list(HIDDEN), "batch_size": BATCH,
         "repeats": args.repeats, "updates_per_repeat": args.updates, "warmup": args.warmup,
         "load_average": [round(load_start[0], 2), round(load_end[0], 2)],
