@@ -41,7 +41,7 @@ class Reference:
     @staticmethod
     def _critic(critic, k: int) -> nn.Sequential:
         sizes = [critic.weights[0].shape[1], *(w.shape[2] for w in critic.weights)]
-        net = mlp(sizes)
+        net = mlp(sizes).to(critic.weights[0].device)
         with torch.no_grad():
             for layer, w, b in zip((m for m in net if isinstance(m, nn.Linear)), critic.weights, critic.biases):
                 layer.weight.copy_(w[k].t())
