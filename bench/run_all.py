@@ -6,6 +6,8 @@ Benchmarks, in this order (each its own module, documented in ``bench/README.md`
 - ``policy_sync``: publish-to-act latency with 1, 8, 32 workers, local and S3 stores;
 - ``learner_speed``: SAC gradient updates per second, drl against SB3;
 - ``ppo_learner``: PPO rollouts trained per second (the CartPole preset's sizes), drl against SB3;
+- ``learner_speed_gpu`` (only with ``--gpu``, on a machine with a CUDA device): ``learner_speed`` with both learners
+  on the GPU (``--device cuda``), against the GPU's own matrix-product floor;
 - ``time_to_score``: SAC on Pendulum-v1 to -200, drl against SB3;
 - ``scaling``: env steps per second through the system with N workers against the raw env + actor rate;
 - ``startup``: a local run's start-up with services forked from the fork server against new processes;
@@ -95,6 +97,8 @@ BENCHES = [
     Bench("policy_sync", "Policy sync latency", "bench.policy_sync", timeout_quick=600, timeout_full=1800),
     Bench("learner_speed", "SAC learner speed", "bench.learner_speed", timeout_quick=600, timeout_full=1200),
     Bench("ppo_learner", "PPO learner speed", "bench.ppo_learner", timeout_quick=600, timeout_full=1200),
+    Bench("learner_speed_gpu", "SAC learner speed on a GPU", "bench.learner_speed", args=["--device", "cuda"],
+          timeout_quick=600, timeout_full=1200, opt_in="gpu"),
     Bench("time_to_score", "Time to score: SAC on Pendulum-v1", "bench.time_to_score",
           timeout_quick=600, timeout_full=2400),
     Bench("scaling", "Scaling with rollout workers", "bench.scaling", timeout_quick=600, timeout_full=3600),
@@ -125,7 +129,7 @@ BENCHES = [
     Bench("appo_policy_lag", "APPO policy lag with 2, 8 and 32 workers", "bench.appo_policy_lag",
           timeout_quick=1200, timeout_full=3600, opt_in="appo"),
 ]
-OPT_IN = ("lunar", "atari", "appo")  # the flags of the opt-in groups, in BENCHES' order
+OPT_IN = ("lunar", "atari", "appo", "gpu")  # the flags of the opt-in groups, in BENCHES' order
 
 
 # -- running -----------------------------------------------------------------------------------------------------
@@ -284,6 +288,12 @@ def section_policy_sync(f: dict, plot) -> tuple[list[str], str, str, bool | None
         f.get("goal_met")
 
 
+def device_of(f: dict) -> str:
+    """Where a learner benchmark ran: the GPU's name and device, or the CPU."""
+    machine = f.get("machine") or {}
+    return f"{machine['gpu']} ({f.get('device')})" if machine.get("gpu") else "the CPU"
+
+
 def section_learner(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
     rows = [["drl", num(f["drl_updates_per_s"], ".1f"), ", ".join(num(v, ".1f") for v in f.get("drl_runs", []))],
             ["SB3", num(f["sb3_updates_per_s"], ".1f"), ", ".join(num(v, ".1f") for v in f.get("sb3_runs", []))]]
@@ -296,7 +306,8 @@ def section_learner(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
             if f.get("ratio_bfloat16") is not None else "")
     lines += ["", f"ratio {num(f['ratio'], '.2f')} (median of per-repeat ratios "
                   f"{num(f.get('ratio_median_per_repeat'), '.2f')}){bf16}; networks {f.get('hidden')}, batch "
-                  f"{f.get('batch_size')}, {f.get('threads')} threads; one 256x256x256 float32 product "
+                  f"{f.get('batch_size')}, {f.get('threads')} threads, on {device_of(f)}; one 256x256x256 float32 "
+                  f"product "
                   f"{f.get('gemm_256_ms')} ms, so no exact float32 update exceeds "
                   f"{num(f.get('gemm_floor_updates_per_s'), '.0f')} updates/s here"]
     if plot:
@@ -310,8 +321,9 @@ def section_learner(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
             ax.axhline(f["gemm_floor_updates_per_s"], color="grey", ls=":", lw=0.8, label="matrix-product bound")
             ax.legend(fontsize=8)
         ax.set_ylabel("SAC updates / s (median)")
-        ax.set_title("Learner speed")
-        lines += ["", plot.save(fig, "learner_speed.png")]
+        gpu = (f.get("machine") or {}).get("gpu")
+        ax.set_title(f"Learner speed on {gpu}" if gpu else "Learner speed")
+        lines += ["", plot.save(fig, "learner_speed_gpu.png" if gpu else "learner_speed.png")]
     return lines, f"drl {num(f['drl_updates_per_s'], '.1f')} vs SB3 {num(f['sb3_updates_per_s'], '.1f')} updates/s " \
                   f"(x{num(f['ratio'], '.2f')})", f"drl >= {f.get('goal')} x SB3", f.get("goal_met")
 
@@ -750,6 +762,7 @@ def section_appo_tts(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
 
 SECTIONS = {"memory_throughput": section_memory, "policy_sync": section_policy_sync,
             "learner_speed": section_learner, "ppo_learner": section_ppo_learner, "scaling": section_scaling,
+            "learner_speed_gpu": section_learner,
             "time_to_score": lambda f, p: section_tts(f, p, "time_to_score"),
             "time_to_score_lunar": lambda f, p: section_tts(f, p, "time_to_score_lunar"),
             "time_to_score_lunar_bf16": lambda f, p: section_tts(f, p, "time_to_score_lunar_bf16"),
@@ -832,7 +845,7 @@ def anchor(title: str) -> str:
 
 def select(only: set[str], opted: set[str]) -> list[Bench]:
     """The benchmarks to run: those named with ``--only``, else every one that is not opt-in plus the opt-in groups
-    whose flags were given (``opted``: "lunar", "atari", "appo")."""
+    whose flags were given (``opted``: "lunar", "atari", "appo", "gpu")."""
     return [b for b in BENCHES if (b.name in only if only else (not b.opt_in or b.opt_in in opted))]
 
 
@@ -845,6 +858,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also the four Atari benchmarks (need bench/peers/setup_atari_peers.sh's environments)")
     parser.add_argument("--appo", action="store_true",
                         help="also APPO time to score against PPO and RLlib (hours; needs bench/peers/setup_rllib.sh)")
+    parser.add_argument("--gpu", action="store_true",
+                        help="also SAC learner speed on the GPU against SB3 on the same GPU (needs a CUDA device)")
     parser.add_argument("--only", default="", help="comma-separated benchmark names to run (default: all)")
     parser.add_argument("--extra", action="append", default=[], metavar="NAME=FLAGS",
                         help="more flags for one benchmark, e.g. --extra 'scaling=--workers 1,2' (repeatable)")
