@@ -49,8 +49,15 @@ class ObsNorm(nn.Module):
         if not self.enabled or len(x) == 0:
             return
         x = x.double()
-        n = float(len(x))
-        batch_mean, batch_var = x.mean(0), x.var(0, unbiased=False)
+        self.merge(float(len(x)), x.mean(0), x.var(0, unbiased=False))
+
+    @torch.no_grad()
+    def merge(self, n: float, batch_mean: torch.Tensor, batch_var: torch.Tensor) -> None:
+        """Merges the moments of ``n`` observations (their mean and population variance) into the running ones."""
+        if not self.enabled or n <= 0:
+            return
+        batch_mean = batch_mean.to(self.mean).reshape(self.mean.shape)
+        batch_var = batch_var.to(self.var).reshape(self.var.shape)
         total = self.count + n
         delta = batch_mean - self.mean
         m2 = self.var * self.count + batch_var * n + delta.square() * self.count * n / total
@@ -111,6 +118,19 @@ class FlatParams:
 
     def zero_grad(self) -> None:
         self.param.grad.zero_()
+
+
+def mean_grads(collective, parameters) -> None:
+    """Averages the parameters' gradients over the learners of ``collective`` (``drl.collective``), in place: one
+    operation over all of them (``torch.cat``, then back), nothing at all for a learner alone."""
+    if collective.size == 1:
+        return
+    grads = [p.grad for p in parameters if p.grad is not None]
+    flat = collective.mean_(torch.cat([g.reshape(-1) for g in grads]))
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
 
 
 def flat_adam(param: torch.Tensor, lr: float, **options) -> torch.optim.Adam:

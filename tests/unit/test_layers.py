@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ("drl", "services", "orchestrator")
 FORBIDDEN_IN_ALGORITHMS = {"redis", "grpc", "kubernetes", "minio", "socket", "subprocess", "multiprocessing",
-                           "services", "orchestrator", "drl.memory", "drl.store"}
+                           "services", "orchestrator", "drl.memory", "drl.store", "torch.distributed"}
 NEVER = {"pickle", "cloudpickle", "dill", "marshal", "shelve"}
 SERVICES = ("trainer", "rollout", "evaluator")
 REDIS_IMPLEMENTATION = ROOT / "drl" / "memory" / "redis"

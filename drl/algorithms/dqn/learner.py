@@ -22,13 +22,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from drl.algorithms.common import fused, load_training_state, on_device, training_state
+from drl.algorithms.common import fused, load_training_state, mean_grads, on_device, training_state
 from drl.algorithms.dqn.config import DQNConfig
 from drl.algorithms.dqn.networks import q_network
+from drl.collective import SOLO, Collective
 from drl.envs import SpaceSpec
 
 
 class DQNLearner:
+    collective: Collective = SOLO
+    """The learners this one averages its gradients with (``drl.collective``; alone by default)."""
+
     def __init__(self, spec: SpaceSpec, cfg: DQNConfig, seed: int, device: torch.device | str = "cpu"):
         torch.manual_seed(seed)
         self.cfg = cfg
@@ -75,6 +79,7 @@ class DQNLearner:
         loss = (per_sample * weight).mean() if weight is not None else per_sample.mean()
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
+        mean_grads(self.collective, self.q.parameters())
         torch.nn.utils.clip_grad_norm_(self.q.parameters(), self.cfg.max_grad_norm)
         self.opt.step()
         self._td_errors = (q.detach() - target).abs()

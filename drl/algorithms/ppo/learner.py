@@ -28,6 +28,7 @@ import torch
 from drl.algorithms.common import (FlatParams, flat_adam, flatten_optimizer_state, load_training_state,
                                    training_state)
 from drl.algorithms.ppo.config import PPOConfig
+from drl.collective import SOLO, Collective, group_moments
 from drl.algorithms.ppo.networks import networks
 from drl.envs import SpaceSpec
 
@@ -57,6 +58,9 @@ def shuffled_slices(rng: np.random.Generator, n: int, parts: int):
 
 
 class PPOLearner:
+    collective: Collective = SOLO
+    """The learners this one averages its gradients with (``drl.collective``; alone by default)."""
+
     def __init__(self, spec: SpaceSpec, cfg: PPOConfig, seed: int, device: torch.device | str = "cpu"):
         torch.manual_seed(seed)
         self.cfg, self.spec = cfg, spec
@@ -129,7 +133,7 @@ class PPOLearner:
         ratio = log_ratio.exp()
         adv = mb["advantage"]
         if getattr(cfg, "normalize_advantages", True) and len(adv) > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            adv = self.standardised(adv)
         policy_loss = self.surrogate(adv, ratio, logp)
         value_loss = 0.5 * (value - mb["return"]).square().mean()
         entropy = self.policy.entropy(dist).mean()
@@ -143,6 +147,18 @@ class PPOLearner:
     def more_stats(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Statistics of a minibatch beyond the loss's (none for PPO)."""
         return {}
+
+    def standardised(self, adv: torch.Tensor) -> torch.Tensor:
+        """Advantages standardised over the minibatch; with several learners over all their minibatches together
+        (mean and unbiased standard deviation from the group's sums), as one learner with the whole would."""
+        if self.collective.size == 1:
+            return (adv - adv.mean()) / (adv.std() + 1e-8)
+        with torch.no_grad():
+            sums = torch.stack([adv.sum(), adv.square().sum(), adv.new_tensor(float(len(adv)))]).double()
+            total, squares, n = self.collective.sum_(sums).tolist()
+            mean = total / n
+            std = max((squares - n * mean * mean) / max(n - 1.0, 1.0), 0.0) ** 0.5
+        return (adv - mean) / (std + 1e-8)
 
     WHOLE = ("raw_obs",)
     """Keys of ``prepare``'s output that are not per-row minibatch inputs."""
@@ -169,11 +185,15 @@ class PPOLearner:
                 total, stats = self.loss({k: v[idx] for k, v in data.items() if k not in self.WHOLE})
                 self.flat.zero_grad()
                 total.backward()
+                self.collective.mean_(self.flat.param.grad)
                 torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                 self.opt.step()
                 stats_per_step.append(stats)
         if not self.image:
-            self.policy.norm.update(data["raw_obs"])
+            if self.collective.size == 1:
+                self.policy.norm.update(data["raw_obs"])
+            else:
+                self.policy.norm.merge(*group_moments(self.collective, data["raw_obs"]))
         steps = len(stats_per_step)
         self.updates += steps
         self.iterations += 1

@@ -43,6 +43,7 @@ from torch import nn
 from drl.algorithms.common import FlatParams, action_scale, flat_adam, load_training_state, on_device, training_state
 from drl.algorithms.sac.config import SACConfig
 from drl.algorithms.sac.networks import LOG_STD_MAX, LOG_STD_MIN, Actor, TwinCritic
+from drl.collective import SOLO, Collective
 from drl.envs import SpaceSpec
 
 _LOG_STD_HALF_RANGE = 0.5 * (LOG_STD_MAX - LOG_STD_MIN)
@@ -114,6 +115,9 @@ class _Workspace:
 
 
 class SACLearner:
+    collective: Collective = SOLO
+    """The learners this one averages its gradients with (``drl.collective``; alone by default)."""
+
     def __init__(self, spec: SpaceSpec, cfg: SACConfig, seed: int, device: torch.device | str = "cpu"):
         torch.manual_seed(seed)
         self.cfg = cfg
@@ -167,9 +171,11 @@ class SACLearner:
         # that the moments they create on their first step are ordinary tensors.
         with torch.inference_mode():
             sample = self._critic_gradients(batch)
+        self.collective.mean_(self._critic_flat.param.grad)
         self.critic_opt.step()
         with torch.inference_mode():
             metrics = self._actor_gradients(*sample)
+        self.collective.mean_(self._actor_flat.param.grad)
         self.actor_opt.step()
         with torch.no_grad():
             self._target_flat.param.lerp_(self._critic_flat.param, self.cfg.tau)
@@ -196,9 +202,7 @@ class SACLearner:
         head = self._p.addmm(head_b, h, head_w.t())
         mean, squashed = head[:, :act_dim], head[:, act_dim:].tanh()
         log_std = squashed.mul(_LOG_STD_HALF_RANGE).add_(LOG_STD_MIN + _LOG_STD_HALF_RANGE)
-        noise = torch.empty_like(mean)
-        noise[:n].normal_()
-        noise[n:].normal_()
+        noise = self._noise(mean, n)
         std_noise = log_std.exp().mul_(noise)
         pre = mean + std_noise
         sampled = pre.tanh()
@@ -259,6 +263,13 @@ class SACLearner:
         self._alpha_grad.fill_(-(logp_sum / n + self.target_entropy))
         return {"critic_loss": critic_loss, "actor_loss": (alpha * logp_sum - q_min_sum) / n, "alpha": alpha,
                 "entropy": -logp_sum / n}
+
+    def _noise(self, mean: torch.Tensor, n: int) -> torch.Tensor:
+        """The policy's standard normal noise for s' (rows :n) and s (rows n:), drawn in that order."""
+        noise = torch.empty_like(mean)
+        noise[:n].normal_()
+        noise[n:].normal_()
+        return noise
 
     def _workspace(self, n: int, dtype: torch.dtype) -> _Workspace:
         ws = self._ws

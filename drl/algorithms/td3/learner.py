@@ -19,13 +19,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from drl.algorithms.common import action_scale, fused, load_training_state, on_device, training_state
+from drl.algorithms.common import action_scale, fused, load_training_state, mean_grads, on_device, training_state
 from drl.algorithms.td3.config import TD3Config
 from drl.algorithms.td3.networks import Actor, TwinCritic
+from drl.collective import SOLO, Collective
 from drl.envs import SpaceSpec
 
 
 class TD3Learner:
+    collective: Collective = SOLO
+    """The learners this one averages its gradients with (``drl.collective``; alone by default)."""
+
     def __init__(self, spec: SpaceSpec, cfg: TD3Config, seed: int, device: torch.device | str = "cpu"):
         torch.manual_seed(seed)
         self.cfg = cfg
@@ -80,6 +84,7 @@ class TD3Learner:
         self._td_errors = (0.5 * ((q1 - target).abs() + (q2 - target).abs())).detach()
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
+        mean_grads(self.collective, self.critic.parameters())
         self.critic_opt.step()
         self.updates += 1
 
@@ -88,6 +93,7 @@ class TD3Learner:
             actor_loss = -self.critic.q1_only(obs, self.actor(obs)).mean()
             self.actor_opt.zero_grad(set_to_none=True)
             actor_loss.backward()
+            mean_grads(self.collective, self.actor.parameters())
             self.actor_opt.step()
             self.critic.requires_grad_(True)
             with torch.no_grad():

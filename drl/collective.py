@@ -1,0 +1,118 @@
+"""Data-parallel learners: what a learner needs of its group, and torch.distributed's implementation of it.
+
+A learner holds a ``Collective`` (``learner.collective``). With one learner it is ``SOLO``, whose operations
+return their tensor untouched, so a single learner computes exactly what it always did. With K learners
+(``--learners K``) every learner holds the same networks (the same seed, or the same checkpoint), computes its
+gradients on its own batch and averages them with the others' before each optimiser step, as
+DistributedDataParallel does: K learners with equal batches of B transitions make the update of one learner with
+one batch of K x B. What a step needs over the whole batch rather than over each part (PPO's advantage
+standardisation, observation statistics) is summed across the group first. The learners then hold equal weights
+after every step, so any one of them (rank 0) publishes them.
+
+A collective operation returns only when every learner of the group has called it: the learners must call the
+same operations in the same order, so they make the same number of steps on batches of the same shape (the
+trainer agrees on that count with ``min_int`` before it steps). Algorithms see only this protocol; the process
+group (gloo on the CPU, NCCL on GPUs, rendezvous at ``MASTER_ADDR:MASTER_PORT`` as torchrun sets it) is the
+trainer's business (``join``).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Protocol
+
+import torch
+
+
+class Collective(Protocol):
+    size: int
+    """Learners in the group."""
+    rank: int
+    """This learner's place in it (0: the one that publishes)."""
+
+    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Replaces ``tensor`` with its sum over the group, in place; returns it."""
+
+    def mean_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Replaces ``tensor`` with its mean over the group, in place; returns it."""
+
+    def min_int(self, value: int) -> int:
+        """The smallest of the group's values."""
+
+
+class Solo:
+    """One learner alone: nothing to share."""
+
+    size = 1
+    rank = 0
+
+    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def mean_(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def min_int(self, value: int) -> int:
+        return value
+
+
+SOLO = Solo()
+
+
+class TorchGroup:
+    """torch.distributed's default process group, once ``join`` has initialised it."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.size, self.rank = dist.get_world_size(), dist.get_rank()
+        self.device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
+            else torch.device("cpu")
+
+    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        self.dist.all_reduce(tensor, op=self.dist.ReduceOp.SUM)
+        return tensor
+
+    def mean_(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.sum_(tensor).div_(self.size)
+
+    def min_int(self, value: int) -> int:
+        t = torch.tensor([value], dtype=torch.int64, device=self.device)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MIN)
+        return int(t.item())
+
+    def broadcast_(self, tensor: torch.Tensor, source: int = 0) -> torch.Tensor:
+        """Replaces ``tensor`` with rank ``source``'s, in place (learners that restored different states agree)."""
+        self.dist.broadcast(tensor, src=source)
+        return tensor
+
+    def leave(self) -> None:
+        if self.dist.is_initialized():
+            self.dist.destroy_process_group()
+
+
+def join(rank: int, size: int, address: str, port: int, backend: str = "auto",
+         timeout_s: float = 300.0) -> TorchGroup:
+    """Joins (and with rank 0, hosts) the group of ``size`` learners at ``address:port``: gloo for CPU learners,
+    NCCL where the learners train on GPUs (``backend`` auto picks NCCL when CUDA is available)."""
+    import torch.distributed as dist
+
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    return TorchGroup()
+
+
+def group_moments(collective: Collective, x: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
+    """Count, mean and (population) variance over the rows of every learner's ``x``, in float64."""
+    x = x.double().flatten(1) if x.dim() > 1 else x.double().reshape(-1, 1)
+    sums = torch.cat([torch.tensor([float(len(x))], dtype=torch.float64, device=x.device), x.sum(0),
+                      x.square().sum(0)])
+    collective.sum_(sums)
+    width = x.shape[1]
+    n = float(sums[0])
+    mean = sums[1:1 + width] / max(n, 1.0)
+    var = (sums[1 + width:] / max(n, 1.0) - mean.square()).clamp_min(0.0)
+    return n, mean, var
