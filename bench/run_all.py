@@ -6,6 +6,7 @@ Benchmarks, in this order (each its own module, documented in ``bench/README.md`
 - ``policy_sync``: publish-to-act latency with 1, 8, 32 workers, local and S3 stores;
 - ``learner_speed``: SAC gradient updates per second, drl against SB3;
 - ``ppo_learner``: PPO rollouts trained per second (the CartPole preset's sizes), drl against SB3;
+- ``learner_group``: SAC updates/s of K = 1, 2 data-parallel learners (gloo), transitions/s and efficiency;
 - ``learner_speed_gpu`` (only with ``--gpu``, on a machine with a CUDA device): ``learner_speed`` with both learners
   on the GPU (``--device cuda``), against the GPU's own matrix-product floor;
 - ``time_to_score``: SAC on Pendulum-v1 to -200, drl against SB3;
@@ -97,6 +98,8 @@ BENCHES = [
     Bench("policy_sync", "Policy sync latency", "bench.policy_sync", timeout_quick=600, timeout_full=1800),
     Bench("learner_speed", "SAC learner speed", "bench.learner_speed", timeout_quick=600, timeout_full=1200),
     Bench("ppo_learner", "PPO learner speed", "bench.ppo_learner", timeout_quick=600, timeout_full=1200),
+    Bench("learner_group", "Data-parallel learners: SAC with K = 1, 2", "bench.learner_group",
+          timeout_quick=600, timeout_full=1200),
     Bench("learner_speed_gpu", "SAC learner speed on a GPU", "bench.learner_speed", args=["--device", "cuda"],
           timeout_quick=600, timeout_full=1200, opt_in="gpu"),
     Bench("time_to_score", "Time to score: SAC on Pendulum-v1", "bench.time_to_score",
@@ -339,6 +342,19 @@ def section_ppo_learner(f: dict, plot) -> tuple[list[str], str, str, bool | None
                   f"{num(f['ratio_drl_over_per_param'], '.2f')}x; {f.get('threads')} torch thread(s)"]
     return lines, f"drl {num(rates['drl'], '.2f')} vs SB3 {num(rates['sb3'], '.2f')} rollouts/s " \
                   f"(x{num(f['ratio_drl_over_sb3'], '.2f')})", "measured (no goal)", None
+
+
+def section_learner_group(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
+    groups = f["learners"]
+    rows = [[k, num(v["updates_per_s"], ".1f"), num(v["transitions_per_s"]), num(v["efficiency"], ".2f"),
+             ", ".join(num(x, ".1f") for x in v.get("runs", []))] for k, v in groups.items()]
+    lines = table(["learners K", "group updates/s (median)", "transitions/s", "efficiency", "repeats"], rows)
+    lines += ["", f"SAC, hidden {f.get('hidden')}, batch {f.get('batch_per_learner')} per learner, "
+                  f"{f.get('threads')} torch thread(s) each, gloo over loopback; efficiency = transitions/s over K "
+                  f"times one learner's, measured in the same run"]
+    top = max(groups, key=int)
+    return lines, f"K={top}: {num(groups[top]['transitions_per_s'])} transitions/s, efficiency " \
+                  f"{num(groups[top]['efficiency'], '.2f')}", "measured (no goal)", None
 
 
 def section_tts(f: dict, plot, stem: str) -> tuple[list[str], str, str, bool | None]:
@@ -762,7 +778,7 @@ def section_appo_tts(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
 
 SECTIONS = {"memory_throughput": section_memory, "policy_sync": section_policy_sync,
             "learner_speed": section_learner, "ppo_learner": section_ppo_learner, "scaling": section_scaling,
-            "learner_speed_gpu": section_learner,
+            "learner_speed_gpu": section_learner, "learner_group": section_learner_group,
             "time_to_score": lambda f, p: section_tts(f, p, "time_to_score"),
             "time_to_score_lunar": lambda f, p: section_tts(f, p, "time_to_score_lunar"),
             "time_to_score_lunar_bf16": lambda f, p: section_tts(f, p, "time_to_score_lunar_bf16"),
