@@ -3,6 +3,7 @@
 Benchmarks, in this order (each its own module, documented in ``bench/README.md``):
 
 - ``memory_throughput``: experience transport, end to end and raw (issue: memory backend);
+- ``memory_shards``: experience transport over S = 1, 2, 4 shards (separate servers), as a fraction of S x one;
 - ``policy_sync``: publish-to-act latency with 1, 8, 32 workers, local and S3 stores;
 - ``learner_speed``: SAC gradient updates per second, drl against SB3;
 - ``ppo_learner``: PPO rollouts trained per second (the CartPole preset's sizes), drl against SB3;
@@ -95,6 +96,8 @@ class Bench:
 BENCHES = [
     Bench("memory_throughput", "Experience transport (memory backend)", "bench.memory_throughput",
           timeout_quick=600, timeout_full=2400),
+    Bench("memory_shards", "Experience transport over shards", "bench.memory_shards", timeout_quick=600,
+          timeout_full=1800),
     Bench("policy_sync", "Policy sync latency", "bench.policy_sync", timeout_quick=600, timeout_full=1800),
     Bench("learner_speed", "SAC learner speed", "bench.learner_speed", timeout_quick=600, timeout_full=1200),
     Bench("ppo_learner", "PPO learner speed", "bench.ppo_learner", timeout_quick=600, timeout_full=1200),
@@ -342,6 +345,20 @@ def section_ppo_learner(f: dict, plot) -> tuple[list[str], str, str, bool | None
                   f"{num(f['ratio_drl_over_per_param'], '.2f')}x; {f.get('threads')} torch thread(s)"]
     return lines, f"drl {num(rates['drl'], '.2f')} vs SB3 {num(rates['sb3'], '.2f')} rollouts/s " \
                   f"(x{num(f['ratio_drl_over_sb3'], '.2f')})", "measured (no goal)", None
+
+
+def section_memory_shards(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
+    rows, heads = [], []
+    for size, v in f["sizes"].items():
+        for s, r in v["shards"].items():
+            rows.append([size, s, num(r["transitions_per_s"]), num(r["fraction_of_s_times_one"], ".2f"),
+                         ", ".join(num(x) for x in r.get("runs", []))])
+        top = max(v["shards"], key=int)
+        heads.append(f"{size} {top} shards: {num(v['shards'][top]['fraction_of_s_times_one'], '.2f')} of {top} x one")
+    lines = table(["size", "shards", "transitions/s (median)", "fraction of S x one", "repeats"], rows)
+    lines += ["", f"{f.get('cores')} cores; each shard a valkey-server of its own with one producer and one consumer "
+                  f"process (3 processes a shard); {f.get('repeats')} repeats, shard counts in rotation"]
+    return lines, "; ".join(heads), "measured (no goal)", None
 
 
 def section_learner_group(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
@@ -779,6 +796,7 @@ def section_appo_tts(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
 SECTIONS = {"memory_throughput": section_memory, "policy_sync": section_policy_sync,
             "learner_speed": section_learner, "ppo_learner": section_ppo_learner, "scaling": section_scaling,
             "learner_speed_gpu": section_learner, "learner_group": section_learner_group,
+            "memory_shards": section_memory_shards,
             "time_to_score": lambda f, p: section_tts(f, p, "time_to_score"),
             "time_to_score_lunar": lambda f, p: section_tts(f, p, "time_to_score_lunar"),
             "time_to_score_lunar_bf16": lambda f, p: section_tts(f, p, "time_to_score_lunar_bf16"),
