@@ -30,7 +30,7 @@ __all__ = ["AppendReply", "Announcements", "Entry", "ExperienceReader", "Experie
 
 
 def open_memory(url: str, run: str, *, wait_s: float = 0.0, retry_s: float = RETRY_S,
-                timeout: float = 5.0, env: Mapping[str, str] | None = None) -> MemoryBackend:
+                timeout: float = 5.0, env: Mapping[str, str] | None = None, shards: int = 1) -> MemoryBackend:
     """The memory backend of ``run`` at ``url``, checked to answer; an unreachable server is waited for ``wait_s``
     seconds (pods of a run start together), then one ``UserError`` naming the URL without its credentials.
     Every later call retries an unreachable server for ``retry_s`` seconds before ``MemoryUnavailable``.
@@ -39,10 +39,10 @@ def open_memory(url: str, run: str, *, wait_s: float = 0.0, retry_s: float = RET
     if url.startswith(INPROC_SCHEME):
         from drl.memory.inproc import open_inproc
 
-        return open_inproc(url[len(INPROC_SCHEME):], run)
+        return open_inproc(url[len(INPROC_SCHEME):], run, shards=shards)
     from drl.memory.redis import RedisMemory
 
-    return RedisMemory.open(url, run, wait_s=wait_s, retry_s=retry_s, timeout=timeout, env=env)
+    return RedisMemory.open(url, run, wait_s=wait_s, retry_s=retry_s, timeout=timeout, env=env, shards=shards)
 
 
 def check_url(url: str) -> None:

@@ -60,6 +60,26 @@ def unseen_transitions(headers: Iterable[tuple[str, int, int]], state: dict[str,
     return total
 
 
+SUMMED_STATE_FIELDS = ("consumed", "duplicates", "stale", "dead_letters", "lost")
+"""Fields of the readers' committed states that count transitions (or entries): over several shards the run's
+figure is their sum (``merge_states``); ``updates`` is one learner's count, the same in every shard's state."""
+
+
+def merge_states(states: Iterable[dict[str, str]]) -> dict[str, str]:
+    """One committed state for the whole run from the states of its shards' readers: the counts summed, the
+    highest ``updates``, and every worker's fields (each worker appends to one shard, so they never collide)."""
+    out: dict[str, str] = {}
+    for state in states:
+        for key, value in state.items():
+            if key in SUMMED_STATE_FIELDS and key in out:
+                out[key] = str(int(out[key]) + int(value))
+            elif key == "updates" and key in out:
+                out[key] = str(max(int(out[key]), int(value)))
+            else:
+                out[key] = value
+    return out
+
+
 class MemoryBackendError(Exception):
     """The memory server refused a request (a wrong type under a run's key, a script error, ...)."""
 
@@ -280,13 +300,19 @@ class RunControl(Protocol):
 
 
 class MemoryBackend(Protocol):
-    """A connection to the memory server, bound to one run."""
+    """A connection to the memory server, bound to one run whose experience travels in ``shards`` streams
+    (``drl.naming.shard_of`` assigns each rollout worker its stream). Each shard keeps what the guarantees
+    above promise on its own: order, back-pressure, the reader's committed state; the run's control state is
+    shared, and ``RunControl.ledger`` and ``unconsumed`` add up every shard."""
 
     run: str
+    shards: int
 
-    def writer(self, worker: str, max_entries: int, max_bytes: int) -> ExperienceWriter: ...
+    def writer(self, worker: str, max_entries: int, max_bytes: int) -> ExperienceWriter:
+        """The writer of ``worker``, appending to its shard's stream."""
 
-    def reader(self, name: str, on_reset: Callable[[], None] | None = None) -> ExperienceReader: ...
+    def reader(self, name: str, on_reset: Callable[[], None] | None = None, shard: int = 0) -> ExperienceReader:
+        """The reader ``name`` of shard ``shard``'s stream."""
 
     def announcements(self) -> Announcements: ...
 

@@ -32,8 +32,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from drl.memory.base import AppendReply, Entry, MemoryBackendError, unseen_transitions
+from drl.memory.base import AppendReply, Entry, MemoryBackendError, merge_states, unseen_transitions
 from drl.memory.outbox import Outbox, Outgoing, OutboxWriter, format_floor, parse_floors
+from drl.naming import shard_of
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,43 @@ class _RunData:
     shares: dict[str, int] = field(default_factory=dict)
     status: dict[str, dict[str, str]] = field(default_factory=dict)
     claims: dict[str, tuple[str, float]] = field(default_factory=dict)  # name -> (holder, monotonic expiry)
+    shards: dict[int, "_ShardData"] = field(default_factory=dict)  # the experience fields of shards 1, 2, ...
+
+
+_SHARD_FIELDS = frozenset({"stream", "stream_exists", "group", "backlog_bytes", "widening", "floors", "state"})
+"""The fields each experience shard has of its own (the Redis keys ``Keys(run, shard)`` gives a shard)."""
+
+
+@dataclass
+class _ShardData:
+    """The experience fields of shard s > 0 (shard 0's are the run's own, as in Redis)."""
+
+    stream: dict[_Id, dict] = field(default_factory=dict)
+    stream_exists: bool = False
+    group: _Group | None = None
+    backlog_bytes: int = 0
+    widening: int = 1
+    floors: dict[str, str] = field(default_factory=dict)
+    state: dict[str, str] = field(default_factory=dict)
+
+
+class _ShardView:
+    """A run's data as shard s > 0 sees it: that shard's experience fields (``_SHARD_FIELDS``), the run's control
+    fields (policy, stop, shares, produced counts, ...), read and written through."""
+
+    def __init__(self, run: _RunData, shard: _ShardData):
+        object.__setattr__(self, "run_data", run)
+        object.__setattr__(self, "shard_data", shard)
+
+    def __getattr__(self, name: str):
+        return getattr(self.shard_data if name in _SHARD_FIELDS else self.run_data, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(self.shard_data if name in _SHARD_FIELDS else self.run_data, name, value)
+
+
+def _base(data) -> _RunData:
+    return data.run_data if isinstance(data, _ShardView) else data
 
 
 class _Server:
@@ -94,11 +132,14 @@ class _Server:
         self.runs: dict[str, _RunData] = {}
         self._last_id: _Id = (0, 0)
 
-    def data(self, run: str) -> _RunData:
+    def data(self, run: str, shard: int = 0):
+        """The run's data, or as shard ``shard`` > 0 sees it (``_ShardView``)."""
         data = self.runs.get(run)
         if data is None:
             data = self.runs[run] = _RunData()
-        return data
+        if shard == 0:
+            return data
+        return _ShardView(data, data.shards.setdefault(shard, _ShardData()))
 
     def next_id(self) -> _Id:
         """A stream id after every earlier one, as Redis makes them (milliseconds, then a counter); it keeps
@@ -133,10 +174,10 @@ def server_name(url_or_name: str) -> str:
     return name
 
 
-def open_inproc(name: str, run: str) -> "InProcessMemory":
-    """A backend bound to ``run`` on the in-process server ``name`` (``memory://NAME`` or NAME), created on first
-    use; every backend opened on the same name shares its data."""
-    return InProcessMemory(server_name(name), run)
+def open_inproc(name: str, run: str, shards: int = 1) -> "InProcessMemory":
+    """A backend bound to ``run`` (with ``shards`` experience streams) on the in-process server ``name``
+    (``memory://NAME`` or NAME), created on first use; every backend opened on the same name shares its data."""
+    return InProcessMemory(server_name(name), run, shards)
 
 
 def wipe(name: str) -> None:
@@ -207,9 +248,10 @@ class InProcessWriter(OutboxWriter):
     """One worker's side of the stream, through ``drl.memory.outbox.Outbox`` (order, waiting while the backlog is
     full, keeping and re-sending what was not consumed); it waits on the server's condition."""
 
-    def __init__(self, server: _Server, run: str, worker: str, max_entries: int, max_bytes: int):
+    def __init__(self, server: _Server, run: str, worker: str, max_entries: int, max_bytes: int, shard: int = 0):
         self._server = server
         self._run = run
+        self._shard = shard
         self.worker = worker
         self.max_entries = max_entries
         self.max_bytes = max_bytes
@@ -220,11 +262,11 @@ class InProcessWriter(OutboxWriter):
     def _report_floor(self, floor: tuple[int, int]) -> None:
         if floor[0] > 0:
             with self._server.cond:
-                self._server.data(self._run).floors[self.worker] = format_floor(floor)
+                self._server.data(self._run, self._shard).floors[self.worker] = format_floor(floor)
 
     def position(self) -> tuple[int, int]:
         with self._server.cond:
-            data = self._server.data(self._run)
+            data = self._server.data(self._run, self._shard)
             raw = data.state.get(f"seq:{self.worker}", "")
             seq = max((int(x) for x in raw.split(",") if x), default=0)
             for fields in data.stream.values():
@@ -259,7 +301,7 @@ class InProcessWriter(OutboxWriter):
 
     def _append(self, item: Outgoing) -> AppendReply:
         """One append as the server's script does it: admitted or refused, the reply says what the run is at."""
-        data = self._server.data(self._run)
+        data = self._server.data(self._run, self._shard)
         if data.epoch is None:
             data.epoch = secrets.token_hex(8).encode()
         size = len(item.h) + len(item.d)
@@ -281,7 +323,7 @@ class InProcessWriter(OutboxWriter):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._server.cond:
-                data = self._server.data(self._run)
+                data = self._server.data(self._run, self._shard)
                 if data.epoch is None:
                     data.epoch = secrets.token_hex(8).encode()
                 mark = _watermark(data, self.worker)
@@ -293,7 +335,7 @@ class InProcessWriter(OutboxWriter):
             if should_stop():
                 return False
             with self._server.cond:
-                if _watermark(self._server.data(self._run), self.worker) < last_seq:
+                if _watermark(self._server.data(self._run, self._shard), self.worker) < last_seq:
                     self._server.cond.wait(max(0.0, min(STOP_CHECK_S, deadline - time.monotonic())))
         return False
 
@@ -308,15 +350,17 @@ class _Lost(Exception):
 class InProcessReader:
     """The trainer's side of the stream: one consumer of the run's consumer group."""
 
-    def __init__(self, server: _Server, run: str, name: str, on_reset: Callable[[], None] | None = None):
+    def __init__(self, server: _Server, run: str, name: str, on_reset: Callable[[], None] | None = None,
+                 shard: int = 0):
         self._server = server
         self._run = run
+        self._shard = shard
         self.name = name
         self.on_reset = on_reset
         self.resets = 0
         self._pending_first = True
         with server.cond:
-            data = server.data(run)
+            data = server.data(run, shard)
             if data.group is None:
                 data.group = _Group()
                 data.stream_exists = True
@@ -326,7 +370,7 @@ class InProcessReader:
         a reset and calls ``on_reset`` (outside the lock) before running it again."""
         while True:
             with self._server.cond:
-                data = self._server.data(self._run)
+                data = self._server.data(self._run, self._shard)
                 if data.group is not None:
                     try:
                         return fn(data, data.group)
@@ -373,7 +417,7 @@ class InProcessReader:
             if left <= 0:
                 return []
             self._server.cond.wait(left)
-            if self._server.runs.get(self._run) is not data or data.group is not group:
+            if self._server.runs.get(self._run) is not _base(data) or data.group is not group:
                 raise _Lost
         now = time.monotonic()
         for key in fresh:
@@ -408,7 +452,7 @@ class InProcessReader:
             return
         values = _fields(state)
         with self._server.cond:
-            data = self._server.data(self._run)
+            data = self._server.data(self._run, self._shard)
             for entry_id, fields, kind, reason in dead:
                 kept = {k: v for k, v in fields.items() if isinstance(k, bytes)}
                 kept.update({b"reason": reason.encode()[:1000], b"kind": kind.encode(),
@@ -428,17 +472,17 @@ class InProcessReader:
 
     def load_state(self) -> dict[str, str]:
         with self._server.cond:
-            return dict(self._server.data(self._run).state)
+            return dict(self._server.data(self._run, self._shard).state)
 
     def floors(self) -> dict[str, tuple[int, int]]:
         with self._server.cond:
-            return parse_floors(dict(self._server.data(self._run).floors))
+            return parse_floors(dict(self._server.data(self._run, self._shard).floors))
 
     def in_stream(self, workers) -> dict[str, list[tuple[int, int, int]]]:
         wanted = set(workers)
         out: dict[str, list[tuple[int, int, int]]] = {}
         with self._server.cond:
-            for fields in self._server.data(self._run).stream.values():
+            for fields in self._server.data(self._run, self._shard).stream.values():
                 h = _header(fields)
                 if h is not None and h.worker_id in wanted:
                     out.setdefault(h.worker_id, []).append((h.seq, h.count, h.produced_total))
@@ -451,7 +495,7 @@ class InProcessReader:
         """Also ``settle`` (``widening`` 0 and ``version`` -1 leave both as they are)."""
         values = _fields(state)
         with self._server.cond:
-            data = self._server.data(self._run)
+            data = self._server.data(self._run, self._shard)
             data.state.update(values)
             for worker, count in produced.items():
                 if int(count) > data.produced.get(worker, 0):
@@ -464,16 +508,16 @@ class InProcessReader:
 
     def set_widening(self, factor: int) -> None:
         with self._server.cond:
-            self._server.data(self._run).widening = max(1, int(factor))
+            self._server.data(self._run, self._shard).widening = max(1, int(factor))
             self._server.changed()
 
     def backlog(self) -> int:
         with self._server.cond:
-            return len(self._server.data(self._run).stream)
+            return len(self._server.data(self._run, self._shard).stream)
 
     def backlog_bytes(self) -> int:
         with self._server.cond:
-            return self._server.data(self._run).backlog_bytes
+            return self._server.data(self._run, self._shard).backlog_bytes
 
 
 class InProcessAnnouncements:
@@ -514,9 +558,10 @@ class InProcessAnnouncements:
 class InProcessControl:
     """The run's control state: stop flag, membership and shares, done markers, status fields, counters."""
 
-    def __init__(self, server: _Server, run: str):
+    def __init__(self, server: _Server, run: str, shards: int = 1):
         self._server = server
         self._run = run
+        self.shards = max(1, shards)
 
     def _read(self, fn: Callable[[_RunData], object]):
         with self._server.cond:
@@ -625,16 +670,24 @@ class InProcessControl:
     def dead_letters(self) -> dict[str, int]:
         return self._read(lambda d: dict(d.dead_counts))
 
+    def _shards(self, d: _RunData) -> list:
+        return [d if s == 0 else _ShardView(d, d.shards.setdefault(s, _ShardData())) for s in range(self.shards)]
+
     def unconsumed(self, ledger: dict[str, str] | None = None) -> int:
         def count(d: _RunData) -> int:
-            headers = (_header(fields) for fields in d.stream.values())
-            return unseen_transitions(((h.worker_id, h.seq, h.count) for h in headers if h is not None),
-                                      d.state if ledger is None else ledger)
+            total = 0
+            for shard in self._shards(d):
+                headers = (_header(fields) for fields in shard.stream.values())
+                total += unseen_transitions(((h.worker_id, h.seq, h.count) for h in headers if h is not None),
+                                            shard.state if ledger is None else ledger)
+            return total
 
         return self._read(count)
 
     def ledger(self) -> dict[str, str]:
-        return self._read(lambda d: dict(d.state))
+        if self.shards == 1:
+            return self._read(lambda d: dict(d.state))
+        return self._read(lambda d: merge_states(dict(shard.state) for shard in self._shards(d)))
 
     def has_data(self) -> bool:
         return self._read(lambda d: d.policy is not None or d.stream_exists)
@@ -669,24 +722,29 @@ class InProcessControl:
 
 
 class InProcessMemory:
-    """A connection to the in-process server ``name``, bound to ``run`` (``drl.memory.base.MemoryBackend``)."""
+    """A connection to the in-process server ``name``, bound to ``run`` with ``shards`` experience streams
+    (``drl.memory.base.MemoryBackend``)."""
 
-    def __init__(self, name: str, run: str):
+    def __init__(self, name: str, run: str, shards: int = 1):
         self.name = name
         self.run = run
+        self.shards = max(1, shards)
         self._server = _server(name)
 
     def writer(self, worker: str, max_entries: int, max_bytes: int) -> InProcessWriter:
-        return InProcessWriter(self._server, self.run, worker, max_entries, max_bytes)
+        return InProcessWriter(self._server, self.run, worker, max_entries, max_bytes,
+                               shard_of(worker, self.shards))
 
-    def reader(self, name: str, on_reset: Callable[[], None] | None = None) -> InProcessReader:
-        return InProcessReader(self._server, self.run, name, on_reset)
+    def reader(self, name: str, on_reset: Callable[[], None] | None = None, shard: int = 0) -> InProcessReader:
+        if not 0 <= shard < self.shards:
+            raise ValueError(f"shard {shard} of a run with {self.shards} shard(s)")
+        return InProcessReader(self._server, self.run, name, on_reset, shard)
 
     def announcements(self) -> InProcessAnnouncements:
         return InProcessAnnouncements(self._server, self.run)
 
     def control(self) -> InProcessControl:
-        return InProcessControl(self._server, self.run)
+        return InProcessControl(self._server, self.run, self.shards)
 
     def wipe(self) -> None:
         """This backend's server loses every run's data (see ``wipe``)."""

@@ -7,6 +7,7 @@ from typing import Callable, Iterable
 
 import redis
 
+from drl.memory.base import merge_states
 from drl.memory.redis.connection import RETRY_S, plain
 from drl.memory.redis.keys import Keys
 from drl.memory.redis.repair import STATES, Guard, count, worker
@@ -24,8 +25,9 @@ class RedisRunControl:
     a key of the wrong type reads as absent, an unsound value is left out; a write to a key of the wrong type
     repairs it first. Each is reported in one log line naming the key."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, retry_s: float = RETRY_S):
+    def __init__(self, client: redis.Redis, keys: Keys, retry_s: float = RETRY_S, shards: int = 1):
         self.client, self.keys, self.retry_s = client, keys, retry_s
+        self.shards = max(1, shards)
         self.guard = Guard(client, keys, retry_s)
         self._register = client.register_script(REGISTER)
         self._done = client.register_script(DONE)
@@ -192,11 +194,19 @@ class RedisRunControl:
         key = self.keys.dead_letter_counts
         return self.guard.counts(self._read(lambda: self.client.hgetall(key), "HGETALL dlq", key, {}), key)
 
+    def _shard_keys(self) -> list[Keys]:
+        return [Keys(self.keys.run, s) for s in range(self.shards)]
+
     def unconsumed(self, ledger: dict[str, str] | None = None) -> int:
-        return backlog_transitions(self.client, self.keys, self.retry_s, ledger)
+        """Transitions still in every shard's stream that its reader has not taken (with ``ledger``: that one
+        state, a merged one, for every shard)."""
+        return sum(backlog_transitions(self.client, keys, self.retry_s, ledger) for keys in self._shard_keys())
 
     def ledger(self) -> dict[str, str]:
-        return committed_state(self.client, self.keys, self.retry_s)
+        """The readers' committed states of every shard as one (``drl.memory.base.merge_states``)."""
+        if self.shards == 1:
+            return committed_state(self.client, self.keys, self.retry_s)
+        return merge_states(committed_state(self.client, keys, self.retry_s) for keys in self._shard_keys())
 
     def has_data(self) -> bool:
         return bool(self._call(lambda: self.client.exists(self.keys.policy, self.keys.stream), "EXISTS run"))

@@ -1,0 +1,39 @@
+"""Shard arithmetic every part of a run agrees on: which stream a worker appends to, and one committed state for
+the run from its shards' states."""
+
+from __future__ import annotations
+
+from drl.ingest import COUNTERS
+from drl.memory.base import SUMMED_STATE_FIELDS, merge_states
+from drl.memory.redis import Keys
+from drl.naming import shard_of
+
+
+def test_a_worker_appends_to_its_index_modulo_the_shards():
+    assert [shard_of(f"rollout-{i}", 3) for i in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    assert {shard_of(f"rollout-{i}", 1) for i in range(5)} == {0}
+    assert shard_of("trainer-0", 4) == 0 and shard_of("bench", 4) == 0
+
+
+def test_shard_zero_keeps_the_run_keys_and_others_have_their_own_experience_keys():
+    one, zero, two = Keys("r"), Keys("r", 0), Keys("r", 2)
+    experience = ("stream", "backlog_bytes", "freed", "room", "floors", "consumer_state")
+    assert all(getattr(one, k) == getattr(zero, k) for k in experience)
+    assert one.stream == "drl:{r}:exp" and one.consumer_state == "drl:{r}:trainer:state"
+    assert two.stream == "drl:{r}:s2:exp" and two.consumer_state == "drl:{r}:s2:trainer:state"
+    assert all(getattr(two, k) != getattr(one, k) for k in experience)
+    shared = ("epoch", "policy", "stop", "produced", "shares", "members", "dead_letter", "dead_letter_counts")
+    assert all(getattr(two, k) == getattr(one, k) for k in shared)
+    assert all(v.startswith("drl:{r}:") for v in vars(two).values() if isinstance(v, str) and v.startswith("drl"))
+
+
+def test_merged_states_sum_the_counts_and_keep_each_workers_fields():
+    merged = merge_states([{"consumed": "10", "duplicates": "1", "updates": "4", "seq:rollout-0": "3"},
+                           {"consumed": "5", "lost": "2", "updates": "6", "seq:rollout-1": "1,3"}, {}])
+    assert merged == {"consumed": "15", "duplicates": "1", "lost": "2", "updates": "6", "seq:rollout-0": "3",
+                      "seq:rollout-1": "1,3"}
+    assert merge_states([]) == {}
+
+
+def test_the_summed_fields_are_the_ledgers_counters():
+    assert set(SUMMED_STATE_FIELDS) == set(COUNTERS)
