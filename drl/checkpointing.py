@@ -17,6 +17,11 @@ taken only from a checkpoint written by the same session of the run (``session``
 orchestrator started it, the same for every process it starts): a ``--resume`` starts new workers, numbered from
 the beginning again on a cleared memory server, and the old session's watermarks would make their entries
 duplicates.
+
+A trainer that reads several experience shards (``--memory-shards``) keeps a ledger per shard (``Ledgers``): the
+checkpoint holds their summed counters (``counters``, what a resumed run counts as done before it) and each shard's
+counters and fields (``shards``); restoring gives each shard's ledger its own, then the state its shard's reader
+committed. A checkpoint of one ledger restores into shard 0 (the run's keys of a single stream).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import time
 import torch
 
 from drl.errors import UserError
-from drl.ingest import Ledger
+from drl.ingest import Ledger, Ledgers
 from drl.store.checkpoint import CheckpointStore
 
 log = logging.getLogger("drl.checkpointing")
@@ -41,27 +46,41 @@ class TrainerCheckpoints:
         self.with_replay = with_replay
         self._written_at = time.monotonic()
 
-    def save(self, learning, ledger: Ledger, version: int, exit_reason: str | None = None) -> None:
+    def save(self, learning, ledger: Ledger | Ledgers, version: int, exit_reason: str | None = None) -> None:
         """Writes a full checkpoint and keeps the newest ``keep``. The one written at exit also names the exit
         reason: with the ledger it is the trainer's record of the run that outlives the memory server."""
         tensors, meta = learning.state(self.with_replay)
         tensors["rng.torch"] = torch.get_rng_state().numpy()
-        meta["counters"] = ledger.counters()
-        meta["ledger"] = {k: str(v) for k, v in ledger.fields(ledger.known_workers(), learning.learner.updates).items()}
+        ledgers = ledger if isinstance(ledger, Ledgers) else Ledgers.single(ledger)
+        updates = learning.learner.updates
+
+        def fields(one: Ledger) -> dict[str, str]:
+            return {k: str(v) for k, v in one.fields(one.known_workers(), updates).items()}
+
+        meta["counters"] = ledgers.counters()
+        if ledgers.shards == 1:
+            meta["ledger"] = fields(ledgers.by_shard[0])
+        else:
+            meta["shards"] = {str(s): {"counters": one.counters(), "ledger": fields(one)}
+                              for s, one in ledgers.by_shard.items()}
         meta["session"] = self.session
         if exit_reason is not None:
             meta["exit"] = {"reason": exit_reason, "policy_version": version}
-        self.store.save(tensors, meta, algorithm=self.algorithm, policy_version=version, env_steps=ledger.consumed,
-                        updates=learning.learner.updates)
+        self.store.save(tensors, meta, algorithm=self.algorithm, policy_version=version, env_steps=ledgers.consumed,
+                        updates=updates)
         self.store.retain(self.keep)
         self._written_at = time.monotonic()
 
     def due(self) -> bool:
         return time.monotonic() - self._written_at >= self.every_s
 
-    def restore(self, learning, ledger: Ledger, committed: dict[str, str]):
+    def restore(self, learning, ledger: Ledger | Ledgers, committed: dict[str, str] | dict[int, dict[str, str]]):
         """Continues a run from the newest checkpoint and then ``committed``, the state the memory server holds
-        (see the module docstring). Returns the checkpoint's manifest, None without one."""
+        (see the module docstring): one state, or with ``Ledgers`` one per shard. Returns the checkpoint's
+        manifest, None without one."""
+        ledgers = ledger if isinstance(ledger, Ledgers) else Ledgers.single(ledger)
+        if not isinstance(ledger, Ledgers):
+            committed = {0: committed}
         checkpoint = self.store.latest()
         manifest = None
         if checkpoint is not None:
@@ -72,13 +91,26 @@ class TrainerCheckpoints:
                 raise UserError(f"checkpoint {manifest.sequence} cannot be restored (were network options changed "
                                 f"since it was written?): {exc}") from None
             torch.set_rng_state(torch.from_numpy(tensors["rng.torch"].copy()))
-            for name, value in meta["counters"].items():
-                setattr(ledger, name, value)
-            if meta.get("session") == self.session:
-                ledger.load(meta.get("ledger", {}))
+            same_session = meta.get("session") == self.session
+            shards = meta.get("shards")
+            if isinstance(shards, dict) and same_session and {int(s) for s in shards} <= set(ledgers.by_shard):
+                for s, part in shards.items():
+                    one = ledgers.by_shard[int(s)]
+                    for name, value in part["counters"].items():
+                        setattr(one, name, value)
+                    one.load(part.get("ledger", {}))
+            else:
+                # One ledger, another session, or other shards: the counts go to shard 0 (they are the run's
+                # totals), and a one-ledger checkpoint of this session also gives it the workers' progress.
+                first = ledgers.by_shard[min(ledgers.by_shard)]
+                for name, value in meta["counters"].items():
+                    setattr(first, name, value)
+                if same_session and "ledger" in meta:
+                    first.load(meta.get("ledger", {}))
             log.info("restored checkpoint %d: policy version %d, %d env steps, %d updates", manifest.sequence,
                      manifest.policy_version, manifest.env_steps, manifest.updates)
-        updates = ledger.load(committed)
-        if updates is not None:
-            learning.learner.updates = updates
+        found = [ledgers.by_shard[s].load(state) for s, state in committed.items() if s in ledgers.by_shard]
+        found = [u for u in found if u is not None]
+        if found:
+            learning.learner.updates = max(found)
         return manifest

@@ -77,6 +77,9 @@ class ExperimentBase:
     sync_deadline_s: float = opt(60.0, "SYNC: seconds the trainer waits for an iteration's stragglers before "
                                        "training without them.")
     publish_every_updates: int = opt(250, "ASYNC: gradient updates between two published policy versions.")
+    memory_shards: int = opt(1, "Experience streams on the memory server: rollout worker i appends to stream i mod "
+                                "this; each stream has its own backlog bounds and its own committed reader state, "
+                                "and the trainer reads them all.")
     max_backlog_entries: int = opt(16, "Stream entries waiting for the trainer before producers pause "
                                        "(back-pressure).")
     max_backlog_bytes: int = opt(256 * 1024 * 1024, "Bytes of stream entries waiting for the trainer before "
@@ -117,7 +120,7 @@ class ExperimentBase:
         """Checks values that need no environment or server; raises ConfigError with every problem found."""
         problems = check_ranges(
             self, "--",
-            positive_int=("workers", "envs_per_worker", "steps", "batch_transitions", "eval_episodes",
+            positive_int=("workers", "envs_per_worker", "steps", "batch_transitions", "eval_episodes", "memory_shards",
                           "trainer_threads", "keep_policies", "keep_checkpoints", "sync_steps_per_iteration",
                           "publish_every_updates", "max_backlog_entries", "max_backlog_bytes", "replay_size"),
             nonneg=("random_steps", "learning_starts", "ratio_tolerance", "max_policy_lag", "max_restarts",

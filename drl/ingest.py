@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from drl.memory import Entry, ExperienceReader, codec, seq_field
+from drl.naming import shard_of
 
 log = logging.getLogger("drl.ingest")
 
@@ -188,6 +189,61 @@ class Ledger:
 
     def known_workers(self) -> set[str]:
         return set(self.seqs.watermark) | set(self.produced)
+
+
+class Ledgers:
+    """The ledgers of the experience shards a trainer consumes, as one: each worker appends to one shard
+    (``drl.naming.shard_of``), so its progress is in that shard's ledger (``of``); the counters add up. Each
+    shard's ledger is committed with that shard's reads only, so every shard counts its transitions exactly once on
+    its own, and the run's counts are the sums."""
+
+    def __init__(self, by_shard: dict[int, Ledger], shards: int):
+        self.by_shard, self.shards = by_shard, shards
+
+    @classmethod
+    def single(cls, ledger: Ledger) -> "Ledgers":
+        return cls({0: ledger}, 1)
+
+    def of(self, worker: str) -> Ledger:
+        return self.by_shard[shard_of(worker, self.shards)]
+
+    def __iter__(self):
+        return iter(self.by_shard.values())
+
+    def owns(self, worker: str) -> bool:
+        """Whether ``worker``'s shard is one of these."""
+        return shard_of(worker, self.shards) in self.by_shard
+
+    def counters(self) -> dict[str, int]:
+        return {name: sum(getattr(ledger, name) for ledger in self) for name in COUNTERS}
+
+    @property
+    def consumed(self) -> int:
+        return sum(ledger.consumed for ledger in self)
+
+    @property
+    def duplicates(self) -> int:
+        return sum(ledger.duplicates for ledger in self)
+
+    @property
+    def stale(self) -> int:
+        return sum(ledger.stale for ledger in self)
+
+    @property
+    def dead_letters(self) -> int:
+        return sum(ledger.dead_letters for ledger in self)
+
+    @property
+    def lost(self) -> int:
+        return sum(ledger.lost for ledger in self)
+
+    @property
+    def produced(self) -> dict[str, int]:
+        """Every worker's produced total (a copy: write through ``of``)."""
+        return {w: n for ledger in self for w, n in ledger.produced.items()}
+
+    def known_workers(self) -> set[str]:
+        return set().union(*(ledger.known_workers() for ledger in self))
 
 
 @dataclass
@@ -373,7 +429,7 @@ class Feed:
         self.reader.commit(intake.acks, ledger.fields(intake.touched, self.learning.learner.updates), intake.dead)
         return [batch.header for batch in intake.accepted]
 
-    def read_paced(self, pace, count: int) -> list:
+    def read_paced(self, pace, count: int, block_ms: int = 100) -> list:
         """Reads when no update is owed, after letting entries gather for the gap ``pace`` sets from the arrival
         rate (``drl.pacing.ReadPace``): nothing waits on the gap, the learner has no update to run until the data
         come, and the backlog keeps room for the producers."""
@@ -381,7 +437,7 @@ class Feed:
         if wait > 0:
             time.sleep(wait)
         since = time.monotonic() - self.read_at
-        got = self.read(count, block_ms=100)
+        got = self.read(count, block_ms=block_ms)
         entries, size = (len(self.last.acks), self.last.size) if self.last is not None else (0, 0)
         pace.after_read(size, since, full=entries >= count)
         return got

@@ -27,7 +27,7 @@ import math
 import time
 from typing import Callable
 
-from drl.ingest import Ledger
+from drl.ingest import Ledger, Ledgers
 from drl.memory import RunControl
 from drl.naming import even_share, worker_index, worker_names
 
@@ -43,11 +43,12 @@ def _index(name: str) -> int:
 
 
 class Membership:
-    def __init__(self, control: RunControl, ledger: Ledger, workers: int, silence_s: float = math.inf,
+    def __init__(self, control: RunControl, ledger: Ledger | Ledgers, workers: int, silence_s: float = math.inf,
                  clock: Callable[[], float] = time.monotonic, steps: int | None = None):
-        """``steps``: what this session of the run produces in all (its steps less those a resumed run's
-        checkpoint covers); None leaves the coverage rule out."""
-        self.control, self.ledger = control, ledger
+        """``ledger``: the trainer's, or its shards' (``Ledgers``); ``steps``: what this session of the run produces
+        in all (its steps less those a resumed run's checkpoint covers); None leaves the coverage rule out."""
+        self.control = control
+        self.ledgers = ledger if isinstance(ledger, Ledgers) else Ledgers.single(ledger)
         self.initial, self.steps = workers, steps
         self.workers: set[str] = set(worker_names(workers))
         self.finished: set[str] = set()
@@ -63,14 +64,14 @@ class Membership:
         if added:
             log.info("rollout workers joined: %s", ", ".join(sorted(added)))
             self.workers |= added
-        produced = self.ledger.produced
+        produced = self.ledgers.produced
         returned = {w for w in self.finished - self.given_up
                     if members.get(w) == ACTIVE and shares.get(w, 0) > produced.get(w, 0)}
         if returned:
             log.info("rollout workers returned: %s", ", ".join(sorted(returned)))
             self.finished -= returned
             for w in returned:
-                self.ledger.final_seq.pop(w, None)
+                self.ledgers.of(w).final_seq.pop(w, None)
 
     def admits(self, worker: str) -> bool:
         """Whether ``worker`` belongs to the run, looking at the membership again before saying no."""
@@ -80,8 +81,9 @@ class Membership:
 
     def all_finished(self) -> bool:
         """Whether every worker is finished (see the module docstring)."""
-        watermark = self.ledger.seqs.watermark
-        self.finished |= {w for w, seq in self.ledger.final_seq.items() if watermark.get(w, 0) >= seq}
+        for ledger in self.ledgers:
+            watermark = ledger.seqs.watermark
+            self.finished |= {w for w, seq in ledger.final_seq.items() if watermark.get(w, 0) >= seq}
         if self.finished >= self.workers:
             self.refresh()
         if self.finished >= self.workers:
@@ -103,7 +105,7 @@ class Membership:
                 default = even_share(self.steps, self.initial, index) if 0 <= index < self.initial else 0
                 promised += shares.get(w, default)
             else:
-                promised += max(produced.get(w, 0), done.get(w, 0), self.ledger.produced.get(w, 0))
+                promised += max(produced.get(w, 0), done.get(w, 0), self.ledgers.produced.get(w, 0))
         if promised >= self.steps:
             self._short_since = None
             return True
@@ -123,8 +125,8 @@ class Membership:
         """Counts as finished the workers from which nothing arrived for ``silence_s`` (see the module
         docstring)."""
         now = self.clock()
-        ledger = self.ledger
         for w in self.workers - self.finished:
+            ledger = self.ledgers.of(w)
             progress = (ledger.seqs.watermark.get(w, 0), len(ledger.seqs.above.get(w, ())), ledger.produced.get(w, 0))
             last = self._heard.get(w)
             if last is None or last[0] != progress:
@@ -138,4 +140,4 @@ class Membership:
     def waiting_for(self, version: int) -> set[str]:
         """Workers not finished whose share of SYNC iteration ``version`` is not in yet (a restarted trainer does
         not wait again for a share it already has)."""
-        return {w for w in self.workers - self.finished if self.ledger.iteration_end.get(w, -1) < version}
+        return {w for w in self.workers - self.finished if self.ledgers.of(w).iteration_end.get(w, -1) < version}

@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse(argv)
         cfg, run, url, steps_done = from_env()
-        memory = open_memory(url, run, wait_s=CONNECT_WAIT_S, retry_s=MEMORY_RETRY_S)
+        memory = open_memory(url, run, wait_s=CONNECT_WAIT_S, retry_s=MEMORY_RETRY_S, shards=cfg.memory_shards)
         scaler = Scaler(memory.control(), run, cfg, steps_done)
         if args.phase == "retire":
             result = {"workers": args.workers, "retired": scaler.retire(args.workers)}

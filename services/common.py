@@ -71,7 +71,7 @@ class ServiceContext:
         """The run's memory backend, checked; an unreachable server is waited for up to ``memory_retry_s`` (pods
         start together, the memory server's pod may come up last), and so is every later call."""
         return open_memory(self.memory_url, self.run, wait_s=self.config.memory_retry_s,
-                           retry_s=self.config.memory_retry_s)
+                           retry_s=self.config.memory_retry_s, shards=self.config.memory_shards)
 
     def policy_store(self) -> PolicyStore:
         """The run's policies; a remote store is read through the node-local cache."""

@@ -13,14 +13,16 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from dataclasses import dataclass
 
 import torch
 
 from drl.algorithms import get as get_algorithm
 from drl.checkpointing import TrainerCheckpoints
 from drl.envs import space_spec
-from drl.ingest import Feed, Ingest, Ledger
+from drl.ingest import Feed, Ingest, Ledger, Ledgers
 from drl.membership import Membership
+from drl.naming import shard_of
 from drl.memory import codec
 from drl.memory.backlog import backlog_limits
 from drl.pacing import RateLimiter, ReadPace, Widening
@@ -31,6 +33,19 @@ from services.common import Service, ServiceContext, StatusWriter, hold_claim
 from services.telemetry import TELEMETRY
 
 log = logging.getLogger("drl.trainer")
+
+@dataclass
+class Channel:
+    """One experience shard as the trainer consumes it: its reader, its ledger (committed with that reader's reads
+    only), the feed that reads and ingests, and the pacing of its reads."""
+
+    shard: int
+    reader: object
+    ledger: Ledger
+    feed: Feed
+    pace: ReadPace
+    widening: Widening
+
 
 ASYNC_READ_ENTRIES = 4
 STARVED_READ_ENTRIES = 64
@@ -48,22 +63,27 @@ class Trainer(Service):
         self.spec = space_spec(cfg.env)
         layout = codec.expected_layout(self.spec, algorithm.wire_fields(cfg))
         self.learning = algorithm.make_learning(self.spec, cfg, seed=cfg.seed)
-        self.ledger = Ledger()
+        shards = range(cfg.memory_shards)
+        self.ledger = Ledgers({s: Ledger() for s in shards}, cfg.memory_shards)
         self.membership = Membership(self.control, self.ledger, cfg.workers, cfg.member_silence_s,
                                      steps=max(0, cfg.steps - ctx.steps_done))
-        self.reader = self.memory.reader("trainer-0", on_reset=self.on_memory_reset)
-        ingest = Ingest(ctx.run, layout, self.ledger, self.membership.admits)
-        self.feed = Feed(self.reader, ingest, self.learning, cfg.reclaim_idle_s,
-                         done=self.control.workers_done)
+        limits = backlog_limits(cfg, layout, algorithm.entry_transitions(cfg))
+        self.channels: list[Channel] = []
+        for s in shards:
+            reader = self.memory.reader("trainer-0", on_reset=self.on_memory_reset, shard=s)
+            ledger = self.ledger.by_shard[s]
+            feed = Feed(reader, Ingest(ctx.run, layout, ledger, self.membership.admits), self.learning,
+                        cfg.reclaim_idle_s, done=self._done_markers(s))
+            pace = ReadPace(limits.limit_bytes)
+            widening = Widening(reader, limits, cfg.max_backlog_bytes, cfg.learning_starts, pace)
+            self.channels.append(Channel(s, reader, ledger, feed, pace, widening))
+        self._turn = 0
         store = run_store(ctx.store_url, ctx.run)
         self.policies = PolicyStore(store, ctx.run)
         self.checkpoints = TrainerCheckpoints(CheckpointStore(store, ctx.run), cfg.algorithm, cfg.checkpoint_every_s,
                                               cfg.keep_checkpoints, cfg.checkpoint_replay, session=ctx.steps_done)
         self.status = StatusWriter(self.control, "trainer")
         self.membership.refresh()
-        limits = backlog_limits(cfg, layout, algorithm.entry_transitions(cfg))
-        self.pace = ReadPace(limits.limit_bytes)
-        self.widening = Widening(self.reader, limits, cfg.max_backlog_bytes, cfg.learning_starts, self.pace)
         self.limiter = RateLimiter(self.learning.tolerance)
         self.version = self.published_updates = -1
         self.started = time.monotonic()
@@ -82,6 +102,14 @@ class Trainer(Service):
     def version(self, value: int) -> None:
         self._version = self.learning.policy_version = value
 
+    def _done_markers(self, shard: int):
+        """The done markers (``RunControl.workers_done``) of the workers that append to ``shard``: a shard's feed
+        settles only its own workers (another shard's finished worker is not this shard's loss)."""
+        shards = self.cfg.memory_shards
+        if shards == 1:
+            return self.control.workers_done
+        return lambda: {w: n for w, n in self.control.workers_done().items() if shard_of(w, shards) == shard}
+
     @property
     def device(self) -> str:
         """Where the learner's networks are (``--device`` resolved; a plugin's learner without one: the CPU)."""
@@ -95,15 +123,15 @@ class Trainer(Service):
     def restore(self) -> None:
         """Continues a run (``drl.checkpointing``); the policy version continues from the highest of the
         announced one, the newest stored one and the checkpoint's."""
-        committed = self.reader.load_state()
+        committed = {ch.shard: ch.reader.load_state() for ch in self.channels}
         checkpoint = self.checkpoints.restore(self.learning, self.ledger, committed)
         known = [self.announcer.latest(), *self.policies.versions()[-1:]]
         self.version = max(known + ([checkpoint.policy_version] if checkpoint is not None else []))
-        if not committed and self.ledger.known_workers():
+        if not any(committed.values()) and self.ledger.known_workers():
             # The memory server lost the state with the trainer: put the checkpoint's back before any worker
             # process that starts now reads where to continue its numbering (it waits for the announced version).
             self.on_memory_reset()
-        if committed or checkpoint is not None:
+        if any(committed.values()) or checkpoint is not None:
             log.info("continuing: %d transitions consumed, %d updates, policy version %d", self.ledger.consumed,
                      self.updates, self.version)
 
@@ -112,13 +140,43 @@ class Trainer(Service):
         current one by default)."""
         version = self.version if version is None else version
         log.warning("memory server lost its data; re-announcing version %d and rewriting trainer state", version)
-        self.reader.rewrite(self.ledger.fields(self.ledger.known_workers(), self.updates), self.ledger.produced,
-                            self.widening.factor, version)
+        for ch in getattr(self, "channels", ()):
+            ch.reader.rewrite(ch.ledger.fields(ch.ledger.known_workers(), self.updates), ch.ledger.produced,
+                              ch.widening.factor, version)
 
     # -- experience -------------------------------------------------------------------------------------
     def finished(self) -> bool:
-        """Every worker finished and nothing left in the stream."""
-        return self.membership.all_finished() and self.reader.backlog() == 0
+        """Every worker finished and nothing left in any stream."""
+        return self.membership.all_finished() and self.backlog() == 0
+
+    def backlog(self) -> int:
+        return sum(ch.reader.backlog() for ch in self.channels)
+
+    def read(self, count: int, block_ms: int | None, sync_version: int | None = None) -> list:
+        """Reads every shard once without waiting (the next shard first, in turn) and, when none had anything and
+        ``block_ms`` is set, waits that long on the shard whose turn it is; returns the accepted headers."""
+        order = self.channels[self._turn:] + self.channels[:self._turn]
+        self._turn = (self._turn + 1) % len(self.channels)
+        taken = []
+        for ch in order:
+            taken += ch.feed.read(count, None, sync_version)
+        if not taken and block_ms is not None:
+            taken = order[0].feed.read(count, block_ms, sync_version)
+        return taken
+
+    def read_paced(self, count: int) -> bool:
+        """ASYNC with no update owed: each shard's paced read (``Feed.read_paced``, each waiting a share of 100 ms
+        for new entries, so a round over the shards waits about as long as one stream's read did); whether any
+        took anything."""
+        block_ms = max(10, 100 // len(self.channels))
+        got = False
+        for ch in self.channels:
+            got = bool(ch.feed.read_paced(ch.pace, count, block_ms)) or got
+        return got
+
+    def widen(self, wide: bool) -> None:
+        for ch in self.channels:
+            ch.widening.widen(wide)
 
     # -- learning and publishing ------------------------------------------------------------------------
     def publish(self, force: bool = False, checkpoint: bool = False) -> None:
@@ -137,7 +195,7 @@ class Trainer(Service):
         self.policies.publish(version, self.learning.learner.policy_weights(), algorithm=self.cfg.algorithm,
                               env_steps=self.ledger.consumed, updates=self.updates,
                               observation_space=self.spec.observation_space, action_space=self.spec.action_space)
-        if self.ledger.known_workers() and not self.reader.load_state():
+        if any(ch.ledger.known_workers() and not ch.reader.load_state() for ch in self.channels):
             # The memory server lost its data and this trainer has not read from it since: a worker process
             # starting now takes its position once a version is announced, so the state goes back with it.
             self.on_memory_reset(version)
@@ -187,8 +245,9 @@ class Trainer(Service):
             "duplicates_dropped": ledger.duplicates, "stale_dropped": ledger.stale,
             "dead_lettered": ledger.dead_letters, "lost": ledger.lost,
             "transitions_per_s": round(ledger.consumed / elapsed, 1),
-            "replay_size": self.learning.size(), "backlog": self.reader.backlog(),
-            "backlog_bytes": self.reader.backlog_bytes(), "memory_resets": self.reader.resets,
+            "replay_size": self.learning.size(), "backlog": self.backlog(),
+            "backlog_bytes": sum(ch.reader.backlog_bytes() for ch in self.channels),
+            "memory_resets": sum(ch.reader.resets for ch in self.channels),
             **{k: round(v, 5) for k, v in self.learning.metrics.items()}, **self.learning.report(),
         }
         self.status.write(fields, force=force)
@@ -203,13 +262,13 @@ class Trainer(Service):
                 return self.stop_reason
             behind = learning.owed(self.ledger.consumed) - self.updates
             if limiter.starved(behind):
-                self.widening.widen(self.widening.data_is_late(self.updates, self.ledger.consumed))
-                if not self.feed.read_paced(self.pace, STARVED_READ_ENTRIES) and self.finished():
+                self.widen(self.channels[0].widening.data_is_late(self.updates, self.ledger.consumed))
+                if not self.read_paced(STARVED_READ_ENTRIES) and self.finished():
                     return "steps_done"
             elif limiter.may_read(behind):
-                self.feed.read(ASYNC_READ_ENTRIES, None)
+                self.read(ASYNC_READ_ENTRIES, None)
             else:
-                self.widening.widen(False)
+                self.widen(False)
             for _ in range(min(max(behind, 0), MOST_UPDATES_PER_LOOP)):
                 learning.update(self.ledger.consumed)
             if self.updates - max(self.published_updates, 0) >= self.cfg.publish_every_updates:
@@ -234,7 +293,7 @@ class Trainer(Service):
                         version = self.version
                         waiting = membership.waiting_for(version)
                         deadline = now + self.cfg.sync_deadline_s
-                taken = self.feed.read(SYNC_READ_ENTRIES, 100, version)
+                taken = self.read(SYNC_READ_ENTRIES, 100, version)
                 if taken:
                     progressed = time.monotonic()
                 waiting -= {h.worker_id for h in taken if h.iteration_end}
@@ -243,7 +302,7 @@ class Trainer(Service):
                     waiting.clear()
                 self.report()
             if membership.all_finished():
-                while self.feed.read(SYNC_READ_ENTRIES, 100, version) or self.reader.backlog():
+                while self.read(SYNC_READ_ENTRIES, 100, version) or self.backlog():
                     pass
             elif waiting:
                 log.warning("iteration %d: no complete share from %s within %.0fs; training without them",
@@ -269,7 +328,8 @@ class Trainer(Service):
             reason = self.should_stop(force=True) or reason
         if reason == "steps_done":
             self.publish()
-        self.feed.record()
+        for ch in self.channels:
+            ch.feed.record()
         self.checkpoints.save(self.learning, self.ledger, self.version, exit_reason=reason)
         self.control.mark_trainer_done(self.version)
         self.report(force=True, state="finished", reason=reason)

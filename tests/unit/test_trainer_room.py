@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from drl.ingest import Ledger
+from drl.ingest import Ledger, Ledgers
 from drl.memory.backlog import BacklogLimits
 from drl.pacing import WIDENING, RateLimiter, ReadPace, Widening
-from services.trainer.trainer import Trainer
+from services.trainer.trainer import Channel, Trainer
 from tests.harness import fast_config
 
 LIMIT, TRANSITION = 10_000, 100
@@ -44,18 +44,23 @@ def _trainer_fake_reader(owed: list[int], **changes) -> Trainer:
     trainer = object.__new__(Trainer)
     trainer.cfg = cfg
     trainer.learning = ScriptedLearning(owed)
-    trainer.ledger = Ledger()
+    ledger = Ledger()
+    trainer.ledger = Ledgers.single(ledger)
     trainer.limiter = RateLimiter.of(cfg)
-    trainer.pace = ReadPace(LIMIT)
+    pace = ReadPace(LIMIT)
     reader = FakeReader()
     limits = BacklogLimits(transition_bytes=TRANSITION, least=8, limit_bytes=LIMIT, entries=16, ceiling=10**6)
-    trainer.widening = Widening(reader, limits, 10**9, cfg.learning_starts, trainer.pace)
+    widening = Widening(reader, limits, 10**9, cfg.learning_starts, pace)
     reader.factors.clear()
     trainer.published_updates = 0
     trainer.stop_reason = "stopped"
     iterations = iter(range(len(owed) + 1))
     trainer.should_stop = lambda force=False: "" if next(iterations) < len(owed) else "stopped"
-    trainer.feed = SimpleNamespace(read=lambda count, block_ms: [], read_paced=lambda pace, count: [1])
+    feed = SimpleNamespace(read=lambda count, block_ms, sync_version=None: [],
+                           read_paced=lambda pace, count, block_ms=100: [1])
+    trainer.channels = [Channel(0, reader, ledger, feed, pace, widening)]
+    trainer._turn = 0
+    trainer.widening, trainer.pace = widening, pace
     trainer.report = lambda *a, **k: None
     return trainer
 

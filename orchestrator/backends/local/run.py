@@ -173,7 +173,8 @@ class LocalRun:
             self.memory_env = private_env(password_file)
             self.server = private_server(self.run_dir / "redis", password=password)
             memory_url = self.server.url
-        self.memory = open_memory(memory_url, self.run, retry_s=MEMORY_RETRY_S, env=self.memory_env)
+        self.memory = open_memory(memory_url, self.run, retry_s=MEMORY_RETRY_S, env=self.memory_env,
+                                  shards=self.cfg.memory_shards)
         self.control = self.memory.control()
         self.memory_url = memory_url
         self.claim_run()
