@@ -46,9 +46,11 @@ class TrainerCheckpoints:
         self.with_replay = with_replay
         self._written_at = time.monotonic()
 
-    def save(self, learning, ledger: Ledger | Ledgers, version: int, exit_reason: str | None = None) -> None:
+    def save(self, learning, ledger: Ledger | Ledgers, version: int, exit_reason: str | None = None,
+             totals: dict[str, int] | None = None) -> None:
         """Writes a full checkpoint and keeps the newest ``keep``. The one written at exit also names the exit
-        reason: with the ledger it is the trainer's record of the run that outlives the memory server."""
+        reason: with the ledger it is the trainer's record of the run that outlives the memory server.
+        ``totals``: the run's counters when this ledger holds only part of them (a learner of a group)."""
         tensors, meta = learning.state(self.with_replay)
         tensors["rng.torch"] = torch.get_rng_state().numpy()
         ledgers = ledger if isinstance(ledger, Ledgers) else Ledgers.single(ledger)
@@ -57,7 +59,7 @@ class TrainerCheckpoints:
         def fields(one: Ledger) -> dict[str, str]:
             return {k: str(v) for k, v in one.fields(one.known_workers(), updates).items()}
 
-        meta["counters"] = ledgers.counters()
+        meta["counters"] = totals if totals is not None else ledgers.counters()
         if ledgers.shards == 1:
             meta["ledger"] = fields(ledgers.by_shard[0])
         else:

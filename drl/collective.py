@@ -39,6 +39,9 @@ class Collective(Protocol):
     def min_int(self, value: int) -> int:
         """The smallest of the group's values."""
 
+    def broadcast_int(self, value: int) -> int:
+        """Learner 0's value."""
+
 
 class Solo:
     """One learner alone: nothing to share."""
@@ -53,6 +56,9 @@ class Solo:
         return tensor
 
     def min_int(self, value: int) -> int:
+        return value
+
+    def broadcast_int(self, value: int) -> int:
         return value
 
 
@@ -82,6 +88,11 @@ class TorchGroup:
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MIN)
         return int(t.item())
 
+    def broadcast_int(self, value: int) -> int:
+        t = torch.tensor([value], dtype=torch.int64, device=self.device)
+        self.dist.broadcast(t, src=0)
+        return int(t.item())
+
     def broadcast_(self, tensor: torch.Tensor, source: int = 0) -> torch.Tensor:
         """Replaces ``tensor`` with rank ``source``'s, in place (learners that restored different states agree)."""
         self.dist.broadcast(tensor, src=source)
@@ -92,17 +103,35 @@ class TorchGroup:
             self.dist.destroy_process_group()
 
 
-def join(rank: int, size: int, address: str, port: int, backend: str = "auto",
-         timeout_s: float = 300.0) -> TorchGroup:
-    """Joins (and with rank 0, hosts) the group of ``size`` learners at ``address:port``: gloo for CPU learners,
-    NCCL where the learners train on GPUs (``backend`` auto picks NCCL when CUDA is available)."""
+def join(rank: int, size: int, address: str, port: int, backend: str = "auto", timeout_s: float = 300.0,
+         device: torch.device = torch.device("cpu")) -> TorchGroup:
+    """Joins (and with rank 0, hosts) the group of ``size`` learners at ``address:port``: gloo for learners on
+    the CPU, NCCL for learners on GPUs (``backend`` auto picks by ``device``, where the learner's gradients are;
+    NCCL takes one GPU per learner)."""
     import torch.distributed as dist
 
     if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+        backend = "nccl" if device.type == "cuda" and dist.is_nccl_available() else "gloo"
     dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=timeout_s))
     return TorchGroup()
+
+
+def broadcast_learner(group: TorchGroup, learner) -> None:
+    """Gives every learner of the group learner 0's networks (every parameter and buffer of the learner's
+    ``_modules()``) and, when every learner has optimiser state, its optimisers' moments: learners that restored
+    different checkpoints, or none, start their first step equal."""
+    tensors = [t for module in learner._modules().values() for t in module.state_dict().values()]
+    if torch.is_tensor(getattr(learner, "log_alpha", None)):
+        tensors.append(learner.log_alpha.data)
+    optimizers = learner._optimizers() if hasattr(learner, "_optimizers") else {"opt": learner.opt}
+    moments = [state[key] for opt in optimizers.values() for state in opt.state.values() for key in sorted(state)
+               if torch.is_tensor(state[key])]
+    for t in tensors:
+        group.broadcast_(t)
+    if group.min_int(len(moments)) == group.min_int(-len(moments)) * -1 and moments:
+        for t in moments:
+            group.broadcast_(t)
 
 
 def group_moments(collective: Collective, x: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:

@@ -41,6 +41,15 @@ if TYPE_CHECKING:
     from drl.algorithms.base import Learner, ReplayLearner, RolloutLearner
 
 
+def _together(learner, ready: bool) -> bool:
+    """Whether every learner of ``learner``'s group has something to train on (a training pass averages the
+    group's gradients, so all take it or none does); alone, whether this one has."""
+    collective = getattr(learner, "collective", None)
+    if collective is None or collective.size == 1:
+        return ready
+    return collective.min_int(1 if ready else 0) == 1
+
+
 class Learning(Protocol):
     learner: "Learner"
     metrics: dict[str, float]  # the learner's last metrics
@@ -188,7 +197,8 @@ class RolloutLearning(LearningBase):
     def end_iteration(self, consumed: int) -> None:
         """One training pass over the iteration's rollout, which is then dropped; ``progress`` (the learning
         rate's schedule) counts the run's steps before this rollout."""
-        if not self.rollout:
+        if not _together(self.learner, bool(self.rollout)):
+            self.rollout.clear()
             return
         size = sum(len(arrays["reward"]) for _, _, arrays in self.rollout)
         progress = max(0, consumed - size) / self.cfg.steps
@@ -304,7 +314,7 @@ class QueueLearning(LearningBase):
             self.lag.add(lag, rows)
             batch.append(segment)
         self.queued -= taken
-        if batch:
+        if _together(self.learner, bool(batch)):
             self.metrics = self.learner.train(batch, progress=min(1.0, consumed / self.cfg.steps))
 
     def end_iteration(self, consumed: int) -> None:

@@ -25,7 +25,7 @@ from drl.algorithms.dqn import DQNConfig
 from drl.algorithms.ppo import PPOConfig
 from drl.algorithms.sac import SACConfig
 from drl.algorithms.td3 import TD3Config
-from drl.collective import SOLO, group_moments, join
+from drl.collective import SOLO, broadcast_learner, group_moments, join
 from drl.envs import space_spec
 from drl.presets import get_preset
 
@@ -100,6 +100,13 @@ def run_rank(rank: int, port: int, out: str) -> None:
             learner.collective = group
             feed(learner, algorithm, spec, rank)
             np.savez(Path(out) / f"{algorithm}-{rank}.npz", **learner.policy_weights())
+        env, blocks = CASES["sac"]
+        cfg = dataclasses.replace(get_preset("sac", env), device="cpu", **blocks)
+        other = make_learner("sac", space_spec(env), cfg, seed=20 + rank)
+        broadcast_learner(group, other)
+        assert group.broadcast_int(100 + rank) == 100
+        np.savez(Path(out) / f"broadcast-{rank}.npz", log_alpha=other.log_alpha.detach().numpy(),
+                 **other.policy_weights())
         n, mean, var = group_moments(group, torch.full((3, 2), float(rank + 1)))
         np.savez(Path(out) / f"moments-{rank}.npz", n=n, mean=mean.numpy(), var=var.numpy())
     finally:
@@ -143,9 +150,25 @@ def test_group_moments_are_over_every_learners_rows(group_results):
         np.testing.assert_allclose(got["var"], [0.25, 0.25])
 
 
+def test_learners_that_start_apart_take_learner_zeros_networks(group_results):
+    """Two SAC learners built from different seeds hold learner 0's weights (and temperature) after
+    ``broadcast_learner``."""
+    env, blocks = CASES["sac"]
+    cfg = dataclasses.replace(get_preset("sac", env), device="cpu", **blocks)
+    first = make_learner("sac", space_spec(env), cfg, seed=20)
+    expected = {**first.policy_weights(), "log_alpha": first.log_alpha.detach().numpy()}
+    for r in range(SIZE):
+        got = dict(np.load(group_results / f"broadcast-{r}.npz"))
+        assert set(got) == set(expected)
+        for name, value in expected.items():
+            np.testing.assert_array_equal(got[name], value, err_msg=f"rank {r}: {name}")
+    other = make_learner("sac", space_spec(env), cfg, seed=21).policy_weights()
+    assert any(not np.array_equal(other[n], expected[n]) for n in other), "the seeds gave the same networks"
+
+
 def test_a_learner_alone_is_unchanged_by_its_collective():
     """SOLO's operations return their tensor untouched, and a learner's default collective is SOLO."""
     t = torch.arange(4.0)
-    assert SOLO.mean_(t) is t and SOLO.sum_(t) is t and SOLO.min_int(7) == 7
+    assert SOLO.mean_(t) is t and SOLO.sum_(t) is t and SOLO.min_int(7) == 7 and SOLO.broadcast_int(3) == 3
     learner, _ = learner_for("ppo")
     assert learner.collective is SOLO

@@ -180,7 +180,8 @@ class PPOLearner:
         params = [self.flat.param]
         stats_per_step: list[dict[str, torch.Tensor]] = []
         for _ in range(cfg.epochs):
-            for idx in self.minibatch_rows(data):
+            rows = list(self.minibatch_rows(data))
+            for idx in rows[:self.collective.min_int(len(rows))]:
                 idx = idx.to(self.device, non_blocking=True)
                 total, stats = self.loss({k: v[idx] for k, v in data.items() if k not in self.WHOLE})
                 self.flat.zero_grad()
