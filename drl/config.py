@@ -101,6 +101,10 @@ class ExperimentBase:
                                       "kills and restarts a process (a hung or stopped process).")
     eval_episodes: int = opt(10, "Deterministic episodes per evaluated policy version.")
     trainer_threads: int = opt(1, "Torch intra-op threads of the trainer.")
+    learners: int = opt(1, "Trainer processes in one data-parallel group (torch.distributed: gloo on CPUs, NCCL on "
+                           "GPUs): learner r reads the experience streams s with s mod learners = r into its own "
+                           "replay, every update averages the group's gradients, and learner 0 publishes; needs "
+                           "--memory-shards of at least this.")
     device: str = opt("auto", "Where the trainer's networks train: auto (the first CUDA device when the trainer "
                               "sees one, else the CPU), cpu, cuda or cuda:N; a named GPU the trainer does not have "
                               "is refused.")
@@ -134,6 +138,11 @@ class ExperimentBase:
             problems.append("--env must name a gymnasium environment id")
         if device.problem(self.device):
             problems.append(device.problem(self.device))
+        if self.learners < 1:
+            problems.append(f"--learners must be at least 1, got {self.learners}")
+        elif self.learners > self.memory_shards:
+            problems.append(f"--learners {self.learners} needs --memory-shards {self.learners} or more: each learner "
+                            f"reads whole experience streams (got --memory-shards {self.memory_shards})")
         if self.run_name and not all(c.isalnum() or c in "-_." for c in self.run_name):
             problems.append(f"--run-name may hold letters, digits, '-', '_' and '.', got {self.run_name!r}")
         algo = self.algorithms.get(self.algorithm)

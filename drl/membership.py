@@ -45,12 +45,13 @@ def _index(name: str) -> int:
 class Membership:
     def __init__(self, control: RunControl, ledger: Ledger | Ledgers, workers: int, silence_s: float = math.inf,
                  clock: Callable[[], float] = time.monotonic, steps: int | None = None):
-        """``ledger``: the trainer's, or its shards' (``Ledgers``); ``steps``: what this session of the run produces
-        in all (its steps less those a resumed run's checkpoint covers); None leaves the coverage rule out."""
+        """``ledger``: the trainer's, or the ledgers of the shards it reads (``Ledgers``: a learner of a group
+        follows only the workers of its shards); ``steps``: what this session of the run produces in all (its
+        steps less those a resumed run's checkpoint covers); None leaves the coverage rule out."""
         self.control = control
         self.ledgers = ledger if isinstance(ledger, Ledgers) else Ledgers.single(ledger)
         self.initial, self.steps = workers, steps
-        self.workers: set[str] = set(worker_names(workers))
+        self.workers: set[str] = {w for w in worker_names(workers) if self.ledgers.owns(w)}
         self.finished: set[str] = set()
         self.given_up: set[str] = set()
         self.silence_s, self.clock = silence_s, clock
@@ -60,7 +61,7 @@ class Membership:
     def refresh(self) -> None:
         """Adds the workers registered since, and takes back finished ones that returned with more to produce."""
         _, shares, members = self.control.snapshot()
-        added = set(members) - self.workers
+        added = {w for w in members if self.ledgers.owns(w)} - self.workers
         if added:
             log.info("rollout workers joined: %s", ", ".join(sorted(added)))
             self.workers |= added
@@ -74,7 +75,8 @@ class Membership:
                 self.ledgers.of(w).final_seq.pop(w, None)
 
     def admits(self, worker: str) -> bool:
-        """Whether ``worker`` belongs to the run, looking at the membership again before saying no."""
+        """Whether ``worker`` belongs to the run (and appends to a shard this trainer reads), looking at the
+        membership again before saying no."""
         if worker not in self.workers:
             self.refresh()
         return worker in self.workers

@@ -18,6 +18,10 @@ class Workload:
     command: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     per_replica_env: str = ""  # name of the variable holding the replica index, if any
+    first_index: int = 0  # the first replica's index (learners: 1, learner 0 being the trainer)
+
+    def indices(self) -> range:
+        return range(self.first_index, self.first_index + self.replicas)
 
     def replica_env(self, index: int) -> dict[str, str]:
         env = dict(self.env)
@@ -30,8 +34,12 @@ class Workload:
 
 
 def plan(cfg: ExperimentConfig, *, run: str, run_dir: str, memory_url: str, store_url: str,
-         python: str = "python", steps_done: int = 0) -> list[Workload]:
-    """The workloads of a run: one trainer, ``cfg.workers`` rollout workers and one evaluator.
+         python: str = "python", steps_done: int = 0, learner_address: str = "127.0.0.1",
+         learner_port: int = 0) -> list[Workload]:
+    """The workloads of a run: one trainer, ``cfg.workers`` rollout workers and one evaluator; with
+    ``cfg.learners`` K > 1 also K - 1 learners (``learner-1`` ...), which run the trainer's command as ranks 1 to
+    K - 1 of its group, meeting at ``learner_address:learner_port`` (``MASTER_ADDR``/``MASTER_PORT``, as torchrun
+    names them; the trainer, rank 0, hosts the rendezvous).
 
     ``steps_done`` (a resumed run) is what the newest checkpoint already covers; workers share the rest.
     """
@@ -45,9 +53,15 @@ def plan(cfg: ExperimentConfig, *, run: str, run_dir: str, memory_url: str, stor
         "PYTHONUNBUFFERED": "1",
         "OMP_NUM_THREADS": "1",
     }
-    return [
-        Workload("trainer", 1, (python, "-m", "services.trainer"),
-                 {**common, "OMP_NUM_THREADS": str(cfg.trainer_threads)}),
+    trainer_env = {**common, "OMP_NUM_THREADS": str(cfg.trainer_threads)}
+    if cfg.learners > 1:
+        trainer_env.update({"MASTER_ADDR": learner_address, "MASTER_PORT": str(learner_port)})
+    workloads = [
+        Workload("trainer", 1, (python, "-m", "services.trainer"), trainer_env),
         Workload("rollout", cfg.workers, (python, "-m", "services.rollout"), common, "DRL_WORKER_INDEX"),
         Workload("evaluator", 1, (python, "-m", "services.evaluator"), common),
     ]
+    if cfg.learners > 1:
+        workloads.append(Workload("learner", cfg.learners - 1, (python, "-m", "services.trainer"), trainer_env,
+                                  "DRL_LEARNER_RANK", first_index=1))
+    return workloads

@@ -86,6 +86,10 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("DRL_STEPS_DONE", PER_SERVICE, "Environment steps a resumed run had already done (0 for a new run)."),
     ("DRL_WORKER_INDEX", PER_SERVICE, "A rollout worker's index (0 .. workers-1): its seed, its share of the "
      "steps and its sequence numbers."),
+    ("DRL_LEARNER_RANK", PER_SERVICE, "With `--learners` K > 1: a learner's rank in the group (1 .. K-1; the "
+     "trainer is 0, the default): the experience streams it reads (s mod K = rank) and its name, `learner-<rank>`. "
+     "The group meets at torchrun's `MASTER_ADDR`:`MASTER_PORT`, which the trainer hosts (the local backend picks "
+     "a free loopback port)."),
     ("DRL_HEARTBEAT_FILE", PER_SERVICE, "File the service touches every few seconds, so that a watcher (the pods' "
      "exec probes, the local backend) can tell a hung process by its age."),
     ("DRL_CONTROL_HOST", PER_SERVICE, "Address of the gRPC control and health service (default `127.0.0.1`; "

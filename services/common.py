@@ -41,6 +41,7 @@ class ServiceContext:
     store_url: str
     worker_index: int
     steps_done: int = 0
+    learner_rank: int = 0
 
     @classmethod
     def from_env(cls, role: str) -> "ServiceContext":
@@ -55,17 +56,19 @@ class ServiceContext:
             raise UserError(f"DRL_CONFIG is not valid JSON: {exc}") from None
         config = resolve(data, "DRL_CONFIG")
         numbers = {}
-        for var in ("DRL_WORKER_INDEX", "DRL_STEPS_DONE"):
+        for var in ("DRL_WORKER_INDEX", "DRL_STEPS_DONE", "DRL_LEARNER_RANK"):
             try:
                 numbers[var] = int(env.get(var, "0"))
             except ValueError:
                 raise UserError(f"{var} must be an integer, got {env[var]!r}") from None
         return cls(role, config, env["DRL_RUN"], Path(env["DRL_RUN_DIR"]), env["DRL_MEMORY_URL"], env["DRL_STORE"],
-                   numbers["DRL_WORKER_INDEX"], numbers["DRL_STEPS_DONE"])
+                   numbers["DRL_WORKER_INDEX"], numbers["DRL_STEPS_DONE"], numbers["DRL_LEARNER_RANK"])
 
     @property
     def name(self) -> str:
-        return worker_name(self.worker_index) if self.role == "rollout" else self.role
+        if self.role == "rollout":
+            return worker_name(self.worker_index)
+        return f"learner-{self.learner_rank}" if self.role == "learner" else self.role
 
     def memory(self) -> MemoryBackend:
         """The run's memory backend, checked; an unreachable server is waited for up to ``memory_retry_s`` (pods

@@ -71,6 +71,9 @@ seed, run_name and the config overrides (the top-level values win). */}}
 {{- end -}}
 {{- $_ := set $cfg "seed" (int64 .Values.seed) -}}
 {{- $_ := set $cfg "run_name" (include "drl.run" .) -}}
+{{- if gt (int (get $cfg "learners" | default 1)) 1 -}}
+{{- fail "config.learners > 1: a group of learners runs locally for now; the chart renders one trainer pod" -}}
+{{- end -}}
 {{- if and .Values.trainer.gpu.enabled (not (hasKey $cfg "device")) -}}
 {{- $_ := set $cfg "device" "cuda" -}}
 {{- end -}}

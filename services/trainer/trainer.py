@@ -11,6 +11,7 @@ store; versions are announced through the memory backend.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import torch
 
 from drl.algorithms import get as get_algorithm
 from drl.checkpointing import TrainerCheckpoints
+from drl.collective import SOLO, broadcast_learner, join
 from drl.envs import space_spec
 from drl.ingest import Feed, Ingest, Ledger, Ledgers
 from drl.membership import Membership
@@ -26,7 +28,9 @@ from drl.naming import shard_of
 from drl.memory import codec
 from drl.memory.backlog import backlog_limits
 from drl.pacing import RateLimiter, ReadPace, Widening
+from drl.errors import UserError
 from drl.store import PolicyStore, run_store
+from drl.store.base import PrefixedStore
 from drl.store.checkpoint import CheckpointStore
 from drl.tensorboard import ScalarLog, TrainerCurves
 from services.common import Service, ServiceContext, StatusWriter, hold_claim
@@ -53,6 +57,7 @@ SYNC_READ_ENTRIES = 64
 MOST_UPDATES_PER_LOOP = 16
 STOP_CHECK_EVERY_UPDATES = 200
 STALLED_CHECK_S = 5.0
+GROUP_TIMEOUT_S = 120.0
 
 
 class Trainer(Service):
@@ -63,8 +68,10 @@ class Trainer(Service):
         self.spec = space_spec(cfg.env)
         layout = codec.expected_layout(self.spec, algorithm.wire_fields(cfg))
         self.learning = algorithm.make_learning(self.spec, cfg, seed=cfg.seed)
-        shards = range(cfg.memory_shards)
+        self.rank, self.size = ctx.learner_rank, cfg.learners
+        shards = [s for s in range(cfg.memory_shards) if s % self.size == self.rank]
         self.ledger = Ledgers({s: Ledger() for s in shards}, cfg.memory_shards)
+        self.group = self.join_group()
         self.membership = Membership(self.control, self.ledger, cfg.workers, cfg.member_silence_s,
                                      steps=max(0, cfg.steps - ctx.steps_done))
         limits = backlog_limits(cfg, layout, algorithm.entry_transitions(cfg))
@@ -80,9 +87,10 @@ class Trainer(Service):
         self._turn = 0
         store = run_store(ctx.store_url, ctx.run)
         self.policies = PolicyStore(store, ctx.run)
-        self.checkpoints = TrainerCheckpoints(CheckpointStore(store, ctx.run), cfg.algorithm, cfg.checkpoint_every_s,
+        own = store if self.rank == 0 else PrefixedStore(store, f"learners/{self.rank}/")
+        self.checkpoints = TrainerCheckpoints(CheckpointStore(own, ctx.run), cfg.algorithm, cfg.checkpoint_every_s,
                                               cfg.keep_checkpoints, cfg.checkpoint_replay, session=ctx.steps_done)
-        self.status = StatusWriter(self.control, "trainer")
+        self.status = StatusWriter(self.control, ctx.name)
         self.membership.refresh()
         self.limiter = RateLimiter(self.learning.tolerance)
         self.version = self.published_updates = -1
@@ -90,7 +98,7 @@ class Trainer(Service):
         self._stop_checked = 0.0
         self.stop_reason = ""
         self.restore()
-        self.curves = TrainerCurves(ScalarLog(ctx.run_dir / "tensorboard" / "trainer"), self.started,
+        self.curves = TrainerCurves(ScalarLog(ctx.run_dir / "tensorboard" / ctx.name), self.started,
                                     self.ledger.consumed, self.updates)
 
     @property
@@ -110,6 +118,40 @@ class Trainer(Service):
             return self.control.workers_done
         return lambda: {w: n for w, n in self.control.workers_done().items() if shard_of(w, shards) == shard}
 
+    def join_group(self):
+        """With ``--learners`` K > 1: joins the group of K learners (this one rank ``ctx.learner_rank``; the
+        trainer, rank 0, hosts the rendezvous at ``MASTER_ADDR:MASTER_PORT``) and gives the learner its
+        collective; alone, ``SOLO``."""
+        if self.size == 1:
+            return SOLO
+        learner = self.learning.learner
+        if not hasattr(learner, "collective"):
+            raise UserError(f"--learners {self.size}: the {self.cfg.algorithm} learner cannot average its gradients "
+                            "with a group (it has no collective)")
+        env = os.environ
+        address, port = env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", "")
+        if not address or not port.isdigit() or int(port) == 0:
+            raise UserError(f"--learners {self.size}: MASTER_ADDR and MASTER_PORT must name the group's rendezvous "
+                            f"(got {address!r}, {port!r}); drl-orchestrate sets them")
+        log.info("learner %d of %d: joining the group at %s:%s, reading shards %s", self.rank, self.size, address,
+                 port, ", ".join(str(s) for s in self.ledger.by_shard))
+        try:
+            group = join(self.rank, self.size, address, int(port), timeout_s=GROUP_TIMEOUT_S,
+                         device=torch.device(self.device))
+        except Exception as exc:
+            raise UserError(f"learner {self.rank} of {self.size} could not join the group at {address}:{port} within "
+                            f"{GROUP_TIMEOUT_S:.0f} s: {exc}") from None
+        learner.collective = group
+        return group
+
+    def agree_any(self, flag: bool) -> bool:
+        """Whether ``flag`` holds for any learner of the group (this one alone: whether it holds)."""
+        return self.group.min_int(0 if flag else 1) == 0
+
+    def agree_all(self, flag: bool) -> bool:
+        """Whether ``flag`` holds for every learner of the group."""
+        return self.group.min_int(1 if flag else 0) == 1
+
     @property
     def device(self) -> str:
         """Where the learner's networks are (``--device`` resolved; a plugin's learner without one: the CPU)."""
@@ -127,6 +169,13 @@ class Trainer(Service):
         checkpoint = self.checkpoints.restore(self.learning, self.ledger, committed)
         known = [self.announcer.latest(), *self.policies.versions()[-1:]]
         self.version = max(known + ([checkpoint.policy_version] if checkpoint is not None else []))
+        if self.size > 1:
+            # Learners restored different checkpoints and committed states: they continue from learner 0's
+            # networks, update count and the newest version any of them knows, so that they step and publish
+            # together.
+            broadcast_learner(self.group, self.learning.learner)
+            self.learning.learner.updates = self.group.broadcast_int(self.updates)
+            self.version = -self.group.min_int(-self.version)
         if not any(committed.values()) and self.ledger.known_workers():
             # The memory server lost the state with the trainer: put the checkpoint's back before any worker
             # process that starts now reads where to continue its numbering (it waits for the announced version).
@@ -184,12 +233,23 @@ class Trainer(Service):
         ``checkpoint``, then writes a checkpoint if one is due."""
         if force or self.updates != self.published_updates:
             version = self.version + 1
-            self._write_policy(version)
+            if self.rank == 0:
+                self._write_policy(version)
             self.version, self.published_updates = version, self.updates
-            self.policies.retain(self.cfg.keep_policies)
+            if self.rank == 0:
+                self.policies.retain(self.cfg.keep_policies)
             self.report(force=True)
-        if checkpoint and self.checkpoints.due():
-            self.checkpoints.save(self.learning, self.ledger, self.version)
+        if checkpoint and self.agree_any(self.checkpoints.due()):
+            self.save_checkpoint()
+
+    def save_checkpoint(self, exit_reason: str | None = None) -> None:
+        """Every learner writes its own checkpoint (its shards' ledgers; learner 0's is the run's, with the
+        group's counters summed, what a resumed run counts as done before it)."""
+        totals = None
+        if self.size > 1:
+            counts = torch.tensor(list(self.ledger.counters().values()), dtype=torch.int64)
+            totals = dict(zip(self.ledger.counters(), self.group.sum_(counts).tolist()))
+        self.checkpoints.save(self.learning, self.ledger, self.version, exit_reason=exit_reason, totals=totals)
 
     def _write_policy(self, version: int) -> None:
         self.policies.publish(version, self.learning.learner.policy_weights(), algorithm=self.cfg.algorithm,
@@ -206,7 +266,7 @@ class Trainer(Service):
         """SYNC: the workers wait for the current version; if it is gone from the store, publishes it again, so
         that they load it instead of failing: the same version (same weights) when the learner has not changed
         since it published it, else the next version. Returns True when the version changed."""
-        if self.version < 0 or self.policies.present(self.version):
+        if self.rank != 0 or self.version < 0 or self.policies.present(self.version):
             return False
         if self.updates == self.published_updates:
             log.warning("policy version %d is missing from the store; publishing it again", self.version)
@@ -239,7 +299,7 @@ class Trainer(Service):
             return
         ledger, elapsed = self.ledger, max(1e-9, time.monotonic() - self.started)
         fields = {
-            "role": "trainer", "state": state, "exit_reason": reason, "policy_version": self.version,
+            "role": self.ctx.role, "state": state, "exit_reason": reason, "policy_version": self.version,
             "device": self.device,
             "env_steps": ledger.consumed, "transitions_consumed": ledger.consumed, "updates": self.updates,
             "duplicates_dropped": ledger.duplicates, "stale_dropped": ledger.stale,
@@ -256,26 +316,41 @@ class Trainer(Service):
 
     # -- modes ------------------------------------------------------------------------------------------
     def run_async(self) -> str:
+        """Reads and trains as the rate limiter says. In a group of learners every decision that the learners
+        must take together is agreed each round: stopping, the number of updates (the fewest any learner owes),
+        and the end (every learner's workers finished and its streams empty). Once any learner has run out of
+        data for good, the group stops updating and every learner reads what is left (``draining``), so that no
+        learner waits for updates another one can no longer make."""
         learning, limiter = self.learning, self.limiter
+        draining = False
         while True:
-            if self.should_stop():
-                return self.stop_reason
+            reason = self.should_stop()
+            if self.agree_any(bool(reason)):
+                return reason or self.should_stop(force=True) or "stopped"
             behind = learning.owed(self.ledger.consumed) - self.updates
-            if limiter.starved(behind):
+            out = False
+            if draining or limiter.starved(behind):
                 self.widen(self.channels[0].widening.data_is_late(self.updates, self.ledger.consumed))
-                if not self.read_paced(STARVED_READ_ENTRIES) and self.finished():
-                    return "steps_done"
+                out = not self.read_paced(STARVED_READ_ENTRIES) and self.finished()
             elif limiter.may_read(behind):
                 self.read(ASYNC_READ_ENTRIES, None)
             else:
                 self.widen(False)
-            for _ in range(min(max(behind, 0), MOST_UPDATES_PER_LOOP)):
+            if self.agree_all(out):
+                return "steps_done"
+            draining = draining or (self.size > 1 and self.agree_any(out))
+            count = 0 if draining else self.group.min_int(min(max(behind, 0), MOST_UPDATES_PER_LOOP))
+            for _ in range(count):
                 learning.update(self.ledger.consumed)
             if self.updates - max(self.published_updates, 0) >= self.cfg.publish_every_updates:
                 self.publish(checkpoint=True)
             self.report()
 
     def run_sync(self) -> str:
+        """Per policy version: waits for this learner's workers' shares (or the deadline), then trains. In a group
+        of learners each waits for its own workers; stopping, the updates owed (the fewest any learner owes) and
+        the end are agreed, and a rollout is trained only when every learner has one
+        (``drl.learning``)."""
         membership = self.membership
         while True:
             version = self.version
@@ -283,9 +358,11 @@ class Trainer(Service):
             waiting = membership.waiting_for(version)
             deadline = time.monotonic() + self.cfg.sync_deadline_s
             progressed = checked = time.monotonic()
+            stopping = False
             while waiting and time.monotonic() < deadline:
                 if self.should_stop():
-                    return self.stop_reason
+                    stopping = True
+                    break
                 now = time.monotonic()
                 if now - max(progressed, checked) > STALLED_CHECK_S:
                     checked = now
@@ -301,6 +378,8 @@ class Trainer(Service):
                 if waiting and membership.all_finished():
                     waiting.clear()
                 self.report()
+            if self.agree_any(stopping):
+                return self.stop_reason or self.should_stop(force=True) or "stopped"
             if membership.all_finished():
                 while self.read(SYNC_READ_ENTRIES, 100, version) or self.backlog():
                     pass
@@ -308,20 +387,24 @@ class Trainer(Service):
                 log.warning("iteration %d: no complete share from %s within %.0fs; training without them",
                             version, ", ".join(sorted(waiting)), self.cfg.sync_deadline_s)
             self.learning.end_iteration(self.ledger.consumed)
-            while self.updates < self.learning.owed(self.ledger.consumed):
+            owed = self.group.min_int(max(0, self.learning.owed(self.ledger.consumed) - self.updates))
+            for done in range(1, owed + 1):
                 self.learning.update(self.ledger.consumed)
-                if self.updates % STOP_CHECK_EVERY_UPDATES == 0 and self.should_stop():
-                    return self.stop_reason
+                if done % STOP_CHECK_EVERY_UPDATES == 0:
+                    reason = self.should_stop()
+                    if self.agree_any(bool(reason)):
+                        return reason or self.should_stop(force=True) or "stopped"
                 self.report()
-            if self.finished():
+            if self.agree_all(self.finished()):
                 return "steps_done"
             self.publish(force=True, checkpoint=True)
 
     def run(self) -> int:
         log.info("trainer of run %s: %s on %s, %s mode, %d workers; learner on %s", self.ctx.run, self.cfg.algorithm,
                  self.cfg.env, self.cfg.mode, self.cfg.workers, self.device)
-        if self.announcer.latest() < 0:
+        if self.rank == 0 and self.announcer.latest() < 0:
             self.publish(force=True)
+        self.version = -self.group.min_int(-self.version)
         reason = self.run_async() if self.cfg.mode == "async" else self.run_sync()
         if reason == "steps_done":
             # Workers that saw the stop flag end their shares early; the run ended for the flag's reason.
@@ -330,8 +413,9 @@ class Trainer(Service):
             self.publish()
         for ch in self.channels:
             ch.feed.record()
-        self.checkpoints.save(self.learning, self.ledger, self.version, exit_reason=reason)
-        self.control.mark_trainer_done(self.version)
+        self.save_checkpoint(exit_reason=reason)
+        if self.rank == 0:
+            self.control.mark_trainer_done(self.version)
         self.report(force=True, state="finished", reason=reason)
         log.info("finished (%s): %d transitions consumed, %d updates, policy version %d", reason,
                  self.ledger.consumed, self.updates, self.version)
@@ -342,7 +426,7 @@ def serve(ctx: ServiceContext) -> int:
     """SIGTERM (Kubernetes, the orchestrator) ends the run loop at the next check, with a final checkpoint."""
     torch.set_num_threads(ctx.config.trainer_threads)
     memory = ctx.memory()
-    release = hold_claim(memory.control(), "trainer")
+    release = hold_claim(memory.control(), ctx.name)
     trainer = Trainer(ctx)
     signal.signal(signal.SIGTERM, lambda signum, frame: trainer.stop("stopped"))
     try:

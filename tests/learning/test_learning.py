@@ -20,6 +20,9 @@ Goals (issue: algorithms), seeds fixed:
   one pass over each batch of 512, V-trace lambda 1) within 300,000 (seed 0: about 115,000), and appo on
   MinAtar/Breakout-v1 (2 workers of 4 envs, the minatar encoder, frames travelling once) to 5 within 150,000
   (seed 0: about 23,000 steps).
+- data-parallel learners (issue: learners at scale), ``--learners 2 --memory-shards 2``, 4 workers: ppo on
+  CartPole-v1 (SYNC) to 475 within 150,000 env steps (seed 0: 8,704 steps, 11 s), in the opt-in tier sac on
+  Pendulum-v1 (ASYNC) to -200 within 20,000 (seed 0: 10,454 steps, 23 s).
 
 The run stops once the evaluator sees the target; the evaluated version's env steps are checked against the
 budget and the evaluation must have run all 10 episodes.
@@ -37,6 +40,7 @@ from tests.harness import FULL_TIER
 PER = ["--prioritized", "true", "--worker-priorities", "true"]
 IMPALA = ["--appo.clip", "0", "--appo.epochs", "1", "--appo.minibatches", "1", "--appo.vtrace-lambda", "1",
           "--appo.lr", "5e-4"]
+GROUP = ["--learners", "2", "--memory-shards", "2"]
 CASES = {
     "sac-pendulum-sync": ("sac", "Pendulum-v1", "sync", 2, [], -200.0, 20_000),
     "sac-pendulum-async": ("sac", "Pendulum-v1", "async", 2, [], -200.0, 20_000),
@@ -53,10 +57,12 @@ CASES = {
                                             150_000),
     "impala-cartpole-async": ("appo", "CartPole-v1", "async", 4, IMPALA, 475.0, 300_000),
     "appo-minatar-breakout-async": ("appo", "MinAtar/Breakout-v1", "async", 2, [], 5.0, 150_000),
+    "ppo-cartpole-sync-2-learners": ("ppo", "CartPole-v1", "sync", 4, GROUP, 475.0, 150_000),
+    "sac-pendulum-async-2-learners": ("sac", "Pendulum-v1", "async", 4, GROUP, -200.0, 20_000),
 }
 OPT_IN = {"sac-pendulum-sync", "sac-pendulum-async-bfloat16", "td3-pendulum-sync", "dqn-cartpole-sync",
           "dqn-cartpole-async-prioritized", "ppo-minatar-breakout-sync", "impala-cartpole-async",
-          "appo-minatar-breakout-async"}
+          "appo-minatar-breakout-async", "sac-pendulum-async-2-learners"}
 """Cases of the opt-in tier (``DRL_TESTS_FULL=1``), to keep the suite within its time budget. Every suite learns
 with each algorithm once and in each mode: sac, td3 and appo ASYNC, ppo SYNC, and dqn once, on images, ASYNC
 (frames through the frame replay, prioritized, worker priorities). The opt-in cases are the other mode of sac,
@@ -65,7 +71,8 @@ through it in every suite), SAC's bfloat16 products (whose gradients tests/unit/
 prioritized ASYNC case on CartPole (the MinAtar case runs the same preset, mode and options), IMPALA's loss (appo
 with ``--appo.clip 0``, one pass: about 115,000 env steps; its gradient and V-trace targets are unit-tested in
 every suite), and ppo and appo on images (appo learns CartPole in every suite, with 4 workers and with 8 workers
-and a lag bound)."""
+and a lag bound). A group of two data-parallel learners learns ppo in every suite (SYNC, each learner on its own
+stream of two workers) and sac (ASYNC) in the opt-in tier."""
 
 
 @pytest.mark.learning

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from drl.collective import SOLO
 from drl.ingest import Ledger, Ledgers
 from drl.memory.backlog import BacklogLimits
 from drl.pacing import WIDENING, RateLimiter, ReadPace, Widening
@@ -60,6 +61,7 @@ def _trainer_fake_reader(owed: list[int], **changes) -> Trainer:
                            read_paced=lambda pace, count, block_ms=100: [1])
     trainer.channels = [Channel(0, reader, ledger, feed, pace, widening)]
     trainer._turn = 0
+    trainer.group, trainer.rank, trainer.size = SOLO, 0, 1
     trainer.widening, trainer.pace = widening, pace
     trainer.report = lambda *a, **k: None
     return trainer

@@ -98,6 +98,13 @@ def policy_lag(trainer: dict) -> dict:
         return {}
 
 
+def free_port() -> int:
+    """A free TCP port on loopback (the learners' rendezvous; the trainer binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def refusal(log: Path, tail_bytes: int = 8192) -> str:
     """The reason a service gave when it refused its input: the last ``drl ROLE: error: ...`` line of its log
     (``services.common`` prints one before it exits with the usage code), or "" when there is none."""
@@ -147,7 +154,8 @@ class LocalRun:
         self.stop_requested = False
         self._hand_in_deadline: float | None = None
         self._trainer_stopped = False
-        self.restarts = {"trainer": 0, "rollout": 0, "evaluator": 0, "memory": 0}
+        self.restarts = {"trainer": 0, "rollout": 0, "evaluator": 0, "memory": 0,
+                         **({"learner": 0} if cfg.learners > 1 else {})}
         self.workers_history = [{"wall_seconds": 0.0, "env_steps": steps_done, "workers": cfg.workers}]
         self._membership: tuple[dict[str, str], dict[str, int]] = ({}, {})
         self.resume_counters: dict[str, int] = {}
@@ -228,10 +236,11 @@ class LocalRun:
     def spawn(self, memory_url: str, store_url: str, detached: bool = False) -> None:
         self.workloads = {w.role: w for w in plan(self.cfg, run=self.run, run_dir=str(self.run_dir),
                                                   memory_url=memory_url, store_url=store_url,
-                                                  python=sys.executable, steps_done=self.steps_done)}
+                                                  python=sys.executable, steps_done=self.steps_done,
+                                                  learner_port=free_port() if self.cfg.learners > 1 else 0)}
         self.register_workers()
         for workload in self.workloads.values():
-            for i in range(workload.replicas):
+            for i in workload.indices():
                 self.start(workload, i)
         self.state = RunState(run=self.run, orchestrator_pid=os.getpid(), memory_url=self.memory_url,
                               started_at=self.started, detached=detached,
@@ -429,6 +438,9 @@ class LocalRun:
         if failure:
             return failure
         retired = self._membership[0]
+        failure = self.restart_learner_group(now, progress)
+        if failure:
+            return failure
         for p in list(self.procs):
             code = p.popen.poll()
             if code is None and self.hung(p, now):
@@ -454,7 +466,36 @@ class LocalRun:
                                     f"{self.cfg.max_restarts}; log: {p.log})")
             elif now >= p.restart_at:
                 self.restarts[p.role] = self.restarts.get(p.role, 0) + 1
-                self.start(self.workloads[p.role], worker_index(p.name) if p.role == "rollout" else 0, p.restarts + 1)
+                index = worker_index(p.name) if p.role in ("rollout", "learner") else 0
+                self.start(self.workloads[p.role], index, p.restarts + 1)
+        return None
+
+    def restart_learner_group(self, now: float, progress: Progress | None) -> str | None:
+        """With ``--learners`` K > 1: when one learner of the group (the trainer or a ``learner-<r>``) exits
+        other than 0 or 2, the others are killed and all are restarted together, as torchrun's elastic agent
+        restarts a group: the survivors would only fail at their next all-reduce, one by one, and restarts out of
+        step could not meet. Each then resumes from its checkpoint and its shards' committed state."""
+        if self.cfg.learners < 2:
+            return None
+        group = [p for p in self.procs if p.role in ("trainer", "learner")]
+        crashed = [p for p in group if p.popen.poll() not in (None, 0, EXIT_USAGE) and p.restart_at is None]
+        if not crashed:
+            return None
+        first = crashed[0]
+        restarts = max(p.restarts for p in group)
+        if restarts >= self.cfg.max_restarts:
+            return (f"failed: {first.name} exited with code {first.popen.poll()} after {restarts} restarts of the "
+                    f"learner group (--max-restarts {self.cfg.max_restarts}; log: {first.log})")
+        for p in group:
+            if p.popen.poll() is None:
+                p.popen.kill()
+                p.popen.wait()
+        when = now + BACKOFF_S[min(restarts, len(BACKOFF_S) - 1)]
+        for p in group:
+            p.restart_at = when
+        self.note(progress, f"drl: {first.name} exited with code {first.popen.poll()}; restarting the learner group "
+                            f"({', '.join(p.name for p in group)}) in {when - now:g} s (restart {restarts + 1} of at "
+                            f"most {self.cfg.max_restarts}; log: {first.log})")
         return None
 
     def hung(self, p: Proc, now: float) -> bool:
