@@ -28,6 +28,7 @@ from drl.algorithms.base import seal
 from drl.errors import ConfigError
 from drl.fields import opt
 from drl.fields import problems as check_ranges
+from drl.naming import memory_servers
 
 MODES = ("sync", "async")
 
@@ -48,7 +49,9 @@ class ExperimentBase:
     steps: int = opt(20_000, "Total environment steps collected by all workers together.")
     seed: int = opt(0, "Base random seed; each worker and the evaluator derive their own from it.")
     memory: str = opt("", "Redis URL of the memory backend (redis://HOST:PORT/DB, rediss://HOST:PORT/DB, "
-                          "unix:///PATH?db=N; default $DRL_MEMORY_URL); empty starts a private Valkey/Redis server. "
+                          "unix:///PATH?db=N; default $DRL_MEMORY_URL), or several separated by commas to spread "
+                          "the experience shards over servers (shard s on server s mod N, the run's control "
+                          "state on the first); empty starts a private Valkey/Redis server. "
                           "Credentials and TLS files come from DRL_MEMORY_USERNAME, DRL_MEMORY_PASSWORD(_FILE), "
                           "DRL_MEMORY_TLS_CA/_CERT/_KEY.")
     store: str = opt("", "Data store for policies and checkpoints: a directory, file://PATH or s3://BUCKET/PREFIX "
@@ -143,6 +146,10 @@ class ExperimentBase:
         elif self.learners > self.memory_shards:
             problems.append(f"--learners {self.learners} needs --memory-shards {self.learners} or more: each learner "
                             f"reads whole experience streams (got --memory-shards {self.memory_shards})")
+        servers = len(memory_servers(self.memory))
+        if servers > self.memory_shards:
+            problems.append(f"--memory names {servers} servers for --memory-shards {self.memory_shards}: each server "
+                            f"holds whole experience streams (use --memory-shards {servers} or more)")
         if self.run_name and not all(c.isalnum() or c in "-_." for c in self.run_name):
             problems.append(f"--run-name may hold letters, digits, '-', '_' and '.', got {self.run_name!r}")
         algo = self.algorithms.get(self.algorithm)

@@ -40,6 +40,11 @@ def shard_of(worker: str, shards: int) -> int:
         return 0
 
 
+def memory_servers(url: str) -> list[str]:
+    """The server URLs of a memory URL: one, or several separated by commas (shard s lives on server s mod N)."""
+    return [part.strip() for part in url.split(",") if part.strip()]
+
+
 def worker_names(count: int) -> list[str]:
     """The names of a run's first ``count`` rollout workers."""
     return [worker_name(i) for i in range(count)]

@@ -36,6 +36,16 @@ def redis_server(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_server_b(tmp_path_factory):
+    """A second real server, for runs whose experience shards are spread over two servers."""
+    from drl.memory.redis.server import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp("redis-b")).start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def redis_client(redis_server):
     import redis

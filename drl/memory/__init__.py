@@ -3,7 +3,7 @@ and the orchestrator, behind the protocols of ``drl.memory.base``.
 
 ``open_memory(url, run)`` opens a backend for one run from its URL: ``redis://HOST:PORT/DB``,
 ``rediss://HOST:PORT/DB`` and ``unix:///PATH?db=N`` reach a Redis/Valkey server (``drl.memory.redis``, the only
-code that talks Redis); ``memory://NAME`` keeps the run in this process (``drl.memory.inproc``, for tests that run
+code that talks Redis), several of them separated by commas spread the experience shards over servers; ``memory://NAME`` keeps the run in this process (``drl.memory.inproc``, for tests that run
 the service loops as threads). ``private_server`` starts the Valkey/Redis server a local run uses when it is given
 no URL. The codec (``drl.memory.codec``) and the backlog's limits (``drl.memory.backlog``) are the same for every
 backend.
@@ -45,13 +45,13 @@ def open_memory(url: str, run: str, *, wait_s: float = 0.0, retry_s: float = RET
     return RedisMemory.open(url, run, wait_s=wait_s, retry_s=retry_s, timeout=timeout, env=env, shards=shards)
 
 
-def check_url(url: str) -> None:
+def check_url(url: str, shards: int = 1) -> None:
     """Refuses a memory URL that carries a password (it would show in process arguments and run files), and one
-    whose server does not answer; both as one ``UserError``."""
+    whose server (or one of whose servers) does not answer; both as one ``UserError``."""
     if url_has_password(url):
         raise UserError("the memory URL must not carry a password (it would show in process arguments and run "
                         "files); put it in DRL_MEMORY_PASSWORD or DRL_MEMORY_PASSWORD_FILE")
-    open_memory(url, "drl-preflight", retry_s=0.0).close()
+    open_memory(url, "drl-preflight", retry_s=0.0, shards=shards).close()
 
 
 def redact(url: str) -> str:

@@ -40,8 +40,7 @@ class Memory:
     open_sharded: Callable[[int], MemoryBackend]
 
 
-@pytest.fixture(params=["inproc", "redis"])
-def mem(request):
+def _memories(request, kind: str):
     run = f"contract-{uuid.uuid4().hex[:8]}"
     opened: list[MemoryBackend] = []
 
@@ -49,31 +48,53 @@ def mem(request):
         opened.append(backend)
         return backend
 
-    if request.param == "inproc":
+    if kind == "inproc":
         name = f"contract-{uuid.uuid4().hex[:8]}"
         yield Memory("inproc", run, lambda: keep(inproc.open_inproc(name, run)), lambda: inproc.wipe(name),
                      lambda other: keep(inproc.open_inproc(name, other)),
                      lambda shards: keep(inproc.open_inproc(name, run, shards=shards)))
         inproc.discard(name)
     else:
+        import redis
+
         from drl.memory import open_memory
 
         server = request.getfixturevalue("redis_server")
-        client = request.getfixturevalue("redis_client")
+        urls = [server.url]
+        if kind == "redis-2-servers":
+            urls.append(request.getfixturevalue("redis_server_b").url)
+        clients = [redis.Redis.from_url(url) for url in urls]
+        for client in clients:
+            client.flushdb()
 
         def lose_data() -> None:
             """FLUSHDB, then a moment as long as the shortest restart: a stream made afresh within the same
             millisecond as its lost predecessor would give new entries the lost ones' ids (time-based), which no
             restarted server can do."""
-            client.flushdb()
+            for client in clients:
+                client.flushdb()
             time.sleep(0.002)
 
-        yield Memory("redis", run, lambda: keep(open_memory(server.url, run)), lose_data,
+        yield Memory(kind, run, lambda: keep(open_memory(server.url, run)), lose_data,
                      lambda other: keep(open_memory(server.url, other)),
-                     lambda shards: keep(open_memory(server.url, run, shards=shards)))
-        client.flushdb()
+                     lambda shards: keep(open_memory(",".join(urls), run, shards=shards)))
+        for client in clients:
+            client.flushdb()
+            client.close()
     for backend in opened:
         backend.close()
+
+
+@pytest.fixture(params=["inproc", "redis"])
+def mem(request):
+    yield from _memories(request, request.param)
+
+
+@pytest.fixture(params=["inproc", "redis", "redis-2-servers"])
+def sharded(request):
+    """``mem`` for the shards' tests, and also with the shards spread over two servers (shard s on server s mod
+    2, the run's control state on the first): ``open_sharded`` opens both, ``open`` the first alone."""
+    yield from _memories(request, request.param)
 
 
 def entry(worker: str, seq: int, count: int = 8, pad: int = 64, run: str = "r") -> tuple[bytes, bytes]:
@@ -585,15 +606,15 @@ def test_the_ledger_is_the_committed_state_and_unconsumed_leaves_out_what_it_too
 
 # -- shards: several experience streams of one run --------------------------------------------------------------
 
-def test_each_shard_is_a_stream_of_its_own_and_the_ledger_adds_them_up(mem):
+def test_each_shard_is_a_stream_of_its_own_and_the_ledger_adds_them_up(sharded):
     """Worker i appends to shard i mod S; a shard's reader sees only its workers' entries, commits only its own
     state, and is held back by nothing of another shard; the run's ledger and unconsumed count add up every
     shard."""
-    backend = mem.open_sharded(2)
+    backend = sharded.open_sharded(2)
     assert backend.shards == 2
     readers = [backend.reader("trainer-0", shard=s) for s in (0, 1)]
-    control = mem.open_sharded(2).control()
-    writers = {w: mem.open_sharded(2).writer(w, max_entries=2, max_bytes=1 << 20)
+    control = sharded.open_sharded(2).control()
+    writers = {w: sharded.open_sharded(2).writer(w, max_entries=2, max_bytes=1 << 20)
                for w in ("rollout-0", "rollout-1", "rollout-2")}
     for worker, seq in (("rollout-0", 1), ("rollout-1", 1), ("rollout-2", 1), ("rollout-1", 2)):
         assert send(writers[worker], worker, seq).appended
@@ -602,7 +623,7 @@ def test_each_shard_is_a_stream_of_its_own_and_the_ledger_adds_them_up(mem):
     assert seqs(got) == [("rollout-0", 1), ("rollout-2", 1)]
     readers[0].commit([(eid, size(f[b"h"], f[b"d"])) for eid, f in got],
                       {"consumed": 16, "updates": 3, "seq:rollout-0": "1", "seq:rollout-2": "1"})
-    assert mem.open_sharded(2).reader("trainer-0", shard=1).backlog() == 2
+    assert sharded.open_sharded(2).reader("trainer-0", shard=1).backlog() == 2
     held = Background(lambda: send(writers["rollout-1"], "rollout-1", 3))
     assert not held.done(QUIET_S), "shard 1 holds two entries, its limit: the third must wait"
     assert send(writers["rollout-0"], "rollout-0", 2).appended, "shard 1's full backlog held back shard 0"
@@ -616,14 +637,14 @@ def test_each_shard_is_a_stream_of_its_own_and_the_ledger_adds_them_up(mem):
     assert control.ledger() == {"consumed": "32", "updates": "3", "seq:rollout-0": "1", "seq:rollout-2": "1",
                                 "seq:rollout-1": "2"}
     assert control.unconsumed() == 16, "rollout-0's seq 2 on shard 0 and rollout-1's seq 3 on shard 1"
-    assert mem.open().control().unconsumed() == 8, "a one-shard view sees shard 0 alone"
+    assert sharded.open().control().unconsumed() == 8, "a one-shard view sees shard 0 alone"
     with pytest.raises(ValueError, match="shard 2 of a run with 2"):
         backend.reader("trainer-0", shard=2)
 
 
-def test_shards_share_the_runs_control_state(mem):
+def test_shards_share_the_runs_control_state(sharded):
     """Every shard's append reply carries the run's announced version, stop flag and the worker's share."""
-    backend = mem.open_sharded(3)
+    backend = sharded.open_sharded(3)
     control = backend.control()
     control.register({"rollout-4": "active"}, {"rollout-4": 120})
     backend.announcements().announce(7)
@@ -636,18 +657,18 @@ def test_shards_share_the_runs_control_state(mem):
     assert backend.reader("trainer-0", shard=0).backlog() == 0
 
 
-def test_every_shard_resets_after_a_data_loss(mem):
-    backend = mem.open_sharded(2)
+def test_every_shard_resets_after_a_data_loss(sharded):
+    backend = sharded.open_sharded(2)
     reader = backend.reader("trainer-0", shard=1)
-    writer = mem.open_sharded(2).writer("rollout-1", max_entries=10, max_bytes=1 << 20)
+    writer = sharded.open_sharded(2).writer("rollout-1", max_entries=10, max_bytes=1 << 20)
     send(writer, "rollout-1", 1)
     consume(reader, state={"consumed": 8, "seq:rollout-1": "1"})
-    mem.lose_data()
+    sharded.lose_data()
     assert reader.read(10, None) == [] and reader.resets == 1
     assert send(writer, "rollout-1", 2).appended
     assert sorted(seqs(reader.read(10, None))) == [("rollout-1", 1), ("rollout-1", 2)], \
         "the writer re-sends what it kept (seq 1: its reply never carried the watermark; the trainer drops the copy)"
-    assert mem.open_sharded(2).reader("trainer-0", shard=0).backlog() == 0
+    assert sharded.open_sharded(2).reader("trainer-0", shard=0).backlog() == 0
 
 
 def test_an_empty_commit_changes_nothing(mem):

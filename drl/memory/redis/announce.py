@@ -33,14 +33,22 @@ class Announcer:
     ends it.
     """
 
-    def __init__(self, client: redis.Redis, keys: Keys, retry_s: float = RETRY_S):
+    def __init__(self, client: redis.Redis, keys: Keys, retry_s: float = RETRY_S,
+                 mirrors: tuple[redis.Redis, ...] = ()):
         self.client = client
+        self.mirrors = mirrors
         self.keys = keys
         self.retry_s = retry_s
         self.guard = Guard(client, keys, retry_s)
         self._pubsub: redis.client.PubSub | None = None
 
     def announce(self, version: int) -> None:
+        """Announces on the run's server, after the version is on every other server of the run (``mirrors``),
+        whose append script hands it to the workers of its shards: a worker woken by the announcement finds it
+        in its own shard's replies too."""
+        for mirror in self.mirrors:
+            retrying(lambda: mirror.set(self.keys.policy, version), "announce (mirror)", self.retry_s)
+
         def _do():
             pipe = self.client.pipeline(transaction=False)
             announce_in(pipe, self.keys, version)

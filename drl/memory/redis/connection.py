@@ -29,7 +29,9 @@ SCHEMES = ("redis", "rediss", "unix")
 
 
 def redact(url: str) -> str:
-    """The URL with any password replaced, for messages and logs."""
+    """The URL (or each of a comma-separated list) with any password replaced, for messages and logs."""
+    if "," in url:
+        return ",".join(redact(part) for part in url.split(","))
     parts = urlsplit(url)
     userinfo, at, hostport = parts.netloc.rpartition("@")
     if not at or ":" not in userinfo:
@@ -40,7 +42,7 @@ def redact(url: str) -> str:
 
 def url_has_password(url: str) -> bool:
     try:
-        return urlsplit(url).password is not None
+        return any(urlsplit(part).password is not None for part in url.split(","))
     except ValueError:
         return False
 

@@ -23,12 +23,19 @@ class RedisRunControl:
     """Every call retries an unreachable server for ``retry_s`` seconds (then ``MemoryUnavailable``); a request the
     server refuses for another reason is ``MemoryBackendError``. What is read is checked (``drl.memory.redis.repair``):
     a key of the wrong type reads as absent, an unsound value is left out; a write to a key of the wrong type
-    repairs it first. Each is reported in one log line naming the key."""
+    repairs it first. Each is reported in one log line naming the key.
 
-    def __init__(self, client: redis.Redis, keys: Keys, retry_s: float = RETRY_S, shards: int = 1):
+    With several servers (``servers``, the first being ``client``; ``drl.memory.redis.RedisMemory``), the stop
+    flag and the shares are written to every server, produced counts (each worker's highest) and dead letters
+    are gathered from all of them, and each shard's ledger and backlog are read on its own server."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, retry_s: float = RETRY_S, shards: int = 1,
+                 servers: tuple[redis.Redis, ...] = ()):
         self.client, self.keys, self.retry_s = client, keys, retry_s
         self.shards = max(1, shards)
         self.guard = Guard(client, keys, retry_s)
+        self.servers = tuple(servers) or (client,)
+        self.mirrors = [(c, Guard(c, keys, retry_s)) for c in self.servers[1:]]
         self._register = client.register_script(REGISTER)
         self._done = client.register_script(DONE)
 
@@ -53,6 +60,8 @@ class RedisRunControl:
 
     def request_stop(self, reason: str) -> None:
         self._call(lambda: self.client.set(self.keys.stop, reason), "SET stop")
+        for client, guard in self.mirrors:
+            guard.call(lambda: client.set(self.keys.stop, reason), "SET stop (mirror)")
 
     # -- membership and shares
     def _members(self, raw: dict) -> dict[str, str]:
@@ -97,6 +106,22 @@ class RedisRunControl:
             args.append(repr(float(started_at)))
         keys = [self.keys.members, self.keys.shares, self.keys.started_at, self.keys.workers_done]
         self._call(lambda: self._register(keys=keys, args=args), "register members")
+        if shares and self.mirrors:
+            self._mirror_shares()
+
+    def _mirror_shares(self) -> None:
+        """Copies the shares from the first server to the others, where appends read them."""
+        shares = self.shares()
+
+        def copy(client):
+            pipe = client.pipeline(transaction=True)
+            pipe.delete(self.keys.shares)
+            if shares:
+                pipe.hset(self.keys.shares, mapping=shares)
+            pipe.execute()
+
+        for client, guard in self.mirrors:
+            guard.call(lambda: copy(client), "copy shares (mirror)", key=self.keys.shares)
 
     def snapshot(self) -> tuple[dict[str, int], dict[str, int], dict[str, str]]:
         def _do():
@@ -111,7 +136,7 @@ class RedisRunControl:
             if isinstance(reply, redis.ResponseError):
                 self.guard.report(key, "has the wrong type", "ignored")
         produced, shares, members = ({} if isinstance(r, redis.ResponseError) else r for r in replies)
-        return self._produced(produced), self._shares(shares), self._members(members)
+        return self._with_mirrored(self._produced(produced)), self._shares(shares), self._members(members)
 
     # -- done markers
     def mark_worker_done(self, worker: str, produced: int) -> None:
@@ -187,12 +212,28 @@ class RedisRunControl:
         return self.guard.counts(raw, self.keys.produced)
 
     def produced(self) -> dict[str, int]:
-        return self._produced(self._read(lambda: self.client.hgetall(self.keys.produced), "HGETALL produced",
-                                         self.keys.produced, {}))
+        return self._with_mirrored(self._produced(self._read(lambda: self.client.hgetall(self.keys.produced),
+                                                             "HGETALL produced", self.keys.produced, {})))
+
+    def _with_mirrored(self, produced: dict[str, int]) -> dict[str, int]:
+        """Each worker's highest count over every server: a worker's appends raise it on its shard's server, its
+        done marker on the first."""
+        key = self.keys.produced
+        for client, guard in self.mirrors:
+            for name, value in guard.counts(guard.read(lambda: client.hgetall(key), "HGETALL produced", key, {}),
+                                            key).items():
+                produced[name] = max(produced.get(name, 0), value)
+        return produced
 
     def dead_letters(self) -> dict[str, int]:
+        """The dead-letter counts by kind, summed over the servers (each counts its own streams')."""
         key = self.keys.dead_letter_counts
-        return self.guard.counts(self._read(lambda: self.client.hgetall(key), "HGETALL dlq", key, {}), key)
+        total: dict[str, int] = {}
+        for client, guard in ((self.client, self.guard), *self.mirrors):
+            for kind, value in guard.counts(guard.read(lambda: client.hgetall(key), "HGETALL dlq", key, {}),
+                                            key).items():
+                total[kind] = total.get(kind, 0) + value
+        return total
 
     def _shard_keys(self) -> list[Keys]:
         return [Keys(self.keys.run, s) for s in range(self.shards)]
@@ -200,27 +241,32 @@ class RedisRunControl:
     def unconsumed(self, ledger: dict[str, str] | None = None) -> int:
         """Transitions still in every shard's stream that its reader has not taken (with ``ledger``: that one
         state, a merged one, for every shard)."""
-        return sum(backlog_transitions(self.client, keys, self.retry_s, ledger) for keys in self._shard_keys())
+        return sum(backlog_transitions(self._server(keys), keys, self.retry_s, ledger) for keys in self._shard_keys())
+
+    def _server(self, keys: Keys) -> redis.Redis:
+        return self.servers[keys.shard % len(self.servers)]
 
     def ledger(self) -> dict[str, str]:
         """The readers' committed states of every shard as one (``drl.memory.base.merge_states``)."""
         if self.shards == 1:
             return committed_state(self.client, self.keys, self.retry_s)
-        return merge_states(committed_state(self.client, keys, self.retry_s) for keys in self._shard_keys())
+        return merge_states(committed_state(self._server(keys), keys, self.retry_s) for keys in self._shard_keys())
 
     def has_data(self) -> bool:
-        return bool(self._call(lambda: self.client.exists(self.keys.policy, self.keys.stream), "EXISTS run"))
+        return any(self._call(lambda: client.exists(self.keys.policy, self.keys.stream), "EXISTS run")
+                   for client in self.servers)
 
     def clear(self) -> None:
         claims = self.keys.claim("").encode()
 
-        def _do() -> None:
-            stale = [k for k in self.client.scan_iter(match=f"{self.keys.prefix}*", count=1000)
+        def _do(client) -> None:
+            stale = [k for k in client.scan_iter(match=f"{self.keys.prefix}*", count=1000)
                      if not k.startswith(claims)]
             if stale:
-                self.client.delete(*stale)
+                client.delete(*stale)
 
-        self._call(_do, "delete the run's keys")
+        for client in self.servers:
+            self._call(lambda: _do(client), "delete the run's keys")
 
     # -- claims
     def claim(self, name: str, holder: str, ttl_s: float) -> str | None:

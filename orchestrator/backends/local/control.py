@@ -20,7 +20,7 @@ from pathlib import Path
 
 from drl.errors import UserError
 from drl.memory import MemoryBackendError, open_memory, private_env
-from drl.naming import check_workers
+from drl.naming import check_workers, memory_servers
 from drl.process import pid_alive
 from drl.status import status_message
 from orchestrator.backends.local.ownership import RunLock, end_orphans, orchestrator_alive
@@ -40,7 +40,8 @@ def _status_hashes(state: RunState, run_dir: Path | None = None) -> dict[str, di
     """name -> status fields of every process, or {} when the memory server is gone (a finished local run) or
     the state file's memory URL cannot be used."""
     try:
-        memory = open_memory(state.memory_url, state.run, retry_s=0.0, timeout=1.0, env=memory_env(run_dir))
+        first = (memory_servers(state.memory_url) or [state.memory_url])[0]  # where the status hashes live
+        memory = open_memory(first, state.run, retry_s=0.0, timeout=1.0, env=memory_env(run_dir))
     except (UserError, MemoryBackendError, ValueError, TypeError):
         return {}
     try:

@@ -43,7 +43,7 @@ def preflight_memory(cfg: ExperimentConfig) -> None:
     from drl.memory import check_url, find_server_binary
 
     if cfg.memory:
-        check_url(cfg.memory)
+        check_url(cfg.memory, cfg.memory_shards)
     else:
         find_server_binary()
 
