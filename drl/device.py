@@ -55,6 +55,17 @@ def resolve(name: str) -> "torch.device":
     return torch.device("cuda", index)
 
 
+def for_rank(name: str, rank: int, visible: int) -> str:
+    """The device learner ``rank`` of a group takes when the configuration names ``name`` and this process sees
+    ``visible`` CUDA devices: learner r takes the r-th device after the named one (``cuda`` and ``auto`` name
+    cuda:0), wrapping around, because NCCL takes one GPU per learner; with one visible device (a pod given one
+    GPU) every learner's is its own cuda:0. The CPU, and ``auto`` without a GPU, stay as they are."""
+    if name == "cpu" or visible < 1 or problem(name):
+        return name
+    base = int(name.split(":", 1)[1]) if ":" in name else 0
+    return f"cuda:{(base + rank) % visible}"
+
+
 def of(cfg) -> "torch.device":
     """The device an experiment configuration asks for (the CPU for configurations without the field)."""
     return resolve(getattr(cfg, "device", "cpu") or "cpu")

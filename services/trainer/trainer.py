@@ -10,6 +10,7 @@ store; versions are announced through the memory backend.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from drl import device as devices
 from drl.algorithms import get as get_algorithm
 from drl.checkpointing import TrainerCheckpoints
 from drl.collective import SOLO, broadcast_learner, join
@@ -63,6 +65,9 @@ GROUP_TIMEOUT_S = 120.0
 class Trainer(Service):
     def __init__(self, ctx: ServiceContext):
         super().__init__(ctx)
+        if ctx.config.learners > 1:
+            placed = devices.for_rank(ctx.config.device, ctx.learner_rank, torch.cuda.device_count())
+            self.cfg = dataclasses.replace(self.cfg, device=placed)
         cfg = self.cfg
         algorithm = get_algorithm(cfg.algorithm)
         self.spec = space_spec(cfg.env)

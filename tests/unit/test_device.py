@@ -170,3 +170,13 @@ def test_checkpoints_move_between_the_gpu_and_the_cpu(algorithm):
     for name, value in cpu.policy_weights().items():
         np.testing.assert_array_equal(back.policy_weights()[name], value, err_msg=name)
     train(back, algorithm, spec, steps=1)
+
+
+@pytest.mark.parametrize("name, rank, visible, placed", [
+    ("cuda", 0, 4, "cuda:0"), ("cuda", 3, 4, "cuda:3"), ("auto", 1, 2, "cuda:1"), ("cuda", 2, 2, "cuda:0"),
+    ("cuda:1", 1, 4, "cuda:2"), ("cuda:3", 1, 4, "cuda:0"), ("cuda", 5, 1, "cuda:0"),
+    ("cpu", 1, 4, "cpu"), ("auto", 1, 0, "auto"), ("cuda", 1, 0, "cuda")])
+def test_each_learner_of_a_group_takes_its_own_gpu(name, rank, visible, placed):
+    """NCCL takes one GPU per learner: learner r takes the r-th visible device after the named one; a pod given
+    one GPU sees it as cuda:0; without a GPU the name is left for ``resolve`` to judge."""
+    assert device.for_rank(name, rank, visible) == placed
