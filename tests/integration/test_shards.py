@@ -148,3 +148,35 @@ def test_a_run_with_its_shards_on_two_servers_counts_every_transition_once(tmp_p
     assert shards[1]["consumed"] == produced["rollout-1"] > 0
     assert int(b.hget(f"drl:{{{run}}}:s1:trainer:state", "consumed")) == produced["rollout-1"]
     assert not a.exists(f"drl:{{{run}}}:s1:trainer:state") and not b.exists(f"drl:{{{run}}}:trainer:state")
+
+
+def test_the_second_server_losing_its_data_mid_run_loses_and_doubles_nothing(tmp_path, two_servers):
+    """The server of shard 1 loses everything mid-run (FLUSHDB, as a restart without persistence): shard 1's
+    reader resets, its workers re-send what was not consumed, the trainer puts back that server's copy of the
+    control state, and the run's totals still balance with every transition counted once."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    urls, (a, b) = two_servers
+    steps, run = 8000, "servers-loss"
+    args = [*SMALL, "--mode", "async", "--workers", "3", "--memory-shards", "2", "--memory", urls,
+            "--steps", str(steps), "--output", str(tmp_path), "--run-name", run, "--max-backlog-entries", "4"]
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    state_key = f"drl:{{{run}}}:s1:trainer:state"
+    deadline = time.monotonic() + 120
+    while int(b.hget(state_key, "consumed") or 0) < 600 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before the server lost its data"
+    b.flushdb()
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    summary = read_summary(tmp_path / run)
+    assert_balanced(summary)
+    assert summary["exit_reason"] == "steps_done"
+    assert summary["transitions_produced"] == summary["transitions_consumed"] == steps, summary
+    assert b.exists(state_key) and a.exists(f"drl:{{{run}}}:trainer:state")
+    assert "memory server lost its data" in (tmp_path / run / "logs" / "trainer.log").read_text()
