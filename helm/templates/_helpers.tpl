@@ -55,7 +55,8 @@ checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha
 {{- end -}}
 
 {{/* The experiment configuration the ConfigMap holds: preset, env (when set), workers, mode (when set), steps (when set),
-seed, run_name and the config overrides (the top-level values win). */}}
+seed, run_name, learners and memory_shards (when above 1) and the config overrides (the top-level values win).
+A group of learners needs as many shards as learners, as the configuration's own check says. */}}
 {{- define "drl.configJson" -}}
 {{- $cfg := deepCopy (.Values.config | default dict) -}}
 {{- $_ := set $cfg "preset" .Values.preset -}}
@@ -71,13 +72,35 @@ seed, run_name and the config overrides (the top-level values win). */}}
 {{- end -}}
 {{- $_ := set $cfg "seed" (int64 .Values.seed) -}}
 {{- $_ := set $cfg "run_name" (include "drl.run" .) -}}
-{{- if gt (int (get $cfg "learners" | default 1)) 1 -}}
-{{- fail "config.learners > 1: a group of learners runs locally for now; the chart renders one trainer pod" -}}
+{{- if gt (int .Values.trainer.learners) 1 -}}
+{{- $_ := set $cfg "learners" (int .Values.trainer.learners) -}}
+{{- end -}}
+{{- if gt (int .Values.memory.shards) 1 -}}
+{{- $_ := set $cfg "memory_shards" (int .Values.memory.shards) -}}
+{{- end -}}
+{{- $learners := int (ternary (get $cfg "learners") 1 (hasKey $cfg "learners")) -}}
+{{- $shards := int (ternary (get $cfg "memory_shards") 1 (hasKey $cfg "memory_shards")) -}}
+{{- if gt $learners $shards -}}
+{{- $why := "each learner reads whole experience streams" -}}
+{{- fail (printf "trainer.learners %d needs memory.shards %d or more: %s (got memory.shards %d)" $learners $learners $why $shards) -}}
 {{- end -}}
 {{- if and .Values.trainer.gpu.enabled (not (hasKey $cfg "device")) -}}
 {{- $_ := set $cfg "device" "cuda" -}}
 {{- end -}}
 {{- toPrettyJson $cfg -}}
+{{- end -}}
+
+{{/* Learners of the run (trainer pods), as the ConfigMap holds them: 1 unless trainer.learners or config.learners
+say more. */}}
+{{- define "drl.learners" -}}
+{{- $cfg := include "drl.configJson" . | fromJson -}}
+{{- int (ternary (get $cfg "learners") 1 (hasKey $cfg "learners")) -}}
+{{- end -}}
+
+{{/* The rendezvous of a group of learners: the headless Service <fullname>-trainer-group, whose DNS names the
+trainer Job's pods <fullname>-trainer-<rank>; rank 0 hosts torch.distributed's TCP store on port 29500. */}}
+{{- define "drl.learnerGroup" -}}
+{{- printf "%s-trainer-group" (include "drl.fullname" .) -}}
 {{- end -}}
 
 {{- define "drl.memoryUrl" -}}
@@ -182,6 +205,7 @@ imagePullSecrets:
 {{- define "drl.env" -}}
 {{- $ctx := .ctx -}}
 {{- $fullname := include "drl.fullname" $ctx -}}
+{{- $group := and (eq .role "trainer") (gt (int (include "drl.learners" $ctx)) 1) -}}
 - name: DRL_CONFIG
   valueFrom:
     configMapKeyRef:
@@ -221,10 +245,22 @@ imagePullSecrets:
     fieldRef:
       fieldPath: metadata.annotations['batch.kubernetes.io/job-completion-index']
 {{- end }}
+{{- if $group }}
+- name: DRL_LEARNER_RANK
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.annotations['batch.kubernetes.io/job-completion-index']
+{{- end }}
 - name: PYTHONUNBUFFERED
   value: "1"
 - name: OMP_NUM_THREADS
   value: {{ ternary (($ctx.Values.config | default dict).trainer_threads | default 1 | int | toString) "1" (eq .role "trainer") | quote }}
+{{- if $group }}
+- name: MASTER_ADDR
+  value: {{ printf "%s-trainer-0.%s" $fullname (include "drl.learnerGroup" $ctx) | quote }}
+- name: MASTER_PORT
+  value: "29500"
+{{- end }}
 - name: DRL_HEARTBEAT_FILE
   value: /tmp/drl/heartbeat
 - name: DRL_CACHE_DIR
@@ -258,6 +294,9 @@ spec:
   restartPolicy: OnFailure
   {{- if eq .role "trainer" }}
   terminationGracePeriodSeconds: 60
+  {{- if gt (int (include "drl.learners" $ctx)) 1 }}
+  subdomain: {{ include "drl.learnerGroup" $ctx }}
+  {{- end }}
   {{- end }}
   serviceAccountName: {{ $fullname }}
   automountServiceAccountToken: false

@@ -9,6 +9,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,12 @@ GPU = {"trainer": {"gpu": {"enabled": True, "count": 2}, "resources": {"limits":
                    "image": {"repository": "registry.example.com/drl-cuda"}},
        "config": {"trainer_threads": 8}}
 
+# A group of two learners on GPUs: an Indexed trainer Job of two pods, one GPU each, over two experience streams.
+LEARNERS = {"trainer": {"learners": 2, "gpu": {"enabled": True}}, "memory": {"shards": 2}, "workers": 4}
+# The variables a group adds to the trainer's environment, after the one they follow.
+GROUP_ENV = {"DRL_STEPS_DONE": ["DRL_LEARNER_RANK"], "OMP_NUM_THREADS": ["MASTER_ADDR", "MASTER_PORT"]}
+COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+
 MONITORING = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
               "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
 API_SERVER = {"ipBlock": {"cidr": "10.0.0.1/32"}}
@@ -89,6 +96,7 @@ VALUE_SETS = {
     "sac-32": {"preset": "sac", "workers": 32},
     "external": EXTERNAL,
     "gpu": GPU,
+    "learners": LEARNERS,
     "workers-64": {"workers": 64, "mode": "async", "steps": 1_000_000, "seed": 7, "env": "HalfCheetah-v5"},
     "custom": CUSTOM,
     "ppo": {"preset": "ppo", "workers": 8, "runName": "cartpole-1", "config": {"ppo": {"epochs": 5}}},
@@ -208,6 +216,10 @@ def test_manifests_valid_for_recent_kubernetes(name):
     ({"runName": "bad name!"}, "/runName"),
     ({"trainer": {"gpu": {"enabled": True, "count": 0}}}, "/trainer/gpu/count"),
     ({"trainer": {"replicas": 3}}, "replicas"),
+    ({"trainer": {"learners": 0}}, "/trainer/learners"),
+    ({"trainer": {"learners": "two"}}, "/trainer/learners"),
+    ({"memory": {"shards": 0}}, "/memory/shards"),
+    ({"memory": {"servers": 2}}, "servers"),
     ({"rollout": {"extraEnv": [{"value": "x"}]}}, "/rollout/extraEnv/0"),
     ({"redis": {"image": {"pullPolicy": "Sometimes"}}}, "/redis/image/pullPolicy"),
     ({"externalRedis": {"enabled": True}}, "/externalRedis"),
@@ -306,7 +318,7 @@ def test_every_object_and_pod_carries_the_labels(name):
         if d["metadata"]["name"] == "drl-orchestrator":
             assert component == "orchestrator"
         elif d["kind"] in ("Job", "StatefulSet", "Service"):
-            assert component == d["metadata"]["name"].rsplit("-", 1)[1]
+            assert component == d["metadata"]["name"].removesuffix("-group").rsplit("-", 1)[1]
         else:
             assert component == shared[d["kind"]]
 
@@ -606,6 +618,81 @@ def test_rollout_job_runs_one_indexed_pod_per_worker(workers):
     assert config["workers"] == workers
 
 
+def test_a_group_of_learners_is_an_indexed_trainer_job_with_a_headless_service():
+    """trainer.learners K > 1: one trainer Job of K pods (the completion index is the rank, each pod one GPU), a
+    headless Service <fullname>-trainer-group whose DNS names the pods, rank 0's name and port the rendezvous."""
+    docs = render(LEARNERS)
+    job = find(docs, "Job", "drl-trainer")["spec"]
+    assert (job["completionMode"], job["completions"], job["parallelism"], job["backoffLimit"]) == \
+        ("Indexed", 2, 2, 12)
+    pod = job["template"]["spec"]
+    assert pod["subdomain"] == "drl-trainer-group" and pod["restartPolicy"] == "OnFailure"
+    container = role_container(docs, "trainer")
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": 1}}, "one GPU per learner"
+    env = env_of(container)
+    assert env["DRL_LEARNER_RANK"]["valueFrom"] == {"fieldRef": {"fieldPath": COMPLETION_INDEX}}
+    assert env["MASTER_ADDR"]["value"] == "drl-trainer-0.drl-trainer-group"
+    assert env["MASTER_PORT"]["value"] == "29500"
+    service = find(docs, "Service", "drl-trainer-group")
+    assert service["metadata"]["labels"]["app.kubernetes.io/component"] == "trainer"
+    spec = service["spec"]
+    assert spec["clusterIP"] == "None" and spec["publishNotReadyAddresses"] is True
+    assert spec["ports"] == [{"name": "rendezvous", "port": 29500, "targetPort": 29500, "protocol": "TCP"}]
+    pods = pod_labels(docs)
+    assert [c for c, labels in pods.items() if selects({"matchLabels": spec["selector"]}, labels)] == ["trainer"]
+    for role in ("rollout", "evaluator"):
+        assert not {"DRL_LEARNER_RANK", "MASTER_ADDR", "MASTER_PORT"} & set(env_of(role_container(docs, role)))
+        assert "subdomain" not in find(docs, "Job", f"drl-{role}")["spec"]["template"]["spec"]
+    assert not [d for d in docs if "learner" in d["metadata"]["name"]]
+    config = resolve(json.loads(find(docs, "ConfigMap", "drl-config")["data"]["config.json"]))
+    assert (config.learners, config.memory_shards, config.device) == (2, 2, "cuda")
+    notes = render_files(LEARNERS)["drl/templates/NOTES.txt"]
+    assert "batch.kubernetes.io/job-name=drl-trainer,batch.kubernetes.io/job-completion-index=0" in notes
+
+
+def test_learners_and_shards_come_from_the_values_or_the_config_overrides():
+    """trainer.learners and memory.shards above 1 are written to config.json over config.learners and
+    config.memory_shards; at 1 (the defaults) config.json is what it was, so the overrides still apply."""
+    def group(values: dict) -> tuple[int, int, int]:
+        docs = render(values)
+        config = json.loads(find(docs, "ConfigMap", "drl-config")["data"]["config.json"])
+        return find(docs, "Job", "drl-trainer")["spec"]["parallelism"], config.get("learners"), \
+            config.get("memory_shards")
+
+    assert group({}) == (1, None, None)
+    assert group({"config": {"learners": 2, "memory_shards": 4}}) == (2, 2, 4)
+    assert group({"trainer": {"learners": 3}, "memory": {"shards": 3}, "config": {"learners": 2}}) == (3, 3, 3)
+    assert group({"memory": {"shards": 4}}) == (1, None, 4)
+    assert [d["metadata"]["name"] for d in render({"config": {"learners": 2, "memory_shards": 2}})
+            if d["kind"] == "Service"] == ["drl-minio", "drl-redis", "drl-trainer-group"]
+
+
+@pytest.mark.parametrize("values, got", [
+    ({"trainer": {"learners": 2}}, "trainer.learners 2 needs memory.shards 2 or more: each learner reads whole "
+                                   "experience streams (got memory.shards 1)"),
+    ({"trainer": {"learners": 4}, "memory": {"shards": 3}}, "trainer.learners 4 needs memory.shards 4 or more"),
+    ({"config": {"learners": 3, "memory_shards": 2}}, "trainer.learners 3 needs memory.shards 3 or more"),
+    ({"trainer": {"learners": 2}, "config": {"memory_shards": 1}}, "got memory.shards 1"),
+])
+def test_more_learners_than_shards_is_refused_as_the_cli_refuses_it(values, got):
+    with pytest.raises(helm.HelmError, match=re.escape(got)):
+        _chart().render(values, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_the_trainer_pods_of_a_group_admit_one_another_on_every_port():
+    """gloo and NCCL connect the ranks on ports they pick at run time, so the group's NetworkPolicy opens the
+    trainer pods to one another (and nobody else); egress only where the roles' egress is limited."""
+    docs = render(LEARNERS)
+    spec = find(docs, "NetworkPolicy", "drl-trainer-group")["spec"]
+    trainers = {"podSelector": {"matchLabels": find(docs, "Service", "drl-trainer-group")["spec"]["selector"]}}
+    assert spec == {**trainers, "policyTypes": ["Ingress", "Egress"], "ingress": [{"from": [trainers]}],
+                    "egress": [{"to": [trainers]}]}
+    assert [c for c, labels in pod_labels(docs).items() if selects(spec["podSelector"], labels)] == ["trainer"]
+    spec = find(render({**LEARNERS, **EXTERNAL}), "NetworkPolicy", "drl-trainer-group")["spec"]
+    assert spec["policyTypes"] == ["Ingress"] and "egress" not in spec
+    assert not [d for d in render({**LEARNERS, "networkPolicy": {"enabled": False}}) if d["kind"] == "NetworkPolicy"]
+
+
 def test_trainer_and_evaluator_jobs():
     docs = render()
     for role in ("trainer", "evaluator"):
@@ -628,6 +715,8 @@ def test_role_containers_commands_and_environment(name):
         assert "args" not in container
         env = env_of(container)
         expected = [n for n in ENV_ORDER[role] if not (n == "DRL_S3_CREATE_BUCKET" and external)]
+        if role == "trainer" and values.get("trainer", {}).get("learners", 1) > 1:
+            expected = [m for n in expected for m in [n, *GROUP_ENV.get(n, [])]]
         extra = [e["name"] for e in values.get(role, {}).get("extraEnv", [])]
         assert [e["name"] for e in container["env"]] == expected + extra
         assert env["DRL_CONFIG"]["valueFrom"] == {"configMapKeyRef": {"name": "drl-config", "key": "config.json"}}

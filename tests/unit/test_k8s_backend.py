@@ -293,6 +293,21 @@ def test_backend_with_fake_kube_api_follows_the_trainer_again_after_a_restart(ob
     assert out.splitlines() == ["line", "line"]
 
 
+def test_backend_with_fake_kube_api_follows_rank_0_of_a_group_of_learners():
+    """Of the trainer Job's K pods (``--learners K``) the log printed is rank 0's, the learner that publishes and
+    checkpoints, whatever order the pods are listed in."""
+    objects = k8s.manifests(ExperimentConfig(workers=2, learners=2, memory_shards=2), RUN, namespace=NS, env={})
+    pods = healthy()
+    pods[2:3] = [pod("drl-r1-trainer-1-xyz", "trainer", index=1), pod("drl-r1-trainer-0-abc", "trainer", index=0)]
+    fake = FakeKubeApi(pods=[pods, pods], jobs={"drl-r1-trainer": [ACTIVE, COMPLETE]},
+                       logs={"drl-r1-trainer-0-abc": ["rank 0"], "drl-r1-trainer-1-xyz": ["rank 1"]})
+    code, out, err = start(fake, objects)
+    assert code == 0, err
+    assert fake.log_requests == [("drl-r1-trainer-0-abc", "trainer")]
+    assert out.splitlines() == ["rank 0"]
+    assert "all 7 pods of run r1 are ready" in err
+
+
 def test_backend_with_fake_kube_api_rides_out_api_errors(objects):
     fake = FakeKubeApi(pods=[healthy()], jobs={"drl-r1-trainer": [ACTIVE, ACTIVE, ACTIVE, COMPLETE]},
                        fail_list={0: KubeError(0, "Unreachable", "connection refused"),

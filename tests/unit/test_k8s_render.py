@@ -260,17 +260,107 @@ def test_network_policies_come_before_every_pod(objects):
     assert last_policy < min(i for i, k in enumerate(kinds) if k in ("Job", "StatefulSet"))
 
 
+@pytest.mark.parametrize("learners", [1, 2])
 @pytest.mark.parametrize("external", [False, True])
-def test_network_policies_equal_the_charts_defaults(external, monkeypatch):
+def test_network_policies_equal_the_charts_defaults(external, learners, monkeypatch):
     from tests.chart.test_chart import EXTERNAL as CHART_EXTERNAL, render as render_chart
 
     env = {"AWS_ACCESS_KEY_ID": "a" * 8, "AWS_SECRET_ACCESS_KEY": "s" * 16} if external else {}
     urls = {"memory_url": "redis://valkey.example:6380/1", "store_url": "s3://bucket/prefix"} if external else {}
-    ours = k8s.manifests(ExperimentConfig(), "r1", env=env, **urls)
-    theirs = render_chart({**(CHART_EXTERNAL if external else {}), "runName": "r1", "fullnameOverride": "drl-r1"})
+    ours = k8s.manifests(ExperimentConfig(learners=learners, memory_shards=learners), "r1", env=env, **urls)
+    group = {"trainer": {"learners": learners}, "memory": {"shards": learners}}
+    theirs = render_chart({**(CHART_EXTERNAL if external else {}), **group, "runName": "r1",
+                           "fullnameOverride": "drl-r1"})
     policies = [{(d["metadata"]["name"], json.dumps(d["spec"], sort_keys=True))
                  for d in docs if d["kind"] == "NetworkPolicy"} for docs in (ours, theirs)]
     assert policies[0] == policies[1]
+    assert ("drl-r1-trainer-group" in {name for name, _ in policies[0]}) == (learners > 1)
+
+
+GROUP = ["--learners", "2", "--memory-shards", "2"]
+
+
+@pytest.fixture
+def group_objects(capsys, monkeypatch):
+    for var in SECRETS:
+        monkeypatch.delenv(var, raising=False)
+    return rendered(capsys, FLAGS + GROUP)
+
+
+def test_a_group_of_learners_is_an_indexed_trainer_job_with_a_headless_service(group_objects):
+    """``--learners 2``: the plan's learner workload folds into the trainer Job (K pods, rank = completion index),
+    whose pods find rank 0 at ``drl-r1-trainer-0.drl-r1-trainer-group:29500``; nothing else changes."""
+    names = {(o["kind"], o["metadata"]["name"]) for o in group_objects}
+    assert names - {("Service", "drl-r1-trainer-group"), ("NetworkPolicy", "drl-r1-trainer-group")} == \
+        {(o["kind"], o["metadata"]["name"]) for o in rendered_without_group()}
+    assert not [o for o in group_objects if "learner" in o["metadata"]["name"]]
+    job = find(group_objects, "Job", "drl-r1-trainer")["spec"]
+    assert (job["completionMode"], job["completions"], job["parallelism"]) == ("Indexed", 2, 2)
+    assert job["backoffLimit"] == 2 * k8s.BACKOFF_LIMIT
+    pod = job["template"]["spec"]
+    assert pod["subdomain"] == "drl-r1-trainer-group" and pod["restartPolicy"] == "OnFailure"
+    env = env_of(pod["containers"][0])
+    assert env["DRL_LEARNER_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert env["MASTER_ADDR"]["value"] == "drl-r1-trainer-0.drl-r1-trainer-group"
+    assert env["MASTER_PORT"]["value"] == "29500"
+    order = [e["name"] for e in pod["containers"][0]["env"]]
+    assert order.index("DRL_STEPS_DONE") + 1 == order.index("DRL_LEARNER_RANK")
+    assert order.index("OMP_NUM_THREADS") + 1 == order.index("MASTER_ADDR")
+    service = find(group_objects, "Service", "drl-r1-trainer-group")
+    assert service["metadata"]["labels"]["app.kubernetes.io/component"] == "trainer"
+    spec = service["spec"]
+    assert spec["clusterIP"] == "None" and spec["publishNotReadyAddresses"] is True
+    assert spec["ports"] == [{"name": "rendezvous", "port": 29500, "targetPort": 29500, "protocol": "TCP"}]
+    assert selects({"matchLabels": spec["selector"]}, job["template"]["metadata"]["labels"])
+    for role in ("rollout", "evaluator"):
+        other = find(group_objects, "Job", f"drl-r1-{role}")["spec"]["template"]
+        assert not selects({"matchLabels": spec["selector"]}, other["metadata"]["labels"]), role
+        assert "subdomain" not in other["spec"]
+        assert not {"DRL_LEARNER_RANK", "MASTER_ADDR", "MASTER_PORT"} & set(env_of(other["spec"]["containers"][0]))
+    created = [(o["kind"], o["metadata"]["name"]) for o in group_objects]
+    assert created.index(("Service", "drl-r1-trainer-group")) < created.index(("Job", "drl-r1-trainer")), \
+        "the pods' DNS names exist before the pods"
+    assert k8s.expected_pods(group_objects)["trainer"] == 2
+    data = json.loads(find(group_objects, "ConfigMap", "drl-r1-config")["data"]["config.json"])
+    assert (resolve(data).learners, resolve(data).memory_shards) == (2, 2)
+
+
+def rendered_without_group() -> list[dict]:
+    """The objects of the same run without the group (``FLAGS`` alone), built without the CLI."""
+    cfg = replace(resolve_config(FLAGS), run_name="r1")
+    return k8s.manifests(cfg, "r1", namespace="team-a", env={})
+
+
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+def test_a_group_of_learners_is_valid_in_strict_mode(group_objects, version):
+    for obj in group_objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_the_trainer_pods_of_a_group_admit_one_another_on_every_port(group_objects):
+    """gloo and NCCL connect the ranks on ports they pick at run time: the group's NetworkPolicy opens the trainer
+    pods to one another (ingress, and egress where the roles' egress is limited), and to nobody else."""
+    policy = find(group_objects, "NetworkPolicy", "drl-r1-trainer-group")["spec"]
+    trainers = {"podSelector": {"matchLabels": find(group_objects, "Service", "drl-r1-trainer-group")["spec"][
+        "selector"]}}
+    assert policy == {**trainers, "policyTypes": ["Ingress", "Egress"], "ingress": [{"from": [trainers]}],
+                      "egress": [{"to": [trainers]}]}
+
+
+def test_a_gpu_device_gives_each_trainer_pod_one_gpu(capsys, monkeypatch):
+    for var in SECRETS:
+        monkeypatch.delenv(var, raising=False)
+    for extra, pods in (([], 1), (GROUP, 2)):
+        objs = rendered(capsys, FLAGS + extra + ["--device", "cuda"])
+        job = find(objs, "Job", "drl-r1-trainer")["spec"]
+        assert job["parallelism"] == pods
+        assert job["template"]["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+        for role in ("rollout", "evaluator"):
+            assert "resources" not in find(objs, "Job", f"drl-r1-{role}")["spec"]["template"]["spec"]["containers"][0]
+    for device in ("auto", "cpu"):
+        objs = rendered(capsys, FLAGS + GROUP + ["--device", device])
+        assert "resources" not in find(objs, "Job", "drl-r1-trainer")["spec"]["template"]["spec"]["containers"][0]
 
 
 def test_builtin_data_services(objects):
@@ -342,6 +432,7 @@ def test_generated_credentials_differ_between_renders(capsys, monkeypatch):
     (["--backend", "nomad"], "invalid choice: 'nomad'"),
     (["--workers", "0"], "--workers must be a positive integer, got 0"),
     (["--resume", "r1"], "--resume applies to local runs"),
+    (["--learners", "2"], "--learners 2 needs --memory-shards 2 or more: each learner reads whole experience streams"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, monkeypatch, args, expected):
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):

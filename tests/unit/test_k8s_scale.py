@@ -205,6 +205,21 @@ def test_scaler_job_from_a_job_as_the_cluster_returns_it_leaves_out_controller_f
     assert "selector" not in job["spec"] and "status" not in job and "uid" not in job["metadata"]
 
 
+def test_scaler_job_of_a_group_of_learners_is_no_rank_of_the_group():
+    """The trainer Job of ``--learners 2`` is Indexed: the scaler Job made from it is a plain one-pod Job, without
+    the rank (its completion-index annotation would not exist), the rendezvous or the group's DNS subdomain."""
+    cfg = ExperimentConfig(learners=2, memory_shards=2)
+    trainer = next(o for o in k8s.manifests(cfg, RUN, namespace=NS, env={})
+                   if o["kind"] == "Job" and o["metadata"]["name"] == "drl-r1-trainer")
+    job = k8s.scaler_job(trainer, "drl-r1-scaler-x", ["retire", "--workers", "1"], 300)
+    kubernetes_validate.validate(job, KUBE_VERSIONS[-1], strict=True)
+    assert "completionMode" not in job["spec"] and "subdomain" not in job["spec"]["template"]["spec"]
+    names = [e["name"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]]
+    trainer_names = [e["name"] for e in trainer["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert names == [n for n in trainer_names if n not in ("DRL_LEARNER_RANK", "MASTER_ADDR", "MASTER_PORT")]
+    assert len(names) == len(trainer_names) - 3
+
+
 def test_scale_with_fake_kube_api_reports_a_failed_scaler_job_with_exit_1():
     def refuses(args):
         return False, ["drl-scaler: error: run scale-k8s is stopping (stopped); nothing to scale"]

@@ -45,9 +45,6 @@ class KubernetesBackend:
         """(configuration with its run name, namespace, manifests) of a run; reads no cluster."""
         if cfg.run_name:
             manifests.check_run_name(cfg.run_name)
-        if cfg.learners > 1:
-            raise UserError(f"--learners {cfg.learners}: a group of learners runs locally for now; the Kubernetes "
-                            "manifests have one trainer pod")
         manifests.check_memory_url(cfg.memory)
         manifests.check_store_url(cfg.store)
         namespace = self.namespace(deployment)

@@ -5,6 +5,10 @@
 gives its processes, with the few differences the contract names (the configuration through a ConfigMap, the
 worker index from the Indexed Job, credentials from a Secret, writable paths on emptyDir volumes).
 ``drl-orchestrate render`` prints its result; the kubernetes backend creates it.
+
+A group of learners (``--learners`` K > 1) is the trainer Job made Indexed (K pods, rank = completion index)
+with a headless Service for its rendezvous, not a Job of its own: the plan's ``learner`` workload runs the
+trainer's command, and one Job lets the pods of the group find rank 0 by a stable name.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ BACKOFF_LIMIT = 6  # per pod: the rollout Job gets this many per worker
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 CONTROL_PORT = 50051  # gRPC: drl.v1.Control and grpc.health.v1 (the probes)
 METRICS_PORT = 9090  # Prometheus /metrics
+RENDEZVOUS_PORT = 29500  # torch.distributed's TCP store on the trainer (rank 0), torchrun's default port
+GPU_RESOURCE = "nvidia.com/gpu"
+GROUP_ENV = ("DRL_LEARNER_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 # "drl-<run>-redis" names a StatefulSet, whose pods get a controller-revision-hash label of
 # "<statefulset>-<10 chars>"; labels hold at most 63 characters, so the run name may hold 40.
@@ -203,15 +210,39 @@ def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, na
         _meta("v1", "Secret", f"{name}-credentials", ctx, "credentials", type="Opaque",
               stringData=credentials.string_data()),
         _meta("v1", "ConfigMap", f"{name}-config", ctx, "config", data={"config.json": cfg.to_json()}),
-        *_network_policies(ctx, builtin_memory, builtin_store),
+        *_network_policies(ctx, builtin_memory, builtin_store, group=cfg.learners > 1),
     ]
     if builtin_memory:
         objects += _redis(ctx, redis_image)
     if builtin_store:
         objects += _minio(ctx, minio_image)
-    workloads = plan(cfg, run=run, run_dir=RUN_DIR, memory_url=memory_url, store_url=store_url, python="python")
-    objects += [_job(ctx, w) for w in workloads]
+    group = group_name(name)
+    workloads = fold_learners(plan(cfg, run=run, run_dir=RUN_DIR, memory_url=memory_url, store_url=store_url,
+                                   python="python", learner_address=f"{name}-trainer-0.{group}",
+                                   learner_port=RENDEZVOUS_PORT))
+    if cfg.learners > 1:
+        objects.append(_group_service(ctx))
+    gpu = cfg.device.startswith("cuda")
+    objects += [_job(ctx, w, gpu=gpu and w.role == "trainer") for w in workloads]
     return json.loads(json.dumps(objects))  # no dict shared between objects: callers may edit one freely
+
+
+def group_name(name: str) -> str:
+    """The headless Service (and NetworkPolicy) of a group of learners: the trainer pods' DNS subdomain, so
+    that rank r is ``<name>-trainer-<r>.<name>-trainer-group`` (an Indexed Job's pod hostname is
+    ``<job>-<index>``)."""
+    return f"{name}-trainer-group"
+
+
+def fold_learners(workloads: list[Workload]) -> list[Workload]:
+    """The plan's workloads with its ``learner`` workload (ranks 1 .. K-1) folded into the trainer's (rank 0):
+    on Kubernetes the K ranks are the completion indexes of one Indexed Job, so that a pod's rank and its
+    hostname come from Kubernetes and a replaced pod keeps both."""
+    learners = next((w for w in workloads if w.role == "learner"), None)
+    if learners is None:
+        return workloads
+    return [dataclasses.replace(w, replicas=w.replicas + learners.replicas, per_replica_env=learners.per_replica_env)
+            if w.role == "trainer" else w for w in workloads if w is not learners]
 
 
 @dataclass(frozen=True)
@@ -286,8 +317,10 @@ def _mounts(paths: dict[str, str]) -> list[dict]:
     return [{"name": v, "mountPath": path} for v, path in paths.items()]
 
 
-def _job(ctx: _Context, workload: Workload) -> dict:
-    """One Job per role; the rollout Job is Indexed so that its completion index is the worker index."""
+def _job(ctx: _Context, workload: Workload, gpu: bool = False) -> dict:
+    """One Job per role; the rollout Job is Indexed so that its completion index is the worker index, and so
+    is the trainer Job of a group of learners (its completion index is the rank; its pods take the group's
+    Service as subdomain). ``gpu``: one GPU per pod (each learner trains on the one GPU it sees)."""
     paths = {"tmp": "/tmp", "heartbeat": HEARTBEAT_FILE.rsplit("/", 1)[0], "run": RUN_DIR, "cache": CACHE_DIR}
     volumes = {"tmp": {}, "heartbeat": {"medium": "Memory", "sizeLimit": "1Mi"}, "run": {}, "cache": {}}
     pod_security, container_security = _security()
@@ -295,6 +328,7 @@ def _job(ctx: _Context, workload: Workload) -> dict:
     container = {
         "name": workload.role, "image": ctx.image, "imagePullPolicy": "IfNotPresent",
         "command": list(workload.command), "env": _container_env(ctx, workload),
+        **({"resources": {"limits": {GPU_RESOURCE: 1}}} if gpu else {}),
         "securityContext": container_security,
         "ports": [{"name": "grpc", "containerPort": CONTROL_PORT}, {"name": "metrics", "containerPort": METRICS_PORT}],
         "startupProbe": {**probe, "periodSeconds": 5, "failureThreshold": 60},
@@ -306,11 +340,27 @@ def _job(ctx: _Context, workload: Workload) -> dict:
     if workload.per_replica_env:
         spec = {"completionMode": "Indexed", "completions": workload.replicas, "parallelism": workload.replicas,
                 "backoffLimit": BACKOFF_LIMIT * workload.replicas}
-    grace = {"terminationGracePeriodSeconds": 60} if workload.role == "trainer" else {}
+    extra = {"terminationGracePeriodSeconds": 60} if workload.role == "trainer" else {}
+    if workload.role == "trainer" and workload.replicas > 1:
+        extra["subdomain"] = group_name(ctx.name)
     template = {"metadata": {"labels": labels(ctx.run, workload.role)},
-                "spec": _pod_spec(ctx, [container], volumes, "OnFailure", pod_security, **grace)}
+                "spec": _pod_spec(ctx, [container], volumes, "OnFailure", pod_security, **extra)}
     return _meta("batch/v1", "Job", f"{ctx.name}-{workload.role}", ctx, workload.role,
                  spec={**spec, "template": template})
+
+
+def _selector(ctx: _Context, component: str) -> dict[str, str]:
+    return {k: v for k, v in labels(ctx.run, component).items()
+            if k in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")}
+
+
+def _group_service(ctx: _Context) -> dict:
+    """The headless Service of a group of learners: DNS records for every trainer pod, ready or not (so the
+    rendezvous never waits for a readiness probe), of which rank 0's name is ``MASTER_ADDR``."""
+    return _meta("v1", "Service", group_name(ctx.name), ctx, "trainer",
+                 spec={"clusterIP": "None", "publishNotReadyAddresses": True, "selector": _selector(ctx, "trainer"),
+                       "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT,
+                                  "protocol": "TCP"}]})
 
 
 def _stateful_set(ctx: _Context, component: str, container: dict, port: int, uid: int, gid: int) -> list[dict]:
@@ -320,8 +370,7 @@ def _stateful_set(ctx: _Context, component: str, container: dict, port: int, uid
     pod_security, container_security = _security(uid, gid)
     if component == "minio":
         pod_security["fsGroupChangePolicy"] = "OnRootMismatch"
-    selector = {k: v for k, v in labels(ctx.run, component).items()
-                if k in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")}
+    selector = _selector(ctx, component)
     container = {**container, "imagePullPolicy": "IfNotPresent", "securityContext": container_security,
                  "volumeMounts": _mounts({"data": "/data", "tmp": "/tmp"})}
     service = _meta("v1", "Service", name, ctx, component,
@@ -368,7 +417,7 @@ def _minio(ctx: _Context, image: str) -> list[dict]:
     return _stateful_set(ctx, "minio", container, MINIO_PORT, MINIO_UID, 1000)
 
 
-def _network_policies(ctx: _Context, builtin_memory: bool, builtin_store: bool) -> list[dict]:
+def _network_policies(ctx: _Context, builtin_memory: bool, builtin_store: bool, group: bool = False) -> list[dict]:
     """The chart's default NetworkPolicies (docs/security.md), made before any pod so none runs unprotected.
 
     Redis and MinIO admit only the run's pods; the drl roles admit the namespace on the control port (its Stop
@@ -376,13 +425,15 @@ def _network_policies(ctx: _Context, builtin_memory: bool, builtin_store: bool) 
     API server's pod proxy, whose source address differs between clusters). Their egress is limited to DNS and
     the run's own servers when both are built in; an external server has an address a NetworkPolicy cannot
     name from a URL, so egress then stays open.
+
+    A group of learners (``group``) adds ``<name>-trainer-group``: the trainer pods admit one another on every
+    port (and may reach one another where egress is limited), since gloo and NCCL connect their ranks on ports
+    they pick at run time besides the rendezvous port.
     """
     run_pods = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "drl", RUN_LABEL: ctx.run}}}
 
     def server(component: str) -> dict:
-        return {"matchLabels": {k: v for k, v in labels(ctx.run, component).items()
-                                if k in ("app.kubernetes.io/name", "app.kubernetes.io/instance",
-                                         "app.kubernetes.io/component")}}
+        return {"matchLabels": _selector(ctx, component)}
 
     def policy(suffix: str, spec: dict) -> dict:
         return _meta("networking.k8s.io/v1", "NetworkPolicy", f"{ctx.name}-{suffix}", ctx, "network", spec=spec)
@@ -403,7 +454,15 @@ def _network_policies(ctx: _Context, builtin_memory: bool, builtin_store: bool) 
         roles["egress"] = [{"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]
         roles["egress"] += [{"to": [{"podSelector": server(c)}], "ports": [{"protocol": "TCP", "port": port}]}
                             for c, port in servers]
-    return out + [policy("roles", roles)]
+    out.append(policy("roles", roles))
+    if group:
+        trainers = {"podSelector": {"matchLabels": _selector(ctx, "trainer")}}
+        spec = {**trainers, "policyTypes": ["Ingress"], "ingress": [{"from": [trainers]}]}
+        if "egress" in roles:
+            spec["policyTypes"].append("Egress")
+            spec["egress"] = [{"to": [trainers]}]
+        out.append(policy("trainer-group", spec))
+    return out
 
 
 def expected_pods(objects: list[dict]) -> dict[str, int]:
@@ -459,9 +518,9 @@ def scaler_job(trainer_job: dict, name: str, args: list[str], deadline_s: int) -
     an orchestrator's run are scaled alike.
 
     What the controller added to the trainer (selector labels) and what does not fit a short task (probes,
-    ports, resources such as a GPU, scheduling constraints) is left out. ``restartPolicy: Never`` with a
-    pod failure policy: exit code 2 (bad input, the run has ended) fails the Job at once, anything else (the
-    memory server briefly away) is tried again; the scaler is idempotent.
+    ports, resources such as a GPU, scheduling constraints, a group of learners' rank and rendezvous) is left
+    out. ``restartPolicy: Never`` with a pod failure policy: exit code 2 (bad input, the run has ended) fails the
+    Job at once, anything else (the memory server briefly away) is tried again; the scaler is idempotent.
     """
     meta = trainer_job["metadata"]
     template = trainer_job["spec"]["template"]
@@ -476,6 +535,8 @@ def scaler_job(trainer_job: dict, name: str, args: list[str], deadline_s: int) -
     for key in ("env", "envFrom", "securityContext", "volumeMounts"):
         if trainer.get(key):
             container[key] = trainer[key]
+    if "env" in container:
+        container["env"] = [e for e in container["env"] if e.get("name") not in GROUP_ENV]
     spec = {"restartPolicy": "Never", "containers": [container]}
     for key in ("serviceAccountName", "automountServiceAccountToken", "enableServiceLinks", "securityContext",
                 "volumes", "imagePullSecrets"):

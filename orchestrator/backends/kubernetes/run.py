@@ -27,6 +27,7 @@ API_ERROR_LIMIT_S = 300.0
 WAITING_REPORT_EVERY_S = 30.0
 WAITING_CHANGE_EVERY_S = 5.0
 LOG_DRAIN_S = 10.0
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 
 class RunFailed(Exception):
@@ -184,7 +185,7 @@ class KubeRun:
                 why.append(f"{c.restart_count} restarts")
             if c is not None and (c.exit_code or c.last_exit_code):
                 why.append(f"last exit code {c.exit_code or c.last_exit_code}")
-            index = pod.annotations.get("batch.kubernetes.io/job-completion-index", "?")
+            index = pod.annotations.get(INDEX_ANNOTATION, "?")
             self.say(f"replacing rollout pod {pod.name} (worker {index}): {', '.join(why)}")
             self.api.delete_pod(self.namespace, pod.name)
             self.replaced.add(pod.name)
@@ -231,7 +232,8 @@ def _why_not_ready(pod: PodState) -> str:
 
 
 class _LogFollower:
-    """Prints the trainer container's log from a thread, attaching again after each restart of it."""
+    """Prints the trainer container's log from a thread, attaching again after each restart of it. Of a group
+    of learners it follows rank 0 (completion index 0), the one that publishes and checkpoints."""
 
     def __init__(self, run: KubeRun):
         self.run = run
@@ -244,6 +246,8 @@ class _LogFollower:
             return
         for pod in pods:
             c = pod.container("trainer") if pod.component == "trainer" else None
+            if pod.annotations.get(INDEX_ANNOTATION, "0") != "0":
+                continue
             if c is None or (c.state == "waiting" and not c.restart_count):
                 continue
             key = (pod.name, c.restart_count)
