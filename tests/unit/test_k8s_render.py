@@ -426,6 +426,8 @@ def test_generated_credentials_differ_between_renders(capsys, monkeypatch):
     (["--run-name", "Run_1"], "--run-name on Kubernetes must be lowercase letters"),
     (["--run-name", "r" * 41], "at most 40 characters"),
     (["--memory", "unix:///tmp/valkey.sock"], "cannot be reached from pods"),
+    (["--memory", "redis://a:6379/0,unix:///tmp/b.sock", "--memory-shards", "2"],
+     "--memory 'unix:///tmp/b.sock' cannot be reached from pods"),
     (["--memory", "redis://:pw@host:6379/0"], "the memory URL must not carry a password"),
     (["--store", "s3://bucket/prefix"], "needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
     (["--backend", "local"], "render prints Kubernetes manifests; --backend local has none"),
@@ -526,3 +528,14 @@ def test_render_and_local_runs_do_not_import_the_kubernetes_client(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env=env)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_shards_on_several_external_servers_reach_the_pods_as_one_list(capsys, monkeypatch):
+    monkeypatch.delenv("DRL_MEMORY_PASSWORD", raising=False)
+    servers = "redis://valkey-a.example:6379/0,redis://valkey-b.example:6379/0"
+    objs = rendered(capsys, FLAGS + ["--memory", servers, "--memory-shards", "2"])
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objs}
+    assert ("StatefulSet", "drl-r1-redis") not in kinds
+    for job in (o for o in objs if o["kind"] == "Job"):
+        env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["DRL_MEMORY_URL"] == servers, job["metadata"]["name"]

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from drl.config import ExperimentConfig
 from drl.errors import EXIT_USAGE, UserError
-from drl.naming import MAX_KUBERNETES_RUN_LEN
+from drl.naming import MAX_KUBERNETES_RUN_LEN, memory_servers
 from orchestrator.plan import Workload, plan
 
 MANAGED_BY = "drl-orchestrate"
@@ -117,10 +117,12 @@ def check_memory_url(url: str) -> None:
     if url_has_password(url):
         raise UserError("the memory URL must not carry a password (it would show in the ConfigMap); put it in "
                         "DRL_MEMORY_PASSWORD, which goes into the run's Secret")
-    scheme = url.split("://", 1)[0] if "://" in url else ""
-    if scheme not in ("redis", "rediss") or not urlsplit(url).hostname:
-        raise UserError(f"--memory {url!r} cannot be reached from pods; on Kubernetes use redis://HOST:PORT/DB or "
-                        "rediss://HOST:PORT/DB, or leave it empty for the run's own Valkey")
+    for one in memory_servers(url):
+        scheme = one.split("://", 1)[0] if "://" in one else ""
+        if scheme not in ("redis", "rediss") or not urlsplit(one).hostname:
+            raise UserError(f"--memory {one!r} cannot be reached from pods; on Kubernetes use redis://HOST:PORT/DB "
+                            "or rediss://HOST:PORT/DB (several separated by commas), or leave it empty for the "
+                            "run's own Valkey")
 
 
 def check_store_url(url: str) -> None:
