@@ -96,16 +96,23 @@ def processes_mentioning(marker: str) -> list[str]:
 
 
 class S3Server:
-    """A real S3 HTTP endpoint (moto's server) in a subprocess on a free loopback port."""
+    """A real S3 HTTP endpoint (moto's server) in a subprocess on a free loopback port, or on ``host:port`` under
+    ``launcher`` (``ip netns exec HOST``)."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, host: str = "127.0.0.1", port: int | None = None, launcher: list[str] = ()):
         from drl.process import free_port
 
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.port = port or free_port()
+        self.endpoint = f"http://{host}:{self.port}"
         self.log = open(workdir / "s3.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.launcher = list(launcher)
+        self.start()
+
+    def start(self) -> None:
+        host = self.endpoint.split("//", 1)[1].rsplit(":", 1)[0]
+        self.proc = subprocess.Popen([*self.launcher, sys.executable, "-m", "moto.server", "-H", host, "-p",
+                                      str(self.port)], stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         import time
         import urllib.request
 

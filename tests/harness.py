@@ -24,7 +24,8 @@ from tests.conftest import ROOT
 
 
 class ServiceRun:
-    def __init__(self, cfg: ExperimentConfig, memory_url: str, run_dir: Path, run: str = "fault"):
+    def __init__(self, cfg: ExperimentConfig, memory_url: str, run_dir: Path, run: str = "fault",
+                 store_url: str | None = None, learner_address: str = "127.0.0.1"):
         self.cfg = cfg.validate()
         self.run = run
         self.run_dir = run_dir
@@ -32,11 +33,19 @@ class ServiceRun:
         self.memory_url = memory_url
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.workloads = {w.role: w for w in plan(cfg, run=run, run_dir=str(run_dir), memory_url=memory_url,
-                                                   store_url=str(run_dir / "store"), python=sys.executable)}
+                                                   store_url=store_url or str(run_dir / "store"),
+                                                   python=sys.executable, learner_address=learner_address)}
         self.procs: dict[str, subprocess.Popen | ForkedProcess] = {}
-        self.launcher = Launcher()
-        self.launcher.warm({**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "DRL_RUN": run,
-                            "DRL_RUN_DIR": str(run_dir)})
+        self._launcher: Launcher | None = None
+
+    @property
+    def launcher(self) -> Launcher:
+        """The run's fork server, started on first use (runs placed on other hosts start none)."""
+        if self._launcher is None:
+            self._launcher = Launcher()
+            self._launcher.warm({**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "DRL_RUN": self.run,
+                                 "DRL_RUN_DIR": str(self.run_dir)})
+        return self._launcher
 
     def client(self) -> redis.Redis:
         return redis.Redis.from_url(self.memory_url, socket_timeout=10)
@@ -102,7 +111,8 @@ class ServiceRun:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        self.launcher.close()
+        if self._launcher is not None:
+            self._launcher.close()
 
     def accounting(self) -> dict[str, int]:
         """Counters from the server: what workers produced and what the trainer committed."""

@@ -49,13 +49,17 @@ def find_server_binary() -> str:
 
 
 class RedisServer:
-    """A server process listening on 127.0.0.1:port, with its log in ``log_path``."""
+    """A server process listening on ``host:port`` (default loopback: a private server serves one machine's
+    processes), with its log in ``log_path``. ``launcher`` is a command the server runs under (for example
+    ``ip netns exec HOST``, which execs it in place, so the process is still the server)."""
 
     def __init__(self, workdir: Path, binary: str | None = None, port: int | None = None, extra: list[str] = (),
-                 password: str | None = None):
+                 password: str | None = None, host: str = "127.0.0.1", launcher: list[str] = ()):
         if password is not None and not password.isalnum():
             raise ValueError("a private server's password is letters and digits (it is written as a config line)")
         self.password = password
+        self.host = host
+        self.launcher = list(launcher)
         self.binary = binary or find_server_binary()
         self.workdir = Path(workdir)
         self.port = port or free_port()
@@ -65,11 +69,12 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def start(self, timeout: float = 15.0) -> "RedisServer":
         self.workdir.mkdir(parents=True, exist_ok=True)
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        args = [*self.launcher, self.binary, "--port", str(self.port), "--bind", self.host, "--save", "",
+                "--appendonly", "no",
                 "--dir", str(self.workdir), "--protected-mode", "yes", *self.extra]
         if self.password is not None:
             args.append("-")
@@ -108,7 +113,7 @@ class RedisServer:
 
     def ready_client(self) -> redis.Redis:
         """The client that checks the server answers; servers reached otherwise (TLS, a socket) override it."""
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5, password=self.password)
+        return redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.5, password=self.password)
 
     def exit_code(self) -> int | None:
         """None while the server runs (or was never started); its exit code once it has exited."""
