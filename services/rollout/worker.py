@@ -18,6 +18,7 @@ import logging
 import math
 import signal
 import time
+from collections import deque
 
 import numpy as np
 
@@ -39,6 +40,7 @@ FLUSH_TIMEOUT_S = 3600.0
 ASYNC_CHUNK_ENTRIES = 16
 FIRST_POLICY_TIMEOUT_S = 600.0
 RELOAD_WAIT_S = 1.0
+SYNC_WINDOW = 200
 
 
 class RolloutWorker(Service):
@@ -61,6 +63,7 @@ class RolloutWorker(Service):
         self.total = even_share(max(0, cfg.steps - ctx.steps_done), cfg.workers, ctx.worker_index)
         self.random_steps = even_share(max(0, cfg.random_steps - ctx.steps_done), cfg.workers, ctx.worker_index)
         self.version = -1
+        self.sync_ms: deque[float] = deque(maxlen=SYNC_WINDOW)
         self.widening = 1  # the trainer's factor on the backlog's limits, as the last append reported it
         self.batch_transitions = limits.least
         if self.segment_rows:
@@ -116,7 +119,7 @@ class RolloutWorker(Service):
         if version <= self.version:
             return True
         try:
-            _, weights = self.policies.load(version)
+            manifest, weights = self.policies.load(version)
             self.actor.load(weights)
         except (ManifestError, ValueError) as exc:
             if version not in self._refused:
@@ -124,6 +127,7 @@ class RolloutWorker(Service):
                 log.error("policy version %d refused, keeping version %d: %s", version, self.version, exc)
             return False
         self.version = version
+        self.sync_ms.append(max(0.0, (time.time() - manifest.created_at) * 1000.0))
         return True
 
     def policy(self, target: int):
@@ -216,8 +220,17 @@ class RolloutWorker(Service):
                            "transitions_per_s": rate,
                            "policy_version": self.version, "seq": self.seq,
                            "backpressure_s": round(self.producer.waited_s, 3), "resent": self.producer.resent,
-                           "retained": self.producer.retained(),
+                           "retained": self.producer.retained(), **self.sync_percentiles(),
                            "episode_return": float(np.mean(returns)) if returns else ""}, force=force)
+
+    def sync_percentiles(self) -> dict:
+        """Policy sync over the last ``SYNC_WINDOW`` versions this worker loaded: milliseconds from the version's
+        manifest being written (its ``created_at``, the trainer's clock) to this worker acting with it (this
+        host's clock: across hosts the figure holds what the clocks disagree by)."""
+        if not self.sync_ms:
+            return {}
+        p50, p99 = np.percentile(np.fromiter(self.sync_ms, float), [50, 99])
+        return {"policy_sync_ms_p50": round(float(p50), 1), "policy_sync_ms_p99": round(float(p99), 1)}
 
     def collect(self, n: int, hand_in: bool = True) -> None:
         """Collects n transitions, sending full entries; with ``hand_in`` the last entry of the n is sent as
