@@ -8,6 +8,8 @@ Benchmarks, in this order (each its own module, documented in ``bench/README.md`
 - ``learner_speed``: SAC gradient updates per second, drl against SB3;
 - ``ppo_learner``: PPO rollouts trained per second (the CartPole preset's sizes), drl against SB3;
 - ``learner_group``: SAC updates/s of K = 1, 2 data-parallel learners (gloo), transitions/s and efficiency;
+- ``network`` (only with ``--network``; root): a run across five network namespaces with added latency (1, 5,
+  20 ms) and capped bandwidth (100, 10 Mbit/s): env steps/s and policy-sync p99 against the plain bridge;
 - ``learner_speed_gpu`` (only with ``--gpu``, on a machine with a CUDA device): ``learner_speed`` with both learners
   on the GPU (``--device cuda``), against the GPU's own matrix-product floor;
 - ``time_to_score``: SAC on Pendulum-v1 to -200, drl against SB3;
@@ -103,6 +105,8 @@ BENCHES = [
     Bench("ppo_learner", "PPO learner speed", "bench.ppo_learner", timeout_quick=600, timeout_full=1200),
     Bench("learner_group", "Data-parallel learners: SAC with K = 1, 2", "bench.learner_group",
           timeout_quick=600, timeout_full=1200),
+    Bench("network", "Across hosts: latency and bandwidth", "bench.network", timeout_quick=1200,
+          timeout_full=2400, opt_in="network"),
     Bench("learner_speed_gpu", "SAC learner speed on a GPU", "bench.learner_speed", args=["--device", "cuda"],
           timeout_quick=600, timeout_full=1200, opt_in="gpu"),
     Bench("time_to_score", "Time to score: SAC on Pendulum-v1", "bench.time_to_score",
@@ -135,7 +139,7 @@ BENCHES = [
     Bench("appo_policy_lag", "APPO policy lag with 2, 8 and 32 workers", "bench.appo_policy_lag",
           timeout_quick=1200, timeout_full=3600, opt_in="appo"),
 ]
-OPT_IN = ("lunar", "atari", "appo", "gpu")  # the flags of the opt-in groups, in BENCHES' order
+OPT_IN = ("lunar", "atari", "appo", "gpu", "network")  # the flags of the opt-in groups, in BENCHES' order
 
 
 # -- running -----------------------------------------------------------------------------------------------------
@@ -372,6 +376,35 @@ def section_learner_group(f: dict, plot) -> tuple[list[str], str, str, bool | No
     top = max(groups, key=int)
     return lines, f"K={top}: {num(groups[top]['transitions_per_s'])} transitions/s, efficiency " \
                   f"{num(groups[top]['efficiency'], '.2f')}", "measured (no goal)", None
+
+
+def section_network(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
+    conds = f["conditions"]
+    rows = [[name, num(c["env_steps_per_s"]), num(c["steps_ratio_to_baseline"], ".2f"),
+             num(c["policy_sync_p50_ms"], ".1f"), num(c["policy_sync_p99_ms"], ".1f"),
+             num(c.get("p99_ratio_to_baseline"), ".2f"),
+             ", ".join(num(r["env_steps_per_s"]) for r in c.get("runs", []))] for name, c in conds.items()]
+    lines = table(["condition", "env steps/s (median)", "of baseline", "policy sync p50 ms", "p99 ms",
+                   "p99 of baseline", "repeats (steps/s)"], rows)
+    lines += ["", f"{f.get('mode')} SAC on Pendulum-v1, {f.get('workers')} workers on two node namespaces, actor "
+                  f"{f.get('hidden')}, {f.get('steps')} steps a run, {f.get('repeats')} repeat(s), conditions in "
+                  "rotation; latency from a delaying TCP proxy between the nodes and the memory host (half each "
+                  "way), bandwidth from tc tbf on both nodes' links"]
+    if plot:
+        fig, (ax, ax2) = plot.subplots(1, 2, figsize=(9, 3.5))
+        names = list(conds)
+        ax.bar(names, [conds[n]["env_steps_per_s"] for n in names])
+        ax.set_ylabel("env steps/s")
+        ax2.bar(names, [conds[n]["policy_sync_p99_ms"] for n in names], color="tab:orange")
+        ax2.set_ylabel("policy sync p99, ms")
+        for a in (ax, ax2):
+            a.tick_params(axis="x", rotation=45, labelsize=8)
+        fig.suptitle("Across hosts: added latency and capped bandwidth")
+        fig.tight_layout()
+        lines += ["", plot.save(fig, "network.png")]
+    worst = min(conds, key=lambda n: conds[n]["steps_ratio_to_baseline"])
+    return lines, f"worst {worst}: {num(conds[worst]['steps_ratio_to_baseline'], '.2f')} of baseline steps/s, " \
+                  f"p99 {num(conds[worst]['policy_sync_p99_ms'], '.1f')} ms", "measured (no goal)", None
 
 
 def section_tts(f: dict, plot, stem: str) -> tuple[list[str], str, str, bool | None]:
@@ -796,7 +829,7 @@ def section_appo_tts(f: dict, plot) -> tuple[list[str], str, str, bool | None]:
 SECTIONS = {"memory_throughput": section_memory, "policy_sync": section_policy_sync,
             "learner_speed": section_learner, "ppo_learner": section_ppo_learner, "scaling": section_scaling,
             "learner_speed_gpu": section_learner, "learner_group": section_learner_group,
-            "memory_shards": section_memory_shards,
+            "memory_shards": section_memory_shards, "network": section_network,
             "time_to_score": lambda f, p: section_tts(f, p, "time_to_score"),
             "time_to_score_lunar": lambda f, p: section_tts(f, p, "time_to_score_lunar"),
             "time_to_score_lunar_bf16": lambda f, p: section_tts(f, p, "time_to_score_lunar_bf16"),
@@ -879,7 +912,7 @@ def anchor(title: str) -> str:
 
 def select(only: set[str], opted: set[str]) -> list[Bench]:
     """The benchmarks to run: those named with ``--only``, else every one that is not opt-in plus the opt-in groups
-    whose flags were given (``opted``: "lunar", "atari", "appo", "gpu")."""
+    whose flags were given (``opted``: "lunar", "atari", "appo", "gpu", "network")."""
     return [b for b in BENCHES if (b.name in only if only else (not b.opt_in or b.opt_in in opted))]
 
 
@@ -892,6 +925,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also the four Atari benchmarks (need bench/peers/setup_atari_peers.sh's environments)")
     parser.add_argument("--appo", action="store_true",
                         help="also APPO time to score against PPO and RLlib (hours; needs bench/peers/setup_rllib.sh)")
+    parser.add_argument("--network", action="store_true",
+                        help="also run the network benchmark (network namespaces; needs root)")
     parser.add_argument("--gpu", action="store_true",
                         help="also SAC learner speed on the GPU against SB3 on the same GPU (needs a CUDA device)")
     parser.add_argument("--only", default="", help="comma-separated benchmark names to run (default: all)")
