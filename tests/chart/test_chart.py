@@ -501,7 +501,8 @@ class _RecordingClient:
             if method == "read_namespaced_pod_log":
                 return SimpleNamespace(stream=lambda *a, **k: iter([b"line\n"]), release_conn=lambda: None)
             if method.startswith("connect_"):
-                return "drl_updates_total 1\n"
+                assert kwargs.get("_preload_content") is False, "the proxy's body is read raw (see pod_metrics)"
+                return SimpleNamespace(data=b"drl_updates_total 1\n", headers={}, release_conn=lambda: None)
             return client.V1Job(metadata=meta, status=client.V1JobStatus(active=1))
         return call
 

@@ -3,8 +3,11 @@ extended with the Job listing, patching, scaler pods and metrics pages the scali
 
 from __future__ import annotations
 
+import http.server
 import io
 import json
+import threading
+import urllib.parse
 
 import kubernetes_validate
 import pytest
@@ -372,3 +375,113 @@ def test_status_through_the_cli_with_fake_kube_api(monkeypatch, capsys):
 def test_status_of_a_run_without_pods_with_fake_kube_api_is_exit_2():
     with pytest.raises(Exception, match="no pods of run 'r1' in namespace team-a"):
         show_status(RUN, NS, api=FakeScaleApi(), stream=io.StringIO())
+
+
+# -- the metrics page through the real client (kubernetes 36), served over real HTTP -------------------------
+
+class _ProxyHandler(http.server.BaseHTTPRequestHandler):
+    """The API server's pod proxy as the client sees it: ``/api/v1/namespaces/NS/pods/NAME:PORT/proxy/PATH``."""
+
+    pages: dict[str, tuple[int, str, bytes]] = {}
+    paths: list[str] = []
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        path = urllib.parse.unquote(self.path)
+        type(self).paths.append(path)
+        status, content_type, body = self.pages.get(path, (404, "application/json",
+                                                                 b'{"kind": "Status", "message": "pods not found"}'))
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def proxy_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ProxyHandler)
+    _ProxyHandler.pages, _ProxyHandler.paths = {}, []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, _ProxyHandler
+    server.shutdown()
+    server.server_close()
+
+
+def real_kube_api(server):
+    """A ``KubeApi`` whose official client (the installed kubernetes package) talks HTTP to ``server``."""
+    from kubernetes import client
+
+    from orchestrator.backends.kubernetes.api import KubeApi
+
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
+    api = KubeApi.__new__(KubeApi)
+    api.client = client
+    api.groups = {"core": client.CoreV1Api(client.ApiClient(configuration))}
+    return api
+
+
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def test_the_installed_kubernetes_client_returns_the_repr_of_a_text_body(proxy_server):
+    """Why ``KubeApi.pod_metrics`` reads the body itself: asked the default way, the client (36.x) gives
+    ``str(bytes)`` for a body that is not JSON."""
+    import kubernetes
+
+    server, handler = proxy_server
+    page = metrics_page("trainer", "trainer", "running", env_steps=4000, policy_version=7)
+    handler.pages["/api/v1/namespaces/team-a/pods/drl-r1-trainer-abc:9090/proxy/metrics"] = \
+        (200, PROMETHEUS_TEXT, page.encode())
+    core = real_kube_api(server).groups["core"]
+    raw = core.connect_get_namespaced_pod_proxy_with_path(name="drl-r1-trainer-abc:9090", namespace="team-a",
+                                                          path="metrics")
+    assert kubernetes.__version__.split(".")[0] == "36"
+    assert raw.startswith("b'") and raw != page
+
+
+def test_pod_metrics_with_the_real_client_decodes_the_page_and_status_shows_its_counters(proxy_server):
+    server, handler = proxy_server
+    page = metrics_page("trainer", "trainer", "running", env_steps=4000, policy_version=7,
+                        transitions_per_s=512.5) + "# é\n"
+    base = "/api/v1/namespaces/team-a/pods"
+    handler.pages[f"{base}/drl-r1-trainer-abc:9090/proxy/metrics"] = (200, PROMETHEUS_TEXT, page.encode())
+    handler.pages[f"{base}/drl-r1-rollout-0-x0:9090/proxy/metrics"] = (
+        503, "application/json", b'{"kind": "Status", "message": "error trying to reach service: dial tcp"}')
+    api = real_kube_api(server)
+    assert api.pod_metrics(NS, "drl-r1-trainer-abc", 9090) == page
+    assert handler.paths[-1] == f"{base}/drl-r1-trainer-abc:9090/proxy/metrics"
+    with pytest.raises(KubeError) as error:
+        api.pod_metrics(NS, "drl-r1-rollout-0-x0", 9090)
+    assert error.value.status == 503 and "dial tcp" in error.value.message
+
+    class Pods(FakeScaleApi):
+        def pod_metrics(self, namespace, name, port, timeout=5.0):
+            return api.pod_metrics(namespace, name, port, timeout)
+
+    fake = Pods(run_pods=[pod("drl-r1-trainer-abc", "trainer"), pod("drl-r1-rollout-0-x0", "rollout", index=0)])
+    rows = {r.name: r for r in status_rows(fake, RUN, NS)}
+    trainer = rows["drl-r1-trainer-abc"]
+    assert (trainer.policy_version, trainer.env_steps, trainer.rate) == (7, 4000, 512.5)
+    assert rows["drl-r1-rollout-0-x0"].env_steps is None and rows["drl-r1-rollout-0-x0"].last_error == ""
+
+
+def test_decode_body_follows_the_charset():
+    from orchestrator.backends.kubernetes.api import decode_body
+
+    assert decode_body("é".encode("latin-1"), "text/plain; charset=ISO-8859-1") == "é"
+    assert decode_body("é".encode(), "text/plain") == "é"
+    assert decode_body(b"\xff ok", "text/plain; charset=no-such-codec") == "\ufffd ok"
+    assert decode_body("already text") == "already text"
+
+
+def test_status_with_fake_kube_api_reports_a_page_that_does_not_parse():
+    pages = {"drl-r1-trainer-abc": "b'# HELP drl_info The service.\\n# TYPE drl_info gauge\\n'"}
+    fake = FakeScaleApi(metrics=pages, run_pods=[pod("drl-r1-trainer-abc", "trainer")])
+    [row] = status_rows(fake, RUN, NS)
+    assert row.state == "running" and row.env_steps is None
+    assert row.last_error.startswith("metrics page unreadable")

@@ -228,17 +228,28 @@ class KubeApi:
 
     def pod_metrics(self, namespace: str, name: str, port: int, timeout: float = 5.0) -> str:
         """The pod's Prometheus page (``/metrics`` on ``port``) through the API server's pod proxy, so the
-        orchestrator needs no route into the cluster (RBAC: ``get`` on ``pods/proxy``)."""
+        orchestrator needs no route into the cluster (RBAC: ``get`` on ``pods/proxy``).
+
+        The body is read raw (``_preload_content=False``) and decoded here: the client declares the proxy's
+        response as ``str`` and, for a body that is not JSON, returns ``str(bytes)``, the repr ``"b'...'"``
+        (kubernetes client 36), which no parser reads."""
         from urllib3.exceptions import HTTPError
 
         core = self.groups["core"]
         try:
-            return core.connect_get_namespaced_pod_proxy_with_path(name=f"{name}:{port}", namespace=namespace,
-                                                                   path="metrics", _request_timeout=timeout)
+            response = core.connect_get_namespaced_pod_proxy_with_path(
+                name=f"{name}:{port}", namespace=namespace, path="metrics", _request_timeout=timeout,
+                _preload_content=False)
         except self.client.exceptions.ApiException as exc:
             raise KubeError(exc.status or 0, exc.reason or "", _api_message(exc)) from None
         except HTTPError as exc:
             raise KubeError(0, "Unreachable", f"metrics of pod {name} cannot be read: {exc}") from None
+        try:
+            return decode_body(response.data, response.headers.get("content-type", ""))
+        except HTTPError as exc:
+            raise KubeError(0, "Unreachable", f"metrics of pod {name} cannot be read: {exc}") from None
+        finally:
+            response.release_conn()
 
     def pod_log(self, namespace: str, name: str, container: str, follow: bool = True) -> Iterator[str]:
         """The container's log line by line; with ``follow`` it ends when the container does."""
@@ -284,6 +295,22 @@ class Api(Protocol):
 def default_api() -> Api:
     """A ``KubeApi``, looked up when called (tests replace the class with a fake)."""
     return KubeApi()
+
+
+def decode_body(data: bytes | str, content_type: str = "") -> str:
+    """An HTTP body as text, in the charset its ``Content-Type`` names (UTF-8 when it names none or one Python
+    does not know); undecodable bytes are replaced rather than failing the whole page."""
+    if isinstance(data, str):
+        return data
+    charset = "utf-8"
+    for param in content_type.split(";")[1:]:
+        key, _, value = param.strip().partition("=")
+        if key.lower() == "charset" and value.strip('"'):
+            charset = value.strip('"')
+    try:
+        return data.decode(charset, errors="replace")
+    except LookupError:
+        return data.decode("utf-8", errors="replace")
 
 
 def _api_message(exc) -> str:

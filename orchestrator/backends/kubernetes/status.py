@@ -93,18 +93,24 @@ def status_rows(api: Api, run: str, namespace: str, timeout: float = 5.0):
         raise UserError(f"no pods of run {run!r} in namespace {namespace}")
     pods = sorted(pods, key=lambda p: (p.component not in METRICS_ROLES, p.component, p.name))
 
-    def metrics(pod: PodState) -> dict:
+    def metrics(pod: PodState) -> tuple[dict, str]:
+        """(snapshot, why the page could not be read back): a page that does not answer is normal for a pod
+        that is starting or stopping and says nothing; one that answers but does not parse is reported."""
         if pod.component not in METRICS_ROLES or pod.phase != "Running" or pod.deleting:
-            return {}
+            return {}, ""
         try:
-            return snapshot_from_metrics(api.pod_metrics(namespace, pod.name, manifests.METRICS_PORT, timeout))
-        except (KubeError, ValueError):
-            return {}
+            page = api.pod_metrics(namespace, pod.name, manifests.METRICS_PORT, timeout)
+        except KubeError:
+            return {}, ""
+        try:
+            return snapshot_from_metrics(page), ""
+        except ValueError as exc:
+            return {}, f"metrics page unreadable: {exc}"[:200]
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        snapshots = list(pool.map(metrics, pods))
+        results = list(pool.map(metrics, pods))
     rows = []
-    for pod, snap in zip(pods, snapshots):
+    for pod, (snap, unreadable) in zip(pods, results):
         restarts = sum(c.restart_count for c in pod.containers)
         if snap.get("run") == run:
             row = row_from_status(pod.name, status_message(snap))
@@ -113,7 +119,7 @@ def status_rows(api: Api, run: str, namespace: str, timeout: float = 5.0):
         else:
             row = Row(pod.name, pod.component or "-", _pod_state_label(pod))
         row.restarts = restarts
-        row.last_error = _pod_error(pod) or row.last_error
+        row.last_error = _pod_error(pod) or row.last_error or unreadable
         rows.append(row)
     return rows
 
