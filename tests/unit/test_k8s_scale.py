@@ -130,9 +130,9 @@ def test_scale_down_with_fake_kube_api_retires_then_patches_then_applies():
     code, err = scale(fake, 1)
     assert code == 0, err
     assert fake.calls == [("scaler", "retire --workers"), ("patch", "1"), ("scaler", "apply --workers")]
-    assert fake.patches == [("drl-r1-rollout", {"spec": {"completions": 1, "parallelism": 1}})]
+    assert fake.patches == [("drl-r1-rollout", {"spec": {"completions": 1, "parallelism": 1, "backoffLimit": 6}})]
     rollout = fake.objects[("Job", NS, "drl-r1-rollout")]["spec"]
-    assert rollout["completions"] == rollout["parallelism"] == 1
+    assert rollout["completions"] == rollout["parallelism"] == 1 and rollout["backoffLimit"] == 6
     commands = [job["spec"]["template"]["spec"]["containers"][0]["command"] for job in scaler_jobs(fake)]
     assert commands[0] == ["python", "-m", "orchestrator.scaler", "retire", "--workers", "1"]
     assert commands[1] == ["python", "-m", "orchestrator.scaler", "apply", "--workers", "1", "--job-size", "1",
@@ -150,6 +150,31 @@ def test_scale_up_with_fake_kube_api_registers_shares_before_the_job_grows():
     command = scaler_jobs(fake)[0]["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[3:] == ["apply", "--workers", "4", "--job-size", "2", "--hand-in-timeout", "120"]
     assert "4 rollout workers: rollout-0, rollout-1, rollout-2, rollout-3" in err
+
+
+def test_scale_with_fake_kube_api_rescales_the_rollout_jobs_backoff_limit_with_the_workers():
+    """2 -> 32 workers: the Job tolerates 6 failures per worker at 32 as it did at 2 (it kept 12 before)."""
+    fake = FakeScaleApi(workers=2)
+    assert fake.objects[("Job", NS, "drl-r1-rollout")]["spec"]["backoffLimit"] == 12
+    code, err = scale(fake, 32)
+    assert code == 0, err
+    assert fake.patches == [("drl-r1-rollout", {"spec": {"completions": 32, "parallelism": 32,
+                                                         "backoffLimit": 6 * 32}})]
+    assert "Job drl-r1-rollout scaled to 32 (completions and parallelism; backoffLimit 192)" in err
+
+
+def test_scale_with_fake_kube_api_keeps_the_charts_backoff_limit_per_worker():
+    """A chart release with backoffLimit 2 made the rollout Job with 2 x workers: scaling keeps 2 per worker,
+    read back from the Job as the cluster holds it; a Job without one gets the default."""
+    from orchestrator.backends.kubernetes.scale import backoff_per_worker
+
+    fake = FakeScaleApi(workers=3)
+    fake.objects[("Job", NS, "drl-r1-rollout")]["spec"]["backoffLimit"] = 2 * 3
+    code, err = scale(fake, 5)
+    assert code == 0, err
+    assert fake.patches[-1][1]["spec"]["backoffLimit"] == 2 * 5
+    assert backoff_per_worker({"completions": 4, "backoffLimit": 0}) == 0
+    assert backoff_per_worker({"completions": 4}) == 6
 
 
 def test_scale_up_with_fake_kube_api_and_nothing_left_leaves_the_job_alone():

@@ -28,6 +28,15 @@ class ScaleFailed(Exception):
     """A step of scaling failed; the message says which and what to do (running the same scale again is safe)."""
 
 
+def backoff_per_worker(spec: dict) -> int:
+    """The rollout Job's pod failures tolerated per worker: its ``backoffLimit`` over its completions, as
+    ``manifests`` and the chart made it (``backoffLimit x workers``); the default where the Job has neither."""
+    completions = int(spec.get("completions") or 0)
+    if spec.get("backoffLimit") is None or completions < 1:
+        return manifests.BACKOFF_LIMIT
+    return int(spec["backoffLimit"]) // completions
+
+
 def _finished(job: dict) -> str:
     """``Complete`` or ``Failed`` when the Job has that condition, else ``""``."""
     for c in (job.get("status") or {}).get("conditions") or ():
@@ -91,6 +100,7 @@ class KubeScale:
             raise UserError(f"Job {rollout['metadata']['name']} is not an Indexed Job; it cannot be scaled")
         current = int(spec.get("completions") or 0)
         self.trainer, self.rollout = trainer, rollout["metadata"]["name"]
+        self.backoff_per_worker = backoff_per_worker(spec)
         self.say(f"scaling run {self.run} from {current} to {workers} rollout workers")
         try:
             if workers < current:
@@ -124,14 +134,18 @@ class KubeScale:
             self.say(f"run {self.run}: no worker gets a new share (nothing left to produce)")
 
     def patch(self, workers: int) -> None:
+        """Completions and parallelism to ``workers`` together, and the Job's ``backoffLimit`` with them: the
+        rollout Job tolerates the same failures per worker at every size (it was made with
+        ``backoffLimit x workers``), so a grown Job is not failed by the restarts of a few of its many pods."""
+        backoff = self.backoff_per_worker * workers
+        spec = {"completions": workers, "parallelism": workers, "backoffLimit": backoff}
         try:
-            self.api.patch_job(self.namespace, self.rollout, {"spec": {"completions": workers,
-                                                                       "parallelism": workers}})
+            self.api.patch_job(self.namespace, self.rollout, {"spec": spec})
         except KubeError as exc:
             hint = " (the orchestrator needs 'patch' on jobs)" if exc.status == 403 else ""
             raise ScaleFailed(f"Job {self.rollout} cannot be scaled to {workers}: {exc}{hint}; run the same scale "
                               f"again to finish it") from None
-        self.say(f"Job {self.rollout} scaled to {workers} (completions and parallelism)")
+        self.say(f"Job {self.rollout} scaled to {workers} (completions and parallelism; backoffLimit {backoff})")
 
     def run_scaler(self, args: list[str]) -> dict:
         """Creates a scaler Job with ``args``, waits for it, and returns the JSON result its pod printed."""
