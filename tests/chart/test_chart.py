@@ -1032,6 +1032,9 @@ def test_helm_test_pod():
     docs = render()
     pod = find(docs, "Pod", "drl-test-run")
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    policies = pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")
+    assert sorted(policies) == ["before-hook-creation", "hook-succeeded"], \
+        "a passed test pod goes at once (helm uninstall leaves nothing); a failed one stays for its log"
     assert pod["spec"]["restartPolicy"] == "Never"
     [container] = pod["spec"]["containers"]
     assert container["image"] == "drl:latest"
