@@ -41,10 +41,16 @@ app.kubernetes.io/component: {{ .component }}
 checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
 {{- end -}}
 
-{{/* image: "repository:tag" for a component block, falling back to the top-level image; (dict "ctx" $ "component" "trainer"). */}}
+{{/* image: "repository:tag" for a component block, falling back to the top-level image; (dict "ctx" $ "component" "trainer").
+The drl image is published nowhere, so an empty repository fails the install with what to do, rather than
+pods waiting in ImagePullBackOff while Helm reports success. */}}
 {{- define "drl.image" -}}
 {{- $own := (index .ctx.Values .component).image | default dict -}}
 {{- $repository := $own.repository | default .ctx.Values.image.repository -}}
+{{- if not $repository -}}
+{{- $how := "build it (docker build -f docker/Dockerfile -t REGISTRY/drl:TAG .) and push it to a registry the cluster pulls from, then --set image.repository=REGISTRY/drl --set image.tag=TAG; on kind, scripts/kind-up.sh builds and loads drl:dev and scripts/kind-deploy.sh installs with it (docs/kubernetes.md, The image)" -}}
+{{- fail (printf "image.repository is not set (%s.image.repository neither): the drl image is not published to any registry; %s" .component $how) -}}
+{{- end -}}
 {{- $tag := $own.tag | default .ctx.Values.image.tag | default .ctx.Chart.AppVersion -}}
 {{- printf "%s:%s" $repository $tag -}}
 {{- end -}}

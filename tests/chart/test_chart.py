@@ -111,14 +111,25 @@ def _chart() -> helm.Chart:
     return helm.Chart.load(CHART)
 
 
+# The drl image is published nowhere, so the chart refuses to render without one (test_an_unset_image_fails_...);
+# every other test installs the image a kind cluster gets from scripts/kind-up.sh, unless it names its own.
+IMAGE = {"repository": "drl", "tag": "dev"}
+
+
+def with_image(values: dict | None) -> dict:
+    values = dict(values or {})
+    values["image"] = {**IMAGE, **values.get("image", {})}
+    return values
+
+
 @functools.lru_cache(maxsize=None)
 def _render_files(values_json: str, name: str) -> dict[str, str]:
     return _chart().render(json.loads(values_json), name=name, namespace=NAMESPACE)
 
 
 def render_files(values: dict | None = None, name: str = RELEASE) -> dict[str, str]:
-    """The rendered templates by path (NOTES.txt included)."""
-    return _render_files(json.dumps(values or {}, sort_keys=True), name)
+    """The rendered templates by path (NOTES.txt included), with ``IMAGE`` unless the values name an image."""
+    return _render_files(json.dumps(with_image(values), sort_keys=True), name)
 
 
 def render(values: dict | None = None, name: str = RELEASE) -> list[dict]:
@@ -186,7 +197,7 @@ def test_chart_metadata():
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
 def test_lint_clean(name):
-    report = helm.lint(CHART, VALUE_SETS[name], strict=True)
+    report = helm.lint(CHART, with_image(VALUE_SETS[name]), strict=True)
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
 
@@ -248,7 +259,7 @@ def test_schema_rejects_wrong_values(values, complaint):
     with pytest.raises(helm.HelmValuesError, match=complaint):
         _chart().validate_schema(values)
     with pytest.raises(helm.HelmValuesError):
-        _chart().render(values, name=RELEASE, namespace=NAMESPACE)
+        _chart().render(with_image(values), name=RELEASE, namespace=NAMESPACE)
 
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
@@ -259,7 +270,7 @@ def test_schema_accepts_the_value_sets(name):
 def test_external_redis_url_with_password_is_refused():
     values = {"externalRedis": {"enabled": True, "url": "redis://default:hunter2@redis:6379/0"}}
     with pytest.raises(helm.HelmError, match="must not carry a password"):
-        _chart().render(values, name=RELEASE, namespace=NAMESPACE)
+        _chart().render(with_image(values), name=RELEASE, namespace=NAMESPACE)
 
 
 # -- objects, names and labels -----------------------------------------------------------------------------
@@ -677,7 +688,7 @@ def test_learners_and_shards_come_from_the_values_or_the_config_overrides():
 ])
 def test_more_learners_than_shards_is_refused_as_the_cli_refuses_it(values, got):
     with pytest.raises(helm.HelmError, match=re.escape(got)):
-        _chart().render(values, name=RELEASE, namespace=NAMESPACE)
+        _chart().render(with_image(values), name=RELEASE, namespace=NAMESPACE)
 
 
 def test_the_trainer_pods_of_a_group_admit_one_another_on_every_port():
@@ -743,8 +754,10 @@ def test_images():
     for _, _, spec in pod_specs(docs):
         assert spec["imagePullSecrets"] == [{"name": "registry"}]
     docs = render(GPU)
-    assert role_container(docs, "trainer")["image"] == "registry.example.com/drl-cuda:latest"
-    assert role_container(docs, "evaluator")["image"] == "drl:latest"
+    assert role_container(docs, "trainer")["image"] == "registry.example.com/drl-cuda:dev"
+    assert role_container(docs, "evaluator")["image"] == "drl:dev"
+    docs = render({"image": {"tag": ""}})
+    assert role_container(docs, "trainer")["image"] == f"drl:{_chart().metadata['appVersion']}"
     docs = render()
     assert find(docs, "StatefulSet", "drl-redis")["spec"]["template"]["spec"]["containers"][0]["image"] == \
         "valkey/valkey:8.1-alpine"
@@ -1037,7 +1050,7 @@ def test_helm_test_pod():
         "a passed test pod goes at once (helm uninstall leaves nothing); a failed one stays for its log"
     assert pod["spec"]["restartPolicy"] == "Never"
     [container] = pod["spec"]["containers"]
-    assert container["image"] == "drl:latest"
+    assert container["image"] == "drl:dev"
     assert container["command"][:2] == ["python", "-c"]
     compile(container["command"][2], "test-run", "exec")
     env = env_of(container)
@@ -1066,6 +1079,33 @@ def test_helm_test_script_against_a_real_server(redis_server, redis_client):
     redis_client.hset(key, mapping={"state": "failed", "exit_reason": "boom"})
     result = check()
     assert result.returncode == 1 and "failed" in result.stderr
+
+
+@pytest.mark.parametrize("values, component", [
+    ({}, "(trainer|rollout|evaluator)"),
+    ({"image": {"repository": "", "tag": "v1"}}, "(trainer|rollout|evaluator)"),
+    ({"trainer": {"image": {"repository": "registry.example.com/drl-cuda"}}}, "(rollout|evaluator)"),
+])
+def test_an_unset_image_fails_the_install_with_how_to_get_one(values, component):
+    """drl's image is in no registry: installing without one fails at once (pods would wait in ImagePullBackOff
+    while Helm reports success), naming the build, the push and the kind scripts."""
+    with pytest.raises(helm.HelmError) as error:
+        _chart().render(values, name=RELEASE, namespace=NAMESPACE)
+    message = str(error.value)
+    assert re.search(rf"image\.repository is not set \({component}\.image\.repository neither\)", message)
+    for hint in ("docker build -f docker/Dockerfile", "--set image.repository=REGISTRY/drl", "scripts/kind-up.sh",
+                 "scripts/kind-deploy.sh"):
+        assert hint in message
+
+
+def test_notes_name_the_image_and_what_an_image_pull_error_means():
+    notes = render_files()["drl/templates/NOTES.txt"]
+    assert "Image: drl:dev (pull policy IfNotPresent)." in notes
+    assert "ImagePullBackOff" in notes and "kind load docker-image" in notes
+    assert "WARNING" not in notes
+    notes = render_files({**GPU, "image": {"tag": "latest"}})["drl/templates/NOTES.txt"]
+    assert "Images: registry.example.com/drl-cuda:latest, drl:latest (pull policy IfNotPresent)." in notes
+    assert "WARNING: drl:latest with pull policy IfNotPresent" in notes
 
 
 def test_notes_tell_how_to_follow_and_delete_the_run():

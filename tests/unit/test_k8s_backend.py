@@ -267,6 +267,7 @@ def test_backend_with_fake_kube_api_fails_on_an_image_that_cannot_be_pulled(obje
     code, _, err = start(fake, objects, image_error_grace_s=30)
     assert code == 1
     assert "pod drl-r1-trainer-abc cannot start its container trainer: ImagePullBackOff" in err
+    assert "build it (docker build -f docker/Dockerfile" in err and "--image REGISTRY/drl:TAG" in err
     assert fake.tick == 3
 
 

@@ -28,6 +28,10 @@ WAITING_REPORT_EVERY_S = 30.0
 WAITING_CHANGE_EVERY_S = 5.0
 LOG_DRAIN_S = 10.0
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+PULL_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+IMAGE_HINT = ("; the drl image is published nowhere: build it (docker build -f docker/Dockerfile -t REGISTRY/drl:TAG "
+              ".), push it where the cluster pulls from and pass --image REGISTRY/drl:TAG (on kind: "
+              "scripts/kind-up.sh builds and loads drl:dev; --image drl:dev)")
 
 
 class RunFailed(Exception):
@@ -200,8 +204,9 @@ class KubeRun:
                     seen.add(pod.name)
                     since = self.image_errors.setdefault(pod.name, now)
                     if now - since >= self.image_error_grace_s:
+                        hint = IMAGE_HINT if c.reason in PULL_ERRORS else ""
                         raise RunFailed(f"pod {pod.name} cannot start its container {c.name}: {c.reason}"
-                                        f"{': ' + c.message if c.message else ''}")
+                                        f"{': ' + c.message if c.message else ''}{hint}")
         self.image_errors = {k: v for k, v in self.image_errors.items() if k in seen}
 
     def _report_readiness(self, pods: list[PodState]) -> None:
