@@ -5,16 +5,17 @@
     drl-orchestrate stop RUN [--output DIR]      (end a local run cleanly; prints its summary)
     drl-orchestrate presets
     drl-orchestrate --preset sac --help        (options with that preset's defaults)
-    drl-orchestrate --backend kubernetes --preset sac --workers 32 [--namespace NS] [--image IMAGE] [--detach]
+    drl-orchestrate --backend kubernetes --preset sac --workers 32 [--namespace NS] [--image IMAGE]
+                    [--s3-image IMAGE] [--detach]
     drl-orchestrate render [same flags]        (the Kubernetes manifests as YAML; no cluster needed)
     drl-orchestrate delete RUN [--namespace NS]
     drl-orchestrate status RUN --backend kubernetes [--namespace NS]   (a Kubernetes run's pods and services)
     drl-orchestrate scale RUN --workers N [--backend kubernetes --namespace NS]
 
 Every option of ``ExperimentConfig`` (and of nested algorithm configs, as ``--sac.lr``) is a flag; only flags
-given on the command line override the preset. ``--backend``, ``--namespace``, ``--image`` and ``--detach`` say
-where and how a run is deployed, not what it computes, so they stay out of the configuration (like ``--config``
-and ``--resume``). Each verb is written once: the command line parses its flags, picks the backend
+given on the command line override the preset. ``--backend``, ``--namespace``, ``--image``, ``--s3-image`` and
+``--detach`` say where and how a run is deployed, not what it computes, so they stay out of the configuration
+(like ``--config`` and ``--resume``). Each verb is written once: the command line parses its flags, picks the backend
 (``backend_for``) and calls the verb on it (``orchestrator.backends``). Bad input prints one line and exits 2; output into a pipe whose
 reader went away ends quietly with 141.
 """
@@ -33,10 +34,10 @@ from drl.config import ConfigError, ExperimentConfig, coerce, from_dict, iter_op
 from drl.errors import EXIT_USAGE, UserError
 from drl.presets import PRESETS, get_preset
 from orchestrator.backends import BACKENDS, Backend, Deployment
-from orchestrator.backends.kubernetes.manifests import DEFAULT_IMAGE
+from orchestrator.backends.kubernetes.manifests import DEFAULT_IMAGE, S3_IMAGE
 from orchestrator.backends.local.launch import DETACHED_COMMAND
 
-DEPLOYMENT_OPTIONS = ("backend", "namespace", "image", "detach")
+DEPLOYMENT_OPTIONS = ("backend", "namespace", "image", "s3_image", "detach")
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: how a Unix tool ends when the reader of its output goes away (``presets | head -1``), here
 without a traceback."""
@@ -108,6 +109,10 @@ def add_deployment_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--namespace", metavar="NS",
                        help="Kubernetes namespace [default: the kubeconfig's current namespace, else default]")
     group.add_argument("--image", metavar="IMAGE", help=f"drl image of the pods [default: {DEFAULT_IMAGE}]")
+    group.add_argument("--s3-image", metavar="IMAGE", dest="s3_image",
+                       help="SeaweedFS image of the run's own S3 server, when --store is empty (the chart's "
+                            "s3.image); --store s3://BUCKET/PREFIX uses an S3 store of yours instead "
+                            f"[default: {S3_IMAGE}]")
     group.add_argument("--detach", action="store_true",
                        help="return once the run is started instead of following it (local: the run goes on "
                             "in the background; see 'status RUN' and 'stop RUN'; kubernetes: once its objects "
@@ -213,6 +218,8 @@ def _run_or_render(verb: str, argv: list[str]) -> int:
     backend = backend_for(verb, deployment)
     resume = _resuming(argv)
     backend.check(deployment, resume)
+    if deployment.s3_image and backend.name != "kubernetes":
+        raise UserError("--s3-image applies to --backend kubernetes only")
     cfg = resolve_config(argv)
     check_environment(cfg)
     if verb == "render":

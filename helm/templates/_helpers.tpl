@@ -133,7 +133,7 @@ s3://drl/runs
 {{- if .Values.externalS3.enabled -}}
 {{- required "externalS3.endpoint is required when externalS3.enabled" .Values.externalS3.endpoint -}}
 {{- else -}}
-{{- printf "http://%s-minio:9000" (include "drl.fullname" .) -}}
+{{- printf "http://%s-s3:9000" (include "drl.fullname" .) -}}
 {{- end -}}
 {{- end -}}
 
@@ -374,4 +374,37 @@ spec:
       emptyDir: {}
     - name: cache
       emptyDir: {}
+{{- end -}}
+
+
+{{/* A StatefulSet's PVC retention with persistence on: its claim goes with the release (helm uninstall deletes the
+StatefulSet, and Kubernetes the claim) unless keepOnUninstall; scaling never deletes it. Takes the persistence block. */}}
+{{- define "drl.claimRetention" -}}
+{{- if .enabled -}}
+persistentVolumeClaimRetentionPolicy:
+  whenDeleted: {{ ternary "Retain" "Delete" (.keepOnUninstall | default false) }}
+  whenScaled: Retain
+{{- end -}}
+{{- end -}}
+
+{{/* The volumeClaimTemplates of a data server with persistence on (a PVC "data" per pod); (dict "ctx" $ "component" "s3"). */}}
+{{- define "drl.volumeClaim" -}}
+{{- $p := (index .ctx.Values .component).persistence -}}
+{{- if $p.enabled -}}
+volumeClaimTemplates:
+  - apiVersion: v1
+    kind: PersistentVolumeClaim
+    metadata:
+      name: data
+      labels:
+        {{- include "drl.labels" (dict "ctx" .ctx "component" .component) | nindent 8 }}
+    spec:
+      accessModes: ["ReadWriteOnce"]
+      {{- with $p.storageClass }}
+      storageClassName: {{ . | quote }}
+      {{- end }}
+      resources:
+        requests:
+          storage: {{ $p.size | quote }}
+{{- end -}}
 {{- end -}}

@@ -29,6 +29,8 @@ class Deployment:
     """The Kubernetes namespace; empty: the kubeconfig's current one (else ``default``)."""
     image: str = ""
     """The drl image of a Kubernetes run's pods; empty: ``manifests.DEFAULT_IMAGE``."""
+    s3_image: str = ""
+    """The image of a Kubernetes run's own S3 server (SeaweedFS); empty: ``manifests.S3_IMAGE``."""
     detach: bool = False
     """Return once the run is started instead of following it."""
     output: str = ""

@@ -68,7 +68,7 @@ CUSTOM = {
     "evaluator": {"resources": {"requests": {"cpu": "1"}}, "nodeSelector": {"pool": "cpu"}},
     "redis": {"resources": {"requests": {"cpu": "250m", "memory": "512Mi"}}, "nodeSelector": {"pool": "infra"},
               "tolerations": [{"key": "infra", "operator": "Exists"}]},
-    "minio": {"resources": {"requests": {"cpu": "250m", "memory": "512Mi"}}, "nodeSelector": {"pool": "infra"},
+    "s3": {"resources": {"requests": {"cpu": "250m", "memory": "512Mi"}}, "nodeSelector": {"pool": "infra"},
               "persistence": {"enabled": True, "size": "20Gi", "storageClass": "fast"}},
     "imagePullSecrets": [{"name": "registry"}],
     "image": {"repository": "registry.example.com/drl", "tag": "0.1.0", "pullPolicy": "Always"},
@@ -283,9 +283,9 @@ def test_objects_of_a_default_release():
         ("ServiceAccount", "drl"), ("Role", "drl"), ("RoleBinding", "drl"),
         ("Job", "drl-trainer"), ("Job", "drl-rollout"), ("Job", "drl-evaluator"),
         ("StatefulSet", "drl-redis"), ("Service", "drl-redis"),
-        ("StatefulSet", "drl-minio"), ("Service", "drl-minio"),
+        ("StatefulSet", "drl-s3"), ("Service", "drl-s3"),
         ("Pod", "drl-test-run"),
-        ("NetworkPolicy", "drl-redis"), ("NetworkPolicy", "drl-minio"), ("NetworkPolicy", "drl-roles"),
+        ("NetworkPolicy", "drl-redis"), ("NetworkPolicy", "drl-s3"), ("NetworkPolicy", "drl-roles"),
     ])
 
 
@@ -293,7 +293,7 @@ def test_names_follow_the_release_and_labels_the_run():
     docs = render({"runName": "exp-7"}, name="team")
     names = {d["metadata"]["name"] for d in docs}
     assert {"team-drl-config", "team-drl-credentials", "team-drl", "team-drl-trainer", "team-drl-rollout",
-            "team-drl-evaluator", "team-drl-redis", "team-drl-minio"} <= names
+            "team-drl-evaluator", "team-drl-redis", "team-drl-s3"} <= names
     for doc in docs:
         assert doc["metadata"]["labels"]["drl.dev/run"] == "exp-7"
         assert doc["metadata"]["labels"]["app.kubernetes.io/instance"] == "exp-7"
@@ -377,11 +377,11 @@ def pod_labels(docs: list[dict]) -> dict[str, dict]:
     return {meta["labels"]["app.kubernetes.io/component"]: meta["labels"] for _, meta, _ in pod_specs(docs)}
 
 
-def test_redis_and_minio_admit_only_the_runs_pods():
+def test_redis_and_the_s3_server_admit_only_the_runs_pods():
     docs = render()
     pods = pod_labels(docs)
-    assert set(pods) == {"trainer", "rollout", "evaluator", "redis", "minio", "test"}
-    for server, port in (("redis", 6379), ("minio", 9000)):
+    assert set(pods) == {"trainer", "rollout", "evaluator", "redis", "s3", "test"}
+    for server, port in (("redis", 6379), ("s3", 9000)):
         policy = find(docs, "NetworkPolicy", f"drl-{server}")
         spec = policy["spec"]
         assert [c for c, labels in pods.items() if selects(spec["podSelector"], labels)] == [server]
@@ -402,9 +402,9 @@ def test_drl_roles_admit_the_namespace_on_control_anyone_on_metrics_and_reach_on
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     assert spec["ingress"] == [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": 50051}]},
                                {"ports": [{"protocol": "TCP", "port": 9090}]}]
-    dns, redis, minio = spec["egress"]
+    dns, redis, s3 = spec["egress"]
     assert dns == DNS
-    for rule, server, port in ((redis, "redis", 6379), (minio, "minio", 9000)):
+    for rule, server, port in ((redis, "redis", 6379), (s3, "s3", 9000)):
         assert rule == {"to": [{"podSelector": find(docs, "StatefulSet", f"drl-{server}")["spec"]["selector"]}],
                         "ports": [{"protocol": "TCP", "port": port}]}
     ports = {p["containerPort"] for p in role_container(docs, "trainer")["ports"]}
@@ -676,7 +676,7 @@ def test_learners_and_shards_come_from_the_values_or_the_config_overrides():
     assert group({"trainer": {"learners": 3}, "memory": {"shards": 3}, "config": {"learners": 2}}) == (3, 3, 3)
     assert group({"memory": {"shards": 4}}) == (1, None, 4)
     assert [d["metadata"]["name"] for d in render({"config": {"learners": 2, "memory_shards": 2}})
-            if d["kind"] == "Service"] == ["drl-minio", "drl-redis", "drl-trainer-group"]
+            if d["kind"] == "Service"] == ["drl-redis", "drl-s3", "drl-trainer-group"]
 
 
 @pytest.mark.parametrize("values, got", [
@@ -742,7 +742,7 @@ def test_role_containers_commands_and_environment(name):
         assert env["HOME"]["value"] == "/tmp"
         if not external:
             assert env["DRL_STORE"]["value"] == "s3://drl/runs"
-            assert env["DRL_S3_ENDPOINT"]["value"] == "http://drl-minio:9000"
+            assert env["DRL_S3_ENDPOINT"]["value"] == "http://drl-s3:9000"
         if role == "trainer" and not external:
             assert env["DRL_S3_CREATE_BUCKET"]["value"] == "1"
 
@@ -761,8 +761,8 @@ def test_images():
     docs = render()
     assert find(docs, "StatefulSet", "drl-redis")["spec"]["template"]["spec"]["containers"][0]["image"] == \
         "valkey/valkey:8.1-alpine"
-    assert find(docs, "StatefulSet", "drl-minio")["spec"]["template"]["spec"]["containers"][0]["image"] == \
-        "minio/minio:RELEASE.2025-04-22T22-12-26Z"
+    assert find(docs, "StatefulSet", "drl-s3")["spec"]["template"]["spec"]["containers"][0]["image"] == \
+        "chrislusf/seaweedfs:4.48"
 
 
 # -- credentials -------------------------------------------------------------------------------------------
@@ -798,13 +798,13 @@ def test_given_credentials_stay_in_the_secret():
     redis = find(docs, "StatefulSet", "drl-redis")["spec"]["template"]["spec"]["containers"][0]
     assert env_of(redis)["VALKEY_PASSWORD"]["valueFrom"]["secretKeyRef"] == \
         {"name": "drl-credentials", "key": "redis-password"}
-    minio = env_of(find(docs, "StatefulSet", "drl-minio")["spec"]["template"]["spec"]["containers"][0])
-    assert minio["MINIO_ROOT_USER"]["valueFrom"]["secretKeyRef"] == {"name": "drl-credentials", "key": "s3-access-key"}
-    assert minio["MINIO_ROOT_PASSWORD"]["valueFrom"]["secretKeyRef"] == \
+    s3 = env_of(find(docs, "StatefulSet", "drl-s3")["spec"]["template"]["spec"]["containers"][0])
+    assert s3["S3_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "drl-credentials", "key": "s3-access-key"}
+    assert s3["S3_SECRET_KEY"]["valueFrom"]["secretKeyRef"] == \
         {"name": "drl-credentials", "key": "s3-secret-key"}
 
 
-def test_generated_credentials_are_long_enough_for_minio():
+def test_generated_credentials_are_long_enough_for_the_s3_server():
     secret = next(d for d in render() if d["kind"] == "Secret")
     data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
     assert set(data) == {"redis-password", "s3-access-key", "s3-secret-key"}
@@ -891,7 +891,7 @@ def test_external_redis_and_s3_replace_the_built_in_ones():
     docs = render(EXTERNAL)
     assert not [d for d in docs if d["kind"] in ("StatefulSet", "Service")]
     components = {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in docs}
-    assert not {"redis", "minio"} & components
+    assert not {"redis", "s3"} & components
     for role in ROLES:
         env = env_of(role_container(docs, role))
         assert env["DRL_MEMORY_URL"]["value"] == "rediss://redis.example.internal:6380/2"
@@ -910,7 +910,7 @@ def test_external_redis_without_secret_uses_the_release_secret():
     docs = render({"externalRedis": {"enabled": True, "url": "redis://redis.shared:6379/0"},
                    "credentials": {"redisPassword": "shared-pass"}})
     assert not [d for d in docs if d["metadata"]["name"] == "drl-redis"]
-    assert [d for d in docs if d["metadata"]["name"] == "drl-minio"]
+    assert [d for d in docs if d["metadata"]["name"] == "drl-s3"]
     env = env_of(role_container(docs, "rollout"))
     assert env["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "drl-credentials",
                                                                        "key": "redis-password"}
@@ -943,18 +943,18 @@ def test_gpu_trainer_trains_on_the_gpu():
 def test_custom_resources_and_scheduling():
     docs = render(CUSTOM)
     for component, kind in (("trainer", "Job"), ("rollout", "Job"), ("evaluator", "Job"), ("redis", "StatefulSet"),
-                            ("minio", "StatefulSet")):
+                            ("s3", "StatefulSet")):
         spec = find(docs, kind, f"drl-{component}")["spec"]["template"]["spec"]
         block = CUSTOM[component]
         assert spec["containers"][0]["resources"] == block["resources"], component
         assert spec["nodeSelector"] == block["nodeSelector"], component
         assert spec.get("tolerations") == block.get("tolerations"), component
         assert spec.get("affinity") == block.get("affinity"), component
-    minio = find(docs, "StatefulSet", "drl-minio")["spec"]
-    [claim] = minio["volumeClaimTemplates"]
+    s3 = find(docs, "StatefulSet", "drl-s3")["spec"]
+    [claim] = s3["volumeClaimTemplates"]
     assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
     assert claim["spec"]["storageClassName"] == "fast"
-    assert "data" not in {v["name"] for v in minio["template"]["spec"]["volumes"]}
+    assert "data" not in {v["name"] for v in s3["template"]["spec"]["volumes"]}
     default_spec = find(render(), "Job", "drl-trainer")["spec"]["template"]["spec"]
     assert not {"nodeSelector", "tolerations", "affinity"} & set(default_spec)
 
@@ -986,7 +986,7 @@ def test_checksum_changes_with_the_config():
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
 def test_every_pod_runs_non_root_and_locked_down(name):
     docs = render(VALUE_SETS[name])
-    uids = {"redis": 999, "minio": 1000}
+    uids = {"redis": 999, "s3": 1000}
     for obj, meta, spec in pod_specs(docs):
         component = meta["labels"]["app.kubernetes.io/component"]
         uid = uids.get(component, 10001)
@@ -1008,7 +1008,7 @@ def test_every_pod_runs_non_root_and_locked_down(name):
                 assert mounts["/var/lib/drl/run"] in emptydirs, obj
                 assert mounts["/var/cache/drl"] in emptydirs, obj
                 assert mounts["/tmp/drl"] in emptydirs, obj
-            if component in ("redis", "minio"):
+            if component in ("redis", "s3"):
                 assert "/data" in mounts, obj
 
 
@@ -1034,8 +1034,102 @@ def test_valkey_takes_its_password_on_stdin():
     service = find(docs, "Service", "drl-redis")["spec"]
     assert service["ports"][0]["port"] == 6379
     assert service["selector"] == find(docs, "StatefulSet", "drl-redis")["spec"]["selector"]["matchLabels"]
-    minio = find(docs, "Service", "drl-minio")["spec"]
-    assert minio["ports"][0]["port"] == 9000
+    s3 = find(docs, "Service", "drl-s3")["spec"]
+    assert s3["ports"][0]["port"] == 9000
+
+
+def s3_server(docs: list[dict]) -> tuple[dict, dict]:
+    stateful_set = find(docs, "StatefulSet", "drl-s3")
+    return stateful_set["spec"], stateful_set["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_the_s3_server_is_seaweedfs_with_its_one_identity_from_the_secret(tmp_path):
+    """MinIO's community images are published no more: the run's own S3 server is SeaweedFS in one process
+    (``weed mini``), its S3 port 9000, its identity (the Secret's keys, with every action, for the trainer to
+    create the bucket) written to a file by the script, not given as an argument. The script runs here under
+    sh with a stand-in ``weed``."""
+    docs = render()
+    _, container = s3_server(docs)
+    assert container["image"] == "chrislusf/seaweedfs:4.48"
+    script = container["command"][-1]
+    assert container["command"][:2] == ["sh", "-c"]
+    assert "exec weed mini -dir=/data -ip.bind=0.0.0.0 -s3.port=9000 -s3.config=/tmp/s3.json" in script
+    assert "-webdav=false -admin.ui=false" in script
+    env = env_of(container)
+    assert env["S3_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "drl-credentials", "key": "s3-access-key"}
+    assert env["S3_SECRET_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "drl-credentials", "key": "s3-secret-key"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "s3"}
+    assert container["livenessProbe"]["tcpSocket"] == {"port": "s3"}
+    assert env_of(role_container(docs, "trainer"))["DRL_S3_ENDPOINT"]["value"] == "http://drl-s3:9000"
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "weed").write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/args\n")
+    (bin_dir / "weed").chmod(0o755)
+    local = script.replace("/tmp/s3.json", str(tmp_path / "s3.json"))
+    keys = {"S3_ACCESS_KEY": "drl0abc", "S3_SECRET_KEY": "s3cr%t-with $pecial 'chars'"}
+    subprocess.run(["sh", "-c", local], env={"PATH": f"{bin_dir}:/usr/bin:/bin", **keys}, check=True, timeout=30)
+    identity = json.loads((tmp_path / "s3.json").read_text())
+    [user] = identity["identities"]
+    assert user["credentials"] == [{"accessKey": "drl0abc", "secretKey": keys["S3_SECRET_KEY"]}]
+    assert {"Admin", "Read", "Write", "List"} <= set(user["actions"])
+    assert oct((tmp_path / "s3.json").stat().st_mode & 0o777) == "0o600"
+    args = (tmp_path / "args").read_text()
+    assert "mini -dir=/data" in args and "drl0abc" not in args
+
+
+@pytest.mark.parametrize("key", ["s3AccessKey", "s3SecretKey"])
+@pytest.mark.parametrize("bad", ['quote"inside', "back\\slash", "line\nbreak"])
+def test_s3_keys_that_would_break_the_identity_file_are_refused(key, bad):
+    with pytest.raises(helm.HelmValuesError, match=f"/credentials/{key}"):
+        _chart().validate_schema({"credentials": {key: bad + "-long-enough"}})
+
+
+def test_the_s3_server_keeps_checkpoints_on_a_pvc_that_goes_with_the_release():
+    spec, _ = s3_server(render())
+    [claim] = spec["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "data" and claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "10Gi" and "storageClassName" not in claim["spec"]
+    assert spec["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Delete", "whenScaled": "Retain"}
+    assert "data" not in {v["name"] for v in spec["template"]["spec"]["volumes"]}
+    spec, _ = s3_server(render({"s3": {"persistence": {"keepOnUninstall": True, "storageClass": "fast"}}}))
+    assert spec["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Retain"
+    assert spec["volumeClaimTemplates"][0]["spec"]["storageClassName"] == "fast"
+    spec, _ = s3_server(render({"s3": {"persistence": {"enabled": False}}}))
+    assert "volumeClaimTemplates" not in spec and "persistentVolumeClaimRetentionPolicy" not in spec
+    assert {"name": "data", "emptyDir": {}} in spec["template"]["spec"]["volumes"]
+
+
+def test_valkey_keeps_an_append_only_file_on_a_pvc_when_asked():
+    """Off by default (the run's state in memory); with redis.persistence a restarted Valkey pod reloads the
+    streams and the control state (membership and shares that scale set) from its AOF."""
+    docs = render()
+    stateful_set = find(docs, "StatefulSet", "drl-redis")["spec"]
+    script = stateful_set["template"]["spec"]["containers"][0]["command"][-1]
+    assert "--appendonly no" in script and "volumeClaimTemplates" not in stateful_set
+    docs = render({"redis": {"persistence": {"enabled": True, "size": "4Gi"}}})
+    stateful_set = find(docs, "StatefulSet", "drl-redis")["spec"]
+    script = stateful_set["template"]["spec"]["containers"][0]["command"][-1]
+    assert "--dir /data --save '' --appendonly yes --appendfsync everysec -" in script
+    assert 'requirepass "$VALKEY_PASSWORD"' in script
+    [claim] = stateful_set["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "4Gi"
+    assert stateful_set["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
+    assert "data" not in {v["name"] for v in stateful_set["template"]["spec"]["volumes"]}
+    for doc in docs:
+        for version in K8S_VERSIONS:
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_notes_say_where_the_checkpoints_live_and_what_a_memory_server_restart_loses():
+    notes = render_files()["drl/templates/NOTES.txt"]
+    assert "PVC data-drl-s3-0, deleted with the release" in notes
+    assert "a restart of\nits pod loses them (redis.persistence.enabled" in notes
+    notes = render_files({"s3": {"persistence": {"enabled": False}}, "redis": {"persistence": {"enabled": True}}})[
+        "drl/templates/NOTES.txt"]
+    assert "emptyDir, lost when its pod moves" in notes and "redis.persistence" not in notes
+    notes = render_files({"s3": {"persistence": {"keepOnUninstall": True}}})["drl/templates/NOTES.txt"]
+    assert "outlives helm uninstall" in notes and "kubectl delete pvc -n drl-test data-drl-s3-0" in notes
 
 
 # -- helm test and NOTES -----------------------------------------------------------------------------------

@@ -111,7 +111,7 @@ def pod(name: str, component: str, *, phase: str = "Running", ready: bool = True
 
 
 def healthy(workers: int = 2) -> list[PodState]:
-    return ([pod("drl-r1-redis-0", "redis"), pod("drl-r1-minio-0", "minio"), pod("drl-r1-trainer-abc", "trainer"),
+    return ([pod("drl-r1-redis-0", "redis"), pod("drl-r1-s3-0", "s3"), pod("drl-r1-trainer-abc", "trainer"),
              pod("drl-r1-evaluator-def", "evaluator")]
             + [pod(f"drl-r1-rollout-{i}-x{i}", "rollout", index=i) for i in range(workers)])
 
@@ -140,8 +140,8 @@ def test_backend_with_fake_kube_api_creates_every_object_of_the_contract_once_in
         ("ServiceAccount", "drl-r1"), ("Role", "drl-r1"), ("RoleBinding", "drl-r1"),
         ("Secret", "drl-r1-credentials"), ("ConfigMap", "drl-r1-config"),
         ("Service", "drl-r1-redis"), ("StatefulSet", "drl-r1-redis"),
-        ("Service", "drl-r1-minio"), ("StatefulSet", "drl-r1-minio"),
-        ("NetworkPolicy", "drl-r1-redis"), ("NetworkPolicy", "drl-r1-minio"), ("NetworkPolicy", "drl-r1-roles"),
+        ("Service", "drl-r1-s3"), ("StatefulSet", "drl-r1-s3"),
+        ("NetworkPolicy", "drl-r1-redis"), ("NetworkPolicy", "drl-r1-s3"), ("NetworkPolicy", "drl-r1-roles"),
         ("Job", "drl-r1-trainer"), ("Job", "drl-r1-rollout"), ("Job", "drl-r1-evaluator")})
     order = [kind for kind, _ in fake.created]
     position = {kind: [i for i, k in enumerate(order) if k == kind] for kind in set(order)}

@@ -66,9 +66,9 @@ def test_render_is_a_yaml_stream_of_the_contracts_objects(objects):
     assert names == {("ServiceAccount", "drl-r1"), ("Role", "drl-r1"), ("RoleBinding", "drl-r1"),
                      ("Secret", "drl-r1-credentials"), ("ConfigMap", "drl-r1-config"),
                      ("Service", "drl-r1-redis"), ("StatefulSet", "drl-r1-redis"),
-                     ("Service", "drl-r1-minio"), ("StatefulSet", "drl-r1-minio"),
+                     ("Service", "drl-r1-s3"), ("StatefulSet", "drl-r1-s3"),
                      ("Job", "drl-r1-trainer"), ("Job", "drl-r1-rollout"), ("Job", "drl-r1-evaluator"),
-                     ("NetworkPolicy", "drl-r1-redis"), ("NetworkPolicy", "drl-r1-minio"),
+                     ("NetworkPolicy", "drl-r1-redis"), ("NetworkPolicy", "drl-r1-s3"),
                      ("NetworkPolicy", "drl-r1-roles")}
     assert len(objects) == len(names)
     assert all(o["metadata"]["namespace"] == "team-a" for o in objects)
@@ -149,7 +149,7 @@ def test_containers_run_the_plans_commands_and_environment(objects):
                                                                            "key": "redis-password"}
         assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["key"] == "s3-access-key"
         assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "s3-secret-key"
-        assert env["DRL_S3_ENDPOINT"]["value"] == "http://drl-r1-minio:9000"
+        assert env["DRL_S3_ENDPOINT"]["value"] == "http://drl-r1-s3:9000"
         assert env["DRL_HEARTBEAT_FILE"]["value"] == "/tmp/drl/heartbeat"
         assert env["DRL_CACHE_DIR"]["value"] == "/var/cache/drl"
         assert env["HOME"]["value"] == "/tmp"
@@ -167,7 +167,7 @@ def test_pods_follow_the_security_contract(objects):
         assert pod["serviceAccountName"] == "drl-r1"
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["runAsUser"] == (10001 if obj["kind"] == "Job" else
-                                                      {"redis": 999, "minio": 1000}[pod["containers"][0]["name"]])
+                                                      {"redis": 999, "s3": 1000}[pod["containers"][0]["name"]])
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         assert all(set(v) == {"name", "emptyDir"} for v in pod["volumes"])
         for c in pod["containers"]:
@@ -209,10 +209,10 @@ def selects(selector: dict, pod_labels: dict) -> bool:
     return True
 
 
-def test_network_policies_admit_only_the_runs_pods_to_redis_and_minio(objects):
+def test_network_policies_admit_only_the_runs_pods_to_redis_and_the_s3_server(objects):
     pods = {o["metadata"]["labels"]["app.kubernetes.io/component"]: o["spec"]["template"]["metadata"]["labels"]
             for o in objects if o["kind"] in ("Job", "StatefulSet")}
-    for server, port in (("redis", 6379), ("minio", 9000)):
+    for server, port in (("redis", 6379), ("s3", 9000)):
         spec = find(objects, "NetworkPolicy", f"drl-r1-{server}")["spec"]
         assert [c for c, labels in pods.items() if selects(spec["podSelector"], labels)] == [server]
         assert spec["podSelector"] == find(objects, "StatefulSet", f"drl-r1-{server}")["spec"]["selector"]
@@ -233,9 +233,9 @@ def test_network_policy_of_the_roles_limits_ingress_to_the_namespace_and_egress_
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     assert spec["ingress"] == [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": 50051}]},
                                {"ports": [{"protocol": "TCP", "port": 9090}]}]
-    dns, redis, minio = spec["egress"]
+    dns, redis, s3 = spec["egress"]
     assert dns == {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
-    for rule, server, port in ((redis, "redis", 6379), (minio, "minio", 9000)):
+    for rule, server, port in ((redis, "redis", 6379), (s3, "s3", 9000)):
         [peer] = rule["to"]
         assert peer == {"podSelector": find(objects, "StatefulSet", f"drl-r1-{server}")["spec"]["selector"]}
         assert rule["ports"] == [{"protocol": "TCP", "port": port}]
@@ -250,7 +250,7 @@ def test_network_policies_with_external_servers_leave_egress_open(capsys, monkey
     spec = find(objs, "NetworkPolicy", "drl-r1-roles")["spec"]
     assert spec["policyTypes"] == ["Ingress"] and "egress" not in spec
     objs = rendered(capsys, FLAGS + ["--memory", "redis://valkey.example:6380/1"])
-    assert [o["metadata"]["name"] for o in objs if o["kind"] == "NetworkPolicy"] == ["drl-r1-minio", "drl-r1-roles"]
+    assert [o["metadata"]["name"] for o in objs if o["kind"] == "NetworkPolicy"] == ["drl-r1-s3", "drl-r1-roles"]
     assert "egress" not in find(objs, "NetworkPolicy", "drl-r1-roles")["spec"]
 
 
@@ -275,6 +275,46 @@ def test_network_policies_equal_the_charts_defaults(external, learners, monkeypa
                  for d in docs if d["kind"] == "NetworkPolicy"} for docs in (ours, theirs)]
     assert policies[0] == policies[1]
     assert ("drl-r1-trainer-group" in {name for name, _ in policies[0]}) == (learners > 1)
+
+
+HELM_ONLY_LABELS = ("app.kubernetes.io/version", "helm.sh/chart", "app.kubernetes.io/managed-by")
+
+
+def without_helm(obj: dict) -> dict:
+    """An object as both deployments must make it: without the chart's own labels and checksum annotation, the
+    namespace (the chart leaves it to Helm) and the Secret's name-independent parts."""
+    obj = json.loads(json.dumps(obj))
+
+    def clean(meta: dict) -> None:
+        meta.pop("namespace", None)
+        meta.pop("annotations", None)
+        for key in HELM_ONLY_LABELS:
+            meta.get("labels", {}).pop(key, None)
+
+    clean(obj["metadata"])
+    spec = obj.get("spec", {})
+    if "template" in spec:
+        clean(spec["template"]["metadata"])
+    for claim in spec.get("volumeClaimTemplates", []):
+        clean(claim["metadata"])
+    return obj
+
+
+def charted_defaults(values: dict | None = None) -> list[dict]:
+    from tests.chart.test_chart import render as render_chart
+
+    return render_chart({"runName": "r1", "fullnameOverride": "drl-r1", **(values or {})})
+
+
+def test_data_servers_equal_the_charts_defaults():
+    """The run's own Valkey and S3 server (StatefulSet and Service) are the same objects from render as from
+    the chart with its default values: images, commands, probes, security, volumes and claims."""
+    ours = {(o["kind"], o["metadata"]["name"]): without_helm(o) for o in k8s.manifests(ExperimentConfig(), "r1",
+                                                                                          env={})}
+    theirs = {(d["kind"], d["metadata"]["name"]): without_helm(d) for d in charted_defaults()}
+    for key in (("StatefulSet", "drl-r1-redis"), ("Service", "drl-r1-redis"), ("StatefulSet", "drl-r1-s3"),
+                ("Service", "drl-r1-s3")):
+        assert ours[key] == theirs[key], key
 
 
 GROUP = ["--learners", "2", "--memory-shards", "2"]
@@ -372,18 +412,18 @@ def test_builtin_data_services(objects):
     assert "args" not in container, "the password goes to valkey-server on stdin, never in its arguments"
     assert env_of(container)["VALKEY_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "redis-password"
     assert find(objects, "Service", "drl-r1-redis")["spec"]["ports"][0]["port"] == 6379
-    minio = find(objects, "StatefulSet", "drl-r1-minio")["spec"]["template"]["spec"]["containers"][0]
-    assert minio["image"].startswith("minio/minio")
-    assert env_of(minio)["MINIO_ROOT_USER"]["valueFrom"]["secretKeyRef"]["key"] == "s3-access-key"
-    assert env_of(minio)["MINIO_ROOT_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "s3-secret-key"
-    assert find(objects, "Service", "drl-r1-minio")["spec"]["ports"][0]["port"] == 9000
-    for name in ("drl-r1-redis", "drl-r1-minio"):
+    s3 = find(objects, "StatefulSet", "drl-r1-s3")["spec"]["template"]["spec"]["containers"][0]
+    assert s3["image"] == "chrislusf/seaweedfs:4.48"
+    assert env_of(s3)["S3_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "s3-access-key"
+    assert env_of(s3)["S3_SECRET_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "s3-secret-key"
+    assert find(objects, "Service", "drl-r1-s3")["spec"]["ports"][0]["port"] == 9000
+    for name in ("drl-r1-redis", "drl-r1-s3"):
         sts, svc = find(objects, "StatefulSet", name), find(objects, "Service", name)
         assert svc["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
         assert set(svc["spec"]["selector"].items()) <= set(sts["spec"]["template"]["metadata"]["labels"].items())
 
 
-def test_external_memory_and_store_omit_redis_and_minio(capsys, monkeypatch):
+def test_external_memory_and_store_omit_redis_and_the_s3_server(capsys, monkeypatch):
     for var, value in SECRETS.items():
         monkeypatch.setenv(var, value)
     monkeypatch.setenv("DRL_S3_ENDPOINT", "https://s3.example.com")
@@ -402,11 +442,11 @@ def test_external_memory_and_store_omit_redis_and_minio(capsys, monkeypatch):
             kubernetes_validate.validate(obj, version, strict=True)
 
 
-def test_external_memory_alone_keeps_minio(capsys, monkeypatch):
+def test_external_memory_alone_keeps_the_s3_server(capsys, monkeypatch):
     monkeypatch.delenv("DRL_MEMORY_PASSWORD", raising=False)
     objs = rendered(capsys, FLAGS + ["--memory", "redis://valkey.example:6380/1"])
     kinds = {(o["kind"], o["metadata"]["name"]) for o in objs}
-    assert ("StatefulSet", "drl-r1-minio") in kinds and ("StatefulSet", "drl-r1-redis") not in kinds
+    assert ("StatefulSet", "drl-r1-s3") in kinds and ("StatefulSet", "drl-r1-redis") not in kinds
     assert find(objs, "Secret", "drl-r1-credentials")["stringData"]["redis-password"] == ""
 
 
@@ -468,15 +508,16 @@ def test_help_lists_the_deployment_flags_and_subcommands(capsys):
         main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for flag in ("--backend {local,kubernetes}", "--namespace NS", "--image IMAGE", "--detach", "  render ", "  delete RUN"):
+    for flag in ("--backend {local,kubernetes}", "--namespace NS", "--image IMAGE", "--s3-image IMAGE", "--detach",
+                 "  render ", "  delete RUN"):
         assert flag in out, flag
 
 
 def test_deployment_flags_stay_out_of_the_configuration(capsys):
-    cfg = resolve_config(["--backend", "kubernetes", "--namespace", "ns", "--image", "x:1", "--detach",
-                          "--workers", "3"])
+    cfg = resolve_config(["--backend", "kubernetes", "--namespace", "ns", "--image", "x:1", "--s3-image", "s3:1",
+                          "--detach", "--workers", "3"])
     assert cfg == replace(resolve_config([]), workers=3)
-    assert not {"backend", "namespace", "image", "detach"} & set(json.loads(cfg.to_json()))
+    assert not {"backend", "namespace", "image", "s3_image", "detach"} & set(json.loads(cfg.to_json()))
 
 
 def test_image_flag_and_default_run_name(capsys):
@@ -487,6 +528,24 @@ def test_image_flag_and_default_run_name(capsys):
     for role in k8s.ROLES:
         assert find(objs, "Job", f"drl-{run}-{role}")["spec"]["template"]["spec"]["containers"][0]["image"] == \
             "registry.example/drl:1.2"
+
+
+def test_s3_image_flag_picks_the_s3_servers_image_and_store_an_external_one(capsys, monkeypatch):
+    """The chart's choice, as flags: the run's own S3 server (SeaweedFS, --s3-image) or an S3 store of yours
+    (--store, no server of the run's)."""
+    objs = rendered(capsys, FLAGS + ["--s3-image", "registry.example/seaweedfs:4.48"])
+    s3 = find(objs, "StatefulSet", "drl-r1-s3")["spec"]["template"]["spec"]["containers"][0]
+    assert s3["image"] == "registry.example/seaweedfs:4.48"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    objs = rendered(capsys, FLAGS + ["--store", "s3://bucket/prefix"])
+    assert not [o for o in objs if o["metadata"]["name"] == "drl-r1-s3"]
+    code, _, err = render(capsys, FLAGS + ["--s3-image", "bad image"])
+    assert code == 2 and "--s3-image must name an image" in err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--s3-image", "x:1", "--workers", "1"])
+    assert exit_info.value.code == 2
+    assert "--s3-image applies to --backend kubernetes only" in capsys.readouterr().err
 
 
 def test_default_run_names_fit_kubernetes_for_long_env_ids():

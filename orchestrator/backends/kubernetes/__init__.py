@@ -34,8 +34,9 @@ class KubernetesBackend:
             raise UserError("--output applies to local runs; a Kubernetes run is found by its name and --namespace")
         if deployment.namespace:
             manifests.check_namespace(deployment.namespace)
-        if any(c.isspace() for c in deployment.image):
-            raise UserError(f"--image must name an image, got {deployment.image!r}")
+        for flag, image in (("--image", deployment.image), ("--s3-image", deployment.s3_image)):
+            if any(c.isspace() for c in image):
+                raise UserError(f"{flag} must name an image, got {image!r}")
 
     @staticmethod
     def namespace(deployment: Deployment) -> str:
@@ -51,7 +52,7 @@ class KubernetesBackend:
         run = cfg.run_name or default_kubernetes_run_name(cfg.preset, cfg.env, cfg.mode)
         cfg = dataclasses.replace(cfg, run_name=run)
         objects = manifests.manifests(cfg, run, image=deployment.image or manifests.DEFAULT_IMAGE,
-                                      namespace=namespace)
+                                      namespace=namespace, s3_image=deployment.s3_image or manifests.S3_IMAGE)
         return cfg, namespace, objects
 
     def run(self, cfg: ExperimentConfig, deployment: Deployment, resume: bool = False) -> int:

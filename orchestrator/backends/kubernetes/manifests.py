@@ -32,18 +32,19 @@ ROLES = ("trainer", "rollout", "evaluator")
 
 DEFAULT_IMAGE = "drl:latest"
 REDIS_IMAGE = "valkey/valkey:8.1-alpine"
-MINIO_IMAGE = "minio/minio:RELEASE.2025-04-22T22-12-26Z"
+S3_IMAGE = "chrislusf/seaweedfs:4.48"  # SeaweedFS `weed mini`: maintained, amd64 and arm64 (MinIO's images are gone)
 BUCKET = "drl"
 PREFIX = "runs"
 REDIS_PORT = 6379
-MINIO_PORT = 9000
+S3_PORT = 9000
+S3_STORAGE = "10Gi"  # the S3 server's PVC: checkpoints survive its pod moving
 
 RUN_DIR = "/var/lib/drl/run"
 CACHE_DIR = "/var/cache/drl"
 HEARTBEAT_FILE = "/tmp/drl/heartbeat"
 UID = 10001
 REDIS_UID = 999  # the valkey user of the valkey/valkey image
-MINIO_UID = 1000
+S3_UID = 1000
 BACKOFF_LIMIT = 6  # per pod: the rollout Job gets this many per worker
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 CONTROL_PORT = 50051  # gRPC: drl.v1.Control and grpc.health.v1 (the probes)
@@ -126,22 +127,22 @@ def check_memory_url(url: str) -> None:
 
 
 def check_store_url(url: str) -> None:
-    """Pods share nothing but the network: the store must be S3 (the run's own MinIO when empty)."""
+    """Pods share nothing but the network: the store must be S3 (the run's own S3 server when empty)."""
     if not url:
         return
     if url.startswith("file://") or "://" not in url:
         raise UserError(f"--store {url!r} is a local directory, which pods cannot share; on Kubernetes use "
-                        "--store s3://BUCKET/PREFIX or leave it empty for the run's own MinIO")
+                        "--store s3://BUCKET/PREFIX or leave it empty for the run's own S3 server")
     parts = urlsplit(url)
     if parts.scheme != "s3" or not parts.netloc:
         raise UserError(f"--store {url!r} is not supported on Kubernetes; use s3://BUCKET/PREFIX or leave it empty "
-                        "for the run's own MinIO")
+                        "for the run's own S3 server")
     if "@" in parts.netloc:
         raise UserError("store URL must not carry credentials; use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
 
 
 def make_credentials(memory_url: str, store_url: str, env: dict[str, str] | None = None) -> Credentials:
-    """Generated values for the run's own Valkey and MinIO; the orchestrator's environment for external ones.
+    """Generated values for the run's own Valkey and S3 server; the orchestrator's environment for external ones.
 
     An external Redis without ``DRL_MEMORY_PASSWORD`` (or ``DRL_MEMORY_PASSWORD_FILE``) gets an empty password
     (no AUTH); an external S3 store needs ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY``.
@@ -174,12 +175,13 @@ def make_credentials(memory_url: str, store_url: str, env: dict[str, str] | None
 def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, namespace: str = "default",
               memory_url: str | None = None, store_url: str | None = None, credentials: Credentials | None = None,
               env: dict[str, str] | None = None, redis_image: str = REDIS_IMAGE,
-              minio_image: str = MINIO_IMAGE) -> list[dict]:
+              s3_image: str = S3_IMAGE) -> list[dict]:
     """Every object of a run, in creation order: identity and access, configuration, data services, Jobs.
 
     ``memory_url``/``store_url`` default to the configuration's ``memory``/``store``; empty ones add the run's
-    own Valkey and MinIO. ``credentials`` default to ``make_credentials`` (generated, or from ``env``);
-    ``env`` also supplies an external store's ``DRL_S3_ENDPOINT``. Names and labels follow docs/kubernetes.md.
+    own Valkey and S3 server (``s3_image``, a SeaweedFS image). ``credentials`` default to ``make_credentials``
+    (generated, or from ``env``); ``env`` also supplies an external store's ``DRL_S3_ENDPOINT``. Names and
+    labels follow docs/kubernetes.md.
     """
     check_run_name(run)
     check_namespace(namespace)
@@ -196,7 +198,7 @@ def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, na
         memory_url = f"redis://{name}-redis:{REDIS_PORT}/0"
     if builtin_store:
         store_url = f"s3://{BUCKET}/{PREFIX}"
-        s3_endpoint = f"http://{name}-minio:{MINIO_PORT}"
+        s3_endpoint = f"http://{name}-s3:{S3_PORT}"
     else:
         s3_endpoint = env.get("DRL_S3_ENDPOINT", "")
     ctx = _Context(run, name, namespace, image, s3_endpoint, builtin_store)
@@ -217,7 +219,7 @@ def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, na
     if builtin_memory:
         objects += _redis(ctx, redis_image)
     if builtin_store:
-        objects += _minio(ctx, minio_image)
+        objects += _s3(ctx, s3_image)
     group = group_name(name)
     workloads = fold_learners(plan(cfg, run=run, run_dir=RUN_DIR, memory_url=memory_url, store_url=store_url,
                                    python="python", learner_address=f"{name}-trainer-0.{group}",
@@ -365,12 +367,15 @@ def _group_service(ctx: _Context) -> dict:
                                   "protocol": "TCP"}]})
 
 
-def _stateful_set(ctx: _Context, component: str, container: dict, port: int, uid: int, gid: int) -> list[dict]:
-    """A single-replica StatefulSet and its Service, with data on an emptyDir (the run's lifetime)."""
+def _stateful_set(ctx: _Context, component: str, container: dict, port: int, uid: int, gid: int,
+                  storage: str = "") -> list[dict]:
+    """A single-replica StatefulSet and its Service, with ``/data`` on an emptyDir (the pod's lifetime) or, with
+    ``storage``, on a PVC of that size that goes with the StatefulSet (the run's lifetime), as the chart's
+    ``persistence`` does."""
     name = f"{ctx.name}-{component}"
     port_name = container["ports"][0]["name"]
     pod_security, container_security = _security(uid, gid)
-    if component == "minio":
+    if component == "s3":
         pod_security["fsGroupChangePolicy"] = "OnRootMismatch"
     selector = _selector(ctx, component)
     container = {**container, "imagePullPolicy": "IfNotPresent", "securityContext": container_security,
@@ -378,11 +383,18 @@ def _stateful_set(ctx: _Context, component: str, container: dict, port: int, uid
     service = _meta("v1", "Service", name, ctx, component,
                     spec={"type": "ClusterIP", "selector": selector,
                           "ports": [{"name": port_name, "port": port, "targetPort": port_name, "protocol": "TCP"}]})
-    stateful_set = _meta("apps/v1", "StatefulSet", name, ctx, component, spec={
-        "replicas": 1, "serviceName": name, "selector": {"matchLabels": selector},
-        "template": {"metadata": {"labels": labels(ctx.run, component)},
-                     "spec": _pod_spec(ctx, [container], {"data": {}, "tmp": {}}, None, pod_security)}})
-    return [service, stateful_set]
+    volumes = {"tmp": {}} if storage else {"data": {}, "tmp": {}}
+    spec: dict = {"replicas": 1, "serviceName": name, "selector": {"matchLabels": selector}}
+    if storage:
+        spec["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Delete", "whenScaled": "Retain"}
+    spec["template"] = {"metadata": {"labels": labels(ctx.run, component)},
+                        "spec": _pod_spec(ctx, [container], volumes, None, pod_security)}
+    if storage:
+        spec["volumeClaimTemplates"] = [{
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "labels": labels(ctx.run, component)},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}}}]
+    return [service, _meta("apps/v1", "StatefulSet", name, ctx, component, spec=spec)]
 
 
 def _redis(ctx: _Context, image: str) -> list[dict]:
@@ -402,27 +414,35 @@ def _redis(ctx: _Context, image: str) -> list[dict]:
     return _stateful_set(ctx, "redis", container, REDIS_PORT, REDIS_UID, 1000)
 
 
-def _minio(ctx: _Context, image: str) -> list[dict]:
+S3_IDENTITY = ('{"identities":[{"name":"drl","credentials":[{"accessKey":"%s","secretKey":"%s"}],'
+               '"actions":["Admin","Read","Write","List","Tagging"]}]}')
+
+
+def _s3(ctx: _Context, image: str) -> list[dict]:
+    """The run's own S3 server: SeaweedFS in one process (``weed mini``) on port 9000, its one identity written
+    from the Secret to a file at start (the keys are in no argument), checkpoints on a PVC."""
+    script = (f"umask 077\nprintf '{S3_IDENTITY}' \"$S3_ACCESS_KEY\" \"$S3_SECRET_KEY\" > /tmp/s3.json\n"
+              f"exec weed mini -dir=/data -ip.bind=0.0.0.0 -s3.port={S3_PORT} -s3.config=/tmp/s3.json -webdav=false "
+              "-admin.ui=false\n")
     container = {
-        "name": "minio", "image": image,
-        "command": ["minio", "server", "/data", "--address", f":{MINIO_PORT}", "--certs-dir", "/tmp/minio/certs"],
-        "env": [{"name": "MINIO_ROOT_USER", "valueFrom": _secret_ref(ctx, "s3-access-key")},
-                {"name": "MINIO_ROOT_PASSWORD", "valueFrom": _secret_ref(ctx, "s3-secret-key")},
-                {"name": "MINIO_BROWSER", "value": "off"},
+        "name": "s3", "image": image,
+        "command": ["sh", "-c", script],
+        "env": [{"name": "S3_ACCESS_KEY", "valueFrom": _secret_ref(ctx, "s3-access-key")},
+                {"name": "S3_SECRET_KEY", "valueFrom": _secret_ref(ctx, "s3-secret-key")},
                 {"name": "HOME", "value": "/tmp"}],
-        "ports": [{"name": "s3", "containerPort": MINIO_PORT, "protocol": "TCP"}],
-        "livenessProbe": {"httpGet": {"path": "/minio/health/live", "port": "s3"}, "initialDelaySeconds": 5,
-                          "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 5},
-        "readinessProbe": {"httpGet": {"path": "/minio/health/ready", "port": "s3"}, "initialDelaySeconds": 2,
+        "ports": [{"name": "s3", "containerPort": S3_PORT, "protocol": "TCP"}],
+        "livenessProbe": {"tcpSocket": {"port": "s3"}, "initialDelaySeconds": 10, "periodSeconds": 10,
+                          "timeoutSeconds": 5, "failureThreshold": 6},
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "s3"}, "initialDelaySeconds": 5,
                            "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 3},
     }
-    return _stateful_set(ctx, "minio", container, MINIO_PORT, MINIO_UID, 1000)
+    return _stateful_set(ctx, "s3", container, S3_PORT, S3_UID, 1000, storage=S3_STORAGE)
 
 
 def _network_policies(ctx: _Context, builtin_memory: bool, builtin_store: bool, group: bool = False) -> list[dict]:
     """The chart's default NetworkPolicies (docs/security.md), made before any pod so none runs unprotected.
 
-    Redis and MinIO admit only the run's pods; the drl roles admit the namespace on the control port (its Stop
+    Redis and the S3 server admit only the run's pods; the drl roles admit the namespace on the control port (its Stop
     needs no credential) and anyone on the metrics port (counters only, read by the orchestrator through the
     API server's pod proxy, whose source address differs between clusters). Their egress is limited to DNS and
     the run's own servers when both are built in; an external server has an address a NetworkPolicy cannot
@@ -441,7 +461,7 @@ def _network_policies(ctx: _Context, builtin_memory: bool, builtin_store: bool, 
         return _meta("networking.k8s.io/v1", "NetworkPolicy", f"{ctx.name}-{suffix}", ctx, "network", spec=spec)
 
     servers = [(c, port) for c, port, builtin in (("redis", REDIS_PORT, builtin_memory),
-                                                   ("minio", MINIO_PORT, builtin_store)) if builtin]
+                                                   ("s3", S3_PORT, builtin_store)) if builtin]
     out = [policy(c, {"podSelector": server(c), "policyTypes": ["Ingress"],
                       "ingress": [{"from": [run_pods], "ports": [{"protocol": "TCP", "port": port}]}]})
            for c, port in servers]
