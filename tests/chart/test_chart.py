@@ -640,7 +640,7 @@ def test_a_group_of_learners_is_an_indexed_trainer_job_with_a_headless_service()
     pod = job["template"]["spec"]
     assert pod["subdomain"] == "drl-trainer-group" and pod["restartPolicy"] == "OnFailure"
     container = role_container(docs, "trainer")
-    assert container["resources"] == {"limits": {"nvidia.com/gpu": 1}}, "one GPU per learner"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1, "one GPU per learner"
     env = env_of(container)
     assert env["DRL_LEARNER_RANK"]["valueFrom"] == {"fieldRef": {"fieldPath": COMPLETION_INDEX}}
     assert env["MASTER_ADDR"]["value"] == "drl-trainer-0.drl-trainer-group"
@@ -920,12 +920,12 @@ def test_external_redis_without_secret_uses_the_release_secret():
 def test_gpu_trainer_gets_the_gpu_limit():
     docs = render(GPU)
     resources = role_container(docs, "trainer")["resources"]
-    assert resources["limits"] == {"memory": "32Gi", "nvidia.com/gpu": 2}
+    assert resources["limits"] == {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": 2}, "merged with the defaults"
     for role in ("rollout", "evaluator"):
         assert "nvidia.com/gpu" not in json.dumps(role_container(docs, role))
     docs = render({"trainer": {"gpu": {"enabled": True, "resourceName": "amd.com/gpu"}}})
-    assert role_container(docs, "trainer")["resources"] == {"limits": {"amd.com/gpu": 1}}
-    assert "resources" not in role_container(render(), "trainer")
+    assert role_container(docs, "trainer")["resources"]["limits"] == {"cpu": "4", "memory": "10Gi", "amd.com/gpu": 1}
+    assert "nvidia.com/gpu" not in json.dumps(role_container(render(), "trainer"))
 
 
 def test_gpu_trainer_trains_on_the_gpu():
@@ -940,13 +940,49 @@ def test_gpu_trainer_trains_on_the_gpu():
     assert device_of({}) == "auto"
 
 
+# The chart's default resources (helm/values.yaml); drl-orchestrate render sets the same (manifests.RESOURCES).
+DEFAULT_RESOURCES = {
+    "trainer": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "4", "memory": "10Gi"}},
+    "rollout": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}},
+    "evaluator": {"requests": {"cpu": "250m", "memory": "768Mi"}, "limits": {"cpu": "1", "memory": "2Gi"}},
+    "redis": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+    "s3": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_every_container_has_requests_and_limits(name):
+    """No BestEffort pod: a namespace with a ResourceQuota (requests and limits of cpu and memory) admits every
+    pod, 32 workers cannot pack one node unaccounted, and the memory server is Guaranteed (evicted last)."""
+    docs = render(VALUE_SETS[name])
+    for obj, meta, spec in pod_specs(docs):
+        for container in spec["containers"]:
+            resources = container["resources"]
+            for kind in ("requests", "limits"):
+                assert {"cpu", "memory"} <= set(resources[kind]), (obj, kind)
+    if name == "default":
+        for component, expected in DEFAULT_RESOURCES.items():
+            kind = "StatefulSet" if component in ("redis", "s3") else "Job"
+            container = find(docs, kind, f"drl-{component}")["spec"]["template"]["spec"]["containers"][0]
+            assert container["resources"] == expected, component
+        redis = DEFAULT_RESOURCES["redis"]
+        assert redis["requests"] == redis["limits"], "Guaranteed QoS"
+
+
+def test_a_default_can_be_dropped_with_null():
+    docs = render({"trainer": {"resources": {"limits": {"cpu": None}}}})
+    assert role_container(docs, "trainer")["resources"]["limits"] == {"memory": "10Gi"}
+
+
 def test_custom_resources_and_scheduling():
     docs = render(CUSTOM)
     for component, kind in (("trainer", "Job"), ("rollout", "Job"), ("evaluator", "Job"), ("redis", "StatefulSet"),
                             ("s3", "StatefulSet")):
         spec = find(docs, kind, f"drl-{component}")["spec"]["template"]["spec"]
         block = CUSTOM[component]
-        assert spec["containers"][0]["resources"] == block["resources"], component
+        defaults = DEFAULT_RESOURCES[component]
+        merged = {kind: {**defaults.get(kind, {}), **block["resources"].get(kind, {})} for kind in defaults}
+        assert spec["containers"][0]["resources"] == merged, component
         assert spec["nodeSelector"] == block["nodeSelector"], component
         assert spec.get("tolerations") == block.get("tolerations"), component
         assert spec.get("affinity") == block.get("affinity"), component

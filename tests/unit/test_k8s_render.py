@@ -317,6 +317,28 @@ def test_data_servers_equal_the_charts_defaults():
         assert ours[key] == theirs[key], key
 
 
+@pytest.mark.parametrize("cfg, values", [
+    (ExperimentConfig(), {}),
+    (ExperimentConfig(device="cuda", learners=2, memory_shards=2),
+     {"trainer": {"learners": 2, "gpu": {"enabled": True}}, "memory": {"shards": 2}}),
+])
+def test_resources_security_and_volumes_of_the_jobs_equal_the_charts_defaults(cfg, values):
+    """Beyond commands and environment (test_k8s_parity.py), the drl roles' pods are the chart's: resources (a
+    GPU per trainer pod), security contexts, probes, ports and volumes."""
+    ours = {o["metadata"]["name"]: o for o in k8s.manifests(cfg, "r1", env={}) if o["kind"] == "Job"}
+    theirs = {d["metadata"]["name"]: d for d in charted_defaults(values) if d["kind"] == "Job"}
+    assert set(ours) == set(theirs)
+    for name in ours:
+        pod, chart_pod = ours[name]["spec"]["template"]["spec"], theirs[name]["spec"]["template"]["spec"]
+        for key in ("securityContext", "volumes", "restartPolicy", "automountServiceAccountToken",
+                    "serviceAccountName", "enableServiceLinks"):
+            assert pod.get(key) == chart_pod.get(key), (name, key)
+        [c], [chart_c] = pod["containers"], chart_pod["containers"]
+        for key in ("resources", "securityContext", "ports", "startupProbe", "livenessProbe", "readinessProbe",
+                    "volumeMounts", "imagePullPolicy"):
+            assert c.get(key) == chart_c.get(key), (name, key)
+
+
 GROUP = ["--learners", "2", "--memory-shards", "2"]
 
 
@@ -395,12 +417,15 @@ def test_a_gpu_device_gives_each_trainer_pod_one_gpu(capsys, monkeypatch):
         objs = rendered(capsys, FLAGS + extra + ["--device", "cuda"])
         job = find(objs, "Job", "drl-r1-trainer")["spec"]
         assert job["parallelism"] == pods
-        assert job["template"]["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+        limits = job["template"]["spec"]["containers"][0]["resources"]["limits"]
+        assert limits == {**k8s.RESOURCES["trainer"]["limits"], "nvidia.com/gpu": 1}
         for role in ("rollout", "evaluator"):
-            assert "resources" not in find(objs, "Job", f"drl-r1-{role}")["spec"]["template"]["spec"]["containers"][0]
+            container = find(objs, "Job", f"drl-r1-{role}")["spec"]["template"]["spec"]["containers"][0]
+            assert "nvidia.com/gpu" not in container["resources"]["limits"]
     for device in ("auto", "cpu"):
         objs = rendered(capsys, FLAGS + GROUP + ["--device", device])
-        assert "resources" not in find(objs, "Job", "drl-r1-trainer")["spec"]["template"]["spec"]["containers"][0]
+        trainer = find(objs, "Job", "drl-r1-trainer")["spec"]["template"]["spec"]["containers"][0]
+        assert trainer["resources"] == k8s.RESOURCES["trainer"]
 
 
 def test_builtin_data_services(objects):

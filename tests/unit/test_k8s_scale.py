@@ -214,6 +214,7 @@ def test_scaler_job_with_fake_kube_api_runs_like_the_trainer_and_is_valid():
         assert spec["serviceAccountName"] == "drl-r1" and spec["automountServiceAccountToken"] is False
         assert spec["restartPolicy"] == "Never"
         assert not {"startupProbe", "livenessProbe", "readinessProbe", "ports"} & set(container)
+        assert container["resources"] == k8s.RESOURCES["scaler"], "its own, small: a ResourceQuota admits it"
         assert job["spec"]["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"] == [2]
         assert job["spec"]["ttlSecondsAfterFinished"] > 0 and job["spec"]["activeDeadlineSeconds"] >= 120
 

@@ -51,6 +51,17 @@ CONTROL_PORT = 50051  # gRPC: drl.v1.Control and grpc.health.v1 (the probes)
 METRICS_PORT = 9090  # Prometheus /metrics
 RENDEZVOUS_PORT = 29500  # torch.distributed's TCP store on the trainer (rank 0), torchrun's default port
 GPU_RESOURCE = "nvidia.com/gpu"
+# Requests and limits of every container, the chart's defaults (helm/values.yaml, where the figures are
+# explained): a namespace with a ResourceQuota admits the pods, 32 workers do not pack one node as BestEffort
+# pods, and the memory server (Guaranteed) is the last of a node to be evicted.
+RESOURCES = {
+    "trainer": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "4", "memory": "10Gi"}},
+    "rollout": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}},
+    "evaluator": {"requests": {"cpu": "250m", "memory": "768Mi"}, "limits": {"cpu": "1", "memory": "2Gi"}},
+    "redis": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+    "s3": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+    "scaler": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+}
 GROUP_ENV = ("DRL_LEARNER_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 # "drl-<run>-redis" names a StatefulSet, whose pods get a controller-revision-hash label of
@@ -329,10 +340,12 @@ def _job(ctx: _Context, workload: Workload, gpu: bool = False) -> dict:
     volumes = {"tmp": {}, "heartbeat": {"medium": "Memory", "sizeLimit": "1Mi"}, "run": {}, "cache": {}}
     pod_security, container_security = _security()
     probe = {"grpc": {"port": CONTROL_PORT}, "timeoutSeconds": 5}
+    resources = json.loads(json.dumps(RESOURCES[workload.role]))
+    if gpu:
+        resources["limits"][GPU_RESOURCE] = 1
     container = {
         "name": workload.role, "image": ctx.image, "imagePullPolicy": "IfNotPresent",
-        "command": list(workload.command), "env": _container_env(ctx, workload),
-        **({"resources": {"limits": {GPU_RESOURCE: 1}}} if gpu else {}),
+        "command": list(workload.command), "env": _container_env(ctx, workload), "resources": resources,
         "securityContext": container_security,
         "ports": [{"name": "grpc", "containerPort": CONTROL_PORT}, {"name": "metrics", "containerPort": METRICS_PORT}],
         "startupProbe": {**probe, "periodSeconds": 5, "failureThreshold": 60},
@@ -378,8 +391,8 @@ def _stateful_set(ctx: _Context, component: str, container: dict, port: int, uid
     if component == "s3":
         pod_security["fsGroupChangePolicy"] = "OnRootMismatch"
     selector = _selector(ctx, component)
-    container = {**container, "imagePullPolicy": "IfNotPresent", "securityContext": container_security,
-                 "volumeMounts": _mounts({"data": "/data", "tmp": "/tmp"})}
+    container = {**container, "imagePullPolicy": "IfNotPresent", "resources": RESOURCES[component],
+                 "securityContext": container_security, "volumeMounts": _mounts({"data": "/data", "tmp": "/tmp"})}
     service = _meta("v1", "Service", name, ctx, component,
                     spec={"type": "ClusterIP", "selector": selector,
                           "ports": [{"name": port_name, "port": port, "targetPort": port_name, "protocol": "TCP"}]})
@@ -540,8 +553,9 @@ def scaler_job(trainer_job: dict, name: str, args: list[str], deadline_s: int) -
     an orchestrator's run are scaled alike.
 
     What the controller added to the trainer (selector labels) and what does not fit a short task (probes,
-    ports, resources such as a GPU, scheduling constraints, a group of learners' rank and rendezvous) is left
-    out. ``restartPolicy: Never`` with a pod failure policy: exit code 2 (bad input, the run has ended) fails the
+    ports, the trainer's resources such as a GPU, scheduling constraints, a group of learners' rank and
+    rendezvous) is left out; the scaler has small resources of its own, so a namespace with a ResourceQuota
+    admits it. ``restartPolicy: Never`` with a pod failure policy: exit code 2 (bad input, the run has ended) fails the
     Job at once, anything else (the memory server briefly away) is tried again; the scaler is idempotent.
     """
     meta = trainer_job["metadata"]
@@ -553,7 +567,8 @@ def scaler_job(trainer_job: dict, name: str, args: list[str], deadline_s: int) -
                   if k not in _CONTROLLER_LABELS}
     container = {"name": SCALER_COMPONENT, "image": trainer["image"],
                  "imagePullPolicy": trainer.get("imagePullPolicy", "IfNotPresent"),
-                 "command": ["python", "-m", "orchestrator.scaler", *args]}
+                 "command": ["python", "-m", "orchestrator.scaler", *args],
+                 "resources": json.loads(json.dumps(RESOURCES[SCALER_COMPONENT]))}
     for key in ("env", "envFrom", "securityContext", "volumeMounts"):
         if trainer.get(key):
             container[key] = trainer[key]
