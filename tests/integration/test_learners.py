@@ -60,10 +60,15 @@ def test_a_group_needs_a_stream_per_learner(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_the_kubernetes_manifests_refuse_a_group(tmp_path):
+def test_the_kubernetes_manifests_run_a_group_as_one_indexed_trainer_job(tmp_path):
+    import yaml
+
     proc = run_cli(["render", *SAC, "--learners", "2", "--memory-shards", "2"], timeout=60)
-    assert proc.returncode == 2
-    assert "a group of learners runs locally for now" in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    jobs = {o["metadata"]["name"]: o for o in yaml.safe_load_all(proc.stdout) if o and o["kind"] == "Job"}
+    trainer = next(job for name, job in jobs.items() if name.endswith("-trainer"))
+    assert trainer["spec"]["completionMode"] == "Indexed" and trainer["spec"]["completions"] == 2
+    assert not any(name.endswith("-learner") for name in jobs), "the learners fold into the trainer Job"
 
 
 def test_a_sigkilled_learner_and_its_group_come_back_and_every_transition_counts(tmp_path):
