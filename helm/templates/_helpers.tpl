@@ -160,29 +160,28 @@ key: {{ ternary "s3-access-key" "s3-secret-key" (eq .which "access") }}
 {{- end -}}
 {{- end -}}
 
-{{/* Pod-level security context of the drl roles. */}}
+{{/* The pod's securityContext of a component block; (dict "ctx" $ "component" "trainer"). */}}
 {{- define "drl.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 10001
-runAsGroup: 10001
-fsGroup: 10001
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml (index .ctx.Values .component).podSecurityContext -}}
 {{- end -}}
 
-{{/* Container security context; (dict "uid" N "gid" N). */}}
+{{/* The container's securityContext of a component block; (dict "ctx" $ "component" "trainer"). */}}
 {{- define "drl.containerSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: {{ .uid }}
-runAsGroup: {{ .gid }}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-privileged: false
-capabilities:
-  drop:
-    - ALL
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml (index .ctx.Values .component).containerSecurityContext -}}
+{{- end -}}
+
+{{/* A component's extraVolumeMounts, as list items to follow its own mounts; (dict "ctx" $ "component" "trainer"). */}}
+{{- define "drl.extraVolumeMounts" -}}
+{{- with (index .ctx.Values .component).extraVolumeMounts -}}
+{{- toYaml . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A component's extraVolumes, as list items to follow its own volumes; (dict "ctx" $ "component" "trainer"). */}}
+{{- define "drl.extraVolumes" -}}
+{{- with (index .ctx.Values .component).extraVolumes -}}
+{{- toYaml . -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Scheduling fields of a component block; (dict "ctx" $ "component" "trainer"). */}}
@@ -198,6 +197,13 @@ tolerations:
 {{- end }}
 {{- with $c.affinity }}
 affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $c.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $c.topologySpreadConstraints }}
+topologySpreadConstraints:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- with .ctx.Values.imagePullSecrets }}
@@ -308,7 +314,7 @@ spec:
   automountServiceAccountToken: false
   enableServiceLinks: false
   securityContext:
-    {{- include "drl.podSecurityContext" $ctx | nindent 4 }}
+    {{- include "drl.podSecurityContext" (dict "ctx" $ctx "component" .role) | nindent 4 }}
   {{- with include "drl.scheduling" (dict "ctx" $ctx "component" .role) }}
   {{- . | trim | nindent 2 }}
   {{- end }}
@@ -330,7 +336,7 @@ spec:
         {{- toYaml . | nindent 8 }}
       {{- end }}
       securityContext:
-        {{- include "drl.containerSecurityContext" (dict "uid" 10001 "gid" 10001) | nindent 8 }}
+        {{- include "drl.containerSecurityContext" (dict "ctx" $ctx "component" .role) | nindent 8 }}
       ports:
         - name: grpc
           containerPort: 50051
@@ -363,6 +369,9 @@ spec:
           mountPath: /var/lib/drl/run
         - name: cache
           mountPath: /var/cache/drl
+        {{- with include "drl.extraVolumeMounts" (dict "ctx" $ctx "component" .role) }}
+        {{- . | nindent 8 }}
+        {{- end }}
   volumes:
     - name: tmp
       emptyDir: {}
@@ -374,6 +383,9 @@ spec:
       emptyDir: {}
     - name: cache
       emptyDir: {}
+    {{- with include "drl.extraVolumes" (dict "ctx" $ctx "component" .role) }}
+    {{- . | nindent 4 }}
+    {{- end }}
 {{- end -}}
 
 

@@ -91,6 +91,18 @@ EXTERNAL_EGRESS = {"to": [{"ipBlock": {"cidr": "10.20.0.0/16", "except": ["10.20
 NETWORK = {"controlFrom": [API_SERVER], "metricsOpen": False, "metricsFrom": [MONITORING],
            "egress": {"extraRules": [EXTERNAL_EGRESS]}}
 
+# Security contexts given (merged with the restricted defaults), extra volumes, a priority class and a topology
+# spread for each component.
+CA = {"name": "ca", "configMap": {"name": "corporate-ca"}}
+CA_MOUNT = {"name": "ca", "mountPath": "/etc/drl/ca", "readOnly": True}
+SPREAD = {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+          "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "rollout", "drl.dev/run": RELEASE}}}
+POD_EXTRAS = {component: {"podSecurityContext": {"supplementalGroups": [4242]},
+                          "containerSecurityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                          "extraVolumes": [CA], "extraVolumeMounts": [CA_MOUNT],
+                          "priorityClassName": "drl-batch", "topologySpreadConstraints": [SPREAD]}
+              for component in ("trainer", "rollout", "evaluator", "redis", "s3")}
+
 VALUE_SETS = {
     "default": {},
     "sac-32": {"preset": "sac", "workers": 32},
@@ -103,6 +115,7 @@ VALUE_SETS = {
     "appo": {"preset": "appo", "workers": 32, "config": {"max_policy_lag": 20, "appo": {"segment": 64}}},
     "network": {"rbac": {"create": True}, "networkPolicy": NETWORK},
     "no-network-policy": {"networkPolicy": {"enabled": False}},
+    "pod-extras": POD_EXTRAS,
 }
 
 
@@ -253,6 +266,12 @@ def test_manifests_valid_for_recent_kubernetes(name):
      "/networkPolicy/egress/extraRules/0"),
     ({"networkPolicy": {"egress": {"extraRules": [{}]}}}, "/networkPolicy/egress/extraRules/0"),
     ({"rbac": {"create": "yes"}}, "/rbac/create"),
+    ({"rollout": {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone"}]}},
+     "/rollout/topologySpreadConstraints/0"),
+    ({"trainer": {"extraVolumeMounts": [{"name": "ca", "mountPath": "relative"}]}}, "/trainer/extraVolumeMounts/0"),
+    ({"redis": {"extraVolumes": [{"configMap": {"name": "x"}}]}}, "/redis/extraVolumes/0"),
+    ({"s3": {"podSecurityContext": {"runAsUser": -1}}}, "/s3/podSecurityContext/runAsUser"),
+    ({"evaluator": {"priorityClassName": 3}}, "/evaluator/priorityClassName"),
     ({"rbac": {"serviceAccountName": "x"}}, "serviceAccountName"),
 ])
 def test_schema_rejects_wrong_values(values, complaint):
@@ -1046,6 +1065,45 @@ def test_every_pod_runs_non_root_and_locked_down(name):
                 assert mounts["/tmp/drl"] in emptydirs, obj
             if component in ("redis", "s3"):
                 assert "/data" in mounts, obj
+
+
+def test_security_contexts_volumes_priority_and_spread_come_from_each_components_values():
+    docs = render(POD_EXTRAS)
+    specs = {meta["labels"]["app.kubernetes.io/component"]: spec for _, meta, spec in pod_specs(docs)}
+    for component in ("trainer", "rollout", "evaluator", "redis", "s3", "test"):
+        spec = specs[component]
+        assert spec["securityContext"]["supplementalGroups"] == [4242], component
+        assert spec["securityContext"]["runAsNonRoot"] is True, "merged with the defaults"
+        assert CA in spec["volumes"], component
+        [container] = spec["containers"]
+        assert CA_MOUNT in container["volumeMounts"], component
+        assert container["volumeMounts"][0]["mountPath"] in ("/tmp", "/data"), "the chart's own mounts first"
+        if component != "test":
+            assert spec["priorityClassName"] == "drl-batch" and spec["topologySpreadConstraints"] == [SPREAD]
+    test_pod = find(render({"evaluator": {"extraEnv": [{"name": "DRL_MEMORY_TLS_CA", "value": "/etc/drl/ca/ca.pem"}],
+                                          "extraVolumes": [CA], "extraVolumeMounts": [CA_MOUNT]}}),
+                    "Pod", "drl-test-run")["spec"]
+    assert env_of(test_pod["containers"][0])["DRL_MEMORY_TLS_CA"]["value"] == "/etc/drl/ca/ca.pem", \
+        "the test pod reaches a TLS Redis as the evaluator does"
+    default = find(render(), "Job", "drl-rollout")["spec"]["template"]["spec"]
+    assert not {"priorityClassName", "topologySpreadConstraints"} & set(default)
+    assert [v["name"] for v in default["volumes"]] == ["tmp", "heartbeat", "run", "cache"]
+
+
+def test_a_security_context_can_be_changed_and_a_default_dropped():
+    """For a cluster that assigns user ids itself (OpenShift's restricted SCC): runAsUser and fsGroup removed."""
+    none = {"runAsUser": None, "runAsGroup": None, "fsGroup": None}
+    docs = render({"trainer": {"podSecurityContext": none,
+                               "containerSecurityContext": {"runAsUser": None, "runAsGroup": None}},
+                   "s3": {"containerSecurityContext": {"readOnlyRootFilesystem": False}}})
+    trainer = find(docs, "Job", "drl-trainer")["spec"]["template"]["spec"]
+    assert trainer["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert "runAsUser" not in trainer["containers"][0]["securityContext"]
+    assert trainer["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    s3 = find(docs, "StatefulSet", "drl-s3")["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert s3["readOnlyRootFilesystem"] is False and s3["runAsUser"] == 1000
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
 
 
 def test_drl_roles_probe_the_grpc_health_service_and_expose_their_endpoints():
