@@ -137,26 +137,44 @@ s3://drl/runs
 {{- end -}}
 {{- end -}}
 
-{{/* secretKeyRef of the Redis password. */}}
+{{/* The Secret with the run's credentials: credentials.existingSecret, else the chart's <fullname>-credentials. */}}
+{{- define "drl.credentialsSecret" -}}
+{{- .Values.credentials.existingSecret | default (printf "%s-credentials" (include "drl.fullname" .)) -}}
+{{- end -}}
+
+{{/* The key of one credential in that Secret; (dict "ctx" $ "which" "redis"|"access"|"secret"). The chart's own
+Secret has the fixed keys; an existing one the keys credentials.*Key name. */}}
+{{- define "drl.credentialsKey" -}}
+{{- $c := .ctx.Values.credentials -}}
+{{- $fixed := dict "redis" "redis-password" "access" "s3-access-key" "secret" "s3-secret-key" -}}
+{{- if $c.existingSecret -}}
+{{- index (dict "redis" $c.redisPasswordKey "access" $c.s3AccessKeyKey "secret" $c.s3SecretKeyKey) .which -}}
+{{- else -}}
+{{- index $fixed .which -}}
+{{- end -}}
+{{- end -}}
+
+{{/* secretKeyRef of the Redis password: an external Redis's own Secret, else the run's credentials. */}}
 {{- define "drl.redisPasswordRef" -}}
 {{- if and .Values.externalRedis.enabled .Values.externalRedis.existingSecret -}}
 name: {{ .Values.externalRedis.existingSecret }}
 key: {{ .Values.externalRedis.passwordKey }}
 {{- else -}}
-name: {{ include "drl.fullname" . }}-credentials
-key: redis-password
+name: {{ include "drl.credentialsSecret" . }}
+key: {{ include "drl.credentialsKey" (dict "ctx" . "which" "redis") }}
 {{- end -}}
 {{- end -}}
 
-{{/* secretKeyRef of an S3 credential; (dict "ctx" $ "which" "access"|"secret"). */}}
+{{/* secretKeyRef of an S3 credential; (dict "ctx" $ "which" "access"|"secret"): an external S3's own Secret,
+else the run's credentials. */}}
 {{- define "drl.s3KeyRef" -}}
 {{- $s3 := .ctx.Values.externalS3 -}}
 {{- if and $s3.enabled $s3.existingSecret -}}
 name: {{ $s3.existingSecret }}
 key: {{ ternary $s3.accessKeyKey $s3.secretKeyKey (eq .which "access") }}
 {{- else -}}
-name: {{ include "drl.fullname" .ctx }}-credentials
-key: {{ ternary "s3-access-key" "s3-secret-key" (eq .which "access") }}
+name: {{ include "drl.credentialsSecret" .ctx }}
+key: {{ include "drl.credentialsKey" . }}
 {{- end -}}
 {{- end -}}
 

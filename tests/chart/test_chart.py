@@ -116,6 +116,8 @@ VALUE_SETS = {
     "network": {"rbac": {"create": True}, "networkPolicy": NETWORK},
     "no-network-policy": {"networkPolicy": {"enabled": False}},
     "pod-extras": POD_EXTRAS,
+    "existing-secret": {"credentials": {"existingSecret": "drl-run-secrets", "redisPasswordKey": "valkey",
+                                        "s3AccessKeyKey": "id", "s3SecretKeyKey": "key"}},
 }
 
 
@@ -157,7 +159,8 @@ def render(values: dict | None = None, name: str = RELEASE) -> list[dict]:
 
 def find(docs: list[dict], kind: str, name: str) -> dict:
     matches = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
-    assert len(matches) == 1, f"{kind}/{name}: {len(matches)} found in {[(d['kind'], d['metadata']['name']) for d in docs]}"
+    found = [(d["kind"], d["metadata"]["name"]) for d in docs]
+    assert len(matches) == 1, f"{kind}/{name}: {len(matches)} found in {found}"
     return matches[0]
 
 
@@ -183,7 +186,8 @@ def env_of(container: dict) -> dict[str, dict]:
 
 
 def secret_values(docs: list[dict]) -> set[str]:
-    secret = next(d for d in docs if d["kind"] == "Secret")
+    """The values of the chart's Secret (none with credentials.existingSecret)."""
+    secret = next((d for d in docs if d["kind"] == "Secret"), {})
     return {base64.b64decode(v).decode() for v in secret.get("data", {}).values() if v}
 
 
@@ -797,8 +801,9 @@ def test_credentials_are_referenced_never_inlined(name):
             continue
         leaked = secrets & set(strings(doc))
         assert not leaked, f"{doc['kind']}/{doc['metadata']['name']} inlines a credential"
-    redis_secret = values.get("externalRedis", {}).get("existingSecret") or "drl-credentials"
-    s3_secret = values.get("externalS3", {}).get("existingSecret") or "drl-credentials"
+    own = values.get("credentials", {}).get("existingSecret") or "drl-credentials"
+    redis_secret = values.get("externalRedis", {}).get("existingSecret") or own
+    s3_secret = values.get("externalS3", {}).get("existingSecret") or own
     for role in ROLES:
         env = env_of(role_container(docs, role))
         for var, secret in (("DRL_MEMORY_PASSWORD", redis_secret), ("AWS_ACCESS_KEY_ID", s3_secret),
@@ -821,6 +826,50 @@ def test_given_credentials_stay_in_the_secret():
     assert s3["S3_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "drl-credentials", "key": "s3-access-key"}
     assert s3["S3_SECRET_KEY"]["valueFrom"]["secretKeyRef"] == \
         {"name": "drl-credentials", "key": "s3-secret-key"}
+
+
+def test_an_existing_secret_replaces_the_charts_and_every_reference_follows_it():
+    """Bitnami's existingSecret: the chart renders no Secret (so renders without a cluster, where lookup sees
+    nothing and passwords would be generated anew, are stable) and the roles, Valkey, the S3 server and the test
+    pod read the user's Secret under the key names given."""
+    values = VALUE_SETS["existing-secret"]
+    docs = render(values)
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    ref = {"redis": {"name": "drl-run-secrets", "key": "valkey"}, "access": {"name": "drl-run-secrets", "key": "id"},
+           "secret": {"name": "drl-run-secrets", "key": "key"}}
+    for role in ROLES:
+        env = env_of(role_container(docs, role))
+        assert env["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == ref["redis"]
+        assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == ref["access"]
+        assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == ref["secret"]
+    redis = find(docs, "StatefulSet", "drl-redis")["spec"]["template"]["spec"]["containers"][0]
+    assert env_of(redis)["VALKEY_PASSWORD"]["valueFrom"]["secretKeyRef"] == ref["redis"]
+    s3 = env_of(s3_server(docs)[1])
+    assert s3["S3_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == ref["access"]
+    assert s3["S3_SECRET_KEY"]["valueFrom"]["secretKeyRef"] == ref["secret"]
+    test_pod = find(docs, "Pod", "drl-test-run")["spec"]["containers"][0]
+    assert env_of(test_pod)["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == ref["redis"]
+    assert render_files(values) == _chart().render(with_image(values), name=RELEASE, namespace=NAMESPACE), \
+        "nothing random: two renders are the same"
+    external = render({**values, **EXTERNAL})
+    env = env_of(role_container(external, "trainer"))
+    assert env["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "team-redis", "key": "password"}, \
+        "an external server's own Secret wins"
+
+
+def test_without_an_existing_secret_renders_without_a_cluster_generate_new_passwords():
+    """What existingSecret is for: helm template (and Argo CD) have no cluster for lookup."""
+    first = _chart().render(with_image({}), name=RELEASE, namespace=NAMESPACE)["drl/templates/secret.yaml"]
+    second = _chart().render(with_image({}), name=RELEASE, namespace=NAMESPACE)["drl/templates/secret.yaml"]
+    assert first != second
+
+
+@pytest.mark.parametrize("key", ["redisPassword", "s3AccessKey", "s3SecretKey"])
+def test_an_existing_secret_and_a_given_credential_are_refused_together(key):
+    values = {"credentials": {"existingSecret": "mine", key: "value-long-enough"}}
+    both = f"credentials.existingSecret \\(mine\\) and credentials.{key} are both set"
+    with pytest.raises(helm.HelmError, match=both):
+        _chart().render(with_image(values), name=RELEASE, namespace=NAMESPACE)
 
 
 def test_generated_credentials_are_long_enough_for_the_s3_server():
@@ -851,7 +900,8 @@ def test_an_empty_mode_is_the_presets():
     for preset, mode in (("appo", "async"), ("sac", "sync")):
         data = json.loads(find(render({"preset": preset}), "ConfigMap", "drl-config")["data"]["config.json"])
         assert "mode" not in data and resolve(data).mode == mode
-    data = json.loads(find(render({"preset": "sac", "mode": "async"}), "ConfigMap", "drl-config")["data"]["config.json"])
+    config_map = find(render({"preset": "sac", "mode": "async"}), "ConfigMap", "drl-config")
+    data = json.loads(config_map["data"]["config.json"])
     assert data["mode"] == "async"
 
 
@@ -1022,7 +1072,8 @@ def test_every_pod_template_has_the_config_checksum(name):
     files = render_files(VALUE_SETS[name])
     checksum = hashlib.sha256(files["drl/templates/configmap.yaml"].encode()).hexdigest()
     docs = render(VALUE_SETS[name])
-    templates = [(d["metadata"]["name"], d["spec"]["template"]["metadata"]) for d in docs if d["kind"] in WORKLOAD_KINDS]
+    templates = [(d["metadata"]["name"], d["spec"]["template"]["metadata"])
+                 for d in docs if d["kind"] in WORKLOAD_KINDS]
     assert len(templates) == (3 if name == "external" else 5)
     for obj, meta in templates:
         assert meta["annotations"]["checksum/config"] == checksum, obj
