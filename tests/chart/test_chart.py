@@ -270,6 +270,7 @@ def test_manifests_valid_for_recent_kubernetes(name):
      "/networkPolicy/egress/extraRules/0"),
     ({"networkPolicy": {"egress": {"extraRules": [{}]}}}, "/networkPolicy/egress/extraRules/0"),
     ({"rbac": {"create": "yes"}}, "/rbac/create"),
+    ({"networkPolicy": {"apiServerCIDRs": ["10.0.0.1"]}}, "/networkPolicy/apiServerCIDRs/0"),
     ({"rollout": {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone"}]}},
      "/rollout/topologySpreadConstraints/0"),
     ({"trainer": {"extraVolumeMounts": [{"name": "ca", "mountPath": "relative"}]}}, "/trainer/extraVolumeMounts/0"),
@@ -417,30 +418,70 @@ def test_redis_and_the_s3_server_admit_only_the_runs_pods():
     assert not selects(RUN_PODS["podSelector"], other_run)
 
 
-def test_drl_roles_admit_the_namespace_on_control_anyone_on_metrics_and_reach_only_dns_and_the_runs_servers():
+ORCHESTRATOR_PODS = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "drl",
+                                                     "app.kubernetes.io/component": "orchestrator"}}}
+
+
+def admitted(rule: dict, labels: dict, namespace_labels: dict | None = None) -> bool:
+    """Whether an ingress rule admits a pod with ``labels`` (in the release's namespace unless
+    ``namespace_labels`` says otherwise); ipBlock peers never match a pod here."""
+    if "from" not in rule:
+        return True
+    for peer in rule["from"]:
+        if "ipBlock" in peer:
+            continue
+        in_namespace = namespace_labels is None
+        if "namespaceSelector" in peer:
+            in_namespace = selects(peer["namespaceSelector"], namespace_labels or {})
+        if in_namespace and selects(peer.get("podSelector", {}), labels):
+            return True
+    return False
+
+
+def test_drl_roles_admit_only_the_run_and_its_orchestrator_on_control_nobody_on_metrics_and_reach_only_dns():
+    """Who may call what (docs/security.md): Stop (port 50051, no credential) only from the run's own pods and
+    an in-cluster drl-orchestrate, not from any pod of the namespace; /metrics from nobody until metricsFrom or
+    apiServerCIDRs name a reader."""
     docs = render()
     spec = find(docs, "NetworkPolicy", "drl-roles")["spec"]
     pods = pod_labels(docs)
     assert sorted(c for c, labels in pods.items() if selects(spec["podSelector"], labels)) == sorted(ROLES)
     assert spec["policyTypes"] == ["Ingress", "Egress"]
-    assert spec["ingress"] == [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": 50051}]},
-                               {"ports": [{"protocol": "TCP", "port": 9090}]}]
+    [control] = spec["ingress"]
+    assert control == {"from": [RUN_PODS, ORCHESTRATOR_PODS], "ports": [{"protocol": "TCP", "port": 50051}]}
+    assert all(admitted(control, labels) for labels in pods.values()), "the run's own pods"
+    orchestrator = {"app.kubernetes.io/name": "drl", "app.kubernetes.io/component": "orchestrator", "app": "ci"}
+    assert admitted(control, orchestrator)
+    other_run = pod_labels(render({"runName": "other"}, name="other"))["trainer"]
+    for stranger in ({}, {"app": "web"}, other_run):
+        assert not admitted(control, stranger), stranger
+    assert not admitted(control, orchestrator, {"kubernetes.io/metadata.name": "elsewhere"}), "other namespaces"
     dns, redis, s3 = spec["egress"]
     assert dns == DNS
     for rule, server, port in ((redis, "redis", 6379), (s3, "s3", 9000)):
         assert rule == {"to": [{"podSelector": find(docs, "StatefulSet", f"drl-{server}")["spec"]["selector"]}],
                         "ports": [{"protocol": "TCP", "port": port}]}
+    open_metrics = find(render({"networkPolicy": {"metricsOpen": True}}), "NetworkPolicy", "drl-roles")["spec"]
+    assert open_metrics["ingress"][1] == {"ports": [{"protocol": "TCP", "port": 9090}]}
     ports = {p["containerPort"] for p in role_container(docs, "trainer")["ports"]}
-    assert ports == {r["ports"][0]["port"] for r in spec["ingress"]}, "every port the roles listen on is covered"
+    assert ports == {r["ports"][0]["port"] for r in open_metrics["ingress"]}, "every port the roles listen on"
 
 
 def test_network_policy_peers_and_extra_egress_rules_are_added():
     docs = render(VALUE_SETS["network"])
     spec = find(docs, "NetworkPolicy", "drl-roles")["spec"]
     control, metrics = spec["ingress"]
-    assert control["from"] == [{"podSelector": {}}, API_SERVER] and control["ports"][0]["port"] == 50051
-    assert metrics["from"] == [{"podSelector": {}}, MONITORING] and metrics["ports"][0]["port"] == 9090
+    assert control["from"] == [RUN_PODS, ORCHESTRATOR_PODS, API_SERVER] and control["ports"][0]["port"] == 50051
+    assert metrics["from"] == [MONITORING] and metrics["ports"][0]["port"] == 9090
+    prometheus = {"app.kubernetes.io/name": "prometheus"}
+    assert admitted(metrics, prometheus, {"kubernetes.io/metadata.name": "monitoring"})
+    assert not admitted(metrics, prometheus, {"kubernetes.io/metadata.name": "default"})
+    assert not admitted(metrics, pod_labels(docs)["trainer"]), "not even the run's own pods"
     assert spec["egress"][0] == DNS and spec["egress"][-1] == EXTERNAL_EGRESS and len(spec["egress"]) == 4
+    spec = find(render({"networkPolicy": {"apiServerCIDRs": ["172.18.0.2/32", "fd00::2/128"]}}),
+                "NetworkPolicy", "drl-roles")["spec"]
+    blocks = [{"ipBlock": {"cidr": "172.18.0.2/32"}}, {"ipBlock": {"cidr": "fd00::2/128"}}]
+    assert spec["ingress"][1] == {"from": blocks, "ports": [{"protocol": "TCP", "port": 9090}]}
 
 
 def test_external_servers_leave_egress_open_unless_extra_rules_name_them():

@@ -223,16 +223,16 @@ def test_network_policies_admit_only_the_runs_pods_to_redis_and_the_s3_server(ob
         assert not selects(RUN_PODS["podSelector"], other_run)
 
 
-def test_network_policy_of_the_roles_limits_ingress_to_the_namespace_and_egress_to_dns_and_the_runs_servers(
-        objects):
+def test_network_policy_of_the_roles_admits_the_run_and_its_orchestrator_and_limits_egress(objects):
     spec = find(objects, "NetworkPolicy", "drl-r1-roles")["spec"]
     pods = {o["metadata"]["labels"]["app.kubernetes.io/component"]: o["spec"]["template"]["metadata"]["labels"]
             for o in objects if o["kind"] in ("Job", "StatefulSet")}
     assert sorted(c for c, labels in pods.items() if selects(spec["podSelector"], labels)) == \
         ["evaluator", "rollout", "trainer"]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
-    assert spec["ingress"] == [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": 50051}]},
-                               {"ports": [{"protocol": "TCP", "port": 9090}]}]
+    run_pods = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "drl", "drl.dev/run": "r1"}}}
+    assert spec["ingress"] == [{"from": [run_pods, k8s.ORCHESTRATOR_PODS],
+                                "ports": [{"protocol": "TCP", "port": 50051}]}], "and nobody on the metrics port"
     dns, redis, s3 = spec["egress"]
     assert dns == {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
     for rule, server, port in ((redis, "redis", 6379), (s3, "s3", 9000)):

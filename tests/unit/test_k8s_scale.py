@@ -511,3 +511,16 @@ def test_status_with_fake_kube_api_reports_a_page_that_does_not_parse():
     [row] = status_rows(fake, RUN, NS)
     assert row.state == "running" and row.env_steps is None
     assert row.last_error.startswith("metrics page unreadable")
+
+
+def test_status_with_fake_kube_api_says_why_no_page_answered():
+    """Every running pod's page kept out (the NetworkPolicy admits no API server by default): the table shows
+    pod states and one line says where to open the metrics port; one answer is enough to say nothing."""
+    pods = [pod("drl-r1-trainer-abc", "trainer"), pod("drl-r1-rollout-0-x0", "rollout", index=0)]
+    out = io.StringIO()
+    assert show_status(RUN, NS, api=FakeScaleApi(run_pods=pods), stream=out) == 0
+    assert "networkPolicy.metricsFrom and apiServerCIDRs" in out.getvalue()
+    pages = {"drl-r1-trainer-abc": metrics_page("trainer", "trainer", "running", env_steps=10)}
+    out = io.StringIO()
+    assert show_status(RUN, NS, api=FakeScaleApi(metrics=pages, run_pods=pods), stream=out) == 0
+    assert "apiServerCIDRs" not in out.getvalue()

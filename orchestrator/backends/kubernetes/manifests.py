@@ -452,14 +452,22 @@ def _s3(ctx: _Context, image: str) -> list[dict]:
     return _stateful_set(ctx, "s3", container, S3_PORT, S3_UID, 1000, storage=S3_STORAGE)
 
 
+# An in-cluster drl-orchestrate's pods, by the labels docs/security.md asks them to carry: they may reach the
+# drl roles' control port.
+ORCHESTRATOR_PODS = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "drl",
+                                                     "app.kubernetes.io/component": "orchestrator"}}}
+
+
 def _network_policies(ctx: _Context, builtin_memory: bool, builtin_store: bool, group: bool = False) -> list[dict]:
     """The chart's default NetworkPolicies (docs/security.md), made before any pod so none runs unprotected.
 
-    Redis and the S3 server admit only the run's pods; the drl roles admit the namespace on the control port (its Stop
-    needs no credential) and anyone on the metrics port (counters only, read by the orchestrator through the
-    API server's pod proxy, whose source address differs between clusters). Their egress is limited to DNS and
-    the run's own servers when both are built in; an external server has an address a NetworkPolicy cannot
-    name from a URL, so egress then stays open.
+    Redis and the S3 server admit only the run's pods. The drl roles' control port (its Stop needs no
+    credential) admits only the run's own pods and an in-cluster drl-orchestrate (pods labelled
+    ``app.kubernetes.io/name: drl``, ``app.kubernetes.io/component: orchestrator``); their metrics port admits
+    nobody (the chart's ``networkPolicy.metricsFrom`` and ``apiServerCIDRs`` open it to Prometheus and to the
+    API server's pod proxy, through which ``status`` reads it). Their egress is limited to DNS and the run's
+    own servers when both are built in; an external server has an address a NetworkPolicy cannot name from a
+    URL, so egress then stays open.
 
     A group of learners (``group``) adds ``<name>-trainer-group``: the trainer pods admit one another on every
     port (and may reach one another where egress is limited), since gloo and NCCL connect their ranks on ports
@@ -482,8 +490,7 @@ def _network_policies(ctx: _Context, builtin_memory: bool, builtin_store: bool, 
                              "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In",
                                                    "values": list(ROLES)}]},
              "policyTypes": ["Ingress"],
-             "ingress": [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": CONTROL_PORT}]},
-                         {"ports": [{"protocol": "TCP", "port": METRICS_PORT}]}]}
+             "ingress": [{"from": [run_pods, ORCHESTRATOR_PODS], "ports": [{"protocol": "TCP", "port": CONTROL_PORT}]}]}
     if builtin_memory and builtin_store:
         roles["policyTypes"].append("Egress")
         roles["egress"] = [{"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]

@@ -22,6 +22,11 @@ ABNORMAL = ("CrashLoopBackOff", "Error", "OOMKilled", "ContainerCannotRun", "Dea
             "Unschedulable") + FATAL_WAITING
 
 
+NO_METRICS_HINT = ("no running pod's /metrics answered through the API server's pod proxy, so the table shows "
+                   "their Kubernetes states only; where NetworkPolicies are enforced the metrics port admits only "
+                   "the chart's networkPolicy.metricsFrom and apiServerCIDRs (docs/security.md)")
+
+
 def snapshot_from_metrics(text: str) -> dict:
     """A service's telemetry snapshot rebuilt from its Prometheus page (``services.metrics``): ``drl_info``'s
     labels give the identity and state, every other ``drl_<field>`` sample the field's value, and a histogram
@@ -81,10 +86,11 @@ def _pod_error(pod: PodState) -> str:
     return ""
 
 
-def status_rows(api: Api, run: str, namespace: str, timeout: float = 5.0):
+def status_rows(api: Api, run: str, namespace: str, timeout: float = 5.0, report: dict | None = None):
     """One ``Row`` per pod of the run: counters from the pod's ``/metrics`` (read through
     the API server's pod proxy) where it answers, else its Kubernetes state alone. Restarts are the
-    container restarts Kubernetes counts; the last error is what Kubernetes reports for the pod."""
+    container restarts Kubernetes counts; the last error is what Kubernetes reports for the pod. ``report``,
+    when given, gets how many pages were asked for and how many answered."""
     try:
         pods = api.list_pods(namespace, manifests.run_selector(run))
     except KubeError as exc:
@@ -98,17 +104,23 @@ def status_rows(api: Api, run: str, namespace: str, timeout: float = 5.0):
         that is starting or stopping and says nothing; one that answers but does not parse is reported."""
         if pod.component not in METRICS_ROLES or pod.phase != "Running" or pod.deleting:
             return {}, ""
+        asked.append(pod.name)
         try:
             page = api.pod_metrics(namespace, pod.name, manifests.METRICS_PORT, timeout)
         except KubeError:
             return {}, ""
+        answered.append(pod.name)
         try:
             return snapshot_from_metrics(page), ""
         except ValueError as exc:
             return {}, f"metrics page unreadable: {exc}"[:200]
 
+    asked: list[str] = []
+    answered: list[str] = []
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(metrics, pods))
+    if report is not None:
+        report.update(asked=len(asked), answered=len(answered))
     rows = []
     for pod, (snap, unreadable) in zip(pods, results):
         restarts = sum(c.restart_count for c in pod.containers)
@@ -128,9 +140,12 @@ def show_status(run: str, namespace: str, *, api: Api | None = None, stream: Tex
     stream = stream or sys.stdout
     manifests.check_run_name(run, "RUN")
     manifests.check_namespace(namespace)
-    rows = status_rows(api or default_api(), run, namespace)
+    report: dict = {}
+    rows = status_rows(api or default_api(), run, namespace, report=report)
     print(f"run {run}: Kubernetes namespace {namespace}, {len(rows)} pods", file=stream)
     print(format_table(rows), file=stream)
+    if report.get("asked") and not report.get("answered"):
+        print(NO_METRICS_HINT, file=stream)
     if format_lags(rows):
         print(format_lags(rows), file=stream)
     return 0
