@@ -306,3 +306,52 @@ def test_kind_down_with_fake_tools_uninstalls_then_deletes(fake_tools):
     log = calls.read_text().splitlines()
     assert log.index("helm uninstall drl --kube-context kind-drl --namespace default --wait") < \
         log.index("kind delete cluster --name drl")
+
+
+def box2d_step() -> str:
+    [step] = [args for word, args in stages(DOCKERFILE)[0] if word == "RUN" and "DRL_BOX2D" in args]
+    return step
+
+
+@pytest.mark.parametrize("box2d, arch, kept", [
+    ("auto", "amd64", True), ("auto", "arm64", False), ("auto", "", None), ("1", "arm64", True),
+    ("0", "amd64", False),
+])
+def test_box2d_is_left_out_where_its_wheels_do_not_exist(box2d, arch, kept, tmp_path):
+    """gymnasium's box2d extra pins Box2D wheels built for x86-64 only, so the image builds on arm64 (Apple
+    Silicon under kind) without it: the builder's step runs here under sh on a copy of pyproject.toml, for
+    BuildKit's TARGETARCH (empty: the legacy builder, uname -m decides)."""
+    builder_args = {args.partition("=")[0]: args.partition("=")[2]
+                    for word, args in stages(DOCKERFILE)[0] if word == "ARG"}
+    assert builder_args["DRL_BOX2D"] == "auto" and "TARGETARCH" in builder_args
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DRL_BOX2D": box2d, "TARGETARCH": arch}
+    result = subprocess.run(["sh", "-c", box2d_step()], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    deps = tomllib.loads((tmp_path / "pyproject.toml").read_text())["project"]["dependencies"]
+    gym = next(d for d in deps if d.startswith("gymnasium"))
+    if kept is None:
+        kept = os.uname().machine in ("x86_64", "amd64")
+    assert ("box2d" in gym) == kept, (gym, result.stdout)
+    assert "mujoco" in gym, "only box2d goes"
+    assert ("with box2d" if kept else "without box2d") in result.stdout
+    original = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert [d for d in deps if not d.startswith("gymnasium")] == \
+        [d for d in original["dependencies"] if not d.startswith("gymnasium")]
+
+
+def test_a_bad_box2d_value_and_a_box2d_the_step_cannot_remove_stop_the_build(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\ndependencies = ["box2d-py==2.3.8"]\n')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    for box2d, arch, message in (("yes", "amd64", "DRL_BOX2D must be auto, 1 or 0, got 'yes'"),
+                                 ("0", "amd64", "pyproject.toml still requires box2d: box2d-py==2.3.8")):
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DRL_BOX2D": box2d, "TARGETARCH": arch}
+        result = subprocess.run(["sh", "-c", box2d_step()], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode != 0 and message in result.stderr, result.stderr
