@@ -6,7 +6,9 @@ Opt-in (it builds an image and starts a cluster): DRL_KIND_E2E=1 with kind, dock
 
 It uses the scripts of the manual workflow (scripts/kind-up.sh, kind-deploy.sh, kind-down.sh) on the cluster
 DRL_KIND_CLUSTER (default drl), in its own namespace and release (drl-e2e), which it uninstalls at the end; with
-DRL_KIND_E2E_DELETE_CLUSTER=1 it also deletes the cluster.
+DRL_KIND_E2E_DELETE_CLUSTER=1 it also deletes the cluster. Besides the run, it checks the chart's defaults on the
+cluster: resources on every container, the SeaweedFS S3 server on a bound PVC that goes with the release, the
+NetworkPolicy of the control and metrics ports, and a passing `helm test` that leaves no pod.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +93,39 @@ def cluster():
         script("kind-down.sh", timeout=600)
 
 
+def kubectl_json(*args: str) -> dict:
+    proc = kubectl(*args, "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def check_the_defaults(jobs: dict[str, str]) -> None:
+    """What a first install on a real cluster relied on (issue 27): every container with requests and limits,
+    the S3 server (SeaweedFS) on a bound PVC, the control port closed to the namespace, the metrics port to all."""
+    pods = kubectl_json("get", "pods", "-l", f"drl.dev/run={RELEASE}")["items"]
+    assert pods
+    for pod in pods:
+        for container in pod["spec"]["containers"]:
+            resources = container.get("resources", {})
+            assert {"cpu", "memory"} <= set(resources.get("requests", {})), pod["metadata"]["name"]
+            assert {"cpu", "memory"} <= set(resources.get("limits", {})), pod["metadata"]["name"]
+    name = jobs["trainer"].removesuffix("-trainer")
+    s3 = kubectl_json("get", "statefulset", f"{name}-s3")
+    assert s3["spec"]["template"]["spec"]["containers"][0]["image"].startswith("chrislusf/seaweedfs:")
+    claim = kubectl_json("get", "pvc", f"data-{name}-s3-0")
+    assert claim["status"]["phase"] == "Bound", claim["status"]
+    roles = kubectl_json("get", "networkpolicy", f"{name}-roles")["spec"]
+    control = next(rule for rule in roles["ingress"] if rule["ports"][0]["port"] == 50051)
+    assert {"podSelector": {}} not in control["from"], "the control port is not open to the namespace"
+    assert all(rule["ports"][0]["port"] != 9090 for rule in roles["ingress"]), "no /metrics reader by default"
+
+
+def helm_test() -> subprocess.CompletedProcess:
+    """``helm test`` of the release; its pod is deleted when it passes (hook-succeeded)."""
+    return subprocess.run(["helm", "test", RELEASE, "--kube-context", CONTEXT, "--namespace", NAMESPACE,
+                           "--timeout", "5m"], capture_output=True, text=True, timeout=400)
+
+
 def test_tiny_sync_run_completes(cluster):
     try:
         deploy = script("kind-deploy.sh", timeout=600, DRL_PRESET="sac", DRL_WORKERS=str(WORKERS),
@@ -106,6 +142,19 @@ def test_tiny_sync_run_completes(cluster):
         assert "finished (steps_done)" in trainer_log, f"trainer log:\n{trainer_log[-4000:]}\n{diagnostics()}"
         evaluator_log = kubectl("logs", f"job/{jobs['evaluator']}").stdout
         assert "): return " in evaluator_log, f"no evaluation in the evaluator's log:\n{evaluator_log[-4000:]}"
+
+        check_the_defaults(jobs)
+        tested = helm_test()
+        assert tested.returncode == 0, f"helm test failed:\n{tested.stdout}{tested.stderr}\n{diagnostics()}"
+        leftover = kubectl("get", "pods", "-l", "app.kubernetes.io/component=test", "-o", "name").stdout.strip()
+        assert not leftover, f"a passed helm test leaves no pod: {leftover}"
     finally:
         script("kind-down.sh", "--keep-cluster", timeout=600)
+        claims = ""
+        for _ in range(30):
+            claims = kubectl("get", "pvc", "-l", f"drl.dev/run={RELEASE}", "-o", "name").stdout.strip()
+            if not claims:
+                break
+            time.sleep(2)
         kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
+    assert not claims, f"helm uninstall left the run's claims behind: {claims}"
