@@ -78,6 +78,7 @@ from pathlib import Path
 
 from bench.scaling import SystemRun, cores, orchestrate_exe
 from bench.time_to_score import git_commit, version
+from bench.verdicts import combined
 
 ENV = "ALE/Pong-v5"
 PRESET = "dqn-atari"
@@ -413,8 +414,9 @@ def fmt(value, spec: str = ",.0f") -> str:
 
 
 def summarise(worker_counts: list[int], results: list[dict], n_cores: int, peer: str) -> tuple[list[dict], bool]:
-    """Medians per N, and the medians of each repeat's ratios. The goal's Sample Factory figure is ``peer``."""
-    rows, goal_met = [], True
+    """Medians per N, and the medians of each repeat's ratios. The goal's Sample Factory figure is ``peer``; a row
+    whose raw loop or peer produced no rate has no verdict (None), one where drl produced none is not met."""
+    rows = []
     for n in worker_counts:
         mine = [r for r in results if r["workers"] == n]
         rate = {side: median(r.get("rate") for r in mine if r["side"] == side) for side in SIDES}
@@ -433,11 +435,15 @@ def summarise(worker_counts: list[int], results: list[dict], n_cores: int, peer:
                "drl_over_sf_sampler": ratio("drl", "sf-sampler"), "sf_over_raw": ratio("sf", "raw"),
                "sf_sampler_over_raw": ratio("sf-sampler", "raw")}
         over_peer = ratio("drl", peer)
-        row["goal_met"] = (row["drl_over_raw"] is not None and (n > n_cores or row["drl_over_raw"] >= GOAL_RAW)
-                           and over_peer is not None and over_peer >= 1.0)
-        goal_met = goal_met and row["goal_met"]
+        if not rate["drl"]:
+            row["goal_met"] = False
+        elif row["drl_over_raw"] is None or over_peer is None:
+            row["goal_met"] = None
+        else:
+            row["goal_met"] = (n > n_cores or row["drl_over_raw"] >= GOAL_RAW) and over_peer >= 1.0
         rows.append(row)
-    return rows, goal_met
+    return rows, combined(row["goal_met"] for row in rows)
+
 
 
 def print_table(rows: list[dict]) -> None:
@@ -526,8 +532,9 @@ def main(argv: list[str] | None = None) -> int:
     rows, goal_met = summarise(worker_counts, results, n_cores, peer)
     print_table(rows)
     machine["load_average_end"] = os.getloadavg()[0]
+    shown = "no comparison (a baseline failed)" if goal_met is None else "met" if goal_met else "not met"
     print(f"goal: drl >= {GOAL_RAW} x raw for N <= {n_cores} cores and >= Sample Factory ({peer}): "
-          f"{'met' if goal_met else 'not met'}; load average {machine['load_average_start']:.2f} at start, "
+          f"{shown}; load average {machine['load_average_start']:.2f} at start, "
           f"{machine['load_average_end']:.2f} at end")
     print(json.dumps({
         "rows": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()} for row in rows],

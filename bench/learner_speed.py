@@ -33,9 +33,8 @@ the command, the machine and the versions.
 
 For scale, the benchmark also times one 256x256x256 float32 matrix product at the same thread count: an exact SAC
 update with these sizes needs 16 of them (see ``GEMMS_PER_UPDATE``), so 1 / (16 x that time) bounds the updates
-per second of any float32 implementation, however little else it does. On the 2-core machine where the goal was
-set that floor is itself about 3x SB3's rate, so the goal asks for an update that costs almost nothing beyond its
-matrix products.
+per second of any float32 implementation, however little else it does (the floor measured on each machine, and
+how close the goal is to it, are in bench/README.md and docs/benchmarks.md).
 The machine load average at start and end is printed: on a shared machine, compare runs taken at similar load.
 
 Stable-Baselines3 is an optional dependency: ``pip install -e '.[bench]'``.

@@ -451,6 +451,8 @@ def section_tts(f: dict, plot, stem: str) -> tuple[list[str], str, str, bool | N
     headline = f"drl {median_text('drl')}"
     if any(r["side"] == "sb3" for r in runs):
         headline += f", SB3 {median_text('sb3')}"
+    if f.get("goal_met") is None and str(f.get("verdict", "")).startswith("no comparison"):
+        headline += f"; **{f['verdict']}**"
     return lines, headline, str(f.get("goal")), f.get("goal_met")
 
 

@@ -92,6 +92,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.verdicts import seconds, time_verdict
+
 MODE = "async"
 GOAL_RATIO = 0.5
 # Per env: drl's preset, the score, the env-step budget, the wall-clock budget of one run (None: only the steps
@@ -339,10 +341,6 @@ def git_commit() -> str:
     return head + ("+uncommitted changes" if dirty else "")
 
 
-def seconds(r: dict, key: str = "time_to_score_s") -> float:
-    value = r.get(key)
-    return math.inf if value is None or not r["reached"] else float(value)
-
 
 def fmt(value, spec: str = ".1f") -> str:
     if value is None or (isinstance(value, float) and math.isinf(value)):
@@ -489,13 +487,7 @@ def main(argv: list[str] | None = None) -> int:
               for side, rs in by_side.items()}
     steps = {side: statistics.median(r["env_steps"] if r["reached"] else math.inf for r in rs) if rs else math.inf
              for side, rs in by_side.items()}
-    ratio = None if any(math.isinf(x) for x in medians.values()) else medians["drl"] / medians["sb3"]
-    if goal_kind == "seconds":
-        goal_met = medians["drl"] <= goal_value
-    elif math.isinf(medians["drl"]):
-        goal_met = False
-    else:
-        goal_met = ratio is None or ratio <= goal_value
+    ratio, goal_met, why = time_verdict(by_side, goal_kind, goal_value)
     launch_ratio = launch["drl"] / launch["sb3"] if not any(math.isinf(x) for x in launch.values()) else None
     per_seed = {}
     for seed in seeds if "sb3" in sides else []:
@@ -508,12 +500,14 @@ def main(argv: list[str] | None = None) -> int:
     print("per-seed ratios drl/sb3: " + ", ".join(f"seed {k} {fmt(v, '.2f')}" for k, v in per_seed.items()))
     print(f"median launch->score (start-up included; sb3 with its evaluations): drl {fmt(launch['drl'], '.2f')} s, "
           f"sb3 {fmt(launch['sb3'], '.2f')} s, ratio {fmt(launch_ratio, '.2f')}")
-    print(f"ratio drl/sb3 of the medians: {fmt(ratio, '.3f')}; goal {goal_text}: {'met' if goal_met else 'NOT met'}")
+    shown = "no comparison" if goal_met is None else "met" if goal_met else "NOT met"
+    print(f"ratio drl/sb3 of the medians: {fmt(ratio, '.3f')}; goal {goal_text}: {shown} ({why})")
     print(f"load average: {load_start[0]:.2f} at start, {load_end[0]:.2f} at end; total "
           f"{time.perf_counter() - begin:.0f} s")
     print(json.dumps({
         "drl_median_s": finite(medians["drl"]), "sb3_median_s": finite(medians["sb3"]),
         "ratio": None if ratio is None else round(ratio, 3), "goal": goal_text, "goal_met": goal_met,
+        "verdict": why,
         "per_seed_ratio": per_seed,
         "drl_median_env_steps": finite(steps["drl"]), "sb3_median_env_steps": finite(steps["sb3"]),
         "drl_median_launch_to_score_s": finite(launch["drl"]), "sb3_median_launch_to_score_s": finite(launch["sb3"]),
