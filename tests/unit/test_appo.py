@@ -11,7 +11,7 @@ import torch
 
 from drl.algorithms.appo import APPOActor, APPOConfig, APPOLearner
 from drl.algorithms.appo.vtrace import vtrace
-from drl.algorithms.ppo.learner import gae
+from drl.algorithms.ppo.advantages import gae
 from drl.config import ExperimentConfig, replace
 from drl.envs import VecEnv, space_spec
 from drl.errors import ConfigError

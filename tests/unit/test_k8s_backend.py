@@ -428,7 +428,7 @@ def _wrapper(results: dict):
     return api, recorder
 
 
-def test_kube_api_create_list_delete_and_errors():
+def test_kube_api_over_a_fake_client_creates_lists_deletes_and_reports_errors():
     from kubernetes.client import V1ConfigMap, V1ConfigMapList, V1ObjectMeta
     from kubernetes.client.exceptions import ApiException
 
@@ -452,7 +452,7 @@ def test_kube_api_create_list_delete_and_errors():
     assert api.delete_by_label("ns", "drl.dev/run=r1", ("ConfigMap",)) == [("ConfigMap", "drl-r1-config")]
 
 
-def test_kube_api_pod_and_job_states_from_client_objects():
+def test_kube_api_over_a_fake_client_reads_pod_and_job_states_from_client_objects():
     from kubernetes import client as c
 
     from orchestrator.backends.kubernetes.api import _pod_state
@@ -486,7 +486,7 @@ def test_kube_api_pod_and_job_states_from_client_objects():
     assert status.condition("Complete") is None
 
 
-def test_kube_api_pod_log_yields_lines_across_chunks():
+def test_kube_api_over_a_fake_client_pod_log_yields_lines_across_chunks():
     class Response:
         released = False
 

@@ -28,8 +28,17 @@ def test_nstep_folds_full_windows_and_drains_at_episode_end():
     assert out["reward"].tolist() == [6.0, 8.0, 8.0]
     assert out["nsteps"].tolist() == [3, 2, 1]
     assert out["obs"][:, 0].tolist() == [1.0, 2.0, 3.0]
+    assert out["action"][:, 0].tolist() == [1.0, 2.0, 3.0], "a folded transition keeps its first action"
     assert out["terminated"].tolist() == [1, 1, 1] and out["next_obs"][:, 0].tolist() == [4.0, 4.0, 4.0]
     assert folder.pending() == 0
+
+
+def test_a_one_step_folder_passes_transitions_through_and_shorter_ones_are_refused():
+    folder = NStepFolder(1, 0.5, num_envs=1)
+    out = folder.push(step(0, 2.0), 1)
+    assert out["reward"].tolist() == [2.0] and out["nsteps"].tolist() == [1] and folder.pending() == 0
+    with pytest.raises(ValueError, match="n-step length must be at least 1, got 0"):
+        NStepFolder(0, 0.5, num_envs=1)
 
 
 def test_nstep_truncation_and_flush_keep_bootstrap_with_fewer_steps():

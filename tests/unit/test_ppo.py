@@ -9,7 +9,7 @@ import torch
 
 from drl.algorithms.common import ObsNorm
 from drl.algorithms.ppo import PPOActor, PPOConfig, PPOLearner
-from drl.algorithms.ppo.learner import gae
+from drl.algorithms.ppo.advantages import gae
 from drl.envs import SpaceSpec, space_spec
 
 CFG = PPOConfig(hidden=(16,), epochs=2, minibatches=2)

@@ -28,6 +28,7 @@ import torch
 from drl.algorithms.common import (FlatParams, flat_adam, flatten_optimizer_state, load_training_state,
                                    training_state)
 from drl.algorithms.ppo.config import PPOConfig
+from drl.algorithms.ppo.advantages import gae
 from drl.collective import SOLO, Collective, group_moments
 from drl.algorithms.ppo.networks import networks
 from drl.envs import SpaceSpec
@@ -35,18 +36,6 @@ from drl.envs import SpaceSpec
 EVAL_CHUNK = 1024
 """Rows per forward pass when a whole image rollout is evaluated without gradients: bounds the encoder's
 activations of a long rollout."""
-
-
-def gae(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray, terminated: np.ndarray, cut: np.ndarray,
-        gamma: float, lam: float) -> np.ndarray:
-    """Generalised advantage estimates over concatenated segments (see the module docstring)."""
-    delta = reward + gamma * (1.0 - terminated) * next_value - value
-    adv = np.zeros_like(delta)
-    running = 0.0
-    for t in range(len(delta) - 1, -1, -1):
-        running = delta[t] + gamma * lam * (1.0 - cut[t]) * running
-        adv[t] = running
-    return adv
 
 
 def shuffled_slices(rng: np.random.Generator, n: int, parts: int):
