@@ -72,3 +72,31 @@ def test_atari_throughput_verdicts_when_compared():
 def test_combined_verdicts():
     assert combined([True, True]) is True and combined([True, None]) is None and combined([None, False]) is False
     assert combined([]) is None
+
+
+def test_each_verdict_says_why_in_words_a_reader_can_act_on():
+    crashed = sides([run("drl", 0, None, exit_code=1), run("drl", 1, None, exit_code=-9)], [run("sb3", 0, 5.0)])
+    assert time_verdict(crashed, "ratio", 0.5) == (None, False, "drl failed: drl seed 0 (exit 1), drl seed 1 (exit -9)")
+    assert time_verdict(sides([], [run("sb3", 0, 5.0)]), "ratio", 0.5) == (None, False, "drl failed: no runs")
+    lost = sides([run("drl", 0, 1.0)], [run("sb3", 0, None, exit_code=1), run("sb3", 1, None, exit_code="timeout")])
+    assert time_verdict(lost, "ratio", 0.5)[2] == \
+        "no comparison: the baseline failed: sb3 seed 0 (exit 1), sb3 seed 1 (exit timeout)"
+    assert time_verdict(sides([run("drl", 0, 1.0)], []), "ratio", 0.5)[2] == \
+        "no comparison: the baseline failed: no sb3 runs"
+    assert time_verdict(sides([run("drl", 0, None)], [run("sb3", 0, 1.0)]), "ratio", 0.5)[2] == \
+        "drl did not reach the target"
+    assert time_verdict(sides([run("drl", 0, 1.0)], [run("sb3", 0, None, exit_code="budget")]), "ratio", 0.5)[2] == \
+        "sb3 did not reach the target within its budget; drl did"
+    assert time_verdict(sides([run("drl", 0, 360.0)], []), "seconds", 360) == (None, True, "drl median 360.0 s")
+
+
+def test_a_goal_exactly_on_its_bound_is_met():
+    assert time_verdict(sides([run("drl", 0, 5.0)], [run("sb3", 0, 10.0)]), "ratio", 0.5) == (0.5, True, "ratio 0.500")
+
+
+def test_a_time_counts_only_for_a_run_that_reached_the_target():
+    from bench.verdicts import seconds
+
+    assert seconds({"reached": True, "time_to_score_s": 3}) == 3.0
+    assert seconds({"reached": False, "time_to_score_s": 3}) == float("inf")
+    assert seconds({"reached": True, "time_to_score_s": None}) == float("inf")

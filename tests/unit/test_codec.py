@@ -340,3 +340,41 @@ def test_any_truncation_of_a_valid_entry_is_rejected(n, seed, cut):
     with pytest.raises(codec.DecodeError) as info:
         codec.decode({b"h": fields[b"h"], b"d": short}, RUN, LAYOUT)
     assert info.value.kind == "truncated"
+
+
+# -- what a dead letter says: its kind (counted) and its reason (kept with it) ----------------------------------
+
+def test_each_refusal_names_its_kind_and_reason_exactly():
+    cases = [
+        ({b"h": b"x"}, "bad_entry", "entry lacks the h and d fields"),
+        (reheader(entry(), format_version=2), "bad_header", "format version 2 unknown"),
+        (entry(header=make_header(run="someone-else")), "foreign_run", "entry of run 'someone-else', expected 'run-1'"),
+        (entry(header=make_header(worker_id="")), "bad_header", "missing worker id or sequence number"),
+        (entry(header=make_header(seq=0)), "bad_header", "missing worker id or sequence number"),
+    ]
+    for fields, kind, reason in cases:
+        err = decode_error(fields)
+        assert (err.kind, str(err).split(": ", 1)[-1]) == (kind, reason), (kind, str(err))
+    assert decode_error(reheader(entry(), format_version=2)).header is None, "no header kept before it is checked"
+    late = decode_error(reheader(entry(), count=0))
+    assert late.header is not None and late.header.worker_id, "a refusal after the header keeps it for accounting"
+
+
+def test_the_size_limits_admit_their_bound_and_refuse_one_byte_more(monkeypatch):
+    fields = entry()
+    h, d = len(fields[b"h"]), len(fields[b"d"])
+    monkeypatch.setattr(codec, "MAX_HEADER_BYTES", h)
+    monkeypatch.setattr(codec, "MAX_ENTRY_BYTES", d)
+    codec.decode(fields, RUN, codec.expected_layout(PENDULUM))
+    monkeypatch.setattr(codec, "MAX_HEADER_BYTES", h - 1)
+    err = decode_error(fields)
+    assert (err.kind, str(err).split(": ", 1)[-1]) == ("too_large", f"header of {h} bytes exceeds the limit of {h - 1}")
+    monkeypatch.setattr(codec, "MAX_HEADER_BYTES", h)
+    monkeypatch.setattr(codec, "MAX_ENTRY_BYTES", d - 1)
+    err = decode_error(fields)
+    assert (err.kind, str(err).split(": ", 1)[-1]) == ("too_large", f"entry of {d} bytes exceeds the limit of {d - 1}")
+
+
+def test_an_entry_counts_its_header_and_data_bytes_only():
+    assert codec.entry_size({b"h": b"abc", b"d": b"12345", b"x": b"ignored", "h": b"str-key"}) == 8
+    assert codec.entry_size({b"h": b"abc", b"d": None}) == 3

@@ -170,3 +170,65 @@ def test_a_done_worker_the_ledger_saw_through_its_final_entry_settles_nothing():
     calls = []
     assert ingest.settle({}, {"rollout-0": 8}, lambda workers: calls.append(workers) or {}) == set()
     assert ledger.lost == 0 and not calls, "the stream is looked at only when something may be lost"
+
+
+# -- SeqTracker's floors and closes, by hand (each transition counted once, each loss counted once) -------------
+
+def tracker_with(worker: str, entries: list[tuple[int, int, int]]):
+    """A tracker that saw ``(seq, count, total)`` entries of ``worker``."""
+    from drl.ingest import SeqTracker
+
+    t = SeqTracker()
+    for seq, count, total in entries:
+        assert t.seen(worker, seq, count, total) is False
+    return t
+
+
+def test_a_floor_declares_the_unseen_seqs_below_it_lost_with_their_transitions():
+    t = tracker_with("w", [(1, 10, 10), (2, 10, 20), (4, 10, 40), (6, 10, 60)])
+    assert (t.watermark["w"], t.mark_total["w"]) == (2, 20)
+    assert t.dump("w") == "2,4,6" and t.dump_totals("w") == "20,4:10:40,6:10:60"
+    assert t.skip_to("w", 5, 50) == (2, 20), "seqs 3 and 5 lost: 50 - 20 - 10 (seq 4, taken) transitions"
+    assert (t.watermark["w"], t.mark_total["w"]) == (6, 60), "the watermark runs on through seq 6"
+    assert t.dump("w") == "6" and t.gaps() == set()
+    assert t.skip_to("w", 6, 60) == (0, 0) and t.skip_to("w", 3, 30) == (0, 0), "a floor at or below is nothing"
+    assert t.seen("w", 5) is True, "a seq declared lost counts as taken"
+
+
+def test_a_floor_for_a_worker_never_seen_counts_from_zero():
+    from drl.ingest import SeqTracker
+
+    t = SeqTracker()
+    assert t.skip_to("w", 3, 24) == (3, 24)
+    assert (t.watermark["w"], t.mark_total["w"]) == (3, 24)
+
+
+def test_a_floor_after_a_loaded_state_without_totals_counts_entries_only():
+    from drl.ingest import SeqTracker
+
+    t = SeqTracker()
+    t.load("w", "4,6")
+    assert t.dump_totals("w") is None
+    assert t.skip_to("w", 7, 70) == (2, None), "seqs 5 and 7 lost; transitions unknown without the total at 4"
+    assert t.watermark["w"] == 7 and t.mark_total["w"] == 70
+
+
+def test_close_declares_the_holes_and_the_tail_lost_and_keeps_the_top():
+    t = tracker_with("w", [(1, 10, 10), (3, 10, 30), (4, 5, 35)])
+    assert t.close("w", 50) == (1, 25), "seq 2 a hole; 50 - 10 - 15 transitions never seen"
+    assert (t.watermark["w"], t.mark_total["w"]) == (4, 50) and t.dump("w") == "4"
+    fresh = tracker_with("v", [])
+    assert fresh.close("v", 0) == (0, 0) and fresh.watermark["v"] == 0
+    done = tracker_with("u", [(1, 8, 8), (2, 8, 16)])
+    assert done.close("u", 16) == (0, 0), "nothing lost when everything arrived"
+
+
+def test_totals_survive_a_dump_and_load():
+    from drl.ingest import SeqTracker
+
+    t = tracker_with("w", [(1, 10, 10), (3, 10, 30)])
+    copy = SeqTracker()
+    copy.load("w", t.dump("w"))
+    copy.load_totals("w", t.dump_totals("w"))
+    assert (copy.watermark["w"], copy.mark_total["w"], copy.above["w"]) == (1, 10, {3: (10, 30)})
+    assert copy.skip_to("w", 2, 20) == (1, 10)
