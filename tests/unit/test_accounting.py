@@ -10,8 +10,8 @@ DROPS = [n for n in COUNTERS if n not in ("consumed", "duplicates")]
 
 
 def test_a_run_that_left_transitions_in_the_stream_balances_with_them():
-    acc = tally({"consumed": "90", "stale": "4", "duplicates": "7", "updates": "12"}, {"rollout-0": 60, "rollout-1": 40},
-                unconsumed=6, dead_letters={"undecodable": 2})
+    acc = tally({"consumed": "90", "stale": "4", "duplicates": "7", "updates": "12"},
+                {"rollout-0": 60, "rollout-1": 40}, unconsumed=6, dead_letters={"undecodable": 2})
     assert (acc["produced"], acc["consumed"], acc["unconsumed"], acc["duplicates"]) == (100, 90, 6, 7)
     assert acc["dropped"] == {n: (4 if n == "stale" else 0) for n in DROPS}
     assert acc["dead_lettered"] == {"undecodable": 2} and acc["updates"] == 12
