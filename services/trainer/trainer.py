@@ -37,6 +37,7 @@ from drl.store.checkpoint import CheckpointStore
 from drl.tensorboard import ScalarLog, TrainerCurves
 from services.common import Service, ServiceContext, StatusWriter, hold_claim
 from services.telemetry import TELEMETRY
+from services.trainer import summary as run_files
 
 log = logging.getLogger("drl.trainer")
 
@@ -407,6 +408,9 @@ class Trainer(Service):
     def run(self) -> int:
         log.info("trainer of run %s: %s on %s, %s mode, %d workers; learner on %s", self.ctx.run, self.cfg.algorithm,
                  self.cfg.env, self.cfg.mode, self.cfg.workers, self.device)
+        writes_run_files = self.rank == 0 and run_files.in_cluster()
+        if writes_run_files:
+            run_files.write_config(self.policies.store, self.cfg)
         if self.rank == 0 and self.announcer.latest() < 0:
             self.publish(force=True)
         self.version = -self.group.min_int(-self.version)
@@ -424,6 +428,10 @@ class Trainer(Service):
         self.report(force=True, state="finished", reason=reason)
         log.info("finished (%s): %d transitions consumed, %d updates, policy version %d", reason,
                  self.ledger.consumed, self.updates, self.version)
+        if writes_run_files:
+            run_files.write_summary(self.policies.store, self.control, self.cfg, self.ctx.run,
+                                    {"updates": self.updates, "policy_version": self.version},
+                                    time.monotonic() - self.started, self.ctx.steps_done, reason)
         return 0
 
 

@@ -1,0 +1,120 @@
+"""A run's ``config.json`` and ``summary.json`` in the store, written by the trainer where no orchestrator does.
+
+A local run's orchestrator writes both (the configuration at the start, the summary once every process has
+ended). A run in Kubernetes pods has nobody to do that: ``helm install`` leaves the run to its pods, and
+``drl-orchestrate --backend kubernetes`` watches from outside the cluster, where the run's memory server cannot be
+reached. So in a pod (the kubelet sets ``KUBERNETES_SERVICE_HOST`` in every container) the trainer of rank 0
+writes the resolved configuration when it starts and the summary when it ends, with the same keys as a local
+run's summary where the trainer can know them: the transition accounts from the memory server's authoritative
+counters (produced = consumed + unconsumed + every drop), updates, the policy version and the evaluations the
+evaluator had stored by then. A local run keeps its orchestrator's files alone, since ``summary.json`` appearing
+in a run folder is how a local run is seen to have ended.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Callable, Mapping
+
+from drl.ingest import COUNTERS
+from drl.memory import MemoryBackendError
+
+log = logging.getLogger("drl.trainer")
+
+IN_CLUSTER = "KUBERNETES_SERVICE_HOST"
+WORKERS_DONE_WAIT_S = 15.0
+
+
+def in_cluster(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether this process runs in a Kubernetes pod, where no orchestrator writes the run's files."""
+    return bool(env.get(IN_CLUSTER))
+
+
+def accounts(control) -> dict:
+    """Where every transition went, from the run's authoritative counters on the memory server (as a local run's
+    summary counts them): every worker's produced total, the ledger the trainer committed with its
+    acknowledgements, what is still in the streams, and dead letters by kind. Every counter of
+    ``drl.ingest.COUNTERS`` but ``consumed`` and ``duplicates`` is a drop."""
+    ledger = control.ledger()
+    counters = {name: int(ledger.get(name) or 0) for name in COUNTERS}
+    return {"produced": sum(control.produced().values()), "consumed": counters["consumed"],
+            "unconsumed": control.unconsumed(), "duplicates": counters["duplicates"],
+            "dead_lettered": dict(control.dead_letters()), "updates": int(ledger.get("updates") or -1),
+            "dropped": {n: v for n, v in counters.items() if n not in ("consumed", "duplicates")}}
+
+
+def evaluations(store) -> list[dict]:
+    """The evaluator's results in the store (``evaluations.jsonl``) so far; unreadable lines are left out."""
+    out = []
+    for line in (store.get_optional("evaluations.jsonl") or b"").decode("utf-8", "replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("mean_return"), (int, float)):
+            out.append(entry)
+    return out
+
+
+def wait_for_workers(control, timeout_s: float = WORKERS_DONE_WAIT_S,
+                     clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Waits until every registered worker has marked itself done (a run that was stopped ends before its
+    workers do, and a worker appending while the counters are read would unbalance them); False after
+    ``timeout_s`` (a worker that died never marks itself done)."""
+    deadline = clock() + timeout_s
+    while True:
+        members = set(control.snapshot()[2])
+        if members <= set(control.workers_done()):
+            return True
+        if clock() >= deadline:
+            return False
+        sleep(0.2)
+
+
+def summary(cfg, run: str, acc: dict, trainer: dict, evals: list[dict], wall_seconds: float, steps_done: int,
+            exit_reason: str) -> dict:
+    """The summary's fields that a trainer can know, named as a local run's (``drl-orchestrate`` summary); its
+    counts are the memory server's, which cover the whole run, a restarted trainer pod's earlier sessions too."""
+    return {
+        "run": run, "preset": cfg.preset, "algorithm": cfg.algorithm, "env": cfg.env, "mode": cfg.mode,
+        "workers": cfg.workers, "envs_per_worker": cfg.envs_per_worker, "seed": cfg.seed,
+        "steps_requested": cfg.steps, "resumed_from_env_steps": steps_done,
+        "env_steps": acc["produced"],
+        "updates": acc["updates"] if acc["updates"] >= 0 else int(trainer.get("updates", 0)),
+        "policy_version": int(trainer.get("policy_version", -1)),
+        "transitions_produced": acc["produced"], "transitions_consumed": acc["consumed"],
+        "transitions_unconsumed": acc["unconsumed"], "duplicates_dropped": acc["duplicates"],
+        "stale_dropped": acc["dropped"].get("stale", 0), "dead_lettered": acc["dead_lettered"],
+        "dropped": acc["dropped"],
+        "evaluations": len(evals),
+        "best_eval_return": max((e["mean_return"] for e in evals), default=None),
+        "last_eval_return": evals[-1]["mean_return"] if evals else None,
+        "wall_seconds": round(wall_seconds, 2), "exit_reason": exit_reason, "written_by": "trainer",
+    }
+
+
+def write_config(store, cfg) -> None:
+    """The resolved configuration, as a local run's orchestrator writes it (``config.json``)."""
+    store.put("config.json", cfg.to_json().encode())
+
+
+def write_summary(store, control, cfg, run: str, trainer: dict, wall_seconds: float, steps_done: int,
+                  exit_reason: str) -> dict | None:
+    """Writes ``summary.json`` to the store and returns it; None (said in the log) when the memory server cannot
+    be read: a summary whose counts were guessed would be worse than none."""
+    if exit_reason != "steps_done" and not wait_for_workers(control):
+        log.warning("not every rollout worker marked itself done within %.0f s; the summary counts what the memory "
+                    "server holds now", WORKERS_DONE_WAIT_S)
+    try:
+        acc = accounts(control)
+    except MemoryBackendError as exc:
+        log.warning("summary.json not written: the run's counters cannot be read from the memory server (%s)", exc)
+        return None
+    written = summary(cfg, run, acc, trainer, evaluations(store), wall_seconds, steps_done, exit_reason)
+    store.put("summary.json", (json.dumps(written, indent=2) + "\n").encode())
+    log.info("summary.json written to the store: %d transitions produced, %d consumed, %d unconsumed",
+             written["transitions_produced"], written["transitions_consumed"], written["transitions_unconsumed"])
+    return written
