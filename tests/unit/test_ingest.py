@@ -232,3 +232,108 @@ def test_totals_survive_a_dump_and_load():
     copy.load_totals("w", t.dump_totals("w"))
     assert (copy.watermark["w"], copy.mark_total["w"], copy.above["w"]) == (1, 10, {3: (10, 30)})
     assert copy.skip_to("w", 2, 20) == (1, 10)
+
+
+# -- Ingest.settle: what floors and done markers say can never arrive ------------------------------------------
+
+def nothing_in_stream(workers):
+    return {}
+
+
+def test_a_floor_above_the_watermark_declares_the_unseen_entries_lost_once():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1), _entry("rollout-0", 3)])
+    moved = ingest.settle({"rollout-0": (4, 16)}, {}, nothing_in_stream)
+    assert moved == {"rollout-0"}
+    assert ledger.lost == 8, "seqs 2 and 4: 16 - 4 - 4 transitions"
+    assert ledger.produced["rollout-0"] == 16 and ledger.seqs.watermark["rollout-0"] == 4
+    assert ingest.settle({"rollout-0": (4, 16)}, {}, nothing_in_stream) == set(), "a floor counts once"
+    assert ledger.lost == 8
+
+
+def test_a_floor_stops_below_the_first_entry_still_in_the_stream():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1)])
+    asked = []
+
+    def in_stream(workers):
+        asked.append(set(workers))
+        return {"rollout-0": [(3, 4, 12), (5, 4, 20)]}
+
+    assert ingest.settle({"rollout-0": (5, 20)}, {}, in_stream) == {"rollout-0"}
+    assert asked == [{"rollout-0"}]
+    assert ledger.seqs.watermark["rollout-0"] == 2 and ledger.lost == 4, "only seq 2 is lost; 3 still arrives"
+    assert ledger.produced["rollout-0"] == 8
+
+
+def test_floors_and_done_markers_of_strangers_and_floors_below_the_watermark_are_ignored():
+    ingest, ledger, asked = _ingest()
+    ingest.take([_entry("rollout-0", 1), _entry("rollout-0", 2)])
+    calls = []
+    assert ingest.settle({"rollout-9": (3, 12), "rollout-0": (2, 8)}, {"rollout-9": 40},
+                         lambda w: calls.append(w) or {}) == set()
+    assert calls == [] and ledger.lost == 0 and "rollout-9" in asked
+
+
+def test_a_done_writer_whose_entries_never_all_arrived_is_closed_with_its_loss():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-1", 1), _entry("rollout-1", 3)])
+    assert ingest.settle({}, {"rollout-1": 20}, lambda w: {"rollout-1": [(4, 4, 16)]}) == set(), \
+        "an entry of it is still in the stream: wait for it"
+    assert ingest.settle({}, {"rollout-1": 20}, nothing_in_stream) == {"rollout-1"}
+    assert ledger.lost == 12, "20 produced, 8 seen"
+    assert ledger.final_seq["rollout-1"] == 3 and ledger.produced["rollout-1"] == 20
+    assert ingest.settle({}, {"rollout-1": 20}, nothing_in_stream) == set(), "closed once"
+
+
+def test_a_done_writer_that_delivered_everything_needs_no_settling():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1), _entry("rollout-0", 2)])
+    assert ingest.settle({}, {"rollout-0": 8}, nothing_in_stream) == set()
+    assert ledger.lost == 0
+
+
+# -- Feed: read, ingest, hand over, commit, on the in-process memory backend (a real ExperienceReader) ---------
+
+class FakeLearning:
+    """Records what the feed hands over; stands in for ``drl.learning`` (our own interface)."""
+
+    def __init__(self):
+        self.added: list[tuple[str, int, int]] = []
+        self.learner = type("L", (), {"updates": 7})()
+
+    def add(self, worker, seq, arrays, version):
+        self.added.append((worker, seq, len(arrays["reward"])))
+
+
+def test_the_feed_hands_accepted_entries_over_and_commits_them_with_the_ledger_fake_learning():
+    import uuid
+
+    from drl.ingest import Feed
+    from drl.memory import inproc
+
+    name = f"feed-{uuid.uuid4().hex[:8]}"
+    backend = inproc.open_inproc(name, RUN)
+    try:
+        writer = backend.writer("rollout-0", max_entries=100, max_bytes=1 << 24)
+        for seq in (1, 2):
+            _, fields = _entry("rollout-0", seq, n=4)
+            assert writer.send(seq, fields[b"h"], fields[b"d"], seq * 4).appended
+        _, stranger = _entry("rollout-7", 1, n=4)
+        backend.writer("rollout-7", max_entries=100, max_bytes=1 << 24).send(1, stranger[b"h"], stranger[b"d"], 4)
+        ingest, ledger, _ = _ingest()
+        learning = FakeLearning()
+        feed = Feed(backend.reader("trainer-0"), ingest, learning, reclaim_idle_s=30.0)
+        headers = feed.read(10, None)
+        assert [(h.worker_id, h.seq) for h in headers] == [("rollout-0", 1), ("rollout-0", 2)]
+        assert learning.added == [("rollout-0", 1, 4), ("rollout-0", 2, 4)]
+        state = backend.reader("trainer-0").load_state()
+        assert state["consumed"] == "8" and state["updates"] == "7" and state["seq:rollout-0"] == "2"
+        assert feed.read(10, None) == [] and feed.last is None
+        learning.learner.updates = 9
+        feed.record()
+        assert backend.reader("trainer-0").load_state()["updates"] == "9", "record commits the updates alone"
+        assert backend.control().unconsumed() == 0
+    finally:
+        backend.close()
+        inproc.discard(name)
