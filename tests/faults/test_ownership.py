@@ -32,13 +32,18 @@ def test_resume_of_a_running_run_is_refused_with_one_line_and_the_run_goes_on(tm
                                  "--checkpoint-every-s", "1"])
     run.wait_until("a checkpoint and 1,000 transitions", lambda: run.consumed() >= 1000 and _has_checkpoint(run))
     orchestrator = run.state()["orchestrator_pid"]
-    for extra in ([], ["--detach"]):
-        second = run_cli([*SMALL, "--resume", "live", "--output", str(tmp_path), "--steps", str(2 * steps), *extra],
-                         timeout=60)
-        lines = second.stderr.strip().splitlines()
-        assert second.returncode == 2, second.stderr[-3000:]
-        assert len(lines) == 1 and "run 'live' is running" in lines[0] and str(orchestrator) in lines[0], lines
-        assert "Traceback" not in second.stderr
+    trainer = run.pid("trainer")
+    os.kill(trainer, signal.SIGSTOP)  # the run must still be running when the second orchestrator starts
+    try:
+        for extra in ([], ["--detach"]):
+            second = run_cli([*SMALL, "--resume", "live", "--output", str(tmp_path), "--steps", str(2 * steps),
+                              *extra], timeout=60)
+            lines = second.stderr.strip().splitlines()
+            assert second.returncode == 2, second.stderr[-3000:]
+            assert len(lines) == 1 and "run 'live' is running" in lines[0] and str(orchestrator) in lines[0], lines
+            assert "Traceback" not in second.stderr
+    finally:
+        os.kill(trainer, signal.SIGCONT)
     assert run.state()["orchestrator_pid"] == orchestrator, "the refused orchestrator rewrote state.json"
     summary, _ = run.finish()
     _balances(summary, steps)
