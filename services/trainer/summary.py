@@ -19,7 +19,7 @@ import os
 import time
 from typing import Callable, Mapping
 
-from drl.ingest import COUNTERS
+from drl.accounting import count_fields, eval_fields, tally
 from drl.memory import MemoryBackendError
 
 log = logging.getLogger("drl.trainer")
@@ -38,12 +38,7 @@ def accounts(control) -> dict:
     summary counts them): every worker's produced total, the ledger the trainer committed with its
     acknowledgements, what is still in the streams, and dead letters by kind. Every counter of
     ``drl.ingest.COUNTERS`` but ``consumed`` and ``duplicates`` is a drop."""
-    ledger = control.ledger()
-    counters = {name: int(ledger.get(name) or 0) for name in COUNTERS}
-    return {"produced": sum(control.produced().values()), "consumed": counters["consumed"],
-            "unconsumed": control.unconsumed(), "duplicates": counters["duplicates"],
-            "dead_lettered": dict(control.dead_letters()), "updates": int(ledger.get("updates") or -1),
-            "dropped": {n: v for n, v in counters.items() if n not in ("consumed", "duplicates")}}
+    return tally(control.ledger(), control.produced(), control.unconsumed(), control.dead_letters())
 
 
 def evaluations(store) -> list[dict]:
@@ -82,16 +77,9 @@ def summary(cfg, run: str, acc: dict, trainer: dict, evals: list[dict], wall_sec
         "run": run, "preset": cfg.preset, "algorithm": cfg.algorithm, "env": cfg.env, "mode": cfg.mode,
         "workers": cfg.workers, "envs_per_worker": cfg.envs_per_worker, "seed": cfg.seed,
         "steps_requested": cfg.steps, "resumed_from_env_steps": steps_done,
-        "env_steps": acc["produced"],
         "updates": acc["updates"] if acc["updates"] >= 0 else int(trainer.get("updates", 0)),
         "policy_version": int(trainer.get("policy_version", -1)),
-        "transitions_produced": acc["produced"], "transitions_consumed": acc["consumed"],
-        "transitions_unconsumed": acc["unconsumed"], "duplicates_dropped": acc["duplicates"],
-        "stale_dropped": acc["dropped"].get("stale", 0), "dead_lettered": acc["dead_lettered"],
-        "dropped": acc["dropped"],
-        "evaluations": len(evals),
-        "best_eval_return": max((e["mean_return"] for e in evals), default=None),
-        "last_eval_return": evals[-1]["mean_return"] if evals else None,
+        **count_fields(acc), **eval_fields(evals),
         "wall_seconds": round(wall_seconds, 2), "exit_reason": exit_reason, "written_by": "trainer",
     }
 

@@ -47,7 +47,7 @@ from drl.memory import (MemoryBackend, MemoryBackendError, MemoryUnavailable, Ru
 from drl.naming import worker_index
 from drl.process import pid_alive
 from drl.store import run_store
-from orchestrator.accounting import tally, with_kept_ledger
+from drl.accounting import count_fields, eval_fields, tally, with_kept_ledger
 from orchestrator.backends.local.forkserver import ForkedProcess, Launcher
 from orchestrator.plan import plan
 from orchestrator.progress import Progress
@@ -722,16 +722,9 @@ class LocalRun:
             "workers_history": list(self.workers_history), "envs_per_worker": self.cfg.envs_per_worker,
             "seed": self.cfg.seed, "steps_requested": self.cfg.steps,
             "resumed_from_env_steps": self.steps_done,
-            "env_steps": acc["produced"],
             "updates": acc["updates"] if acc["updates"] >= 0 else int(t.get("updates") or 0),
             "policy_version": int(t.get("policy_version") or -1),
-            "transitions_produced": acc["produced"], "transitions_consumed": acc["consumed"],
-            "transitions_unconsumed": acc["unconsumed"], "duplicates_dropped": acc["duplicates"],
-            "stale_dropped": acc["dropped"].get("stale", 0), "dead_lettered": acc["dead_lettered"],
-            "dropped": acc["dropped"],
-            "evaluations": len(evals),
-            "best_eval_return": max((e["mean_return"] for e in evals), default=None),
-            "last_eval_return": evals[-1]["mean_return"] if evals else None,
+            **count_fields(acc), **eval_fields(evals),
             "restarts": dict(self.restarts),
             "wall_seconds": round(time.time() - self.started, 2), "exit_reason": reason,
             **policy_lag(t),

@@ -45,6 +45,21 @@ def tally(ledger: dict, produced_by: dict[str, int], unconsumed: int, dead_lette
             "dropped": {n: v for n, v in counters.items() if n not in ("consumed", "duplicates")}}
 
 
+def count_fields(accounts: dict) -> dict:
+    """The summary's transition fields from ``tally``'s accounts: the same keys whoever writes the summary (a
+    local run's orchestrator, a Kubernetes run's trainer)."""
+    return {"env_steps": accounts["produced"], "transitions_produced": accounts["produced"],
+            "transitions_consumed": accounts["consumed"], "transitions_unconsumed": accounts["unconsumed"],
+            "duplicates_dropped": accounts["duplicates"], "stale_dropped": accounts["dropped"].get("stale", 0),
+            "dead_lettered": accounts["dead_lettered"], "dropped": accounts["dropped"]}
+
+
+def eval_fields(evals: list[dict]) -> dict:
+    """The summary's evaluation fields from the evaluator's results (``evaluations.jsonl``)."""
+    return {"evaluations": len(evals), "best_eval_return": max((e["mean_return"] for e in evals), default=None),
+            "last_eval_return": evals[-1]["mean_return"] if evals else None}
+
+
 def balanced(accounts: dict) -> bool:
     """Whether the accounts keep the rule (every figure read, none negative)."""
     figures = [accounts["produced"], accounts["consumed"], accounts["unconsumed"], *accounts["dropped"].values()]
