@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from importlib.metadata import version
 
@@ -92,14 +93,16 @@ def _build(podman: Podman, *args: str) -> None:
     assert done.returncode == 0, f"scripts/image.sh {' '.join(args)} failed:\n{done.stderr[-4000:]}"
 
 
-def _forget_older(podman: Podman, keep: str) -> None:
-    """Earlier content tags of the drl image, and the build layers only they used: each CI run after a change
-    builds a new one, so the machine keeps one image of the tier, not one per change."""
+def _forget_older(podman: Podman, keep: str, built_s: float) -> None:
+    """Earlier content tags of the drl image and the build layers only they used (each CI run after a change
+    builds a new image: the machine keeps the newest, not one per change). Layers made before this build that
+    nothing uses any more are pruned; this build's own, and the layers it took from the cache (torch's) and so
+    depends on, are kept for the next build."""
     tags = podman("images", "--format", "{{.Repository}}:{{.Tag}}", "localhost/drl", check=False).stdout.split()
     older = [t for t in tags if t.startswith("localhost/drl:ctx-") and t != keep]
     if older:
         podman("rmi", "--force", *older, check=False)
-        podman("image", "prune", "--force", check=False)
+        podman("image", "prune", "--force", "--filter", f"until={int(built_s) + 1}s", check=False)
 
 
 @pytest.fixture(scope="session")
@@ -108,8 +111,9 @@ def images(podman) -> Images:
     here yet, and the S3 stand-in on the same base (built once per moto release)."""
     tag = subprocess.run(["bash", str(IMAGE_SH), "--print-tag"], capture_output=True, text=True, cwd=ROOT,
                          check=True).stdout.strip()
+    started = time.monotonic()
     _build(podman, "--tag", tag)
-    _forget_older(podman, tag)
+    _forget_older(podman, tag, time.monotonic() - started)
     labels = podman("image", "inspect", "--format", "{{json .Labels}}", tag).stdout
     base = BASE if BASE in labels else "python:3.11-slim"
     moto = version("moto")
