@@ -101,7 +101,8 @@ def _forget_older(podman: Podman, keep: str, built_s: float) -> None:
     tags = podman("images", "--format", "{{.Repository}}:{{.Tag}}", "localhost/drl", check=False).stdout.split()
     older = [t for t in tags if t.startswith("localhost/drl:ctx-") and t != keep]
     if older:
-        podman("rmi", "--force", *older, check=False)
+        # without --force: an image that another session's containers still run stays
+        podman("rmi", *older, check=False)
         podman("image", "prune", "--force", "--filter", f"until={int(built_s) + 1}s", check=False)
 
 
