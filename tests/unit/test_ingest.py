@@ -337,3 +337,24 @@ def test_the_feed_hands_accepted_entries_over_and_commits_them_with_the_ledger_f
     finally:
         backend.close()
         inproc.discard(name)
+
+
+def test_losses_add_up_over_workers_and_settles_and_unknown_totals_count_nothing():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 2), _entry("rollout-1", 1)])
+    assert ingest.settle({"rollout-0": (1, 4)}, {}, nothing_in_stream) == {"rollout-0"}
+    assert ledger.lost == 4, "seq 1 of rollout-0, never seen"
+    assert ledger.seqs.watermark["rollout-0"] == 2, "and the watermark runs on through seq 2"
+    assert ingest.settle({"rollout-1": (3, 12)}, {}, nothing_in_stream) == {"rollout-1"}
+    assert ledger.lost == 12, "losses of a later settle add to the earlier ones"
+    ledger.seqs.load("rollout-0", "5")
+    assert ledger.seqs.mark_total["rollout-0"] is None, "a state written before totals were kept"
+    assert ingest.settle({"rollout-0": (6, 24)}, {}, nothing_in_stream) == {"rollout-0"}
+    assert ledger.lost == 12, "a loss of unknown size counts nothing"
+    assert ledger.produced["rollout-0"] == 24
+
+
+def test_a_done_writer_never_seen_is_closed_with_everything_it_produced_lost():
+    ingest, ledger, _ = _ingest()
+    assert ingest.settle({}, {"rollout-1": 12}, nothing_in_stream) == {"rollout-1"}
+    assert ledger.lost == 12 and ledger.produced["rollout-1"] == 12 and ledger.final_seq["rollout-1"] == 0
