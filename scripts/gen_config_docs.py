@@ -116,6 +116,10 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("DRL_TIMEOUT", TOOLING, "Seconds `kind-deploy.sh` waits for the trainer Job (default 900)."),
     ("DRL_EXTRAS", TOOLING, "Docker build argument: optional dependency groups installed into the image "
      "(default `kubernetes,atari`)."),
+    ("DRL_PIP_INDEX", TOOLING, "scripts/image.sh: the package index the image build installs from (default: "
+     "pip's configured index-url, else PyPI)."),
+    ("DRL_DEBIAN_MIRROR", TOOLING, "scripts/image.sh: the Debian mirror debootstrap makes the podman base from "
+     "(default http://deb.debian.org/debian)."),
     ("DRL_BOX2D", TOOLING, "Docker build argument: gymnasium's box2d extra in the image, `1`, `0` or `auto` "
      "(default: with it on amd64 only, where its Box2D wheels exist)."),
 )
