@@ -114,22 +114,24 @@ class Hosts:
     def heal(self, name: str) -> None:
         sh("ip", "link", "set", self._outer[name], "up")
 
+    def _ends(self, name: str):
+        """The ``tc`` command and device of each end of the host's link: the outer veth, then its own eth0."""
+        yield ["tc"], self._outer[name]
+        yield ["tc", "-n", self.ns(name)], "eth0"
+
     def cap(self, name: str, mbit: float) -> None:
         """Both directions of the host's link limited to ``mbit`` Mbit/s (tbf: a 64 KiB bucket, 50 ms of queue)."""
-        for args in (["dev", self._outer[name]], ["-n", self.ns(name), "dev", "eth0"]):
-            prefix = ["tc", "-n", args[1]] if args[0] == "-n" else ["tc"]
-            dev = args[-2:]
-            sh(*prefix, "qdisc", "replace", *dev, "root", "tbf", "rate", f"{mbit}mbit", "burst", "64kb",
+        for tc, dev in self._ends(name):
+            sh(*tc, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{mbit}mbit", "burst", "64kb",
                "latency", "50ms")
 
     def qdisc(self, name: str) -> str:
         """The queueing disciplines on both ends of the host's link, as ``tc`` shows them."""
-        return sh("tc", "qdisc", "show", "dev", self._outer[name]).stdout + \
-            sh("tc", "-n", self.ns(name), "qdisc", "show", "dev", "eth0").stdout
+        return "".join(sh(*tc, "qdisc", "show", "dev", dev).stdout for tc, dev in self._ends(name))
 
     def uncap(self, name: str) -> None:
-        sh("tc", "qdisc", "del", "dev", self._outer[name], "root", check=False)
-        sh("tc", "-n", self.ns(name), "qdisc", "del", "dev", "eth0", "root", check=False)
+        for tc, dev in self._ends(name):
+            sh(*tc, "qdisc", "del", "dev", dev, "root", check=False)
 
     def __enter__(self) -> "Hosts":
         return self.up()
