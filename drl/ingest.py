@@ -120,7 +120,7 @@ class SeqTracker:
         mark, *above = (int(x) for x in text.split(",") if x)
         self.watermark[worker] = mark
         self.above[worker] = {s: (0, None) for s in above}
-        self.mark_total[worker] = 0 if mark == 0 else None
+        self.mark_total[worker] = 0 if mark == 0 and not above else None  # the counts above are not known
 
     def load_totals(self, worker: str, text: str) -> None:
         """Takes ``dump_totals``'s text; load the watermark (``load``) first."""

@@ -300,10 +300,12 @@ class FakeLearning:
 
     def __init__(self):
         self.added: list[tuple[str, int, int]] = []
+        self.versions: list[int] = []
         self.learner = type("L", (), {"updates": 7})()
 
     def add(self, worker, seq, arrays, version):
         self.added.append((worker, seq, len(arrays["reward"])))
+        self.versions.append(version)
 
 
 def test_the_feed_hands_accepted_entries_over_and_commits_them_with_the_ledger_fake_learning():
@@ -334,6 +336,7 @@ def test_the_feed_hands_accepted_entries_over_and_commits_them_with_the_ledger_f
         feed.record()
         assert backend.reader("trainer-0").load_state()["updates"] == "9", "record commits the updates alone"
         assert backend.control().unconsumed() == 0
+        assert backend.control().dead_letters() == {"unknown_worker": 1}, "the stranger's entry is dead-lettered"
     finally:
         backend.close()
         inproc.discard(name)
@@ -358,3 +361,372 @@ def test_a_done_writer_never_seen_is_closed_with_everything_it_produced_lost():
     ingest, ledger, _ = _ingest()
     assert ingest.settle({}, {"rollout-1": 12}, nothing_in_stream) == {"rollout-1"}
     assert ledger.lost == 12 and ledger.produced["rollout-1"] == 12 and ledger.final_seq["rollout-1"] == 0
+
+
+# -- SeqTracker: the edges of floors, closes, dumps and loads ---------------------------------------------------
+
+def test_a_worker_the_tracker_never_saw_dumps_as_watermark_zero_with_total_zero():
+    """Writers read the dump as their watermark: a worker with nothing taken yet is at 0, with 0 produced."""
+    from drl.ingest import SeqTracker
+
+    t = SeqTracker()
+    assert t.dump("w") == "0" and t.dump_totals("w") == "0"
+
+
+def test_a_floor_at_the_watermark_changes_nothing_whatever_total_it_reports():
+    t = tracker_with("w", [(1, 10, 10), (2, 10, 20)])
+    assert t.skip_to("w", 2, 25) == (0, 0)
+    assert (t.watermark["w"], t.mark_total["w"]) == (2, 20)
+
+
+def test_a_floor_on_a_seq_seen_above_the_watermark_counts_that_seq_as_taken():
+    t = tracker_with("w", [(1, 10, 10), (3, 10, 30)])
+    assert t.skip_to("w", 3, 30) == (1, 10), "only seq 2 is lost"
+    assert t.dump("w") == "3" and t.above["w"] == {} and t.mark_total["w"] == 30
+
+
+def test_a_floor_reporting_less_than_the_tracker_saw_counts_no_negative_loss():
+    t = tracker_with("w", [(1, 10, 10), (2, 10, 20)])
+    assert t.skip_to("w", 3, 15) == (1, 0)
+
+
+def test_close_after_a_loaded_state_without_totals_counts_entries_only():
+    from drl.ingest import SeqTracker
+
+    t = SeqTracker()
+    t.load("w", "4,6")
+    assert t.close("w", 70) == (1, None), "seq 5 a hole; transitions unknown without the total at 4"
+    assert (t.watermark["w"], t.mark_total["w"]) == (6, 70)
+
+
+def test_a_loaded_watermark_of_zero_has_a_known_total_of_zero():
+    from drl.ingest import SeqTracker
+
+    t = SeqTracker()
+    t.load("w", "0")
+    assert t.dump_totals("w") == "0"
+    assert t.skip_to("w", 2, 8) == (2, 8)
+
+
+def test_a_loaded_state_without_totals_does_not_count_its_seqs_above_a_zero_watermark_as_lost():
+    """A state written before totals were kept says which seqs above the watermark were taken, not how many
+    transitions they held: a later floor's loss is unknown, not the whole of the writer's total."""
+    from drl.ingest import SeqTracker
+
+    t = SeqTracker()
+    t.load("w", "0,2")
+    assert t.dump_totals("w") is None
+    assert t.skip_to("w", 3, 30) == (2, None)
+
+
+# -- Ledger and Ledgers -----------------------------------------------------------------------------------------
+
+def test_known_workers_include_those_seen_only_in_dead_letters_or_only_produced():
+    ingest, ledger, _ = _ingest()
+    _, good = _entry("rollout-1", 1)
+    ingest.take([(b"t", {b"h": good[b"h"], b"d": good[b"d"][:-3]})])
+    assert ledger.produced == {} and ledger.known_workers() == {"rollout-1"}
+    other = Ledger()
+    other.load({"produced:rollout-0": "8"})
+    assert other.known_workers() == {"rollout-0"}
+
+
+def test_ledgers_of_two_shards_route_each_worker_to_its_shard_and_sum_the_counters():
+    from drl.ingest import Ledgers
+
+    even, odd = Ledger(consumed=4, lost=1), Ledger(consumed=6, duplicates=2, stale=3, dead_letters=1)
+    both = Ledgers({0: even, 1: odd}, 2)
+    assert both.of("rollout-3") is odd and both.of("rollout-2") is even
+    assert both.counters() == {"consumed": 10, "duplicates": 2, "stale": 3, "dead_letters": 1, "lost": 1}
+    only_odd = Ledgers({1: odd}, 2)
+    assert only_odd.owns("rollout-1") and not only_odd.owns("rollout-0")
+
+
+# -- Ingest.take: what each entry does to the ledger ------------------------------------------------------------
+
+def _truncated(worker: str, seq: int) -> tuple[bytes, dict]:
+    eid, good = _entry(worker, seq)
+    return eid, {b"h": good[b"h"], b"d": good[b"d"][:-3]}
+
+
+def test_a_dead_letter_keeps_the_decoders_reason_and_its_seq_and_total_count_as_taken():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1)])
+    eid, bad = _truncated("rollout-0", 2)
+    with pytest.raises(codec.DecodeError) as refused:
+        codec.decode(bad, RUN, LAYOUT)
+    intake = ingest.take([(eid, bad)])
+    assert intake.dead == [(eid, bad, "truncated", str(refused.value))]
+    assert intake.touched == {"rollout-0"}, "its progress must be committed with its acknowledgement"
+    assert (ledger.seqs.watermark["rollout-0"], ledger.seqs.mark_total["rollout-0"]) == (2, 8)
+    assert ingest.settle({"rollout-0": (3, 12)}, {}, nothing_in_stream) == {"rollout-0"}
+    assert ledger.lost == 4, "only seq 3 is lost: the dead letter's transitions are counted as a dead letter"
+
+
+def test_a_dead_letter_above_the_watermark_counts_its_transitions_as_taken_when_a_floor_comes():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1), _truncated("rollout-0", 3)])
+    assert ingest.settle({"rollout-0": (4, 16)}, {}, nothing_in_stream) == {"rollout-0"}
+    assert ledger.lost == 8, "seqs 2 and 4"
+    assert ledger.fields(["rollout-0"], 0)["totals:rollout-0"] == "16"
+
+
+def test_duplicates_and_stale_entries_add_up_over_reads_and_a_stale_entry_does_not_stop_the_read():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1)])
+    ingest.take([_entry("rollout-0", 1)])
+    ingest.take([_entry("rollout-0", 1)])
+    assert ledger.duplicates == 8
+    intake = ingest.take([_entry("rollout-0", 2, version=0), _entry("rollout-0", 3, version=1)], sync_version=1)
+    assert [b.header.seq for b in intake.accepted] == [3]
+    ingest.take([_entry("rollout-0", 4, version=0)], sync_version=1)
+    assert ledger.stale == 8 and ledger.consumed == 8
+
+
+def test_the_produced_count_keeps_the_highest_total_whatever_the_order_of_arrival():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 3), _entry("rollout-0", 2)])
+    assert ledger.produced == {"rollout-0": 12}
+
+
+# -- Ingest.settle: which floors and done markers are looked at, and what they count -----------------------------
+
+def test_a_floor_of_a_member_the_ledger_never_saw_declares_everything_up_to_it_lost():
+    ingest, ledger, _ = _ingest()
+    assert ingest.settle({"rollout-1": (1, 4)}, {}, nothing_in_stream) == {"rollout-1"}
+    assert ledger.lost == 4 and ledger.produced == {"rollout-1": 4} and ledger.seqs.watermark["rollout-1"] == 1
+
+
+def test_a_floor_below_what_the_ledger_saw_keeps_the_higher_produced_count():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1), _entry("rollout-0", 3)])
+    assert ingest.settle({"rollout-0": (2, 8)}, {}, nothing_in_stream) == {"rollout-0"}
+    assert ledger.lost == 4 and ledger.produced["rollout-0"] == 12
+
+
+def test_an_entry_in_the_stream_above_a_floor_does_not_hold_the_floor_back():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1)])
+    assert ingest.settle({"rollout-0": (5, 20)}, {}, lambda w: {"rollout-0": [(8, 4, 32)]}) == {"rollout-0"}
+    assert ledger.seqs.watermark["rollout-0"] == 5 and ledger.lost == 16
+
+
+def test_an_entry_in_the_stream_at_the_floor_is_waited_for():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1)])
+    assert ingest.settle({"rollout-0": (3, 12)}, {}, lambda w: {"rollout-0": [(3, 4, 12)]}) == {"rollout-0"}
+    assert ledger.seqs.watermark["rollout-0"] == 2 and ledger.lost == 4
+
+
+def test_a_floor_whose_next_entry_is_still_in_the_stream_moves_nothing_and_the_next_floor_still_counts():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1)])
+    pending = {"rollout-0": [(2, 4, 8), (3, 4, 12)]}
+    assert ingest.settle({"rollout-0": (3, 12), "rollout-1": (2, 8)}, {}, lambda w: pending) == {"rollout-1"}
+    assert ledger.lost == 8 and ledger.produced == {"rollout-0": 4, "rollout-1": 8}
+    assert ledger.seqs.watermark["rollout-0"] == 1
+
+
+def test_losses_of_several_floors_and_closes_in_one_settle_add_up():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1)])
+    ingest.settle({"rollout-0": (2, 8), "rollout-1": (1, 4)}, {}, nothing_in_stream)
+    assert ledger.lost == 8
+    ingest.settle({"rollout-0": (3, 12)}, {"rollout-1": 12}, nothing_in_stream)
+    assert ledger.lost == 8 + 4 + 8
+
+
+@pytest.mark.parametrize("total", [1, 12])
+def test_a_done_member_never_seen_is_closed_even_after_a_strangers_done_marker(total):
+    ingest, ledger, _ = _ingest()
+    assert ingest.settle({}, {"rollout-9": 40, "rollout-1": total}, nothing_in_stream) == {"rollout-1"}
+    assert ledger.lost == total and ledger.produced == {"rollout-1": total}
+
+
+def test_a_done_marker_of_a_worker_that_left_the_run_still_closes_what_the_ledger_holds_of_it():
+    """Membership may forget a worker the ledger has progress for; its done marker still settles it."""
+    ingest, ledger, asked = _ingest()
+    ledger.load({"seq:rollout-5": "1", "totals:rollout-5": "4", "produced:rollout-5": "4"})
+    assert ingest.settle({}, {"rollout-5": 12}, nothing_in_stream) == {"rollout-5"}
+    assert ledger.lost == 8 and ledger.final_seq["rollout-5"] == 1
+    assert "rollout-5" not in asked, "a worker the ledger knows needs no membership check"
+
+
+def test_a_writer_whose_final_entry_was_taken_is_finished_whatever_its_done_marker_says():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1), _entry("rollout-0", 2, final=True)])
+    asked = []
+    moved = ingest.settle({}, {"rollout-0": 12, "rollout-1": 8}, lambda w: asked.append(set(w)) or {})
+    assert moved == {"rollout-1"} and asked == [{"rollout-1"}]
+    assert ledger.lost == 8 and ledger.produced["rollout-0"] == 8
+
+
+def test_a_done_writer_seen_without_gaps_but_short_of_its_total_loses_the_rest():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1), _entry("rollout-0", 2)])
+    assert ingest.settle({}, {"rollout-0": 12}, nothing_in_stream) == {"rollout-0"}
+    assert ledger.lost == 4 and ledger.final_seq["rollout-0"] == 2 and ledger.produced["rollout-0"] == 12
+
+
+def test_a_done_writer_from_a_state_without_totals_is_closed_with_a_loss_of_unknown_size():
+    ingest, ledger, _ = _ingest()
+    ledger.load({"seq:rollout-0": "4,6"})
+    assert ingest.settle({}, {"rollout-0": 40}, nothing_in_stream) == {"rollout-0"}
+    assert ledger.lost == 0, "an unknown loss counts nothing"
+    assert ledger.final_seq["rollout-0"] == 6 and ledger.produced["rollout-0"] == 40
+
+
+def test_a_done_writer_still_in_the_stream_does_not_hold_back_the_others():
+    ingest, ledger, _ = _ingest()
+    ingest.take([_entry("rollout-0", 1)])
+    moved = ingest.settle({}, {"rollout-0": 12, "rollout-1": 8}, lambda w: {"rollout-0": [(3, 4, 12)]})
+    assert moved == {"rollout-1"} and ledger.lost == 8
+
+
+# -- Feed on the in-process memory backend: reclaiming, waiting, sync reads, settling, and its clock -------------
+
+@pytest.fixture
+def memory():
+    import uuid
+
+    from drl.memory import inproc
+
+    name = f"feed-{uuid.uuid4().hex[:8]}"
+    backend = inproc.open_inproc(name, RUN)
+    try:
+        yield backend
+    finally:
+        backend.close()
+        inproc.discard(name)
+
+
+def _send(backend, worker: str, seqs, version: int = 0) -> None:
+    writer = backend.writer(worker, max_entries=100, max_bytes=1 << 24)
+    for seq in seqs:
+        _, fields = _entry(worker, seq, version=version)
+        assert writer.send(seq, fields[b"h"], fields[b"d"], seq * 4).appended
+
+
+def _feed(backend, reclaim_idle_s: float = 30.0, done=dict):
+    from drl.ingest import Feed
+
+    ingest, ledger, _ = _ingest()
+    learning = FakeLearning()
+    return Feed(backend.reader("trainer-0"), ingest, learning, reclaim_idle_s, done), ledger, learning
+
+
+class Clock:
+    """Stands in for the ``time`` module in ``drl.ingest``: ``monotonic`` returns what the test sets, ``sleep``
+    records its argument and moves the clock on by it."""
+
+    def __init__(self, now: float):
+        self.now, self.slept = now, []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_the_feed_takes_over_at_most_count_entries_left_pending_at_a_dead_reader(memory):
+    _send(memory, "rollout-0", [1, 2, 3])
+    assert len(memory.reader("trainer-dead").read(10, None)) == 3
+    feed, ledger, _ = _feed(memory, reclaim_idle_s=0.0)
+    assert [h.seq for h in feed.read(2, None)] == [1, 2]
+    assert ledger.consumed == 8 and memory.reader("trainer-0").load_state()["seq:rollout-0"] == "2"
+
+
+def test_the_feed_leaves_entries_another_reader_holds_for_less_than_the_idle_time(memory):
+    _send(memory, "rollout-0", [1])
+    assert len(memory.reader("trainer-other").read(10, None)) == 1
+    feed, ledger, _ = _feed(memory, reclaim_idle_s=30.0)
+    assert feed.read(10, None) == [] and ledger.consumed == 0
+
+
+def test_a_sync_read_takes_count_entries_and_drops_other_versions_as_stale(memory):
+    _send(memory, "rollout-0", [1], version=0)
+    _send(memory, "rollout-0", [2], version=1)
+    feed, ledger, learning = _feed(memory)
+    assert feed.read(1, None, sync_version=1) == [] and len(feed.last.acks) == 1
+    assert (ledger.stale, ledger.consumed) == (4, 0)
+    assert [h.seq for h in feed.read(1, None, sync_version=1)] == [2]
+    assert learning.versions == [1] and ledger.consumed == 4
+
+
+def test_a_read_with_nothing_reclaimed_waits_for_new_entries(memory):
+    import threading
+    import time
+
+    feed, _, _ = _feed(memory)
+    sender = threading.Thread(target=lambda: (time.sleep(0.05), _send(memory, "rollout-0", [1])))
+    sender.start()
+    try:
+        headers = feed.read(10, block_ms=30_000)
+    finally:
+        sender.join()
+    assert [h.seq for h in headers] == [1]
+
+
+def test_the_feed_settles_floors_and_done_markers_and_records_them_with_the_produced_counts(memory):
+    memory.writer("rollout-0", max_entries=100, max_bytes=1 << 24).continue_from(3, 12)
+    feed, ledger, _ = _feed(memory, done=lambda: {"rollout-1": 8})
+    assert feed.read(10, None) == []
+    assert ledger.lost == 20
+    state = memory.reader("trainer-0").load_state()
+    assert (state["seq:rollout-0"], state["totals:rollout-0"], state["final:rollout-1"]) == ("3", "12", "0")
+    assert (state["lost"], state["updates"]) == ("20", "7")
+    assert memory.control().produced() == {"rollout-0": 12, "rollout-1": 8}
+
+
+def test_floors_are_looked_at_only_once_their_period_has_passed(memory, monkeypatch):
+    import drl.ingest
+
+    clock = Clock(1000.0)
+    monkeypatch.setattr(drl.ingest, "time", clock)
+    feed, ledger, _ = _feed(memory)
+    feed.read(10, None)
+    memory.writer("rollout-0", max_entries=100, max_bytes=1 << 24).continue_from(2, 8)
+    for now in (1001.0, 1000.0 + feed.FLOORS_EVERY_S):
+        clock.now = now
+        feed.read(10, None)
+        assert ledger.lost == 0, f"floors looked at again {now - 1000.0} s after the last look"
+    clock.now = 1000.5 + feed.FLOORS_EVERY_S
+    feed.read(10, None)
+    assert ledger.lost == 8
+
+
+def test_entries_pending_elsewhere_are_reclaimed_only_once_the_reclaim_period_has_passed(memory, monkeypatch):
+    import drl.ingest
+
+    clock = Clock(1000.0)
+    monkeypatch.setattr(drl.ingest, "time", clock)
+    feed, _, _ = _feed(memory, reclaim_idle_s=0.0)
+    feed.read(10, None)
+    _send(memory, "rollout-0", [1])
+    assert len(memory.reader("trainer-dead").read(10, None)) == 1
+    for now in (1004.0, 1000.0 + feed.RECLAIM_EVERY_S):
+        clock.now = now
+        assert feed.read(10, None) == [], f"reclaimed again {now - 1000.0} s after the last time"
+    clock.now = 1000.5 + feed.RECLAIM_EVERY_S
+    assert [h.seq for h in feed.read(10, None)] == [1]
+
+
+def test_a_paced_read_sleeps_out_the_gap_and_tells_the_pace_what_it_got(memory, monkeypatch):
+    import drl.ingest
+    from drl.pacing import ReadPace
+
+    clock = Clock(1000.0)
+    monkeypatch.setattr(drl.ingest, "time", clock)
+    feed, _, _ = _feed(memory)
+    pace = ReadPace(limit_bytes=1, first_s=0.25, least_s=0.125, most_s=4.0)
+    assert feed.read_paced(pace, 1, block_ms=1) == []
+    assert clock.slept == [] and pace.gap_s == 0.5, "an empty read doubles the gap"
+    assert feed.read_paced(pace, 1, block_ms=1) == []
+    assert clock.slept == [0.5] and pace.gap_s == 1.0, "nothing arrived in 0.5 s: the gap doubles again"
+    clock.now = 1000.5 + 1.0
+    _send(memory, "rollout-0", [1, 2])
+    assert [h.seq for h in feed.read_paced(pace, 2, block_ms=1)] == [1, 2]
+    assert clock.slept == [0.5], "a read due now does not sleep"
+    assert pace.gap_s == 0.125, "a full read drops the gap to the least"
