@@ -71,6 +71,9 @@ def _decompress(kind: str, blob: bytes, size: int) -> bytes:
     if kind == "zstd":
         import zstandard
 
+        declared = zstandard.frame_content_size(blob)  # -1 when the frame does not say
+        if declared > size:  # max_output_size bounds only a frame that does not say its size
+            raise ValueError(f"the frame holds {declared} bytes, more than raw_nbytes")
         return zstandard.ZstdDecompressor().decompress(blob, max_output_size=size)
     import lz4.frame
 

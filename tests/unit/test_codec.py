@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 import tracemalloc
 
@@ -136,7 +137,7 @@ def test_big_endian_input_is_sent_little_endian():
 def test_encode_rejects_arrays_with_different_row_counts():
     arrays = make_arrays(PENDULUM, 3)
     arrays["reward"] = arrays["reward"][:2]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^array reward has 2 rows, expected 3$"):
         codec.encode(make_header(), arrays)
 
 
@@ -378,3 +379,161 @@ def test_the_size_limits_admit_their_bound_and_refuse_one_byte_more(monkeypatch)
 def test_an_entry_counts_its_header_and_data_bytes_only():
     assert codec.entry_size({b"h": b"abc", b"d": b"12345", b"x": b"ignored", "h": b"str-key"}) == 8
     assert codec.entry_size({b"h": b"abc", b"d": None}) == 3
+
+
+def test_each_refusal_of_the_arrays_names_its_kind_and_reason_exactly():
+    fields = entry(n=4)
+    wide = make_arrays(PENDULUM, 4)
+    wide["obs"] = np.zeros((4, 4), dtype=np.float32)
+    doubles = make_arrays(PENDULUM, 4)
+    doubles["obs"] = doubles["obs"].astype(np.float64)
+    missing = make_arrays(PENDULUM, 4)
+    del missing["terminated"]
+    cases = [
+        (reheader(fields, count=0), "bad_header", "empty batch"),
+        (entry(arrays=missing), "wrong_shape",
+         "arrays ['obs', 'action', 'reward', 'next_obs'], expected ['action', 'next_obs', 'obs', 'reward', "
+         "'terminated']"),
+        (entry(arrays=doubles), "wrong_dtype", "obs has dtype <f8, expected <f4"),
+        (entry(arrays=wide), "wrong_shape", "obs has shape (4, 4), expected (4, 3)"),
+        ({b"h": fields[b"h"], b"d": fields[b"d"][:-1]}, "truncated", "terminated needs 4 bytes at 128, blob has 131"),
+    ]
+    for bad, kind, reason in cases:
+        err = decode_error(bad)
+        assert (err.kind, str(err).split(": ", 1)[-1]) == (kind, reason), (kind, str(err))
+    unparsed = decode_error({b"h": b"\xff", b"d": b""})
+    assert str(unparsed).startswith("bad_header: header does not parse: ")
+
+
+def test_a_decode_error_keeps_the_header_it_is_given():
+    header = make_header()
+    assert codec.DecodeError("truncated", "x", header).header is header
+    assert codec.DecodeError("truncated", "x").header is None
+
+
+def test_an_entry_without_arrays_says_it_holds_no_transitions():
+    h, d = codec.encode(make_header(), {})
+    assert experience_pb2.BatchHeader.FromString(h).count == 0 and d == b""
+
+
+def test_optional_wire_fields_follow_the_fixed_ones_and_may_not_replace_them():
+    layout = codec.expected_layout(PENDULUM, {"logp": ("<f4", ())})
+    assert list(layout) == [*codec.FIELDS, "logp"]
+    with pytest.raises(ValueError, match=r"^optional wire fields \['obs'\] would replace fields every transition "
+                                         r"has$"):
+        codec.expected_layout(PENDULUM, {"obs": ("<f4", ()), "logp": ("<f4", ())})
+    with pytest.raises(ValueError, match=r"\['frames'\]"):
+        codec.expected_layout(PENDULUM, {"frames": ("|u1", ())})
+
+
+# -- frame tables: their rows are frames, and every index must point into them ----------------------------------
+
+FRAMES = SpaceSpec((4, 6, 5), "|u1", (), "<i8", 3, frame_stack=4)
+
+
+def frame_entry(n: int, table_rows: int, top: int) -> dict[bytes, bytes]:
+    """``n`` transitions whose stacks index frames 0 to ``top`` of a table of ``table_rows`` frames."""
+    index = (np.arange(n * 4).reshape(n, 4) % (top + 1)).astype("<u4")
+    arrays = {"obs": index, "action": np.zeros(n, dtype="<i8"), "reward": np.zeros(n, dtype="<f4"),
+              "next_obs": index, "terminated": np.zeros(n, dtype="|u1"),
+              "frames": np.zeros((table_rows, 6, 5), dtype="|u1")}
+    return entry(header=make_header(), arrays=arrays)
+
+
+def test_a_frame_table_may_hold_fewer_or_more_frames_than_transitions_but_not_none():
+    layout = codec.expected_layout(FRAMES)
+    assert codec.decode(frame_entry(3, 1, 0), RUN, layout).arrays["frames"].shape == (1, 6, 5)
+    assert codec.decode(frame_entry(2, 5, 4), RUN, layout).arrays["frames"].shape == (5, 6, 5)
+    err = decode_error(frame_entry(3, 0, 0), spec=FRAMES)
+    assert (err.kind, str(err)) == ("wrong_shape", "wrong_shape: frames has shape (0, 6, 5), expected (3, 6, 5)")
+
+
+def test_an_index_past_the_frame_table_is_bad_index():
+    err = decode_error(frame_entry(3, 2, 2), spec=FRAMES)
+    assert (err.kind, str(err)) == ("bad_index", "bad_index: obs refers to frame 2 of a table of 2")
+
+
+# -- compressed entries: every way their data can be wrong, and the bound on what they expand into -----------------
+
+def compressed(kind: str, n: int = 16, **changes) -> tuple[dict[bytes, bytes], int]:
+    """A compressed entry of zeros, smaller than its raw size (header fields changed by ``changes``), and its raw
+    size."""
+    arrays = {name: np.zeros_like(a) for name, a in make_arrays(PENDULUM, n).items()}
+    h, d = codec.encode(make_header(), arrays, kind)
+    assert len(d) < experience_pb2.BatchHeader.FromString(h).raw_nbytes
+    raw = experience_pb2.BatchHeader.FromString(h).raw_nbytes
+    return reheader({b"h": h, b"d": d}, **changes), raw
+
+
+@pytest.mark.parametrize("kind", codec.COMPRESSIONS)
+def test_compressed_refusals_name_their_kind_and_reason_exactly(kind, monkeypatch):
+    fields, raw = compressed(kind)
+    assert codec.decode(fields, RUN, LAYOUT).count == 16
+    cases = [
+        (reheader(fields, compression="brotli"), "bad_header", "compression 'brotli' unknown (known: zstd, lz4)"),
+        (reheader(fields, raw_nbytes=raw + 1), "truncated",
+         f"{kind} data decompresses to {raw} bytes, header says {raw + 1}"),
+    ]
+    for bad, error, reason in cases:
+        err = decode_error(bad)
+        assert (err.kind, str(err).split(": ", 1)[-1]) == (error, reason), str(err)
+    garbage = decode_error({b"h": fields[b"h"], b"d": b"\x00" * 64})
+    assert garbage.kind == "truncated" and str(garbage).startswith(f"truncated: {kind} data does not decompress: ")
+    monkeypatch.setattr(codec, "MAX_ENTRY_BYTES", raw)
+    assert codec.decode(fields, RUN, LAYOUT).count == 16, "an entry of exactly the limit once decompressed is taken"
+    monkeypatch.setattr(codec, "MAX_ENTRY_BYTES", raw - 1)
+    err = decode_error(fields)
+    assert (err.kind, str(err)) == ("too_large", f"too_large: entry of {raw} bytes once decompressed exceeds the "
+                                                 f"limit of {raw - 1}")
+
+
+@pytest.mark.parametrize("kind, module", [("zstd", "zstandard"), ("lz4", "lz4.frame")])
+def test_a_compressed_entry_is_dead_lettered_where_its_package_is_missing(kind, module, monkeypatch):
+    fields, _ = compressed(kind)
+    monkeypatch.setitem(sys.modules, module, None)
+    err = decode_error(fields)
+    assert err.kind == "bad_entry"
+    assert str(err).startswith(f"bad_entry: {kind} entries need a package this trainer lacks: ")
+
+
+def test_auto_compression_is_none_where_zstandard_is_missing(monkeypatch):
+    assert codec.compression_for("auto", FRAMES) == "zstd"
+    monkeypatch.setitem(sys.modules, "zstandard", None)
+    assert codec.compression_for("auto", FRAMES) == ""
+
+
+@pytest.mark.parametrize("kind", codec.COMPRESSIONS)
+def test_a_small_entry_that_expands_beyond_its_raw_size_is_refused_without_expanding(kind):
+    """An entry of a few kilobytes whose data expands to 32 MiB while its header says 1,000 bytes: refused as
+    truncated, with no more than a megabyte allocated (zstd bounds its output only for a frame that does not
+    state its size, so the stated size is checked first)."""
+    import lz4.frame
+    import zstandard
+
+    bomb = bytes(32 << 20)
+    blob = zstandard.ZstdCompressor(level=1).compress(bomb) if kind == "zstd" else lz4.frame.compress(bomb)
+    fields, _ = compressed(kind, raw_nbytes=1000)
+    tracemalloc.start()
+    try:
+        err = decode_error({b"h": fields[b"h"], b"d": blob})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert err.kind == "truncated" and peak < 1 << 20, peak
+    if kind == "lz4":
+        assert str(err) == "truncated: lz4 data does not decompress: more data than raw_nbytes, or a truncated frame"
+    else:
+        assert str(err) == f"truncated: zstd data does not decompress: the frame holds {len(bomb)} bytes, more than " \
+                           f"raw_nbytes"
+
+
+def test_a_zstd_frame_that_does_not_state_its_size_decodes_within_its_raw_size():
+    import zstandard
+
+    plain_h, plain_d = codec.encode(make_header(), make_arrays(PENDULUM, 4))
+    blob = zstandard.ZstdCompressor(level=1, write_content_size=False).compress(plain_d)
+    assert zstandard.frame_content_size(blob) == -1
+    fields = reheader({b"h": plain_h, b"d": blob}, compression="zstd", raw_nbytes=len(plain_d))
+    assert codec.decode(fields, RUN, LAYOUT).count == 4
+    err = decode_error(reheader(fields, raw_nbytes=len(plain_d) - 1))
+    assert err.kind == "truncated"
