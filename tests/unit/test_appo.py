@@ -102,6 +102,22 @@ def test_truncation_bootstraps_and_termination_does_not():
     assert truncated.advantages[0, 0] == pytest.approx(6.0) and terminated.advantages[0, 0] == pytest.approx(1.0)
 
 
+def test_vtrace_computes_in_float64_whatever_the_dtype_of_its_inputs():
+    """Targets sum corrections over a whole segment: given float32 arrays, V-trace still works in float64 and
+    returns what it returns for the same values as float64."""
+    rng = np.random.default_rng(5)
+    T, B = 40, 3
+    reward, value, next_value, terminated, cut = _episode_data(rng, T, B)
+    log_ratio = rng.normal(0.0, 0.3, (T, B))
+    single = [a.astype(np.float32) for a in (log_ratio, reward, value, next_value)]
+    double = [a.astype(np.float64) for a in single]
+    got = vtrace(*single, terminated, cut, gamma=0.99, lam=0.95)
+    want = vtrace(*double, terminated, cut, gamma=0.99, lam=0.95)
+    for name in ("targets", "advantages", "rho"):
+        assert getattr(got, name).dtype == np.float64, name
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+
+
 def test_a_cut_stops_corrections_from_crossing_episodes():
     """Two steps of two episodes: the first step's target must not see the second's reward."""
     out = vtrace(np.zeros((2, 1)), col(1.0, 100.0), col(0, 0), col(0, 0), col(1, 0), col(1, 1), gamma=0.9)

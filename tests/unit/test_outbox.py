@@ -30,7 +30,7 @@ def test_refusals_wait_with_their_count_in_a_row_and_are_counted():
     last = box.drain(lambda _: next(answers), waits.append)
     assert last.appended and waits == [0, 1, 0], "the count restarts after an admitted entry"
     assert box.refused == 3 and [r.seq for r in box.kept] == [1, 2] and not box.queued
-    with pytest.raises(ValueError, match="nothing to send"):
+    with pytest.raises(ValueError, match="^nothing to send$"):
         box.drain(lambda _: reply(), waits.append)
 
 
@@ -77,3 +77,41 @@ def test_floors_are_read_from_their_text_and_malformed_ones_left_out():
     assert parse_floors({"rollout-0": "12,340", "rollout-1": "x,1", "rollout-2": "3", "rollout-3": "4,5,6"}) == \
         {"rollout-0": (12, 340)}
     assert format_floor((12, 340)) == "12,340"
+
+
+def test_refusals_in_a_row_keep_counting_up():
+    box = Outbox()
+    box.queued.append(item(1))
+    answers = iter([reply(False), reply(False), reply(False), reply()])
+    waits: list[int] = []
+    box.drain(lambda _: next(answers), waits.append)
+    assert waits == [0, 1, 2] and box.refused == 3
+
+
+def test_a_data_loss_before_anything_was_covered_reports_a_floor_of_nothing():
+    box = Outbox()
+    floors: list[tuple[int, int]] = []
+    box.on_new_epoch = floors.append
+    box.kept.append(item(1))
+    box.observe(0, b"e1")
+    box.observe(0, b"e2")
+    assert floors == [(0, 0)] and [r.seq for r in box.queued] == [1]
+
+
+def test_a_data_loss_without_a_floor_listener_still_queues_the_unconsumed_again():
+    box = Outbox()
+    box.kept.extend([item(1), item(2)])
+    box.observe(0, b"e1")
+    box.observe(1, b"e2")
+    assert [r.seq for r in box.queued] == [2] and box.floor == (1, 10)
+
+
+def test_entries_resent_after_several_data_losses_add_up():
+    box = Outbox()
+    box.kept.extend([item(1), item(2)])
+    box.observe(0, b"e1")
+    box.observe(0, b"e2")
+    assert box.resent == 2
+    box.drain(lambda _: reply(epoch=b"e2"), lambda n: None)
+    box.observe(1, b"e3")
+    assert box.resent == 3 and [r.seq for r in box.queued] == [2]
