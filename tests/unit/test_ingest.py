@@ -630,10 +630,16 @@ class Clock:
         self.now += seconds
 
 
-def test_the_feed_takes_over_at_most_count_entries_left_pending_at_a_dead_reader(memory):
+def test_the_feed_takes_over_at_most_count_entries_left_pending_at_a_dead_reader(memory, monkeypatch):
+    import drl.ingest
+
+    clock = Clock(1000.0)
+    monkeypatch.setattr(drl.ingest, "time", clock)
+    feed, ledger, _ = _feed(memory, reclaim_idle_s=0.0)
+    assert feed.read(2, None) == []
     _send(memory, "rollout-0", [1, 2, 3])
     assert len(memory.reader("trainer-dead").read(10, None)) == 3
-    feed, ledger, _ = _feed(memory, reclaim_idle_s=0.0)
+    clock.now += 2 * feed.RECLAIM_EVERY_S
     assert [h.seq for h in feed.read(2, None)] == [1, 2]
     assert ledger.consumed == 8 and memory.reader("trainer-0").load_state()["seq:rollout-0"] == "2"
 
