@@ -59,7 +59,7 @@ say() { echo "image.sh: $*" >&2; }
 content_tag() {
   {
     printf '%s\n' "${extra[@]+"${extra[@]}"}"
-    find docker/Dockerfile pyproject.toml README.md drl services orchestrator -type f \
+    find docker/Dockerfile docker/requirements.py pyproject.toml README.md drl services orchestrator -type f \
       ! -path '*/__pycache__/*' ! -name '*.py[co]' ! -path '*.egg-info/*' ! -name '*.safetensors' ! -name '*.log' \
       -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
   } | sha256sum | cut -c1-16 | sed 's/^/localhost\/drl:ctx-/'

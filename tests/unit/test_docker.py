@@ -4,6 +4,7 @@ the build context leaves local state out, and the kind scripts fail clearly with
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import json
 import os
 import re
@@ -94,14 +95,13 @@ def test_multi_stage_on_one_base_image_argument():
     args = global_args(DOCKERFILE)
     assert args.get("BASE_IMAGE") == "python:3.11-slim"
     froms = [args for word, args in instructions(DOCKERFILE) if word == "FROM"]
-    assert len(froms) == 2, froms
-    assert froms[0] == "${BASE_IMAGE} AS builder"
-    assert froms[1] == "${BASE_IMAGE}", "the runtime stage must be the same base (the venv links to its Python)"
+    assert froms == ["${BASE_IMAGE} AS deps", "deps AS builder", "${BASE_IMAGE}"], \
+        "the runtime stage must be the same base as deps (the venv links to its Python)"
 
 
 def copied_sources() -> set[str]:
-    """What the builder stage copies from the build context."""
-    return {src for word, args in stages(DOCKERFILE)[0] if word == "COPY" and "--from" not in args
+    """What the stages copy from the build context."""
+    return {src for stage in stages(DOCKERFILE) for word, args in stage if word == "COPY" and "--from" not in args
             for src in args.split()[:-1]}
 
 
@@ -118,13 +118,50 @@ def test_every_project_package_is_copied_and_installed():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
     assert packages >= {"drl", "services", "orchestrator"}
+    deps, builder, runtime = stages(DOCKERFILE)
     copied = copied_sources()
     missing = packages - copied
     assert not missing, f"packages of pyproject.toml not copied into the builder: {sorted(missing)}"
-    assert {"pyproject.toml", "README.md"} <= copied
-    runs = " ".join(args for word, args in stages(DOCKERFILE)[0] if word == "RUN")
-    assert "pip install --no-cache-dir" in runs
-    assert "python3 -m venv /opt/venv" in runs
+    assert {"pyproject.toml", "README.md", "docker/requirements.py"} <= copied
+    deps_runs = " ".join(args for word, args in deps if word == "RUN")
+    assert "python3 -m venv /opt/venv" in deps_runs
+    assert 'requirements.py "${DRL_EXTRAS}" >requirements.txt' in deps_runs
+    assert "pip install --no-cache-dir -r requirements.txt" in deps_runs
+    assert not any(src in packages for word, args in deps if word == "COPY" for src in args.split()[:-1]), \
+        "the deps stage must not copy the code (a change to it would install every dependency again)"
+    assert "pip wheel --no-cache-dir --no-deps" in " ".join(args for word, args in builder if word == "RUN")
+    installs = " ".join(args for word, args in runtime if word == "RUN")
+    assert ("COPY", "--from=builder /wheels /tmp/wheels") in runtime
+    assert "pip install --no-cache-dir --no-deps --no-index /tmp/wheels/*.whl" in installs
+    assert "import drl, orchestrator.cli, services.trainer.trainer" in installs
+
+
+def test_the_image_installs_every_requirement_of_the_project_and_its_extras_before_the_code(tmp_path):
+    """docker/requirements.py lists what the deps stage installs: every dependency, and every requirement of the
+    groups asked for with the project's own group references followed; a group pyproject.toml lacks stops the
+    build with its name."""
+    spec = importlib.util.spec_from_file_location("image_requirements", ROOT / "docker" / "requirements.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    groups = project["optional-dependencies"]
+    listed = module.requirements(project, global_args_of_deps()["DRL_EXTRAS"])
+    assert set(project["dependencies"]) <= set(listed)
+    assert set(groups["kubernetes"]) | set(groups["atari"]) <= set(listed)
+    assert module.requirements(project, "test") == list(dict.fromkeys(
+        [*project["dependencies"], *[r for r in groups["test"] if not r.startswith("drl[")], *groups["atari"]]))
+    assert module.requirements(project, "") == project["dependencies"]
+    with pytest.raises(SystemExit, match="no optional dependency group 'atarii'"):
+        module.requirements(project, "kubernetes,atarii")
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    done = subprocess.run([sys.executable, str(ROOT / "docker" / "requirements.py"), "kubernetes"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=30)
+    assert done.returncode == 0 and done.stdout.splitlines() == module.requirements(project, "kubernetes")
+
+
+def global_args_of_deps() -> dict[str, str]:
+    return {name: default for word, rest in stages(DOCKERFILE)[0] if word == "ARG"
+            for name, _, default in [rest.partition("=")]}
 
 
 def test_runtime_stage_keeps_the_pod_contract():
@@ -136,7 +173,7 @@ def test_runtime_stage_keeps_the_pod_contract():
     assert "ENTRYPOINT" not in words, "the pod's command picks the role; no ENTRYPOINT"
     assert dict(runtime)["CMD"] == '["drl-orchestrate", "--help"]'
     assert dict(runtime)["WORKDIR"] == "/app"
-    assert ("COPY", "--from=builder /opt/venv /opt/venv") in runtime
+    assert ("COPY", "--from=deps /opt/venv /opt/venv") in runtime
     env = " ".join(args for word, args in runtime if word == "ENV")
     assert 'PATH="/opt/venv/bin:${PATH}"' in env
     assert "PYTHONDONTWRITEBYTECODE=1" in env
