@@ -1,16 +1,21 @@
 """The containers tier: the drl image built (or found again by the hash of what it is built from) and every pod the
-chart renders run as a podman container (``tests.containers.node``). Opt-in with ``DRL_TESTS_CONTAINERS=1``:
-podman is installed where it is missing (root with apt) and the images are built where missing (2-5 minutes),
-then the tier takes about 25 s. Without it, or where podman cannot run a container, every test here is skipped
-with that one reason."""
+chart renders run as a podman container (``tests.containers.node``). It runs in every suite: podman is installed
+where it is missing (root with apt) and the images are built where missing (about 4-5 minutes on a fresh 2-core
+machine, 1-2 minutes after a change to the code), then the tier takes about 25 s. The tier runs last, and that
+preparation starts in the background as soon as the session's tests are collected, so that it overlaps the tests
+before it instead of adding to the session's time. ``DRL_TESTS_CONTAINERS=0`` leaves the tier out of a quick local
+run; where podman cannot be installed or cannot run a container, every test here is skipped with that one reason."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from importlib.metadata import version
 
 import pytest
@@ -18,17 +23,17 @@ import pytest
 from tests.conftest import ROOT
 from tests.containers.node import TIER_LABEL, Podman
 
+HERE = Path(__file__).resolve().parent
 IMAGE_SH = ROOT / "scripts" / "image.sh"
 BASE = "localhost/drl-base:bookworm"
 PACKAGES = ("podman", "runc", "debootstrap")
 BUILD_TIMEOUT_S = 1200
-OPT_IN = "DRL_TESTS_CONTAINERS"
-"""Set to 1 to run the tier: it installs podman and builds the images where they are missing (2-5 minutes on 2
-cores, more than the CI budget has room for)."""
+SWITCH = "DRL_TESTS_CONTAINERS"
+"""Set to 0 to leave the tier out (a quick local run); it runs otherwise."""
 
 
-def opted_in() -> bool:
-    return os.environ.get(OPT_IN) == "1"
+def left_out() -> bool:
+    return os.environ.get(SWITCH) == "0"
 
 
 @dataclass
@@ -45,22 +50,136 @@ class Images:
         return {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}
 
 
-def _install() -> str:
+class Preparation:
+    """Installs podman and builds the tier's images once per session, in a thread of its own: started when the
+    session's tests are collected (``pytest_collection_finish``), awaited by the tier's fixtures. Its commands run
+    in sessions of their own, so that a session that ends first (Ctrl-C, a failure with ``-x``) ends them too."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self._stopped = False
+        self.skip = ""
+        self.failure = ""
+        self.podman: Podman | None = None
+        self.images: Images | None = None
+        self.seconds = 0.0
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="containers-tier-images", daemon=True)
+                self._thread.start()
+
+    def wait(self) -> "Preparation":
+        self.start()
+        self._thread.join()
+        return self
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            for proc in self._running:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+    def run(self, args: list[str], timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError("the session ended")
+            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                    env=env, start_new_session=True)
+            self._running.add(proc)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            err += f"\n(killed after {timeout:.0f} s)"
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+        return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        try:
+            self._prepare()
+        except Exception as exc:  # reported by the fixtures, in the tier's own tests
+            self.failure = f"{type(exc).__name__}: {exc}"
+        self.seconds = time.monotonic() - started
+
+    def _prepare(self) -> None:
+        self.skip = _install(self)
+        if self.skip:
+            return
+        conf = self.run(["bash", str(IMAGE_SH), "--containers-conf"], 60).stdout.strip()
+        tool = Podman(conf or None)
+        info = tool("info", check=False)
+        if info.returncode != 0:
+            self.skip = f"containers tier: podman cannot run here: {info.stderr.strip()[-300:]}"
+            return
+        _sweep(tool)
+        tag = self.run(["bash", str(IMAGE_SH), "--print-tag"], 60).stdout.strip()
+        moto = version("moto")
+        s3 = f"localhost/drl-s3-moto:{moto}"
+        started = time.monotonic()
+        self._build(tool, "--tag", tag)
+        _forget_older(tool, tag, time.monotonic() - started)
+        labels = tool("image", "inspect", "--format", "{{json .Labels}}", tag).stdout
+        base = BASE if BASE in labels else "python:3.11-slim"
+        self._build(tool, "--file", "tests/containers/s3.Containerfile", "--context", "tests/containers", "--tag", s3,
+                    "--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"MOTO_VERSION={moto}")
+        ran = tool("run", "--rm", "--pull", "never", "--read-only", "--user", "10001:10001", tag, "true", check=False)
+        if ran.returncode != 0:
+            self.skip = f"containers tier: podman cannot run a container here: {ran.stderr.strip()[-300:]}"
+            return
+        self.podman, self.images = tool, Images(tag, base, s3)
+
+    def _build(self, podman: Podman, *args: str) -> None:
+        done = self.run(["bash", str(IMAGE_SH), "--engine", "podman", "--if-missing", *args], BUILD_TIMEOUT_S,
+                        env=podman.env)
+        if done.returncode != 0:
+            raise RuntimeError(f"scripts/image.sh {' '.join(args)} failed:\n{done.stderr[-4000:]}")
+
+
+PREPARATION = Preparation()
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The tier runs last, after the tests its preparation overlaps."""
+    ours = [item for item in items if HERE in Path(item.path).parents]
+    if ours and len(ours) < len(items):
+        items[:] = [item for item in items if HERE not in Path(item.path).parents] + ours
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly or left_out():
+        return
+    if any(HERE in Path(item.path).parents for item in session.items):
+        session.config.add_cleanup(PREPARATION.stop)
+        PREPARATION.start()
+
+
+def _install(prep: Preparation) -> str:
     """Installs podman (with runc and debootstrap) through apt where it is missing; '' or why it cannot be."""
     if shutil.which("podman") and shutil.which("debootstrap"):
         return ""
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        return "podman is not installed, and only root with apt-get can install it here"
+        return "containers tier: podman is not installed, and only root with apt-get can install it here"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES,
                "netavark", "aardvark-dns", "catatonit", "conmon", "fuse-overlayfs"]
     for attempt in range(2):
-        done = subprocess.run(install, capture_output=True, text=True, env=env, timeout=600)
+        done = prep.run(install, 600, env=env)
         if done.returncode == 0:
             return ""
         if attempt == 0:
-            subprocess.run(["apt-get", "update", "-qq"], capture_output=True, env=env, timeout=600)
-    return f"podman could not be installed with apt-get: {done.stderr.strip()[-300:]}"
+            prep.run(["apt-get", "update", "-qq"], 600, env=env)
+    return f"containers tier: podman could not be installed with apt-get: {done.stderr.strip()[-300:]}"
 
 
 def _sweep(podman: Podman) -> None:
@@ -80,35 +199,11 @@ def _alive(name: str) -> bool:
     return pid.isdigit() and os.path.exists(f"/proc/{pid}")
 
 
-@pytest.fixture(scope="session")
-def podman() -> Podman:
-    if not opted_in():
-        pytest.skip(f"containers tier: opt-in ({OPT_IN}=1): it builds the drl image when this tree's is missing "
-                    "(2-5 minutes past the CI budget), and its probe check can race a run that ends in seconds")
-    why = _install()
-    if why:
-        pytest.skip(f"containers tier: {why}")
-    conf = subprocess.run(["bash", str(IMAGE_SH), "--containers-conf"], capture_output=True, text=True,
-                          cwd=ROOT).stdout.strip()
-    tool = Podman(conf or None)
-    info = tool("info", check=False)
-    if info.returncode != 0:
-        pytest.skip(f"containers tier: podman cannot run here: {info.stderr.strip()[-300:]}")
-    _sweep(tool)
-    return tool
-
-
-def _build(podman: Podman, *args: str) -> None:
-    done = subprocess.run(["bash", str(IMAGE_SH), "--engine", "podman", "--if-missing", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, env=podman.env)
-    assert done.returncode == 0, f"scripts/image.sh {' '.join(args)} failed:\n{done.stderr[-4000:]}"
-
-
 def _forget_older(podman: Podman, keep: str, built_s: float) -> None:
     """Earlier content tags of the drl image and the build layers only they used (each CI run after a change
     builds a new image: the machine keeps the newest, not one per change). Layers made before this build that
-    nothing uses any more are pruned; this build's own, and the layers it took from the cache (torch's) and so
-    depends on, are kept for the next build."""
+    nothing uses any more are pruned; this build's own, and the layers it took from the cache (the dependencies')
+    and so depends on, are kept for the next build."""
     tags = podman("images", "--format", "{{.Repository}}:{{.Tag}}", "localhost/drl", check=False).stdout.split()
     older = [t for t in tags if t.startswith("localhost/drl:ctx-") and t != keep]
     if older:
@@ -118,21 +213,20 @@ def _forget_older(podman: Podman, keep: str, built_s: float) -> None:
 
 
 @pytest.fixture(scope="session")
+def podman() -> Podman:
+    if left_out():
+        pytest.skip(f"containers tier: left out ({SWITCH}=0)")
+    prep = PREPARATION.wait()
+    if prep.skip:
+        pytest.skip(prep.skip)
+    assert not prep.failure, prep.failure
+    print(f"containers tier: podman and the images ready {prep.seconds:.0f} s after the session's tests were "
+          "collected")
+    return prep.podman
+
+
+@pytest.fixture(scope="session")
 def images(podman) -> Images:
     """The drl image under its content tag (``scripts/image.sh --print-tag``), built only when that tag is not
     here yet, and the S3 stand-in on the same base (built once per moto release)."""
-    tag = subprocess.run(["bash", str(IMAGE_SH), "--print-tag"], capture_output=True, text=True, cwd=ROOT,
-                         check=True).stdout.strip()
-    moto = version("moto")
-    s3 = f"localhost/drl-s3-moto:{moto}"
-    started = time.monotonic()
-    _build(podman, "--tag", tag)
-    _forget_older(podman, tag, time.monotonic() - started)
-    labels = podman("image", "inspect", "--format", "{{json .Labels}}", tag).stdout
-    base = BASE if BASE in labels else "python:3.11-slim"
-    _build(podman, "--file", "tests/containers/s3.Containerfile", "--context", "tests/containers", "--tag", s3,
-           "--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"MOTO_VERSION={moto}")
-    ran = podman("run", "--rm", "--pull", "never", "--read-only", "--user", "10001:10001", tag, "true", check=False)
-    if ran.returncode != 0:
-        pytest.skip(f"containers tier: podman cannot run a container here: {ran.stderr.strip()[-300:]}")
-    return Images(tag, base, s3)
+    return PREPARATION.images

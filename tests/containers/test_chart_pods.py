@@ -12,11 +12,13 @@ that this machine makes, under the chart's own command, environment, probes and 
   behind a ``weed`` that takes the chart's ``weed mini`` line (``s3.Containerfile``, ``weed``). moto does not check
   credentials; the drl pods still sign every request with the Secret's keys.
 
-One run serves the module (``story``), played as a cluster would play it, with one hold: the servers' pods until
-ready, then the Jobs' pods, each inspected and probed as it comes up; once rollout worker 1 has sent its first
-entries the trainer is frozen (``podman pause``), so that the chart's ``helm test`` pod runs and worker 1's pod is
-killed and replaced (same completion index, new pod) at a known point, whatever this machine's speed; then the
-trainer goes on and the run ends by itself. The tests check what the story recorded.
+One run serves the module (``story``), played as a cluster would play it, with holds that make it the same story
+whatever this machine's speed: the servers' pods until ready; then the trainer's pod, probed before any worker
+runs (a short run could otherwise end before its probes are called); then, with the trainer frozen (``podman
+pause``: the backlog's limit holds the workers back, so none ends its share), the other Jobs' pods, each inspected
+and probed as it comes up. Once rollout worker 1 has sent its first entries the trainer is frozen again, so that
+the chart's ``helm test`` pod runs and worker 1's pod is killed and replaced (same completion index, new pod) at a
+known point; then the trainer goes on and the run ends by itself. The tests check what the story recorded.
 """
 
 from __future__ import annotations
@@ -142,12 +144,19 @@ class Story:
 def play(story: Story) -> None:
     node, t0 = story.node, time.monotonic()
     made = pods(story.docs)
-    for kind in ("StatefulSet", "Job"):
-        started = [story.launch(pod) for pod in made if pod.owner["kind"] == kind]
-        for c in started:
+    for c in [story.launch(pod) for pod in made if pod.owner["kind"] == "StatefulSet"]:
+        story.check(c)
+    story.seconds["StatefulSet pods ready"] = time.monotonic() - t0
+    jobs = [pod for pod in made if pod.owner["kind"] == "Job"]
+    trainer = story.check(story.launch(next(pod for pod in jobs if pod.component == "trainer")))
+    node.pause(trainer)
+    try:
+        for c in [story.launch(pod) for pod in jobs if pod.component != "trainer"]:
             story.check(c)
-        story.seconds[f"{kind} pods ready"] = time.monotonic() - t0
-    trainer, victim = story.role("trainer"), story.running[f"{RELEASE}-rollout-{KILLED}"]
+        story.seconds["Job pods ready"] = time.monotonic() - t0
+    finally:
+        node.unpause(trainer)
+    victim = story.running[f"{RELEASE}-rollout-{KILLED}"]
     with closing(story.memory()) as memory:
         control = memory.control()
         wait_until(lambda: control.produced().get(f"rollout-{KILLED}", 0) >= 64, 180, "rollout-1's first entries",
