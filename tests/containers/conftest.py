@@ -65,6 +65,7 @@ class Preparation:
         self.podman: Podman | None = None
         self.images: Images | None = None
         self.seconds = 0.0
+        self.said: list[str] = []
 
     def start(self) -> None:
         with self._lock:
@@ -146,6 +147,8 @@ class Preparation:
                         env=podman.env)
         if done.returncode != 0:
             raise RuntimeError(f"scripts/image.sh {' '.join(args)} failed:\n{done.stderr[-4000:]}")
+        self.said += [line.removeprefix("image.sh: ") for line in done.stderr.splitlines()
+                      if line.startswith("image.sh: ") and (" built " in line or "there already" in line)]
 
 
 PREPARATION = Preparation()
@@ -164,6 +167,14 @@ def pytest_collection_finish(session):
     if any(HERE in Path(item.path).parents for item in session.items):
         session.config.add_cleanup(PREPARATION.stop)
         PREPARATION.start()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line on what the preparation did and when it was ready, for a CI log."""
+    if PREPARATION.seconds:
+        outcome = PREPARATION.skip or PREPARATION.failure or "ready"
+        terminalreporter.write_line(f"containers tier: podman and the images {outcome} {PREPARATION.seconds:.0f} s "
+                                    f"after the tests were collected ({'; '.join(PREPARATION.said) or 'nothing built'})")
 
 
 def _install(prep: Preparation) -> str:
