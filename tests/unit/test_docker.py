@@ -95,7 +95,7 @@ def test_multi_stage_on_one_base_image_argument():
     args = global_args(DOCKERFILE)
     assert args.get("BASE_IMAGE") == "python:3.11-slim"
     froms = [args for word, args in instructions(DOCKERFILE) if word == "FROM"]
-    assert froms == ["${BASE_IMAGE} AS deps", "deps AS builder", "${BASE_IMAGE}"], \
+    assert froms == ["${BASE_IMAGE} AS requirements", "${BASE_IMAGE} AS deps", "deps AS builder", "${BASE_IMAGE}"], \
         "the runtime stage must be the same base as deps (the venv links to its Python)"
 
 
@@ -118,17 +118,18 @@ def test_every_project_package_is_copied_and_installed():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
     assert packages >= {"drl", "services", "orchestrator"}
-    deps, builder, runtime = stages(DOCKERFILE)
+    listing, deps, builder, runtime = stages(DOCKERFILE)
     copied = copied_sources()
     missing = packages - copied
     assert not missing, f"packages of pyproject.toml not copied into the builder: {sorted(missing)}"
     assert {"pyproject.toml", "README.md", "docker/requirements.py"} <= copied
+    assert 'requirements.py "${DRL_EXTRAS}" >requirements.txt' in " ".join(a for w, a in listing if w == "RUN")
     deps_runs = " ".join(args for word, args in deps if word == "RUN")
     assert "python3 -m venv /opt/venv" in deps_runs
-    assert 'requirements.py "${DRL_EXTRAS}" >requirements.txt' in deps_runs
     assert "pip install --no-cache-dir -r requirements.txt" in deps_runs
-    assert not any(src in packages for word, args in deps if word == "COPY" for src in args.split()[:-1]), \
-        "the deps stage must not copy the code (a change to it would install every dependency again)"
+    assert [args for word, args in deps if word == "COPY"] == ["--from=requirements /src/requirements.txt ./"], \
+        "the deps stage copies the list alone (the code or pyproject.toml would install every dependency again)"
+    assert ("COPY", "--from=requirements /src/pyproject.toml ./") in builder, "the wheel of the box2d-edited file"
     assert "pip wheel --no-cache-dir --no-deps" in " ".join(args for word, args in builder if word == "RUN")
     installs = " ".join(args for word, args in runtime if word == "RUN")
     assert ("COPY", "--from=builder /wheels /tmp/wheels") in runtime
