@@ -28,6 +28,7 @@ IMAGE_SH = ROOT / "scripts" / "image.sh"
 BASE = "localhost/drl-base:bookworm"
 PACKAGES = ("podman", "runc", "debootstrap")
 BUILD_TIMEOUT_S = 1200
+LOWEST_PRIORITY = ("nice", "-n", "19", *(("ionice", "-c", "3") if shutil.which("ionice") else ()))
 SWITCH = "DRL_TESTS_CONTAINERS"
 """Set to 0 to leave the tier out (a quick local run); it runs otherwise."""
 
@@ -88,10 +89,12 @@ class Preparation:
                     pass
 
     def run(self, args: list[str], timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """Runs a command at the lowest CPU and I/O priority (what it starts too): it takes what the tests before the
+        tier leave idle rather than slowing them."""
         with self._lock:
             if self._stopped:
                 raise RuntimeError("the session ended")
-            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+            proc = subprocess.Popen([*LOWEST_PRIORITY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                                     env=env, start_new_session=True)
             self._running.add(proc)
         try:
