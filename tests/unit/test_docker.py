@@ -95,8 +95,8 @@ def test_multi_stage_on_one_base_image_argument():
     args = global_args(DOCKERFILE)
     assert args.get("BASE_IMAGE") == "python:3.11-slim"
     froms = [args for word, args in instructions(DOCKERFILE) if word == "FROM"]
-    assert froms == ["${BASE_IMAGE} AS requirements", "${BASE_IMAGE} AS deps", "deps AS builder", "${BASE_IMAGE}"], \
-        "the runtime stage must be the same base as deps (the venv links to its Python)"
+    assert froms == ["${BASE_IMAGE} AS requirements", "${BASE_IMAGE} AS deps", "deps AS builder", "deps"], \
+        "the runtime stage is deps' layers (its venv links to the base's Python), not a copy of them"
 
 
 def copied_sources() -> set[str]:
@@ -174,7 +174,6 @@ def test_runtime_stage_keeps_the_pod_contract():
     assert "ENTRYPOINT" not in words, "the pod's command picks the role; no ENTRYPOINT"
     assert dict(runtime)["CMD"] == '["drl-orchestrate", "--help"]'
     assert dict(runtime)["WORKDIR"] == "/app"
-    assert ("COPY", "--from=deps /opt/venv /opt/venv") in runtime
     env = " ".join(args for word, args in runtime if word == "ENV")
     assert 'PATH="/opt/venv/bin:${PATH}"' in env
     assert "PYTHONDONTWRITEBYTECODE=1" in env
