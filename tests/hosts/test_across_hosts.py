@@ -23,10 +23,11 @@ def finish(run: HostRun, steps: int = STEPS, timeout: float = 300) -> dict:
     return acc
 
 
-@pytest.mark.parametrize("mode, capped", [("async", False), ("sync", True)])
+@pytest.mark.parametrize("mode, capped", [pytest.param("async", False, marks=FULL_TIER), ("sync", True)])
 def test_a_run_across_hosts_completes_with_every_transition_consumed(hosts, tmp_path, mode, capped):
     """The SYNC run also has node-a's link capped at 100 Mbit/s both ways (``tc tbf``), the bandwidth of a
-    modest cluster network: SYNC waits for every worker's share, so a slow link is on its path."""
+    modest cluster network: SYNC waits for every worker's share, so a slow link is on its path. ASYNC runs across
+    hosts in every suite through the fault tests below, so its plain run is in the full tier."""
     if capped:
         hosts.cap("node-a", 100)
         shown = hosts.qdisc("node-a")
