@@ -17,11 +17,5 @@ if [ "${1:-}" = "--test" ]; then
   fi
 fi
 python3 -m venv .venv
-# torch is pinned to the CPU wheel first so that the range in pyproject.toml installs nothing bigger. The test
-# set-up leaves bytecode to the first import (the tests import a fraction of what the test extras install, and
-# compiling all of it took about a minute of the CI's time).
-compile=()
-if [ -n "$extras" ]; then
-  compile=(--no-compile)
-fi
-.venv/bin/pip install --disable-pip-version-check "${compile[@]}" torch==2.13.0 -e ".${extras}"
+# torch is pinned to the CPU wheel first so that the range in pyproject.toml installs nothing bigger
+.venv/bin/pip install --disable-pip-version-check torch==2.13.0 -e ".${extras}"
