@@ -8,12 +8,15 @@ The behaviour both backends share is held by test_memory_contract.py; these are 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 import uuid
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from drl._proto import experience_pb2
 from drl.memory.base import MemoryBackendError, MemoryUnavailable
@@ -523,6 +526,13 @@ def test_a_call_that_loses_the_server_gives_up_within_its_retry_time_and_names_w
         with pytest.raises(MemoryUnavailable, match=f"^{what}: memory server unreachable"):
             call()
     client.close()
+    with socket.socket() as probe:  # a port nothing listens on: the append's own connection is refused
+        probe.bind(("127.0.0.1", 0))
+        nobody = redis.Redis(host="127.0.0.1", port=probe.getsockname()[1], retry=Retry(NoBackoff(), 0))
+    with pytest.raises(MemoryUnavailable, match="^XADD: memory server unreachable"):
+        send(Producer(nobody, keys, "rollout-0", 10, 1 << 20, retry_s=0), 1)
+    with pytest.raises(MemoryUnavailable, match="^XGROUP CREATE: memory server unreachable"):
+        Consumer(nobody, keys, retry_s=0)
 
 
 def test_a_writer_whose_wait_for_room_fails_waits_out_its_timeout_and_tries_again(redis_server, redis_client, keys):
