@@ -2,7 +2,8 @@
 # Mutation testing of the modules whose bugs would silently lose or double-count data or mislead a user (the list
 # and the tests that judge them: [tool.mutmut] in pyproject.toml). Installs mutmut into the project's venv (run
 # scripts/setup.sh --test first), mutates a copy under mutants/, and prints the kill rate per module; the last
-# result and the accepted survivors are in tests/README.md. About 15 minutes on 2 cores.
+# result and the accepted survivors are in tests/README.md. About 30 minutes on 2 cores (stream.py's mutants are
+# judged against a real server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ! -x .venv/bin/python ]]; then
