@@ -1,7 +1,7 @@
 """The containers tier: the drl image built (or found again by the hash of what it is built from) and every pod the
 chart renders run as a podman container (``tests.containers.node``). It runs in every suite: podman is installed
 where it is missing (root with apt) and the images are built where missing (about 4-5 minutes on a fresh 2-core
-machine, 1-2 minutes after a change to the code), then the tier takes about 25 s. The tier runs last, and that
+machine, about 11 s after a change to the code), then the tier takes about 25 s. The tier runs last, and that
 preparation starts in the background as soon as the session's tests are collected, so that it overlaps the tests
 before it instead of adding to the session's time. ``DRL_TESTS_CONTAINERS=0`` leaves the tier out of a quick local
 run; where podman cannot be installed or cannot run a container, every test here is skipped with that one reason."""
@@ -15,8 +15,8 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 
@@ -94,8 +94,8 @@ class Preparation:
         with self._lock:
             if self._stopped:
                 raise RuntimeError("the session ended")
-            proc = subprocess.Popen([*LOWEST_PRIORITY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                                    env=env, start_new_session=True)
+            proc = subprocess.Popen([*LOWEST_PRIORITY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, cwd=ROOT, env=env, start_new_session=True)
             self._running.add(proc)
         try:
             out, err = proc.communicate(timeout=timeout)
@@ -157,17 +157,21 @@ class Preparation:
 PREPARATION = Preparation()
 
 
+def _in_tier(item) -> bool:
+    return HERE in Path(item.path).parents
+
+
 def pytest_collection_modifyitems(session, config, items):
     """The tier runs last, after the tests its preparation overlaps."""
-    ours = [item for item in items if HERE in Path(item.path).parents]
+    ours = [item for item in items if _in_tier(item)]
     if ours and len(ours) < len(items):
-        items[:] = [item for item in items if HERE not in Path(item.path).parents] + ours
+        items[:] = [item for item in items if not _in_tier(item)] + ours
 
 
 def pytest_collection_finish(session):
     if session.config.option.collectonly or left_out():
         return
-    if any(HERE in Path(item.path).parents for item in session.items):
+    if any(_in_tier(item) for item in session.items):
         session.config.add_cleanup(PREPARATION.stop)
         PREPARATION.start()
 
@@ -176,8 +180,9 @@ def pytest_terminal_summary(terminalreporter):
     """One line on what the preparation did and when it was ready, for a CI log."""
     if PREPARATION.seconds:
         outcome = PREPARATION.skip or PREPARATION.failure or "ready"
+        built = "; ".join(PREPARATION.said) or "nothing built"
         terminalreporter.write_line(f"containers tier: podman and the images {outcome} {PREPARATION.seconds:.0f} s "
-                                    f"after the tests were collected ({'; '.join(PREPARATION.said) or 'nothing built'})")
+                                    f"after the tests were collected ({built})")
 
 
 def _install(prep: Preparation) -> str:
