@@ -15,3 +15,15 @@ class UserError(Exception):
 
 class ConfigError(UserError):
     """A configuration value or file that cannot be accepted."""
+
+EXIT_SUPERSEDED = 4
+"""The exit code of a process that another process with its identity superseded (a rollout worker, a learner,
+the trainer or the evaluator started again beside it: a replacement pod, an operator's second start; see
+docs/reliability.md, "One identity, one writer"): the memory server refused its writes, so it stopped without
+counting anything twice. Nobody restarts it: the identity lives on in the process that superseded it."""
+
+
+class Superseded(Exception):
+    """This process's identity was taken over by another process: the memory server refused a write carrying this
+    process's (older) fencing epoch. The service stops at once, says so in one line and exits with
+    ``EXIT_SUPERSEDED``."""

@@ -299,6 +299,22 @@ class RunControl(Protocol):
         """Gives up the claim ``name`` if ``holder`` has it (a claim taken over by another holder stays theirs)."""
 
 
+@dataclass
+class Identity:
+    """The identity this process writes run state as (a rollout worker's name, ``trainer``, ``learner-<r>``,
+    ``evaluator``) and its fencing epoch, once taken (``MemoryBackend.take_identity``). The writers, readers and
+    run control of one backend share it: every append, commit, done marker and status write of that identity
+    carries the epoch, and the server refuses it atomically when a newer process took the identity since
+    (``drl.errors.Superseded``). ``epoch`` None: not taken, writes are not fenced (tools, tests of one part)."""
+
+    name: str = ""
+    epoch: int | None = None
+
+    def of(self, name: str) -> int | None:
+        """The epoch to carry on a write as ``name``: this identity's, else None (not fenced)."""
+        return self.epoch if self.epoch is not None and name == self.name else None
+
+
 class MemoryBackend(Protocol):
     """A connection to the memory server, bound to one run whose experience travels in ``shards`` streams
     (``drl.naming.shard_of`` assigns each rollout worker its stream). Each shard keeps what the guarantees
@@ -317,6 +333,16 @@ class MemoryBackend(Protocol):
     def announcements(self) -> Announcements: ...
 
     def control(self) -> RunControl: ...
+
+    identity: Identity
+
+    def take_identity(self, name: str) -> int:
+        """Takes ``name`` for this process: bumps its fencing epoch on the run's first server and returns it.
+        From then on every write as ``name`` through this backend (appends of its writer, commits and settles of
+        its readers, its done marker and status) carries the epoch, and the server refuses it once another
+        process took ``name`` after this one (a higher epoch): ``drl.errors.Superseded``. A writer or reader
+        made afterwards raises its shard's lease to the epoch before it reads its position, so that a newer
+        process never reads a position that an older one's appends then overtake."""
 
     def describe(self) -> str:
         """Where the server is, for messages (credentials removed)."""

@@ -32,7 +32,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from drl.memory.base import AppendReply, Entry, MemoryBackendError, merge_states, unseen_transitions
+from drl.errors import Superseded
+from drl.memory.base import AppendReply, Entry, Identity, MemoryBackendError, merge_states, unseen_transitions
 from drl.memory.outbox import Outbox, Outgoing, OutboxWriter, format_floor, parse_floors
 from drl.naming import shard_of
 
@@ -72,6 +73,7 @@ class _RunData:
     epoch: bytes | None = None
     floors: dict[str, str] = field(default_factory=dict)
     state: dict[str, str] = field(default_factory=dict)
+    leases: dict[str, int] = field(default_factory=dict)
     dead: collections.deque = field(default_factory=lambda: collections.deque(maxlen=DEAD_LETTER_KEEP))
     dead_counts: dict[str, int] = field(default_factory=dict)
     policy: int | None = None
@@ -87,7 +89,8 @@ class _RunData:
     shards: dict[int, "_ShardData"] = field(default_factory=dict)  # the experience fields of shards 1, 2, ...
 
 
-_SHARD_FIELDS = frozenset({"stream", "stream_exists", "group", "backlog_bytes", "widening", "floors", "state"})
+_SHARD_FIELDS = frozenset({"stream", "stream_exists", "group", "backlog_bytes", "widening", "floors", "state",
+                           "leases"})
 """The fields each experience shard has of its own (the Redis keys ``Keys(run, shard)`` gives a shard)."""
 
 
@@ -102,6 +105,18 @@ class _ShardData:
     widening: int = 1
     floors: dict[str, str] = field(default_factory=dict)
     state: dict[str, str] = field(default_factory=dict)
+    leases: dict[str, int] = field(default_factory=dict)
+
+
+def _fence(data, who: str, epoch: int | None) -> None:
+    """The scripts' ``fence_check`` and ``fence_take`` on ``data``'s leases (lock held): a write of ``who`` with an
+    epoch below the held one is refused (``Superseded``), a higher one is taken; None is an unfenced write."""
+    if epoch is None:
+        return
+    held = data.leases.get(who)
+    if held is not None and held > epoch:
+        raise Superseded(f"the memory server refused it: {who} holds epoch {held}, this writer {epoch}")
+    data.leases[who] = epoch
 
 
 class _ShardView:
@@ -248,8 +263,10 @@ class InProcessWriter(OutboxWriter):
     """One worker's side of the stream, through ``drl.memory.outbox.Outbox`` (order, waiting while the backlog is
     full, keeping and re-sending what was not consumed); it waits on the server's condition."""
 
-    def __init__(self, server: _Server, run: str, worker: str, max_entries: int, max_bytes: int, shard: int = 0):
+    def __init__(self, server: _Server, run: str, worker: str, max_entries: int, max_bytes: int, shard: int = 0,
+                 epoch: int | None = None):
         self._server = server
+        self._epoch = epoch
         self._run = run
         self._shard = shard
         self.worker = worker
@@ -258,6 +275,8 @@ class InProcessWriter(OutboxWriter):
         self.outbox = Outbox()
         self.outbox.on_new_epoch = self._report_floor
         self.waited_s = 0.0
+        with server.cond:
+            _fence(server.data(run, shard), worker, epoch)
 
     def _report_floor(self, floor: tuple[int, int]) -> None:
         if floor[0] > 0:
@@ -302,6 +321,7 @@ class InProcessWriter(OutboxWriter):
     def _append(self, item: Outgoing) -> AppendReply:
         """One append as the server's script does it: admitted or refused, the reply says what the run is at."""
         data = self._server.data(self._run, self._shard)
+        _fence(data, self.worker, self._epoch)
         if data.epoch is None:
             data.epoch = secrets.token_hex(8).encode()
         size = len(item.h) + len(item.d)
@@ -351,8 +371,9 @@ class InProcessReader:
     """The trainer's side of the stream: one consumer of the run's consumer group."""
 
     def __init__(self, server: _Server, run: str, name: str, on_reset: Callable[[], None] | None = None,
-                 shard: int = 0):
+                 shard: int = 0, identity: tuple[str, int] | None = None):
         self._server = server
+        self._identity = identity
         self._run = run
         self._shard = shard
         self.name = name
@@ -361,9 +382,14 @@ class InProcessReader:
         self._pending_first = True
         with server.cond:
             data = server.data(run, shard)
+            self._fence(data)
             if data.group is None:
                 data.group = _Group()
                 data.stream_exists = True
+
+    def _fence(self, data) -> None:
+        if self._identity is not None:
+            _fence(data, *self._identity)
 
     def _call(self, fn: Callable[[_RunData, _Group], list]) -> list:
         """Runs a group operation; when the server lost the group, recreates it (from the stream's start), counts
@@ -453,6 +479,7 @@ class InProcessReader:
         values = _fields(state)
         with self._server.cond:
             data = self._server.data(self._run, self._shard)
+            self._fence(data)
             for entry_id, fields, kind, reason in dead:
                 kept = {k: v for k, v in fields.items() if isinstance(k, bytes)}
                 kept.update({b"reason": reason.encode()[:1000], b"kind": kind.encode(),
@@ -496,6 +523,7 @@ class InProcessReader:
         values = _fields(state)
         with self._server.cond:
             data = self._server.data(self._run, self._shard)
+            self._fence(data)
             data.state.update(values)
             for worker, count in produced.items():
                 if int(count) > data.produced.get(worker, 0):
@@ -558,10 +586,11 @@ class InProcessAnnouncements:
 class InProcessControl:
     """The run's control state: stop flag, membership and shares, done markers, status fields, counters."""
 
-    def __init__(self, server: _Server, run: str, shards: int = 1):
+    def __init__(self, server: _Server, run: str, shards: int = 1, identity: Identity | None = None):
         self._server = server
         self._run = run
         self.shards = max(1, shards)
+        self.identity = identity or Identity()
 
     def _read(self, fn: Callable[[_RunData], object]):
         with self._server.cond:
@@ -614,7 +643,13 @@ class InProcessControl:
 
     def mark_worker_done(self, worker: str, produced: int) -> None:
         _stored(produced)
-        self._write(lambda d: d.workers_done.__setitem__(worker, int(produced)))
+        epoch = self.identity.of(worker)
+
+        def do(d: _RunData) -> None:
+            _fence(d, worker, epoch)
+            d.workers_done[worker] = int(produced)
+
+        self._write(do)
 
     def workers_done(self) -> dict[str, int]:
         return self._read(lambda d: dict(d.workers_done))
@@ -637,8 +672,14 @@ class InProcessControl:
 
     def write_status(self, name: str, fields: dict) -> None:
         values = _fields({k: "" if v is None else v for k, v in fields.items()})
+        epoch = self.identity.of(name)
+
+        def do(d: _RunData) -> None:
+            _fence(d, name, epoch)
+            d.status.setdefault(name, {}).update(values)
+
         if values:
-            self._write(lambda d: d.status.setdefault(name, {}).update(values))
+            self._write(do)
 
     def status(self, name: str) -> dict[str, str]:
         return self._read(lambda d: dict(d.status.get(name, {})))
@@ -730,21 +771,31 @@ class InProcessMemory:
         self.run = run
         self.shards = max(1, shards)
         self._server = _server(name)
+        self.identity = Identity()
+
+    def take_identity(self, name: str) -> int:
+        with self._server.cond:
+            leases = self._server.data(self.run).leases
+            leases[name] = max(leases.get(name, 0) + 1, int(time.time() * 1000))
+            self.identity.name, self.identity.epoch = name, leases[name]
+            return leases[name]
 
     def writer(self, worker: str, max_entries: int, max_bytes: int) -> InProcessWriter:
         return InProcessWriter(self._server, self.run, worker, max_entries, max_bytes,
-                               shard_of(worker, self.shards))
+                               shard_of(worker, self.shards), self.identity.of(worker))
 
     def reader(self, name: str, on_reset: Callable[[], None] | None = None, shard: int = 0) -> InProcessReader:
         if not 0 <= shard < self.shards:
             raise ValueError(f"shard {shard} of a run with {self.shards} shard(s)")
-        return InProcessReader(self._server, self.run, name, on_reset, shard)
+        taken = self.identity.epoch
+        return InProcessReader(self._server, self.run, name, on_reset, shard,
+                               None if taken is None else (self.identity.name, taken))
 
     def announcements(self) -> InProcessAnnouncements:
         return InProcessAnnouncements(self._server, self.run)
 
     def control(self) -> InProcessControl:
-        return InProcessControl(self._server, self.run, self.shards)
+        return InProcessControl(self._server, self.run, self.shards, self.identity)
 
     def wipe(self) -> None:
         """This backend's server loses every run's data (see ``wipe``)."""

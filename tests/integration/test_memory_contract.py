@@ -1067,3 +1067,66 @@ def test_a_writers_position_counts_its_floor(mem):
     writer.continue_from(5, 40)
     assert reader.floors() == {"rollout-0": (5, 40)}
     assert mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20).position() == (5, 40)
+
+
+def test_a_newer_process_with_the_same_identity_fences_every_write_of_the_older_one(sharded):
+    """One identity, one writer (docs/reliability.md): once a second backend takes an identity, every write of
+    the first as that identity (its appends, a reader's commit and settle, its done marker and status) is
+    refused whole with ``Superseded``, on every shard and server; the newer process's writes go through, and the
+    older one's entries already in the stream still count."""
+    from drl.errors import Superseded
+
+    old, new = sharded.open_sharded(2), sharded.open_sharded(2)
+    first = old.take_identity("rollout-1")
+    writer = old.writer("rollout-1", max_entries=100, max_bytes=1 << 20)
+    assert writer.send(1, *entry("rollout-1", 1), 8).appended
+    control = old.control()
+    control.write_status("rollout-1", {"produced": 8})
+    assert new.take_identity("rollout-1") > first
+    twin = new.writer("rollout-1", max_entries=100, max_bytes=1 << 20)
+    assert twin.position() == (1, 8)
+    with pytest.raises(Superseded):
+        writer.send(2, *entry("rollout-1", 2), 16)
+    with pytest.raises(Superseded):
+        control.write_status("rollout-1", {"produced": 16})
+    with pytest.raises(Superseded):
+        control.mark_worker_done("rollout-1", 16)
+    assert twin.send(2, *entry("rollout-1", 2, pad=32), 16).appended
+    new.control().mark_worker_done("rollout-1", 16)
+    assert new.control().workers_done() == {"rollout-1": 16}
+    assert new.control().status("rollout-1") == {"produced": "8"}
+
+    trainer_old, trainer_new = sharded.open_sharded(2), sharded.open_sharded(2)
+    trainer_old.take_identity("trainer")
+    reader = trainer_old.reader("trainer-0", shard=1)
+    got = reader.read(10, None)
+    assert [entry_fields[b"d"][:1] for _, entry_fields in got] == [b"\x01", b"\x02"]
+    trainer_new.take_identity("trainer")
+    reader_new = trainer_new.reader("trainer-0", shard=1)
+    with pytest.raises(Superseded):
+        reader.commit([(got[0][0], 1)], {"consumed": 8})
+    with pytest.raises(Superseded):
+        reader.settle({"consumed": 8}, {})
+    assert reader_new.load_state() == {}
+    reader_new.commit([(got[0][0], 1)], {"consumed": 8})
+    assert reader_new.load_state() == {"consumed": "8"}
+
+
+def test_an_identity_taken_again_after_the_server_lost_its_data_still_fences_the_older_process(mem):
+    """The server loses every epoch with its data; a process taking the identity afterwards gets one above the
+    server's clock in milliseconds, so the older process's next write, which would take the empty lease with its
+    own epoch, is refused once the newer one wrote, and the newer one's is never refused by the older one's. (A
+    server restarts in far more than the clock's millisecond.)"""
+    from drl.errors import Superseded
+
+    old, new = mem.open(), mem.open()
+    old.take_identity("rollout-0")
+    writer = old.writer("rollout-0", max_entries=100, max_bytes=1 << 20)
+    assert writer.send(1, *entry("rollout-0", 1), 8).appended
+    mem.lose_data()
+    time.sleep(0.002)
+    new.take_identity("rollout-0")
+    twin = new.writer("rollout-0", max_entries=100, max_bytes=1 << 20)
+    with pytest.raises(Superseded):
+        writer.send(2, *entry("rollout-0", 2), 16)
+    assert twin.send(1, *entry("rollout-0", 1), 8).appended

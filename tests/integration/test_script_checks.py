@@ -11,7 +11,7 @@ import redis
 
 from drl.memory import open_memory
 from drl.memory.redis import Keys
-from drl.memory.redis.scripts import ADD, COMMIT, DONE, RAISE, REGISTER, REPAIR
+from drl.memory.redis.scripts import ADD, COMMIT, DONE, NEW_EPOCH, RAISE, REGISTER, REPAIR, STATUS, TAKE
 
 
 def _snapshot(client: redis.Redis, keys: Keys) -> dict:
@@ -38,13 +38,14 @@ def live(redis_server, redis_client):
 
 def _add(k: Keys, args=None):
     keys = [k.stream, k.policy, k.stop, k.produced, k.backlog_bytes, k.consumer_state, k.epoch, k.freed, k.room,
-            k.shares]
-    return keys, args or [100, 1 << 20, b"h", b"dd", "rollout-0", 40, "seq:rollout-0", "token"]
+            k.shares, k.leases]
+    return keys, args or [100, 1 << 20, b"h", b"dd", "rollout-0", 40, "seq:rollout-0", "token", 1]
 
 
 def _commit(k: Keys, entry_id: bytes, args=None):
-    keys = [k.stream, k.backlog_bytes, k.consumer_state, k.freed, k.dead_letter, k.dead_letter_counts]
-    return keys, args or ["trainer", 1, entry_id, 13, 1, "bad_header", 2, "h", "x", "reason", "r", "consumed", 16]
+    keys = [k.stream, k.backlog_bytes, k.consumer_state, k.freed, k.dead_letter, k.dead_letter_counts, k.leases]
+    return keys, ["trainer", 1, *(args or ["trainer", 1, entry_id, 13, 1, "bad_header", 2, "h", "x", "reason", "r",
+                                           "consumed", 16])]
 
 
 CASES = {
@@ -55,12 +56,16 @@ CASES = {
     "add: produced field garbage": ("add", lambda c, k: c.hset(k.produced, "rollout-0", "lots"), None),
     "add: epoch a hash": ("add", lambda c, k: (c.delete(k.epoch), c.hset(k.epoch, "a", "b")), None),
     "add: freed a string": ("add", lambda c, k: c.set(k.freed, "x"), None),
+    "add: leases a string": ("add", lambda c, k: c.set(k.leases, "x"), None),
+    "add: lease not a count": ("add", lambda c, k: c.hset(k.leases, "rollout-0", "x"), None),
+    "add: bad epoch": ("add", None, [100, 1 << 20, b"h", b"dd", "rollout-0", 4, "seq:rollout-0", "t", "-1"]),
     "add: bad produced total": ("add", None, [100, 1 << 20, b"h", b"dd", "rollout-0", "-4", "seq:rollout-0", "t"]),
     "commit: trainer state garbage": ("commit", lambda c, k: c.hset(k.consumer_state, "consumed", "1e9"), None),
     "commit: dlq a string": ("commit", lambda c, k: c.set(k.dead_letter, "x"), None),
     "commit: dlq count garbage": ("commit", lambda c, k: c.hset(k.dead_letter_counts, "bad_header", "x"), None),
     "commit: byte count huge": ("commit", lambda c, k: c.set(k.backlog_bytes, "9" * 20), None),
     "commit: bad size": ("commit", None, "bad size"),
+    "commit: leases a list": ("commit", lambda c, k: c.rpush(k.leases, "x"), None),
     "raise: produced a string": ("raise", lambda c, k: (c.delete(k.produced), c.set(k.produced, "x")), None),
     "raise: bad count": ("raise", None, ["rollout-0", "1e5"]),
     "done: produced garbage": ("done", lambda c, k: c.hset(k.produced, "rollout-0", "-1"), None),
@@ -112,3 +117,54 @@ def test_the_repair_script_rechecks_and_repairs_only_what_is_unsound(live):
     assert repair(keys=[k.stream, k.backlog_bytes, k.epoch], args=["stream", "", 2]) == b"deleted"
     assert not client.exists(k.stream, k.backlog_bytes, k.epoch)
     assert client.exists(k.consumer_state, k.produced)
+
+
+def test_a_write_with_an_older_epoch_is_refused_whole_and_a_newer_one_takes_the_lease(live):
+    """The fence of every script (``fence_check``, ``fence_take``): a write carrying an epoch below the one its
+    identity's lease holds is refused with ``FENCED`` and changes nothing; the same or a higher epoch is
+    accepted and raises the lease; an unfenced write (empty epoch) is not checked."""
+    client, k, _ = live
+    client.hset(k.leases, mapping={"rollout-0": 5, "trainer": 2, "evaluator": 3})
+    entry_id = client.xrange(k.stream)[0][0]
+    refused = [
+        (ADD, *_add(k, [100, 1 << 20, b"h", b"dd", "rollout-0", 40, "seq:rollout-0", "t", 4])),
+        (COMMIT, [*_commit(k, entry_id)[0]], ["trainer", 1, "trainer", 1, entry_id, 13, 0, "consumed", 99]),
+        (DONE, [k.workers_done, k.produced, k.leases], ["rollout-0", 64, 4]),
+        (STATUS, [k.status("evaluator"), k.leases], ["evaluator", 2, "policy_version", 7]),
+        (TAKE, [k.leases], ["rollout-0", 4]),
+    ]
+    for text, keys, args in refused:
+        before = _snapshot(client, k)
+        with pytest.raises(redis.ResponseError, match="^FENCED "):
+            client.register_script(text)(keys=keys, args=args)
+        assert _snapshot(client, k) == before, text[:200]
+    add = client.register_script(ADD)
+    keys, args = _add(k, [100, 1 << 20, b"h", b"dd", "rollout-0", 40, "seq:rollout-0", "t", 5])
+    assert add(keys=keys, args=args)[0] == 1
+    keys, args = _add(k, [100, 1 << 20, b"h", b"dd", "rollout-0", 48, "seq:rollout-0", "t", 7])
+    assert add(keys=keys, args=args)[0] == 1
+    assert client.hget(k.leases, "rollout-0") == b"7"
+    keys, args = _add(k, [100, 1 << 20, b"h", b"dd", "rollout-0", 56, "seq:rollout-0", "t", ""])
+    assert add(keys=keys, args=args)[0] == 1, "an unfenced write is not checked"
+    assert client.register_script(STATUS)(keys=[k.status("evaluator"), k.leases],
+                                          args=["evaluator", 3, "policy_version", 7]) == 0
+    assert client.hget(k.status("evaluator"), "policy_version") == b"7"
+    client.delete(k.leases)
+    assert client.register_script(TAKE)(keys=[k.leases], args=["trainer", 1]) == 0
+    assert client.hget(k.leases, "trainer") == b"1", "a lease lost with the data is taken by the next writer"
+
+
+def test_a_new_epoch_is_above_the_held_one_and_the_servers_clock(live):
+    client, k, _ = live
+    new_epoch = client.register_script(NEW_EPOCH)
+    now_ms = int(client.time()[0]) * 1000
+    first = new_epoch(keys=[k.leases], args=["rollout-3"])
+    assert first >= now_ms and client.hget(k.leases, "rollout-3") == str(first).encode()
+    assert new_epoch(keys=[k.leases], args=["rollout-3"]) > first
+    client.hset(k.leases, "rollout-3", 10 ** 14)
+    assert new_epoch(keys=[k.leases], args=["rollout-3"]) == 10 ** 14 + 1
+    client.hset(k.leases, "rollout-3", "x")
+    before = _snapshot(client, k)
+    with pytest.raises(redis.ResponseError, match="^UNSOUNDKEY "):
+        new_epoch(keys=[k.leases], args=["rollout-3"])
+    assert _snapshot(client, k) == before

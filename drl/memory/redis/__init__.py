@@ -15,11 +15,13 @@ import redis
 from drl.memory.redis.announce import Announcer
 from drl.memory.redis.connection import RETRY_S, connect, redact, retrying
 from drl.memory.redis.control import RedisRunControl
-from drl.memory.base import seq_field
+from drl.memory.base import Identity, seq_field
 from drl.errors import UserError
 from drl.naming import memory_servers, shard_of
 from drl.memory.codec import entry_size
 from drl.memory.redis.keys import Keys
+from drl.memory.redis.repair import Guard
+from drl.memory.redis.scripts import NEW_EPOCH
 from drl.memory.redis.stream import Consumer, Producer
 
 __all__ = ["Announcer", "Consumer", "Keys", "Producer", "RedisMemory", "RedisRunControl", "connect", "entry_size",
@@ -42,6 +44,7 @@ class RedisMemory:
         self.client, self.run, self.retry_s, self.url = self.clients[0], run, retry_s, url
         self.shards = max(1, shards)
         self.keys = Keys(run)
+        self.identity = Identity()
         if len(self.clients) > self.shards:
             raise UserError(f"{len(self.clients)} memory servers for {self.shards} experience shard(s): each server "
                             "holds whole shards (--memory-shards must be at least the number of memory URLs)")
@@ -66,23 +69,35 @@ class RedisMemory:
     def server_of(self, shard: int) -> redis.Redis:
         return self.clients[shard % len(self.clients)]
 
+    def take_identity(self, name: str) -> int:
+        """Takes a new epoch for ``name`` in the run's ``leases`` on the first server (``scripts.NEW_EPOCH``: one
+        number orders every process that ever took it) and fences this backend's writes as ``name`` with it."""
+        script = self.client.register_script(NEW_EPOCH)
+        epoch = int(Guard(self.client, self.keys, self.retry_s).call(
+            lambda: script(keys=[self.keys.leases], args=[name]), "take identity", key=self.keys.leases))
+        self.identity.name, self.identity.epoch = name, epoch
+        return epoch
+
     def writer(self, worker: str, max_entries: int, max_bytes: int) -> Producer:
         shard = shard_of(worker, self.shards)
         return Producer(self.server_of(shard), Keys(self.run, shard), worker, max_entries, max_bytes,
-                        retry_s=self.retry_s)
+                        retry_s=self.retry_s, epoch=self.identity.of(worker))
 
     def reader(self, name: str, on_reset: Callable[[], None] | None = None, shard: int = 0) -> Consumer:
+        """The reader of ``shard``, fenced as this backend's identity when one was taken (a trainer or learner
+        reads its shards as itself)."""
         if not 0 <= shard < self.shards:
             raise ValueError(f"shard {shard} of a run with {self.shards} shard(s)")
+        taken = self.identity.epoch
         return Consumer(self.server_of(shard), Keys(self.run, shard), consumer=name, on_reset=on_reset,
-                        retry_s=self.retry_s)
+                        retry_s=self.retry_s, identity=None if taken is None else (self.identity.name, taken))
 
     def announcements(self) -> Announcer:
         return Announcer(self.client, self.keys, retry_s=self.retry_s, mirrors=tuple(self.clients[1:]))
 
     def control(self) -> RedisRunControl:
         return RedisRunControl(self.client, self.keys, retry_s=self.retry_s, shards=self.shards,
-                               servers=tuple(self.clients))
+                               servers=tuple(self.clients), identity=self.identity)
 
     def describe(self) -> str:
         return redact(self.url) if self.url else repr(self.client)

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from drl.errors import UserError
+from drl.errors import Superseded, UserError
 from drl.memory.base import MemoryBackendError, MemoryUnavailable
 
 log = logging.getLogger("drl.memory")
@@ -134,6 +134,9 @@ def _connect(url: str, timeout: float, env: dict[str, str] | None = None) -> red
 RETRY_S = 120.0
 
 
+FENCED = "FENCED "
+"""The reply of a script that refused a write carrying an older fencing epoch than its identity's lease."""
+
 HANDLED_HERE = ("NOGROUP", "BUSYGROUP")
 """Replies this package handles itself (the server lost the consumer group; the group exists already)."""
 
@@ -141,7 +144,7 @@ HANDLED_HERE = ("NOGROUP", "BUSYGROUP")
 def retrying(fn: Callable, what: str, within: float = RETRY_S, base: float = 0.05, cap: float = 2.0):
     """Calls fn, retrying connection errors and timeouts with exponential backoff for up to ``within`` seconds;
     past that, ``MemoryUnavailable``. A refusal by the server (a key of the wrong type, ...) or a value it cannot
-    store is ``MemoryBackendError``: callers outside this package see only the protocol's errors."""
+    store is ``MemoryBackendError``; a write refused for its fencing epoch is ``drl.errors.Superseded``: callers outside this package see only the protocol's errors."""
     deadline = time.monotonic() + within
     delay = base
     attempt = 0
@@ -151,6 +154,8 @@ def retrying(fn: Callable, what: str, within: float = RETRY_S, base: float = 0.0
         except redis.ResponseError as exc:
             if str(exc).startswith(HANDLED_HERE):
                 raise
+            if str(exc).startswith(FENCED):
+                raise Superseded(f"{what}: the memory server refused it: {str(exc)[len(FENCED):]}") from None
             raise MemoryBackendError(f"{what}: the memory server refused it: {exc}") from exc
         except redis.DataError as exc:
             raise MemoryBackendError(f"{what}: the memory server cannot store it: {exc}") from exc

@@ -7,11 +7,11 @@ from typing import Callable, Iterable
 
 import redis
 
-from drl.memory.base import merge_states
+from drl.memory.base import Identity, merge_states
 from drl.memory.redis.connection import RETRY_S, plain
 from drl.memory.redis.keys import Keys
 from drl.memory.redis.repair import STATES, Guard, count, worker
-from drl.memory.redis.scripts import CLAIM, DONE, REGISTER, RELEASE
+from drl.memory.redis.scripts import CLAIM, DONE, REGISTER, RELEASE, STATUS
 from drl.memory.redis.stream import backlog_transitions, committed_state
 
 
@@ -30,14 +30,16 @@ class RedisRunControl:
     are gathered from all of them, and each shard's ledger and backlog are read on its own server."""
 
     def __init__(self, client: redis.Redis, keys: Keys, retry_s: float = RETRY_S, shards: int = 1,
-                 servers: tuple[redis.Redis, ...] = ()):
+                 servers: tuple[redis.Redis, ...] = (), identity: Identity | None = None):
         self.client, self.keys, self.retry_s = client, keys, retry_s
+        self.identity = identity or Identity()
         self.shards = max(1, shards)
         self.guard = Guard(client, keys, retry_s)
         self.servers = tuple(servers) or (client,)
         self.mirrors = [(c, Guard(c, keys, retry_s)) for c in self.servers[1:]]
         self._register = client.register_script(REGISTER)
         self._done = client.register_script(DONE)
+        self._status = client.register_script(STATUS)
 
     def _call(self, fn: Callable, what: str, key: str | None = None):
         return self.guard.call(fn, what, key=key)
@@ -141,8 +143,10 @@ class RedisRunControl:
     # -- done markers
     def mark_worker_done(self, worker: str, produced: int) -> None:
         """The marker and the worker's produced count (raised, never lowered) in one step."""
-        keys = [self.keys.workers_done, self.keys.produced]
-        self._call(lambda: self._done(keys=keys, args=[worker, produced]), "HSET done")
+        keys = [self.keys.workers_done, self.keys.produced, self.keys.leases]
+        epoch = self.identity.of(worker)
+        self._call(lambda: self._done(keys=keys, args=[worker, produced, "" if epoch is None else epoch]),
+                   "HSET done")
 
     def workers_done(self) -> dict[str, int]:
         raw = self._read(lambda: self.client.hgetall(self.keys.workers_done), "HGETALL done", self.keys.workers_done,
@@ -164,8 +168,14 @@ class RedisRunControl:
     def write_status(self, name: str, fields: dict) -> None:
         mapping = plain({k: ("" if v is None else v) for k, v in fields.items()})
         key = self.keys.status(name)
-        if mapping:
+        epoch = self.identity.of(name)
+        if not mapping:
+            return
+        if epoch is None:
             self._call(lambda: self.client.hset(key, mapping=mapping), "HSET status", key)
+            return
+        args = [name, epoch, *(x for pair in mapping.items() for x in pair)]
+        self._call(lambda: self._status(keys=[key, self.keys.leases], args=args), "HSET status", key)
 
     def status(self, name: str) -> dict[str, str]:
         key = self.keys.status(name)

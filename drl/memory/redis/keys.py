@@ -24,6 +24,7 @@ class Keys:
         self.freed = e + "exp:freed"  # one token per entry a commit deleted: wakes producers held back
         self.room = e + "exp:room"  # the trainer's widening factor on the backlog's limits (absent: 1)
         self.floors = e + "exp:floors"  # writer -> "seq,total": its floor, reported after a data loss
+        self.leases = e + "leases"  # identity -> its fencing epoch: writes with a lower one are refused
         self.epoch = p + "epoch"
         self.consumer_state = e + "trainer:state"
         self.dead_letter = p + "dlq"

@@ -59,6 +59,7 @@ def schema(keys: Keys) -> dict[str, tuple[str, str, list[str]]]:
         keys.members: ("hash", "", []),
         keys.shares: ("hash", "count", []),
         keys.floors: ("hash", "floor", []),
+        keys.leases: ("hash", "count", []),
     }
 
 

@@ -57,11 +57,31 @@ local function typed(key, want)
   local t = redis.call('TYPE', key)['ok']
   return t == 'none' or t == want
 end
+local function fence_check(key, who, epoch)
+  if epoch == nil or epoch == '' then return nil end
+  if not typed(key, 'hash') then return bad(key, 'is not a hash') end
+  if who == nil or who == '' or not count(epoch) then return badarg('identity or epoch') end
+  local held = redis.call('HGET', key, who)
+  if held and not count(held) then return bad(key, 'field ' .. who .. ' is not a count') end
+  if held and tonumber(held) > tonumber(epoch) then
+    return redis.error_reply('FENCED ' .. who .. ' holds epoch ' .. held .. ', this writer ' .. epoch)
+  end
+  return nil
+end
+local function fence_take(key, who, epoch)
+  if epoch == nil or epoch == '' then return end
+  local held = redis.call('HGET', key, who)
+  if not held or tonumber(held) < tonumber(epoch) then redis.call('HSET', key, who, epoch) end
+end
 """
 """The checks every script starts with. ``count`` accepts a decimal integer of at most 15 digits (below 10^15,
 so exact in Lua's doubles and in JSON), ``seqs`` counts joined by commas and ``totals`` a count followed by ``,seq:count:total`` triples (the fields of
 ``trainer:state`` that drl reads back, ``read_field``, checked by ``sound_field``: counters and per-worker
-progress), ``floor`` a writer's ``seq,total``; ``typed`` accepts a key of the type wanted or an absent one. A key that
+progress), ``floor`` a writer's ``seq,total``; ``typed`` accepts a key of the type wanted or an absent one. ``fence_check``
+refuses a write of identity ``who`` carrying a fencing epoch lower than the one the lease hash holds for it
+(``FENCED ...``; an empty epoch is an unfenced write), and ``fence_take``, called once every check passed, raises
+the held epoch to the writer's (never lowers it): a lease lost with the server's data is taken again by the first
+write that carries an epoch. A key that
 fails is reported as ``UNSOUNDKEY <key> <why>`` before the script writes anything (a script that fails half-way
 keeps what it wrote), and the caller repairs that key (``drl.memory.redis.repair``) and calls again; a bad
 argument is ``BADARG``."""
@@ -83,6 +103,9 @@ local max_entries, max_bytes, total = count(ARGV[1]), count(ARGV[2]), count(ARGV
 if not (max_entries and max_bytes and total) or ARGV[5] == '' or ARGV[8] == '' then
   return badarg('limits, worker, produced total or token')
 end
+local fenced = fence_check(KEYS[11], ARGV[5], ARGV[9])
+if fenced then return fenced end
+fence_take(KEYS[11], ARGV[5], ARGV[9])
 local v = '-1'
 if redis.call('TYPE', KEYS[2])['ok'] == 'string' then v = redis.call('GET', KEYS[2]) end
 local s = redis.call('EXISTS', KEYS[3])
@@ -106,6 +129,11 @@ return {1, v, s, m, e, r, share}
 """
 
 COMMIT = CHECKS + """
+local who, epoch = ARGV[1], ARGV[2]
+table.remove(ARGV, 1)
+table.remove(ARGV, 1)
+local fenced = fence_check(KEYS[7], who, epoch)
+if fenced then return fenced end
 if not typed(KEYS[1], 'stream') then return bad(KEYS[1], 'is not a stream') end
 if not typed(KEYS[2], 'string') then return bad(KEYS[2], 'is not a string') end
 if not typed(KEYS[3], 'hash') then return bad(KEYS[3], 'is not a hash') end
@@ -140,6 +168,7 @@ for i = 1, d do
   at = at + 2 + 2 * k
 end
 if (#ARGV - at + 1) % 2 ~= 0 then return badarg('state fields') end
+fence_take(KEYS[7], who, epoch)
 for _, entry in ipairs(dead) do
   local first, k = entry[1], entry[2]
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', '10000', '*', unpack(ARGV, first + 2, first + 1 + 2 * k))
@@ -191,12 +220,53 @@ local total = count(ARGV[2])
 if ARGV[1] == '' or not total then return badarg('worker or produced total') end
 local had = count(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 if not had then return bad(KEYS[2], 'field ' .. ARGV[1] .. ' is not a count') end
+local fenced = fence_check(KEYS[3], ARGV[1], ARGV[3])
+if fenced then return fenced end
+fence_take(KEYS[3], ARGV[1], ARGV[3])
 if total > had then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 0
 """
 """A worker's done marker (``workers:done``) together with its produced count (``produced``, raised only), so that
-a count lost to a repair is back once the worker ends."""
+a count lost to a repair is back once the worker ends; fenced by the worker's epoch (ARGV[3], KEYS[3] the run's
+``leases``)."""
+
+STATUS = CHECKS + """
+if not typed(KEYS[1], 'hash') then return bad(KEYS[1], 'is not a hash') end
+if #ARGV < 4 or #ARGV % 2 ~= 0 then return badarg('identity, epoch and field pairs') end
+local fenced = fence_check(KEYS[2], ARGV[1], ARGV[2])
+if fenced then return fenced end
+fence_take(KEYS[2], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+return 0
+"""
+"""A service's status fields (KEYS[1] ``status:<name>``) written as its identity ARGV[1] with its epoch ARGV[2]
+(KEYS[2] the run's ``leases``), then the field and value pairs."""
+
+NEW_EPOCH = CHECKS + """
+if not typed(KEYS[1], 'hash') then return bad(KEYS[1], 'is not a hash') end
+if ARGV[1] == nil or ARGV[1] == '' then return badarg('identity') end
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if held and not count(held) then return bad(KEYS[1], 'field ' .. ARGV[1] .. ' is not a count') end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local epoch = math.max(tonumber(held or '0') + 1, now)
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', epoch))
+return epoch
+"""
+"""A new fencing epoch for identity ARGV[1] in KEYS[1] (the run's ``leases`` on the first server): above the one
+held, and at least the server's clock in milliseconds, so that an identity taken again after the server lost its
+data (and with it every epoch it held) still gets an epoch above that of any process that took it before."""
+
+TAKE = CHECKS + """
+local fenced = fence_check(KEYS[1], ARGV[1], ARGV[2])
+if fenced then return fenced end
+fence_take(KEYS[1], ARGV[1], ARGV[2])
+return 0
+"""
+"""Raises identity ARGV[1]'s lease in KEYS[1] (a shard's ``leases``) to the epoch ARGV[2] it took on the run's
+first server, before the writer or reader of that shard reads anything; refused (``FENCED``) when a newer process
+took the identity already."""
 
 REGISTER = CHECKS + """
 if not typed(KEYS[1], 'hash') then return bad(KEYS[1], 'is not a hash') end

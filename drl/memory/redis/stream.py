@@ -29,10 +29,10 @@ from drl._proto import experience_pb2
 from drl.memory.base import AppendReply, Entry, MemoryBackendError, seq_field, unseen_transitions
 from drl.memory.outbox import Outbox, Outgoing, OutboxWriter, format_floor, parse_floors
 from drl.memory.redis.announce import announce_in
-from drl.memory.redis.connection import RETRY_S, plain, retrying
+from drl.memory.redis.connection import FENCED, RETRY_S, plain, retrying
 from drl.memory.redis.keys import Keys
 from drl.memory.redis.repair import ATTEMPTS, Guard, count, sound_state_field, watermark
-from drl.memory.redis.scripts import ADD, COMMIT, RAISE, DirectScript
+from drl.memory.redis.scripts import ADD, COMMIT, RAISE, TAKE, DirectScript
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,13 @@ def producer_position(client: redis.Redis, keys: Keys, worker_id: str, retry_s: 
     return seq, produced
 
 
+def take_lease(client: redis.Redis, keys: Keys, who: str, epoch: int, retry_s: float = RETRY_S) -> None:
+    """Raises ``who``'s lease in this shard's ``leases`` to ``epoch`` (``scripts.TAKE``), or raises
+    ``drl.errors.Superseded`` when a newer process holds it already."""
+    Guard(client, keys, retry_s).call(lambda: client.register_script(TAKE)(keys=[keys.leases], args=[who, epoch]),
+                                      "take lease", key=keys.leases)
+
+
 class Producer(OutboxWriter):
     """``ExperienceWriter`` on Redis: one worker's appends, through ``drl.memory.outbox.Outbox`` (order, waiting
     while the backlog is full, keeping and re-sending what was not consumed).
@@ -114,7 +121,7 @@ class Producer(OutboxWriter):
     """
 
     def __init__(self, client: redis.Redis, keys: Keys, worker_id: str, max_entries: int, max_bytes: int,
-                 retry_s: float = RETRY_S):
+                 retry_s: float = RETRY_S, epoch: int | None = None):
         self.client = client
         self.keys = keys
         self.worker_id = worker_id
@@ -123,12 +130,15 @@ class Producer(OutboxWriter):
         self.retry_s = retry_s
         self._add = DirectScript(client, ADD)
         self._add_keys = [keys.stream, keys.policy, keys.stop, keys.produced, keys.backlog_bytes,
-                          keys.consumer_state, keys.epoch, keys.freed, keys.room, keys.shares]
+                          keys.consumer_state, keys.epoch, keys.freed, keys.room, keys.shares, keys.leases]
+        self.fence = "" if epoch is None else str(epoch)
         self.outbox = Outbox()
         self.outbox.on_new_epoch = self._report_floor
         self.waited_s = 0.0
         self.guard = Guard(client, keys, retry_s)
         self._highest_seq = 0
+        if epoch is not None:
+            take_lease(client, keys, worker_id, epoch, retry_s)
 
     def _report_floor(self, floor: tuple[int, int]) -> None:
         """Tells the reader this writer's floor after a data loss (``ExperienceReader.floors``)."""
@@ -152,7 +162,7 @@ class Producer(OutboxWriter):
 
     def _append(self, item: Outgoing) -> AppendReply:
         args = [self.max_entries, self.max_bytes, item.h, item.d, self.worker_id, item.produced_total,
-                seq_field(self.worker_id), secrets.token_hex(8)]
+                seq_field(self.worker_id), secrets.token_hex(8), self.fence]
         self._highest_seq = max(self._highest_seq, item.seq)
         return self._reply(self.guard.call(lambda: self._add(self._add_keys, args), "XADD"))
 
@@ -230,7 +240,8 @@ class Consumer:
     state."""
 
     def __init__(self, client: redis.Redis, keys: Keys, consumer: str = "trainer-0",
-                 on_reset: Callable[[], None] | None = None, retry_s: float = RETRY_S):
+                 on_reset: Callable[[], None] | None = None, retry_s: float = RETRY_S,
+                 identity: tuple[str, int] | None = None):
         self.client = client
         self.keys = keys
         self.consumer = consumer
@@ -242,6 +253,9 @@ class Consumer:
         self.resets = 0
         self.guard = Guard(client, keys, retry_s)
         self._rewrite_due = False
+        self.identity = identity
+        if identity is not None:
+            take_lease(client, keys, identity[0], identity[1], retry_s)
         self._ensure_group()
 
     def _ensure_group(self) -> bool:
@@ -321,7 +335,8 @@ class Consumer:
         if self._rewrite_due and self.on_reset:
             self._rewrite_due = False
             self.on_reset()
-        args: list = [GROUP, len(acks)]
+        who, epoch = self.identity or ("", "")
+        args: list = [who, epoch, GROUP, len(acks)]
         for entry_id, size in acks:
             args += [entry_id, size]
         args.append(len(dead))
@@ -334,7 +349,7 @@ class Consumer:
         for key, value in plain(state).items():
             args += [key, value]
         keys = [self.keys.stream, self.keys.backlog_bytes, self.keys.consumer_state, self.keys.freed,
-                self.keys.dead_letter, self.keys.dead_letter_counts]
+                self.keys.dead_letter, self.keys.dead_letter_counts, self.keys.leases]
         self._call(lambda: self._commit(keys=keys, args=args), "commit")
 
     def set_widening(self, factor: int) -> None:
@@ -357,8 +372,7 @@ class Consumer:
         theirs would lose their newer ones; ``scripts.RAISE``), the widening and the announced version. The keys it
         writes are checked (and repaired) first, and again if another writer changed one's type in between."""
 
-        def _do():
-            pipe = self.client.pipeline(transaction=True)
+        def _do(pipe):
             if state:
                 pipe.hset(self.keys.consumer_state, mapping=state)
             args = [x for worker, count in produced.items() for x in (worker, count)]
@@ -367,17 +381,40 @@ class Consumer:
             self._widen(pipe, widening)
             if version >= 0:
                 announce_in(pipe, self.keys, version)
-            pipe.execute()
 
         written = (self.keys.consumer_state, self.keys.produced, self.keys.room, self.keys.policy)
         for attempt in range(ATTEMPTS + 1):
             for key in written:
                 self.guard.repair(key, "checked before a rewrite")
             try:
-                return retrying(_do, "restore memory state", self.retry_s)
+                return self._fenced(_do, "restore memory state")
             except MemoryBackendError as exc:
                 if attempt == ATTEMPTS or "WRONGTYPE" not in str(exc):
                     raise
+
+    def _fenced(self, build: Callable, what: str) -> None:
+        """Runs the commands ``build`` queues on a transaction, only while this reader's identity still holds its
+        epoch: its lease is watched, so a newer process taking it in between fails the transaction, which is
+        tried again and then refused (``drl.errors.Superseded``)."""
+
+        def _do():
+            while True:
+                with self.client.pipeline(transaction=True) as pipe:
+                    if self.identity is not None:
+                        who, epoch = self.identity
+                        pipe.watch(self.keys.leases)
+                        held = count(pipe.hget(self.keys.leases, who))
+                        if held is not None and held > epoch:
+                            raise redis.ResponseError(f"{FENCED}{who} holds epoch {held}, this reader {epoch}")
+                        pipe.multi()
+                    build(pipe)
+                    try:
+                        pipe.execute()
+                        return
+                    except redis.WatchError:
+                        continue
+
+        retrying(_do, what, self.retry_s)
 
     def load_state(self) -> dict[str, str]:
         """The committed state; a ``trainer:state`` of the wrong type is deleted, unsound fields are left out
@@ -412,16 +449,14 @@ class Consumer:
         return out
 
     def settle(self, state: dict[str, str | int], produced: dict[str, int]) -> None:
-        def _do():
-            pipe = self.client.pipeline(transaction=True)
+        def _do(pipe):
             if state:
                 pipe.hset(self.keys.consumer_state, mapping=plain(state))
             args = [x for worker, count in produced.items() for x in (worker, count)]
             if args:
                 self._raise(keys=[self.keys.produced], args=args, client=pipe)
-            pipe.execute()
 
-        retrying(_do, "settle", self.retry_s)
+        self._fenced(_do, "settle")
 
     def backlog(self) -> int:
         return int(self.guard.call(lambda: self.client.xlen(self.keys.stream), "XLEN", key=self.keys.stream))
