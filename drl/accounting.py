@@ -60,8 +60,22 @@ def eval_fields(evals: list[dict]) -> dict:
             "last_eval_return": evals[-1]["mean_return"] if evals else None}
 
 
+def imbalance(accounts: dict) -> str | None:
+    """What is wrong with the accounts, or None when they keep the rule: every figure read (none negative), no
+    more consumed than produced (a transition counted twice: two processes wrote as one worker), and produced
+    = consumed + unconsumed + the drops."""
+    produced, consumed, unconsumed = accounts["produced"], accounts["consumed"], accounts["unconsumed"]
+    drops = sum(accounts["dropped"].values())
+    if min(produced, consumed, unconsumed, *accounts["dropped"].values()) < 0:
+        return "a counter could not be read"
+    if consumed > produced:
+        return f"{consumed} transitions consumed of {produced} produced: some were counted twice"
+    if produced != consumed + unconsumed + drops:
+        return (f"{produced} produced but {consumed} consumed + {unconsumed} unconsumed + {drops} dropped "
+                f"= {consumed + unconsumed + drops}")
+    return None
+
+
 def balanced(accounts: dict) -> bool:
-    """Whether the accounts keep the rule (every figure read, none negative)."""
-    figures = [accounts["produced"], accounts["consumed"], accounts["unconsumed"], *accounts["dropped"].values()]
-    return min(figures) >= 0 and accounts["produced"] == accounts["consumed"] + accounts["unconsumed"] + sum(
-        accounts["dropped"].values())
+    """Whether the accounts keep the rule (``imbalance``)."""
+    return imbalance(accounts) is None

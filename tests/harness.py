@@ -160,6 +160,7 @@ def assert_balanced(summary: dict) -> None:
                  f"unconsumed {unconsumed}, dropped {dropped}, duplicates {summary.get('duplicates_dropped')}")
     assert set(dropped) == set(COUNTERS) - {"consumed", "duplicates"}, f"drop counters missing: {described}"
     assert min(produced, consumed, unconsumed, *dropped.values()) >= 0, f"a counter could not be read: {described}"
+    assert consumed <= produced, f"more consumed than produced (counted twice): {described}"
     assert produced == consumed + unconsumed + sum(dropped.values()), f"the summary does not balance: {described}"
 
 

@@ -19,7 +19,7 @@ import os
 import time
 from typing import Callable, Mapping
 
-from drl.accounting import count_fields, eval_fields, tally
+from drl.accounting import count_fields, eval_fields, imbalance, tally
 from drl.memory import MemoryBackendError
 
 log = logging.getLogger("drl.trainer")
@@ -101,6 +101,9 @@ def write_summary(store, control, cfg, run: str, trainer: dict, wall_seconds: fl
     except MemoryBackendError as exc:
         log.warning("summary.json not written: the run's counters cannot be read from the memory server (%s)", exc)
         return None
+    problem = imbalance(acc)
+    if problem:
+        log.warning("the run's accounts do not balance: %s", problem)
     written = summary(cfg, run, acc, trainer, evaluations(store), wall_seconds, steps_done, exit_reason)
     store.put("summary.json", (json.dumps(written, indent=2) + "\n").encode())
     log.info("summary.json written to the store: %d transitions produced, %d consumed, %d unconsumed",
