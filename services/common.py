@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from drl.config import ExperimentConfig
-from drl.errors import EXIT_USAGE, UserError
+from drl.errors import EXIT_SUPERSEDED, EXIT_USAGE, Superseded, UserError
 from drl.memory import MemoryBackend, MemoryBackendError, RunControl, open_memory
 from drl.naming import worker_name
 from drl.presets import resolve
@@ -83,14 +83,53 @@ class ServiceContext:
 
 
 class Service:
-    """What every service holds: its context and configuration, and its connection to the run's memory backend
-    (the run's control state and the policy announcements)."""
+    """What every service holds: its context and configuration, its connection to the run's memory backend (the
+    run's control state and the policy announcements), and its identity (``ctx.name``: one process at a time
+    writes run state as it, see ``take_identity``)."""
 
     def __init__(self, ctx: ServiceContext):
         self.ctx, self.cfg = ctx, ctx.config
         self.memory = ctx.memory()
         self.control = self.memory.control()
         self.announcer = self.memory.announcements()
+        self.release = take_identity(self.memory, self.control, ctx.name)
+
+    def close(self) -> None:
+        """Gives the identity up (a process waiting for it goes on at once) and closes the connection."""
+        self.release()
+        self.memory.close()
+
+
+def run_over(control: RunControl) -> str | None:
+    """Why a process that waits for its identity has nothing left to do: the run's stop flag is set, or the
+    trainer finished; None while the run goes on."""
+    reason = control.stop_reason()
+    if reason is not None:
+        return f"the run is stopping ({reason})"
+    return None if control.trainer_done() is None else "the trainer finished"
+
+
+def take_identity(memory: MemoryBackend, control: RunControl, name: str) -> Callable[[], None]:
+    """Makes this process the one that writes run state as ``name``: the holder of ``name``'s claim (waiting
+    while another live process holds it, ``hold_claim``), then the owner of a fresh fencing epoch
+    (``MemoryBackend.take_identity``), which every later write of it carries. The holder wins: a second process
+    with the same identity waits until the first ends or stops renewing for the claim's lease; should the first
+    then wake (a paused process, a partitioned node), its next write is refused and it exits with
+    ``EXIT_SUPERSEDED``. A waiter whose run ends meanwhile (``run_over``), or that takes the identity from a
+    process that reported it finished (its status ``state``: a learner of a group ends before the trainer marks
+    the run done), exits 0 without having written anything. Returns the function that gives the claim up."""
+    release = hold_claim(control, name, give_up=lambda: run_over(control))
+    if release is None:
+        logging.getLogger("drl").info("%s: %s while another process held this identity; nothing to do", name,
+                                      run_over(control))
+        sys.exit(0)
+    if control.status(name).get("state") == "finished":
+        release()
+        logging.getLogger("drl").info("%s: the process that held this identity finished; nothing to do", name)
+        sys.exit(0)
+    epoch = memory.take_identity(name)
+    logging.getLogger("drl").info("%s: identity taken with fencing epoch %d", name, epoch)
+    return release
 
 
 class StatusWriter:
@@ -116,19 +155,21 @@ class StatusWriter:
 
 HEARTBEAT_EVERY_S = 5.0
 CLAIM_S = 15.0
-EXIT_CLAIM_LOST = 4
 
 
-def hold_claim(control: RunControl, name: str, ttl_s: float = CLAIM_S) -> Callable[[], None]:
-    """Takes the run's claim ``name`` (``RunControl.claim``) for this process and keeps it: one trainer consumes
-    a run at a time, since two would split the stream between them and overwrite each other's committed counters.
+def hold_claim(control: RunControl, name: str, ttl_s: float = CLAIM_S,
+               give_up: Callable[[], str | None] = lambda: None) -> Callable[[], None] | None:
+    """Takes the run's claim ``name`` (``RunControl.claim``) for this process and keeps it: one process at a time
+    writes as one identity (two trainers would split the stream between them and overwrite each other's
+    committed counters; two rollout workers with one name would number their entries alike).
 
     While another live process has the claim this waits (a replaced trainer pod may still be ending); a claim
     whose holder was a process of this machine that is gone is released at once (a trainer restarted after a
     crash does not wait for the expiry), any other lapses ``ttl_s`` after its holder stopped renewing. A daemon
     thread renews the claim every third of ``ttl_s``; a process that finds its claim taken (it was stopped or cut
-    off for longer than ``ttl_s``) exits with ``EXIT_CLAIM_LOST`` before it commits anything more. Returns the
-    function that gives the claim up."""
+    off for longer than ``ttl_s``) exits with ``EXIT_SUPERSEDED`` (its fencing epoch refuses any write it makes
+    before that). Returns the function that gives the claim up, or None when ``give_up`` gave a reason to stop
+    waiting."""
     import socket
     import threading
 
@@ -139,6 +180,8 @@ def hold_claim(control: RunControl, name: str, ttl_s: float = CLAIM_S) -> Callab
     holder = f"{host}:{os.getpid()}"
     noted = False
     while (other := control.claim(name, holder, ttl_s)) is not None:
+        if give_up():
+            return None
         other_host, _, other_pid = other.partition(":")
         if other_host == host and other_pid.isdigit() and not pid_alive(int(other_pid)):
             log.info("releasing the %s claim of %s, a process that is gone", name, other)
@@ -150,21 +193,24 @@ def hold_claim(control: RunControl, name: str, ttl_s: float = CLAIM_S) -> Callab
             noted = True
         time.sleep(1.0)
 
+    released = threading.Event()
+
     def renew() -> None:
-        while True:
-            time.sleep(ttl_s / 3)
+        while not released.wait(ttl_s / 3):
             try:
                 other = control.claim(name, holder, ttl_s)
             except MemoryBackendError:
                 continue
-            if other is not None:
-                log.error("the run's %s claim went to %s; exiting so that only one %s goes on", name, other, name)
+            if other is not None and not released.is_set():
+                log.error("%s: superseded: the run's %s claim went to %s; exiting so that only one %s goes on",
+                          name, name, other, name)
                 sys.stderr.flush()
-                os._exit(EXIT_CLAIM_LOST)
+                os._exit(EXIT_SUPERSEDED)
 
     threading.Thread(target=renew, name=f"{name}-claim", daemon=True).start()
 
     def release() -> None:
+        released.set()
         try:
             control.release(name, holder)
         except MemoryBackendError:
@@ -248,6 +294,12 @@ def run_service(role: str, body: Callable[[ServiceContext], int]) -> None:
         TELEMETRY.last_error = str(exc)
         print(f"drl {role}: error: {exc}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
+    except Superseded as exc:
+        TELEMETRY.last_error = f"superseded: {exc}"
+        print(f"drl {role}: superseded: another process took this identity; stopping without writing more "
+              f"({exc})", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(EXIT_SUPERSEDED)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:

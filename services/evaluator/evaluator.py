@@ -40,6 +40,19 @@ class Evaluator(Service):
         self.best = -float("inf")
         self.evaluated = -1
         self.count = 0
+        self.continue_from(self.control.status("evaluator"))
+
+    def continue_from(self, status: dict[str, str]) -> None:
+        """Goes on from the last evaluation recorded in this identity's status (a process that took the identity
+        over from another, or was restarted), so that no version's result is recorded twice: the status is
+        written, fenced, before each result (``record``). A value that does not parse counts as none."""
+        try:
+            evaluated, count = int(status.get("policy_version", "")), int(status.get("evaluations", ""))
+            best = float(status.get("best_eval_return", ""))
+        except ValueError:
+            return
+        self.evaluated, self.count, self.best = evaluated, count, best
+        log.info("continuing after version %d (%d evaluations recorded)", evaluated, count)
 
     def evaluate(self, version: int) -> evaluation_pb2.EvaluationResult | None:
         try:
@@ -53,14 +66,12 @@ class Evaluator(Service):
             run=self.ctx.run, version=version, env_steps=manifest.env_steps, updates=manifest.updates,
             episodes=len(returns), mean_return=float(np.mean(returns)), std_return=float(np.std(returns)),
             returns=returns, wall_seconds=time.time() - self.started, created_at=time.time())
-        with open(self.results_path, "a") as fh:
-            fh.write(json.dumps(message_to_record(result)) + "\n")
-        self.policies.store.put("evaluations.jsonl", self.results_path.read_bytes())
         self.best = max(self.best, result.mean_return)
         self.count += 1
         self.status.write({"role": "evaluator", "policy_version": version, "env_steps": manifest.env_steps,
                            "last_eval_return": result.mean_return, "best_eval_return": self.best,
                            "evaluations": self.count})
+        self.record(result)
         self.tensorboard.scalars({"eval/mean_return": result.mean_return, "eval/std_return": result.std_return,
                                   "eval/best_return": self.best}, step=manifest.env_steps)
         self.tensorboard.scalars({"eval/mean_return_by_wall_s": result.mean_return},
@@ -69,6 +80,20 @@ class Evaluator(Service):
         log.info("version %d (%d env steps): return %.1f +- %.1f", version, manifest.env_steps, result.mean_return,
                  result.std_return)
         return result
+
+    def record(self, result: evaluation_pb2.EvaluationResult) -> None:
+        """Appends the result to ``evaluations.jsonl`` and copies the file to the store. It follows the status
+        write, which is refused once another process took the identity, so a superseded evaluator records
+        nothing more; a file missing here (a new pod) starts from the store's copy, so the copy keeps every
+        earlier result."""
+        if not self.results_path.exists():
+            kept = self.policies.store.get_optional("evaluations.jsonl")
+            if kept:
+                self.results_path.parent.mkdir(parents=True, exist_ok=True)
+                self.results_path.write_bytes(kept)
+        with open(self.results_path, "a") as fh:
+            fh.write(json.dumps(message_to_record(result)) + "\n")
+        self.policies.store.put("evaluations.jsonl", self.results_path.read_bytes())
 
     def run(self) -> int:
         target = self.cfg.target_return
@@ -96,3 +121,4 @@ def serve(ctx: ServiceContext) -> int:
         return evaluator.run()
     finally:
         evaluator.tensorboard.close()
+        evaluator.close()

@@ -27,6 +27,7 @@ from drl.algorithms import get as get_algorithm
 from drl.entries import EntryBuffer, EntryFill, Folding, StepInto, StepRecording
 from drl import frames
 from drl.envs import VecEnv
+from drl.errors import Superseded
 from drl.memory import codec
 from drl.memory.backlog import backlog_limits
 from drl.naming import even_share
@@ -364,4 +365,11 @@ def serve(ctx: ServiceContext) -> int:
     """SIGTERM (a pod deleted or drained, a Job scaled down) asks the worker to stop like its control endpoint
     does: it hands in what it collected and waits until the trainer has it, within the grace period."""
     signal.signal(signal.SIGTERM, lambda signum, frame: TELEMETRY.stop.set())
-    return RolloutWorker(ctx).run()
+    worker = RolloutWorker(ctx)
+    try:
+        return worker.run()
+    except Superseded as exc:
+        raise Superseded(f"{exc}; {worker.stepped - worker.produced} transitions it had stepped were not handed "
+                         "in (never appended: neither produced nor consumed in the run)") from None
+    finally:
+        worker.close()

@@ -35,7 +35,7 @@ from drl.store import PolicyStore, run_store
 from drl.store.base import PrefixedStore
 from drl.store.checkpoint import CheckpointStore
 from drl.tensorboard import ScalarLog, TrainerCurves
-from services.common import Service, ServiceContext, StatusWriter, hold_claim
+from services.common import Service, ServiceContext, StatusWriter
 from services.telemetry import TELEMETRY
 from services.trainer import summary as run_files
 
@@ -438,13 +438,10 @@ class Trainer(Service):
 def serve(ctx: ServiceContext) -> int:
     """SIGTERM (Kubernetes, the orchestrator) ends the run loop at the next check, with a final checkpoint."""
     torch.set_num_threads(ctx.config.trainer_threads)
-    memory = ctx.memory()
-    release = hold_claim(memory.control(), ctx.name)
     trainer = Trainer(ctx)
     signal.signal(signal.SIGTERM, lambda signum, frame: trainer.stop("stopped"))
     try:
         return trainer.run()
     finally:
         trainer.curves.close()
-        release()
-        memory.close()
+        trainer.close()

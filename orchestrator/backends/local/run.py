@@ -40,14 +40,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from drl.config import ExperimentConfig
-from drl.errors import EXIT_USAGE, UserError
+from drl.errors import EXIT_SUPERSEDED, EXIT_USAGE, UserError
 from drl.ingest import COUNTERS
 from drl.memory import (MemoryBackend, MemoryBackendError, MemoryUnavailable, RunControl, new_password, open_memory,
                         private_env, private_server, write_password_file)
 from drl.naming import worker_index
 from drl.process import pid_alive
 from drl.store import run_store
-from drl.accounting import count_fields, eval_fields, tally, with_kept_ledger
+from drl.accounting import count_fields, eval_fields, imbalance, tally, with_kept_ledger
 from orchestrator.backends.local.forkserver import ForkedProcess, Launcher
 from orchestrator.plan import plan
 from orchestrator.progress import Progress
@@ -148,6 +148,7 @@ class LocalRun:
         self.control: RunControl | None = None
         self.interrupted = False
         self.interrupts = 0
+        self.superseded: set[str] = set()
         self.started = time.time()
         self.memory_url = ""
         self.state: RunState | None = None
@@ -426,7 +427,7 @@ class LocalRun:
         """While the run is stopping nothing is restarted: a process that fails then fails the run."""
         for p in self.procs:
             code = p.popen.poll()
-            if code not in (None, 0):
+            if code not in (None, 0, EXIT_SUPERSEDED):
                 return f"failed: {p.name} exited with code {code} (log: {p.log})"
         return None
 
@@ -452,6 +453,12 @@ class LocalRun:
             if code in (None, 0):
                 continue
             if p.role == "rollout" and retired.get(p.name) == RETIRED:
+                continue
+            if code == EXIT_SUPERSEDED:
+                if p.name not in self.superseded:
+                    self.superseded.add(p.name)
+                    self.note(progress, f"drl: {p.name} was superseded by another process with its identity "
+                                        f"(exit code {code}); not restarting it (log: {p.log})")
                 continue
             if code == EXIT_USAGE:
                 reason = refusal(p.log)
@@ -479,7 +486,8 @@ class LocalRun:
         if self.cfg.learners < 2:
             return None
         group = [p for p in self.procs if p.role in ("trainer", "learner")]
-        crashed = [p for p in group if p.popen.poll() not in (None, 0, EXIT_USAGE) and p.restart_at is None]
+        crashed = [p for p in group if p.popen.poll() not in (None, 0, EXIT_USAGE, EXIT_SUPERSEDED)
+                   and p.restart_at is None]
         if not crashed:
             return None
         first = crashed[0]
@@ -610,7 +618,7 @@ class LocalRun:
                 return failure
             self.show(progress)
             trainer = next(p for p in self.procs if p.role == "trainer")
-            if trainer.popen.poll() == 0:
+            if trainer.popen.poll() == 0 or (trainer.popen.poll() == EXIT_SUPERSEDED and self.trainer_finished()):
                 trainer_done_at = trainer_done_at or time.monotonic()
                 if all(p.popen.poll() is not None for p in self.procs):
                     return "finished"
@@ -618,6 +626,13 @@ class LocalRun:
                 if evaluator_done or time.monotonic() - trainer_done_at > EVALUATOR_GRACE_S:
                     return "finished"
             time.sleep(0.2)
+
+    def trainer_finished(self) -> bool:
+        """Whether the process that superseded this run's trainer finished the run (``RunControl.trainer_done``)."""
+        try:
+            return self.control is not None and self.control.trainer_done() is not None
+        except MemoryBackendError:
+            return False
 
     def request_stop(self, reason: str) -> bool:
         """Sets the run's stop flag; False when the memory server cannot be reached (no service will see it)."""
@@ -710,6 +725,9 @@ class LocalRun:
                   "transition counts are -1", file=sys.stderr)
             acc = {"produced": -1, "consumed": -1, "unconsumed": -1, "duplicates": -1, "dead_lettered": {},
                    "updates": -1, "dropped": {n: -1 for n in COUNTERS if n not in ("consumed", "duplicates")}}
+        problem = imbalance(acc) if acc["produced"] >= 0 else None
+        if problem:
+            print(f"drl: the run's accounts do not balance: {problem}", file=sys.stderr)
         reason = t.get("exit_reason") if outcome == "finished" else outcome
         if outcome == "finished" and t.get("state") != "finished":
             record = self.trainer_record()
