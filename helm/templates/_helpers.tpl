@@ -109,6 +109,18 @@ trainer Job's pods <fullname>-trainer-<rank>; rank 0 hosts torch.distributed's T
 {{- printf "%s-trainer-group" (include "drl.fullname" .) -}}
 {{- end -}}
 
+{{/* An Indexed Job's podReplacementPolicy: a replacement pod starts only once the pod it replaces has failed,
+not while that pod is still terminating (the default runs both: two processes with one identity). Kubernetes
+has the field from 1.29 (beta, on by default; GA in 1.34); older clusters go without it, where the memory
+server's fencing alone keeps one writer per identity (docs/kubernetes.md, "One pod per identity"). "Failed",
+or empty for such a cluster; call with the root context. No podFailurePolicy: restartPolicy OnFailure forbids
+one. */}}
+{{- define "drl.podReplacementPolicy" -}}
+{{- if semverCompare ">=1.29-0" .Capabilities.KubeVersion.Version -}}
+Failed
+{{- end -}}
+{{- end -}}
+
 {{- define "drl.memoryUrl" -}}
 {{- if .Values.externalRedis.enabled -}}
 {{- $url := required "externalRedis.url is required when externalRedis.enabled" .Values.externalRedis.url -}}

@@ -138,19 +138,27 @@ def with_image(values: dict | None) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _render_files(values_json: str, name: str) -> dict[str, str]:
-    return _chart().render(json.loads(values_json), name=name, namespace=NAMESPACE)
+def _render_files(values_json: str, name: str, kube_version: str | None = None) -> dict[str, str]:
+    if kube_version is None:
+        return _chart().render(json.loads(values_json), name=name, namespace=NAMESPACE)
+    # `helm template --kube-version`: helm-python's Chart.render takes no such argument, but the render options of
+    # the library under it do (the same "kube_version" its lint passes), and set .Capabilities.KubeVersion.
+    from helm_python import _native
+
+    options = {"name": name, "namespace": NAMESPACE, "kube_version": kube_version}
+    return json.loads(_native.call_string("helm_render", _chart()._raw(), values_json, json.dumps(options)))
 
 
-def render_files(values: dict | None = None, name: str = RELEASE) -> dict[str, str]:
-    """The rendered templates by path (NOTES.txt included), with ``IMAGE`` unless the values name an image."""
-    return _render_files(json.dumps(with_image(values), sort_keys=True), name)
+def render_files(values: dict | None = None, name: str = RELEASE, kube_version: str | None = None) -> dict[str, str]:
+    """The rendered templates by path (NOTES.txt included), with ``IMAGE`` unless the values name an image;
+    ``kube_version`` (``"v1.28.0"``) as `helm template --kube-version` takes it, else Helm's default (recent)."""
+    return _render_files(json.dumps(with_image(values), sort_keys=True), name, kube_version)
 
 
-def render(values: dict | None = None, name: str = RELEASE) -> list[dict]:
+def render(values: dict | None = None, name: str = RELEASE, kube_version: str | None = None) -> list[dict]:
     """Every Kubernetes object `helm template` would print for these values (the test hook included)."""
     docs = []
-    for path, text in sorted(render_files(values, name).items()):
+    for path, text in sorted(render_files(values, name, kube_version).items()):
         if path.endswith(".txt"):
             continue
         docs += [doc for doc in yaml.safe_load_all(text) if doc]
@@ -567,6 +575,12 @@ class _RecordingClient:
         from kubernetes import client
 
         def call(*args, **kwargs):
+            if self.group == "version":
+                # GET /version, a non-resource URL every account may read (the ClusterRole
+                # system:public-info-viewer); a namespaced Role neither can nor need grant it.
+                assert method == "get_code", method
+                return client.VersionInfo(major="1", minor="35", git_version="v1.35.0", build_date="", compiler="",
+                                          git_commit="", git_tree_state="", go_version="", platform="")
             self.calls.add(rbac_need(self.group, method))
             meta = client.V1ObjectMeta(name="x", labels={})
             if method == "list_namespaced_pod":
@@ -620,6 +634,7 @@ def orchestrator_calls() -> set[tuple[str, str, str]]:
         "list_jobs": lambda: api.list_jobs("ns", "drl.dev/run=r1"),
         "patch_job": lambda: api.patch_job("ns", "drl-r1-rollout", {"spec": {"parallelism": 3}}),
         "pod_metrics": lambda: api.pod_metrics("ns", "x", 9090),
+        "server_version": lambda: api.server_version(),
     }
     public = {n for n, _ in inspect.getmembers(KubeApi, inspect.isfunction) if not n.startswith("_")}
     missing = sorted(public - set(drivers))
@@ -776,6 +791,38 @@ def test_trainer_and_evaluator_jobs():
         assert job["completions"] == job["parallelism"] == 1
         assert "completionMode" not in job
         assert job["template"]["spec"]["restartPolicy"] == "OnFailure"
+
+
+def replacement_policies(docs: list[dict]) -> dict[str, str | None]:
+    """Job name -> its podReplacementPolicy (None where the Job has none)."""
+    return {d["metadata"]["name"]: d["spec"].get("podReplacementPolicy") for d in docs if d["kind"] == "Job"}
+
+
+def test_indexed_jobs_replace_a_pod_only_once_it_has_failed():
+    """The rollout Job and a group's trainer Job start a replacement pod only once the pod it replaces has failed
+    (podReplacementPolicy: Failed), not beside it while it terminates: one pod per worker index and per rank.
+    Helm's default Kubernetes version is recent, so a plain `helm template` has the field; no Job has a
+    podFailurePolicy, which their restartPolicy OnFailure forbids."""
+    assert replacement_policies(render()) == {"drl-trainer": None, "drl-rollout": "Failed", "drl-evaluator": None}
+    assert replacement_policies(render(LEARNERS)) == \
+        {"drl-trainer": "Failed", "drl-rollout": "Failed", "drl-evaluator": None}
+    for docs in (render(), render(LEARNERS)):
+        for job in (d for d in docs if d["kind"] == "Job"):
+            assert "podFailurePolicy" not in job["spec"], job["metadata"]["name"]
+            assert job["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure", job["metadata"]["name"]
+
+
+@pytest.mark.parametrize("kube_version, has_field", [
+    ("v1.28.15", False), ("v1.28.0-eks-1", False),
+    ("v1.29.0", True), ("v1.29.3-gke.1200000", True), ("v1.33.1", True), ("v1.34.0", True),
+])
+def test_pod_replacement_policy_only_where_the_clusters_version_has_it(kube_version, has_field):
+    """Beta (on by default) from Kubernetes 1.29, GA in 1.34: `helm template --kube-version 1.28` (the oldest the
+    chart installs on) renders the Indexed Jobs without it; a provider's pre-release suffix counts as its version."""
+    expected = "Failed" if has_field else None
+    assert replacement_policies(render(LEARNERS, kube_version=kube_version)) == \
+        {"drl-trainer": expected, "drl-rollout": expected, "drl-evaluator": None}
+    assert replacement_policies(render(kube_version=kube_version))["drl-rollout"] == expected
 
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))

@@ -29,7 +29,8 @@ class FakeKubeApi:
 
     def __init__(self, pods: list[list[PodState]] | None = None, jobs: dict[str, list[JobState]] | None = None,
                  logs: dict[str, list[str]] | None = None, fail_create: dict[str, KubeError] | None = None,
-                 fail_list: dict[int, KubeError] | None = None):
+                 fail_list: dict[int, KubeError] | None = None, version: tuple[int, int] | None = (1, 35)):
+        self.version = version
         self.objects: dict[tuple[str, str, str], dict] = {}
         self.created: list[tuple[str, str]] = []
         self.deleted: list[tuple[str, str, str]] = []
@@ -56,6 +57,9 @@ class FakeKubeApi:
         return script[min(tick, len(script) - 1)]
 
     # -- KubeApi ---------------------------------------------------------------------------------------
+    def server_version(self) -> tuple[int, int] | None:
+        return self.version
+
     def create(self, obj: dict) -> None:
         meta = obj["metadata"]
         key = (obj["kind"], meta["namespace"], meta["name"])
@@ -376,6 +380,62 @@ def test_backend_with_fake_kube_api_through_the_cli(monkeypatch, capsys):
     assert "deleted run r1 in namespace team-a" in capsys.readouterr().err
 
 
+REPLACEMENT_CASES = [((1, 35), True), ((1, 34), True), ((1, 29), True), (None, True), ((1, 28), False),
+                     ((1, 27), False)]
+
+
+def replacement_policies(created: dict) -> dict[str, str | None]:
+    return {name: obj["spec"].get("podReplacementPolicy") for (kind, _, name), obj in created.items() if kind == "Job"}
+
+
+@pytest.mark.parametrize("version, has_field", REPLACEMENT_CASES)
+def test_backend_with_fake_kube_api_sets_pod_replacement_policy_where_the_server_has_it(version, has_field):
+    """The rollout Job and a group's Indexed trainer Job replace a pod only once it has failed, where the API
+    server knows the field (1.29 on; an unreadable version counts as current); an older one gets the Jobs
+    without it and a line saying that only the fencing keeps one writer per identity."""
+    objects = k8s.manifests(ExperimentConfig(workers=2, learners=2, memory_shards=2), RUN, namespace=NS, env={})
+    fake = FakeKubeApi(version=version)
+    code, _, err = start(fake, objects, detach=True)
+    assert code == 0
+    expected = "Failed" if has_field else None
+    assert replacement_policies(fake.objects) == \
+        {"drl-r1-trainer": expected, "drl-r1-rollout": expected, "drl-r1-evaluator": None}
+    assert ("has no podReplacementPolicy" in err) is not has_field
+    if not has_field:
+        assert f"Kubernetes {version[0]}.{version[1]} has no podReplacementPolicy" in err
+    for job in (obj for (kind, _, _), obj in fake.objects.items() if kind == "Job"):
+        assert "podFailurePolicy" not in job["spec"]
+
+
+@pytest.mark.parametrize("version, has_field", REPLACEMENT_CASES)
+def test_backend_through_the_cli_asks_the_server_its_version(monkeypatch, capsys, version, has_field):
+    fake = FakeKubeApi(version=version)
+    monkeypatch.setattr("orchestrator.backends.kubernetes.api.KubeApi", lambda: fake)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--backend", "kubernetes", "--run-name", RUN, "--namespace", NS, "--workers", "3", "--steps", "3000",
+              "--detach"])
+    assert exit_info.value.code == 0, capsys.readouterr().err
+    assert replacement_policies(fake.objects)["drl-r1-rollout"] == ("Failed" if has_field else None)
+
+
+def test_manifests_for_a_server_version_and_render_for_a_current_one():
+    cfg = ExperimentConfig(workers=2, learners=2, memory_shards=2)
+    for version, has_field in REPLACEMENT_CASES:
+        assert k8s.has_pod_replacement_policy(version) is has_field, version
+        objects = k8s.manifests(cfg, RUN, namespace=NS, env={}, kube_version=version)
+        expected = "Failed" if has_field else None
+        assert [o["spec"].get("podReplacementPolicy") for o in objects if o["kind"] == "Job"] == \
+            [expected, expected, None], version
+    current = k8s.manifests(cfg, RUN, namespace=NS, env={})
+    old = k8s.for_server(k8s.manifests(cfg, RUN, namespace=NS, env={}), (1, 28))
+    assert [o["kind"] for o in old] == [o["kind"] for o in current]
+    for ours, theirs in zip(old, current):
+        if ours["kind"] == "Job":
+            theirs["spec"].pop("podReplacementPolicy", None)
+        if ours["kind"] != "Secret":  # generated credentials differ between calls
+            assert ours == theirs
+
+
 def test_backend_with_fake_kube_api_kube_run_can_be_driven_directly(objects):
     fake = FakeKubeApi(pods=[healthy()], jobs={"drl-r1-trainer": [COMPLETE]})
     watcher = KubeRun(fake, RUN, NS, objects, out=io.StringIO(), err=io.StringIO(), sleep=fake.sleep,
@@ -501,6 +561,55 @@ def test_kube_api_over_a_fake_client_pod_log_yields_lines_across_chunks():
     assert rec.calls[-1] == ("read_namespaced_pod_log", ("p", "ns"),
                              {"container": "trainer", "follow": True, "_preload_content": False})
     assert Response.released
+
+
+@pytest.mark.parametrize("major, minor, git_version, expected", [
+    ("1", "29", "v1.29.3", (1, 29)),
+    ("1", "29+", "v1.29.3-eks-adc7111", (1, 29)),
+    ("1", "28+", "v1.28.15-gke.1", (1, 28)),
+    ("", "", "v1.30.2-gke.1587003", (1, 30)),
+    ("1", "", "1.34.0", (1, 34)),
+    (None, None, None, None),
+    ("", "", "unknown", None),
+])
+def test_kube_version_reads_what_providers_report(major, minor, git_version, expected):
+    from orchestrator.backends.kubernetes.api import kube_version
+
+    assert kube_version(major, minor, git_version) == expected
+
+
+def test_kube_api_server_version_over_a_fake_client():
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import MaxRetryError
+
+    from orchestrator.backends.kubernetes.api import KubeApi
+
+    class VersionApi:
+        def __init__(self, answer):
+            self.answer = answer
+
+        def get_code(self, **kwargs):
+            assert kwargs.get("_request_timeout"), "a server that does not answer does not hold the run up"
+            if isinstance(self.answer, Exception):
+                raise self.answer
+            return self.answer
+
+    def api_with(answer) -> KubeApi:
+        api = KubeApi.__new__(KubeApi)
+        api.client, api.groups = client, {"version": VersionApi(answer)}
+        return api
+
+    assert hasattr(client.VersionApi, "get_code")
+    assert api_with(client.VersionInfo(major="1", minor="28+", git_version="v1.28.9-eks-1", build_date="",
+                                       compiler="", git_commit="", git_tree_state="", go_version="",
+                                       platform="")).server_version() == (1, 28)
+    emulating = client.VersionInfo(major="1", minor="33", git_version="v1.33.0", emulation_major="1",
+                                   emulation_minor="31", build_date="", compiler="", git_commit="",
+                                   git_tree_state="", go_version="", platform="")
+    assert api_with(emulating).server_version() == (1, 31), "the version it emulates is what it offers"
+    assert api_with(ApiException(status=403, reason="Forbidden")).server_version() is None
+    assert api_with(MaxRetryError(None, "/version")).server_version() is None
 
 
 def test_kube_api_without_configuration_is_one_clear_error(monkeypatch, tmp_path):

@@ -106,6 +106,28 @@ def test_render_and_chart_agree_on_kubernetes_only_variables():
             assert r_env[var]["valueFrom"]["secretKeyRef"]["key"] == c_env[var]["valueFrom"]["secretKeyRef"]["key"]
 
 
+@pytest.mark.parametrize("case", ["sac-3-workers", "sac-2-learners-2-shards"])
+@pytest.mark.parametrize("kube_version", [None, (1, 28), (1, 29), (1, 34)])
+def test_render_and_chart_agree_on_pod_replacement_policy(case, kube_version):
+    """Both set ``podReplacementPolicy: Failed`` on the same Jobs (the rollout Job, a group's Indexed trainer Job)
+    for a cluster of 1.29 or later and on none for 1.28; with no version given (``render``, `helm template`'s
+    default) both assume a current cluster. Neither sets a ``podFailurePolicy``."""
+    values, expected_cfg = CASES[case]
+    rendered = k8s.manifests(expected_cfg(), RUN, namespace="ns", env={}, kube_version=kube_version)
+    helm_version = None if kube_version is None else "v{}.{}.0".format(*kube_version)
+    charted = render_chart({**values, "runName": RUN}, kube_version=helm_version)
+
+    def policies(docs: list[dict]) -> dict[str, str | None]:
+        assert not [d for d in docs if d["kind"] == "Job" and "podFailurePolicy" in d["spec"]]
+        return {d["metadata"]["labels"]["app.kubernetes.io/component"]: d["spec"].get("podReplacementPolicy")
+                for d in docs if d["kind"] == "Job"}
+
+    expected = None if kube_version == (1, 28) else "Failed"
+    group = expected_cfg().learners > 1
+    assert policies(rendered) == policies(charted) == \
+        {"trainer": expected if group else None, "rollout": expected, "evaluator": None}
+
+
 def test_render_and_chart_run_a_group_of_learners_as_one_indexed_trainer_job_with_a_headless_service():
     """K learners are K pods of the trainer Job (no Job of their own), rank = completion index, meeting at rank 0's
     DNS name under the group's headless Service: ``<job>-0.<service>:29500``."""

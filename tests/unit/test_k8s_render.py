@@ -131,6 +131,18 @@ def test_rollout_job_is_indexed_with_one_completion_per_worker(objects):
     assert find(objects, "Job", "drl-r1-trainer")["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
 
 
+def test_render_assumes_a_current_cluster_the_indexed_jobs_replace_a_pod_only_once_it_has_failed(objects,
+                                                                                                 group_objects):
+    """`render` reads no cluster, so it renders for a current one (as `helm template` does): the rollout Job and a
+    group's Indexed trainer Job carry ``podReplacementPolicy: Failed``; no Job a ``podFailurePolicy`` (which
+    ``restartPolicy: OnFailure`` forbids)."""
+    for docs, trainer in ((objects, None), (group_objects, "Failed")):
+        jobs = {o["metadata"]["name"]: o["spec"] for o in docs if o["kind"] == "Job"}
+        assert {name: spec.get("podReplacementPolicy") for name, spec in jobs.items()} == \
+            {"drl-r1-trainer": trainer, "drl-r1-rollout": "Failed", "drl-r1-evaluator": None}
+        assert not [name for name, spec in jobs.items() if "podFailurePolicy" in spec]
+
+
 def test_containers_run_the_plans_commands_and_environment(objects):
     """What the local backend would start, with the contract's Kubernetes-only differences."""
     cfg = resolve_config(FLAGS)

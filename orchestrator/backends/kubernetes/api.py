@@ -9,6 +9,7 @@ when a ``KubeApi`` is made: local runs and ``drl-orchestrate render`` never load
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Protocol
@@ -137,6 +138,16 @@ def default_namespace() -> str:
     return namespace if isinstance(namespace, str) and namespace else "default"
 
 
+def kube_version(major: str | None, minor: str | None, git_version: str | None = "") -> tuple[int, int] | None:
+    """(major, minor) of an API server from its ``/version`` fields: ``minor`` may carry a suffix (``"29+"`` on
+    EKS and GKE), else ``git_version`` (``v1.29.3-eks-...``) gives both; None when neither reads."""
+    digits = [re.match(r"\d+", str(v or "")) for v in (major, minor)]
+    if all(digits):
+        return int(digits[0].group()), int(digits[1].group())
+    match = re.match(r"v?(\d+)\.(\d+)", str(git_version or ""))
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
 class KubeApi:
     """The official client, configured from the in-cluster service account or the kubeconfig."""
 
@@ -156,7 +167,8 @@ class KubeApi:
                                 f"cluster ({exc})") from None
         self.client = client
         self.groups = {"core": client.CoreV1Api(), "apps": client.AppsV1Api(), "batch": client.BatchV1Api(),
-                       "rbac": client.RbacAuthorizationV1Api(), "networking": client.NetworkingV1Api()}
+                       "rbac": client.RbacAuthorizationV1Api(), "networking": client.NetworkingV1Api(),
+                       "version": client.VersionApi()}
 
     def _call(self, kind: str, verb: str, *args, **kwargs):
         from kubernetes.client.exceptions import ApiException
@@ -174,6 +186,20 @@ class KubeApi:
 
     def create(self, obj: dict) -> None:
         self._call(obj["kind"], "create", obj["metadata"]["namespace"], obj)
+
+    def server_version(self) -> tuple[int, int] | None:
+        """(major, minor) of the API server (``GET /version``, which every account may read: no RBAC rule; the
+        version it emulates, where it emulates an older one); None when it cannot be read, which callers take
+        for a current server."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            info = self.groups["version"].get_code(_request_timeout=10)
+        except (ApiException, HTTPError, ValueError):
+            return None
+        emulated = kube_version(getattr(info, "emulation_major", None), getattr(info, "emulation_minor", None))
+        return emulated or kube_version(info.major, info.minor, info.git_version)
 
     def list_names(self, kind: str, namespace: str, selector: str) -> list[str]:
         return [item.metadata.name for item in self._call(kind, "list", namespace, label_selector=selector).items]
@@ -280,6 +306,7 @@ class Api(Protocol):
     """What the backend needs of ``KubeApi`` (and what a fake provides)."""
 
     def create(self, obj: dict) -> None: ...
+    def server_version(self) -> tuple[int, int] | None: ...
     def delete(self, kind: str, namespace: str, name: str, propagation: str = "Background") -> bool: ...
     def delete_pod(self, namespace: str, name: str) -> bool: ...
     def delete_by_label(self, namespace: str, selector: str, kinds: tuple[str, ...] = RUN_KINDS,

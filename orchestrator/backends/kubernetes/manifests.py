@@ -63,6 +63,12 @@ RESOURCES = {
     "scaler": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
 }
 GROUP_ENV = ("DRL_LEARNER_RANK", "MASTER_ADDR", "MASTER_PORT")
+# An Indexed Job's replacement pod starts only once the pod it replaces has failed, not while that pod is still
+# terminating (the default, TerminatingOrFailed, runs both at once: two processes with one identity); Kubernetes
+# has the field from 1.29 (beta, on by default; GA in 1.34). The chart sets it where .Capabilities.KubeVersion
+# is >= 1.29; `for_server` leaves it out for an older API server. docs/kubernetes.md, "One pod per identity".
+POD_REPLACEMENT_POLICY = "Failed"
+POD_REPLACEMENT_SINCE = (1, 29)
 
 # "drl-<run>-redis" names a StatefulSet, whose pods get a controller-revision-hash label of
 # "<statefulset>-<10 chars>"; labels hold at most 63 characters, so the run name may hold 40.
@@ -186,13 +192,14 @@ def make_credentials(memory_url: str, store_url: str, env: dict[str, str] | None
 def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, namespace: str = "default",
               memory_url: str | None = None, store_url: str | None = None, credentials: Credentials | None = None,
               env: dict[str, str] | None = None, redis_image: str = REDIS_IMAGE,
-              s3_image: str = S3_IMAGE) -> list[dict]:
+              s3_image: str = S3_IMAGE, kube_version: tuple[int, int] | None = None) -> list[dict]:
     """Every object of a run, in creation order: identity and access, configuration, data services, Jobs.
 
     ``memory_url``/``store_url`` default to the configuration's ``memory``/``store``; empty ones add the run's
     own Valkey and S3 server (``s3_image``, a SeaweedFS image). ``credentials`` default to ``make_credentials``
     (generated, or from ``env``); ``env`` also supplies an external store's ``DRL_S3_ENDPOINT``. Names and
-    labels follow docs/kubernetes.md.
+    labels follow docs/kubernetes.md. ``kube_version``: the (major, minor) of the API server the objects are
+    for (``for_server``); None, as for ``render``, is a current one.
     """
     check_run_name(run)
     check_namespace(namespace)
@@ -239,7 +246,26 @@ def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, na
         objects.append(_group_service(ctx))
     gpu = cfg.device.startswith("cuda")
     objects += [_job(ctx, w, gpu=gpu and w.role == "trainer") for w in workloads]
-    return json.loads(json.dumps(objects))  # no dict shared between objects: callers may edit one freely
+    objects = json.loads(json.dumps(objects))  # no dict shared between objects: callers may edit one freely
+    return for_server(objects, kube_version)
+
+
+def has_pod_replacement_policy(kube_version: tuple[int, int] | None) -> bool:
+    """Whether an API server of this (major, minor) version knows a Job's ``podReplacementPolicy``; an unknown
+    version (None) is taken for a current one."""
+    return kube_version is None or tuple(kube_version) >= POD_REPLACEMENT_SINCE
+
+
+def for_server(objects: list[dict], kube_version: tuple[int, int] | None) -> list[dict]:
+    """The objects as an API server of ``kube_version`` takes them: for one older than 1.29 (1.28 has
+    ``podReplacementPolicy`` only as an alpha feature, off by default) the Jobs go without it, so a replacement
+    pod may start beside the one it replaces and only the memory server's fencing keeps one writer per identity.
+    None (unknown) keeps every field. The objects are edited in place and returned."""
+    if not has_pod_replacement_policy(kube_version):
+        for obj in objects:
+            if obj.get("kind") == "Job":
+                obj["spec"].pop("podReplacementPolicy", None)
+    return objects
 
 
 def group_name(name: str) -> str:
@@ -335,7 +361,9 @@ def _mounts(paths: dict[str, str]) -> list[dict]:
 def _job(ctx: _Context, workload: Workload, gpu: bool = False) -> dict:
     """One Job per role; the rollout Job is Indexed so that its completion index is the worker index, and so
     is the trainer Job of a group of learners (its completion index is the rank; its pods take the group's
-    Service as subdomain). ``gpu``: one GPU per pod (each learner trains on the one GPU it sees)."""
+    Service as subdomain). An Indexed Job replaces a pod only once it has failed (``podReplacementPolicy``:
+    one process per index at a time); no ``podFailurePolicy``, which ``restartPolicy: OnFailure`` forbids.
+    ``gpu``: one GPU per pod (each learner trains on the one GPU it sees)."""
     paths = {"tmp": "/tmp", "heartbeat": HEARTBEAT_FILE.rsplit("/", 1)[0], "run": RUN_DIR, "cache": CACHE_DIR}
     volumes = {"tmp": {}, "heartbeat": {"medium": "Memory", "sizeLimit": "1Mi"}, "run": {}, "cache": {}}
     pod_security, container_security = _security()
@@ -356,7 +384,7 @@ def _job(ctx: _Context, workload: Workload, gpu: bool = False) -> dict:
     spec: dict = {"completions": 1, "parallelism": 1, "backoffLimit": BACKOFF_LIMIT}
     if workload.per_replica_env:
         spec = {"completionMode": "Indexed", "completions": workload.replicas, "parallelism": workload.replicas,
-                "backoffLimit": BACKOFF_LIMIT * workload.replicas}
+                "backoffLimit": BACKOFF_LIMIT * workload.replicas, "podReplacementPolicy": POD_REPLACEMENT_POLICY}
     extra = {"terminationGracePeriodSeconds": 60} if workload.role == "trainer" else {}
     if workload.role == "trainer" and workload.replicas > 1:
         extra["subdomain"] = group_name(ctx.name)

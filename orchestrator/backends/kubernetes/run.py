@@ -281,10 +281,19 @@ class _LogFollower:
 def run_kubernetes(run: str, objects: list[dict], *, namespace: str, detach: bool = False,
                    api: Api | None = None, out: TextIO | None = None, err: TextIO | None = None,
                    **watch_options) -> int:
-    """Creates the run's objects and, unless ``detach``, watches it to the end; returns the exit code."""
+    """Creates the run's objects and, unless ``detach``, watches it to the end; returns the exit code.
+
+    The objects are fitted to the API server's version first (``manifests.for_server``): a server older than
+    1.29 gets its Jobs without ``podReplacementPolicy``, and this says so."""
     out = out or sys.stdout
     err = err or sys.stderr
     api = api or default_api()
+    version = api.server_version()
+    if not manifests.has_pod_replacement_policy(version):
+        print(f"drl: Kubernetes {version[0]}.{version[1]} has no podReplacementPolicy: a replaced pod may start "
+              f"while its predecessor is still terminating; the memory server's fencing keeps one writer per "
+              f"identity", file=err, flush=True)
+    objects = manifests.for_server(objects, version)
     create_objects(api, objects)
     name = manifests.object_name(run)
     print(f"drl: created {len(objects)} objects of run {run} in namespace {namespace}", file=err, flush=True)
