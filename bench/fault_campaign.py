@@ -23,6 +23,14 @@ A run **passes** when
     python -m bench.fault_campaign --runs 20 --json /tmp/campaign.json
 
 prints one line per run and a table of the totals; the exit code is 1 when any run failed.
+
+``--faults twin,kill`` draws each fault among the kinds listed: ``kill`` is the SIGKILL above; ``twin`` starts a
+second process with the victim's identity (its command and environment from the run's plan, as an operator or a
+Job's replacement pod would start it; the memory server gets a kill instead), and one time in two first pauses
+the victim (SIGSTOP) for ``TWIN_PAUSE_S``, longer than its claim's lease, so the twin takes the identity over and
+the victim, SIGCONTed, is superseded. A run with twins passes as above, with every twin ended by itself (exit 0,
+or ``EXIT_SUPERSEDED`` for one superseded in its turn) within ``TWIN_END_S`` of the orchestrator, and no more
+consumed than produced.
 """
 
 from __future__ import annotations
@@ -39,12 +47,23 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from drl.errors import EXIT_SUPERSEDED
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SMALL = ["--sac.hidden", "16,16", "--sac.batch-size", "32", "--eval-episodes", "1", "--learning-starts", "300",
          "--random-steps", "300", "--updates-per-transition", "0.25", "--checkpoint-every-s", "1",
          "--publish-every-updates", "25", "--sync-steps-per-iteration", "600"]
 ROLES = ("trainer", "rollout", "evaluator", "memory")
+FAULTS = ("kill", "twin")
+TWIN_PAUSE_S = 17.0
+"""How long a twin's victim is paused when it is: past the claim's 15 s lease (``services.common.CLAIM_S``)."""
+TWIN_LATEST = 0.7
+"""A twin is started by 70% of the run at the latest (its moment drawn as a kill's, scaled): a second process
+needs a few seconds to start, and one that starts after the run ended finds no run to take part in (a local
+run's memory server went with its orchestrator)."""
+TWIN_END_S = 30.0
+"""How long a twin may take to end after the orchestrator exited (a waiter looks at the run once a second)."""
 
 
 def drops(summary: dict) -> int:
@@ -66,6 +85,10 @@ class Kill:
     pid: int | None = None
     at_steps: int | None = None
     at_s: float | None = None
+    fault: str = "kill"
+    paused: bool = False
+    twin_pid: int | None = None
+    twin_exit: int | None = None
 
 
 @dataclass
@@ -88,9 +111,10 @@ class Outcome:
 
 class Campaign:
     def __init__(self, output: Path, steps: int, workers: int, victims: int, timeout: float, python: str,
-                 roles: tuple[str, ...] = ROLES):
+                 roles: tuple[str, ...] = ROLES, faults: tuple[str, ...] = ("kill",)):
         self.output, self.steps, self.workers, self.victims = output, steps, workers, victims
-        self.timeout, self.python, self.roles = timeout, python, roles
+        self.timeout, self.python, self.roles, self.faults = timeout, python, roles, faults
+        self.twins: list[subprocess.Popen] = []
 
     def schedule(self, rng: random.Random) -> list[Kill]:
         names = [r for r in ("trainer", "evaluator", "memory") if r in self.roles]
@@ -100,7 +124,16 @@ class Campaign:
         for i in range(1, len(fractions)):
             if rng.random() < 1 / 3:
                 fractions[i] = fractions[i - 1]
-        return [Kill(f, rng.uniform(0.0, 1.5), rng.choice(names)) for f in fractions]
+        kills = [Kill(f, rng.uniform(0.0, 1.5), rng.choice(names)) for f in fractions]
+        for kill in kills:
+            kill.fault = rng.choice(self.faults)
+            if kill.fault == "twin" and kill.victim == "memory":
+                kill.fault = "kill"
+            if kill.fault == "twin":
+                kill.at_fraction *= TWIN_LATEST
+                kill.paused = rng.random() < 0.5
+        kills.sort(key=lambda k: k.at_fraction)
+        return kills
 
     def run_one(self, index: int, mode: str, seed: int) -> Outcome:
         rng = random.Random(seed)
@@ -127,8 +160,25 @@ class Campaign:
                     proc.wait()
         outcome.wall_s = round(time.monotonic() - started, 1)
         outcome.exit_code = proc.returncode
+        self._end_twins(outcome)
         self._judge(outcome, run_dir, stderr_path.read_text(errors="replace"))
         return outcome
+
+    def _end_twins(self, outcome: Outcome) -> None:
+        """Waits for every twin to end by itself (``TWIN_END_S``), notes its exit code, kills one that did not."""
+        deadline = time.monotonic() + TWIN_END_S
+        for kill, twin in zip([k for k in outcome.kills if k.twin_pid], self.twins):
+            try:
+                kill.twin_exit = twin.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                outcome.problems.append(f"the twin of {kill.victim} did not end within {TWIN_END_S:.0f} s of the "
+                                        "orchestrator")
+                twin.kill()
+                twin.wait()
+                continue
+            if kill.twin_exit not in (0, EXIT_SUPERSEDED):
+                outcome.problems.append(f"the twin of {kill.victim} exited with {kill.twin_exit}")
+        self.twins = []
 
     def _kill_on_schedule(self, proc: subprocess.Popen, run_dir: Path, outcome: Outcome, started: float) -> None:
         for kill in outcome.kills:
@@ -147,11 +197,35 @@ class Campaign:
                 time.sleep(0.1)
             kill.pid = pid
             kill.at_steps, kill.at_s = steps, round(time.monotonic() - started, 1)
-            if kill.pid is not None:
-                try:
+            if kill.pid is None:
+                continue
+            try:
+                if kill.fault == "twin":
+                    self._twin(run_dir, kill, proc)
+                else:
                     os.kill(kill.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    kill.pid = None
+            except ProcessLookupError:
+                kill.pid = None
+
+    def _twin(self, run_dir: Path, kill: Kill, proc: subprocess.Popen) -> None:
+        """Starts a second process with the victim's identity; when ``kill.paused``, the victim is paused from
+        just before until ``TWIN_PAUSE_S`` after."""
+        if kill.paused:
+            os.kill(kill.pid, signal.SIGSTOP)
+        try:
+            command, env = replica_launch(run_dir, kill.victim)
+            with open(run_dir / "logs" / f"twin-{kill.victim}-{len(self.twins)}.log", "ab") as log:
+                twin = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                        start_new_session=True)
+            self.twins.append(twin)
+            kill.twin_pid = twin.pid
+            if kill.paused:
+                until = time.monotonic() + TWIN_PAUSE_S
+                while time.monotonic() < until and proc.poll() is None:
+                    time.sleep(0.1)
+        finally:
+            if kill.paused:
+                os.kill(kill.pid, signal.SIGCONT)
 
     @staticmethod
     def _state(run_dir: Path) -> dict:
@@ -207,6 +281,8 @@ class Campaign:
             if int(summary.get("transitions_consumed") or 0) < outcome.seen_steps:
                 problems.append(f"summary counts {summary.get('transitions_consumed')} consumed, but the trainer "
                                 f"had reported {outcome.seen_steps} during the run")
+            if int(summary.get("transitions_consumed") or 0) > int(summary.get("transitions_produced") or 0):
+                problems.append("more consumed than produced: transitions counted twice")
             try:
                 off = balance(summary)
             except (KeyError, TypeError) as exc:
@@ -222,6 +298,25 @@ class Campaign:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+def replica_launch(run_dir: Path, name: str) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of the run's process ``name`` (``trainer``, ``rollout-<i>``, ``learner-<r>``,
+    ``evaluator``) as its plan gives them, with the run's memory server and its password file: what a second
+    process with that identity needs."""
+    from drl.presets import resolve
+    from orchestrator.plan import plan
+
+    state = json.loads((run_dir / "state.json").read_text())
+    cfg = resolve(json.loads((run_dir / "config.json").read_text()), "config.json")
+    role, _, index = name.rpartition("-") if name[-1].isdigit() else (name, "", "0")
+    workload = next(w for w in plan(cfg, run=state["run"], run_dir=str(run_dir), memory_url=state["memory_url"],
+                                    store_url=str(run_dir.parent), python=sys.executable) if w.role == role)
+    env = {**os.environ, **workload.replica_env(int(index)), "PYTHONUNBUFFERED": "1"}
+    secret = run_dir / "memory.password"
+    if secret.exists():
+        env["DRL_MEMORY_PASSWORD_FILE"] = str(secret)
+    return list(workload.command), env
 
 
 def memory_server_pid(run_dir: Path) -> int | None:
@@ -252,7 +347,9 @@ def processes_of(run: str) -> list[int]:
 
 def describe(o: Outcome) -> str:
     s = o.summary
-    kills = ", ".join(f"{k.victim}@{k.at_steps}" + ("" if k.pid else " (gone)") for k in o.kills)
+    kills = ", ".join(("twin of " if k.fault == "twin" else "") + f"{k.victim}@{k.at_steps}"
+                      + (" (paused)" if k.paused else "") + ("" if k.pid else " (gone)")
+                      + (f" [twin exit {k.twin_exit}]" if k.twin_pid else "") for k in o.kills)
     counts = (f"produced {s.get('transitions_produced')} consumed {s.get('transitions_consumed')} unconsumed "
               f"{s.get('transitions_unconsumed')} drops {drops(s)} duplicates {s.get('duplicates_dropped')}"
               if s else "no summary")
@@ -271,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seed of the first run; run i uses seed + i")
     ap.add_argument("--output", type=Path, help="where the runs go (default: a temporary folder)")
     ap.add_argument("--json", type=Path, help="write every run's outcome here")
+    ap.add_argument("--faults", default="kill",
+                    help="the faults drawn for each victim (default kill; kill,twin draws among both)")
     ap.add_argument("--roles", default=",".join(ROLES),
                     help="the roles victims are drawn from (default all: trainer,rollout,evaluator,memory)")
     args = ap.parse_args(argv)
@@ -280,9 +379,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--runs must be >= 1, --victims >= 0, --modes a list of async/sync")
     if not roles or any(r not in ROLES for r in roles):
         ap.error(f"--roles must be a list of {', '.join(ROLES)}")
+    faults = tuple(f for f in args.faults.split(",") if f)
+    if not faults or any(f not in FAULTS for f in faults):
+        ap.error(f"--faults must be a list of {', '.join(FAULTS)}")
     output = args.output or Path(tempfile.mkdtemp(prefix="drl-campaign-"))
     output.mkdir(parents=True, exist_ok=True)
-    campaign = Campaign(output, args.steps, args.workers, args.victims, args.timeout, sys.executable, roles)
+    campaign = Campaign(output, args.steps, args.workers, args.victims, args.timeout, sys.executable, roles, faults)
     outcomes = []
     for i in range(args.runs):
         outcome = campaign.run_one(i, modes[i % len(modes)], args.seed + i)
@@ -296,16 +398,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def report(outcomes: list[Outcome]) -> str:
     rows = ["| mode | runs | passed | steps_done | ended with a reason | hung "
-            "| kills (trainer/rollout/evaluator/memory) | duplicates dropped | median wall s |", "|---|---|---|---|---|---|---|---|---|"]
+            "| kills (trainer/rollout/evaluator/memory) | twins (paused) | duplicates dropped | median wall s |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for mode in sorted({o.mode for o in outcomes}):
         group = [o for o in outcomes if o.mode == mode]
-        victims = [k.victim.split("-")[0] for o in group for k in o.kills if k.pid]
+        victims = [k.victim.split("-")[0] for o in group for k in o.kills if k.pid and k.fault == "kill"]
+        twins = [k for o in group for k in o.kills if k.twin_pid]
         walls = sorted(o.wall_s for o in group)
         rows.append(f"| {mode} | {len(group)} | {sum(o.passed for o in group)} "
                     f"| {sum(o.exit_reason == 'steps_done' for o in group)} "
                     f"| {sum(o.exit_reason.startswith('failed: ') for o in group)} "
                     f"| {sum(any(p.startswith('hung') for p in o.problems) for o in group)} "
                     f"| {'/'.join(str(victims.count(r)) for r in ROLES)} "
+                    f"| {len(twins)} ({sum(k.paused for k in twins)}) "
                     f"| {sum(int(o.summary.get('duplicates_dropped') or 0) for o in group)} "
                     f"| {walls[len(walls) // 2]} |")
     return "\n".join(rows)
