@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -119,8 +120,9 @@ def test_a_twin_that_took_the_identity_before_the_original_started_keeps_it_and_
     acc = run.accounting()
     assert acc["produced"] == steps and acc["consumed"] + acc["stale"] == steps, acc
     assert acc["duplicates"] == 0 and acc["backlog_entries"] == 0, acc
-    original = run.log_tail("rollout-1", 100_000)
-    assert "identity taken with fencing epoch 2" in original and "share done" in original, original[-3000:]
+    original, twin = run.log_tail("rollout-1", 100_000), (logs / "twin.log").read_text()
+    epochs = [int(re.search(r"identity taken with fencing epoch (\d+)", text).group(1)) for text in (twin, original)]
+    assert epochs[1] > epochs[0] and "share done" in original, original[-3000:]
     assert f"after {steps // 2} transitions" in (logs / "twin.log").read_text(), (logs / "twin.log").read_text()
 
 
