@@ -26,7 +26,8 @@ def _wrong_types(c, k) -> list[str]:
     string where a hash, list or stream belongs, a hash where a string belongs."""
     strings = [k.backlog_bytes, k.room, k.epoch, k.policy, k.trainer_done, k.started_at]
     others = [k.stream, k.freed, k.consumer_state, k.dead_letter, k.dead_letter_counts, k.produced, k.workers_done,
-              k.members, k.shares, k.floors, k.status("trainer"), k.status("rollout-0"), k.claim("trainer")]
+              k.members, k.shares, k.floors, k.leases, k.status("trainer"), k.status("rollout-0"),
+              k.claim("trainer")]
     for key in strings + others:
         pipe = c.pipeline(transaction=True)  # a service may write the key between a DEL and an HSET
         pipe.delete(key)
@@ -63,6 +64,7 @@ def _bad_values(c, k) -> list[str]:
         (k.consumer_state, lambda: c.hset(k.consumer_state, mapping={"lost": "-2", "totals:rollout-0": "5,7:x:9"})),
         (k.floors, lambda: c.hset(k.floors, mapping={"rollout-0": "-1,5", "rollout-1": "many"})),
         (k.claim("trainer"), lambda: c.set(k.claim("trainer"), "someone else, for ever")),
+        (k.leases, lambda: c.hset(k.leases, mapping={"rollout-0": "-1", "trainer": "x", "evaluator": "9" * 30})),
     ]
     for _, write in writes:
         write()

@@ -414,7 +414,7 @@ class Consumer:
                     except redis.WatchError:
                         continue
 
-        retrying(_do, what, self.retry_s)
+        self.guard.call(_do, what, key=self.keys.leases)
 
     def load_state(self) -> dict[str, str]:
         """The committed state; a ``trainer:state`` of the wrong type is deleted, unsound fields are left out
