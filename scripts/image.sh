@@ -76,7 +76,7 @@ if [ -z "$engine" ]; then
   elif command -v podman >/dev/null 2>&1; then
     engine=podman
   else
-    say "no engine: docker's does not answer here and podman is not installed (apt-get install podman runc)"
+    say "no engine: docker's does not answer here and podman is not installed (apt-get install podman runc iptables)"
     exit 2
   fi
 fi

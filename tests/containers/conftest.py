@@ -26,7 +26,7 @@ from tests.containers.node import TIER_LABEL, Podman
 HERE = Path(__file__).resolve().parent
 IMAGE_SH = ROOT / "scripts" / "image.sh"
 BASE = "localhost/drl-base:bookworm"
-PACKAGES = ("podman", "runc", "debootstrap")
+PACKAGES = ("podman", "runc", "debootstrap", "iptables")
 BUILD_TIMEOUT_S = 1200
 LOWEST_PRIORITY = ("nice", "-n", "19", *(("ionice", "-c", "3") if shutil.which("ionice") else ()))
 SWITCH = "DRL_TESTS_CONTAINERS"
@@ -186,8 +186,9 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def _install(prep: Preparation) -> str:
-    """Installs podman (with runc and debootstrap) through apt where it is missing; '' or why it cannot be."""
-    if shutil.which("podman") and shutil.which("debootstrap"):
+    """Installs podman (with runc, debootstrap, and iptables, which podman's network backend calls for every
+    container with a network) through apt where it is missing; '' or why it cannot be."""
+    if all(shutil.which(tool) for tool in ("podman", "debootstrap", "iptables")):
         return ""
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         return "containers tier: podman is not installed, and only root with apt-get can install it here"
