@@ -6,7 +6,8 @@ batches and append them through the real ``Producer`` (the real Lua append scrip
 consumer in this process that reads through the real ``Consumer``, decodes every entry with ``codec.decode``
 (numpy views, checked against the expected layout), drops duplicates by (worker, seq), copies the arrays into a
 preallocated numpy ring (as the replay buffer does, here with slice copies) and commits acknowledgements and
-watermarks with ``Consumer.commit``. Time runs from the moment the producers are told to start to the last commit.
+watermarks with ``Consumer.commit``. Producers and consumer write with a fencing epoch, as the services do
+(docs/wire-format.md, "Fencing"). Time runs from the moment the producers are told to start to the last commit.
 
 In the same run, on a fresh server, it measures the server's raw ability: one process appending entries of the
 same ``h`` + ``d`` byte sizes with pipelined XADD and nothing else (no script, no reads, no deletes). The raw
@@ -185,7 +186,7 @@ def _produce(conn, index: int, job: dict) -> dict:
     rng = np.random.default_rng(1000 + index)
     pool = [random_batch(size.layout, batch, rng) for _ in range(POOL)]
     client = open_client(job["url"], job["tuning"])
-    producer = Producer(client, Keys(RUN), worker, job["max_entries"], job["max_bytes"])
+    producer = Producer(client, Keys(RUN), worker, job["max_entries"], job["max_bytes"], epoch=1)
     n = job["entries"]
     template = None
     if job["pre_encode"]:
@@ -302,7 +303,7 @@ def run_e2e(size: Size, url: str, producers: Producers, cfg: argparse.Namespace,
     layout = size.layout
     client = open_client(url, cfg.tuning)
     keys = Keys(RUN)
-    consumer = Consumer(client, keys, consumer="trainer-0")
+    consumer = Consumer(client, keys, consumer="trainer-0", identity=("trainer", 1))
     ring = Ring(layout, max(batch, min(1_000_000, RING_BYTES // size.transition_bytes)))
     entry_bytes = batch * size.transition_bytes
     count = cfg.read_count or max(1, min(256, READ_BYTES // entry_bytes))
