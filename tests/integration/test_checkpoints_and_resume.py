@@ -84,14 +84,17 @@ def test_worker_keeps_its_policy_when_a_version_is_corrupt(tmp_path, redis_serve
     ctx = ServiceContext("rollout", cfg, "corrupt", tmp_path, redis_server.url, store_url, 0)
     policies = PolicyStore(run_store(store_url, "corrupt"), "corrupt")
     worker = RolloutWorker(ctx)
-    weights = dict(worker.actor.weights)
-    policies.publish(0, weights, algorithm="sac", env_steps=0, updates=0)
-    policies.publish(1, {k: v + 1 for k, v in weights.items()}, algorithm="sac", env_steps=1, updates=1)
-    blob = policies.store.get("policies/v00000001/policy.safetensors")
-    policies.store.put("policies/v00000001/policy.safetensors", blob[:-4] + b"\xff\xff\xff\xff")
-    assert worker.load(0)
-    obs = np.zeros((1, 3), dtype=np.float32)
-    acting = worker.actor.act(obs, deterministic=True)
-    assert worker.load(1) is False
-    assert worker.version == 0
-    np.testing.assert_array_equal(worker.actor.act(obs, deterministic=True), acting)
+    try:
+        weights = dict(worker.actor.weights)
+        policies.publish(0, weights, algorithm="sac", env_steps=0, updates=0)
+        policies.publish(1, {k: v + 1 for k, v in weights.items()}, algorithm="sac", env_steps=1, updates=1)
+        blob = policies.store.get("policies/v00000001/policy.safetensors")
+        policies.store.put("policies/v00000001/policy.safetensors", blob[:-4] + b"\xff\xff\xff\xff")
+        assert worker.load(0)
+        obs = np.zeros((1, 3), dtype=np.float32)
+        acting = worker.actor.act(obs, deterministic=True)
+        assert worker.load(1) is False
+        assert worker.version == 0
+        np.testing.assert_array_equal(worker.actor.act(obs, deterministic=True), acting)
+    finally:
+        worker.close()

@@ -43,10 +43,22 @@ def _produce(url: str, worker: str, entries: int, n: int) -> None:
         producer.send(seq, h, d, seq * n)
 
 
+_OPEN: list[Trainer] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_trainers():
+    """Each trainer a test makes gives its identity up at the test's end (its claim's renewing thread stops)."""
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
 def _trainer(tmp_path, url: str, **changes) -> Trainer:
     cfg = fast_config(**changes)
     ctx = ServiceContext("trainer", cfg, RUN, tmp_path, url, str(tmp_path / "store"), 0)
-    return Trainer(ctx)
+    _OPEN.append(Trainer(ctx))
+    return _OPEN[-1]
 
 
 def test_n_producer_processes_are_consumed_exactly_once(tmp_path, redis_server, redis_client):
