@@ -57,31 +57,26 @@ local function typed(key, want)
   local t = redis.call('TYPE', key)['ok']
   return t == 'none' or t == want
 end
-local function fence_check(key, who, epoch)
-  if epoch == nil or epoch == '' then return nil end
-  if not typed(key, 'hash') then return bad(key, 'is not a hash') end
-  if who == nil or who == '' or not count(epoch) then return badarg('identity or epoch') end
-  local held = redis.call('HGET', key, who)
-  if held and not count(held) then return bad(key, 'field ' .. who .. ' is not a count') end
+local function fence(key, who, epoch)
+  if epoch == nil or epoch == '' then return nil, false end
+  if who == nil or who == '' or not count(epoch) then return badarg('identity or epoch'), false end
+  local held = redis.pcall('HGET', key, who)
+  if type(held) == 'table' and held.err then return bad(key, 'is not a hash'), false end
+  if held and not count(held) then return bad(key, 'field ' .. who .. ' is not a count'), false end
   if held and tonumber(held) > tonumber(epoch) then
-    return redis.error_reply('FENCED ' .. who .. ' holds epoch ' .. held .. ', this writer ' .. epoch)
+    return redis.error_reply('FENCED ' .. who .. ' holds epoch ' .. held .. ', this writer ' .. epoch), false
   end
-  return nil
-end
-local function fence_take(key, who, epoch)
-  if epoch == nil or epoch == '' then return end
-  local held = redis.call('HGET', key, who)
-  if not held or tonumber(held) < tonumber(epoch) then redis.call('HSET', key, who, epoch) end
+  return nil, not held or tonumber(held) < tonumber(epoch)
 end
 """
 """The checks every script starts with. ``count`` accepts a decimal integer of at most 15 digits (below 10^15,
 so exact in Lua's doubles and in JSON), ``seqs`` counts joined by commas and ``totals`` a count followed by ``,seq:count:total`` triples (the fields of
 ``trainer:state`` that drl reads back, ``read_field``, checked by ``sound_field``: counters and per-worker
-progress), ``floor`` a writer's ``seq,total``; ``typed`` accepts a key of the type wanted or an absent one. ``fence_check``
+progress), ``floor`` a writer's ``seq,total``; ``typed`` accepts a key of the type wanted or an absent one. ``fence``
 refuses a write of identity ``who`` carrying a fencing epoch lower than the one the lease hash holds for it
-(``FENCED ...``; an empty epoch is an unfenced write), and ``fence_take``, called once every check passed, raises
-the held epoch to the writer's (never lowers it): a lease lost with the server's data is taken again by the first
-write that carries an epoch. A key that
+(``FENCED ...``; an empty epoch is an unfenced write) with one read of the lease, and says whether the writer's
+epoch is to be written there (absent or lower: a lease lost with the server's data is taken again by the first
+write that carries an epoch), which the script does once every other check passed. A key that
 fails is reported as ``UNSOUNDKEY <key> <why>`` before the script writes anything (a script that fails half-way
 keeps what it wrote), and the caller repairs that key (``drl.memory.redis.repair``) and calls again; a bad
 argument is ``BADARG``."""
@@ -103,9 +98,9 @@ local max_entries, max_bytes, total = count(ARGV[1]), count(ARGV[2]), count(ARGV
 if not (max_entries and max_bytes and total) or ARGV[5] == '' or ARGV[8] == '' then
   return badarg('limits, worker, produced total or token')
 end
-local fenced = fence_check(KEYS[11], ARGV[5], ARGV[9])
+local fenced, take = fence(KEYS[11], ARGV[5], ARGV[9])
 if fenced then return fenced end
-fence_take(KEYS[11], ARGV[5], ARGV[9])
+if take then redis.call('HSET', KEYS[11], ARGV[5], ARGV[9]) end
 local v = '-1'
 if redis.call('TYPE', KEYS[2])['ok'] == 'string' then v = redis.call('GET', KEYS[2]) end
 local s = redis.call('EXISTS', KEYS[3])
@@ -132,7 +127,7 @@ COMMIT = CHECKS + """
 local who, epoch = ARGV[1], ARGV[2]
 table.remove(ARGV, 1)
 table.remove(ARGV, 1)
-local fenced = fence_check(KEYS[7], who, epoch)
+local fenced, take = fence(KEYS[7], who, epoch)
 if fenced then return fenced end
 if not typed(KEYS[1], 'stream') then return bad(KEYS[1], 'is not a stream') end
 if not typed(KEYS[2], 'string') then return bad(KEYS[2], 'is not a string') end
@@ -168,7 +163,7 @@ for i = 1, d do
   at = at + 2 + 2 * k
 end
 if (#ARGV - at + 1) % 2 ~= 0 then return badarg('state fields') end
-fence_take(KEYS[7], who, epoch)
+if take then redis.call('HSET', KEYS[7], who, epoch) end
 for _, entry in ipairs(dead) do
   local first, k = entry[1], entry[2]
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', '10000', '*', unpack(ARGV, first + 2, first + 1 + 2 * k))
@@ -220,9 +215,9 @@ local total = count(ARGV[2])
 if ARGV[1] == '' or not total then return badarg('worker or produced total') end
 local had = count(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 if not had then return bad(KEYS[2], 'field ' .. ARGV[1] .. ' is not a count') end
-local fenced = fence_check(KEYS[3], ARGV[1], ARGV[3])
+local fenced, take = fence(KEYS[3], ARGV[1], ARGV[3])
 if fenced then return fenced end
-fence_take(KEYS[3], ARGV[1], ARGV[3])
+if take then redis.call('HSET', KEYS[3], ARGV[1], ARGV[3]) end
 if total > had then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 0
@@ -234,9 +229,9 @@ a count lost to a repair is back once the worker ends; fenced by the worker's ep
 STATUS = CHECKS + """
 if not typed(KEYS[1], 'hash') then return bad(KEYS[1], 'is not a hash') end
 if #ARGV < 4 or #ARGV % 2 ~= 0 then return badarg('identity, epoch and field pairs') end
-local fenced = fence_check(KEYS[2], ARGV[1], ARGV[2])
+local fenced, take = fence(KEYS[2], ARGV[1], ARGV[2])
 if fenced then return fenced end
-fence_take(KEYS[2], ARGV[1], ARGV[2])
+if take then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
 redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 return 0
 """
@@ -259,9 +254,9 @@ held, and at least the server's clock in milliseconds, so that an identity taken
 data (and with it every epoch it held) still gets an epoch above that of any process that took it before."""
 
 TAKE = CHECKS + """
-local fenced = fence_check(KEYS[1], ARGV[1], ARGV[2])
+local fenced, take = fence(KEYS[1], ARGV[1], ARGV[2])
 if fenced then return fenced end
-fence_take(KEYS[1], ARGV[1], ARGV[2])
+if take then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 return 0
 """
 """Raises identity ARGV[1]'s lease in KEYS[1] (a shard's ``leases``) to the epoch ARGV[2] it took on the run's
