@@ -109,8 +109,8 @@ class _ShardData:
 
 
 def _fence(data, who: str, epoch: int | None) -> None:
-    """The scripts' ``fence_check`` and ``fence_take`` on ``data``'s leases (lock held): a write of ``who`` with an
-    epoch below the held one is refused (``Superseded``), a higher one is taken; None is an unfenced write."""
+    """The scripts' ``fence`` on ``data``'s leases (lock held): a write of ``who`` with an epoch below the held one
+    is refused (``Superseded``), an equal or higher one is taken; None is an unfenced write."""
     if epoch is None:
         return
     held = data.leases.get(who)
