@@ -120,7 +120,7 @@ def test_the_repair_script_rechecks_and_repairs_only_what_is_unsound(live):
 
 
 def test_a_write_with_an_older_epoch_is_refused_whole_and_a_newer_one_takes_the_lease(live):
-    """The fence of every script (``fence_check``, ``fence_take``): a write carrying an epoch below the one its
+    """The fence of every script (``fence``): a write carrying an epoch below the one its
     identity's lease holds is refused with ``FENCED`` and changes nothing; the same or a higher epoch is
     accepted and raises the lease; an unfenced write (empty epoch) is not checked."""
     client, k, _ = live
