@@ -26,7 +26,9 @@ from tests.containers.node import TIER_LABEL, Podman
 HERE = Path(__file__).resolve().parent
 IMAGE_SH = ROOT / "scripts" / "image.sh"
 BASE = "localhost/drl-base:bookworm"
-PACKAGES = ("podman", "runc", "debootstrap", "iptables")
+INSTALL = ("podman", "runc", "debootstrap", "iptables", "netavark", "aardvark-dns", "catatonit", "conmon",
+           "fuse-overlayfs")
+"""What the tier installs with apt where podman is missing (held to ``tests/system_packages.py``)."""
 BUILD_TIMEOUT_S = 1200
 LOWEST_PRIORITY = ("nice", "-n", "19", *(("ionice", "-c", "3") if shutil.which("ionice") else ()))
 SWITCH = "DRL_TESTS_CONTAINERS"
@@ -193,8 +195,7 @@ def _install(prep: Preparation) -> str:
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         return "containers tier: podman is not installed, and only root with apt-get can install it here"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES,
-               "netavark", "aardvark-dns", "catatonit", "conmon", "fuse-overlayfs"]
+    install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *INSTALL]
     for attempt in range(2):
         done = prep.run(install, 600, env=env)
         if done.returncode == 0:
