@@ -6,15 +6,17 @@
     drl-orchestrate presets
     drl-orchestrate --preset sac --help        (options with that preset's defaults)
     drl-orchestrate --backend kubernetes --preset sac --workers 32 [--namespace NS] [--image IMAGE]
-                    [--s3-image IMAGE] [--detach]
+                    [--s3-image IMAGE] [--s3-storage SIZE|emptydir] [--s3-storage-class NAME]
+                    [--profile small] [--resources ROLE.requests.cpu=500m ...] [--pending-timeout S] [--detach]
     drl-orchestrate render [same flags]        (the Kubernetes manifests as YAML; no cluster needed)
     drl-orchestrate delete RUN [--namespace NS]
     drl-orchestrate status RUN --backend kubernetes [--namespace NS]   (a Kubernetes run's pods and services)
     drl-orchestrate scale RUN --workers N [--backend kubernetes --namespace NS]
 
 Every option of ``ExperimentConfig`` (and of nested algorithm configs, as ``--sac.lr``) is a flag; only flags
-given on the command line override the preset. ``--backend``, ``--namespace``, ``--image``, ``--s3-image`` and
-``--detach`` say where and how a run is deployed, not what it computes, so they stay out of the configuration
+given on the command line override the preset. ``--backend``, ``--namespace``, ``--image``, ``--s3-image``,
+``--s3-storage``, ``--s3-storage-class``, ``--profile``, ``--resources``, ``--pending-timeout`` and ``--detach``
+say where and how a run is deployed, not what it computes, so they stay out of the configuration
 (like ``--config`` and ``--resume``). Each verb is written once: the command line parses its flags, picks the backend
 (``backend_for``) and calls the verb on it (``orchestrator.backends``). Bad input prints one line and exits 2; output into a pipe whose
 reader went away ends quietly with 141.
@@ -34,10 +36,12 @@ from drl.config import ConfigError, ExperimentConfig, coerce, from_dict, iter_op
 from drl.errors import EXIT_USAGE, UserError
 from drl.presets import PRESETS, get_preset
 from orchestrator.backends import BACKENDS, Backend, Deployment
-from orchestrator.backends.kubernetes.manifests import DEFAULT_IMAGE, S3_IMAGE
+from orchestrator.backends.kubernetes.manifests import (DEFAULT_IMAGE, PENDING_TIMEOUT_S, PROFILES, RESOURCE_ROLES,
+                                                        S3_IMAGE, S3_STORAGE)
 from orchestrator.backends.local.launch import DETACHED_COMMAND
 
-DEPLOYMENT_OPTIONS = ("backend", "namespace", "image", "s3_image", "detach")
+DEPLOYMENT_OPTIONS = ("backend", "namespace", "image", "s3_image", "s3_storage", "s3_storage_class", "profile",
+                      "resources", "pending_timeout", "detach")
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: how a Unix tool ends when the reader of its output goes away (``presets | head -1``), here
 without a traceback."""
@@ -113,10 +117,47 @@ def add_deployment_options(parser: argparse.ArgumentParser) -> None:
                        help="SeaweedFS image of the run's own S3 server, when --store is empty (the chart's "
                             "s3.image); --store s3://BUCKET/PREFIX uses an S3 store of yours instead "
                             f"[default: {S3_IMAGE}]")
+    group.add_argument("--s3-storage", metavar="SIZE|emptydir", dest="s3_storage",
+                       help="the run's own S3 server's /data: a PVC of SIZE (needs a default StorageClass, or "
+                            "--s3-storage-class), or emptydir: no PVC, and policies and checkpoints are lost "
+                            f"with the S3 server's pod (the chart's s3.persistence) [default: {S3_STORAGE}]")
+    group.add_argument("--s3-storage-class", metavar="NAME", dest="s3_storage_class",
+                       help="StorageClass of the S3 server's PVC (the chart's s3.persistence.storageClass) "
+                            "[default: the cluster's default class]")
+    group.add_argument("--profile", choices=tuple(PROFILES),
+                       help="requests and limits of every pod, by name (the chart's helm/profiles/NAME.yaml); "
+                            "small: 2 workers fit one node of 2 CPUs [default: default, the chart's values]")
+    group.add_argument("--resources", metavar="ROLE.KIND.RES=Q", action="append", type=_resource_setting,
+                       help=f"set one request or limit over the profile, as the chart's ROLE.resources: ROLE is "
+                            f"{', '.join(RESOURCE_ROLES)}; KIND requests or limits; RES cpu or memory; e.g. "
+                            "rollout.requests.cpu=250m,rollout.limits.memory=1Gi (repeatable)")
+    group.add_argument("--pending-timeout", metavar="S", dest="pending_timeout", type=_seconds,
+                       help="Kubernetes: seconds a pod may stay unschedulable or uncreatable (reported at once, "
+                            "with the scheduler's or the quota's reason) before a followed run gives up with "
+                            f"exit 1; 0: wait for ever [default: {PENDING_TIMEOUT_S:g}]")
     group.add_argument("--detach", action="store_true",
                        help="return once the run is started instead of following it (local: the run goes on "
                             "in the background; see 'status RUN' and 'stop RUN'; kubernetes: once its objects "
                             "are created)")
+
+
+def _resource_setting(text: str) -> str:
+    """One ``--resources`` value, its form checked at once (``manifests.resource_settings``); requests against
+    limits are checked once the profile is known (``manifests.resources_for``)."""
+    from orchestrator.backends.kubernetes.manifests import resource_settings
+
+    resource_settings((text,))
+    return text
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"--pending-timeout takes seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise UserError(f"--pending-timeout must be 0 (wait for ever) or more seconds, got {text!r}")
+    return value
 
 
 def deployment_options(argv: list[str]) -> Deployment:
@@ -125,7 +166,10 @@ def deployment_options(argv: list[str]) -> Deployment:
     pre = _Parser(add_help=False, allow_abbrev=False, argument_default=argparse.SUPPRESS)
     add_deployment_options(pre)
     known, _ = pre.parse_known_args(argv)
-    return Deployment(**vars(known))
+    values = vars(known)
+    if "resources" in values:
+        values["resources"] = tuple(values["resources"])
+    return Deployment(**values)
 
 
 def _option_types() -> dict[str, Any]:
@@ -218,8 +262,6 @@ def _run_or_render(verb: str, argv: list[str]) -> int:
     backend = backend_for(verb, deployment)
     resume = _resuming(argv)
     backend.check(deployment, resume)
-    if deployment.s3_image and backend.name != "kubernetes":
-        raise UserError("--s3-image applies to --backend kubernetes only")
     cfg = resolve_config(argv)
     check_environment(cfg)
     if verb == "render":

@@ -40,7 +40,8 @@ VARIABLE = re.compile(r"\bDRL_[A-Z0-9_]*[A-Z0-9]\b")
 
 USER_SET = "Set by you, read by `drl-orchestrate` and the services"
 PER_SERVICE = "Set for each service by the orchestrator (local backend, `--backend kubernetes`) and the helm chart"
-TOOLING = "Read by the kind helper scripts (`scripts/kind-*.sh`) and the image build (`docker/Dockerfile`)"
+TOOLING = ("Read by the kind helper scripts (`scripts/kind-*.sh`), the image build (`docker/Dockerfile`) and the "
+           "local control plane's scripts (`scripts/k8s-tools.sh`, `scripts/local-cluster.sh`)")
 
 ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("DRL_MEMORY_URL", USER_SET, "Redis URL of an existing memory server: the default of `--memory` when neither "
@@ -122,6 +123,12 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      "(default http://deb.debian.org/debian)."),
     ("DRL_BOX2D", TOOLING, "Docker build argument: gymnasium's box2d extra in the image, `1`, `0` or `auto` "
      "(default: with it on amd64 only, where its Box2D wheels exist)."),
+    ("DRL_K8S_TOOLS", TOOLING, "scripts/k8s-tools.sh: the folder the pinned Kubernetes tools are built into and "
+     "found in (default `~/.cache/drl/k8s-<versions>`)."),
+    ("DRL_CLUSTER_DIR", TOOLING, "scripts/local-cluster.sh: the local control plane's state (certificates, "
+     "kubeconfigs, etcd's data, logs; default `~/.cache/drl/clusters/NAME`)."),
+    ("DRL_CLUSTER_NETNS", TOOLING, "Printed by `scripts/local-cluster.sh env`: the network namespace the local "
+     "control plane runs in (`drl-k8s-NAME`); run kubectl, helm and drl-orchestrate there with `ip netns exec`."),
 )
 
 EXAMPLE_CONFIG = """{

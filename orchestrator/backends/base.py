@@ -31,6 +31,18 @@ class Deployment:
     """The drl image of a Kubernetes run's pods; empty: ``manifests.DEFAULT_IMAGE``."""
     s3_image: str = ""
     """The image of a Kubernetes run's own S3 server (SeaweedFS); empty: ``manifests.S3_IMAGE``."""
+    s3_storage: str = ""
+    """The run's own S3 server's ``/data``: the size of its PVC, or ``emptydir`` (lost with its pod); empty:
+    ``manifests.S3_STORAGE``."""
+    s3_storage_class: str = ""
+    """The StorageClass of the S3 server's PVC; empty: the cluster's default class."""
+    profile: str = ""
+    """Requests and limits of every component, by name (``manifests.PROFILES``); empty: the chart's defaults."""
+    resources: tuple[str, ...] = ()
+    """``ROLE.requests|limits.cpu|memory=QUANTITY`` settings over the profile (``manifests.resources_for``)."""
+    pending_timeout: float | None = None
+    """Seconds a pod of a followed Kubernetes run may stay unschedulable or uncreatable before the run is given
+    up (exit 1); 0: never; None: ``run.PENDING_TIMEOUT_S``."""
     detach: bool = False
     """Return once the run is started instead of following it."""
     output: str = ""

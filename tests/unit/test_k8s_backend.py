@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 
 import pytest
 
 from drl.config import ExperimentConfig
 from drl.errors import UserError
 from orchestrator.backends.kubernetes import manifests as k8s
-from orchestrator.backends.kubernetes.api import (RUN_KINDS, ContainerState, JobCondition, JobState, KubeError,
-                                                  PodState)
+from orchestrator.backends.kubernetes.api import (RUN_KINDS, ContainerState, EventState, JobCondition, JobState,
+                                                  KubeError, PodState)
 from orchestrator.backends.kubernetes.run import KubeRun, delete_run, run_kubernetes
 from orchestrator.cli import main
 
@@ -29,8 +30,13 @@ class FakeKubeApi:
 
     def __init__(self, pods: list[list[PodState]] | None = None, jobs: dict[str, list[JobState]] | None = None,
                  logs: dict[str, list[str]] | None = None, fail_create: dict[str, KubeError] | None = None,
-                 fail_list: dict[int, KubeError] | None = None, version: tuple[int, int] | None = (1, 35)):
+                 fail_list: dict[int, KubeError] | None = None, version: tuple[int, int] | None = (1, 35),
+                 storage_classes: list[tuple[str, bool]] | KubeError | None = None,
+                 events: list[list[EventState]] | KubeError | None = None):
         self.version = version
+        self.classes = [("standard", True)] if storage_classes is None else storage_classes
+        self.events = events or [[]]
+        self.event_requests = 0
         self.objects: dict[tuple[str, str, str], dict] = {}
         self.created: list[tuple[str, str]] = []
         self.deleted: list[tuple[str, str, str]] = []
@@ -100,6 +106,37 @@ class FakeKubeApi:
         script = self.jobs.get(name)
         return self._at(script, self.tick) if script else JobState(name, active=1)
 
+    def pod_metrics(self, namespace: str, name: str, port: int, timeout: float = 5.0) -> str:
+        raise KubeError(503, "Service Unavailable", "no endpoints available")
+
+    def storage_classes(self) -> list[tuple[str, bool]]:
+        if isinstance(self.classes, KubeError):
+            raise self.classes
+        return list(self.classes)
+
+    def list_events(self, namespace: str, reason: str = "") -> list[EventState]:
+        self.event_requests += 1
+        if isinstance(self.events, KubeError):
+            raise self.events
+        return [e for e in self._at(self.events, self.tick) if not reason or e.reason == reason]
+
+    def list_names(self, kind: str, namespace: str, selector: str) -> list[str]:
+        key, value = selector.split("=")
+        return [name for (k, ns, name), obj in self.objects.items()
+                if k == kind and ns == namespace and obj["metadata"]["labels"].get(key) == value]
+
+    def list_jobs(self, namespace: str, selector: str) -> list[dict]:
+        """The created Jobs with a status of their scripted state (uid: the Job's name)."""
+        out = []
+        for name in self.list_names("Job", namespace, selector):
+            job = json.loads(json.dumps(self.objects[("Job", namespace, name)]))
+            state = self.job_status(namespace, name)
+            job["metadata"]["uid"] = f"uid-{name}"
+            job["status"] = {"succeeded": state.succeeded,
+                             "conditions": [{"type": c.type, "status": c.status} for c in state.conditions]}
+            out.append(job)
+        return out
+
     def pod_log(self, namespace: str, name: str, container: str, follow: bool = True):
         self.log_requests.append((name, container))
         return iter(self.logs.get(name, []))
@@ -109,6 +146,8 @@ def pod(name: str, component: str, *, phase: str = "Running", ready: bool = True
         restarts: int = 0, state: str = "running", exit_code: int | None = None, last_exit_code: int | None = None,
         index: int | None = None, pod_reason: str = "") -> PodState:
     labels = k8s.labels(RUN, component)
+    if component in k8s.ROLES:
+        labels["batch.kubernetes.io/job-name"] = f"drl-{RUN}-{component}"
     annotations = {INDEX: str(index)} if index is not None else {}
     container = ContainerState(component, ready, restarts, state, reason, "", exit_code, last_exit_code)
     return PodState(name, phase, labels, annotations, ready, False, pod_reason, "", (container,))
@@ -408,7 +447,8 @@ def test_backend_with_fake_kube_api_sets_pod_replacement_policy_where_the_server
 
 
 @pytest.mark.parametrize("version, has_field", REPLACEMENT_CASES)
-def test_backend_through_the_cli_asks_the_server_its_version(monkeypatch, capsys, version, has_field):
+def test_backend_with_fake_kube_api_through_the_cli_asks_the_server_its_version(monkeypatch, capsys, version,
+                                                                              has_field):
     fake = FakeKubeApi(version=version)
     monkeypatch.setattr("orchestrator.backends.kubernetes.api.KubeApi", lambda: fake)
     with pytest.raises(SystemExit) as exit_info:
@@ -457,6 +497,7 @@ def test_kube_api_names_only_methods_the_official_client_has():
             assert hasattr(classes[group], f"{verb}_namespaced_{suffix}"), (kind, verb)
     assert hasattr(client.BatchV1Api, "read_namespaced_job")
     assert hasattr(client.CoreV1Api, "read_namespaced_pod_log")
+    assert hasattr(client.StorageV1Api, "list_storage_class")
 
 
 class _Recorder:
@@ -510,6 +551,24 @@ def test_kube_api_over_a_fake_client_creates_lists_deletes_and_reports_errors():
     assert api.delete("Job", "ns", "j", "Foreground") is True
     assert rec.calls[-1] == ("delete_namespaced_job", ("j", "ns"), {"propagation_policy": "Foreground"})
     assert api.delete_by_label("ns", "drl.dev/run=r1", ("ConfigMap",)) == [("ConfigMap", "drl-r1-config")]
+
+
+def test_kube_api_over_a_fake_client_lists_warning_events_and_storage_classes():
+    from kubernetes import client as c
+
+    event = c.CoreV1Event(metadata=c.V1ObjectMeta(name="e1"), reason="FailedCreate", message=QUOTA + "\n", count=3,
+                          involved_object=c.V1ObjectReference(kind="Job", name="drl-r1-rollout", uid="u1"))
+    classes = c.V1StorageClassList(items=[
+        c.V1StorageClass(metadata=c.V1ObjectMeta(name="slow"), provisioner="p"),
+        c.V1StorageClass(metadata=c.V1ObjectMeta(
+            name="fast", annotations={"storageclass.kubernetes.io/is-default-class": "true"}), provisioner="p")])
+    api, rec = _wrapper({"list_namespaced_event": c.CoreV1EventList(items=[event]),
+                         "list_storage_class": classes})
+    api.groups["storage"] = rec
+    assert api.list_events("ns", "FailedCreate") == [EventState("Job", "drl-r1-rollout", "u1", "FailedCreate", QUOTA,
+                                                                3)]
+    assert rec.calls[-1] == ("list_namespaced_event", ("ns",), {"field_selector": "type=Warning,reason=FailedCreate"})
+    assert api.storage_classes() == [("slow", False), ("fast", True)]
 
 
 def test_kube_api_over_a_fake_client_reads_pod_and_job_states_from_client_objects():
@@ -628,3 +687,134 @@ def test_kube_api_without_configuration_is_one_clear_error(monkeypatch, tmp_path
     assert default_namespace() == "team-b"
     api = KubeApi()
     assert api.groups["core"].api_client.configuration.host == "https://k:6443"
+
+
+# -- storage, and pods that cannot be scheduled or created (tests/cluster/test_orchestrator.py: the same on a
+# real control plane) ---------------------------------------------------------------------------------------
+
+INSUFFICIENT = "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: 3 No preemption " \
+               "victims found for incoming pod."
+QUOTA = ('Error creating: pods "drl-r1-rollout-1-abcde" is forbidden: exceeded quota: q, requested: requests.cpu=500m, '
+         'used: requests.cpu=3500m, limited: requests.cpu=4')
+
+
+def unschedulable(name: str, component: str, message: str = INSUFFICIENT, index: int | None = None) -> PodState:
+    return dataclasses.replace(pod(name, component, phase="Pending", ready=False, state="waiting", index=index),
+                               reason="Unschedulable", message=message, containers=())
+
+
+def test_storage_check_with_fake_kube_api_refuses_a_pvc_no_class_binds_before_creating_anything(objects):
+    fake = FakeKubeApi(storage_classes=[("slow", False), ("fast", False)])
+    with pytest.raises(UserError) as error:
+        start(fake, objects)
+    message = str(error.value)
+    assert "no default StorageClass" in message and "s3 server's 10Gi PVC (StatefulSet drl-r1-s3)" in message
+    assert "this cluster has slow, fast" in message
+    assert "--s3-storage-class NAME" in message and "--s3-storage emptydir" in message
+    assert "nothing was created" in message and fake.created == []
+    named = k8s.manifests(ExperimentConfig(workers=2), RUN, namespace=NS, env={}, s3_storage_class="gold")
+    with pytest.raises(UserError, match="StorageClass 'gold' of the s3 server's 10Gi PVC .* does not exist"):
+        start(FakeKubeApi(storage_classes=[("fast", True)]), named)
+    empty = k8s.manifests(ExperimentConfig(workers=2), RUN, namespace=NS, env={}, s3_storage="emptydir")
+    fake = FakeKubeApi(storage_classes=[], jobs={"drl-r1-trainer": [COMPLETE]})
+    assert start(fake, empty)[0] == 0 and len(fake.created) == len(empty)
+
+
+def test_storage_check_with_fake_kube_api_goes_on_where_storage_classes_cannot_be_listed(objects):
+    fake = FakeKubeApi(storage_classes=KubeError(403, "Forbidden", "storageclasses is forbidden"),
+                       jobs={"drl-r1-trainer": [COMPLETE]})
+    code, _, err = start(fake, objects)
+    assert code == 0 and len(fake.created) == len(objects)
+    assert "StorageClasses cannot be listed (403)" in err
+
+
+def test_backend_with_fake_kube_api_reports_unschedulable_pods_at_once_and_gives_up_after_the_timeout(objects):
+    stuck = healthy(2)[:4] + [unschedulable(f"drl-r1-rollout-{i}-x{i}", "rollout", index=i) for i in range(2)]
+    fake = FakeKubeApi(pods=[stuck])
+    code, _, err = start(fake, objects, pending_timeout_s=60)
+    assert code == 1
+    lines = err.splitlines()
+    report = [line for line in lines if "cannot be scheduled" in line]
+    assert report[0] == (f"drl: 2 pods (drl-r1-rollout-0-x0, drl-r1-rollout-1-x1) cannot be scheduled: {INSUFFICIENT} "
+                         "(the pods request more than the nodes have free: lower the requests (--profile small, "
+                         "--resources ROLE.requests.cpu=...; the chart: -f helm/profiles/small.yaml), run fewer "
+                         "--workers, or add nodes)")
+    assert lines.index(report[0]) < 3, "reported on the first look, not after the timeout"
+    assert lines[-2].startswith("drl-orchestrate: run r1 failed: it cannot start: 2 pods (drl-r1-rollout-0-x0")
+    assert "(for 60 s; --pending-timeout 60)" in lines[-2]
+    assert fake.tick == 6
+
+
+def test_backend_with_fake_kube_api_waits_for_ever_with_pending_timeout_0_and_reports_once(objects):
+    stuck = healthy(2)[:5] + [unschedulable("drl-r1-rollout-1-x1", "rollout", index=1)]
+    fake = FakeKubeApi(pods=[stuck] * 12 + [healthy()], jobs={"drl-r1-trainer": [ACTIVE] * 13 + [COMPLETE]})
+    code, _, err = start(fake, objects, pending_timeout_s=0)
+    assert code == 0
+    assert len([line for line in err.splitlines() if "cannot be scheduled" in line]) == 1
+
+
+def test_backend_with_fake_kube_api_reports_a_pvc_that_no_class_binds(objects):
+    message = "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes " \
+              "are available: 3 Preemption is not helpful for scheduling."
+    pods = [p for p in healthy() if p.component != "s3"] + [unschedulable("drl-r1-s3-0", "s3", message)]
+    fake = FakeKubeApi(pods=[pods], storage_classes=KubeError(403, "Forbidden", "no"))
+    code, _, err = start(fake, objects, pending_timeout_s=30)
+    assert code == 1
+    assert f"drl: pod drl-r1-s3-0 cannot be scheduled: {message} (the S3 server's PVC is not bound" in err
+    assert "--s3-storage-class NAME, or --s3-storage emptydir" in err
+
+
+def test_backend_with_fake_kube_api_reports_pods_the_job_controller_cannot_create(objects):
+    """A worker refused by a ResourceQuota does not exist: only its Job's FailedCreate event says why."""
+    present = healthy(2)[:5]  # worker 1 was never created
+    event = EventState("Job", "drl-r1-rollout", "uid-drl-r1-rollout", "FailedCreate", QUOTA, 4)
+    fake = FakeKubeApi(pods=[present], events=[[event]])
+    code, _, err = start(fake, objects, pending_timeout_s=40)
+    assert code == 1
+    assert f"drl: Job drl-r1-rollout cannot create its pods: {QUOTA} (the namespace's ResourceQuota has no room " \
+           f"for it (kubectl -n {NS} describe resourcequota)" in err
+    assert len([line for line in err.splitlines() if line.startswith("drl: Job drl-r1-rollout cannot")]) == 1
+    assert "run r1 failed: it cannot start: Job drl-r1-rollout cannot create its pods" in err
+
+
+@pytest.mark.parametrize("event, pods", [
+    (EventState("Job", "drl-r1-rollout", "uid-of-an-earlier-run", "FailedCreate", QUOTA), healthy(2)[:5]),
+    (EventState("Job", "drl-r1-rollout", "uid-drl-r1-rollout", "FailedCreate", QUOTA), healthy(2)),
+    (EventState("StatefulSet", "drl-r1-s3", "", "FailedCreate", QUOTA), healthy(2)),
+    (EventState("Job", "drl-other-rollout", "", "FailedCreate", QUOTA), healthy(2)[:5]),
+], ids=["earlier-object-of-that-name", "pods-created-since", "statefulset-has-its-pod", "another-run"])
+def test_backend_with_fake_kube_api_ignores_failed_creates_that_are_over_or_not_its_own(objects, event, pods):
+    fake = FakeKubeApi(pods=[pods] * 8 + [healthy()], events=[[event]],
+                       jobs={"drl-r1-trainer": [ACTIVE] * 9 + [COMPLETE]})
+    code, _, err = start(fake, objects, pending_timeout_s=20)
+    assert code == 0 and "cannot create" not in err, err
+
+
+def test_backend_with_fake_kube_api_without_list_on_events_says_so_once_and_still_sees_unschedulable_pods(objects):
+    stuck = healthy(2)[:5] + [unschedulable("drl-r1-rollout-1-x1", "rollout", index=1)]
+    fake = FakeKubeApi(pods=[stuck], events=KubeError(403, "Forbidden", 'events is forbidden: cannot list "events"'))
+    code, _, err = start(fake, objects, pending_timeout_s=30)
+    assert code == 1 and fake.event_requests == 1
+    assert err.count("warning: events cannot be read (403 Forbidden") == 1
+    assert "pod drl-r1-rollout-1-x1 cannot be scheduled" in err
+
+
+def test_status_with_fake_kube_api_reports_what_cannot_start_and_exits_1(capsys):
+    from orchestrator.backends.kubernetes.status import show_status
+
+    stuck = healthy(2)[:5] + [unschedulable("drl-r1-rollout-1-x1", "rollout", index=1)]
+    fake = FakeKubeApi(pods=[stuck])
+    for obj in k8s.manifests(ExperimentConfig(workers=2), RUN, namespace=NS, env={}):
+        fake.create(obj)
+    out = io.StringIO()
+    assert show_status(RUN, NS, api=fake, stream=out) == 1
+    text = out.getvalue()
+    assert f"run r1 cannot start: pod drl-r1-rollout-1-x1 cannot be scheduled: {INSUFFICIENT}" in text
+    assert "Unschedulable: 0/3 nodes are available" in text, "the pod's row says it too"
+    fake.events = [[EventState("Job", "drl-r1-rollout", "uid-drl-r1-rollout", "FailedCreate", QUOTA)]]
+    fake.pods = [healthy(2)[:5]]
+    out = io.StringIO()
+    assert show_status(RUN, NS, api=fake, stream=out) == 1
+    assert f"run r1 cannot start: Job drl-r1-rollout cannot create its pods: {QUOTA}" in out.getvalue()
+    fake.pods = [healthy(2)]
+    assert show_status(RUN, NS, api=fake, stream=io.StringIO()) == 0

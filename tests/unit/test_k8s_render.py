@@ -635,3 +635,161 @@ def test_shards_on_several_external_servers_reach_the_pods_as_one_list(capsys, m
     for job in (o for o in objs if o["kind"] == "Job"):
         env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
         assert env["DRL_MEMORY_URL"] == servers, job["metadata"]["name"]
+
+
+# -- the S3 server's storage, and requests and limits from the command line ----------------------------------
+
+SMALL = {  # docs/kubernetes.md "Resources", the small profile: exactly these figures (helm/profiles/small.yaml)
+    "trainer": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
+    "rollout": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+    "evaluator": {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+    "redis": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+    "s3": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+}
+
+
+def resources_by_component(objects: list[dict]) -> dict[str, dict]:
+    out = {}
+    for obj in objects:
+        if obj["kind"] in ("Job", "StatefulSet"):
+            [container] = obj["spec"]["template"]["spec"]["containers"]
+            out[obj["metadata"]["labels"]["app.kubernetes.io/component"]] = container["resources"]
+    return out
+
+
+def test_s3_storage_emptydir_or_a_size_and_a_class(objects, capsys):
+    s3 = find(objects, "StatefulSet", "drl-r1-s3")["spec"]
+    [claim] = s3["volumeClaimTemplates"]
+    assert claim["spec"] == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}}
+    objs = rendered(capsys, FLAGS + ["--s3-storage", "emptydir"])
+    s3 = find(objs, "StatefulSet", "drl-r1-s3")["spec"]
+    assert "volumeClaimTemplates" not in s3 and "persistentVolumeClaimRetentionPolicy" not in s3
+    assert {"name": "data", "emptyDir": {}} in s3["template"]["spec"]["volumes"]
+    objs = rendered(capsys, FLAGS + ["--s3-storage", "20Gi", "--s3-storage-class", "fast-ssd"])
+    [claim] = find(objs, "StatefulSet", "drl-r1-s3")["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["storageClassName"] == "fast-ssd"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
+    for version in KUBE_VERSIONS:
+        for obj in objs:
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+@pytest.mark.parametrize("values", [
+    {"s3": {"persistence": {"enabled": False}}},
+    {"s3": {"persistence": {"size": "20Gi", "storageClass": "fast-ssd"}}},
+])
+def test_s3_storage_options_make_the_charts_s3_server(values):
+    persistence = values["s3"]["persistence"]
+    storage = persistence.get("size", "emptydir") if persistence.get("enabled", True) else "emptydir"
+    ours = {(o["kind"], o["metadata"]["name"]): without_helm(o) for o in k8s.manifests(
+        ExperimentConfig(), "r1", env={}, s3_storage=storage, s3_storage_class=persistence.get("storageClass", ""))}
+    theirs = {(d["kind"], d["metadata"]["name"]): without_helm(d) for d in charted_defaults(values)}
+    assert ours[("StatefulSet", "drl-r1-s3")] == theirs[("StatefulSet", "drl-r1-s3")]
+
+
+def test_profile_small_and_resources_set_requests_and_limits(objects, capsys):
+    assert resources_by_component(objects) == {c: k8s.RESOURCES[c] for c in k8s.RESOURCE_ROLES}
+    objs = rendered(capsys, FLAGS + ["--profile", "small"])
+    assert resources_by_component(objs) == SMALL
+    objs = rendered(capsys, FLAGS + ["--profile", "small", "--resources", "rollout.requests.cpu=250m,rollout.limits."
+                                     "memory=2Gi", "--resources", "trainer.limits.cpu=3"])
+    got = resources_by_component(objs)
+    assert got["rollout"] == {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
+    assert got["trainer"]["limits"] == {"cpu": "3", "memory": "4Gi"}
+    assert {c: got[c] for c in ("evaluator", "redis", "s3")} == {c: SMALL[c] for c in ("evaluator", "redis", "s3")}
+    for version in KUBE_VERSIONS:
+        for obj in objs:
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_the_small_profile_fits_a_node_of_2_cpus():
+    """2 rollout workers, the trainer, the evaluator, Valkey and the S3 server request at most 2 CPUs (and what
+    a small node's memory holds)."""
+    objs = k8s.manifests(ExperimentConfig(workers=2), "r1", env={}, resources=k8s.resources_for("small"))
+    pods = k8s.expected_pods(objs)
+    requests = resources_by_component(objs)
+    cpu = sum(k8s.parse_quantity(requests[c]["requests"]["cpu"]) * n for c, n in pods.items())
+    memory = sum(k8s.parse_quantity(requests[c]["requests"]["memory"]) * n for c, n in pods.items())
+    assert cpu == 1 and memory == 2.5 * 2**30
+
+
+def test_resources_like_the_charts_values():
+    """--resources ROLE.KIND.RES=Q sets what the chart's ROLE.resources.KIND.RES sets."""
+    settings = ("trainer.requests.cpu=2,trainer.limits.memory=12Gi", "rollout.limits.cpu=2", "s3.requests.memory=512Mi",
+                "redis.requests.cpu=500m,redis.limits.cpu=500m", "evaluator.requests.memory=1Gi")
+    values = {"trainer": {"resources": {"requests": {"cpu": "2"}, "limits": {"memory": "12Gi"}}},
+              "rollout": {"resources": {"limits": {"cpu": "2"}}},
+              "s3": {"resources": {"requests": {"memory": "512Mi"}}},
+              "redis": {"resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "500m"}}},
+              "evaluator": {"resources": {"requests": {"memory": "1Gi"}}}}
+    ours = k8s.manifests(ExperimentConfig(), "r1", env={}, resources=k8s.resources_for("", settings))
+    assert resources_by_component(ours) == resources_by_component(charted_defaults(values))
+    assert resources_by_component(ours) != resources_by_component(charted_defaults())
+
+
+def test_the_small_profile_is_the_charts_helm_profiles_small_yaml():
+    """PROFILES["small"] and helm/profiles/small.yaml give every pod the same requests and limits."""
+    path = ROOT / "helm" / "profiles" / "small.yaml"
+    assert path.exists(), "helm/profiles/small.yaml: the chart's small profile (docs/kubernetes.md 'Resources')"
+    values = yaml.safe_load(path.read_text())
+    assert {c: values[c]["resources"] for c in k8s.RESOURCE_ROLES} == SMALL == k8s.PROFILES["small"]
+    chart = resources_by_component(charted_defaults(values))
+    ours = resources_by_component(k8s.manifests(ExperimentConfig(), "r1", env={},
+                                                resources=k8s.resources_for("small")))
+    assert chart == ours
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--s3-storage", "lots"], "--s3-storage must be emptydir (no PVC: checkpoints are lost with the S3 server's pod) "
+                               "or the size of its PVC, such as 10Gi, got 'lots'"),
+    (["--s3-storage", "0"], "--s3-storage must be emptydir"),
+    (["--s3-storage", "emptydir", "--s3-storage-class", "fast"], "--s3-storage emptydir has none"),
+    (["--s3-storage-class", "Fast_SSD"], "--s3-storage-class must name a StorageClass"),
+    (["--profile", "tiny"], "argument --profile: invalid choice: 'tiny' (choose from 'default', 'small')"),
+    (["--resources", "worker.requests.cpu=1"], "the role must be one of trainer, rollout, evaluator, redis, s3"),
+    (["--resources", "rollout.request.cpu=1"], "set requests or limits of cpu or memory"),
+    (["--resources", "rollout.requests.gpu=1"], "set requests or limits of cpu or memory"),
+    (["--resources", "rollout.cpu=1"], "--resources takes ROLE.requests|limits.cpu|memory=QUANTITY"),
+    (["--resources", "rollout.requests.cpu"], "--resources takes ROLE.requests|limits.cpu|memory=QUANTITY"),
+    (["--resources", "rollout.requests.cpu=half"], "'half' is not a positive Kubernetes quantity"),
+    (["--resources", "rollout.requests.cpu=-1"], "'-1' is not a positive Kubernetes quantity"),
+    (["--resources", "rollout.requests.memory=1.5m"], "memory must be a whole number of bytes"),
+    (["--resources", "rollout.requests.cpu=2"], "rollout's cpu request 2 is above its limit 1; raise "
+                                                "rollout.limits.cpu or lower rollout.requests.cpu (--resources)"),
+    (["--profile", "small", "--resources", "trainer.limits.memory=768Mi"], "trainer's memory request 1Gi is above "
+                                                                           "its limit 768Mi"),
+    (["--resources", "trainer.limits.memory=1536Mi"], "trainer's memory request 2Gi is above its limit 1536Mi"),
+    (["--pending-timeout", "-1"], "--pending-timeout must be 0 (wait for ever) or more seconds, got '-1'"),
+    (["--pending-timeout", "soon"], "--pending-timeout takes seconds, got 'soon'"),
+])
+def test_bad_storage_and_resources_are_one_line_and_exit_2(capsys, args, expected):
+    code, out, err = render(capsys, FLAGS + args)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("drl-orchestrate: error: "), err
+    assert expected in lines[0], lines[0]
+
+
+def test_s3_storage_with_an_external_store_is_refused(capsys, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    code, _, err = render(capsys, FLAGS + ["--store", "s3://bucket/prefix", "--s3-storage", "emptydir"])
+    assert code == 2 and "--s3-storage and --s3-storage-class apply to the run's own S3 server" in err
+
+
+@pytest.mark.parametrize("flag", [["--s3-storage", "emptydir"], ["--s3-storage-class", "fast"], ["--profile", "small"],
+                                  ["--resources", "rollout.requests.cpu=250m"], ["--pending-timeout", "30"]])
+def test_kubernetes_only_flags_are_refused_for_local_runs_and_stay_out_of_the_configuration(capsys, flag):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*flag, "--workers", "1", "--steps", "1000"])
+    assert exit_info.value.code == 2
+    assert f"{flag[0]} applies to --backend kubernetes only" in capsys.readouterr().err
+    cfg = resolve_config(["--backend", "kubernetes", *flag])
+    assert cfg == resolve_config(["--backend", "kubernetes"])
+
+
+def test_parse_quantity():
+    assert k8s.parse_quantity("500m") == k8s.parse_quantity("0.5")
+    assert k8s.parse_quantity("1Gi") == 2**30 and k8s.parse_quantity("1G") == 10**9
+    assert k8s.parse_quantity(".5") == k8s.parse_quantity("500m")
+    assert k8s.parse_quantity("1e3") is None and k8s.parse_quantity("") is None and k8s.parse_quantity("1 Gi") is None

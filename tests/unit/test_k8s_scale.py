@@ -44,8 +44,11 @@ class FakeScaleApi(FakeKubeApi):
 
     def __init__(self, workers: int = 3, behaviour=scaler_ok, fail_patch: KubeError | None = None,
                  trainer_conditions: tuple = (), metrics: dict[str, str] | None = None,
-                 run_pods: list[PodState] | None = None):
+                 run_pods: list[PodState] | None = None, unreadable: tuple[str, ...] = (),
+                 no_scaler_pod: bool = False):
         super().__init__()
+        self.unreadable = unreadable  # the phases (retire, apply) whose scaler pod's log the API refuses
+        self.no_scaler_pod = no_scaler_pod
         for obj in k8s.manifests(ExperimentConfig(workers=workers), RUN, namespace=NS, env={}):
             self.create(obj)
         self.created.clear()
@@ -58,6 +61,7 @@ class FakeScaleApi(FakeKubeApi):
         self.metrics = metrics or {}
         self.run_pods = run_pods or []
         self.metrics_requests: list[tuple[str, int]] = []
+        self.phases: dict[str, str] = {}
 
     def create(self, obj: dict) -> None:
         super().create(obj)
@@ -65,6 +69,7 @@ class FakeScaleApi(FakeKubeApi):
             command = obj["spec"]["template"]["spec"]["containers"][0]["command"]
             self.calls.append(("scaler", " ".join(command[3:5])))
             self.scalers[obj["metadata"]["name"]] = self.behaviour(command[3:])
+            self.phases[obj["metadata"]["name"]] = command[3]
 
     def list_jobs(self, namespace: str, selector: str) -> list[dict]:
         assert namespace == NS and selector == f"drl.dev/run={RUN}"
@@ -94,7 +99,7 @@ class FakeScaleApi(FakeKubeApi):
     def list_pods(self, namespace: str, selector: str) -> list[PodState]:
         assert namespace == NS and selector == f"drl.dev/run={RUN}"
         pods = list(self.run_pods)
-        for name, (ok, _) in self.scalers.items():
+        for name, (ok, _) in self.scalers.items() if not self.no_scaler_pod else ():
             labels = {**k8s.labels(RUN, "scaler"), "batch.kubernetes.io/job-name": name}
             code = 0 if ok else 2
             pods.append(PodState(f"{name}-x", "Succeeded" if ok else "Failed", labels, {}, False, False, "", "",
@@ -103,6 +108,9 @@ class FakeScaleApi(FakeKubeApi):
 
     def pod_log(self, namespace: str, name: str, container: str, follow: bool = True):
         self.log_requests.append((name, container))
+        if self.phases[name.removesuffix("-x")] in self.unreadable:
+            raise KubeError(502, "Bad Gateway", "Get \"https://10.0.0.7:10250/containerLogs/...\": dial tcp: "
+                                                "connection refused")
         return iter(self.scalers[name.removesuffix("-x")][1])
 
     def pod_metrics(self, namespace: str, name: str, port: int, timeout: float = 5.0) -> str:
@@ -112,9 +120,9 @@ class FakeScaleApi(FakeKubeApi):
         return self.metrics[name]
 
 
-def scale(fake: FakeScaleApi, workers: int) -> tuple[int, str]:
+def scale(fake: FakeScaleApi, workers: int, tokens=("ab12c", "cd34e", "ef56a")) -> tuple[int, str]:
     err = io.StringIO()
-    tokens = iter(["ab12c", "cd34e", "ef56a"])
+    tokens = iter(tokens)
     code = KubeScale(fake, RUN, NS, err=err, sleep=fake.sleep, clock=fake.clock, token=lambda: next(tokens)).scale(
         workers)
     return code, err.getvalue()
@@ -186,6 +194,70 @@ def test_scale_up_with_fake_kube_api_and_nothing_left_leaves_the_job_alone():
     code, err = scale(fake, 5)
     assert code == 0 and fake.patches == []
     assert "has nothing left to produce; the rollout Job stays at 2 workers" in err
+
+
+def test_scale_up_with_fake_kube_api_and_an_unreadable_result_fails_and_changes_no_job():
+    """The scaler completed, but its pod's log cannot be read: without its result the Job's new size is unknown,
+    so scaling fails with exit 1 and says what is left and that the same scale may be run again (before: "has
+    nothing left to produce; the rollout Job stays at 2 workers", exit 0; tests/cluster/test_orchestrator.py
+    shows the same on a real control plane)."""
+    fake = FakeScaleApi(workers=2, unreadable=("apply",))
+    code, err = scale(fake, 4)
+    assert code == 1 and fake.patches == []
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("drl-orchestrate: scaling run r1 failed: the scaler Job drl-r1-scaler-ab12c (apply) "
+                           "completed, but its result cannot be read: the log of pod drl-r1-scaler-ab12c-x cannot be "
+                           "read (502 Bad Gateway: ")
+    assert ("; the rollout Job is unchanged at 2 workers; the new workers' shares may already be registered in the "
+            "run's memory server; run the same scale again (drl-orchestrate scale r1 --workers 4 --namespace "
+            "team-a): every step is safe to repeat; see kubectl -n team-a logs job/drl-r1-scaler-ab12c") in last
+    assert "nothing left to produce" not in err
+    fake.unreadable = ()
+    assert scale(fake, 4, tokens=("0a0a0",))[0] == 0, "running it again finishes"
+    assert fake.patches[-1][1]["spec"]["completions"] == 4
+
+
+@pytest.mark.parametrize("lines, why", [
+    (["drl-scaler: 4 rollout workers share the 9,000 steps left"], "its log holds no result line"),
+    (["{not json"], "its result line is not JSON"),
+])
+def test_scale_with_fake_kube_api_and_no_result_in_the_log_fails(lines, why):
+    fake = FakeScaleApi(workers=2, behaviour=lambda args: (True, lines))
+    code, err = scale(fake, 4)
+    assert code == 1 and fake.patches == []
+    assert f"completed, but its result cannot be read: {why}" in err
+
+
+def test_scale_with_fake_kube_api_without_the_scaler_pod_fails():
+    fake = FakeScaleApi(workers=2, no_scaler_pod=True)
+    code, err = scale(fake, 4)
+    assert code == 1 and "its result cannot be read: its pod is gone" in err
+
+
+def test_scale_down_with_fake_kube_api_needs_no_result_of_retire_but_one_of_apply():
+    fake = FakeScaleApi(workers=3, unreadable=("retire",))
+    assert scale(fake, 1)[0] == 0, "retire's completion is all scaling needs of it"
+    fake = FakeScaleApi(workers=3, unreadable=("apply",))
+    code, err = scale(fake, 1)
+    assert code == 1 and fake.patches[-1][1]["spec"]["completions"] == 1
+    assert "the rollout Job is at 1 workers, but the shares of the steps left may not be spread over them yet" in err
+
+
+def test_scale_with_fake_kube_api_gives_up_on_a_scaler_pod_that_cannot_be_scheduled():
+    class Stuck(FakeScaleApi):
+        def job_status(self, namespace, name):
+            return JobState(name, active=1) if name in self.scalers else super().job_status(namespace, name)
+
+        def list_pods(self, namespace, selector):
+            labels = {**k8s.labels(RUN, "scaler"), "batch.kubernetes.io/job-name": next(iter(self.scalers))}
+            return [PodState("drl-r1-scaler-ab12c-x", "Pending", labels, {}, False, False, "Unschedulable",
+                             "0/3 nodes are available: 3 Insufficient memory.")]
+
+    fake = Stuck(workers=2)
+    code, err = scale(fake, 4)
+    assert code == 1 and fake.patches == []
+    assert ("the scaler pod of Job drl-r1-scaler-ab12c cannot start: it cannot be scheduled: 0/3 nodes are available: "
+            "3 Insufficient memory.; the rollout Job is unchanged at 2 workers") in err
 
 
 def test_scaler_job_with_fake_kube_api_runs_like_the_trainer_and_is_valid():
@@ -470,7 +542,8 @@ def test_the_installed_kubernetes_client_returns_the_repr_of_a_text_body(proxy_s
     assert raw.startswith("b'") and raw != page
 
 
-def test_pod_metrics_with_the_real_client_decodes_the_page_and_status_shows_its_counters(proxy_server):
+def test_pod_metrics_with_the_real_client_decodes_the_page_and_status_with_fake_kube_api_shows_its_counters(
+        proxy_server):
     server, handler = proxy_server
     page = metrics_page("trainer", "trainer", "running", env_steps=4000, policy_version=7,
                         transitions_per_s=512.5) + "# é\n"

@@ -37,6 +37,11 @@ class KubernetesBackend:
         for flag, image in (("--image", deployment.image), ("--s3-image", deployment.s3_image)):
             if any(c.isspace() for c in image):
                 raise UserError(f"{flag} must name an image, got {image!r}")
+        manifests.check_s3_storage(deployment.s3_storage, deployment.s3_storage_class)
+        manifests.resources_for(deployment.profile, deployment.resources)
+        if deployment.pending_timeout is not None and not deployment.pending_timeout >= 0:
+            raise UserError(f"--pending-timeout must be 0 (wait for ever) or more seconds, got "
+                            f"{deployment.pending_timeout:g}")
 
     @staticmethod
     def namespace(deployment: Deployment) -> str:
@@ -48,11 +53,17 @@ class KubernetesBackend:
             manifests.check_run_name(cfg.run_name)
         manifests.check_memory_url(cfg.memory)
         manifests.check_store_url(cfg.store)
+        if cfg.store and (deployment.s3_storage or deployment.s3_storage_class):
+            raise UserError("--s3-storage and --s3-storage-class apply to the run's own S3 server; with --store "
+                            "the run uses your S3 store instead")
         namespace = self.namespace(deployment)
         run = cfg.run_name or default_kubernetes_run_name(cfg.preset, cfg.env, cfg.mode)
         cfg = dataclasses.replace(cfg, run_name=run)
         objects = manifests.manifests(cfg, run, image=deployment.image or manifests.DEFAULT_IMAGE,
-                                      namespace=namespace, s3_image=deployment.s3_image or manifests.S3_IMAGE)
+                                      namespace=namespace, s3_image=deployment.s3_image or manifests.S3_IMAGE,
+                                      resources=manifests.resources_for(deployment.profile, deployment.resources),
+                                      s3_storage=deployment.s3_storage or manifests.S3_STORAGE,
+                                      s3_storage_class=deployment.s3_storage_class)
         return cfg, namespace, objects
 
     def run(self, cfg: ExperimentConfig, deployment: Deployment, resume: bool = False) -> int:
@@ -61,7 +72,8 @@ class KubernetesBackend:
         cfg, namespace, objects = self.objects(cfg, deployment)
         print(f"drl: run {cfg.run_name} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, "
               f"{cfg.steps:,} steps) -> Kubernetes namespace {namespace}", file=sys.stderr)
-        return run_kubernetes(cfg.run_name, objects, namespace=namespace, detach=deployment.detach)
+        options = {} if deployment.pending_timeout is None else {"pending_timeout_s": deployment.pending_timeout}
+        return run_kubernetes(cfg.run_name, objects, namespace=namespace, detach=deployment.detach, **options)
 
     def render(self, cfg: ExperimentConfig, deployment: Deployment) -> str:
         return manifests.to_yaml(self.objects(cfg, deployment)[2])

@@ -30,6 +30,7 @@ KINDS = {
     "Job": ("batch", "job"),
     "Pod": ("core", "pod"),
     "NetworkPolicy": ("networking", "network_policy"),
+    "Event": ("core", "event"),
 }
 # The order `delete` removes a run in: what runs first, then what it uses.
 RUN_KINDS = ("Job", "StatefulSet", "Service", "NetworkPolicy", "RoleBinding", "Role", "ServiceAccount", "Secret",
@@ -103,6 +104,23 @@ class JobState:
         return next((c for c in self.conditions if c.type == kind and c.status == "True"), None)
 
 
+@dataclass(frozen=True)
+class EventState:
+    """A Warning event about one object (``involvedObject``): e.g. a Job's ``FailedCreate`` ("Error creating:
+    pods ... is forbidden: exceeded quota: ...")."""
+
+    kind: str
+    name: str
+    uid: str = ""
+    reason: str = ""
+    message: str = ""
+    count: int = 1
+
+
+DEFAULT_CLASS_ANNOTATIONS = ("storageclass.kubernetes.io/is-default-class",
+                             "storageclass.beta.kubernetes.io/is-default-class")
+
+
 def kubeconfig_path() -> str:
     """``$KUBECONFIG`` (one path or a list) read now, not when the client was imported."""
     return os.environ.get("KUBECONFIG") or "~/.kube/config"
@@ -168,14 +186,17 @@ class KubeApi:
         self.client = client
         self.groups = {"core": client.CoreV1Api(), "apps": client.AppsV1Api(), "batch": client.BatchV1Api(),
                        "rbac": client.RbacAuthorizationV1Api(), "networking": client.NetworkingV1Api(),
-                       "version": client.VersionApi()}
+                       "storage": client.StorageV1Api(), "version": client.VersionApi()}
 
     def _call(self, kind: str, verb: str, *args, **kwargs):
+        group, suffix = KINDS[kind]
+        return self._invoke(group, f"{verb}_namespaced_{suffix}", *args, **kwargs)
+
+    def _invoke(self, group: str, name: str, *args, **kwargs):
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        group, suffix = KINDS[kind]
-        method = getattr(self.groups[group], f"{verb}_namespaced_{suffix}")
+        method = getattr(self.groups[group], name)
         try:
             return method(*args, **kwargs)
         except ApiException as exc:
@@ -186,6 +207,24 @@ class KubeApi:
 
     def create(self, obj: dict) -> None:
         self._call(obj["kind"], "create", obj["metadata"]["namespace"], obj)
+
+    def storage_classes(self) -> list[tuple[str, bool]]:
+        """(name, is the default) of every StorageClass of the cluster: ``list`` on the cluster-scoped
+        ``storageclasses``, which a namespaced Role cannot grant (then ``KubeError`` 403)."""
+        items = self._invoke("storage", "list_storage_class").items
+        return [(item.metadata.name, any((item.metadata.annotations or {}).get(a) == "true"
+                                         for a in DEFAULT_CLASS_ANNOTATIONS)) for item in items]
+
+    def list_events(self, namespace: str, reason: str = "") -> list[EventState]:
+        """The namespace's Warning events (of ``reason``, when given): ``list`` on ``events``."""
+        selector = "type=Warning" + (f",reason={reason}" if reason else "")
+        items = self._call("Event", "list", namespace, field_selector=selector).items
+        out = []
+        for e in items:
+            involved = e.involved_object
+            out.append(EventState(involved.kind or "", involved.name or "", involved.uid or "", e.reason or "",
+                                  (e.message or "").strip(), e.count or 1))
+        return out
 
     def server_version(self) -> tuple[int, int] | None:
         """(major, minor) of the API server (``GET /version``, which every account may read: no RBAC rule; the
@@ -306,6 +345,8 @@ class Api(Protocol):
     """What the backend needs of ``KubeApi`` (and what a fake provides)."""
 
     def create(self, obj: dict) -> None: ...
+    def storage_classes(self) -> list[tuple[str, bool]]: ...
+    def list_events(self, namespace: str, reason: str = "") -> list[EventState]: ...
     def server_version(self) -> tuple[int, int] | None: ...
     def delete(self, kind: str, namespace: str, name: str, propagation: str = "Background") -> bool: ...
     def delete_pod(self, namespace: str, name: str) -> bool: ...

@@ -19,6 +19,7 @@ import os
 import re
 import secrets
 from dataclasses import dataclass
+from decimal import Decimal
 from urllib.parse import urlsplit
 
 from drl.config import ExperimentConfig
@@ -38,6 +39,7 @@ PREFIX = "runs"
 REDIS_PORT = 6379
 S3_PORT = 9000
 S3_STORAGE = "10Gi"  # the S3 server's PVC: checkpoints survive its pod moving
+S3_EMPTYDIR = "emptydir"  # --s3-storage emptydir: no PVC; checkpoints and policies go with the S3 server's pod
 
 RUN_DIR = "/var/lib/drl/run"
 CACHE_DIR = "/var/cache/drl"
@@ -62,6 +64,24 @@ RESOURCES = {
     "s3": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
     "scaler": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
 }
+# The components whose requests and limits a run may set (--profile, --resources; the chart's
+# <component>.resources); the scaler Job keeps its own small ones.
+RESOURCE_ROLES = ("trainer", "rollout", "evaluator", "redis", "s3")
+# Named sets of requests and limits (--profile NAME), the same figures as the chart's helm/profiles/NAME.yaml.
+# small: a run with 2 rollout workers fits one node of 2 CPUs (requests 1 CPU, 2.5 GiB; every pod Burstable).
+PROFILES = {
+    "default": {role: RESOURCES[role] for role in RESOURCE_ROLES},
+    "small": {
+        "trainer": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
+        "rollout": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+        "evaluator": {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+        "redis": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+        "s3": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+    },
+}
+# How long a followed run waits while a pod cannot be scheduled or created (--pending-timeout): long enough for
+# a cluster autoscaler's new node, short enough that a run that cannot fit is given up while the user watches.
+PENDING_TIMEOUT_S = 120.0
 GROUP_ENV = ("DRL_LEARNER_RANK", "MASTER_ADDR", "MASTER_PORT")
 # An Indexed Job's replacement pod starts only once the pod it replaces has failed, not while that pod is still
 # terminating (the default, TerminatingOrFailed, runs both at once: two processes with one identity); Kubernetes
@@ -158,6 +178,92 @@ def check_store_url(url: str) -> None:
         raise UserError("store URL must not carry credentials; use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
 
 
+_QUANTITY = re.compile(r"^(?P<number>[0-9]+(\.[0-9]*)?|\.[0-9]+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|)$")
+_SUFFIX = {"": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+def parse_quantity(text: str) -> Decimal | None:
+    """The value of a Kubernetes quantity in the forms requests and limits are written in (``500m``, ``2``,
+    ``1.5``, ``256Mi``, ``1G``); None for anything else (no exponents, no sign: the API server takes those, but
+    nobody writes a request so)."""
+    match = _QUANTITY.match(text)
+    if not match:
+        return None
+    return Decimal(match.group("number")) * Decimal(_SUFFIX[match.group("suffix")])
+
+
+def resource_settings(settings: tuple[str, ...] | list[str]) -> list[tuple[str, str, str, str]]:
+    """(role, requests|limits, cpu|memory, quantity) of each ``ROLE.requests|limits.cpu|memory=QUANTITY`` (an
+    entry may hold several, separated by commas); an unknown role, key or quantity is one ``UserError`` line."""
+    out = []
+    form = "ROLE.requests|limits.cpu|memory=QUANTITY, e.g. rollout.requests.cpu=250m"
+    for entry in settings:
+        for item in (part.strip() for part in entry.split(",")):
+            if not item:
+                continue
+            path, eq, value = item.partition("=")
+            parts = path.strip().split(".")
+            if not eq or len(parts) != 3:
+                raise UserError(f"--resources takes {form}; got {item!r}")
+            role, kind, resource = parts
+            if role not in RESOURCE_ROLES:
+                raise UserError(f"--resources {item!r}: the role must be one of {', '.join(RESOURCE_ROLES)}")
+            if kind not in ("requests", "limits") or resource not in ("cpu", "memory"):
+                raise UserError(f"--resources {item!r}: set requests or limits of cpu or memory ({form})")
+            value = value.strip()
+            amount = parse_quantity(value)
+            if amount is None or amount <= 0:
+                raise UserError(f"--resources {item!r}: {value!r} is not a positive Kubernetes quantity "
+                                f"(cpu: 500m, 1, 2.5; memory: 512Mi, 4Gi, 1G)")
+            if resource == "memory" and amount != amount.to_integral_value():
+                raise UserError(f"--resources {item!r}: memory must be a whole number of bytes (use Mi or Gi)")
+            out.append((role, kind, resource, value))
+    return out
+
+
+def resources_for(profile: str = "", settings: tuple[str, ...] | list[str] = ()) -> dict[str, dict]:
+    """Requests and limits per component (``RESOURCE_ROLES``): the profile's (``PROFILES``; empty: ``default``,
+    the chart's values.yaml), then each of ``settings`` (``resource_settings``), as ``helm --set
+    ROLE.resources.requests.cpu=...`` sets them. Refuses, in one line, an unknown profile and a request above its
+    limit (which the API server would refuse only once the run is half created)."""
+    name = profile or "default"
+    if name not in PROFILES:
+        raise UserError(f"--profile must be one of {', '.join(PROFILES)}, got {profile!r}")
+    out = json.loads(json.dumps(PROFILES[name]))
+    for role, kind, resource, value in resource_settings(settings):
+        out[role][kind][resource] = value
+    for role, spec in out.items():
+        for resource in ("cpu", "memory"):
+            request, limit = spec["requests"].get(resource), spec["limits"].get(resource)
+            if request and limit and parse_quantity(request) > parse_quantity(limit):
+                raise UserError(f"{role}'s {resource} request {request} is above its limit {limit}; raise "
+                                f"{role}.limits.{resource} or lower {role}.requests.{resource} (--resources)")
+    return out
+
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def check_s3_storage(storage: str, storage_class: str = "") -> str:
+    """``--s3-storage``: ``emptydir`` or the size of the S3 server's PVC (empty: ``S3_STORAGE``), returned as
+    ``manifests`` takes it; ``--s3-storage-class`` must be a StorageClass name and needs a PVC."""
+    storage = storage.strip() or S3_STORAGE
+    if storage.lower() == S3_EMPTYDIR:
+        if storage_class:
+            raise UserError(f"--s3-storage-class names the class of the S3 server's PVC; --s3-storage "
+                            f"{S3_EMPTYDIR} has none")
+        return S3_EMPTYDIR
+    amount = parse_quantity(storage)
+    if amount is None or amount <= 0 or amount != amount.to_integral_value():
+        raise UserError(f"--s3-storage must be {S3_EMPTYDIR} (no PVC: checkpoints are lost with the S3 server's pod) "
+                        f"or the size of its PVC, such as 10Gi, got {storage!r}")
+    if storage_class and (len(storage_class) > 253 or not _DNS_SUBDOMAIN.match(storage_class)):
+        raise UserError(f"--s3-storage-class must name a StorageClass (lowercase letters, digits, '-' and '.'), "
+                        f"got {storage_class!r}")
+    return storage
+
+
 def make_credentials(memory_url: str, store_url: str, env: dict[str, str] | None = None) -> Credentials:
     """Generated values for the run's own Valkey and S3 server; the orchestrator's environment for external ones.
 
@@ -192,14 +298,18 @@ def make_credentials(memory_url: str, store_url: str, env: dict[str, str] | None
 def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, namespace: str = "default",
               memory_url: str | None = None, store_url: str | None = None, credentials: Credentials | None = None,
               env: dict[str, str] | None = None, redis_image: str = REDIS_IMAGE,
-              s3_image: str = S3_IMAGE, kube_version: tuple[int, int] | None = None) -> list[dict]:
+              s3_image: str = S3_IMAGE, kube_version: tuple[int, int] | None = None,
+              resources: dict[str, dict] | None = None, s3_storage: str = S3_STORAGE,
+              s3_storage_class: str = "") -> list[dict]:
     """Every object of a run, in creation order: identity and access, configuration, data services, Jobs.
 
     ``memory_url``/``store_url`` default to the configuration's ``memory``/``store``; empty ones add the run's
     own Valkey and S3 server (``s3_image``, a SeaweedFS image). ``credentials`` default to ``make_credentials``
     (generated, or from ``env``); ``env`` also supplies an external store's ``DRL_S3_ENDPOINT``. Names and
     labels follow docs/kubernetes.md. ``kube_version``: the (major, minor) of the API server the objects are
-    for (``for_server``); None, as for ``render``, is a current one.
+    for (``for_server``); None, as for ``render``, is a current one. ``resources``: requests and limits per
+    component (``resources_for``; None: the chart's defaults). ``s3_storage``: the size of the S3 server's PVC,
+    or ``emptydir`` for none; ``s3_storage_class``: the PVC's StorageClass (empty: the cluster's default).
     """
     check_run_name(run)
     check_namespace(namespace)
@@ -207,6 +317,8 @@ def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, na
     store_url = cfg.store if store_url is None else store_url
     check_memory_url(memory_url)
     check_store_url(store_url)
+    s3_storage = check_s3_storage(s3_storage, s3_storage_class)
+    resources = resources_for() if resources is None else resources
     env = dict(os.environ if env is None else env)
     credentials = credentials or make_credentials(memory_url, store_url, env)
     cfg = dataclasses.replace(cfg, run_name=run)
@@ -219,7 +331,8 @@ def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, na
         s3_endpoint = f"http://{name}-s3:{S3_PORT}"
     else:
         s3_endpoint = env.get("DRL_S3_ENDPOINT", "")
-    ctx = _Context(run, name, namespace, image, s3_endpoint, builtin_store)
+    ctx = _Context(run, name, namespace, image, s3_endpoint, builtin_store,
+                   {role: resources.get(role, RESOURCES[role]) for role in RESOURCE_ROLES})
 
     objects = [
         _meta("v1", "ServiceAccount", name, ctx, "rbac", automountServiceAccountToken=False),
@@ -237,7 +350,7 @@ def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, na
     if builtin_memory:
         objects += _redis(ctx, redis_image)
     if builtin_store:
-        objects += _s3(ctx, s3_image)
+        objects += _s3(ctx, s3_image, "" if s3_storage == S3_EMPTYDIR else s3_storage, s3_storage_class)
     group = group_name(name)
     workloads = fold_learners(plan(cfg, run=run, run_dir=RUN_DIR, memory_url=memory_url, store_url=store_url,
                                    python="python", learner_address=f"{name}-trainer-0.{group}",
@@ -294,6 +407,7 @@ class _Context:
     image: str
     s3_endpoint: str
     builtin_store: bool
+    resources: dict[str, dict]
 
 
 def _meta(api_version: str, kind: str, name: str, ctx: _Context, component: str, **body) -> dict:
@@ -368,7 +482,7 @@ def _job(ctx: _Context, workload: Workload, gpu: bool = False) -> dict:
     volumes = {"tmp": {}, "heartbeat": {"medium": "Memory", "sizeLimit": "1Mi"}, "run": {}, "cache": {}}
     pod_security, container_security = _security()
     probe = {"grpc": {"port": CONTROL_PORT}, "timeoutSeconds": 5}
-    resources = json.loads(json.dumps(RESOURCES[workload.role]))
+    resources = json.loads(json.dumps(ctx.resources[workload.role]))
     if gpu:
         resources["limits"][GPU_RESOURCE] = 1
     container = {
@@ -409,17 +523,17 @@ def _group_service(ctx: _Context) -> dict:
 
 
 def _stateful_set(ctx: _Context, component: str, container: dict, port: int, uid: int, gid: int,
-                  storage: str = "") -> list[dict]:
+                  storage: str = "", storage_class: str = "") -> list[dict]:
     """A single-replica StatefulSet and its Service, with ``/data`` on an emptyDir (the pod's lifetime) or, with
-    ``storage``, on a PVC of that size that goes with the StatefulSet (the run's lifetime), as the chart's
-    ``persistence`` does."""
+    ``storage``, on a PVC of that size (of ``storage_class``, else the cluster's default class) that goes with
+    the StatefulSet (the run's lifetime), as the chart's ``persistence`` does."""
     name = f"{ctx.name}-{component}"
     port_name = container["ports"][0]["name"]
     pod_security, container_security = _security(uid, gid)
     if component == "s3":
         pod_security["fsGroupChangePolicy"] = "OnRootMismatch"
     selector = _selector(ctx, component)
-    container = {**container, "imagePullPolicy": "IfNotPresent", "resources": RESOURCES[component],
+    container = {**container, "imagePullPolicy": "IfNotPresent", "resources": ctx.resources[component],
                  "securityContext": container_security, "volumeMounts": _mounts({"data": "/data", "tmp": "/tmp"})}
     service = _meta("v1", "Service", name, ctx, component,
                     spec={"type": "ClusterIP", "selector": selector,
@@ -434,7 +548,9 @@ def _stateful_set(ctx: _Context, component: str, container: dict, port: int, uid
         spec["volumeClaimTemplates"] = [{
             "apiVersion": "v1", "kind": "PersistentVolumeClaim",
             "metadata": {"name": "data", "labels": labels(ctx.run, component)},
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}}}]
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                     **({"storageClassName": storage_class} if storage_class else {}),
+                     "resources": {"requests": {"storage": storage}}}}]
     return [service, _meta("apps/v1", "StatefulSet", name, ctx, component, spec=spec)]
 
 
@@ -459,9 +575,10 @@ S3_IDENTITY = ('{"identities":[{"name":"drl","credentials":[{"accessKey":"%s","s
                '"actions":["Admin","Read","Write","List","Tagging"]}]}')
 
 
-def _s3(ctx: _Context, image: str) -> list[dict]:
+def _s3(ctx: _Context, image: str, storage: str = S3_STORAGE, storage_class: str = "") -> list[dict]:
     """The run's own S3 server: SeaweedFS in one process (``weed mini``) on port 9000, its one identity written
-    from the Secret to a file at start (the keys are in no argument), checkpoints on a PVC."""
+    from the Secret to a file at start (the keys are in no argument), checkpoints on a PVC of ``storage`` (of
+    ``storage_class``), or on an emptyDir when ``storage`` is empty."""
     script = (f"umask 077\nprintf '{S3_IDENTITY}' \"$S3_ACCESS_KEY\" \"$S3_SECRET_KEY\" > /tmp/s3.json\n"
               f"exec weed mini -dir=/data -ip.bind=0.0.0.0 -s3.port={S3_PORT} -s3.config=/tmp/s3.json -webdav=false "
               "-admin.ui=false\n")
@@ -477,7 +594,7 @@ def _s3(ctx: _Context, image: str) -> list[dict]:
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": "s3"}, "initialDelaySeconds": 5,
                            "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 3},
     }
-    return _stateful_set(ctx, "s3", container, S3_PORT, S3_UID, 1000, storage=S3_STORAGE)
+    return _stateful_set(ctx, "s3", container, S3_PORT, S3_UID, 1000, storage=storage, storage_class=storage_class)
 
 
 # An in-cluster drl-orchestrate's pods, by the labels docs/security.md asks them to carry: they may reach the

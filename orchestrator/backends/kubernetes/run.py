@@ -1,9 +1,11 @@
 """Creating a Kubernetes run and watching it the way the local backend watches processes; deleting it.
 
-``run_kubernetes`` creates the objects of ``manifests.manifests`` (undoing what it created if one fails), then,
-unless detached, polls the run's pods and Jobs: it reports once every pod is ready, prints the trainer's log as
-it comes, replaces rollout pods that crash-loop (deleting one makes the Indexed Job recreate that worker index,
-which continues its sequence numbers), and ends with the trainer's outcome. ``delete_run`` removes every object
+``run_kubernetes`` checks that a PVC of the run can be bound (``check_storage``), creates the objects of
+``manifests.manifests`` (undoing what it created if one fails), then, unless detached, polls the run's pods and
+Jobs: it reports once every pod is ready, reports at once a pod that cannot be scheduled or created (and gives
+the run up when one stays so for ``--pending-timeout``), prints the trainer's log as it comes, replaces rollout
+pods that crash-loop (deleting one makes the Indexed Job recreate that worker index, which continues its
+sequence numbers), and ends with the trainer's outcome. ``delete_run`` removes every object
 carrying the run's label. Everything goes through ``KubeApi`` (``api``), so tests drive this module with a fake
 of it.
 """
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable, TextIO
 
 from drl.errors import UserError
-from orchestrator.backends.kubernetes import manifests
+from orchestrator.backends.kubernetes import manifests, pending
 from orchestrator.backends.kubernetes.api import FATAL_WAITING, RUN_KINDS, Api, KubeError, PodState, default_api
 
 RESTART_THRESHOLD = 3
@@ -27,11 +29,46 @@ API_ERROR_LIMIT_S = 300.0
 WAITING_REPORT_EVERY_S = 30.0
 WAITING_CHANGE_EVERY_S = 5.0
 LOG_DRAIN_S = 10.0
+PENDING_TIMEOUT_S = manifests.PENDING_TIMEOUT_S  # --pending-timeout: a pod that cannot start ends a followed run
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 PULL_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
 IMAGE_HINT = ("; the drl image is published nowhere: build it (docker build -f docker/Dockerfile -t REGISTRY/drl:TAG "
               ".), push it where the cluster pulls from and pass --image REGISTRY/drl:TAG (on kind: "
               "scripts/kind-up.sh builds and loads drl:dev; --image drl:dev)")
+
+
+def check_storage(api: Api, objects: list[dict], err: TextIO) -> None:
+    """Refuses, before anything is created, a run whose PVC no StorageClass would provision: one without a
+    class where the cluster has no default class, or one naming a class the cluster lacks (its pod would stay
+    Pending for ever). Where the account may not list StorageClasses (cluster-scoped: a namespaced Role such as
+    the chart's ``rbac.create`` cannot grant it), it says so and goes on: a PVC that stays unbound is then
+    reported by the watcher, as the scheduler's "unbound immediate PersistentVolumeClaims"."""
+    claims = [(obj, template) for obj in objects if obj["kind"] == "StatefulSet"
+              for template in obj["spec"].get("volumeClaimTemplates") or ()]
+    if not claims:
+        return
+    try:
+        classes = api.storage_classes()
+    except KubeError as exc:
+        print(f"drl: StorageClasses cannot be listed ({exc.status or exc.reason}); a PVC that no class binds "
+              f"shows below as a pod that cannot be scheduled", file=err, flush=True)
+        return
+    names = [name for name, _ in classes]
+    defaults = [name for name, default in classes if default]
+    have = f"this cluster has {', '.join(names)}" if names else "this cluster has no StorageClass"
+    for obj, template in claims:
+        component = obj["metadata"]["labels"].get("app.kubernetes.io/component", obj["metadata"]["name"])
+        size = template["spec"]["resources"]["requests"]["storage"]
+        wanted = template["spec"].get("storageClassName")
+        what = f"the {component} server's {size} PVC (StatefulSet {obj['metadata']['name']})"
+        options = ("pass --s3-storage-class NAME, or --s3-storage emptydir (no PVC: policies and checkpoints are "
+                   "lost with the S3 server's pod)")
+        if wanted and wanted not in names:
+            raise UserError(f"StorageClass {wanted!r} of {what} does not exist ({have}); {options}; nothing was "
+                            f"created")
+        if not wanted and not defaults:
+            raise UserError(f"the cluster has no default StorageClass, so {what} would never be bound and its pod "
+                            f"would wait for ever ({have}); {options}; nothing was created")
 
 
 class RunFailed(Exception):
@@ -82,6 +119,7 @@ class KubeRun:
     restart_threshold: int = RESTART_THRESHOLD
     image_error_grace_s: float = IMAGE_ERROR_GRACE_S
     api_error_limit_s: float = API_ERROR_LIMIT_S
+    pending_timeout_s: float = PENDING_TIMEOUT_S
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
 
@@ -96,6 +134,9 @@ class KubeRun:
         self._waiting_reported = -WAITING_REPORT_EVERY_S
         self._ready_reported = -1
         self._api_failing_since: float | None = None
+        self.pending_since: dict[str, float] = {}
+        self.pending_reported: set[str] = set()
+        self.events_readable = True
 
     def say(self, text: str) -> None:
         print(f"drl: {text}", file=self.err, flush=True)
@@ -148,8 +189,34 @@ class KubeRun:
                                 f"{self._hint(role)}")
         self._replace_rollouts(pods)
         self._check_images(pods)
+        self._check_pending(pods)
         self._report_readiness(pods)
         return False
+
+    def _check_pending(self, pods: list[PodState]) -> None:
+        """Reports each new reason why pods cannot be scheduled or created as soon as it shows, and fails the run
+        when one pod (or one Job's or StatefulSet's missing pods) stays so for ``pending_timeout_s`` (0: never).
+        A Role without ``list`` on events is said once; unschedulable pods are still seen."""
+        if self.events_readable:
+            found, trouble = pending.read_problems(self.api, self.namespace, self.run, pods)
+            if trouble:
+                self.events_readable = False
+                self.say(f"warning: {trouble}")
+        else:
+            found = pending.unschedulable(pods)
+        now = self.clock()
+        self.pending_since = {p.key: self.pending_since.get(p.key, now) for p in found}
+        groups = {p.group for p in found}
+        for group, line in pending.describe(found, self.namespace):
+            if group not in self.pending_reported:
+                self.say(line)
+        self.pending_reported = groups
+        if found and self.pending_timeout_s > 0:
+            longest = now - min(self.pending_since.values())
+            if longest >= self.pending_timeout_s:
+                lines = "; ".join(line for _, line in pending.describe(found, self.namespace))
+                raise RunFailed(f"it cannot start: {lines} (for {longest:.0f} s; --pending-timeout "
+                                f"{self.pending_timeout_s:g})")
 
     def _hint(self, role: str) -> str:
         return f"see kubectl -n {self.namespace} logs job/{self.name}-{role}"
@@ -294,6 +361,7 @@ def run_kubernetes(run: str, objects: list[dict], *, namespace: str, detach: boo
               f"while its predecessor is still terminating; the memory server's fencing keeps one writer per "
               f"identity", file=err, flush=True)
     objects = manifests.for_server(objects, version)
+    check_storage(api, objects, err)
     create_objects(api, objects)
     name = manifests.object_name(run)
     print(f"drl: created {len(objects)} objects of run {run} in namespace {namespace}", file=err, flush=True)

@@ -2,7 +2,9 @@
 
 The orchestrator changes only the rollout Indexed Job; the membership and shares in the run's memory server
 change inside the cluster, in scaler Jobs (``orchestrator.scaler``, made by ``manifests.scaler_job``), whose
-results are read from their pods' logs.
+results are read from their pods' logs. A result that cannot be read (no scaler pod, its log refused, no JSON
+line in it) fails the scaling with exit 1 rather than guessing: the step did run, but what it decided (how large
+the rollout Job must be) is unknown, and running the same scale again finishes it.
 """
 
 from __future__ import annotations
@@ -79,6 +81,19 @@ class KubeScale:
             out.setdefault(job["metadata"]["labels"].get("app.kubernetes.io/component", ""), []).append(job)
         return out
 
+    def where(self, step: str, workers: int, current: int) -> str:
+        """What a failure at ``step`` leaves behind, and that running the same scale again is safe."""
+        again = f"run the same scale again (drl-orchestrate scale {self.run} --workers {workers} --namespace " \
+                f"{self.namespace}): every step is safe to repeat"
+        if step == "retire":
+            changed = f"workers {workers} and up may be marked retired in the run's memory server"
+            return f"the rollout Job is unchanged at {current} workers; {changed}; {again}"
+        if workers < current:
+            return (f"the rollout Job is at {workers} workers, but the shares of the steps left may not be "
+                    f"spread over them yet; {again}")
+        return (f"the rollout Job is unchanged at {current} workers; the new workers' shares may already be "
+                f"registered in the run's memory server; {again}")
+
     def scale(self, workers: int) -> int:
         """0 once the run collects with the new workers; UserError for what the user can fix (no such run, it
         ended, a scaling in progress); 1 with one line when a step failed in the cluster."""
@@ -102,6 +117,7 @@ class KubeScale:
         self.trainer, self.rollout = trainer, rollout["metadata"]["name"]
         self.backoff_per_worker = backoff_per_worker(spec)
         self.say(f"scaling run {self.run} from {current} to {workers} rollout workers")
+        self.current, self.workers = current, workers
         try:
             if workers < current:
                 self.run_scaler(["retire", "--workers", str(workers)])
@@ -148,7 +164,8 @@ class KubeScale:
         self.say(f"Job {self.rollout} scaled to {workers} (completions and parallelism; backoffLimit {backoff})")
 
     def run_scaler(self, args: list[str]) -> dict:
-        """Creates a scaler Job with ``args``, waits for it, and returns the JSON result its pod printed."""
+        """Creates a scaler Job with ``args``, waits for it, and returns the JSON result its pod printed; a
+        result that cannot be read is ``ScaleFailed`` (``retire``'s is not needed: its Job completing is all)."""
         name = manifests.scaler_job_name(self.trainer, self.token())
         limit = self.hand_in_s + SCALER_START_S
         job = manifests.scaler_job(self.trainer, name, args, int(limit))
@@ -158,6 +175,7 @@ class KubeScale:
             hint = " (the orchestrator needs 'create' on jobs)" if exc.status == 403 else ""
             raise ScaleFailed(f"the scaler Job {name} cannot be created: {exc}{hint}") from None
         hint = f"see kubectl -n {self.namespace} logs job/{name}"
+        left = self.where(args[0], self.workers, self.current)
         deadline = self.clock() + limit + 30
         stuck_since: float | None = None
         while True:
@@ -172,22 +190,30 @@ class KubeScale:
             if waiting:
                 stuck_since = stuck_since if stuck_since is not None else self.clock()
                 if self.clock() - stuck_since >= self.image_error_grace_s:
-                    raise ScaleFailed(f"the scaler pod of Job {name} cannot start: {waiting}; {hint}")
+                    raise ScaleFailed(f"the scaler pod of Job {name} cannot start: {waiting}; {left}; {hint}")
             else:
                 stuck_since = None
             if self.clock() > deadline:
                 raise ScaleFailed(f"the scaler Job {name} ({args[0]}) did not finish within {limit + 30:.0f}s; "
-                                  f"{hint}")
+                                  f"{left}; {hint}")
             self.sleep(self.poll_s)
-        lines = self._scaler_lines(name)
+        lines, unreadable = self._scaler_log(name)
         for line in lines:
             if line.startswith("drl-scaler: ") and not line.startswith("drl-scaler: error"):
                 self.say(line.removeprefix("drl-scaler: "))
-        result = next((line for line in reversed(lines) if line.startswith("{")), None)
-        try:
-            return json.loads(result) if result else {}
-        except ValueError:
+        if args[0] == "retire":
             return {}
+        result = next((line for line in reversed(lines) if line.startswith("{")), None)
+        why = unreadable or ("its log holds no result line" if result is None else "")
+        if not why:
+            try:
+                return json.loads(result)
+            except ValueError as exc:
+                why = f"its result line is not JSON ({exc})"
+        if why:
+            raise ScaleFailed(f"the scaler Job {name} ({args[0]}) completed, but its result cannot be read: {why}; "
+                              f"{left}; {hint}")
+        return {}
 
     def _job_state(self, name: str) -> JobState | None:
         try:
@@ -206,23 +232,34 @@ class KubeScale:
 
     def _waiting_reason(self, name: str) -> str:
         for pod in self._scaler_pods(name):
+            if pod.phase == "Pending" and pod.reason == "Unschedulable":
+                return f"it cannot be scheduled: {pod.message or pod.reason}"
             for c in pod.containers:
                 if c.state == "waiting" and c.reason in FATAL_WAITING:
                     return f"{c.reason}{': ' + c.message if c.message else ''}"
         return ""
 
-    def _scaler_lines(self, name: str) -> list[str]:
-        pods = self._scaler_pods(name)
+    def _scaler_log(self, name: str) -> tuple[list[str], str]:
+        """(lines of the newest finished scaler pod's log, "") or ([], why no log could be read)."""
+        try:
+            pods = self.api.list_pods(self.namespace, manifests.run_selector(self.run))
+        except KubeError as exc:
+            return [], f"its pod cannot be listed ({exc})"
+        pods = [p for p in pods if p.component == manifests.SCALER_COMPONENT
+                and name in (p.labels.get("batch.kubernetes.io/job-name"), p.labels.get("job-name"))]
         done = [p for p in pods if p.phase in ("Succeeded", "Failed")] or pods
+        if not done:
+            return [], "its pod is gone (deleted before its log was read)"
+        failures = []
         for pod in reversed(done):
             try:
-                return list(self.api.pod_log(self.namespace, pod.name, manifests.SCALER_COMPONENT, follow=False))
-            except KubeError:
-                continue
-        return []
+                return list(self.api.pod_log(self.namespace, pod.name, manifests.SCALER_COMPONENT, follow=False)), ""
+            except KubeError as exc:
+                failures.append(f"the log of pod {pod.name} cannot be read ({exc})")
+        return [], "; ".join(failures)
 
     def _scaler_error(self, name: str) -> str:
-        errors = [line for line in self._scaler_lines(name) if line.startswith("drl-scaler: error: ")]
+        errors = [line for line in self._scaler_log(name)[0] if line.startswith("drl-scaler: error: ")]
         return errors[-1].removeprefix("drl-scaler: error: ") if errors else ""
 
 

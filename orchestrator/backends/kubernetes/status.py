@@ -2,7 +2,8 @@
 
 A pod's counters come from its service's Prometheus page (``/metrics``), read through the API server's pod proxy,
 so the orchestrator needs no route into the cluster; where no page answers, the row shows the pod's Kubernetes
-state alone.
+state alone. Pods that cannot be scheduled, and pods a Job or StatefulSet cannot create, are listed below the
+table with Kubernetes' reason (``pending``), and make the exit code 1: the run cannot start as it is.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TextIO
 
 from drl.errors import UserError
 from drl.status import status_message
-from orchestrator.backends.kubernetes import manifests
+from orchestrator.backends.kubernetes import manifests, pending
 from orchestrator.backends.kubernetes.api import FATAL_WAITING, Api, KubeError, PodState, default_api
 from orchestrator.status import Row, format_lags, format_table, row_from_status
 
@@ -120,7 +121,7 @@ def status_rows(api: Api, run: str, namespace: str, timeout: float = 5.0, report
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(metrics, pods))
     if report is not None:
-        report.update(asked=len(asked), answered=len(answered))
+        report.update(asked=len(asked), answered=len(answered), pods=pods)
     rows = []
     for pod, (snap, unreadable) in zip(pods, results):
         restarts = sum(c.restart_count for c in pod.containers)
@@ -140,12 +141,24 @@ def show_status(run: str, namespace: str, *, api: Api | None = None, stream: Tex
     stream = stream or sys.stdout
     manifests.check_run_name(run, "RUN")
     manifests.check_namespace(namespace)
-    report: dict = {}
-    rows = status_rows(api or default_api(), run, namespace, report=report)
+    report: dict = {"pods": []}
+    api = api or default_api()
+    try:
+        rows = status_rows(api, run, namespace, report=report)
+    except UserError:
+        if not pending.read_problems(api, namespace, run, [])[0]:
+            raise
+        rows = []  # no pod at all, because none can be created: said below
     print(f"run {run}: Kubernetes namespace {namespace}, {len(rows)} pods", file=stream)
-    print(format_table(rows), file=stream)
+    if rows:
+        print(format_table(rows), file=stream)
     if report.get("asked") and not report.get("answered"):
         print(NO_METRICS_HINT, file=stream)
     if format_lags(rows):
         print(format_lags(rows), file=stream)
-    return 0
+    found, trouble = pending.read_problems(api, namespace, run, report["pods"])
+    if trouble:
+        print(f"warning: {trouble}", file=stream)
+    for _, line in pending.describe(found, namespace):
+        print(f"run {run} cannot start: {line}", file=stream)
+    return 1 if found else 0

@@ -20,9 +20,12 @@ class LocalBackend:
     name = "local"
 
     def check(self, deployment: Deployment, resume: bool = False) -> None:
-        given = [name for name in ("namespace", "image") if getattr(deployment, name)]
+        given = [name for name in ("namespace", "image", "s3_image", "s3_storage", "s3_storage_class", "profile",
+                                   "resources") if getattr(deployment, name)]
+        if deployment.pending_timeout is not None:
+            given.append("pending_timeout")
         if given:
-            raise UserError(f"--{given[0]} applies to --backend kubernetes only")
+            raise UserError(f"--{given[0].replace('_', '-')} applies to --backend kubernetes only")
 
     def run(self, cfg: ExperimentConfig, deployment: Deployment, resume: bool = False) -> int:
         from orchestrator.backends.local.launch import start
