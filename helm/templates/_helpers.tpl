@@ -36,9 +36,18 @@ app.kubernetes.io/instance: {{ include "drl.run" .ctx }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
-{{/* The pod annotation that changes whenever the rendered ConfigMap does. */}}
+{{/* The run's configuration without `workers`: what every pod of the run runs with, whatever the number of
+rollout workers (the one value a running run takes: docs/kubernetes.md, "Upgrades under Helm 4"). */}}
+{{- define "drl.configWithoutWorkers" -}}
+{{- omit (include "drl.configJson" . | fromJson) "workers" | toJson -}}
+{{- end -}}
+
+{{/* The pod annotation of the drl roles' Job templates: sha256 of config.json without `workers`. A changed worker
+count leaves every pod template as it was (the rollout Job is resized, nothing else); any other change of the
+configuration changes the template, which a Job cannot take (the chart refuses such an upgrade before applying
+anything: drl.upgradeCheck). The StatefulSets (Valkey, the S3 server) do not read config.json and carry none. */}}
 {{- define "drl.checksumAnnotation" -}}
-checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
+checksum/config: {{ include "drl.configWithoutWorkers" . | sha256sum }}
 {{- end -}}
 
 {{/* image: "repository:tag" for a component block, falling back to the top-level image; (dict "ctx" $ "component" "trainer").
@@ -419,6 +428,51 @@ spec:
 {{- end -}}
 
 
+{{/* What the pods of a drl role's Job run, part by part, as one JSON object for the Job's annotation
+drl.dev/pod-template; (dict "ctx" $ "role" "trainer"). A Job's pod template is immutable, so on an upgrade the
+chart compares this with the live Job's (drl.upgradeCheck) and refuses a change before anything is applied,
+naming the parts that differ: "image" (the image itself), "config" (sha256 of config.json without workers),
+"metadata.labels", "metadata.annotations", "spec.<field>" of the pod and "container.<field>" of its container
+(short sha256 of each). `workers` is in none of them. */}}
+{{- define "drl.podTemplateParts" -}}
+{{- $tpl := include "drl.podTemplate" . | fromYaml -}}
+{{- $meta := $tpl.metadata | default dict -}}
+{{- $annotations := $meta.annotations | default dict -}}
+{{- $parts := dict "config" (index $annotations "checksum/config" | default "" | trunc 16) -}}
+{{- $_ := set $parts "metadata.labels" (toJson ($meta.labels | default dict) | sha256sum | trunc 16) -}}
+{{- $_ := set $parts "metadata.annotations" (toJson (omit $annotations "checksum/config") | sha256sum | trunc 16) -}}
+{{- range $key, $value := omit $tpl.spec "containers" -}}
+{{- $_ := set $parts (printf "spec.%s" $key) (toJson $value | sha256sum | trunc 16) -}}
+{{- end -}}
+{{- range $container := $tpl.spec.containers -}}
+{{- range $key, $value := $container -}}
+{{- if eq $key "image" -}}
+{{- $_ := set $parts "image" $value -}}
+{{- else -}}
+{{- $_ := set $parts (printf "container.%s" $key) (toJson $value | sha256sum | trunc 16) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $parts -}}
+{{- end -}}
+
+{{/* The metadata annotations of a drl role's Job; (dict "ctx" $ "role" "trainer"). */}}
+{{- define "drl.jobAnnotations" -}}
+drl.dev/pod-template: {{ include "drl.podTemplateParts" . | quote }}
+{{- end -}}
+
+{{/* The metadata annotation of a data server's StatefulSet naming its volume claim, which a StatefulSet cannot
+change (volumeClaimTemplates are immutable): "none", or "<size> <storageClass or default>";
+(dict "ctx" $ "component" "s3"). drl.upgradeCheck refuses an upgrade that would change it. */}}
+{{- define "drl.claimSummary" -}}
+{{- $p := (index .ctx.Values .component).persistence -}}
+{{- ternary (printf "%s %s" (toString $p.size) ($p.storageClass | default "default")) "none" (and $p.enabled true) -}}
+{{- end -}}
+
+{{- define "drl.claimAnnotation" -}}
+drl.dev/volume-claim: {{ include "drl.claimSummary" . | quote }}
+{{- end -}}
+
 {{/* A StatefulSet's PVC retention with persistence on: its claim goes with the release (helm uninstall deletes the
 StatefulSet, and Kubernetes the claim) unless keepOnUninstall; scaling never deletes it. Takes the persistence block. */}}
 {{- define "drl.claimRetention" -}}
@@ -438,8 +492,13 @@ volumeClaimTemplates:
     kind: PersistentVolumeClaim
     metadata:
       name: data
+      # No version labels (app.kubernetes.io/version, helm.sh/chart): a StatefulSet's volumeClaimTemplates
+      # cannot change, so a new chart version must leave them as they are.
       labels:
-        {{- include "drl.labels" (dict "ctx" .ctx "component" .component) | nindent 8 }}
+        {{- include "drl.selectorLabels" (dict "ctx" .ctx "component" .component) | nindent 8 }}
+        app.kubernetes.io/part-of: drl
+        app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+        drl.dev/run: {{ include "drl.run" .ctx }}
     spec:
       accessModes: ["ReadWriteOnce"]
       {{- with $p.storageClass }}
@@ -449,4 +508,66 @@ volumeClaimTemplates:
         requests:
           storage: {{ $p.size | quote }}
 {{- end -}}
+{{- end -}}
+
+
+{{/* A scaler hook Job (templates/rollout/scaler-hooks.yaml): `python -m orchestrator.scaler ARGS` in a pod like the
+trainer's, as manifests.scaler_job makes it for `drl-orchestrate scale` (the trainer's image, environment without a
+group's rank and rendezvous, security contexts, service account and writable volumes; no probes, ports, scheduling
+or the trainer's resources), with small resources of its own. restartPolicy Never with a pod failure policy: exit
+code 2 (bad input, or the run has ended) fails the Job at once; another failure (the memory server briefly away) is
+tried again, the scaler being idempotent. Helm deletes the Job whether it succeeded or failed and prints a failed
+pod's log (hook-output-log-policy); (dict "ctx" $ "phase" "grow" "hook" "pre-upgrade" "args" (list ...)). */}}
+{{- define "drl.scalerJob" -}}
+{{- $ctx := .ctx -}}
+{{- $tpl := include "drl.podTemplate" (dict "ctx" $ctx "role" "trainer") | fromYaml -}}
+{{- $pod := $tpl.spec -}}
+{{- $trainer := first $pod.containers -}}
+{{- $env := list -}}
+{{- range $e := $trainer.env -}}
+{{- if not (has $e.name (list "DRL_LEARNER_RANK" "MASTER_ADDR" "MASTER_PORT")) -}}
+{{- $env = append $env $e -}}
+{{- end -}}
+{{- end -}}
+{{- $container := dict "name" "scaler" "image" $trainer.image "imagePullPolicy" $trainer.imagePullPolicy -}}
+{{- $_ := set $container "command" (concat (list "python" "-m" "orchestrator.scaler") .args) -}}
+{{- $_ := set $container "env" $env -}}
+{{- $_ := set $container "resources" (dict "requests" (dict "cpu" "100m" "memory" "256Mi") "limits" (dict "cpu" "1" "memory" "1Gi")) -}}
+{{- range $key := list "securityContext" "volumeMounts" -}}
+{{- if hasKey $trainer $key -}}
+{{- $_ := set $container $key (get $trainer $key) -}}
+{{- end -}}
+{{- end -}}
+{{- $spec := dict "restartPolicy" "Never" "containers" (list $container) -}}
+{{- range $key := list "serviceAccountName" "automountServiceAccountToken" "enableServiceLinks" "securityContext" "volumes" "imagePullSecrets" -}}
+{{- if hasKey $pod $key -}}
+{{- $_ := set $spec $key (get $pod $key) -}}
+{{- end -}}
+{{- end -}}
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ include "drl.fullname" $ctx }}-scaler-{{ .phase }}
+  labels:
+    {{- include "drl.labels" (dict "ctx" $ctx "component" "scaler") | nindent 4 }}
+  annotations:
+    helm.sh/hook: {{ .hook }}
+    helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded,hook-failed
+    helm.sh/hook-output-log-policy: hook-failed
+spec:
+  backoffLimit: 2
+  activeDeadlineSeconds: 300
+  podFailurePolicy:
+    rules:
+      - action: FailJob
+        onExitCodes:
+          containerName: scaler
+          operator: In
+          values: [2]
+  template:
+    metadata:
+      labels:
+        {{- include "drl.labels" (dict "ctx" $ctx "component" "scaler") | nindent 8 }}
+    spec:
+      {{- toYaml $spec | nindent 6 }}
 {{- end -}}

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -289,14 +290,14 @@ def test_manifests_valid_for_recent_kubernetes(name):
 ])
 def test_schema_rejects_wrong_values(values, complaint):
     with pytest.raises(helm.HelmValuesError, match=complaint):
-        _chart().validate_schema(values)
+        _chart().validate_schema(with_image(values))
     with pytest.raises(helm.HelmValuesError):
         _chart().render(with_image(values), name=RELEASE, namespace=NAMESPACE)
 
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
 def test_schema_accepts_the_value_sets(name):
-    _chart().validate_schema(VALUE_SETS[name])
+    _chart().validate_schema(with_image(VALUE_SETS[name]))
 
 
 def test_external_redis_url_with_password_is_refused():
@@ -581,8 +582,17 @@ class _RecordingClient:
                 assert method == "get_code", method
                 return client.VersionInfo(major="1", minor="35", git_version="v1.35.0", build_date="", compiler="",
                                           git_commit="", git_tree_state="", go_version="", platform="")
+            if self.group == "storage":
+                # StorageClasses are cluster-scoped: a namespaced Role cannot grant them, and the orchestrator
+                # goes on when it is refused (the run's PVC is then reported from its pod).
+                assert method == "list_storage_class", method
+                return client.V1StorageClassList(items=[])
             self.calls.add(rbac_need(self.group, method))
             meta = client.V1ObjectMeta(name="x", labels={})
+            if method == "list_namespaced_event":
+                involved = client.V1ObjectReference(kind="Job", name="drl-r1-rollout", uid="u")
+                return client.CoreV1EventList(items=[client.CoreV1Event(involved_object=involved, metadata=meta,
+                                                                        reason="FailedCreate", message="quota")])
             if method == "list_namespaced_pod":
                 return client.V1PodList(items=[client.V1Pod(metadata=meta, status=client.V1PodStatus(phase="Running"))])
             if method.startswith("list_"):
@@ -635,6 +645,8 @@ def orchestrator_calls() -> set[tuple[str, str, str]]:
         "patch_job": lambda: api.patch_job("ns", "drl-r1-rollout", {"spec": {"parallelism": 3}}),
         "pod_metrics": lambda: api.pod_metrics("ns", "x", 9090),
         "server_version": lambda: api.server_version(),
+        "list_events": lambda: api.list_events("ns", "FailedCreate"),
+        "storage_classes": lambda: api.storage_classes(),
     }
     public = {n for n, _ in inspect.getmembers(KubeApi, inspect.isfunction) if not n.startswith("_")}
     missing = sorted(public - set(drivers))
@@ -677,6 +689,7 @@ def test_orchestrator_role_grants_exactly_what_the_kubernetes_backend_calls():
     assert ("networking.k8s.io", "networkpolicies", "create") in need
     assert ("", "pods/log", "get") in need and ("", "pods/proxy", "get") in need
     assert ("batch", "jobs", "patch") in need
+    assert ("", "events", "list") in need
 
 
 def test_orchestrator_rbac_only_when_asked_and_bound_to_its_own_account():
@@ -1155,26 +1168,110 @@ def test_custom_resources_and_scheduling():
 # -- pods: checksum, security, probes ----------------------------------------------------------------------
 
 
+def config_without_workers(docs: list[dict]) -> dict:
+    config = json.loads(find(docs, "ConfigMap", "drl-config")["data"]["config.json"])
+    config.pop("workers")
+    return config
+
+
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
-def test_every_pod_template_has_the_config_checksum(name):
-    files = render_files(VALUE_SETS[name])
-    checksum = hashlib.sha256(files["drl/templates/configmap.yaml"].encode()).hexdigest()
+def test_job_pod_templates_carry_the_config_checksum_without_workers_and_statefulsets_none(name):
+    """The drl roles' Job templates carry sha256 of config.json less `workers` (the one value a running run
+    takes); Valkey and the S3 server read no config.json, so no configuration change rolls them (and loses the
+    run's streams with the Valkey pod)."""
     docs = render(VALUE_SETS[name])
-    templates = [(d["metadata"]["name"], d["spec"]["template"]["metadata"])
-                 for d in docs if d["kind"] in WORKLOAD_KINDS]
-    assert len(templates) == (3 if name == "external" else 5)
-    for obj, meta in templates:
-        assert meta["annotations"]["checksum/config"] == checksum, obj
+    expected = hashlib.sha256(json.dumps(config_without_workers(docs), separators=(",", ":"),
+                                         sort_keys=True).encode()).hexdigest()
+    jobs = [d for d in docs if d["kind"] == "Job"]
+    assert sorted(j["metadata"]["name"] for j in jobs) == ["drl-evaluator", "drl-rollout", "drl-trainer"]
+    for job in jobs:
+        assert job["spec"]["template"]["metadata"]["annotations"] == {"checksum/config": expected}, \
+            job["metadata"]["name"]
+    sets = [d for d in docs if d["kind"] == "StatefulSet"]
+    assert len(sets) == (0 if name == "external" else 2)
+    for obj in sets:
+        assert "annotations" not in obj["spec"]["template"]["metadata"], obj["metadata"]["name"]
 
 
-def test_checksum_changes_with_the_config():
+def pod_templates(values: dict) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d["spec"]["template"] for d in render(values) if d["kind"] in WORKLOAD_KINDS}
+
+
+def test_a_changed_worker_count_changes_no_pod_template_and_only_the_rollout_jobs_size():
+    """`--set workers=3` goes through the elastic path: every pod template (Jobs and StatefulSets) stays as it
+    was; of the Jobs only the rollout Job's completions, parallelism and backoffLimit change."""
+    assert pod_templates({"workers": 2}) == pod_templates({"workers": 3})
+    two, three = render({"workers": 2}), render({"workers": 3})
+    for kind, name in (("Job", "drl-trainer"), ("Job", "drl-evaluator"), ("StatefulSet", "drl-redis"),
+                       ("StatefulSet", "drl-s3")):
+        assert find(two, kind, name) == find(three, kind, name), name
+    a, b = find(two, "Job", "drl-rollout"), find(three, "Job", "drl-rollout")
+    changed = {k for k in set(a["spec"]) | set(b["spec"]) if a["spec"].get(k) != b["spec"].get(k)}
+    assert changed == {"completions", "parallelism", "backoffLimit"}
+    assert (b["spec"]["completions"], b["spec"]["parallelism"], b["spec"]["backoffLimit"]) == (3, 3, 18)
+    assert a["metadata"] == b["metadata"]
+    assert json.loads(find(three, "ConfigMap", "drl-config")["data"]["config.json"])["workers"] == 3
+
+
+def test_any_other_configuration_change_changes_every_jobs_template_and_no_statefulset():
     def checksum(values):
-        return find(render(values), "Job", "drl-trainer")["spec"]["template"]["metadata"]["annotations"][
-            "checksum/config"]
+        return pod_templates(values)["drl-trainer"]["metadata"]["annotations"]["checksum/config"]
 
     assert checksum({}) == checksum({})
     assert checksum({}) != checksum({"config": {"sac": {"lr": 0.01}}})
-    assert checksum({}) != checksum({"workers": 3})
+    assert checksum({}) != checksum({"seed": 3})
+    before, after = pod_templates({}), pod_templates({"seed": 3})
+    for name in ("drl-trainer", "drl-rollout", "drl-evaluator"):
+        assert before[name] != after[name], name
+    for name in ("drl-redis", "drl-s3"):
+        assert before[name] == after[name], name
+
+
+def pod_template_parts(values: dict, role: str) -> dict:
+    job = find(render(values), "Job", f"drl-{role}")
+    return json.loads(job["metadata"]["annotations"]["drl.dev/pod-template"])
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_each_job_records_what_its_pods_run_part_by_part(name):
+    """drl.dev/pod-template, which an upgrade compares with the live Job's before applying anything: the image
+    as it is, the configuration's checksum, and a hash of every other part of the pod template."""
+    values = VALUE_SETS[name]
+    docs = render(values)
+    for role in ROLES:
+        job = find(docs, "Job", f"drl-{role}")
+        template = job["spec"]["template"]
+        [container] = template["spec"]["containers"]
+        parts = pod_template_parts(values, role)
+        assert parts["image"] == container["image"]
+        assert template["metadata"]["annotations"]["checksum/config"].startswith(parts["config"])
+        expected = {"image", "config", "metadata.labels", "metadata.annotations"}
+        expected |= {f"spec.{k}" for k in template["spec"] if k != "containers"}
+        expected |= {f"container.{k}" for k in container if k != "image"}
+        assert set(parts) == expected, role
+
+
+@pytest.mark.parametrize("change, parts", [
+    ({"workers": 5}, set()),
+    ({"image": {"tag": "v2"}}, {"image"}),
+    ({"seed": 4}, {"config"}),
+    ({"config": {"trainer_threads": 2}}, {"config"}),
+    ({"rollout": {"resources": {"limits": {"cpu": "2"}}}}, {"container.resources"}),
+    ({"rollout": {"nodeSelector": {"pool": "spot"}}}, {"spec.nodeSelector"}),
+    ({"rollout": {"extraEnv": [{"name": "A", "value": "1"}]}}, {"container.env"}),
+])
+def test_the_parts_name_what_changed(change, parts):
+    before = pod_template_parts({}, "rollout")
+    after = pod_template_parts(change, "rollout")
+    assert {k for k in set(before) | set(after) if before.get(k) != after.get(k)} == parts
+    if "image" in parts:
+        assert (before["image"], after["image"]) == ("drl:dev", "drl:v2")
+
+
+def test_the_trainers_threads_change_its_environment_too():
+    before = pod_template_parts({}, "trainer")
+    after = pod_template_parts({"config": {"trainer_threads": 2}}, "trainer")
+    assert {k for k in before if before[k] != after[k]} == {"config", "container.env"}
 
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
@@ -1373,8 +1470,10 @@ def test_helm_test_pod():
     pod = find(docs, "Pod", "drl-test-run")
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     policies = pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")
-    assert sorted(policies) == ["before-hook-creation", "hook-succeeded"], \
-        "a passed test pod goes at once (helm uninstall leaves nothing); a failed one stays for its log"
+    assert sorted(policies) == ["before-hook-creation", "hook-failed", "hook-succeeded"], \
+        "the test pod goes when the test ends, passed or failed: helm uninstall deletes no hook"
+    assert pod["metadata"]["annotations"]["helm.sh/hook-output-log-policy"] == "hook-failed", \
+        "helm test prints a failed test pod's log before deleting it"
     assert pod["spec"]["restartPolicy"] == "Never"
     [container] = pod["spec"]["containers"]
     assert container["image"] == "drl:dev"
@@ -1408,16 +1507,37 @@ def test_helm_test_script_against_a_real_server(redis_server, redis_client):
     assert result.returncode == 1 and "failed" in result.stderr
 
 
+@pytest.mark.parametrize("values, complaint", [
+    ({}, "at '/image': missing property 'repository'"),
+    ({"image": {"tag": "v1"}}, "at '/image': missing property 'repository'"),
+    ({"image": {"repository": "", "tag": "v1"}}, "at '/image/repository': minLength"),
+    ({"trainer": {"image": {"repository": "registry.example.com/drl-cuda"}}},
+     "at '/image': missing property 'repository'"),
+])
+def test_an_unset_image_is_refused_by_the_schema(values, complaint):
+    """drl's image is in no registry: without one the values schema refuses the install, helm template and helm
+    lint at once (pods would wait in ImagePullBackOff while Helm reports success; a template's fail shows in
+    helm lint only as an INFO line)."""
+    with pytest.raises(helm.HelmValuesError, match=re.escape(complaint)):
+        _chart().render(values, name=RELEASE, namespace=NAMESPACE)
+    report = helm.lint(CHART, values, strict=True)
+    assert any(complaint in error for error in report["errors"]), report
+    fixed = {**values, "image": {**values.get("image", {}), "repository": "registry.example.com/drl"}}
+    assert helm.lint(CHART, fixed, strict=True)["errors"] == []
+
+
 @pytest.mark.parametrize("values, component", [
     ({}, "(trainer|rollout|evaluator)"),
     ({"image": {"repository": "", "tag": "v1"}}, "(trainer|rollout|evaluator)"),
     ({"trainer": {"image": {"repository": "registry.example.com/drl-cuda"}}}, "(rollout|evaluator)"),
 ])
-def test_an_unset_image_fails_the_install_with_how_to_get_one(values, component):
-    """drl's image is in no registry: installing without one fails at once (pods would wait in ImagePullBackOff
-    while Helm reports success), naming the build, the push and the kind scripts."""
+def test_without_the_schema_an_unset_image_still_fails_with_how_to_get_one(values, component, tmp_path):
+    """Past the schema (helm --skip-schema-validation), the templates still refuse an unset image, naming the
+    build, the push and the kind scripts."""
+    shutil.copytree(CHART, tmp_path / "drl")
+    (tmp_path / "drl" / "values.schema.json").unlink()
     with pytest.raises(helm.HelmError) as error:
-        _chart().render(values, name=RELEASE, namespace=NAMESPACE)
+        helm.Chart.load(tmp_path / "drl").render(values, name=RELEASE, namespace=NAMESPACE)
     message = str(error.value)
     assert re.search(rf"image\.repository is not set \({component}\.image\.repository neither\)", message)
     for hint in ("docker build -f docker/Dockerfile", "--set image.repository=REGISTRY/drl", "scripts/kind-up.sh",
@@ -1441,3 +1561,123 @@ def test_notes_tell_how_to_follow_and_delete_the_run():
     assert "kubectl get pods -n drl-test -l drl.dev/run=drl" in notes
     assert "helm uninstall -n drl-test drl" in notes
     assert "helm test" in notes and "32 rollout worker(s)" in notes
+    assert "helm upgrade -n drl-test drl ./helm --reuse-values --set workers=N" in notes
+
+
+# -- upgrades: the scaler hooks, the volume claims, the configuration diff ----------------------------------
+# The templates that read the live cluster (templates/checks.yaml, templates/rollout/scaler-hooks.yaml) render
+# nothing here, where lookup sees no cluster; tests/cluster/test_chart.py runs them against a real API server.
+# Their building blocks are rendered here through a copy of the chart with one more template that calls them.
+
+
+def render_with(template: str, values: dict | None = None, tmp_path: Path | None = None) -> list[dict]:
+    """Renders the chart plus ``template`` (as templates/zz-probe.yaml) and returns that template's objects."""
+    chart = tmp_path / "drl"
+    if not chart.exists():
+        shutil.copytree(CHART, chart)
+    (chart / "templates" / "zz-probe.yaml").write_text(template)
+    files = helm.Chart.load(chart).render(with_image(values), name=RELEASE, namespace=NAMESPACE)
+    return [d for d in yaml.safe_load_all(files["drl/templates/zz-probe.yaml"]) if d]
+
+
+SCALER = ('{{ include "drl.scalerJob" (dict "ctx" . "phase" "grow" "hook" "pre-upgrade" "args" '
+          '(list "apply" "--workers" "4" "--job-size" "2" "--hand-in-timeout" "120")) }}')
+
+
+@pytest.mark.parametrize("name", ["default", "learners", "pod-extras", "existing-secret", "custom"])
+def test_the_scaler_hook_job_runs_like_the_trainer_as_the_orchestrators_scaler_job(name, tmp_path):
+    """The hook Job a changed worker count renders is what `drl-orchestrate scale` creates
+    (manifests.scaler_job from the trainer Job): the trainer's image, environment (less a group's rank and
+    rendezvous), security contexts and volumes; small resources; restartPolicy Never, exit code 2 fails the Job;
+    Helm deletes it whether it passed or failed and prints a failed pod's log."""
+    from orchestrator.backends.kubernetes import manifests
+
+    values = VALUE_SETS[name]
+    [job] = render_with(SCALER, values, tmp_path)
+    trainer_job = find(render(values), "Job", "drl-trainer")
+    expected = manifests.scaler_job({**trainer_job, "metadata": {**trainer_job["metadata"], "namespace": NAMESPACE}},
+                                    "drl-scaler-grow", ["apply", "--workers", "4", "--job-size", "2",
+                                                        "--hand-in-timeout", "120"], 300)
+    assert job["metadata"]["name"] == "drl-scaler-grow"
+    assert job["metadata"]["labels"]["app.kubernetes.io/component"] == "scaler"
+    assert job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "scaler"
+    assert job["metadata"]["annotations"] == {
+        "helm.sh/hook": "pre-upgrade", "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded,hook-failed",
+        "helm.sh/hook-output-log-policy": "hook-failed"}
+    assert job["spec"]["template"]["spec"] == expected["spec"]["template"]["spec"]
+    assert job["spec"]["podFailurePolicy"] == expected["spec"]["podFailurePolicy"]
+    assert (job["spec"]["backoffLimit"], job["spec"]["activeDeadlineSeconds"]) == (2, 300)
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["python", "-m", "orchestrator.scaler", "apply", "--workers", "4",
+                                    "--job-size", "2", "--hand-in-timeout", "120"]
+    assert not {"DRL_LEARNER_RANK", "MASTER_ADDR", "MASTER_PORT"} & set(env_of(container))
+    for version in K8S_VERSIONS:
+        kubernetes_validate.validate(job, version, strict=True)
+
+
+def test_the_small_profile_fits_a_two_cpu_node_and_matches_the_orchestrators(tmp_path):
+    """helm/profiles/small.yaml: with 2 workers the run requests 1 CPU, and the figures are the CLI's
+    `--profile small` (manifests.PROFILES)."""
+    from orchestrator.backends.kubernetes import manifests
+
+    profile = yaml.safe_load((CHART / "profiles" / "small.yaml").read_text())
+    _chart().validate_schema(with_image(profile))
+    docs = render(profile)
+    requests = {"cpu": 0.0, "memory": 0.0}
+    units = {"m": 1e-3, "Mi": 2**20, "Gi": 2**30}
+    for obj, meta, spec in pod_specs(docs):
+        if meta["labels"]["app.kubernetes.io/component"] == "test":
+            continue
+        [container] = spec["containers"]
+        component = meta["labels"]["app.kubernetes.io/component"]
+        assert container["resources"] == manifests.PROFILES["small"][component], obj
+        count = find(docs, "Job", obj)["spec"]["parallelism"] if component == "rollout" else 1
+        for key in requests:
+            quantity = str(container["resources"]["requests"][key])
+            unit = next((u for u in units if quantity.endswith(u)), "")
+            requests[key] += count * float(quantity.removesuffix(unit) if unit else quantity) * units.get(unit, 1)
+    assert round(requests["cpu"], 3) == 1.0
+    assert requests["memory"] == 2.5 * 2**30
+
+
+def test_volume_claims_carry_no_version_labels_and_the_statefulsets_name_them():
+    """volumeClaimTemplates cannot change on a StatefulSet: they carry no label that a new chart version changes,
+    and the StatefulSet's annotation drl.dev/volume-claim, which an upgrade compares with the live one."""
+    docs = render({"redis": {"persistence": {"enabled": True, "size": "4Gi", "storageClass": "fast"}}})
+    for name, claim in (("drl-s3", "10Gi default"), ("drl-redis", "4Gi fast")):
+        obj = find(docs, "StatefulSet", name)
+        assert obj["metadata"]["annotations"] == {"drl.dev/volume-claim": claim}
+        [template] = obj["spec"]["volumeClaimTemplates"]
+        labels = template["metadata"]["labels"]
+        assert not {"helm.sh/chart", "app.kubernetes.io/version"} & set(labels)
+        assert set(LABELS) <= set(labels)
+    obj = find(render(), "StatefulSet", "drl-redis")
+    assert obj["metadata"]["annotations"] == {"drl.dev/volume-claim": "none"}
+
+
+def test_the_configuration_diff_names_the_keys_that_changed(tmp_path):
+    probe = ('{{- $d := include "drl.configDiff" (dict "old" (fromJson .Values.config.old) '
+             '"new" (fromJson .Values.config.new)) | trim | splitList "\\n" | compact }}'
+             'kind: Diff\nkeys: {{ toJson $d }}\n')
+
+    def diff(old: dict, new: dict) -> list[str]:
+        values = {"config": {"old": json.dumps(old), "new": json.dumps(new)}}
+        return render_with(probe, values, tmp_path)[0]["keys"]
+
+    assert diff({"seed": 1, "sac": {"lr": 1}}, {"seed": 1, "sac": {"lr": 1}}) == []
+    assert diff({"seed": 1, "sac": {"lr": 1, "tau": 2}}, {"seed": 2, "sac": {"lr": 3, "tau": 2}}) == ["sac.lr", "seed"]
+    assert diff({"env": "A"}, {"mode": "async"}) == ["env", "mode"]
+    assert diff({"sac": {"lr": 1}}, {"sac": 5}) == ["sac"]
+
+
+@pytest.mark.parametrize("quantity, milli", [
+    ("500m", 500), ("1", 1000), ("0.5", 500), ("2", 2000), ("1.5", 1500), ("256Mi", 256 * 2**20 * 1000),
+    ("1Gi", 2**30 * 1000), ("10Gi", 10 * 2**30 * 1000), ("1G", 10**12), ("100k", 10**8), ("0", 0),
+    ("1e3", ""), ("-1", ""), ("lots", ""),
+])
+def test_the_quota_check_reads_quantities_in_thousandths(quantity, milli, tmp_path):
+    """drl.milliQuantity, which the ResourceQuota check compares with: exact integers, and "" (check skipped) for
+    what it does not parse."""
+    probe = 'kind: Q\nvalue: {{ include "drl.milliQuantity" .Values.config.q | quote }}\n'
+    [doc] = render_with(probe, {"config": {"q": quantity}}, tmp_path)
+    assert doc["value"] == str(milli)
