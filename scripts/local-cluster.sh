@@ -182,6 +182,41 @@ make_pki() {
 # -- kwok's configuration --------------------------------------------------------------------------------------
 
 # Writes kwok's stages (its own, without its pod-delete, and drl's) to $STATE/kwok-config.yaml.
+# ended POD_REASON EXIT_CODE CONTAINER_REASON PHASE [PRELUDE]: a Stage's statusTemplate for a pod whose containers
+# have all ended (the arguments are text or kwok's Go template expressions; PRELUDE defines what they use).
+ended() {
+  local now='{{ $now := Now }}' at='{{ $now | Quote }}'
+  cat <<EOF
+    statusTemplate: |
+      $now${5:+
+      $5}
+      conditions:
+      - lastTransitionTime: $at
+        reason: $1
+        status: "False"
+        type: Ready
+      - lastTransitionTime: $at
+        reason: $1
+        status: "False"
+        type: ContainersReady
+      containerStatuses:
+      {{ range .status.containerStatuses }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: false
+        started: false
+        restartCount: {{ or .restartCount 0 }}
+        state:
+          terminated:
+            exitCode: $2
+            reason: $3
+            startedAt: $at
+            finishedAt: $at
+      {{ end }}
+      phase: $4
+EOF
+}
+
 kwok_config() {
   local tools="$1" out="$STATE/kwok-config.yaml"
   # kwok's stages file is YAML documents separated by "---" lines; leave out the one named pod-delete.
@@ -192,7 +227,8 @@ kwok_config() {
     END { flush() }
   ' "$tools/kwok/stages.yaml" > "$out"
   grep -q 'name: pod-ready' "$out" || die "$tools/kwok/stages.yaml has no pod-ready stage; rebuild with scripts/k8s-tools.sh"
-  cat >> "$out" <<'EOF'
+  {
+    cat <<'EOF'
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -219,33 +255,9 @@ spec:
     durationFrom:
       expressionFrom: '.metadata.annotations["kwok.drl.dev/delay"]'
   next:
-    statusTemplate: |
-      {{ $now := Now }}
-      {{ $code := atoi ( index .metadata.annotations "kwok.drl.dev/exit-code" ) }}
-      conditions:
-      - lastTransitionTime: {{ $now | Quote }}
-        reason: {{ if eq $code 0 }}PodCompleted{{ else }}PodFailed{{ end }}
-        status: "False"
-        type: Ready
-      - lastTransitionTime: {{ $now | Quote }}
-        reason: {{ if eq $code 0 }}PodCompleted{{ else }}PodFailed{{ end }}
-        status: "False"
-        type: ContainersReady
-      containerStatuses:
-      {{ range .status.containerStatuses }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: false
-        started: false
-        restartCount: {{ or .restartCount 0 }}
-        state:
-          terminated:
-            exitCode: {{ $code }}
-            reason: {{ if eq $code 0 }}Completed{{ else }}Error{{ end }}
-            startedAt: {{ $now | Quote }}
-            finishedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: {{ if eq $code 0 }}Succeeded{{ else }}Failed{{ end }}
+EOF
+    ended '{{ if eq $code 0 }}PodCompleted{{ else }}PodFailed{{ end }}' '{{ $code }}' '{{ if eq $code 0 }}Completed{{ else }}Error{{ end }}' '{{ if eq $code 0 }}Succeeded{{ else }}Failed{{ end }}' '{{ $code := atoi ( index .metadata.annotations "kwok.drl.dev/exit-code" ) }}'
+    cat <<'EOF'
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -318,32 +330,9 @@ spec:
   delay:
     durationMilliseconds: 500
   next:
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      - lastTransitionTime: {{ $now | Quote }}
-        reason: PodCompleted
-        status: "False"
-        type: Ready
-      - lastTransitionTime: {{ $now | Quote }}
-        reason: PodCompleted
-        status: "False"
-        type: ContainersReady
-      containerStatuses:
-      {{ range .status.containerStatuses }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: false
-        started: false
-        restartCount: {{ or .restartCount 0 }}
-        state:
-          terminated:
-            exitCode: 0
-            reason: Completed
-            startedAt: {{ $now | Quote }}
-            finishedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Succeeded
+EOF
+    ended 'PodCompleted' '0' 'Completed' 'Succeeded'
+    cat <<'EOF'
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -364,32 +353,9 @@ spec:
       operator: 'In'
       values: ['0']
   next:
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      - lastTransitionTime: {{ $now | Quote }}
-        reason: PodFailed
-        status: "False"
-        type: Ready
-      - lastTransitionTime: {{ $now | Quote }}
-        reason: PodFailed
-        status: "False"
-        type: ContainersReady
-      containerStatuses:
-      {{ range .status.containerStatuses }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: false
-        started: false
-        restartCount: {{ or .restartCount 0 }}
-        state:
-          terminated:
-            exitCode: 143
-            reason: Error
-            startedAt: {{ $now | Quote }}
-            finishedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Failed
+EOF
+    ended 'PodFailed' '143' 'Error' 'Failed'
+    cat <<'EOF'
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -409,6 +375,7 @@ spec:
   next:
     delete: true
 EOF
+  } >> "$out"
 }
 
 # The two kwok CRDs that `up` installs (kwok --enable-crds=Logs,ClusterLogs): which file serves which pod's log.
