@@ -217,6 +217,39 @@ ended() {
 EOF
 }
 
+# exit_code_stage NAME CONDITION: a Stage's head for the running pods annotated kwok.drl.dev/exit-code for which the
+# jq CONDITION holds, acting after kwok.drl.dev/delay (default 250ms); its next: follows.
+exit_code_stage() {
+  cat <<EOF
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: $1
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Running']
+    - key: '.metadata.annotations["kwok.drl.dev/exit-code"]'
+      operator: 'Exists'
+    - key: '$2'
+      operator: 'In'
+      values: ['true']
+  delay:
+    durationMilliseconds: 250
+    durationFrom:
+      expressionFrom: '.metadata.annotations["kwok.drl.dev/delay"]'
+  next:
+EOF
+}
+
 kwok_config() {
   local tools="$1" out="$STATE/kwok-config.yaml"
   # kwok's stages file is YAML documents separated by "---" lines; leave out the one named pod-delete.
@@ -228,62 +261,10 @@ kwok_config() {
   ' "$tools/kwok/stages.yaml" > "$out"
   grep -q 'name: pod-ready' "$out" || die "$tools/kwok/stages.yaml has no pod-ready stage; rebuild with scripts/k8s-tools.sh"
   {
-    cat <<'EOF'
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: drl-exit
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Running']
-    - key: '.metadata.annotations["kwok.drl.dev/exit-code"]'
-      operator: 'Exists'
-    - key: '(.spec.restartPolicy == "Never") or (.spec.restartPolicy == "OnFailure" and .metadata.annotations["kwok.drl.dev/exit-code"] == "0")'
-      operator: 'In'
-      values: ['true']
-  delay:
-    durationMilliseconds: 250
-    durationFrom:
-      expressionFrom: '.metadata.annotations["kwok.drl.dev/delay"]'
-  next:
-EOF
+    exit_code_stage drl-exit '(.spec.restartPolicy == "Never") or (.spec.restartPolicy == "OnFailure" and .metadata.annotations["kwok.drl.dev/exit-code"] == "0")'
     ended '{{ if eq $code 0 }}PodCompleted{{ else }}PodFailed{{ end }}' '{{ $code }}' '{{ if eq $code 0 }}Completed{{ else }}Error{{ end }}' '{{ if eq $code 0 }}Succeeded{{ else }}Failed{{ end }}' '{{ $code := atoi ( index .metadata.annotations "kwok.drl.dev/exit-code" ) }}'
+    exit_code_stage drl-restart '(.spec.restartPolicy == "Always") or (.spec.restartPolicy == "OnFailure" and .metadata.annotations["kwok.drl.dev/exit-code"] != "0")'
     cat <<'EOF'
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: drl-restart
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Running']
-    - key: '.metadata.annotations["kwok.drl.dev/exit-code"]'
-      operator: 'Exists'
-    - key: '(.spec.restartPolicy == "Always") or (.spec.restartPolicy == "OnFailure" and .metadata.annotations["kwok.drl.dev/exit-code"] != "0")'
-      operator: 'In'
-      values: ['true']
-  delay:
-    durationMilliseconds: 250
-    durationFrom:
-      expressionFrom: '.metadata.annotations["kwok.drl.dev/delay"]'
-  next:
     statusTemplate: |
       {{ $now := Now }}
       {{ $code := atoi ( index .metadata.annotations "kwok.drl.dev/exit-code" ) }}

@@ -40,7 +40,6 @@ import atexit
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 from datetime import datetime, timezone
@@ -48,6 +47,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.hosts.netns import why_no_namespaces
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "local-cluster.sh"
@@ -61,19 +62,6 @@ HOLD_SCALERS = "-hold-scalers"
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
               "pod-security.kubernetes.io/enforce-version": "latest"}
 PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
-
-
-def _why_not() -> str:
-    if os.geteuid() != 0:
-        return "the cluster tier needs root (its control plane runs in a network namespace: ip netns add)"
-    if not shutil.which("ip"):
-        return "iproute2 (ip) is not installed"
-    probe = f"drl-probe-k8s-{os.getpid()}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"ip netns add failed: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return ""
 
 
 def pytest_configure(config):
@@ -315,7 +303,7 @@ def _logs_tail(state: Path, lines: int = 15) -> str:
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
     """The session's control plane: made once, torn down at the end of the session (also after Ctrl-C)."""
-    reason = _why_not()
+    reason = why_no_namespaces("the cluster tier", ("ip",))
     if reason:
         pytest.skip(f"cluster tier: {reason}")
     tools = subprocess.run(["bash", str(TOOLS_SCRIPT), "--dir"], capture_output=True, text=True,

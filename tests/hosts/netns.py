@@ -24,11 +24,14 @@ REASON = ""
 """Why namespaces cannot be made here ("" when they can); the tier is skipped with this one reason."""
 
 
-def _why_not() -> str:
+def why_no_namespaces(who: str, tools: tuple[str, ...] = ("ip", "tc")) -> str:
+    """'' where this process can make network namespaces (root, iproute2's ``tools``; one is made and removed to
+    be sure), else why ``who`` cannot run."""
     if os.geteuid() != 0:
-        return "network namespaces need root (ip netns add); run the hosts tier as root"
-    if not shutil.which("ip") or not shutil.which("tc"):
-        return "iproute2 (ip, tc) is not installed"
+        return f"{who} needs root (network namespaces: ip netns add)"
+    missing = [tool for tool in tools if not shutil.which(tool)]
+    if missing:
+        return f"iproute2 ({', '.join(missing)}) is not installed"
     probe = f"drl-probe-{os.getpid()}"
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if made.returncode != 0:
@@ -37,7 +40,7 @@ def _why_not() -> str:
     return ""
 
 
-REASON = _why_not()
+REASON = why_no_namespaces("the hosts tier")
 
 
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
