@@ -1,14 +1,15 @@
 """The cluster tier: a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler;
-Kubernetes v1.34.12) with 3 kwok nodes and Helm 4, started once per pytest session by ``scripts/local-cluster.sh``
-in its own network namespace, which has only ``lo`` and no route off the machine (checked before anything starts).
+Kubernetes v1.34.12) with 3 kwok nodes and Helm 4, started once for the tier by ``scripts/local-cluster.sh`` and
+torn down after its last test, in its own network namespace, which has only ``lo`` and no route off the machine
+(checked before anything starts).
 
 Where namespaces cannot be made (not root, no ``ip netns``) every test here is skipped with that one reason; where
 the tools are missing the tier fails and says to run ``bash scripts/k8s-tools.sh`` (CI builds them).
 
 Fixtures:
 
-- ``cluster`` (session): a :class:`Cluster`; its helpers run commands inside the namespace, with ``KUBECONFIG``
-  (the admin's, ``system:masters``) and the tools on ``PATH``.
+- ``cluster`` (package scope): a :class:`Cluster`; its helpers run commands inside the namespace, with
+  ``KUBECONFIG`` (the admin's, ``system:masters``) and the tools on ``PATH``.
 - ``namespace`` (function): the name of a fresh namespace for this test, deleted after it.
 - ``make_namespace`` (function): ``make_namespace(labels=None, hold_scalers=False) -> str``, more fresh namespaces
   (e.g. PodSecurity ``restricted``: ``labels=RESTRICTED``), all deleted after the test.
@@ -300,9 +301,10 @@ def _logs_tail(state: Path, lines: int = 15) -> str:
     return "\n".join(out)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster(tmp_path_factory):
-    """The session's control plane: made once, torn down at the end of the session (also after Ctrl-C)."""
+    """The tier's control plane: made once, torn down after the tier's last test (also after Ctrl-C), so that it
+    takes no CPU from the tiers after it."""
     reason = why_no_namespaces("the cluster tier", ("ip",))
     if reason:
         pytest.skip(f"cluster tier: {reason}")
