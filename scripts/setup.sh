@@ -18,9 +18,8 @@ if [ "${1:-}" = "--test" ]; then
   fi
 fi
 python3 -m venv .venv
-# torch is pinned to the CPU wheel first so that the range in pyproject.toml installs nothing bigger. No byte-compiling
-# at install time (most of torch's files are never imported): Python compiles what it imports, once.
-.venv/bin/pip install --disable-pip-version-check --no-compile torch==2.13.0 -e ".${extras}"
+# torch is pinned to the CPU wheel first so that the range in pyproject.toml installs nothing bigger
+.venv/bin/pip install --disable-pip-version-check torch==2.13.0 -e ".${extras}"
 if [ -n "$extras" ]; then
   # The cluster tier (tests/cluster) runs a real control plane built from the Go module proxy: about 20 minutes
   # once on a fresh machine, nothing when the tools are cached.
