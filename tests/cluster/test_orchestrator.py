@@ -149,6 +149,7 @@ def test_run_status_scale_and_delete_with_the_orchestrators_own_role_in_a_restri
     run = Attached(cluster, run_args(namespace, "r1", "--workers", "2", "--profile", "small",
                                      "--s3-storage", "emptydir"), kubeconfig)
     run.wait_for_line("drl: all 6 pods of run r1 are ready", timeout=90)
+    cluster.wait_for("the trainer's log printed", lambda: "hello from the trainer pod" in run.stdout, timeout=30)
     assert run.interrupt() == 130, run.text
     assert "drl: created 15 objects of run r1" in run.text
     assert "drl: interrupted; run r1 goes on in the cluster" in run.text
