@@ -125,6 +125,8 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
      "(default: with it on amd64 only, where its Box2D wheels exist)."),
     ("DRL_K8S_TOOLS", TOOLING, "scripts/k8s-tools.sh: the folder the pinned Kubernetes tools are built into and "
      "found in (default `~/.cache/drl/k8s-<versions>`)."),
+    ("DRL_K8S_NODE_TOOLS", TOOLING, "scripts/k8s-tools.sh: the folder the real node's tools (kubelet, kube-proxy, "
+     "CoreDNS) are built into and found in (default `~/.cache/drl/node-<versions>`)."),
     ("DRL_CLUSTER_DIR", TOOLING, "scripts/local-cluster.sh: the local control plane's state (certificates, "
      "kubeconfigs, etcd's data, logs; default `~/.cache/drl/clusters/NAME`)."),
     ("DRL_CLUSTER_NETNS", TOOLING, "Printed by `scripts/local-cluster.sh env`: the network namespace the local "
