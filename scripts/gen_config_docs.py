@@ -128,7 +128,11 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("DRL_K8S_NODE_TOOLS", TOOLING, "scripts/k8s-tools.sh: the folder the real node's tools (kubelet, kube-proxy, "
      "CoreDNS) are built into and found in (default `~/.cache/drl/node-<versions>`)."),
     ("DRL_CLUSTER_DIR", TOOLING, "scripts/local-cluster.sh: the local control plane's state (certificates, "
-     "kubeconfigs, etcd's data, logs; default `~/.cache/drl/clusters/NAME`)."),
+     "kubeconfigs, etcd's data, logs; real node: containerd's and the kubelet's folders; default "
+     "`~/.cache/drl/clusters/NAME`)."),
+    ("DRL_CLUSTER_NODE", TOOLING, "scripts/local-cluster.sh: the nodes `up` starts where its command line names none: "
+     "`kwok` (3 kwok nodes, no container runs; default) or `real` (one node: containerd, kubelet, kube-proxy, "
+     "CoreDNS)."),
     ("DRL_CLUSTER_NETNS", TOOLING, "Printed by `scripts/local-cluster.sh env`: the network namespace the local "
      "control plane runs in (`drl-k8s-NAME`); run kubectl, helm and drl-orchestrate there with `ip netns exec`."),
 )

@@ -85,7 +85,6 @@ import() {
   for f in pause testbox; do
     ctr_ images import --platform "linux/$(arch)" "$work/$f.tar" >/dev/null
   done
-  ctr_ images label "$PAUSE_IMAGE" io.cri-containerd.pinned=pinned >/dev/null
   rm -rf "$work"
 }
 

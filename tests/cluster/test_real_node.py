@@ -1,0 +1,335 @@
+"""One real node (``scripts/local-cluster.sh up NAME --node real``: containerd, kubelet, kube-proxy, CoreDNS) on
+the tier's control plane: it becomes Ready, pods from images imported without a registry run and log, a pod
+finds a Service by its DNS name and reaches it through the Service's IP (and the API server through 10.96.0.1),
+nothing in the cluster's namespace or a pod has a route off the machine, and ``down`` leaves no process, mount,
+namespace, cgroup, iptables rule or file of the cluster behind.
+
+The ``real_node`` fixture (module scope) starts the cluster ``n<pid>`` once for this file, in its own network
+namespace, and stops it after the last test (which stops it itself and checks what is left). The images are
+``scripts/node-images.sh``'s: ``drl.local/testbox:1`` (docker/node/testbox.c: echo, fail, serve, get).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.conftest import KUBERNETES_VERSION, SCRIPT, TOOLS_SCRIPT, Cluster, _logs_tail
+from tests.hosts.netns import why_no_namespaces
+
+TESTBOX = "drl.local/testbox:1"
+NODE_ADDR = "10.250.0.2"
+NODE_BRIDGE = "drl-node"
+POD_BRIDGE = "cni0"
+KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+                   "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
+SHIM_SOCKETS = Path("/run/containerd/s")
+POD_LOG_LINKS = Path("/var/log/containers")
+CNI_RESULTS = Path("/var/lib/cni/results")
+OFF_THE_MACHINE = "192.0.2.1"  # TEST-NET-1
+
+
+class RealNode(Cluster):
+    """A :class:`Cluster` with one real node: ``node`` (its name), ``cgroup`` (the kubelet's cgroupRoot, a folder
+    name in every cgroup hierarchy), ``sysctls_before`` (the kernel settings the kubelet changes, as they were),
+    ``shim_sockets`` (the containerd shims' sockets seen while pods ran), ``sandboxes`` (the pods' sandbox ids
+    seen), ``startup_s``."""
+
+    def __init__(self, name: str, state: Path, tools: Path, env: dict):
+        super().__init__(name, state, tools)
+        self.node = f"{name}-node"
+        self.cgroup = f"drl-k8s-{name}"
+        self.script_env = env
+        self.sysctls_before = _sysctls()
+        self.iptables_before = _iptables_lines()
+        self.shim_sockets: set[str] = set()
+        self.sandboxes: set[str] = set()
+        self.down_output = ""
+
+    def down(self) -> subprocess.CompletedProcess:
+        proc = subprocess.run(["bash", str(SCRIPT), "down", self.name], env=self.script_env, capture_output=True,
+                              text=True, timeout=180)
+        self.down_output = proc.stderr
+        return proc
+
+    def pod_spec(self, name: str, args: list[str], restart: str = "Never", labels: dict | None = None,
+                 port: int | None = None) -> dict:
+        container = {"name": "main", "image": TESTBOX, "imagePullPolicy": "Never", "args": args}
+        if port:
+            container["ports"] = [{"containerPort": port, "name": "http"}]
+            container["readinessProbe"] = {"tcpSocket": {"port": port}, "periodSeconds": 1}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}},
+                "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": 1,
+                         "containers": [container]}}
+
+    def wait_phase(self, namespace: str, pod: str, phases: tuple[str, ...], timeout: float = 60) -> dict:
+        def probe():
+            got = self.pod(namespace, pod)
+            return got if got and got.get("status", {}).get("phase") in phases else None
+
+        try:
+            return self.wait_for(f"pod {namespace}/{pod} in {phases}", probe, timeout=timeout, interval=0.3)
+        except AssertionError as e:
+            events = self.kubectl("-n", namespace, "get", "events", "-o", "wide", check=False).stdout
+            raise AssertionError(f"{e}\nevents:\n{events}\n{_logs_tail(self.state, 8)}") from None
+
+    def record_shim_sockets(self) -> set[str]:
+        """The sockets the shims of the pods now on the node have in /run/containerd/s (named by the sha256 of
+        "ADDRESS/NAMESPACE/ID"), as ``down`` computes them."""
+        tasks = self.state / "containerd" / "state" / "io.containerd.runtime.v2.task"
+        address = self.state / "containerd" / "containerd.sock"
+        ids = {(ns.name, task.name) for ns in tasks.iterdir() for task in ns.iterdir()} if tasks.is_dir() else set()
+        names = {hashlib.sha256(f"{address}/{ns}/{task}".encode()).hexdigest() for ns, task in ids}
+        self.shim_sockets |= names
+        self.sandboxes |= {task for _, task in ids}
+        return names
+
+
+def _sysctls() -> dict[str, str]:
+    return {k: Path("/proc/sys", k).read_text().strip() for k in KUBELET_SYSCTLS if Path("/proc/sys", k).exists()}
+
+
+def _iptables_lines() -> set[str]:
+    """The machine's own (root namespace) iptables rules that name what a cluster makes: KUBE-/CNI- chains or
+    the cluster's ranges."""
+    out = set()
+    for tool in ("iptables-save", "ip6tables-save"):
+        proc = subprocess.run([tool], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{tool} failed ({proc.returncode}): {proc.stderr}"
+        out |= {line for line in proc.stdout.splitlines()
+                if re.search(r"KUBE-|CNI-|10\.244\.|10\.96\.|10\.250\.", line)}
+    return out
+
+
+def _links(netns: str) -> list[dict]:
+    return json.loads(subprocess.run(["ip", "-n", netns, "-d", "-j", "link", "show"], capture_output=True,
+                                     text=True, check=True).stdout)
+
+
+def _assert_no_route_off(netns: str) -> None:
+    """The cluster's namespace has lo, the node's bridge with no ports, the pods' bridge whose ports are only
+    veths leading into pods' namespaces on this machine, no route that leaves through anything else, and no
+    default route in any table."""
+    links = _links(netns)
+    by_name = {link["ifname"]: link for link in links}
+    assert "lo" in by_name and NODE_BRIDGE in by_name, f"{netns} lacks lo or {NODE_BRIDGE}: {sorted(by_name)}"
+    for link in links:
+        name, kind = link["ifname"], link.get("linkinfo", {}).get("info_kind")
+        if name == "lo":
+            continue
+        if name in (NODE_BRIDGE, POD_BRIDGE):
+            assert kind == "bridge", f"{netns}: {name} is a {kind}, not a bridge"
+            continue
+        assert kind == "veth" and link.get("master") == POD_BRIDGE and "link_netnsid" in link, (
+            f"{netns} has a link that is not a pod's veth on {POD_BRIDGE}: {name} ({kind}, {link.get('master')})")
+    ports = [link["ifname"] for link in links if link.get("master") == NODE_BRIDGE]
+    assert not ports, f"the node's bridge {NODE_BRIDGE} has ports: {ports}"
+    # a pod's veth carries only its link-local (IPv6) routes: it leads into that pod's namespace
+    devices = {"lo", NODE_BRIDGE, POD_BRIDGE} | {link["ifname"] for link in links if link.get("master") == POD_BRIDGE}
+    for family in ("-4", "-6"):
+        routes = subprocess.run(["ip", "-n", netns, family, "route", "show", "table", "all"], capture_output=True,
+                                text=True, check=True).stdout.splitlines()
+        for route in filter(str.strip, routes):
+            words = route.split()
+            assert "default" not in words[:3], f"{netns} has a default route: {route}"
+            assert "dev" in words and words[words.index("dev") + 1] in devices, (
+                f"{netns} routes through something else than lo, its bridges and pods' veths: {route}")
+
+
+def _processes_mentioning(*needles: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cgroups = (proc / "cgroup").read_text()
+        except OSError:
+            continue
+        if any(n in cmdline or n in cgroups for n in needles):
+            found.append(f"{proc.name}: {cmdline[:160]}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def real_node(tmp_path_factory):
+    """The real-node cluster ``n<pid>``: made once for this file, stopped after its last test (also on Ctrl-C)."""
+    reason = why_no_namespaces("the real node", ("ip", "nsenter"))
+    if reason:
+        pytest.skip(f"real node: {reason}")
+    tools = subprocess.run(["bash", str(TOOLS_SCRIPT), "--dir"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    check = subprocess.run(["bash", str(TOOLS_SCRIPT), "--check", "all"], capture_output=True, text=True)
+    if check.returncode != 0:
+        pytest.fail(f"real node: {check.stderr.strip()} (bash scripts/k8s-tools.sh: about 20 minutes for the "
+                    f"control plane and 10 for the node's tools on a fresh machine; later runs reuse them)",
+                    pytrace=False)
+    _sweep_stale_real(tmp_path_factory.getbasetemp().parent)
+    name = f"n{os.getpid()}"
+    state = tmp_path_factory.mktemp("real-node")
+    env = {**os.environ, "DRL_CLUSTER_DIR": str(state)}
+    node = RealNode(name, state, Path(tools), env)
+    atexit.register(node.down)
+    try:
+        made = subprocess.run(["bash", str(SCRIPT), "net", name, "--node", "real"], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert made.returncode == 0, f"local-cluster.sh net --node real failed:\n{made.stderr}"
+        _assert_no_route_off(node.netns)
+        t0 = time.monotonic()
+        up = subprocess.run(["bash", str(SCRIPT), "up", name, "--node", "real"], env=env, capture_output=True,
+                            text=True, timeout=300)
+        if up.returncode != 0:
+            pytest.fail(f"real node: local-cluster.sh up --node real failed:\n{up.stderr}\n{_logs_tail(state)}",
+                        pytrace=False)
+        node.startup_s = time.monotonic() - t0
+        node.up_output = up.stderr
+        yield node
+        node.cleanup()
+    finally:
+        node.down()
+        atexit.unregister(node.down)
+
+
+def _sweep_stale_real(tmp_root: Path) -> None:
+    """Stops the real-node clusters of earlier sessions (``n<pid>``) whose pytest process is gone (killed before
+    its teardown ran), with their state folder where it is still among pytest's folders under ``tmp_root``, so
+    that their mounts and kernel settings go too."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in listed.splitlines():
+        m = re.fullmatch(r"drl-k8s-(n(\d+))", line.split()[0]) if line.strip() else None
+        if not m or int(m.group(2)) == os.getpid() or Path(f"/proc/{m.group(2)}").exists():
+            continue
+        states = [config.parent for config in tmp_root.glob("pytest-*/real-node*/kubelet-config.yaml")
+                  if f"cgroupRoot: /drl-k8s-{m.group(1)}\n" in config.read_text()]
+        state = states[0] if states else Path(f"/nonexistent/drl-cluster-{m.group(1)}")
+        subprocess.run(["bash", str(SCRIPT), "down", m.group(1), "--node", "real"], capture_output=True,
+                       text=True, timeout=180, env={**os.environ, "DRL_CLUSTER_DIR": str(state)})
+
+
+@pytest.fixture
+def ns(real_node, request):
+    name = real_node.namespace(re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-"))
+    yield name
+    real_node.delete_namespace(name)
+
+
+def test_node_is_ready_and_real(real_node):
+    node = real_node.kubectl_json("get", "node", real_node.node)
+    ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True", node["status"]["conditions"]
+    info = node["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == KUBERNETES_VERSION
+    assert info["containerRuntimeVersion"].startswith("containerd://"), info
+    assert {"type": "InternalIP", "address": NODE_ADDR} in node["status"]["addresses"]
+    assert not node["spec"].get("taints"), node["spec"].get("taints")
+    # the kubelet's pods live under its own cgroupRoot, in every v1 hierarchy it uses
+    for controller in ("memory", "cpu", "pids"):
+        folder = Path("/sys/fs/cgroup", controller, real_node.cgroup)
+        if Path("/sys/fs/cgroup", controller).is_dir():
+            assert (folder / "kubepods").is_dir(), f"no {folder}/kubepods"
+
+
+def test_pod_from_an_imported_image_runs_and_logs(real_node, ns):
+    real_node.apply([real_node.pod_spec("hello", ["echo", "hello from the real node"]),
+                     real_node.pod_spec("fails", ["fail", "3", "exit three"])], namespace=ns)
+    hello = real_node.wait_phase(ns, "hello", ("Succeeded", "Failed"))
+    assert hello["status"]["phase"] == "Succeeded", hello["status"]
+    assert hello["status"]["podIP"].startswith("10.244.0."), hello["status"]
+    assert real_node.kubectl("-n", ns, "logs", "hello").stdout == "hello from the real node\n"
+    fails = real_node.wait_phase(ns, "fails", ("Succeeded", "Failed"))
+    terminated = fails["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (fails["status"]["phase"], terminated["exitCode"]) == ("Failed", 3), fails["status"]
+    assert real_node.kubectl("-n", ns, "logs", "fails").stdout == "exit three\n"
+
+
+def test_pod_reaches_a_service_by_its_dns_name(real_node, ns):
+    real_node.apply([
+        real_node.pod_spec("server", ["serve", "8080", f"hello from {ns}"], restart="Always",
+                           labels={"app": "echo"}, port=8080),
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo"},
+         "spec": {"selector": {"app": "echo"}, "ports": [{"port": 80, "targetPort": "http"}]}},
+    ], namespace=ns)
+    real_node.wait_for("the server Ready", lambda: any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in (real_node.pod(ns, "server") or {}).get("status", {}).get("conditions", [])), timeout=60)
+    cluster_ip = real_node.kubectl_json("-n", ns, "get", "service", "echo")["spec"]["clusterIP"]
+    fqdn = f"echo.{ns}.svc.cluster.local"
+    real_node.apply([real_node.pod_spec("client", ["get", fqdn, "80", "/", "30"]),
+                     real_node.pod_spec("short", ["get", "echo", "80", "/", "30"]),
+                     real_node.pod_spec("api", ["get", "kubernetes.default.svc.cluster.local", "443", "/", "30"])],
+                    namespace=ns)
+    for pod in ("client", "short", "api"):
+        done = real_node.wait_phase(ns, pod, ("Succeeded", "Failed"), timeout=90)
+        log = real_node.kubectl("-n", ns, "logs", pod, check=False)
+        assert done["status"]["phase"] == "Succeeded", f"{pod}: {log.stdout}{log.stderr}"
+    assert real_node.kubectl("-n", ns, "logs", "client").stdout == (
+        f"resolved {fqdn} {cluster_ip}\nhello from {ns}\n")
+    assert real_node.kubectl("-n", ns, "logs", "short").stdout == f"resolved echo {cluster_ip}\nhello from {ns}\n"
+    # the API server through the Service kubernetes (10.96.0.1 -> the node's address): a plain HTTP request to
+    # its TLS port gets Go's plain answer
+    api = real_node.kubectl("-n", ns, "logs", "api").stdout
+    assert api.startswith("resolved kubernetes.default.svc.cluster.local 10.96.0.1\n"), api
+    assert "Client sent an HTTP request to an HTTPS server" in api, api
+    # the server saw the requests, through the Service, from the pods' own addresses (no masquerade)
+    served = real_node.kubectl("-n", ns, "logs", "server").stdout
+    assert served.count("request: GET / HTTP/1.0") >= 2, served
+    assert real_node.record_shim_sockets(), "no shim state in containerd's state folder"
+    found = [s for s in real_node.shim_sockets if (SHIM_SOCKETS / s).is_socket()]
+    assert found, f"none of the shims' sockets {sorted(real_node.shim_sockets)} is in {SHIM_SOCKETS}"
+
+
+def test_nothing_has_a_route_off_the_machine(real_node, ns):
+    real_node.apply(real_node.pod_spec("out", ["get", OFF_THE_MACHINE, "80", "/", "0"]), namespace=ns)
+    out = real_node.wait_phase(ns, "out", ("Succeeded", "Failed"), timeout=60)
+    log = real_node.kubectl("-n", ns, "logs", "out", check=False).stdout
+    assert out["status"]["phase"] == "Failed", log
+    assert "unreachable" in log, log  # refused at once by the namespace (no route), not lost on the way
+    _assert_no_route_off(real_node.netns)
+    probe = ("import socket\n"
+             "s = socket.socket(); s.settimeout(3)\n"
+             "try:\n"
+             f"    s.connect(('{OFF_THE_MACHINE}', 80)); print('connected')\n"
+             "except OSError as e:\n"
+             "    print(type(e).__name__, e.errno)\n")
+    got = real_node.run([sys.executable, "-c", probe], check=True).stdout
+    assert got.startswith("OSError 101"), got  # ENETUNREACH in the cluster's namespace itself
+
+
+def test_down_leaves_nothing(real_node):
+    """Last: stops the cluster and looks for anything of it on the machine."""
+    state, netns, cgroup = str(real_node.state), real_node.netns, real_node.cgroup
+    real_node.record_shim_sockets()
+    down = real_node.down()
+    assert down.returncode == 0, down.stderr
+    left = []
+    netns_list = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    if any(line.split()[0] == netns for line in netns_list.splitlines() if line.strip()):
+        left.append(f"network namespace {netns}")
+    left += [f"process {p}" for p in _processes_mentioning(state, f"/{cgroup}/", f"/{cgroup}\n", netns)]
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    left += [f"mount {m}" for m in mounts if state in m or netns in m]
+    left += [f"cgroup {d}" for d in Path("/sys/fs/cgroup").glob(f"*/{cgroup}")]
+    left += [f"cgroup {d}" for d in Path("/sys/fs/cgroup").glob(cgroup)]
+    left += [f"iptables rule {r}" for r in sorted(_iptables_lines() - real_node.iptables_before)]
+    left += [f"shim socket {SHIM_SOCKETS / s}" for s in real_node.shim_sockets if (SHIM_SOCKETS / s).exists()]
+    if POD_LOG_LINKS.is_dir():
+        left += [f"log link {p}" for p in POD_LOG_LINKS.iterdir() if p.is_symlink()
+                 and os.readlink(p).startswith(state)]
+    if CNI_RESULTS.is_dir():
+        left += [f"CNI cache {p}" for p in CNI_RESULTS.glob(f"drl-k8s-{real_node.name}-*")]
+        left += [f"CNI cache {p}" for p in CNI_RESULTS.glob("cni-loopback-*-lo")
+                 if p.name[len("cni-loopback-"):-len("-lo")] in real_node.sandboxes]
+    changed = {k: v for k, v in _sysctls().items() if real_node.sysctls_before.get(k) != v}
+    left += [f"kernel setting {k}={v} (was {real_node.sysctls_before.get(k)})" for k, v in changed.items()]
+    if Path(state).exists():
+        left.append(f"state folder {state}")
+    assert not left, "left after down:\n" + "\n".join(left) + f"\n(down said: {real_node.down_output})"
