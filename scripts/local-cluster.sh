@@ -40,9 +40,10 @@
 # root, pod logs and volume plugins, CNI's IPAM are all in the state folder. While a real node is up the kubelet
 # holds the kernel settings it wants (vm.overcommit_memory=1, kernel.panic=10, kernel.panic_on_oops=1, ...);
 # `down` puts back the values they had before `up`, unmounts what the kubelet and containerd mounted under the
-# state folder, removes the cgroups, the shims' sockets in /run/containerd/s, the kubelet's links in
-# /var/log/containers and CNI's cache files in /var/lib/cni it made. Limits: the bridge CNI enforces no
-# NetworkPolicy; there is no storage provisioner (PersistentVolumeClaims need hand-made PVs).
+# state folder, and removes the cgroups, the shims' sockets in /run/containerd/s, the kubelet's links in
+# /var/log/containers and its device manager's socket in /var/lib/kubelet/device-plugins, and CNI's cache files
+# in /var/lib/cni. Limits: the bridge CNI enforces no NetworkPolicy; there is no storage provisioner
+# (PersistentVolumeClaims need hand-made PVs).
 #
 # kwok's nodes (the default) run no container. A pod scheduled on a node becomes Running and Ready at once (kwok's
 # pod-ready stage) and then stays Running until one of the stages below ends it. The stages (in
@@ -125,6 +126,8 @@ KUBELET_SYSCTLS="vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_
 SHIM_SOCKETS=/run/containerd/s
 POD_LOG_LINKS=/var/log/containers
 CNI_CACHE=/var/lib/cni
+# The kubelet's device manager keeps its socket here whatever its root folder is.
+DEVICE_PLUGINS=/var/lib/kubelet/device-plugins
 SYS_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 # node_mode: kwok or real: --node; else for up and net $DRL_CLUSTER_NODE, then what `up` recorded in the state;
@@ -813,7 +816,8 @@ record_host() {
     [ -f "/proc/sys/$k" ] && echo "$k $(cat "/proc/sys/$k")"
   done > "$STATE/host-sysctls"
   : > "$STATE/host-made-dirs"
-  for k in /run/containerd "$SHIM_SOCKETS" "$POD_LOG_LINKS" "$CNI_CACHE" "$CNI_CACHE/results"; do
+  for k in /run/containerd "$SHIM_SOCKETS" "$POD_LOG_LINKS" "$CNI_CACHE" "$CNI_CACHE/results" \
+           "$(dirname "$DEVICE_PLUGINS")" "$DEVICE_PLUGINS"; do
     [ -e "$k" ] || echo "$k" >> "$STATE/host-made-dirs"
   done
 }
@@ -839,6 +843,13 @@ containerd_up() {
 
 node_ready() {
   [ "$(kubectl_ get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]
+}
+
+# node_schedulable: the node lifecycle controller has lifted the node's not-ready taint (pods that do not
+# tolerate it are scheduled only after that; the controller does it once its caches are synced, some seconds
+# after it starts).
+node_schedulable() {
+  [ -z "$(kubectl_ get node "$NODE_NAME" -o 'jsonpath={.spec.taints[*].key}')" ]
 }
 
 # -- processes ---------------------------------------------------------------------------------------------------
@@ -1023,8 +1034,10 @@ up() {
     start_node kube-proxy "$nb/kube-proxy" --config "$STATE/kube-proxy-config.yaml"
     start_node coredns "$nb/coredns" -conf "$STATE/coredns/Corefile"
     wait_for 60 "node $NODE_NAME Ready" node_ready
+    local ready=$(( ($(date +%s%N) - tk) / 100000000 ))
+    wait_for 60 "node $NODE_NAME without taints" node_schedulable
     tk=$(( ($(date +%s%N) - tk) / 100000000 ))
-    say "node $NODE_NAME Ready $((tk / 10)).$((tk % 10)) s after the kubelet started"
+    say "node $NODE_NAME Ready $((ready / 10)).$((ready % 10)) s after the kubelet started, without taints after $((tk / 10)).$((tk % 10)) s"
     wait_for 30 "kube-proxy's first sync (its /healthz)" http_ok 10256 /healthz
     wait_for 30 "CoreDNS (its /ready)" http_ok 8181 /ready
   else
@@ -1117,8 +1130,18 @@ unmount_state() {
   [ -z "$(mounts_under "$(readlink -f "$STATE")")" ] || die "mounts left under $STATE: $(mounts_under "$(readlink -f "$STATE")" | head -3 | tr '\n' ' ')"
 }
 
+# kubelet_runs: some kubelet runs on the machine (a zombie, one killed and not yet reaped, does not count).
+kubelet_runs() {
+  local pid
+  for pid in $(pgrep -x kubelet 2>/dev/null); do
+    [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ] || [ ! -e "/proc/$pid" ] || return 0
+  done
+  return 1
+}
+
 # Puts back what the real node changed outside its state folder: the kernel settings, the shims' sockets, the
-# kubelet's links to pod logs, CNI's cache files of its network, the cgroups, and the shared folders it made.
+# kubelet's links to pod logs and its device manager's socket, CNI's cache files of its pods, the cgroups, and
+# the shared folders it made.
 clean_host() {
   local k v s link
   if [ -f "$STATE/host-sysctls" ]; then
@@ -1136,6 +1159,10 @@ clean_host() {
   # network, cni-loopback-ID-lo for lo.
   rm -f "$CNI_CACHE/results/$CNI_NETWORK"-* 2>/dev/null || true
   for s in $(sandbox_ids); do rm -f "$CNI_CACHE/results/cni-loopback-$s-lo"; done
+  # The device manager's socket and checkpoint, unless another kubelet (another cluster's) runs and owns them.
+  if ! kubelet_runs; then
+    rm -f "$DEVICE_PLUGINS/kubelet.sock" "$DEVICE_PLUGINS/kubelet_internal_checkpoint"
+  fi
   local d
   for d in $(cgroup_dirs); do
     find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
@@ -1187,8 +1214,27 @@ down_quiet() {
   fi
 }
 
+# running_state: the state folder of the real node that runs in the namespace, read from its containerd's
+# command line (--config STATE/containerd/config.toml), for a `down` given another DRL_CLUSTER_DIR.
+running_state() {
+  local pid config
+  for pid in $(ip netns pids "$NETNS" 2>/dev/null); do
+    config="$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | awk 'prev == "--config" {print; exit} {prev = $0}')"
+    case "$config" in */containerd/config.toml) dirname "$(dirname "$config")"; return 0 ;; esac
+  done
+  return 0
+}
+
 down() {
   need_root
+  if [ ! -f "$STATE/$MARK" ] && netns_exists; then
+    local found
+    found="$(running_state)"
+    if [ -n "$found" ] && [ -f "$found/$MARK" ]; then
+      say "'$NAME' keeps its state in $found, not $STATE: stopping that one"
+      STATE="$found"
+    fi
+  fi
   if ! netns_exists && [ ! -f "$STATE/$MARK" ] && [ -z "$(cgroup_dirs)" ]; then
     say "'$NAME' is not up"
     return 0

@@ -35,6 +35,7 @@ KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "k
 SHIM_SOCKETS = Path("/run/containerd/s")
 POD_LOG_LINKS = Path("/var/log/containers")
 CNI_RESULTS = Path("/var/lib/cni/results")
+DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
 OFF_THE_MACHINE = "192.0.2.1"  # TEST-NET-1
 
 
@@ -51,6 +52,7 @@ class RealNode(Cluster):
         self.script_env = env
         self.sysctls_before = _sysctls()
         self.iptables_before = _iptables_lines()
+        self.device_plugins_before = sorted(DEVICE_PLUGINS.iterdir()) if DEVICE_PLUGINS.is_dir() else []
         self.shim_sockets: set[str] = set()
         self.sandboxes: set[str] = set()
         self.down_output = ""
@@ -157,6 +159,19 @@ def _processes_mentioning(*needles: str) -> list[str]:
             continue
         if any(n in cmdline or n in cgroups for n in needles):
             found.append(f"{proc.name}: {cmdline[:160]}")
+    return found
+
+
+def _live_kubelets() -> list[str]:
+    """The pids of the kubelets that run on the machine (not zombies)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            stat = (proc / "stat").read_text() if proc.name.isdigit() else ""
+        except OSError:
+            continue
+        if stat and stat[stat.index("(") + 1:stat.rindex(")")] == "kubelet" and stat[stat.rindex(")") + 2] != "Z":
+            found.append(proc.name)
     return found
 
 
@@ -328,6 +343,8 @@ def test_down_leaves_nothing(real_node):
         left += [f"CNI cache {p}" for p in CNI_RESULTS.glob(f"drl-k8s-{real_node.name}-*")]
         left += [f"CNI cache {p}" for p in CNI_RESULTS.glob("cni-loopback-*-lo")
                  if p.name[len("cni-loopback-"):-len("-lo")] in real_node.sandboxes]
+    if not _live_kubelets() and not real_node.device_plugins_before:  # else another cluster's kubelet may own them
+        left += [f"kubelet's file {p}" for p in (DEVICE_PLUGINS.iterdir() if DEVICE_PLUGINS.is_dir() else [])]
     changed = {k: v for k, v in _sysctls().items() if real_node.sysctls_before.get(k) != v}
     left += [f"kernel setting {k}={v} (was {real_node.sysctls_before.get(k)})" for k, v in changed.items()]
     if Path(state).exists():
