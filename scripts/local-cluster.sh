@@ -28,22 +28,21 @@
 #   sudo ip netns exec drl-k8s-drl env KUBECONFIG=$HOME/.cache/drl/clusters/drl/admin.kubeconfig kubectl get nodes
 #
 # A real node (--node real) needs containerd (1.6 or newer), runc, the CNI plugins (bridge, host-local, portmap,
-# loopback in /usr/lib/cni or /opt/cni/bin), iptables, nsenter, gcc with the static C library (for its images)
-# and cgroup v1 or v2. It is the node NAME-node at 10.250.0.2, on a bridge with no ports (drl-node) in the
-# namespace; pods get 10.244.0.0/24 on the bridge cni0 (gateway 10.244.0.1, no masquerade); Services are
-# 10.96.0.0/16 through kube-proxy (iptables; the API server at 10.96.0.1, advertised as 10.250.0.2:6443) and
-# resolve by name through CoreDNS (a process on 10.250.0.2:53 behind the Service kube-system/kube-dns,
-# 10.96.0.10; it answers cluster.local and nothing else). Nothing is pulled: images are imported into containerd
-# (namespace k8s.io) from scripts/node-images.sh (drl.local/pause:1, the sandbox image, and drl.local/testbox:1)
-# or from podman (`image`); pods use them with imagePullPolicy Never or IfNotPresent. The kubelet's pods live in
-# the cgroup /drl-k8s-NAME of every hierarchy; containerd's root, state, socket and runc's state, the kubelet's
-# root, pod logs and volume plugins, CNI's IPAM are all in the state folder. While a real node is up the kubelet
-# holds the kernel settings it wants (vm.overcommit_memory=1, kernel.panic=10, kernel.panic_on_oops=1, ...);
-# `down` puts back the values they had before `up`, unmounts what the kubelet and containerd mounted under the
-# state folder, and removes the cgroups, the shims' sockets in /run/containerd/s, the kubelet's links in
-# /var/log/containers and its device manager's socket in /var/lib/kubelet/device-plugins, and CNI's cache files
-# in /var/lib/cni. Limits: the bridge CNI enforces no NetworkPolicy; there is no storage provisioner
-# (PersistentVolumeClaims need hand-made PVs).
+# loopback in /usr/lib/cni or /opt/cni/bin), iptables, nsenter, gcc with the static C library (for its images) and
+# cgroup v1 or v2. It is the node NAME-node at 10.250.0.2, on a bridge with no ports (drl-node) in the namespace;
+# pods get 10.244.0.0/24 on the bridge cni0 (gateway 10.244.0.1, no masquerade); Services are 10.96.0.0/16 through
+# kube-proxy (iptables; the API server at 10.96.0.1, advertised as 10.250.0.2:6443) and resolve by name through
+# CoreDNS (a process on 10.250.0.2:53 behind the Service kube-system/kube-dns, 10.96.0.10; it answers cluster.local,
+# and NXDOMAIN for every other name). Nothing is pulled: images are imported into containerd (namespace k8s.io) from
+# scripts/node-images.sh (drl.local/pause:1, the sandbox image, and drl.local/testbox:1) or from podman (`image`);
+# pods use them with imagePullPolicy Never or IfNotPresent. The kubelet's pods live in the cgroup /drl-k8s-NAME of
+# every hierarchy; containerd's root, state, socket and runc's state, the kubelet's root, pod logs and volume
+# plugins, CNI's IPAM are all in the state folder. While a real node is up the kubelet holds the kernel settings it
+# wants (vm.overcommit_memory=1, kernel.panic=10, kernel.panic_on_oops=1, ...); `down` puts back the values they had
+# before `up`, unmounts what the kubelet and containerd mounted under the state folder, and removes the cgroups, the
+# shims' sockets in /run/containerd/s, the kubelet's links in /var/log/containers and its device manager's socket in
+# /var/lib/kubelet/device-plugins, and CNI's cache files in /var/lib/cni. Limits: the bridge CNI enforces no
+# NetworkPolicy; there is no storage provisioner (PersistentVolumeClaims need hand-made PVs).
 #
 # kwok's nodes (the default) run no container. A pod scheduled on a node becomes Running and Ready at once (kwok's
 # pod-ready stage) and then stays Running until one of the stages below ends it. The stages (in
@@ -702,22 +701,27 @@ conntrack:
 EOT
 }
 
-# CoreDNS answers cluster.local (Services and pods) and the reverse zones, and nothing else: there is no upstream
-# to forward to.
+# CoreDNS answers cluster.local (Services and pods) and the reverse zones of the cluster; every other name does
+# not exist (NXDOMAIN at once): there is no upstream to forward to.
 coredns_config() {
   mkdir -p "$STATE/coredns"
   cat > "$STATE/coredns/Corefile" <<EOT
-.:53 {
+cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {
     bind $NODE_ADDR
     errors
     ready 127.0.0.1:8181
     kubernetes cluster.local in-addr.arpa ip6.arpa {
         kubeconfig $STATE/coredns.kubeconfig $NAME
         pods insecure
-        fallthrough in-addr.arpa ip6.arpa
         ttl 30
     }
     cache 30
+}
+.:53 {
+    bind $NODE_ADDR
+    template ANY ANY {
+        rcode NXDOMAIN
+    }
 }
 EOT
 }

@@ -303,11 +303,16 @@ def test_pod_reaches_a_service_by_its_dns_name(real_node, ns):
 
 
 def test_nothing_has_a_route_off_the_machine(real_node, ns):
-    real_node.apply(real_node.pod_spec("out", ["get", OFF_THE_MACHINE, "80", "/", "0"]), namespace=ns)
+    real_node.apply([real_node.pod_spec("out", ["get", OFF_THE_MACHINE, "80", "/", "0"]),
+                     real_node.pod_spec("name", ["get", "example.com", "80", "/", "0"])], namespace=ns)
     out = real_node.wait_phase(ns, "out", ("Succeeded", "Failed"), timeout=60)
     log = real_node.kubectl("-n", ns, "logs", "out", check=False).stdout
     assert out["status"]["phase"] == "Failed", log
     assert "unreachable" in log, log  # refused at once by the namespace (no route), not lost on the way
+    # a name outside the cluster does not exist (CoreDNS has no upstream): NXDOMAIN, not a timeout
+    name = real_node.wait_phase(ns, "name", ("Succeeded", "Failed"), timeout=60)
+    log = real_node.kubectl("-n", ns, "logs", "name", check=False).stdout
+    assert name["status"]["phase"] == "Failed" and "Name or service not known" in log, log
     _assert_no_route_off(real_node.netns)
     probe = ("import socket\n"
              "s = socket.socket(); s.settimeout(3)\n"
