@@ -7,7 +7,7 @@
     drl-orchestrate --preset sac --help        (options with that preset's defaults)
     drl-orchestrate --backend kubernetes --preset sac --workers 32 [--namespace NS] [--image IMAGE]
                     [--s3-image IMAGE] [--s3-storage SIZE|emptydir] [--s3-storage-class NAME]
-                    [--profile small] [--resources ROLE.requests.cpu=500m ...] [--pending-timeout S] [--detach]
+                    [--profile small|local] [--resources ROLE.requests.cpu=500m ...] [--pending-timeout S] [--detach]
     drl-orchestrate render [same flags]        (the Kubernetes manifests as YAML; no cluster needed)
     drl-orchestrate delete RUN [--namespace NS]
     drl-orchestrate status RUN --backend kubernetes [--namespace NS]   (a Kubernetes run's pods and services)
@@ -126,7 +126,10 @@ def add_deployment_options(parser: argparse.ArgumentParser) -> None:
                             "[default: the cluster's default class]")
     group.add_argument("--profile", choices=tuple(PROFILES),
                        help="requests and limits of every pod, by name (the chart's helm/profiles/NAME.yaml); "
-                            "small: 2 workers fit one node of 2 CPUs [default: default, the chart's values]")
+                            "small: 2 workers fit one node of 2 CPUs; local: small's, with the images that "
+                            "scripts/local-cluster.sh images imports into its real node (drl.local/*:local, "
+                            "never pulled; --image and --s3-image still win) and no PVC for the S3 server "
+                            "[default: default, the chart's values]")
     group.add_argument("--resources", metavar="ROLE.KIND.RES=Q", action="append", type=_resource_setting,
                        help=f"set one request or limit over the profile, as the chart's ROLE.resources: ROLE is "
                             f"{', '.join(RESOURCE_ROLES)}; KIND requests or limits; RES cpu or memory; e.g. "

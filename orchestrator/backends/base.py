@@ -37,7 +37,8 @@ class Deployment:
     s3_storage_class: str = ""
     """The StorageClass of the S3 server's PVC; empty: the cluster's default class."""
     profile: str = ""
-    """Requests and limits of every component, by name (``manifests.PROFILES``); empty: the chart's defaults."""
+    """Requests and limits of every component, by name (``manifests.PROFILES``); empty: the chart's defaults.
+    ``local`` also picks ``manifests.LOCAL_IMAGES`` (never pulled) and no PVC where the flags above name none."""
     resources: tuple[str, ...] = ()
     """``ROLE.requests|limits.cpu|memory=QUANTITY`` settings over the profile (``manifests.resources_for``)."""
     pending_timeout: float | None = None

@@ -1640,6 +1640,32 @@ def test_the_small_profile_fits_a_two_cpu_node_and_matches_the_orchestrators(tmp
     assert requests["memory"] == 2.5 * 2**30
 
 
+def test_the_local_profile_runs_only_local_images_keeps_no_claim_and_fits_a_two_cpu_node():
+    """helm/profiles/local.yaml needs no further value: every pod (the test pod too) runs one of the images
+    `scripts/local-cluster.sh images` imports into the real node, never pulled; neither data server asks for a
+    PVC (the node has no provisioner); with 3 workers, the helm test pod and a scaler hook (100m) the run requests
+    at most 2 CPUs. Its requests and limits are the small profile's, which are the CLI's `--profile local`."""
+    from orchestrator.backends.kubernetes import manifests
+
+    profile = yaml.safe_load((CHART / "profiles" / "local.yaml").read_text())
+    _chart().validate_schema(profile)
+    small = yaml.safe_load((CHART / "profiles" / "small.yaml").read_text())
+    assert {c: profile[c]["resources"] for c in small} == {c: small[c]["resources"] for c in small}
+    docs = render({**profile, "workers": 3})
+    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    for name in ("drl-redis", "drl-s3"):
+        assert "volumeClaimTemplates" not in find(docs, "StatefulSet", name)["spec"], name
+    cpu = 0.1  # a scaler hook (drl.scalerJob), rendered on an upgrade only
+    for name, _, spec in pod_specs(docs):
+        [container] = spec["containers"]
+        assert container["image"] in manifests.LOCAL_IMAGES.values(), (name, container["image"])
+        assert container["imagePullPolicy"] == "Never", name
+        count = find(docs, "Job", name)["spec"]["parallelism"] if "rollout" in name else 1
+        request = str(container["resources"]["requests"]["cpu"])
+        cpu += count * (float(request[:-1]) / 1000 if request.endswith("m") else float(request))
+    assert round(cpu, 3) == 1.25
+
+
 def test_volume_claims_carry_no_version_labels_and_the_statefulsets_name_them():
     """volumeClaimTemplates cannot change on a StatefulSet: they carry no label that a new chart version changes,
     and the StatefulSet's annotation drl.dev/volume-claim, which an upgrade compares with the live one."""

@@ -16,6 +16,8 @@ from kubernetes_validate.utils import all_versions, major_minor
 from drl.config import ExperimentConfig, replace
 from drl.naming import default_kubernetes_run_name
 from drl.presets import resolve
+from orchestrator.backends import Deployment
+from orchestrator.backends.kubernetes import KubernetesBackend
 from orchestrator.backends.kubernetes import manifests as k8s
 from orchestrator.cli import main, resolve_config
 from orchestrator.plan import plan
@@ -739,13 +741,51 @@ def test_the_small_profile_is_the_charts_helm_profiles_small_yaml():
     assert chart == ours
 
 
+def test_the_local_profile_is_the_charts_helm_profiles_local_yaml():
+    """--profile local and helm/profiles/local.yaml make the same pods: small's requests and limits, the images
+    `scripts/local-cluster.sh images` imports (LOCAL_IMAGES) with imagePullPolicy Never, and no PVC for either
+    data server."""
+    path = ROOT / "helm" / "profiles" / "local.yaml"
+    assert path.exists(), "helm/profiles/local.yaml: the chart's local profile (docs/kubernetes.md 'A local run')"
+    values = yaml.safe_load(path.read_text())
+    assert {c: values[c]["resources"] for c in k8s.RESOURCE_ROLES} == SMALL == k8s.PROFILES["local"]
+    deployment = Deployment(profile="local")
+    ours = {(o["kind"], o["metadata"]["name"]): without_helm(o) for o in k8s.manifests(
+        ExperimentConfig(), "r1", env={}, resources=k8s.resources_for("local"),
+        **KubernetesBackend.images_and_storage(deployment))}
+    theirs = {(d["kind"], d["metadata"]["name"]): without_helm(d) for d in charted_defaults(values)}
+    for key in (("StatefulSet", "drl-r1-redis"), ("StatefulSet", "drl-r1-s3")):
+        assert ours[key] == theirs[key], key
+        assert "volumeClaimTemplates" not in ours[key]["spec"], key
+    for name in ("drl-r1-trainer", "drl-r1-rollout", "drl-r1-evaluator"):
+        [c], [chart_c] = (objs[("Job", name)]["spec"]["template"]["spec"]["containers"] for objs in (ours, theirs))
+        assert {k: c[k] for k in ("image", "imagePullPolicy", "resources")} == {
+            k: chart_c[k] for k in ("image", "imagePullPolicy", "resources")}, name
+    images = {c["image"]: c["imagePullPolicy"] for o in ours.values() if o["kind"] in ("Job", "StatefulSet")
+              for c in o["spec"]["template"]["spec"]["containers"]}
+    assert images == {image: "Never" for image in k8s.LOCAL_IMAGES.values()}
+
+
+def test_the_local_profiles_images_and_storage_give_way_to_the_flags(capsys):
+    objs = rendered(capsys, FLAGS + ["--profile", "local", "--image", "localhost/drl:ctx-1", "--s3-storage", "2Gi"])
+    trainer = find(objs, "Job", "drl-r1-trainer")["spec"]["template"]["spec"]["containers"][0]
+    assert (trainer["image"], trainer["imagePullPolicy"]) == ("localhost/drl:ctx-1", "Never")
+    [claim] = find(objs, "StatefulSet", "drl-r1-s3")["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "2Gi"
+    redis = find(objs, "StatefulSet", "drl-r1-redis")["spec"]["template"]["spec"]["containers"][0]
+    assert redis["image"] == k8s.LOCAL_IMAGES["redis"]
+    default = rendered(capsys, FLAGS)
+    assert {c["imagePullPolicy"] for o in default if o["kind"] in ("Job", "StatefulSet")
+            for c in o["spec"]["template"]["spec"]["containers"]} == {"IfNotPresent"}
+
+
 @pytest.mark.parametrize("args, expected", [
     (["--s3-storage", "lots"], "--s3-storage must be emptydir (no PVC: checkpoints are lost with the S3 server's pod) "
                                "or the size of its PVC, such as 10Gi, got 'lots'"),
     (["--s3-storage", "0"], "--s3-storage must be emptydir"),
     (["--s3-storage", "emptydir", "--s3-storage-class", "fast"], "--s3-storage emptydir has none"),
     (["--s3-storage-class", "Fast_SSD"], "--s3-storage-class must name a StorageClass"),
-    (["--profile", "tiny"], "argument --profile: invalid choice: 'tiny' (choose from 'default', 'small')"),
+    (["--profile", "tiny"], "argument --profile: invalid choice: 'tiny' (choose from 'default', 'small', 'local')"),
     (["--resources", "worker.requests.cpu=1"], "the role must be one of trainer, rollout, evaluator, redis, s3"),
     (["--resources", "rollout.request.cpu=1"], "set requests or limits of cpu or memory"),
     (["--resources", "rollout.requests.gpu=1"], "set requests or limits of cpu or memory"),

@@ -59,12 +59,25 @@ class KubernetesBackend:
         namespace = self.namespace(deployment)
         run = cfg.run_name or default_kubernetes_run_name(cfg.preset, cfg.env, cfg.mode)
         cfg = dataclasses.replace(cfg, run_name=run)
-        objects = manifests.manifests(cfg, run, image=deployment.image or manifests.DEFAULT_IMAGE,
-                                      namespace=namespace, s3_image=deployment.s3_image or manifests.S3_IMAGE,
+        objects = manifests.manifests(cfg, run, namespace=namespace,
                                       resources=manifests.resources_for(deployment.profile, deployment.resources),
-                                      s3_storage=deployment.s3_storage or manifests.S3_STORAGE,
-                                      s3_storage_class=deployment.s3_storage_class)
+                                      s3_storage_class=deployment.s3_storage_class,
+                                      **self.images_and_storage(deployment))
         return cfg, namespace, objects
+
+    @staticmethod
+    def images_and_storage(deployment: Deployment) -> dict:
+        """The images, their pull policy and the S3 server's storage: the flags', else the profile's (``local``:
+        ``manifests.LOCAL_IMAGES``, never pulled, no PVC, as the chart's helm/profiles/local.yaml), else the
+        defaults."""
+        if deployment.profile == manifests.LOCAL_PROFILE:
+            local = manifests.LOCAL_IMAGES
+            return {"image": deployment.image or local["drl"], "redis_image": local["redis"],
+                    "s3_image": deployment.s3_image or local["s3"], "pull_policy": "Never",
+                    "s3_storage": deployment.s3_storage or manifests.S3_EMPTYDIR}
+        return {"image": deployment.image or manifests.DEFAULT_IMAGE,
+                "s3_image": deployment.s3_image or manifests.S3_IMAGE,
+                "s3_storage": deployment.s3_storage or manifests.S3_STORAGE}
 
     def run(self, cfg: ExperimentConfig, deployment: Deployment, resume: bool = False) -> int:
         from orchestrator.backends.kubernetes.run import run_kubernetes

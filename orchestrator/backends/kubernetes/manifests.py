@@ -69,16 +69,25 @@ RESOURCES = {
 RESOURCE_ROLES = ("trainer", "rollout", "evaluator", "redis", "s3")
 # Named sets of requests and limits (--profile NAME), the same figures as the chart's helm/profiles/NAME.yaml.
 # small: a run with 2 rollout workers fits one node of 2 CPUs (requests 1 CPU, 2.5 GiB; every pod Burstable).
+# local: small's figures, for scripts/local-cluster.sh's real node; the profile also picks LOCAL_IMAGES, never
+# pulled, and no PVC for the S3 server (the node has no storage provisioner).
+_SMALL = {
+    "trainer": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
+    "rollout": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+    "evaluator": {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+    "redis": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+    "s3": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+}
 PROFILES = {
     "default": {role: RESOURCES[role] for role in RESOURCE_ROLES},
-    "small": {
-        "trainer": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
-        "rollout": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
-        "evaluator": {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
-        "redis": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
-        "s3": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
-    },
+    "small": _SMALL,
+    "local": _SMALL,
 }
+LOCAL_PROFILE = "local"
+# The images of --profile local (the chart's helm/profiles/local.yaml): built on this machine and imported into
+# the real node's containerd under these names by `scripts/local-cluster.sh images`; imagePullPolicy Never.
+LOCAL_IMAGES = {"drl": "drl.local/drl:local", "redis": "drl.local/valkey:local", "s3": "drl.local/s3:local"}
+PULL_POLICY = "IfNotPresent"
 # How long a followed run waits while a pod cannot be scheduled or created (--pending-timeout): long enough for
 # a cluster autoscaler's new node, short enough that a run that cannot fit is given up while the user watches.
 PENDING_TIMEOUT_S = 120.0
@@ -300,7 +309,7 @@ def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, na
               env: dict[str, str] | None = None, redis_image: str = REDIS_IMAGE,
               s3_image: str = S3_IMAGE, kube_version: tuple[int, int] | None = None,
               resources: dict[str, dict] | None = None, s3_storage: str = S3_STORAGE,
-              s3_storage_class: str = "") -> list[dict]:
+              s3_storage_class: str = "", pull_policy: str = PULL_POLICY) -> list[dict]:
     """Every object of a run, in creation order: identity and access, configuration, data services, Jobs.
 
     ``memory_url``/``store_url`` default to the configuration's ``memory``/``store``; empty ones add the run's
@@ -310,6 +319,7 @@ def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, na
     for (``for_server``); None, as for ``render``, is a current one. ``resources``: requests and limits per
     component (``resources_for``; None: the chart's defaults). ``s3_storage``: the size of the S3 server's PVC,
     or ``emptydir`` for none; ``s3_storage_class``: the PVC's StorageClass (empty: the cluster's default).
+    ``pull_policy``: every container's ``imagePullPolicy`` (``Never`` for images imported into a node).
     """
     check_run_name(run)
     check_namespace(namespace)
@@ -332,7 +342,7 @@ def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, na
     else:
         s3_endpoint = env.get("DRL_S3_ENDPOINT", "")
     ctx = _Context(run, name, namespace, image, s3_endpoint, builtin_store,
-                   {role: resources.get(role, RESOURCES[role]) for role in RESOURCE_ROLES})
+                   {role: resources.get(role, RESOURCES[role]) for role in RESOURCE_ROLES}, pull_policy)
 
     objects = [
         _meta("v1", "ServiceAccount", name, ctx, "rbac", automountServiceAccountToken=False),
@@ -408,6 +418,7 @@ class _Context:
     s3_endpoint: str
     builtin_store: bool
     resources: dict[str, dict]
+    pull_policy: str = PULL_POLICY
 
 
 def _meta(api_version: str, kind: str, name: str, ctx: _Context, component: str, **body) -> dict:
@@ -486,7 +497,7 @@ def _job(ctx: _Context, workload: Workload, gpu: bool = False) -> dict:
     if gpu:
         resources["limits"][GPU_RESOURCE] = 1
     container = {
-        "name": workload.role, "image": ctx.image, "imagePullPolicy": "IfNotPresent",
+        "name": workload.role, "image": ctx.image, "imagePullPolicy": ctx.pull_policy,
         "command": list(workload.command), "env": _container_env(ctx, workload), "resources": resources,
         "securityContext": container_security,
         "ports": [{"name": "grpc", "containerPort": CONTROL_PORT}, {"name": "metrics", "containerPort": METRICS_PORT}],
@@ -533,7 +544,7 @@ def _stateful_set(ctx: _Context, component: str, container: dict, port: int, uid
     if component == "s3":
         pod_security["fsGroupChangePolicy"] = "OnRootMismatch"
     selector = _selector(ctx, component)
-    container = {**container, "imagePullPolicy": "IfNotPresent", "resources": ctx.resources[component],
+    container = {**container, "imagePullPolicy": ctx.pull_policy, "resources": ctx.resources[component],
                  "securityContext": container_security, "volumeMounts": _mounts({"data": "/data", "tmp": "/tmp"})}
     service = _meta("v1", "Service", name, ctx, component,
                     spec={"type": "ClusterIP", "selector": selector,
