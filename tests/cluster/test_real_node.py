@@ -104,9 +104,9 @@ def _iptables_lines() -> set[str]:
     """The machine's own (root namespace) iptables rules that name what a cluster makes: KUBE-/CNI- chains or
     the cluster's ranges."""
     out = set()
-    for tool in ("iptables-save", "ip6tables-save"):
-        proc = subprocess.run([tool], capture_output=True, text=True)
-        assert proc.returncode == 0, f"{tool} failed ({proc.returncode}): {proc.stderr}"
+    for proc in (subprocess.run(["iptables-save"], capture_output=True, text=True),
+                 subprocess.run(["ip6tables-save"], capture_output=True, text=True)):
+        assert proc.returncode == 0, f"{proc.args[0]} failed ({proc.returncode}): {proc.stderr}"
         out |= {line for line in proc.stdout.splitlines()
                 if re.search(r"KUBE-|CNI-|10\.244\.|10\.96\.|10\.250\.", line)}
     return out

@@ -49,7 +49,7 @@ def _packages_of(tools: set[str]) -> dict[str, str]:
     whole package database); a program not on PATH or from no package is left out."""
     paths: dict[str, str] = {}
     for tool in tools:
-        path = shutil.which(tool)
+        path = (tool if os.path.exists(tool) else None) if os.path.isabs(tool) else shutil.which(tool)
         if path is None:
             continue
         for p in (path, os.path.realpath(path)):
