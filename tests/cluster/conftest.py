@@ -70,9 +70,27 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(items):
+    """Marks the tier's tests; the real node's (test_real_node.py) go to the end of the session, beside the
+    containers tier, whose preparation builds the drl image their chart run imports in the background meanwhile
+    (and the control plane of kwok's nodes is down by then)."""
     for item in items:
         if "tests/cluster/" in str(item.fspath):
             item.add_marker(pytest.mark.cluster)
+    real = [item for item in items if item.fspath.basename == "test_real_node.py"]
+    if real and len(real) < len(items):
+        items[:] = [item for item in items if item not in real] + real
+
+
+def pytest_collection_finish(session):
+    """Where the real node's chart run is in the session, the containers tier's preparation (podman and the drl
+    image, at the lowest priority) starts now, as that tier's own conftest does, and overlaps the tests before."""
+    from tests.containers.conftest import PREPARATION, left_out
+
+    if session.config.option.collectonly or left_out():
+        return
+    if any("chart_run" in getattr(item, "fixturenames", ()) for item in session.items):
+        session.config.add_cleanup(PREPARATION.stop)
+        PREPARATION.start()
 
 
 def _no_route_off(netns: str) -> None:

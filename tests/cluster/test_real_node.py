@@ -12,6 +12,7 @@ namespace, and stops it after the last test (which stops it itself and checks wh
 from __future__ import annotations
 
 import atexit
+import base64
 import hashlib
 import json
 import os
@@ -19,11 +20,15 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.cluster.conftest import KUBERNETES_VERSION, SCRIPT, TOOLS_SCRIPT, Cluster, _logs_tail
+from tests.cluster.conftest import KUBERNETES_VERSION, RESTRICTED, SCRIPT, TOOLS_SCRIPT, Cluster, _logs_tail
+from tests.cluster.test_chart import leftovers
+from tests.harness import assert_balanced
 from tests.hosts.netns import why_no_namespaces
 
 TESTBOX = "drl.local/testbox:1"
@@ -322,6 +327,237 @@ def test_nothing_has_a_route_off_the_machine(real_node, ns):
              "    print(type(e).__name__, e.errno)\n")
     got = real_node.run([sys.executable, "-c", probe], check=True).stdout
     assert got.startswith("OSError 101"), got  # ENETUNREACH in the cluster's namespace itself
+
+
+# -- the chart's run on the real node (helm/profiles/local.yaml) ---------------------------------------------------
+
+RELEASE = "drl"
+RUN = "local"
+# SAC on Pendulum-v1, 2 workers, small enough to end in about a minute on 2 cores (the containers tier's run).
+RUN_VALUES = {
+    "workers": 2, "mode": "async", "steps": 2000, "runName": RUN,
+    "config": {"batch_transitions": 32, "random_steps": 300, "learning_starts": 300, "updates_per_transition": 0.05,
+               "eval_episodes": 1, "max_backlog_entries": 4, "publish_every_updates": 50,
+               "sac": {"hidden": [16, 16], "batch_size": 32}},
+}
+CHART_RUN_S = 600
+READ_SUMMARY = """
+import sys
+from drl.store.base import PrefixedStore
+from drl.store.s3 import S3Store
+url, endpoint, run = sys.argv[1:]
+store = S3Store(url, env={"DRL_S3_ENDPOINT": endpoint, "DRL_STORE_RETRY_S": "20", "DRL_S3_CREATE_BUCKET": "0",
+                          **{k: v for k, v in __import__("os").environ.items() if k.startswith("AWS_")}})
+print(PrefixedStore(store, run).get("summary.json").decode())
+"""
+
+
+@dataclass
+class ChartRun:
+    namespace: str
+    import_s: float
+    imported: str
+    trained_s: float
+    jobs: dict
+    summary: dict
+
+
+def _secret(node: RealNode, namespace: str, name: str) -> dict[str, str]:
+    data = node.kubectl_json("-n", namespace, "get", "secret", name)["data"]
+    return {k: base64.b64decode(v).decode() for k, v in data.items()}
+
+
+def _job_states(node: RealNode, namespace: str, run: str = RUN) -> dict[str, str]:
+    """{job: Complete | Failed | running (active/succeeded/failed)} of the run's Jobs."""
+    out = {}
+    for job in node.kubectl_json("-n", namespace, "get", "jobs", "-l", f"drl.dev/run={run}")["items"]:
+        done = [c["type"] for c in job["status"].get("conditions", []) if c["status"] == "True"
+                and c["type"] in ("Complete", "Failed")]
+        status = job["status"]
+        out[job["metadata"]["name"]] = done[0] if done else (
+            f"running ({status.get('active', 0)}/{status.get('succeeded', 0)}/{status.get('failed', 0)})")
+    return out
+
+
+def _read_summary(node: RealNode, namespace: str, fullname: str, run: str, folder: Path) -> dict:
+    """The run's summary.json, read from the cluster's namespace through the S3 server's Service (its cluster IP;
+    kube-proxy's rules lead to the pod) with the credentials of the run's Secret, as the pods read the store;
+    also written to ``folder``."""
+    keys = _secret(node, namespace, f"{fullname}-credentials")
+    service = node.kubectl_json("-n", namespace, "get", "service", f"{fullname}-s3")["spec"]["clusterIP"]
+    read = node.run([sys.executable, "-c", READ_SUMMARY, "s3://drl/runs", f"http://{service}:9000", run],
+                    env={"AWS_ACCESS_KEY_ID": keys["s3-access-key"], "AWS_SECRET_ACCESS_KEY": keys["s3-secret-key"]},
+                    timeout=120)
+    assert read.returncode == 0, f"the summary could not be read through the Service {service}:\n{read.stderr}"
+    (folder / "summary.json").write_text(read.stdout)
+    return json.loads(read.stdout)
+
+
+def _run_report(node: RealNode, namespace: str) -> str:
+    """The pods, the warnings and the tail of each pod's log: what a failed chart run shows."""
+    pods = node.kubectl("-n", namespace, "get", "pods", "-o", "wide", check=False).stdout
+    warnings = node.kubectl("-n", namespace, "get", "events", "--field-selector", "type=Warning", check=False).stdout
+    logs = []
+    for pod in node.pods(namespace):
+        name = pod["metadata"]["name"]
+        log = node.kubectl("-n", namespace, "logs", name, "--tail", "15", "--all-containers", check=False)
+        logs.append(f"--- {name}\n{log.stdout}{log.stderr}")
+    return f"pods:\n{pods}\nwarnings:\n{warnings}\n" + "\n".join(logs)
+
+
+@pytest.fixture(scope="module")
+def local_images(real_node):
+    """The local profile's images in the node (``local-cluster.sh images``): the drl image and the S3 server image
+    from the containers tier's preparation (built once per session, or found again by their tags), imported
+    where their podman ids changed, and drl.local/valkey:local written. Returns (seconds, what it said)."""
+    from tests.containers.conftest import PREPARATION, SWITCH, left_out
+
+    if left_out():
+        pytest.skip(f"real node: the chart's run needs the containers tier's images ({SWITCH}=0 leaves them out)")
+    prep = PREPARATION.wait()
+    if prep.skip:
+        pytest.skip(f"real node: the chart's run needs the drl image: {prep.skip}")
+    assert not prep.failure, f"real node: the drl image could not be made: {prep.failure}"
+    t0 = time.monotonic()
+    done = subprocess.run(["bash", str(SCRIPT), "images", real_node.name, prep.images.drl, prep.images.s3],
+                          env=real_node.script_env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, f"local-cluster.sh images failed:\n{done.stderr}"
+    seconds = time.monotonic() - t0
+    said = " ".join(line.removeprefix("node-images: ") for line in done.stderr.splitlines()
+                    if line.startswith("node-images: "))
+    print(f"real node: the local profile's images in the node in {seconds:.0f} s ({said})")
+    return seconds, said
+
+
+@pytest.fixture(scope="module")
+def chart_run(real_node, local_images, tmp_path_factory):
+    """``helm install`` of the chart with helm/profiles/local.yaml (and RUN_VALUES) in a PodSecurity
+    ``restricted`` namespace, followed until the trainer Job ends; the summary read back through the S3
+    server's Service with the release's credentials."""
+    namespace = real_node.namespace("chart-run", labels=RESTRICTED)
+    values = tmp_path_factory.mktemp("chart-run") / "run.yaml"
+    values.write_text(yaml.safe_dump(RUN_VALUES))
+    t0 = time.monotonic()
+    done = real_node.helm("install", RELEASE, "./helm", "-n", namespace, "-f", "helm/profiles/local.yaml", "-f",
+                          values, "--wait", "--timeout", "3m", timeout=240, check=False)
+    assert done.returncode == 0, f"helm install failed:\n{done.stderr}\n{_run_report(real_node, namespace)}"
+    try:
+        jobs = real_node.wait_for(
+            "the trainer Job complete or failed",
+            lambda: (lambda states: states if states.get(f"{RELEASE}-trainer") in ("Complete", "Failed") else None)(
+                _job_states(real_node, namespace)), timeout=CHART_RUN_S, interval=1)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_run_report(real_node, namespace)}") from None
+    trained_s = time.monotonic() - t0
+    assert jobs[f"{RELEASE}-trainer"] == "Complete", f"the trainer Job failed:\n{_run_report(real_node, namespace)}"
+    jobs = real_node.wait_for("the rollout and evaluator Jobs complete", lambda: (lambda states: states if all(
+        v in ("Complete", "Failed") for v in states.values()) else None)(_job_states(real_node, namespace)),
+                              timeout=120, interval=1)
+    summary = _read_summary(real_node, namespace, RELEASE, RUN, tmp_path_factory.mktemp("chart-summary"))
+    print(f"real node: helm install to the trainer's end in {trained_s:.0f} s; jobs {jobs}; "
+          f"exit {summary.get('exit_reason')}, {summary.get('transitions_produced')} transitions produced")
+    yield ChartRun(namespace, *local_images, trained_s, jobs, summary)
+    real_node.delete_namespace(namespace)
+
+
+# The first test of the run may wait for the drl image's build (the containers tier's preparation, about 5 minutes on
+# a fresh 2-core machine) and its import (about 4 minutes for 6 GB), in its setup.
+@pytest.mark.timeout(2400)
+def test_the_chart_trains_sac_pendulum_to_the_end_on_the_real_node(chart_run):
+    assert chart_run.jobs == {f"{RELEASE}-{role}": "Complete" for role in ("trainer", "rollout", "evaluator")}, (
+        chart_run.jobs)
+    summary = chart_run.summary
+    assert_balanced(summary)
+    assert summary["run"] == RUN and summary["transitions_produced"] >= RUN_VALUES["steps"], summary
+
+
+def test_helm_test_passes_on_the_real_node(real_node, chart_run):
+    done = real_node.helm("test", RELEASE, "-n", chart_run.namespace, "--logs", "--timeout", "2m", check=False,
+                          timeout=180)
+    assert done.returncode == 0, f"helm test failed:\n{done.stdout}\n{done.stderr}"
+    assert "healthy: trainer" in done.stdout, done.stdout
+    real_node.wait_for("the test pod deleted", lambda: real_node.pod(chart_run.namespace, f"{RELEASE}-test-run")
+                       is None, timeout=60)
+
+
+def test_helm_uninstall_leaves_nothing_on_the_real_node(real_node, chart_run):
+    ns = chart_run.namespace
+    real_node.helm("uninstall", RELEASE, "-n", ns, "--wait", "--timeout", "2m", timeout=180)
+    real_node.wait_for("every object of the release gone", lambda: leftovers(real_node, ns) == [], timeout=120)
+    # and on the node: no container or sandbox of the namespace's pods is left in containerd
+    in_namespace = f'labels."io.kubernetes.pod.namespace"=={ns}'
+    real_node.wait_for(f"containerd holding no container of {ns}", lambda: not real_node.run(
+        ["ctr", "--address", real_node.state / "containerd" / "containerd.sock", "--namespace", "k8s.io",
+         "containers", "ls", "-q", in_namespace], check=True).stdout.split(), timeout=240, interval=2)
+
+
+# -- drl-orchestrate --backend kubernetes --profile local on the real node -----------------------------------------
+
+ORCHESTRATED = "orch"
+ORCHESTRATED_STEPS = 20000  # default SAC on Pendulum: about 2 minutes on 2 cores, long enough to scale mid-run
+STATUS_ROW = re.compile(r"^(drl-orch-(?P<role>rollout|trainer|evaluator)(-(?P<index>\d+))?-\S+)\s+(?P=role)\s+"
+                        r"running\s+(?P<policy>\d+)\s+(?P<steps>[\d,]+)\s")
+
+
+def _counting(node: RealNode, namespace: str, kubeconfig: Path) -> dict[str, int]:
+    """{rollout-i / trainer / evaluator: env steps} of the running pods whose counters ``status`` read through
+    the API server's pod proxy."""
+    status = node.orchestrate("status", ORCHESTRATED, "--backend", "kubernetes", "--namespace", namespace,
+                              kubeconfig=kubeconfig, check=False, timeout=60)
+    assert status.returncode == 0, status.stdout + status.stderr
+    rows = {}
+    for line in status.stdout.splitlines():
+        m = STATUS_ROW.match(line)
+        if m:
+            rows[m["role"] + (f"-{m['index']}" if m["index"] else "")] = int(m["steps"].replace(",", ""))
+    return rows
+
+
+def test_the_orchestrator_runs_shows_live_status_scales_2_to_3_and_deletes_on_the_real_node(real_node, local_images,
+                                                                                           tmp_path):
+    """With only the orchestrator's own Role (the chart's rbac.create), in a PodSecurity restricted namespace:
+    ``--profile local`` runs on the imported images, ``status`` shows the pods' live counters (their /metrics
+    through the pod proxy), ``scale --workers 3`` runs the scaler Job and a third worker steps, the run ends with
+    a balanced summary, and ``delete`` leaves nothing."""
+    from tests.cluster.test_orchestrator import with_orchestrator_role
+
+    ns = real_node.namespace("orchestrated", labels=RESTRICTED)
+    kubeconfig = with_orchestrator_role(real_node, ns)
+    t0 = time.monotonic()
+    real_node.orchestrate("--backend", "kubernetes", "--namespace", ns, "--run-name", ORCHESTRATED, "--preset", "sac",
+                          "--profile", "local", "--workers", "2", "--steps", str(ORCHESTRATED_STEPS), "--mode",
+                          "async", "--detach", kubeconfig=kubeconfig, timeout=120)
+    try:
+        live = real_node.wait_for("status showing both workers' and the trainer's steps", lambda: (
+            lambda rows: rows if rows.get("rollout-0") and rows.get("rollout-1") and rows.get("trainer") else None)(
+            _counting(real_node, ns, kubeconfig)), timeout=240, interval=3)
+        live_s = time.monotonic() - t0
+        scale = real_node.orchestrate("scale", ORCHESTRATED, "--workers", "3", "--backend", "kubernetes",
+                                      "--namespace", ns, kubeconfig=kubeconfig, check=False, timeout=240)
+        assert scale.returncode == 0, scale.stderr
+        assert f"drl: Job drl-{ORCHESTRATED}-rollout scaled to 3" in scale.stderr, scale.stderr
+        [scaler] = real_node.kubectl_json("-n", ns, "get", "jobs", "-l", "app.kubernetes.io/component=scaler")["items"]
+        assert scaler["status"].get("succeeded") == 1, scaler["status"]
+        third = real_node.wait_for("the third worker stepping", lambda: _counting(real_node, ns, kubeconfig).get(
+            "rollout-2"), timeout=180, interval=3)
+        states = real_node.wait_for("the run's Jobs done", lambda: (lambda states: states if all(
+            v in ("Complete", "Failed") for v in states.values()) else None)(
+            _job_states(real_node, ns, ORCHESTRATED)), timeout=CHART_RUN_S, interval=2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_run_report(real_node, ns)}") from None
+    assert {k: v for k, v in states.items() if "scaler" not in k} == {
+        f"drl-{ORCHESTRATED}-{role}": "Complete" for role in ("trainer", "rollout", "evaluator")}, states
+    summary = _read_summary(real_node, ns, f"drl-{ORCHESTRATED}", ORCHESTRATED, tmp_path)
+    assert summary["exit_reason"] == "steps_done" and summary["transitions_produced"] == ORCHESTRATED_STEPS, summary
+    print(f"real node: drl-orchestrate --profile local: live status after {live_s:.0f} s ({live}); the third "
+          f"worker stepping ({third} steps); the run done after {time.monotonic() - t0:.0f} s")
+    delete = real_node.orchestrate("delete", ORCHESTRATED, "--backend", "kubernetes", "--namespace", ns,
+                                   kubeconfig=kubeconfig, timeout=120)
+    assert f"deleted run {ORCHESTRATED}" in delete.stderr, delete.stderr
+    real_node.wait_for("nothing of the run left", lambda: not real_node.kubectl(
+        "-n", ns, "get", "all,secrets,configmaps,networkpolicies,roles,rolebindings,pvc", "-l",
+        f"drl.dev/run={ORCHESTRATED}", "-o", "name").stdout.split(), timeout=120)
+    real_node.delete_namespace(ns)
 
 
 def test_down_leaves_nothing(real_node):
