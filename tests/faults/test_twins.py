@@ -79,9 +79,21 @@ def _twin_waits_and_run_counts_once(tmp_path, name: str, args: list[str], steps:
         run.wait_until(f"{started_at:,} transitions consumed", lambda: run.consumed() >= started_at, timeout=180)
     else:
         run.wait_until(f"{name} to start", lambda: run.pid(name), timeout=180)
+    # the run's consumers are held while the twin starts up, so that the original cannot finish its part before
+    # the twin asks for the identity (the twin's imports can take longer than that on a loaded machine): a
+    # worker is held back by its full backlog, a learner by its group's next collective step
+    held = [p["pid"] for p in run.state()["processes"]
+            if p["name"] != name and p["name"].startswith(("trainer", "learner"))]
+    for pid in held:
+        os.kill(pid, signal.SIGSTOP)
     twin = Twin(run, name)
     try:
-        run.wait_until("the twin to wait for the identity", lambda: "claim is held by" in twin.text(), timeout=120)
+        try:
+            run.wait_until("the twin to wait for the identity", lambda: "claim is held by" in twin.text(),
+                           timeout=120)
+        finally:
+            for pid in held:
+                os.kill(pid, signal.SIGCONT)
     finally:
         summary, err, code = _finish(run, twin)
     text = twin.text()
