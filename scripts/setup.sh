@@ -38,8 +38,11 @@ if [ "${1:-}" = "--test" ]; then
   fi
 fi
 python3 -m venv .venv
-# torch is pinned to the CPU wheel first so that the range in pyproject.toml installs nothing bigger
-.venv/bin/pip install --disable-pip-version-check torch==2.13.0 -e ".${extras}"
+# uv installs what pip would (same resolution, PyPI) but links the wheels from its cache: about 12 s for the 5 GB
+# of the test set-up once its cache is warm, against about 230 s for pip on 2 cores.
+.venv/bin/pip install -q --disable-pip-version-check uv
+# torch is pinned first so that the range in pyproject.toml installs nothing bigger
+.venv/bin/uv pip install --python .venv/bin/python torch==2.13.0 -e ".${extras}"
 if [ -n "$extras" ]; then
   # The cluster tier (tests/cluster) runs a real control plane built from the Go module proxy: about 20 minutes
   # once on a fresh machine, nothing when the tools are cached.

@@ -11,7 +11,9 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import redis
@@ -162,6 +164,19 @@ def assert_balanced(summary: dict) -> None:
     assert min(produced, consumed, unconsumed, *dropped.values()) >= 0, f"a counter could not be read: {described}"
     assert consumed <= produced, f"more consumed than produced (counted twice): {described}"
     assert produced == consumed + unconsumed + sum(dropped.values()), f"the summary does not balance: {described}"
+
+
+@contextmanager
+def held(pids: list[int]) -> Iterator[None]:
+    """The processes ``pids`` stopped (SIGSTOP) for the block and continued (SIGCONT) after it, whatever the
+    block raised: a test holds a run's other processes so that the run cannot end while a slow one starts up."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
 
 
 def fast_config(**changes) -> ExperimentConfig:

@@ -62,7 +62,9 @@ def restricted(cluster, make_namespace):
 
 
 class Attached:
-    """``drl-orchestrate`` running in the cluster's network namespace, its stderr read line by line."""
+    """``drl-orchestrate`` running in the cluster's network namespace, its stderr read line by line. It starts
+    with SIGINT ignored, as a background job of a non-interactive shell does (a CI job's, say): Ctrl-C
+    (``interrupt``) must end it all the same."""
 
     def __init__(self, cluster, args: list[str], kubeconfig):
         self.lines: list[str] = []
@@ -70,7 +72,8 @@ class Attached:
         self.started = time.monotonic()
         self.proc = subprocess.Popen(["ip", "netns", "exec", cluster.netns, str(ORCHESTRATE), *args],
                                      env=cluster.env(kubeconfig=kubeconfig), cwd=ROOT, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
         self.readers = [threading.Thread(target=self._read, args=(pipe, into), daemon=True)
                         for pipe, into in ((self.proc.stderr, self.lines), (self.proc.stdout, self.out))]
         for reader in self.readers:

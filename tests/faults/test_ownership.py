@@ -11,7 +11,7 @@ import signal
 import subprocess
 
 from tests.conftest import ROOT, run_cli
-from tests.harness import ServiceRun, fast_config
+from tests.harness import ServiceRun, fast_config, held
 from tests.faults.test_supervision import SMALL, Run
 
 
@@ -87,12 +87,15 @@ def test_a_second_trainer_of_a_run_waits_until_the_first_is_gone(tmp_path, redis
     run.wait_until(lambda: run.consumed() >= 1000, 120, "1,000 transitions consumed")
     workload = run.workloads["trainer"]
     second_log = tmp_path / "logs" / "second-trainer.log"
+    # the run must not end while the second trainer starts up (its imports can take longer than the run's rest)
+    workers = [proc.pid for name, proc in run.procs.items() if name.startswith("rollout")]
     with open(second_log, "ab") as log:
         second = subprocess.Popen(list(workload.command), env={**os.environ, **workload.replica_env(0)}, stdout=log,
                                   stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
     try:
-        run.wait_until(lambda: any(s in second_log.read_text() for s in ("continuing: ", "claim is held by")), 120,
-                       "the second trainer to start")
+        with held(workers):
+            run.wait_until(lambda: any(s in second_log.read_text() for s in ("continuing: ", "claim is held by")),
+                           120, "the second trainer to start")
         consumed = run.consumed()
         run.wait_until(lambda: run.consumed() >= consumed + 500, 120, "500 more transitions consumed")
         assert second.poll() is None, second_log.read_text()[-3000:]

@@ -23,7 +23,7 @@ from drl.errors import EXIT_SUPERSEDED
 from bench.fault_campaign import replica_launch
 from tests.conftest import ROOT, processes_mentioning, read_summary
 from tests.faults.test_supervision import Run, _accounts_for_everything
-from tests.harness import FULL_TIER, ServiceRun, assert_balanced, fast_config
+from tests.harness import FULL_TIER, ServiceRun, assert_balanced, fast_config, held
 
 class Twin:
     """A second process with the identity of a run's process ``name``, started by hand with the command and
@@ -79,9 +79,16 @@ def _twin_waits_and_run_counts_once(tmp_path, name: str, args: list[str], steps:
         run.wait_until(f"{started_at:,} transitions consumed", lambda: run.consumed() >= started_at, timeout=180)
     else:
         run.wait_until(f"{name} to start", lambda: run.pid(name), timeout=180)
+    # the run's consumers are held while the twin starts up, so that the original cannot finish its part before
+    # the twin asks for the identity (the twin's imports can take longer than that on a loaded machine): a
+    # worker is held back by its full backlog, a learner by its group's next collective step
+    consumers = [p["pid"] for p in run.state()["processes"]
+                 if p["name"] != name and p["name"].startswith(("trainer", "learner"))]
     twin = Twin(run, name)
     try:
-        run.wait_until("the twin to wait for the identity", lambda: "claim is held by" in twin.text(), timeout=120)
+        with held(consumers):
+            run.wait_until("the twin to wait for the identity", lambda: "claim is held by" in twin.text(),
+                           timeout=120)
     finally:
         summary, err, code = _finish(run, twin)
     text = twin.text()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
+import signal
 
 import pytest
 
@@ -194,6 +196,32 @@ def test_backend_with_fake_kube_api_creates_every_object_of_the_contract_once_in
     assert max(position["NetworkPolicy"]) < min(position["StatefulSet"] + position["Job"])
     assert fake.created[position["Job"][0]] == ("Job", "drl-r1-trainer")
     assert all(ns == NS for _, ns, _ in fake.objects)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_backend_with_fake_kube_api_an_attached_run_ends_on_a_signal_even_with_sigint_ignored(objects, signum):
+    """Ctrl-C or a supervisor's SIGTERM ends the watch with 130 and leaves the run in the cluster, also when the
+    process started with SIGINT ignored (a background job of a non-interactive shell); the handlers it had are
+    put back afterwards."""
+    fake = FakeKubeApi(jobs={"drl-r1-trainer": [ACTIVE]})
+    ticks = fake.sleep
+
+    def sleep(seconds: float) -> None:
+        ticks(seconds)
+        if fake.tick == 3:
+            os.kill(os.getpid(), signum)
+
+    fake.sleep = sleep
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        code, _, err = start(fake, objects)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert code == 130
+    assert f"drl: interrupted; run {RUN} goes on in the cluster (remove it with: drl-orchestrate delete {RUN} " \
+           f"--namespace {NS})" in err
+    assert fake.tick == 3 and not fake.deleted
 
 
 def test_backend_with_fake_kube_api_detach_returns_at_once(objects):

@@ -12,12 +12,14 @@ of it.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, TextIO
+from typing import Callable, Iterator, TextIO
 
 from drl.errors import UserError
 from orchestrator.backends.kubernetes import manifests, pending
@@ -345,6 +347,26 @@ class _LogFollower:
             self.thread.join(LOG_DRAIN_S)
 
 
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """SIGINT and SIGTERM end the watch (KeyboardInterrupt) as the local backend's run ends on them, also when
+    the process started with SIGINT ignored (a background job of a non-interactive shell inherits that: Python
+    then installs no KeyboardInterrupt handler of its own) and when a supervisor stops it with SIGTERM."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def run_kubernetes(run: str, objects: list[dict], *, namespace: str, detach: bool = False,
                    api: Api | None = None, out: TextIO | None = None, err: TextIO | None = None,
                    **watch_options) -> int:
@@ -372,7 +394,8 @@ def run_kubernetes(run: str, objects: list[dict], *, namespace: str, detach: boo
         return 0
     watcher = KubeRun(api, run, namespace, objects, out=out, err=err, **watch_options)
     try:
-        code = watcher.watch()
+        with _interruptible():
+            code = watcher.watch()
     except KeyboardInterrupt:
         print(f"drl: interrupted; run {run} goes on in the cluster ({removal})", file=err, flush=True)
         return 130
