@@ -23,6 +23,14 @@ docs/reliability.md, "One identity, one writer"): the memory server refused its 
 counting anything twice. Nobody restarts it: the identity lives on in the process that superseded it."""
 
 
+EXIT_INTERRUPTED = 143
+"""The exit code (128 + SIGTERM, as a shell reports a process SIGTERM ended) of a service that SIGTERM stopped
+before its part of the run was done: a pod deleted, evicted or drained while the run goes on. It handed in or
+saved what it had (a rollout worker its transitions, the trainer its checkpoint) and did not record its part as
+finished, so that its Job starts a replacement (a pod that exits 0 counts as a completion) and the local
+orchestrator restarts it; the replacement continues where it stopped."""
+
+
 class Superseded(Exception):
     """This process's identity was taken over by another process: the memory server refused a write carrying this
     process's (older) fencing epoch. The service stops at once, says so in one line and exits with

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
+import threading
 import time
 
 import numpy as np
@@ -20,6 +22,7 @@ from drl.envs import space_spec
 from drl.evaluation import message_to_record, run_episodes
 from drl.store import ManifestError
 from drl.tensorboard import ScalarLog
+from drl.errors import EXIT_INTERRUPTED
 from services.common import Service, ServiceContext, StatusWriter
 from services.telemetry import TELEMETRY
 
@@ -110,12 +113,28 @@ class Evaluator(Service):
             done = self.control.trainer_done()
             if done is not None and self.evaluated >= done:
                 return 0
+            if TERMINATED.is_set() and self.control.stop_reason() is None:
+                log.info("terminated while the run goes on, after version %d; a replacement continues (exit code "
+                         "%d)", self.evaluated, EXIT_INTERRUPTED)
+                return EXIT_INTERRUPTED
             if TELEMETRY.stop.is_set() or self.control.stop_reason() is not None:
                 return 0
             self.announcer.wait_for(self.evaluated + 1, timeout=1.0, should_stop=lambda: False)
 
 
+TERMINATED = threading.Event()
+
+
 def serve(ctx: ServiceContext) -> int:
+    """SIGTERM (a pod deleted, evicted or drained) ends the evaluator after the version it is evaluating; while
+    the run goes on it exits ``EXIT_INTERRUPTED``, so that its Job starts a replacement (one that exited 0 would
+    complete the Job, and the run's later versions would go unevaluated)."""
+
+    def terminated(signum, frame) -> None:
+        TERMINATED.set()
+        TELEMETRY.stop.set()
+
+    signal.signal(signal.SIGTERM, terminated)
     evaluator = Evaluator(ctx)
     try:
         return evaluator.run()

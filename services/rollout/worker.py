@@ -7,6 +7,12 @@ after its deadline (``wait_for_policy``). ASYNC: never wait for the trainer; swi
 append reports one (every append's reply carries the latest version). Either way the worker stops after its
 share of ``--steps`` or when the run's stop flag is set, and records how many transitions it sent.
 
+Asked to stop through its control endpoint, a worker hands in what it collected and its part ends there. SIGTERM
+(a pod deleted, evicted or drained; a Job scaled down) hands in the same way, but ends the part only when the
+orchestrator retired this worker (scale-down retires before it signals), the run is stopping or the share is done:
+otherwise the process exits ``EXIT_INTERRUPTED`` without its done marker or a final entry, so that its Job replaces
+the pod (a pod that exits 0 completes its index) and the replacement continues the numbering and the share.
+
 Everything the algorithm decides comes from its builder: the acting policy (with its schedule and the fields it
 adds to an entry), the extra wire fields, and whether transitions are folded before they are sent
 (``drl.entries.Folding``) or written as stepped (``drl.entries.StepInto``).
@@ -17,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import threading
 import time
 from collections import deque
 
@@ -27,7 +34,7 @@ from drl.algorithms import get as get_algorithm
 from drl.entries import EntryBuffer, EntryFill, Folding, StepInto, StepRecording
 from drl import frames
 from drl.envs import VecEnv
-from drl.errors import Superseded
+from drl.errors import EXIT_INTERRUPTED, Superseded
 from drl.memory import codec
 from drl.memory.backlog import backlog_limits
 from drl.naming import even_share
@@ -40,6 +47,8 @@ log = logging.getLogger("drl.rollout")
 FLUSH_TIMEOUT_S = 3600.0
 ASYNC_CHUNK_ENTRIES = 16
 FIRST_POLICY_TIMEOUT_S = 600.0
+RETIRED = "retired"
+TERMINATED = threading.Event()
 RELOAD_WAIT_S = 1.0
 SYNC_WINDOW = 200
 
@@ -248,7 +257,7 @@ class RolloutWorker(Service):
         """Sends what is held (folded transitions included) as the iteration's last entry."""
         self.write.flush()
         if not self.stop:
-            self.flush(iteration_end=True, last=TELEMETRY.stop.is_set())
+            self.flush(iteration_end=True, last=TELEMETRY.stop.is_set() and not self.interrupted())
 
     def stopped(self) -> bool:
         self.stop = self.stop or self.control.stop_reason() is not None
@@ -344,6 +353,15 @@ class RolloutWorker(Service):
         if self.seq:
             self.producer.continue_from(self.seq, self.produced)
 
+    def interrupted(self) -> bool:
+        """Whether SIGTERM stopped this process while its part goes on (see the module docstring): its share is
+        not done, the orchestrator did not retire it and the run's stop flag is unset."""
+        if not TERMINATED.is_set() or self.stop:
+            return False
+        self.refresh_share()
+        return (self.produced < self.total and not self.stopped()
+                and self.control.members().get(self.ctx.name) != RETIRED)
+
     def outcome(self) -> str:
         if self.produced >= self.total:
             return "share done"
@@ -355,6 +373,11 @@ class RolloutWorker(Service):
         if not self.stop and self.seq:
             if not self.producer.wait_consumed(self.seq, timeout=FLUSH_TIMEOUT_S, should_stop=self.stopped):
                 why += "; stopped before the trainer consumed every entry"
+        if self.interrupted():
+            self.report(force=True)
+            log.info("%s terminated after %d of its %d transitions (%d entries); its replacement continues the "
+                     "share (exit code %d)", self.ctx.name, self.produced, self.total, self.seq, EXIT_INTERRUPTED)
+            return EXIT_INTERRUPTED
         self.control.mark_worker_done(self.ctx.name, self.produced)
         self.report(force=True)
         log.info("%s after %d transitions (%d entries): %s", self.ctx.name, self.produced, self.seq, why)
@@ -362,9 +385,14 @@ class RolloutWorker(Service):
 
 
 def serve(ctx: ServiceContext) -> int:
-    """SIGTERM (a pod deleted or drained, a Job scaled down) asks the worker to stop like its control endpoint
-    does: it hands in what it collected and waits until the trainer has it, within the grace period."""
-    signal.signal(signal.SIGTERM, lambda signum, frame: TELEMETRY.stop.set())
+    """SIGTERM (a pod deleted or drained, a Job scaled down) stops the worker: it hands in what it collected and
+    waits until the trainer has it, within the grace period; whether its part ends is ``interrupted``'s rule."""
+
+    def terminated(signum, frame) -> None:
+        TERMINATED.set()
+        TELEMETRY.stop.set()
+
+    signal.signal(signal.SIGTERM, terminated)
     worker = RolloutWorker(ctx)
     try:
         return worker.run()

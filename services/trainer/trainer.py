@@ -30,7 +30,7 @@ from drl.naming import shard_of
 from drl.memory import codec
 from drl.memory.backlog import backlog_limits
 from drl.pacing import RateLimiter, ReadPace, Widening
-from drl.errors import UserError
+from drl.errors import EXIT_INTERRUPTED, UserError
 from drl.store import PolicyStore, run_store
 from drl.store.base import PrefixedStore
 from drl.store.checkpoint import CheckpointStore
@@ -61,6 +61,7 @@ MOST_UPDATES_PER_LOOP = 16
 STOP_CHECK_EVERY_UPDATES = 200
 STALLED_CHECK_S = 5.0
 GROUP_TIMEOUT_S = 120.0
+TERMINATED = "terminated"
 
 
 class Trainer(Service):
@@ -291,10 +292,15 @@ class Trainer(Service):
             self.stop_reason = "stopped"
         if not self.stop_reason and (force or now - self._stop_checked > 0.25):
             self._stop_checked = now
-            flag = self.control.stop_reason()
-            if flag is not None:
-                self.stop_reason = "target_reached" if flag.startswith("target_reached") else "stopped"
+            self.stop_reason = self.flag_reason()
         return self.stop_reason
+
+    def flag_reason(self) -> str:
+        """The run's stop flag as an exit reason, "" while it is unset."""
+        flag = self.control.stop_reason()
+        if flag is None:
+            return ""
+        return "target_reached" if flag.startswith("target_reached") else "stopped"
 
     def stop(self, reason: str) -> None:
         """Ends the run loop at its next check (keeping a reason already found)."""
@@ -420,8 +426,12 @@ class Trainer(Service):
             reason = self.should_stop(force=True) or reason
         if reason == "steps_done":
             self.publish()
+        elif reason == TERMINATED:
+            reason = self.flag_reason() or TERMINATED
         for ch in self.channels:
             ch.feed.record()
+        if reason == TERMINATED:
+            return self.interrupted()
         self.save_checkpoint(exit_reason=reason)
         if self.rank == 0:
             self.control.mark_trainer_done(self.version)
@@ -435,11 +445,26 @@ class Trainer(Service):
         return 0
 
 
+    def interrupted(self) -> int:
+        """Ends a process that SIGTERM stopped while the run goes on (``serve``): a checkpoint to continue from, the
+        status ``interrupted`` (a replacement takes the identity up only from a process that did not finish), no
+        done marker and no summary."""
+        self.save_checkpoint()
+        self.report(force=True, state="interrupted", reason=TERMINATED)
+        log.info("terminated while the run goes on: %d transitions consumed, %d updates, policy version %d; a "
+                 "replacement continues from the checkpoint (exit code %d)", self.ledger.consumed, self.updates,
+                 self.version, EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
+
+
 def serve(ctx: ServiceContext) -> int:
-    """SIGTERM (Kubernetes, the orchestrator) ends the run loop at the next check, with a final checkpoint."""
+    """SIGTERM (Kubernetes, the orchestrator) ends the run loop at the next check, with a checkpoint: with the
+    run's stop flag set the run ends there (the local orchestrator sets it before it signals); without it the pod
+    was deleted, evicted or drained under a run that goes on, so the trainer exits ``EXIT_INTERRUPTED`` without
+    marking the run finished, and its Job's replacement pod continues from that checkpoint."""
     torch.set_num_threads(ctx.config.trainer_threads)
     trainer = Trainer(ctx)
-    signal.signal(signal.SIGTERM, lambda signum, frame: trainer.stop("stopped"))
+    signal.signal(signal.SIGTERM, lambda signum, frame: trainer.stop(TERMINATED))
     try:
         return trainer.run()
     finally:

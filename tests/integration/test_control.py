@@ -135,7 +135,10 @@ def test_stopping_one_worker_hands_in_its_transitions_and_the_run_goes_on(tmp_pa
     assert int(final.process("rollout-0").last_status["produced"]) == steps // 2
 
 
-def test_sigterm_makes_a_worker_hand_in_its_transitions(tmp_path):
+def test_sigterm_makes_a_worker_hand_in_and_its_replacement_finish_the_share(tmp_path):
+    """SIGTERM without retirement is a pod deleted under a running run: the worker hands in what it collected
+    but does not end its part (no done marker, exit code 143), and the process started in its place produces the
+    rest of the share, counted once."""
     run = "ctl-sigterm"
     steps = HAND_IN_STEPS
     start_detached(tmp_path, run, "--steps", str(steps), "--mode", "async", *HAND_IN_PACE)
@@ -146,15 +149,20 @@ def test_sigterm_makes_a_worker_hand_in_its_transitions(tmp_path):
     os.kill(worker.pid, signal.SIGTERM)
     wait_until(lambda: not pid_alive(worker.pid), 60, "rollout-1 to exit")
     client = run_client(tmp_path / run)
-    handed_in = int(client.hget(Keys(run).workers_done, "rollout-1"))
+    done = client.hget(Keys(run).workers_done, "rollout-1")
+    handed_in = int(client.hget(Keys(run).consumer_state, "produced:rollout-1") or 0)
     client.close()
+    assert done is None, "the terminated worker recorded its part as done"
     assert 0 < handed_in < steps // 2
     wait_until(lambda: (tmp_path / run / "summary.json").exists(), 120, "the run to end")
     summary = read_summary(tmp_path / run)
     assert summary["exit_reason"] == "steps_done"
-    assert summary["transitions_produced"] == handed_in + steps // 2 == summary["transitions_consumed"]
+    assert summary["transitions_produced"] == steps == summary["transitions_consumed"]
+    assert summary["duplicates_dropped"] == 0
     final = wait_until(lambda: (s := read_state(tmp_path / run)).state == "finished" and s, 30, "state.json")
+    assert final.process("rollout-1").restarts == 1
     assert final.process("rollout-1").exit_code == 0
+    assert int(final.process("rollout-1").last_status["produced"]) == steps // 2
 
 
 def control_answer_gone():

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from drl.config import ExperimentConfig
-from drl.errors import EXIT_SUPERSEDED, EXIT_USAGE, UserError
+from drl.errors import EXIT_INTERRUPTED, EXIT_SUPERSEDED, EXIT_USAGE, UserError
 from drl.ingest import COUNTERS
 from drl.memory import (MemoryBackend, MemoryBackendError, MemoryUnavailable, RunControl, new_password, open_memory,
                         private_env, private_server, write_password_file)
@@ -424,10 +424,11 @@ class LocalRun:
             stop_service(trainer.control_port, "drl-orchestrate stop")
 
     def failed(self) -> str | None:
-        """While the run is stopping nothing is restarted: a process that fails then fails the run."""
+        """While the run is stopping nothing is restarted: a process that fails then fails the run (one that
+        SIGTERM stopped, ``EXIT_INTERRUPTED``, handed in what it had: the stop asked for that)."""
         for p in self.procs:
             code = p.popen.poll()
-            if code not in (None, 0, EXIT_SUPERSEDED):
+            if code not in (None, 0, EXIT_SUPERSEDED, EXIT_INTERRUPTED):
                 return f"failed: {p.name} exited with code {code} (log: {p.log})"
         return None
 
