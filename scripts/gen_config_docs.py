@@ -130,6 +130,9 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("DRL_CLUSTER_DIR", TOOLING, "scripts/local-cluster.sh: the local control plane's state (certificates, "
      "kubeconfigs, etcd's data, logs; real node: containerd's and the kubelet's folders; default "
      "`~/.cache/drl/clusters/NAME`)."),
+    ("DRL_NODE_IMAGE_STORE", TOOLING, "scripts/local-cluster.sh: the real node's image store, containerd's root folder "
+     "kept from one cluster to the next so that images are imported once (default `~/.cache/drl/node-images`; "
+     "about 12 GB with the drl image; one running node at a time uses it)."),
     ("DRL_CLUSTER_NODE", TOOLING, "scripts/local-cluster.sh: the nodes `up` starts where its command line names none: "
      "`kwok` (3 kwok nodes, no container runs; default) or `real` (one node: containerd, kubelet, kube-proxy, "
      "CoreDNS)."),

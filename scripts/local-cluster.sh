@@ -29,7 +29,10 @@
 #
 # NAME defaults to drl. --node defaults to $DRL_CLUSTER_NODE, else kwok. The state (certificates, kubeconfigs,
 # etcd's data, one log per process, pid files; real node: containerd's and the kubelet's folders) is in
-# ${DRL_CLUSTER_DIR:-$HOME/.cache/drl/clusters/NAME}. Needs root (network namespaces), iproute2, openssl and the
+# ${DRL_CLUSTER_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/drl/clusters/NAME}; a real node's images stay in the image store
+# ${DRL_NODE_IMAGE_STORE:-${XDG_CACHE_HOME:-$HOME/.cache}/drl/node-images} for the next cluster (containerd's root, without containers
+# after `down`; one node at a time uses it, another keeps its images in its state; `rm -rf` it to free the disk).
+# Needs root (network namespaces), iproute2, openssl and the
 # tools that `bash scripts/k8s-tools.sh` builds (Kubernetes v1.34.12, etcd, kwok, helm; real node: kubelet,
 # kube-proxy, CoreDNS). Reach it with e.g.
 #
@@ -109,7 +112,7 @@ NAME="${POSITIONAL[0]:-drl}"
 [[ "$NAME" =~ ^[a-z0-9][a-z0-9-]{0,30}$ ]] || die "NAME must be lower-case letters, digits and dashes (at most 31), not '$NAME'"
 
 NETNS="drl-k8s-$NAME"
-STATE="${DRL_CLUSTER_DIR:-$HOME/.cache/drl/clusters/$NAME}"
+STATE="${DRL_CLUSTER_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/drl/clusters/$NAME}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 POD_CIDR=10.244.0.0/16
 SERVICE_CIDR=10.96.0.0/16
@@ -117,6 +120,7 @@ SERVICE_IP=10.96.0.1
 NODES="kwok-node-0 kwok-node-1 kwok-node-2"
 KWOK_PROCS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok"
 MARK=".drl-local-cluster"
+IMAGE_STORE="${DRL_NODE_IMAGE_STORE:-${XDG_CACHE_HOME:-$HOME/.cache}/drl/node-images}"
 
 # The real node (--node real).
 NODE_NAME="$NAME-node"
@@ -561,6 +565,54 @@ EOF
 
 # -- the real node's configuration --------------------------------------------------------------------------------
 
+# image_root ROOT: containerd's root folder (its images, content and snapshots) at ROOT. It is the image store
+# $IMAGE_STORE/root, linked, when no running node of another cluster holds the store: imported images then stay
+# for the next cluster (a 6 GB image takes minutes to import; one unchanged since its last import is not imported
+# again), and every container of this cluster is removed from it at `down` (and any left by a node that died,
+# at `up`). Else a folder of the cluster's own (its imports take their full time), with a line that says so.
+image_root() {
+  local root="$1" owner
+  mkdir -p "$IMAGE_STORE/root"
+  chmod 711 "$IMAGE_STORE" "$IMAGE_STORE/root"
+  exec 9>"$IMAGE_STORE/lock"
+  flock 9
+  owner="$(cat "$IMAGE_STORE/owner" 2>/dev/null || true)"
+  if [ -n "$owner" ] && [ "$owner" != "$STATE" ] && pgrep -f -- "$owner/containerd/config.toml" >/dev/null; then
+    say "the image store $IMAGE_STORE is in use by the node of $owner: this node keeps its images in its state folder"
+    mkdir -p "$root"
+    chmod 711 "$root"
+  else
+    echo "$STATE" > "$IMAGE_STORE/owner"
+    ln -sfn "$IMAGE_STORE/root" "$root"
+  fi
+  flock -u 9
+  exec 9>&-
+}
+
+# store_owned: this node's containerd root is the shared image store.
+store_owned() {
+  [ -L "$STATE/containerd/root" ] && [ "$(cat "$IMAGE_STORE/owner" 2>/dev/null)" = "$STATE" ]
+}
+
+# forget_containers: removes every container (and its task) from the running containerd, namespace k8s.io, so
+# that the shared image store keeps images only; containerd's garbage collector then removes their snapshots.
+forget_containers() {
+  local sock="$STATE/containerd/containerd.sock" id
+  containerd_up >/dev/null 2>&1 || return 0
+  for id in $(timeout 20 ctr --address "$sock" -n k8s.io containers ls -q 2>/dev/null); do
+    timeout 20 ctr --address "$sock" -n k8s.io tasks delete -f "$id" >/dev/null 2>&1 || true
+    timeout 20 ctr --address "$sock" -n k8s.io containers delete "$id" >/dev/null 2>&1 || true
+  done
+}
+
+# release_store: after containerd stopped, the CRI plugin's folders of the removed containers go, and the store
+# is free for the next node.
+release_store() {
+  store_owned || return 0
+  rm -rf "$IMAGE_STORE/root/io.containerd.grpc.v1.cri/sandboxes" "$IMAGE_STORE/root/io.containerd.grpc.v1.cri/containers"
+  rm -f "$IMAGE_STORE/owner"
+}
+
 # containerd with everything of its own in the state folder: root, state, sockets, runc's state (Root), the pods'
 # network namespaces (netns_mounts_under_state_dir), CNI's configuration. restrict_oom_score_adj: root here may
 # lack CAP_SYS_RESOURCE, and without it every sandbox fails ("can't get final child's PID from pipe: EOF"; runc
@@ -568,8 +620,9 @@ EOF
 # the snapshotters that are not overlayfs are off.
 containerd_config() {
   local c="$STATE/containerd"
-  mkdir -p "$c/root" "$c/state" "$c/runc" "$c/tmp" "$STATE/cni/net.d" "$STATE/cni/ipam"
-  chmod 711 "$c/root" "$c/state"
+  mkdir -p "$c/state" "$c/runc" "$c/tmp" "$STATE/cni/net.d" "$STATE/cni/ipam"
+  image_root "$c/root"
+  chmod 711 "$c/state"
   cat > "$c/config.toml" <<EOT
 version = 2
 root = "$c/root"
@@ -1016,6 +1069,7 @@ up() {
 
   if [ "$MODE" = real ]; then
     wait_for 30 "containerd's socket" containerd_up
+    forget_containers
     bash "$ROOT/scripts/node-images.sh" import "$STATE/containerd/containerd.sock" \
       || die "importing the node's images failed"
   fi
@@ -1198,6 +1252,7 @@ down_quiet() {
     pid="$(cat "$STATE/run/kubelet.pid" 2>/dev/null || true)"
     [ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null || true
     stop_pods
+    store_owned && forget_containers
   fi
   for p in $NODE_PROCS $KWOK_PROCS; do
     pid="$(cat "$STATE/run/$p.pid" 2>/dev/null || true)"
@@ -1223,6 +1278,7 @@ down_quiet() {
     stop_pods
     unmount_state
     clean_host
+    release_store
   fi
   if [ -f "$STATE/$MARK" ]; then
     rm -rf "$STATE"
@@ -1298,7 +1354,7 @@ images() {
     drl="$(bash "$ROOT/scripts/image.sh" --print-tag)"
     moto="$("$py" -c 'from importlib.metadata import version; print(version("moto"))')" \
       || die "moto is not installed for $py (bash scripts/setup.sh --test; or set DRL_PYTHON)"
-    s3="localhost/drl-s3-moto:$moto"
+    s3="localhost/drl-s3-moto:$moto-$(cat "$ROOT/tests/containers/s3.Containerfile" "$ROOT/tests/containers/weed" | sha256sum | cut -c1-12)"
     "${low[@]}" bash "$ROOT/scripts/image.sh" --engine podman --if-missing --tag "$drl" \
       || die "building the drl image $drl failed"
     base=python:3.11-slim
