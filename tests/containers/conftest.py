@@ -8,6 +8,7 @@ run; where podman cannot be installed or cannot run a container, every test here
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -37,6 +38,15 @@ SWITCH = "DRL_TESTS_CONTAINERS"
 
 def left_out() -> bool:
     return os.environ.get(SWITCH) == "0"
+
+
+def s3_context_hash() -> str:
+    """The S3 stand-in's build context as 12 hex digits (its tag: a changed `weed` is a new image, found again
+    by that tag; ``scripts/local-cluster.sh images`` computes the same)."""
+    digest = hashlib.sha256()
+    for name in ("s3.Containerfile", "weed"):
+        digest.update((Path(__file__).parent / name).read_bytes())
+    return digest.hexdigest()[:12]
 
 
 @dataclass
@@ -131,7 +141,7 @@ class Preparation:
         _sweep(tool)
         tag = self.run(["bash", str(IMAGE_SH), "--print-tag"], 60).stdout.strip()
         moto = version("moto")
-        s3 = f"localhost/drl-s3-moto:{moto}"
+        s3 = f"localhost/drl-s3-moto:{moto}-{s3_context_hash()}"
         started = time.monotonic()
         self._build(tool, "--tag", tag)
         _forget_older(tool, tag, time.monotonic() - started)
@@ -139,6 +149,10 @@ class Preparation:
         base = BASE if BASE in labels else "python:3.11-slim"
         self._build(tool, "--file", "tests/containers/s3.Containerfile", "--context", "tests/containers", "--tag", s3,
                     "--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"MOTO_VERSION={moto}")
+        older_s3 = [t for t in tool("images", "--format", "{{.Repository}}:{{.Tag}}", "localhost/drl-s3-moto",
+                                   check=False).stdout.split() if t != s3]
+        if older_s3:
+            tool("rmi", *older_s3, check=False)
         # no network: the tests this overlaps make their own namespaces and bridges (tests/hosts)
         ran = tool("run", "--rm", "--pull", "never", "--network", "none", "--read-only", "--user", "10001:10001", tag,
                    "true", check=False)
