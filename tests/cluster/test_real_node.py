@@ -28,7 +28,7 @@ import yaml
 
 from tests.cluster.conftest import KUBERNETES_VERSION, RESTRICTED, SCRIPT, TOOLS_SCRIPT, Cluster, _logs_tail
 from tests.cluster.test_chart import leftovers
-from tests.harness import assert_balanced
+from tests.harness import assert_balanced, held
 from tests.hosts.netns import why_no_namespaces
 
 TESTBOX = "drl.local/testbox:1"
@@ -61,6 +61,7 @@ class RealNode(Cluster):
         self.shim_sockets: set[str] = set()
         self.sandboxes: set[str] = set()
         self.down_output = ""
+        self.uses_image_store = False
 
     def down(self) -> subprocess.CompletedProcess:
         proc = subprocess.run(["bash", str(SCRIPT), "down", self.name], env=self.script_env, capture_output=True,
@@ -212,6 +213,7 @@ def real_node(tmp_path_factory):
                         pytrace=False)
         node.startup_s = time.monotonic() - t0
         node.up_output = up.stderr
+        node.uses_image_store = (state / "containerd" / "root").is_symlink()
         yield node
         node.cleanup()
     finally:
@@ -333,13 +335,14 @@ def test_nothing_has_a_route_off_the_machine(real_node, ns):
 
 RELEASE = "drl"
 RUN = "local"
-# SAC on Pendulum-v1, 2 workers, small enough to end in about a minute on 2 cores (the containers tier's run).
+# SAC on Pendulum-v1, 2 workers: about 20 s of training on 2 cores, so that the memory server's pod can be deleted
+# mid-run.
 RUN_VALUES = {
-    "workers": 2, "mode": "async", "steps": 2000, "runName": RUN,
-    "config": {"batch_transitions": 32, "random_steps": 300, "learning_starts": 300, "updates_per_transition": 0.05,
-               "eval_episodes": 1, "max_backlog_entries": 4, "publish_every_updates": 50,
-               "sac": {"hidden": [16, 16], "batch_size": 32}},
+    "workers": 2, "mode": "async", "steps": 10000, "runName": RUN,
+    "config": {"batch_transitions": 32, "random_steps": 300, "learning_starts": 300, "updates_per_transition": 0.5,
+               "eval_episodes": 1, "max_backlog_entries": 4, "publish_every_updates": 50},
 }
+MEMORY_FAULT_AT = 3000  # trainer env steps
 CHART_RUN_S = 600
 READ_SUMMARY = """
 import sys
@@ -360,6 +363,8 @@ class ChartRun:
     trained_s: float
     jobs: dict
     summary: dict
+    memory_deleted_at: int
+    trainer_log: str
 
 
 def _secret(node: RealNode, namespace: str, name: str) -> dict[str, str]:
@@ -442,6 +447,12 @@ def chart_run(real_node, local_images, tmp_path_factory):
                           values, "--wait", "--timeout", "3m", timeout=240, check=False)
     assert done.returncode == 0, f"helm install failed:\n{done.stderr}\n{_run_report(real_node, namespace)}"
     try:
+        deleted_at = real_node.wait_for(f"the trainer at {MEMORY_FAULT_AT} steps", lambda: (
+            lambda n: n if n >= MEMORY_FAULT_AT else None)(_counting(real_node, namespace, None, RUN).get(
+                "trainer", 0)), timeout=240, interval=1)
+        memory = real_node.pods(namespace, f"drl.dev/run={RUN},app.kubernetes.io/component=redis")
+        assert len(memory) == 1, memory
+        real_node.kubectl("-n", namespace, "delete", "pod", memory[0]["metadata"]["name"], "--wait=false")
         jobs = real_node.wait_for(
             "the trainer Job complete or failed",
             lambda: (lambda states: states if states.get(f"{RELEASE}-trainer") in ("Complete", "Failed") else None)(
@@ -454,9 +465,11 @@ def chart_run(real_node, local_images, tmp_path_factory):
         v in ("Complete", "Failed") for v in states.values()) else None)(_job_states(real_node, namespace)),
                               timeout=120, interval=1)
     summary = _read_summary(real_node, namespace, RELEASE, RUN, tmp_path_factory.mktemp("chart-summary"))
-    print(f"real node: helm install to the trainer's end in {trained_s:.0f} s; jobs {jobs}; "
-          f"exit {summary.get('exit_reason')}, {summary.get('transitions_produced')} transitions produced")
-    yield ChartRun(namespace, *local_images, trained_s, jobs, summary)
+    print(f"real node: helm install to the trainer's end in {trained_s:.0f} s (the memory server's pod deleted at "
+          f"{deleted_at} steps); jobs {jobs}; exit {summary.get('exit_reason')}, "
+          f"{summary.get('transitions_produced')} transitions produced")
+    trainer_log = real_node.kubectl("-n", namespace, "logs", f"job/{RELEASE}-trainer", check=False).stdout
+    yield ChartRun(namespace, *local_images, trained_s, jobs, summary, deleted_at, trainer_log)
     real_node.delete_namespace(namespace)
 
 
@@ -469,6 +482,19 @@ def test_the_chart_trains_sac_pendulum_to_the_end_on_the_real_node(chart_run):
     summary = chart_run.summary
     assert_balanced(summary)
     assert summary["run"] == RUN and summary["transitions_produced"] >= RUN_VALUES["steps"], summary
+
+
+def test_a_deleted_memory_server_pod_comes_back_empty_and_the_run_recovers(chart_run):
+    """The chart's run above lost its memory server's pod mid-run (the local profile keeps no persistence: the
+    StatefulSet's new pod starts empty): the trainer writes its state back (docs/reliability.md, "Losing the
+    memory server"), the workers continue their numbering, and the run ends with its steps done and a balanced
+    summary (entries the server lost with it are counted as drops, not awaited)."""
+    summary = chart_run.summary
+    assert 0 < chart_run.memory_deleted_at < RUN_VALUES["steps"]
+    assert "memory server lost its data" in chart_run.trainer_log, chart_run.trainer_log[-3000:]
+    assert summary["exit_reason"] == "steps_done", summary
+    assert summary["transitions_produced"] == RUN_VALUES["steps"], summary
+    assert_balanced(summary)
 
 
 def test_helm_test_passes_on_the_real_node(real_node, chart_run):
@@ -484,25 +510,24 @@ def test_helm_uninstall_leaves_nothing_on_the_real_node(real_node, chart_run):
     ns = chart_run.namespace
     real_node.helm("uninstall", RELEASE, "-n", ns, "--wait", "--timeout", "2m", timeout=180)
     real_node.wait_for("every object of the release gone", lambda: leftovers(real_node, ns) == [], timeout=120)
-    # and on the node: no container or sandbox of the namespace's pods is left in containerd
-    in_namespace = f'labels."io.kubernetes.pod.namespace"=={ns}'
-    real_node.wait_for(f"containerd holding no container of {ns}", lambda: not real_node.run(
-        ["ctr", "--address", real_node.state / "containerd" / "containerd.sock", "--namespace", "k8s.io",
-         "containers", "ls", "-q", in_namespace], check=True).stdout.split(), timeout=240, interval=2)
+    UNINSTALLED.append(ns)
+
+
+UNINSTALLED: list[str] = []
 
 
 # -- drl-orchestrate --backend kubernetes --profile local on the real node -----------------------------------------
 
 ORCHESTRATED = "orch"
 ORCHESTRATED_STEPS = 20000  # default SAC on Pendulum: about 2 minutes on 2 cores, long enough to scale mid-run
-STATUS_ROW = re.compile(r"^(drl-orch-(?P<role>rollout|trainer|evaluator)(-(?P<index>\d+))?-\S+)\s+(?P=role)\s+"
+STATUS_ROW = re.compile(r"^(drl-(?:[a-z0-9-]+-)?(?P<role>rollout|trainer|evaluator)(-(?P<index>\d+))?-\S+)\s+(?P=role)\s+"
                         r"running\s+(?P<policy>\d+)\s+(?P<steps>[\d,]+)\s")
 
 
-def _counting(node: RealNode, namespace: str, kubeconfig: Path) -> dict[str, int]:
+def _counting(node: RealNode, namespace: str, kubeconfig: Path | None, run: str = ORCHESTRATED) -> dict[str, int]:
     """{rollout-i / trainer / evaluator: env steps} of the running pods whose counters ``status`` read through
     the API server's pod proxy."""
-    status = node.orchestrate("status", ORCHESTRATED, "--backend", "kubernetes", "--namespace", namespace,
+    status = node.orchestrate("status", run, "--backend", "kubernetes", "--namespace", namespace,
                               kubeconfig=kubeconfig, check=False, timeout=60)
     assert status.returncode == 0, status.stdout + status.stderr
     rows = {}
@@ -513,12 +538,66 @@ def _counting(node: RealNode, namespace: str, kubeconfig: Path) -> dict[str, int
     return rows
 
 
+def _pod_pids(node: RealNode, pod: dict) -> list[int]:
+    """The processes of a pod on the node: those in its cgroup of the pids hierarchy (the kubelet's cgroupfs
+    layout: CGROUP_ROOT/kubepods/QOS/pod<uid>/<container>)."""
+    uid = pod["metadata"]["uid"]
+    pids = set()
+    for procs in Path("/sys/fs/cgroup").glob(f"pids/{node.cgroup}/kubepods*/**/pod{uid}/**/cgroup.procs"):
+        pids |= {int(p) for p in procs.read_text().split()}
+    assert pids, f"no process of pod {pod['metadata']['name']} in the pids hierarchy under {node.cgroup}"
+    return sorted(pids)
+
+
+def _live_pod(node: RealNode, namespace: str, run: str, component: str, index: int | None = None) -> dict | None:
+    """The run's pod of a component (and completion index) that is not terminating, if any."""
+    selector = f"drl.dev/run={run},app.kubernetes.io/component={component}"
+    if index is not None:
+        selector += f",batch.kubernetes.io/job-completion-index={index}"
+    live = [p for p in node.pods(namespace, selector) if not p["metadata"].get("deletionTimestamp")
+            and p["status"].get("phase") in ("Pending", "Running")]
+    return live[0] if live else None
+
+
+SLOW_TERMINATION_S = 8
+
+
+def _delete_a_worker_slowly(node: RealNode, namespace: str, run: str, index: int) -> str:
+    """Deletes the pod of rollout worker ``index`` while the trainer is held (SIGSTOP), so that its termination
+    is slow (it hands in what it collected and waits for the trainer), and checks that no replacement of that
+    index exists while it terminates (``podReplacementPolicy: Failed``); then lets the trainer go on and returns
+    the name of the replacement pod once it runs."""
+    old, trainer = _live_pod(node, namespace, run, "rollout", index), _live_pod(node, namespace, run, "trainer")
+    assert old and trainer, "no running worker or trainer pod to delete"
+    selector = (f"drl.dev/run={run},app.kubernetes.io/component=rollout,"
+                f"batch.kubernetes.io/job-completion-index={index}")
+    overlap = set()
+    with held(_pod_pids(node, trainer)):
+        node.kubectl("-n", namespace, "delete", "pod", old["metadata"]["name"], "--wait=false")
+        until = time.monotonic() + SLOW_TERMINATION_S
+        while time.monotonic() < until:
+            overlap |= {p["metadata"]["name"] for p in node.pods(namespace, selector)
+                        if p["metadata"]["uid"] != old["metadata"]["uid"]}
+            time.sleep(0.5)
+        still = node.pod(namespace, old["metadata"]["name"])
+        assert still is not None and still["status"].get("phase") == "Running", (
+            f"the deleted worker ended while the trainer was held: its termination was not slow ({still})")
+    assert not overlap, f"a replacement of rollout-{index} started while its deleted pod terminated: {overlap}"
+    new = node.wait_for(f"the replacement of rollout-{index} running", lambda: (lambda p: p if p and p["status"].get(
+        "phase") == "Running" else None)(_live_pod(node, namespace, run, "rollout", index)), timeout=120, interval=1)
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    return new["metadata"]["name"]
+
+
 def test_the_orchestrator_runs_shows_live_status_scales_2_to_3_and_deletes_on_the_real_node(real_node, local_images,
                                                                                            tmp_path):
     """With only the orchestrator's own Role (the chart's rbac.create), in a PodSecurity restricted namespace:
     ``--profile local`` runs on the imported images, ``status`` shows the pods' live counters (their /metrics
-    through the pod proxy), ``scale --workers 3`` runs the scaler Job and a third worker steps, the run ends with
-    a balanced summary, and ``delete`` leaves nothing."""
+    through the pod proxy), ``scale --workers 3`` runs the scaler Job and a third worker steps; then rollout-0's pod
+    is deleted while its termination is slow (``_delete_a_worker_slowly``: its replacement never overlaps it),
+    the worker exits 143 without ending its part (a pod that exits 0 would complete its index and the run would
+    end short), and the replacement continues its numbering and share; the run ends with exactly its steps,
+    none counted twice, and ``delete`` leaves nothing."""
     from tests.cluster.test_orchestrator import with_orchestrator_role
 
     ns = real_node.namespace("orchestrated", labels=RESTRICTED)
@@ -540,6 +619,7 @@ def test_the_orchestrator_runs_shows_live_status_scales_2_to_3_and_deletes_on_th
         assert scaler["status"].get("succeeded") == 1, scaler["status"]
         third = real_node.wait_for("the third worker stepping", lambda: _counting(real_node, ns, kubeconfig).get(
             "rollout-2"), timeout=180, interval=3)
+        replaced = _delete_a_worker_slowly(real_node, ns, ORCHESTRATED, index=0)
         states = real_node.wait_for("the run's Jobs done", lambda: (lambda states: states if all(
             v in ("Complete", "Failed") for v in states.values()) else None)(
             _job_states(real_node, ns, ORCHESTRATED)), timeout=CHART_RUN_S, interval=2)
@@ -549,6 +629,12 @@ def test_the_orchestrator_runs_shows_live_status_scales_2_to_3_and_deletes_on_th
         f"drl-{ORCHESTRATED}-{role}": "Complete" for role in ("trainer", "rollout", "evaluator")}, states
     summary = _read_summary(real_node, ns, f"drl-{ORCHESTRATED}", ORCHESTRATED, tmp_path)
     assert summary["exit_reason"] == "steps_done" and summary["transitions_produced"] == ORCHESTRATED_STEPS, summary
+    assert_balanced(summary)
+    assert summary["duplicates_dropped"] == 0, summary
+    rollout = real_node.kubectl_json("-n", ns, "get", "job", f"drl-{ORCHESTRATED}-rollout")["status"]
+    assert rollout.get("failed") == 1 and rollout.get("succeeded") == 3, rollout
+    log = real_node.kubectl("-n", ns, "logs", replaced, check=False).stdout
+    assert "rollout-0 continues after a restart" in log, log
     print(f"real node: drl-orchestrate --profile local: live status after {live_s:.0f} s ({live}); the third "
           f"worker stepping ({third} steps); the run done after {time.monotonic() - t0:.0f} s")
     delete = real_node.orchestrate("delete", ORCHESTRATED, "--backend", "kubernetes", "--namespace", ns,
@@ -558,6 +644,59 @@ def test_the_orchestrator_runs_shows_live_status_scales_2_to_3_and_deletes_on_th
         "-n", ns, "get", "all,secrets,configmaps,networkpolicies,roles,rolebindings,pvc", "-l",
         f"drl.dev/run={ORCHESTRATED}", "-o", "name").stdout.split(), timeout=120)
     real_node.delete_namespace(ns)
+
+
+TRAINER_FAULT_STEPS = 20000
+TRAINER_FAULT_AT = 5000
+
+
+def test_a_deleted_trainer_pod_is_replaced_and_the_run_resumes_from_its_checkpoint(real_node, local_images, tmp_path):
+    """The trainer's pod is deleted mid-run: the trainer writes its checkpoint and exits 143 without marking the
+    run finished (before, it wrote a ``stopped`` summary and its replacement found nothing to do while the workers
+    waited), the Job's replacement takes the identity over, continues from that checkpoint and ends the run
+    with every step counted once."""
+    run = "ft"
+    ns = real_node.namespace("trainer-fault", labels=RESTRICTED)
+    real_node.orchestrate("--backend", "kubernetes", "--namespace", ns, "--run-name", run, "--preset", "sac",
+                          "--profile", "local", "--workers", "2", "--mode", "async", "--steps",
+                          str(TRAINER_FAULT_STEPS), "--batch-transitions", "32", "--random-steps", "300",
+                          "--learning-starts", "300", "--updates-per-transition", "0.5", "--eval-episodes", "1",
+                          "--max-backlog-entries", "4", "--publish-every-updates", "50", "--detach", timeout=120)
+    try:
+        real_node.wait_for(f"the trainer at {TRAINER_FAULT_AT} steps", lambda: (
+            lambda n: n if n >= TRAINER_FAULT_AT else None)(_counting(real_node, ns, None, run).get("trainer", 0)),
+                           timeout=240, interval=1)
+        old = _live_pod(real_node, ns, run, "trainer")
+        real_node.kubectl("-n", ns, "delete", "pod", old["metadata"]["name"], "--wait=false")
+        new = real_node.wait_for("a new trainer pod", lambda: (lambda p: p if p and p["metadata"]["uid"] != old[
+            "metadata"]["uid"] else None)(_live_pod(real_node, ns, run, "trainer")), timeout=120, interval=1)
+        states = real_node.wait_for("the run's Jobs done", lambda: (lambda states: states if all(
+            v in ("Complete", "Failed") for v in states.values()) else None)(_job_states(real_node, ns, run)),
+                                    timeout=CHART_RUN_S, interval=2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_run_report(real_node, ns)}") from None
+    assert states == {f"drl-{run}-{role}": "Complete" for role in ("trainer", "rollout", "evaluator")}, states
+    summary = _read_summary(real_node, ns, f"drl-{run}", run, tmp_path)
+    assert_balanced(summary)
+    assert summary["exit_reason"] == "steps_done" and summary["transitions_produced"] == TRAINER_FAULT_STEPS, summary
+    assert summary["duplicates_dropped"] == 0, summary
+    log = real_node.kubectl("-n", ns, "logs", new["metadata"]["name"], check=False).stdout
+    assert "continuing:" in log and "finished (steps_done)" in log, log
+    trainer = real_node.kubectl_json("-n", ns, "get", "job", f"drl-{run}-trainer")["status"]
+    assert trainer.get("failed") == 1 and trainer.get("succeeded") == 1, trainer
+    real_node.delete_namespace(ns)
+
+
+def test_the_uninstalled_releases_containers_are_gone_from_containerd(real_node):
+    """After ``helm uninstall`` (above) the kubelet removes the containers and sandboxes of the deleted pods from
+    containerd in its next garbage collection (once a minute): checked here, minutes later, so that no test
+    waits for it."""
+    assert UNINSTALLED, "helm uninstall did not run"
+    for ns in UNINSTALLED:
+        in_namespace = f'labels."io.kubernetes.pod.namespace"=={ns}'
+        real_node.wait_for(f"containerd holding no container of {ns}", lambda: not real_node.run(
+            ["ctr", "--address", real_node.state / "containerd" / "containerd.sock", "--namespace", "k8s.io",
+             "containers", "ls", "-q", in_namespace], check=True).stdout.split(), timeout=240, interval=2)
 
 
 def test_down_leaves_nothing(real_node):
@@ -590,4 +729,11 @@ def test_down_leaves_nothing(real_node):
     left += [f"kernel setting {k}={v} (was {real_node.sysctls_before.get(k)})" for k, v in changed.items()]
     if Path(state).exists():
         left.append(f"state folder {state}")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    store = Path(os.environ.get("DRL_NODE_IMAGE_STORE") or cache / "drl" / "node-images")
+    if (store / "owner").exists() and (store / "owner").read_text().strip() == state:
+        left.append(f"the image store {store} still taken by this node")
+    left += [f"mount {m}" for m in mounts if str(store) in m]
+    left += [f"container folder {p}" for p in (store / "root" / "io.containerd.grpc.v1.cri").glob("*/*")
+             if real_node.uses_image_store]
     assert not left, "left after down:\n" + "\n".join(left) + f"\n(down said: {real_node.down_output})"
