@@ -32,7 +32,7 @@ from drl.memory import RunControl
 from drl.naming import even_share, worker_index, worker_names
 
 log = logging.getLogger("drl.membership")
-ACTIVE = "active"
+ACTIVE, RETIRED = "active", "retired"
 
 
 def _index(name: str) -> int:

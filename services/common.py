@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,22 @@ from drl.presets import resolve
 from drl.store import PolicyStore, run_store
 from drl.store.cache import PolicyCache
 from services.telemetry import TELEMETRY
+
+TERMINATED = threading.Event()
+"""Set once SIGTERM reached a service that called ``stop_on_sigterm``: a pod deleted, evicted or drained, or the
+local orchestrator's terminate. The service decides from the run's state whether its part ends there or it exits
+``EXIT_INTERRUPTED`` for a replacement to continue (docs/reliability.md)."""
+
+
+def stop_on_sigterm() -> None:
+    """Makes SIGTERM stop the service as its control endpoint's Stop does (``TELEMETRY.stop``), remembering in
+    ``TERMINATED`` that a signal asked."""
+
+    def terminated(signum, frame) -> None:
+        TERMINATED.set()
+        TELEMETRY.stop.set()
+
+    signal.signal(signal.SIGTERM, terminated)
 
 
 @dataclass

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
-import threading
 import time
 
 import numpy as np
@@ -23,7 +21,7 @@ from drl.evaluation import message_to_record, run_episodes
 from drl.store import ManifestError
 from drl.tensorboard import ScalarLog
 from drl.errors import EXIT_INTERRUPTED
-from services.common import Service, ServiceContext, StatusWriter
+from services.common import TERMINATED, Service, ServiceContext, StatusWriter, stop_on_sigterm
 from services.telemetry import TELEMETRY
 
 log = logging.getLogger("drl.evaluator")
@@ -122,19 +120,11 @@ class Evaluator(Service):
             self.announcer.wait_for(self.evaluated + 1, timeout=1.0, should_stop=lambda: False)
 
 
-TERMINATED = threading.Event()
-
-
 def serve(ctx: ServiceContext) -> int:
     """SIGTERM (a pod deleted, evicted or drained) ends the evaluator after the version it is evaluating; while
     the run goes on it exits ``EXIT_INTERRUPTED``, so that its Job starts a replacement (one that exited 0 would
     complete the Job, and the run's later versions would go unevaluated)."""
-
-    def terminated(signum, frame) -> None:
-        TERMINATED.set()
-        TELEMETRY.stop.set()
-
-    signal.signal(signal.SIGTERM, terminated)
+    stop_on_sigterm()
     evaluator = Evaluator(ctx)
     try:
         return evaluator.run()

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
-import threading
 import time
 from collections import deque
 
@@ -39,7 +37,8 @@ from drl.memory import codec
 from drl.memory.backlog import backlog_limits
 from drl.naming import even_share
 from drl.store import ManifestError
-from services.common import Service, ServiceContext, StatusWriter
+from drl.membership import RETIRED
+from services.common import TERMINATED, Service, ServiceContext, StatusWriter, stop_on_sigterm
 from services.telemetry import TELEMETRY
 
 log = logging.getLogger("drl.rollout")
@@ -47,8 +46,6 @@ log = logging.getLogger("drl.rollout")
 FLUSH_TIMEOUT_S = 3600.0
 ASYNC_CHUNK_ENTRIES = 16
 FIRST_POLICY_TIMEOUT_S = 600.0
-RETIRED = "retired"
-TERMINATED = threading.Event()
 RELOAD_WAIT_S = 1.0
 SYNC_WINDOW = 200
 
@@ -387,12 +384,7 @@ class RolloutWorker(Service):
 def serve(ctx: ServiceContext) -> int:
     """SIGTERM (a pod deleted or drained, a Job scaled down) stops the worker: it hands in what it collected and
     waits until the trainer has it, within the grace period; whether its part ends is ``interrupted``'s rule."""
-
-    def terminated(signum, frame) -> None:
-        TERMINATED.set()
-        TELEMETRY.stop.set()
-
-    signal.signal(signal.SIGTERM, terminated)
+    stop_on_sigterm()
     worker = RolloutWorker(ctx)
     try:
         return worker.run()

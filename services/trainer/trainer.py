@@ -61,7 +61,7 @@ MOST_UPDATES_PER_LOOP = 16
 STOP_CHECK_EVERY_UPDATES = 200
 STALLED_CHECK_S = 5.0
 GROUP_TIMEOUT_S = 120.0
-TERMINATED = "terminated"
+SIGTERM_REASON = "terminated"
 
 
 class Trainer(Service):
@@ -426,11 +426,11 @@ class Trainer(Service):
             reason = self.should_stop(force=True) or reason
         if reason == "steps_done":
             self.publish()
-        elif reason == TERMINATED:
-            reason = self.flag_reason() or TERMINATED
+        elif reason == SIGTERM_REASON:
+            reason = self.flag_reason() or SIGTERM_REASON
         for ch in self.channels:
             ch.feed.record()
-        if reason == TERMINATED:
+        if reason == SIGTERM_REASON:
             return self.interrupted()
         self.save_checkpoint(exit_reason=reason)
         if self.rank == 0:
@@ -450,7 +450,7 @@ class Trainer(Service):
         status ``interrupted`` (a replacement takes the identity up only from a process that did not finish), no
         done marker and no summary."""
         self.save_checkpoint()
-        self.report(force=True, state="interrupted", reason=TERMINATED)
+        self.report(force=True, state="interrupted", reason=SIGTERM_REASON)
         log.info("terminated while the run goes on: %d transitions consumed, %d updates, policy version %d; a "
                  "replacement continues from the checkpoint (exit code %d)", self.ledger.consumed, self.updates,
                  self.version, EXIT_INTERRUPTED)
@@ -464,7 +464,7 @@ def serve(ctx: ServiceContext) -> int:
     marking the run finished, and its Job's replacement pod continues from that checkpoint."""
     torch.set_num_threads(ctx.config.trainer_threads)
     trainer = Trainer(ctx)
-    signal.signal(signal.SIGTERM, lambda signum, frame: trainer.stop(TERMINATED))
+    signal.signal(signal.SIGTERM, lambda signum, frame: trainer.stop(SIGTERM_REASON))
     try:
         return trainer.run()
     finally:
