@@ -8,6 +8,7 @@ run; where podman cannot be installed or cannot run a container, every test here
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -32,6 +33,7 @@ INSTALL = ("podman", "runc", "debootstrap", "iptables", "netavark", "aardvark-dn
 """What the tier installs with apt where podman is missing (held to ``tests/system_packages.py``)."""
 BUILD_TIMEOUT_S = 1200
 LOWEST_PRIORITY = ("nice", "-n", "19", *(("ionice", "-c", "3") if shutil.which("ionice") else ()))
+PREPARATION_LOCK = Path(os.environ.get("TMPDIR", "/tmp")) / "drl-containers-tier.lock"
 SWITCH = "DRL_TESTS_CONTAINERS"
 """Set to 0 to leave the tier out (a quick local run); it runs otherwise."""
 
@@ -123,7 +125,11 @@ class Preparation:
     def _run(self) -> None:
         started = time.monotonic()
         try:
-            self._prepare()
+            # One preparation at a time on the machine: the session's other pytest-xdist worker (or another
+            # session) waits here and then finds everything built.
+            with open(PREPARATION_LOCK, "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                self._prepare()
         except Exception as exc:  # reported by the fixtures, in the tier's own tests
             self.failure = f"{type(exc).__name__}: {exc}"
         self.seconds = time.monotonic() - started
