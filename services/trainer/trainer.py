@@ -444,7 +444,6 @@ class Trainer(Service):
                                     time.monotonic() - self.started, self.ctx.steps_done, reason)
         return 0
 
-
     def interrupted(self) -> int:
         """Ends a process that SIGTERM stopped while the run goes on (``serve``): a checkpoint to continue from, the
         status ``interrupted`` (a replacement takes the identity up only from a process that did not finish), no

@@ -447,9 +447,7 @@ def chart_run(real_node, local_images, tmp_path_factory):
                           values, "--wait", "--timeout", "3m", timeout=240, check=False)
     assert done.returncode == 0, f"helm install failed:\n{done.stderr}\n{_run_report(real_node, namespace)}"
     try:
-        deleted_at = real_node.wait_for(f"the trainer at {MEMORY_FAULT_AT} steps", lambda: (
-            lambda n: n if n >= MEMORY_FAULT_AT else None)(_counting(real_node, namespace, None, RUN).get(
-                "trainer", 0)), timeout=240, interval=1)
+        deleted_at = _wait_steps(real_node, namespace, RUN, "trainer", MEMORY_FAULT_AT)
         memory = real_node.pods(namespace, f"drl.dev/run={RUN},app.kubernetes.io/component=redis")
         assert len(memory) == 1, memory
         real_node.kubectl("-n", namespace, "delete", "pod", memory[0]["metadata"]["name"], "--wait=false")
@@ -538,6 +536,19 @@ def _counting(node: RealNode, namespace: str, kubeconfig: Path | None, run: str 
     return rows
 
 
+def _wait_steps(node: RealNode, namespace: str, run: str, role: str, least: int) -> int:
+    """Waits until ``status`` shows ``role`` at ``least`` env steps or more; returns its count."""
+    return node.wait_for(f"{role} at {least} steps", lambda: (lambda n: n if n >= least else None)(
+        _counting(node, namespace, None, run).get(role, 0)), timeout=240, interval=1)
+
+
+def _wait_jobs_done(node: RealNode, namespace: str, run: str) -> dict[str, str]:
+    """Waits until every Job of the run is Complete or Failed; returns their states."""
+    return node.wait_for("the run's Jobs done", lambda: (lambda states: states if all(
+        v in ("Complete", "Failed") for v in states.values()) else None)(_job_states(node, namespace, run)),
+                         timeout=CHART_RUN_S, interval=2)
+
+
 def _pod_pids(node: RealNode, pod: dict) -> list[int]:
     """The processes of a pod on the node: those in its cgroup of the pids hierarchy (the kubelet's cgroupfs
     layout: CGROUP_ROOT/kubepods/QOS/pod<uid>/<container>)."""
@@ -620,9 +631,7 @@ def test_the_orchestrator_runs_shows_live_status_scales_2_to_3_and_deletes_on_th
         third = real_node.wait_for("the third worker stepping", lambda: _counting(real_node, ns, kubeconfig).get(
             "rollout-2"), timeout=180, interval=3)
         replaced = _delete_a_worker_slowly(real_node, ns, ORCHESTRATED, index=0)
-        states = real_node.wait_for("the run's Jobs done", lambda: (lambda states: states if all(
-            v in ("Complete", "Failed") for v in states.values()) else None)(
-            _job_states(real_node, ns, ORCHESTRATED)), timeout=CHART_RUN_S, interval=2)
+        states = _wait_jobs_done(real_node, ns, ORCHESTRATED)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{_run_report(real_node, ns)}") from None
     assert {k: v for k, v in states.items() if "scaler" not in k} == {
@@ -663,16 +672,12 @@ def test_a_deleted_trainer_pod_is_replaced_and_the_run_resumes_from_its_checkpoi
                           "--learning-starts", "300", "--updates-per-transition", "0.5", "--eval-episodes", "1",
                           "--max-backlog-entries", "4", "--publish-every-updates", "50", "--detach", timeout=120)
     try:
-        real_node.wait_for(f"the trainer at {TRAINER_FAULT_AT} steps", lambda: (
-            lambda n: n if n >= TRAINER_FAULT_AT else None)(_counting(real_node, ns, None, run).get("trainer", 0)),
-                           timeout=240, interval=1)
+        _wait_steps(real_node, ns, run, "trainer", TRAINER_FAULT_AT)
         old = _live_pod(real_node, ns, run, "trainer")
         real_node.kubectl("-n", ns, "delete", "pod", old["metadata"]["name"], "--wait=false")
         new = real_node.wait_for("a new trainer pod", lambda: (lambda p: p if p and p["metadata"]["uid"] != old[
             "metadata"]["uid"] else None)(_live_pod(real_node, ns, run, "trainer")), timeout=120, interval=1)
-        states = real_node.wait_for("the run's Jobs done", lambda: (lambda states: states if all(
-            v in ("Complete", "Failed") for v in states.values()) else None)(_job_states(real_node, ns, run)),
-                                    timeout=CHART_RUN_S, interval=2)
+        states = _wait_jobs_done(real_node, ns, run)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{_run_report(real_node, ns)}") from None
     assert states == {f"drl-{run}-{role}": "Complete" for role in ("trainer", "rollout", "evaluator")}, states
