@@ -1,5 +1,5 @@
 """Policy lag of appo with 2, 8 and 32 rollout workers: the histogram of trained transitions by lag, in
-versions, as the trainer measures it (``drl.learning.LagHistogram``), with the run's throughput.
+versions, as the trainer measures it (``drl.training.learning.LagHistogram``), with the run's throughput.
 
 Each worker count runs the real command line, ``drl-orchestrate --preset appo --env CartPole-v1 --workers N
 --steps S --seed 0 --output TMP --run-name lag-N`` (a private Valkey, N rollout worker processes, the trainer and

@@ -3,7 +3,7 @@
 A worker's real path, without processes or servers: ``VecEnv`` over the preprocessed ``ALE/Pong-v5`` (84x84
 gray, stack of 4) with its frame log, DQN's 3-step folding, entries of ``--rows`` transitions packed into frame
 tables (``drl.frames.pack``) and encoded with no compression, zstd and lz4 (``drl.memory.codec.encode``); then
-the trainer's path: every entry decoded and added to a frame replay (``drl.replay.ReplayBuffer``), whose bytes
+the trainer's path: every entry decoded and added to a frame replay (``drl.training.replay.ReplayBuffer``), whose bytes
 per stored transition are its arrays' bytes (frame ring and per-transition columns) over the transitions it
 holds once full. The baselines are what a transition's observation and next observation take as whole stacks:
 float32 (225,792 bytes) and uint8 (56,448 bytes).
@@ -28,8 +28,8 @@ from drl import frames
 from drl._proto import experience_pb2
 from drl.envs import VecEnv
 from drl.memory import codec
-from drl.nstep import NSTEP_FIELDS, NStepFolder
-from drl.replay import ReplayBuffer
+from drl.acting.nstep import NSTEP_FIELDS, NStepFolder
+from drl.training.replay import ReplayBuffer
 
 
 def measure(env_id: str, envs_n: int, rows: int, steps: int, n_step: int, seed: int) -> dict:

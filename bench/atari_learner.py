@@ -13,7 +13,7 @@ pixels), consecutive stacks sharing frames, built on both sides from the seed an
   32, ``n_step`` 1 and ``double`` off so that the update is SB3's arithmetic (``--double`` keeps double DQN: one
   more forward pass of the online network on the next observations). One timed update is
   ``learner.update(replay.sample(32))``: the batch sampled inside the timed loop, as SB3's ``train()`` samples,
-  from drl's frame replay (``drl.replay.ReplayBuffer`` with the image spec, filled as the trainer fills it: each
+  from drl's frame replay (``drl.training.replay.ReplayBuffer`` with the image spec, filled as the trainer fills it: each
   frame stored once, the stacks rebuilt per batch); the batch is a dict of tensors, obs/next_obs uint8
   (32, 4, 84, 84), action int64, reward/terminated float32.
 - **sb3**: ``DQN("CnnPolicy", ...)`` in a child process in the Stable-Baselines3 environment
@@ -96,7 +96,7 @@ class DrlRunner:
         """drl's frame replay filled as the trainer fills it: one entry whose frame table holds each frame once
         and whose observations are the indices of their 4 frames in it."""
         from drl.frames import INDEX_DTYPE, TABLE
-        from drl.replay import ReplayBuffer
+        from drl.training.replay import ReplayBuffer
 
         n = len(data["reward"])
         rows = np.arange(n)[:, None] + np.arange(STACK)
@@ -107,7 +107,7 @@ class DrlRunner:
         if len(replay) != n or batch["obs"].dtype != torch.uint8 or not torch.equal(batch["obs"][:, 1:],
                                                                                   batch["next_obs"][:, :-1]):
             raise RuntimeError("drl's replay does not give back the stacks it was given")
-        return (lambda: replay.sample(BATCH)), "drl.replay.ReplayBuffer (frames stored once)"
+        return (lambda: replay.sample(BATCH)), "drl.training.replay.ReplayBuffer (frames stored once)"
 
     def run(self, updates: int) -> float:
         learner, sample = self.learner, self.sample

@@ -37,7 +37,7 @@ def probe_step(steps: int) -> None:
 
     from drl.algorithms import make_actor
     from drl.config import replace
-    from drl.entries import EntryBuffer, EntryFill, StepInto
+    from drl.acting.entries import EntryBuffer, EntryFill, StepInto
     from drl.envs import VecEnv
     from drl.memory import codec
     from drl.presets import get_preset

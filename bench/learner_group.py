@@ -2,7 +2,7 @@
 
 Each learner is a process with its own replay (Pendulum-shaped random transitions, as ``learner_speed``), drl's
 ``SACLearner`` (hidden 256x256, batch 256 per learner) on the CPU with ``--threads`` torch threads, joined in a
-gloo group over loopback (``drl.collective.join``): every update averages the critics' and the actor's flat
+gloo group over loopback (``drl.training.collective.join``): every update averages the critics' and the actor's flat
 gradients over the group (two all-reduces), so K learners make one update on K x 256 transitions. For each K
 in ``--learners`` (1 is the baseline, measured in the same run), the group warms up, then times ``--updates``
 updates, ``--repeats`` times, the K values in rotation. Reported: group updates/s (each a step of every learner),
@@ -39,9 +39,9 @@ from bench.learner_speed import BATCH, ENV, HIDDEN, LR, cpu_model, random_transi
 
 def _learner(rank: int, size: int, port: int, updates: int, warmup: int, fill: int, threads: int, out: str) -> None:
     from drl.algorithms.sac import SACConfig, SACLearner
-    from drl.collective import join
+    from drl.training.collective import join
     from drl.envs import space_spec
-    from drl.replay import ReplayBuffer
+    from drl.training.replay import ReplayBuffer
 
     torch.set_num_threads(threads)
     group = join(rank, size, "127.0.0.1", port, backend="gloo", timeout_s=300) if size > 1 else None

@@ -5,7 +5,7 @@ actor and twin critics with two hidden layers of 256, batch 256, Adam at 3e-4, l
 the same torch thread count (``torch.get_num_threads()``, by default the machine's cores; ``--threads`` sets it).
 
 - **drl**: ``SACLearner(space_spec("Pendulum-v1"), SACConfig(hidden=(256, 256), batch_size=256, lr=3e-4))``
-  and a ``drl.replay.ReplayBuffer`` pre-filled with ``--fill`` random transitions. One timed update is
+  and a ``drl.training.replay.ReplayBuffer`` pre-filled with ``--fill`` random transitions. One timed update is
   ``learner.update(replay.sample(256))``: sampling from replay is inside the timed loop, as it is in SB3's
   ``train()``. The update computes SAC's gradients by hand rather than through autograd (both critics as one
   batched product per layer, the actor once over s' and s, Adam's fused kernel on one flat tensor per network,
@@ -67,7 +67,7 @@ import torch
 
 from drl.algorithms.sac import SACConfig, SACLearner
 from drl.envs import space_spec
-from drl.replay import ReplayBuffer
+from drl.training.replay import ReplayBuffer
 
 ENV = "Pendulum-v1"
 HIDDEN = (256, 256)

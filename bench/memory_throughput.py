@@ -49,7 +49,7 @@ from drl.envs import SpaceSpec
 from drl.memory import codec
 from drl.naming import worker_name
 from drl.memory.redis.connection import connect
-from drl.ingest import SeqTracker
+from drl.training.ingest import SeqTracker
 from drl.memory import seq_field
 from drl.memory.codec import entry_size
 from drl.memory.redis import Consumer, Keys, Producer

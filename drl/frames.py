@@ -10,7 +10,7 @@ wire or in replay repeat every frame 2k times. Here a frame is the unit instead:
   (``obs``, ``next_obs``: k ``<u4`` each). An entry carries every frame its transitions refer to, history
   included, so no entry depends on another: a lost, re-sent or dead-lettered entry leaves no stack incomplete;
 - ``expand`` rebuilds whole observations from a table and indices (an on-policy rollout, Ape-X priorities);
-- the replay (``drl.replay``) keeps the tables' frames in a ``FrameRing`` too and each transition's 2k frame references.
+- the replay (``drl.training.replay``) keeps the tables' frames in a ``FrameRing`` too and each transition's 2k frame references.
 
 A stack never mixes two episodes: after a reset the worker numbers the reset observation's own frames, so the
 first stack of an episode refers only to frames of that episode.

@@ -86,7 +86,7 @@ class ScalarLog:
 
 
 def parse_buckets(text: str) -> list[tuple[float, int]]:
-    """"le:count,..." as (upper bound, count) pairs (``drl.learning.LagHistogram.text``); ValueError when it is
+    """"le:count,..." as (upper bound, count) pairs (``drl.training.learning.LagHistogram.text``); ValueError when it is
     not one."""
     pairs = []
     for item in text.split(","):

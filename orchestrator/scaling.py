@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Collection, Iterable, Mapping
 
-from drl.membership import ACTIVE, RETIRED
+from drl.memory import ACTIVE
 from drl.naming import even_share, worker_index, worker_name
 
 SCALE_MARGIN_ENTRIES = 32

@@ -69,7 +69,7 @@ def row_from_status(name: str, status) -> Row:
 
 def lag_line(fields: dict) -> str:
     """"policy lag (versions): 0: 12%, 1: 61%, 2: 27% | mean 1.15, max 2 | dropped 0" from a trainer's
-    status fields (``drl.learning.QueueLearning.report``); empty without them or before anything was trained.
+    status fields (``drl.training.learning.QueueLearning.report``); empty without them or before anything was trained.
     Buckets are named by their range and shown when they hold anything."""
     from drl.tensorboard import parse_buckets
 

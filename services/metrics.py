@@ -6,7 +6,7 @@ Prometheus scrapes, so there is no second set of counters to keep in step. Every
 becomes ``drl_<f>`` with the labels ``run``, ``role`` and ``id``; fields that only ever grow (``COUNTERS``)
 are counters (samples ``drl_<f>_total``, so ``rate()`` works), the others gauges. ``drl_info`` carries the
 state and exit reason as labels, and the standard ``process_*`` metrics come along. A field holding a
-histogram (``HISTOGRAMS``: the trainer's policy lag, ``drl.learning.LagHistogram``'s text with its sum in
+histogram (``HISTOGRAMS``: the trainer's policy lag, ``drl.training.learning.LagHistogram``'s text with its sum in
 ``<field>_sum``) becomes a Prometheus histogram of that name.
 
 Where: ``127.0.0.1`` unless ``DRL_METRICS_HOST`` names another address (``0.0.0.0`` in a pod), port
@@ -28,7 +28,7 @@ from prometheus_client import make_wsgi_app
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
-from drl.learning import LagHistogram
+from drl.training.learning import LagHistogram
 from services.telemetry import TELEMETRY, Telemetry
 
 log = logging.getLogger("drl.metrics")

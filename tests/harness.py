@@ -152,9 +152,9 @@ rule and what each tier covers: tests/README.md."""
 
 def assert_balanced(summary: dict) -> None:
     """Every summary's promise, whatever the run's exit reason: produced = consumed + unconsumed + every counted
-    drop (each counter of ``drl.ingest.COUNTERS`` but ``consumed`` and ``duplicates``: a duplicate is a re-sent
+    drop (each counter of ``drl.training.ingest.COUNTERS`` but ``consumed`` and ``duplicates``: a duplicate is a re-sent
     copy of a transition produced once). The fault suite checks it for every run that writes a summary."""
-    from drl.ingest import COUNTERS
+    from drl.training.ingest import COUNTERS
 
     produced, consumed = summary["transitions_produced"], summary["transitions_consumed"]
     unconsumed, dropped = summary["transitions_unconsumed"], summary["dropped"]

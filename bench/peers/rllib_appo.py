@@ -3,7 +3,7 @@
 Runs inside the peer environment built by ``bench/peers/setup_rllib.sh`` (``/work/venvs/rllib``: ray[rllib],
 torch 2.13.0, gymnasium[box2d]), never in the project's venv; it imports nothing from drl, so the evaluation rule
 is restated here: 10 deterministic episodes per evaluated policy, episode i reset with seed
-``seed + 1_000_000 + i`` (drl's evaluator, ``services/evaluator`` through ``drl.evaluation.run_episodes``), the
+``seed + 1_000_000 + i`` (drl's evaluator, ``services/evaluator`` through ``drl.acting.evaluation.run_episodes``), the
 episodes run side by side with one policy call per step, the action the mode of RLlib's own inference
 distribution (``to_deterministic()``: argmax for discrete actions, the mean for continuous ones).
 

@@ -10,98 +10,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from drl.core import Actor, ActorBase, FieldSpecs, Folder, Learner, Learning, ReplayLearner, RolloutLearner
 from drl.envs import SpaceSpec
 from drl.errors import UserError
 from drl.frames import FRAME_ROOM
 
-if TYPE_CHECKING:
-    from drl.learning import Learning
-
-FieldSpecs = dict[str, tuple[str, tuple[int, ...]]]
-"""Wire fields by name: (numpy dtype string, shape of one transition's value)."""
-
-
-class Learner(Protocol):
-    """Gradient updates; pure math, no I/O.
-
-    A replay learner takes ``update(batch)`` and leaves the batch's ``td_errors`` for prioritized replay; an
-    on-policy learner takes ``train(segments, progress)`` over one iteration's rollout. Which one a learner is
-    matters only to the ``Learning`` its builder puts around it.
-    """
-
-    updates: int
-    batch_size: int
-
-    def policy_weights(self) -> dict[str, np.ndarray]: ...
-
-    def state(self) -> tuple[dict[str, np.ndarray], dict]: ...
-
-    def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None: ...
-
-
-class ReplayLearner(Learner, Protocol):
-    td_errors: np.ndarray
-
-    def update(self, batch: dict[str, Any]) -> dict[str, float]: ...
-
-
-class RolloutLearner(Learner, Protocol):
-    def train(self, segments: list[dict[str, np.ndarray]], progress: float = 0.0) -> dict[str, float]: ...
-
-
-class Actor(Protocol):
-    """The acting policy that rollout workers and the evaluator run.
-
-    ``set_progress`` tells it how far the worker is through its share (schedules such as DQN's epsilon);
-    ``annotate`` returns the extra wire fields it computes for a whole entry before the entry is sent, named in
-    ``annotates`` (DQN's Ape-X priorities), so that a worker can keep them out of the rows it steps into.
-    ``records`` names the wire fields it computes per step while acting (APPO's behaviour log-probabilities):
-    after each sampling call of ``act``, ``recorded`` holds one row per observation, which the worker writes
-    beside the step's transitions.
-    """
-
-    annotates: tuple[str, ...]
-    records: tuple[str, ...]
-    recorded: dict[str, np.ndarray]
-
-    def load(self, weights: dict[str, np.ndarray]) -> None: ...
-
-    def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray: ...
-
-    def set_progress(self, fraction: float) -> None: ...
-
-    def annotate(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
-
-
-class ActorBase:
-    """The defaults of ``Actor``: no schedule, nothing to annotate or record."""
-
-    annotates: tuple[str, ...] = ()
-    records: tuple[str, ...] = ()
-    recorded: dict[str, np.ndarray] = {}
-
-    def set_progress(self, fraction: float) -> None:
-        """Where the worker is in its share, 0 to 1; most policies do not care."""
-
-    def annotate(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {}
-
-
-class Folder(Protocol):
-    """Worker-side folding of stepped transitions before they are sent (DQN's n-step returns).
-
-    ``push`` takes one vectorised step (the first ``count`` environments' transitions) and returns the folded
-    transitions that are complete, or None; ``flush`` returns every transition still held (at the end of a share
-    or of a SYNC iteration). Every transition pushed comes out exactly once, so the worker's counts hold.
-    """
-
-    def push(self, step: dict[str, np.ndarray], count: int) -> dict[str, np.ndarray] | None: ...
-
-    def flush(self) -> dict[str, np.ndarray] | None: ...
+__all__ = ["ALGORITHMS", "Actor", "ActorBase", "Algorithm", "FieldSpecs", "Folder", "Learner", "Learning",
+           "MemoryNeed", "Parameters", "ReplayLearner", "RolloutLearner", "get", "register", "seal"]
 
 
 def mlp_parameters(sizes: list[int]) -> int:
@@ -169,7 +88,7 @@ class Algorithm:
     def make_learning(self, spec: SpaceSpec, cfg: Any, seed: int) -> "Learning":
         """The learner with where its data goes: by default a replay (prioritized with ``cfg.prioritized``)
         keeping every wire field of the run for the learner's batches."""
-        from drl.learning import ReplayLearning
+        from drl.training.learning import ReplayLearning
 
         return ReplayLearning(self.make_learner(spec, cfg, seed), spec, cfg, keep=self.wire_fields(cfg))
 

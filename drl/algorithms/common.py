@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from drl.core import Collective
 from drl.envs import SpaceSpec
 
 
@@ -121,7 +122,7 @@ class FlatParams:
 
 
 def mean_grads(collective, parameters) -> None:
-    """Averages the parameters' gradients over the learners of ``collective`` (``drl.collective``), in place: one
+    """Averages the parameters' gradients over the learners of ``collective`` (``drl.core.Collective``), in place: one
     operation over all of them (``torch.cat``, then back), nothing at all for a learner alone."""
     if collective.size == 1:
         return
@@ -230,3 +231,16 @@ def load_training_state(modules: dict[str, nn.Module], optimizers: dict[str, tor
                     slots[key.split(".", 1)[1]] = value
             state[int(index)] = slots
         opt.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
+
+
+def group_moments(collective: Collective, x: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
+    """Count, mean and (population) variance over the rows of every learner's ``x``, in float64."""
+    x = x.double().flatten(1) if x.dim() > 1 else x.double().reshape(-1, 1)
+    sums = torch.cat([torch.tensor([float(len(x))], dtype=torch.float64, device=x.device), x.sum(0),
+                      x.square().sum(0)])
+    collective.sum_(sums)
+    width = x.shape[1]
+    n = float(sums[0])
+    mean = sums[1:1 + width] / max(n, 1.0)
+    var = (sums[1 + width:] / max(n, 1.0) - mean.square()).clamp_min(0.0)
+    return n, mean, var

@@ -2,7 +2,7 @@
 
 Workers and the trainer derive the same figures from the same configuration: a worker to size its entries and
 to offer the limits to the append, the trainer to pace its reads so that the backlog never fills while it has
-room to read (``drl.pacing``).
+room to read (``drl.training.pacing``).
 """
 
 from __future__ import annotations

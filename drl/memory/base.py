@@ -60,6 +60,9 @@ def unseen_transitions(headers: Iterable[tuple[str, int, int]], state: dict[str,
     return total
 
 
+ACTIVE, RETIRED = "active", "retired"
+"""A member worker's states in ``RunControl.members``: it produces its share, or it was retired and produces no more."""
+
 SUMMED_STATE_FIELDS = ("consumed", "duplicates", "stale", "dead_letters", "lost")
 """Fields of the readers' committed states that count transitions (or entries): over several shards the run's
 figure is their sum (``merge_states``); ``updates`` is one learner's count, the same in every shard's state."""

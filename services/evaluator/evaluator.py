@@ -17,7 +17,7 @@ import numpy as np
 from drl._proto import evaluation_pb2
 from drl.algorithms import make_actor
 from drl.envs import space_spec
-from drl.evaluation import message_to_record, run_episodes
+from drl.acting.evaluation import message_to_record, run_episodes
 from drl.store import ManifestError
 from drl.tensorboard import ScalarLog
 from drl.errors import EXIT_INTERRUPTED

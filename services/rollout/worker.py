@@ -15,7 +15,7 @@ the pod (a pod that exits 0 completes its index) and the replacement continues t
 
 Everything the algorithm decides comes from its builder: the acting policy (with its schedule and the fields it
 adds to an entry), the extra wire fields, and whether transitions are folded before they are sent
-(``drl.entries.Folding``) or written as stepped (``drl.entries.StepInto``).
+(``drl.acting.entries.Folding``) or written as stepped (``drl.acting.entries.StepInto``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 
 from drl._proto import experience_pb2
 from drl.algorithms import get as get_algorithm
-from drl.entries import EntryBuffer, EntryFill, Folding, StepInto, StepRecording
+from drl.acting.entries import EntryBuffer, EntryFill, Folding, StepInto, StepRecording
 from drl import frames
 from drl.envs import VecEnv
 from drl.errors import EXIT_INTERRUPTED, Superseded
@@ -37,7 +37,7 @@ from drl.memory import codec
 from drl.memory.backlog import backlog_limits
 from drl.naming import even_share
 from drl.store import ManifestError
-from drl.membership import RETIRED
+from drl.memory import RETIRED
 from services.common import TERMINATED, Service, ServiceContext, StatusWriter, stop_on_sigterm
 from services.telemetry import TELEMETRY
 

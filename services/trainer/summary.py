@@ -19,7 +19,7 @@ import os
 import time
 from typing import Callable, Mapping
 
-from drl.accounting import count_fields, eval_fields, imbalance, tally
+from drl.training.accounting import count_fields, eval_fields, imbalance, tally
 from drl.memory import MemoryBackendError
 
 log = logging.getLogger("drl.trainer")
@@ -37,7 +37,7 @@ def accounts(control) -> dict:
     """Where every transition went, from the run's authoritative counters on the memory server (as a local run's
     summary counts them): every worker's produced total, the ledger the trainer committed with its
     acknowledgements, what is still in the streams, and dead letters by kind. Every counter of
-    ``drl.ingest.COUNTERS`` but ``consumed`` and ``duplicates`` is a drop."""
+    ``drl.training.ingest.COUNTERS`` but ``consumed`` and ``duplicates`` is a drop."""
     return tally(control.ledger(), control.produced(), control.unconsumed(), control.dead_letters())
 
 

@@ -1,9 +1,9 @@
 """The trainer's process shell: consume experience, update the learner, publish policy versions.
 
-Every entry read goes through ``drl.ingest`` (decoded, checked, dead-lettered, deduplicated, dropped as stale
+Every entry read goes through ``drl.training.ingest`` (decoded, checked, dead-lettered, deduplicated, dropped as stale
 in SYNC), the accepted ones into the algorithm's ``Learning`` (its replay or its rollout), and only then is the
 read committed with the ledger, so a trainer killed at any point and restarted counts every transition exactly
-once. ASYNC reads and trains paced by ``drl.pacing``; SYNC trains once per policy version, after every live
+once. ASYNC reads and trains paced by ``drl.training.pacing``; SYNC trains once per policy version, after every live
 worker has sent its share of that version (or the deadline passed). Policies and checkpoints go to the data
 store; versions are announced through the memory backend.
 """
@@ -21,15 +21,15 @@ import torch
 
 from drl import device as devices
 from drl.algorithms import get as get_algorithm
-from drl.checkpointing import TrainerCheckpoints
-from drl.collective import SOLO, broadcast_learner, join
+from drl.training.checkpointing import TrainerCheckpoints
+from drl.training.collective import SOLO, broadcast_learner, join
 from drl.envs import space_spec
-from drl.ingest import Feed, Ingest, Ledger, Ledgers
-from drl.membership import Membership
+from drl.training.ingest import Feed, Ingest, Ledger, Ledgers
+from drl.training.membership import Membership
 from drl.naming import shard_of
 from drl.memory import codec
 from drl.memory.backlog import backlog_limits
-from drl.pacing import RateLimiter, ReadPace, Widening
+from drl.training.pacing import RateLimiter, ReadPace, Widening
 from drl.errors import EXIT_INTERRUPTED, UserError
 from drl.store import PolicyStore, run_store
 from drl.store.base import PrefixedStore
@@ -170,7 +170,7 @@ class Trainer(Service):
 
     # -- durable state ----------------------------------------------------------------------------------
     def restore(self) -> None:
-        """Continues a run (``drl.checkpointing``); the policy version continues from the highest of the
+        """Continues a run (``drl.training.checkpointing``); the policy version continues from the highest of the
         announced one, the newest stored one and the checkpoint's."""
         committed = {ch.shard: ch.reader.load_state() for ch in self.channels}
         checkpoint = self.checkpoints.restore(self.learning, self.ledger, committed)
@@ -362,7 +362,7 @@ class Trainer(Service):
         """Per policy version: waits for this learner's workers' shares (or the deadline), then trains. In a group
         of learners each waits for its own workers; stopping, the updates owed (the fewest any learner owes) and
         the end are agreed, and a rollout is trained only when every learner has one
-        (``drl.learning``)."""
+        (``drl.training.learning``)."""
         membership = self.membership
         while True:
             version = self.version

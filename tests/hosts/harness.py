@@ -25,7 +25,7 @@ import redis
 
 from drl.memory import new_password, open_memory
 from drl.memory.redis.server import RedisServer
-from drl.accounting import tally
+from drl.training.accounting import tally
 from tests.conftest import ROOT, S3Server
 from tests.harness import ServiceRun
 from tests.hosts.netns import Hosts

@@ -28,7 +28,7 @@ from drl.algorithms import ALGORITHMS, check_spaces, get, make_actor, wire_extra
 from drl.config import ExperimentConfig, iter_options
 from drl.envs import VecEnv
 from drl.memory import codec
-from drl.learning import ReplayLearning
+from drl.training.learning import ReplayLearning
 from orchestrator.cli import build_parser, resolve_config
 
 assert list(ALGORITHMS) == ["sac", "td3", "ppo", "dqn", "appo", "toy"], list(ALGORITHMS)

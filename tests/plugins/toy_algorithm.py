@@ -100,7 +100,7 @@ class ToyBuilder(Algorithm):
         return ToyLearner(spec, self.hyper(cfg), seed)
 
     def make_learning(self, spec: SpaceSpec, cfg: Any, seed: int):
-        from drl.learning import ReplayLearning  # the trainer's only: acting processes need not import torch
+        from drl.training.learning import ReplayLearning  # the trainer's only: acting processes need not import torch
 
         return ReplayLearning(self.make_learner(spec, cfg, seed), spec, cfg, keep=self.wire_fields(cfg))
 

@@ -38,7 +38,7 @@ from orchestrator.state import STATE_FILE, RunState, read_state
 from services.common import ServiceContext
 from services.control import serve, status_message
 from services.telemetry import Telemetry
-from drl.ingest import SeqTracker
+from drl.training.ingest import SeqTracker
 
 FUZZ = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 DEEP = st.integers(1, 200_000).map(lambda n: "[" * n)  # nesting that blows Python's recursion limit

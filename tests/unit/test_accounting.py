@@ -1,10 +1,10 @@
-"""The summary's arithmetic (``drl.accounting``): produced = consumed + unconsumed + drops, duplicates and
+"""The summary's arithmetic (``drl.training.accounting``): produced = consumed + unconsumed + drops, duplicates and
 dead letters apart, a resumed run's earlier steps included, a lost ledger replaced by the trainer's kept one."""
 
 from __future__ import annotations
 
-from drl.ingest import COUNTERS
-from drl.accounting import balanced, count, tally, with_kept_ledger
+from drl.training.ingest import COUNTERS
+from drl.training.accounting import balanced, count, tally, with_kept_ledger
 
 DROPS = [n for n in COUNTERS if n not in ("consumed", "duplicates")]
 

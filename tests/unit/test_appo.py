@@ -15,7 +15,7 @@ from drl.algorithms.ppo.advantages import gae
 from drl.config import ExperimentConfig, replace
 from drl.envs import VecEnv, space_spec
 from drl.errors import ConfigError
-from drl.learning import LAG_BUCKETS, LagHistogram, QueueLearning
+from drl.training.learning import LAG_BUCKETS, LagHistogram, QueueLearning
 
 
 @pytest.fixture(scope="module")
@@ -346,7 +346,7 @@ def test_worker_entries_are_fixed_length_segments_with_behaviour_log_probabiliti
     """The worker's stepping parts as ``RolloutWorker`` builds them for appo: entries of segment x envs rows,
     each environment's rows consecutive, each carrying the log-probability its action was sampled with."""
     from drl.algorithms import get
-    from drl.entries import EntryBuffer, EntryFill, StepRecording
+    from drl.acting.entries import EntryBuffer, EntryFill, StepRecording
     from drl.memory import codec
 
     cfg = replace(ExperimentConfig(), algorithm="appo", env="CartPole-v1", mode="async", random_steps=0,

@@ -72,7 +72,7 @@ LEARNER = {"drl_updates_per_s": 14.5, "sb3_updates_per_s": 12.6, "ratio": 1.151,
            "drl_runs": [14.1, 14.5, 15.0], "sb3_runs": [12.2, 12.6, 13.0], "errors": {}, "threads": 1,
            "batch_size": 32, "obs": [4, 84, 84], "actions": 6, "double": False, "fill": 2000, "repeats": 3,
            "updates_per_repeat": 10, "warmup": 3, "load_average": [1.0, 1.1],
-           "drl_batches": "drl.replay.ReplayBuffer (frames stored once)", "drl_config": {"batch_size": 32},
+           "drl_batches": "drl.training.replay.ReplayBuffer (frames stored once)", "drl_config": {"batch_size": 32},
            "drl_last_metrics": {"loss": 0.01}, "parameters": {"drl": 1687206, "sb3": 1687206},
            "command": "python -m bench.atari_learner", "machine": {"logical_cpus": 2},
            "versions": {"torch": "2.13.0"}}

@@ -12,10 +12,10 @@ from drl.algorithms.dqn.builder import PRIORITY_FIELD
 from drl.config import ExperimentConfig, replace
 from drl.envs import TRAJECTORY_FIELDS, space_spec
 from drl.errors import UserError
-from drl.learning import ReplayLearning, RolloutLearning
+from drl.training.learning import ReplayLearning, RolloutLearning
 from drl.memory import codec
-from drl.nstep import NSTEP_FIELDS, NStepFolder
-from drl.replay import PrioritizedReplay
+from drl.acting.nstep import NSTEP_FIELDS, NStepFolder
+from drl.training.replay import PrioritizedReplay
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""``drl.checkpointing``: a checkpoint holds the learning state, the torch RNG and the ledger's counters; a new
+"""``drl.training.checkpointing``: a checkpoint holds the learning state, the torch RNG and the ledger's counters; a new
 trainer takes the checkpoint, then the committed state of the memory server, which wins where it exists."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from drl.algorithms import get as get_algorithm
-from drl.checkpointing import TrainerCheckpoints
+from drl.training.checkpointing import TrainerCheckpoints
 from drl.envs import space_spec
 from drl.errors import UserError
-from drl.ingest import Ledger
+from drl.training.ingest import Ledger
 from drl.store import run_store
 from drl.store.checkpoint import CheckpointStore
 from tests.harness import fast_config

@@ -1,4 +1,4 @@
-"""Data-parallel learners (``drl.collective``): two learners in a real torch.distributed group (gloo, two
+"""Data-parallel learners (``drl.training.collective``): two learners in a real torch.distributed group (gloo, two
 processes, TCP rendezvous on loopback), each stepping on half of every batch, end with the weights of one
 learner that stepped on the whole batches, for sac, td3, dqn, ppo and appo; and with each other's, bit for bit.
 
@@ -26,7 +26,8 @@ from drl.algorithms.dqn import DQNConfig
 from drl.algorithms.ppo import PPOConfig
 from drl.algorithms.sac import SACConfig
 from drl.algorithms.td3 import TD3Config
-from drl.collective import SOLO, broadcast_learner, group_moments, join
+from drl.algorithms.common import group_moments
+from drl.training.collective import SOLO, broadcast_learner, join
 from drl.envs import space_spec
 from drl.presets import get_preset
 

@@ -1,11 +1,11 @@
-"""A rollout worker writes steps straight into the entry it fills (``VecEnv.step_into``, ``drl.entries``): the
+"""A rollout worker writes steps straight into the entry it fills (``VecEnv.step_into``, ``drl.acting.entries``): the
 rows must be exactly the transitions ``VecEnv.step`` returns, episode ends and resets included."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from drl.entries import EntryBuffer, EntryFill, Folding, StepInto
+from drl.acting.entries import EntryBuffer, EntryFill, Folding, StepInto
 from drl.envs import RECENT_RETURNS, TRAJECTORY_FIELDS, VecEnv
 from drl.memory import codec
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from drl.entries import FILL_CLOCK_EVERY, FILL_WALL_FACTOR, EntryFill
+from drl.acting.entries import FILL_CLOCK_EVERY, FILL_WALL_FACTOR, EntryFill
 
 
 class Clock:

@@ -7,7 +7,7 @@ import pytest
 from drl.algorithms.dqn import DQNActor, DQNConfig
 from drl.algorithms.sac import SACActor, SACConfig
 from drl.envs import space_spec
-from drl.evaluation import run_episodes
+from drl.acting.evaluation import run_episodes
 
 
 @pytest.mark.parametrize("env_id,make", [

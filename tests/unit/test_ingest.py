@@ -1,4 +1,4 @@
-"""``drl.ingest``: every entry is accepted, dropped as a duplicate or as stale, or dead-lettered, and the ledger
+"""``drl.training.ingest``: every entry is accepted, dropped as a duplicate or as stale, or dead-lettered, and the ledger
 counts each transition exactly once; the ledger's fields round-trip through the committed state."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from drl._proto import experience_pb2
 from drl.envs import space_spec
-from drl.ingest import Ingest, Ledger
+from drl.training.ingest import Ingest, Ledger
 from drl.memory import codec
 
 RUN = "r"
@@ -176,7 +176,7 @@ def test_a_done_worker_the_ledger_saw_through_its_final_entry_settles_nothing():
 
 def tracker_with(worker: str, entries: list[tuple[int, int, int]]):
     """A tracker that saw ``(seq, count, total)`` entries of ``worker``."""
-    from drl.ingest import SeqTracker
+    from drl.training.ingest import SeqTracker
 
     t = SeqTracker()
     for seq, count, total in entries:
@@ -196,7 +196,7 @@ def test_a_floor_declares_the_unseen_seqs_below_it_lost_with_their_transitions()
 
 
 def test_a_floor_for_a_worker_never_seen_counts_from_zero():
-    from drl.ingest import SeqTracker
+    from drl.training.ingest import SeqTracker
 
     t = SeqTracker()
     assert t.skip_to("w", 3, 24) == (3, 24)
@@ -204,7 +204,7 @@ def test_a_floor_for_a_worker_never_seen_counts_from_zero():
 
 
 def test_a_floor_after_a_loaded_state_without_totals_counts_entries_only():
-    from drl.ingest import SeqTracker
+    from drl.training.ingest import SeqTracker
 
     t = SeqTracker()
     t.load("w", "4,6")
@@ -224,7 +224,7 @@ def test_close_declares_the_holes_and_the_tail_lost_and_keeps_the_top():
 
 
 def test_totals_survive_a_dump_and_load():
-    from drl.ingest import SeqTracker
+    from drl.training.ingest import SeqTracker
 
     t = tracker_with("w", [(1, 10, 10), (3, 10, 30)])
     copy = SeqTracker()
@@ -296,7 +296,7 @@ def test_a_done_writer_that_delivered_everything_needs_no_settling():
 # -- Feed: read, ingest, hand over, commit, on the in-process memory backend (a real ExperienceReader) ---------
 
 class FakeLearning:
-    """Records what the feed hands over; stands in for ``drl.learning`` (our own interface)."""
+    """Records what the feed hands over; stands in for ``drl.training.learning`` (our own interface)."""
 
     def __init__(self):
         self.added: list[tuple[str, int, int]] = []
@@ -311,7 +311,7 @@ class FakeLearning:
 def test_the_feed_hands_accepted_entries_over_and_commits_them_with_the_ledger_fake_learning():
     import uuid
 
-    from drl.ingest import Feed
+    from drl.training.ingest import Feed
     from drl.memory import inproc
 
     name = f"feed-{uuid.uuid4().hex[:8]}"
@@ -367,7 +367,7 @@ def test_a_done_writer_never_seen_is_closed_with_everything_it_produced_lost():
 
 def test_a_worker_the_tracker_never_saw_dumps_as_watermark_zero_with_total_zero():
     """Writers read the dump as their watermark: a worker with nothing taken yet is at 0, with 0 produced."""
-    from drl.ingest import SeqTracker
+    from drl.training.ingest import SeqTracker
 
     t = SeqTracker()
     assert t.dump("w") == "0" and t.dump_totals("w") == "0"
@@ -391,7 +391,7 @@ def test_a_floor_reporting_less_than_the_tracker_saw_counts_no_negative_loss():
 
 
 def test_close_after_a_loaded_state_without_totals_counts_entries_only():
-    from drl.ingest import SeqTracker
+    from drl.training.ingest import SeqTracker
 
     t = SeqTracker()
     t.load("w", "4,6")
@@ -400,7 +400,7 @@ def test_close_after_a_loaded_state_without_totals_counts_entries_only():
 
 
 def test_a_loaded_watermark_of_zero_has_a_known_total_of_zero():
-    from drl.ingest import SeqTracker
+    from drl.training.ingest import SeqTracker
 
     t = SeqTracker()
     t.load("w", "0")
@@ -411,7 +411,7 @@ def test_a_loaded_watermark_of_zero_has_a_known_total_of_zero():
 def test_a_loaded_state_without_totals_does_not_count_its_seqs_above_a_zero_watermark_as_lost():
     """A state written before totals were kept says which seqs above the watermark were taken, not how many
     transitions they held: a later floor's loss is unknown, not the whole of the writer's total."""
-    from drl.ingest import SeqTracker
+    from drl.training.ingest import SeqTracker
 
     t = SeqTracker()
     t.load("w", "0,2")
@@ -432,7 +432,7 @@ def test_known_workers_include_those_seen_only_in_dead_letters_or_only_produced(
 
 
 def test_ledgers_of_two_shards_route_each_worker_to_its_shard_and_sum_the_counters():
-    from drl.ingest import Ledgers
+    from drl.training.ingest import Ledgers
 
     even, odd = Ledger(consumed=4, lost=1), Ledger(consumed=6, duplicates=2, stale=3, dead_letters=1)
     both = Ledgers({0: even, 1: odd}, 2)
@@ -608,7 +608,7 @@ def _send(backend, worker: str, seqs, version: int = 0) -> None:
 
 
 def _feed(backend, reclaim_idle_s: float = 30.0, done=dict):
-    from drl.ingest import Feed
+    from drl.training.ingest import Feed
 
     ingest, ledger, _ = _ingest()
     learning = FakeLearning()
@@ -616,7 +616,7 @@ def _feed(backend, reclaim_idle_s: float = 30.0, done=dict):
 
 
 class Clock:
-    """Stands in for the ``time`` module in ``drl.ingest``: ``monotonic`` returns what the test sets, ``sleep``
+    """Stands in for the ``time`` module in ``drl.training.ingest``: ``monotonic`` returns what the test sets, ``sleep``
     records its argument and moves the clock on by it."""
 
     def __init__(self, now: float):
@@ -631,10 +631,10 @@ class Clock:
 
 
 def test_the_feed_takes_over_at_most_count_entries_left_pending_at_a_dead_reader(memory, monkeypatch):
-    import drl.ingest
+    import drl.training.ingest
 
     clock = Clock(1000.0)
-    monkeypatch.setattr(drl.ingest, "time", clock)
+    monkeypatch.setattr(drl.training.ingest, "time", clock)
     feed, ledger, _ = _feed(memory, reclaim_idle_s=0.0)
     assert feed.read(2, None) == []
     _send(memory, "rollout-0", [1, 2, 3])
@@ -687,10 +687,10 @@ def test_the_feed_settles_floors_and_done_markers_and_records_them_with_the_prod
 
 
 def test_floors_are_looked_at_only_once_their_period_has_passed(memory, monkeypatch):
-    import drl.ingest
+    import drl.training.ingest
 
     clock = Clock(1000.0)
-    monkeypatch.setattr(drl.ingest, "time", clock)
+    monkeypatch.setattr(drl.training.ingest, "time", clock)
     feed, ledger, _ = _feed(memory)
     feed.read(10, None)
     memory.writer("rollout-0", max_entries=100, max_bytes=1 << 24).continue_from(2, 8)
@@ -704,10 +704,10 @@ def test_floors_are_looked_at_only_once_their_period_has_passed(memory, monkeypa
 
 
 def test_entries_pending_elsewhere_are_reclaimed_only_once_the_reclaim_period_has_passed(memory, monkeypatch):
-    import drl.ingest
+    import drl.training.ingest
 
     clock = Clock(1000.0)
-    monkeypatch.setattr(drl.ingest, "time", clock)
+    monkeypatch.setattr(drl.training.ingest, "time", clock)
     feed, _, _ = _feed(memory, reclaim_idle_s=0.0)
     feed.read(10, None)
     _send(memory, "rollout-0", [1])
@@ -720,11 +720,11 @@ def test_entries_pending_elsewhere_are_reclaimed_only_once_the_reclaim_period_ha
 
 
 def test_a_paced_read_sleeps_out_the_gap_and_tells_the_pace_what_it_got(memory, monkeypatch):
-    import drl.ingest
-    from drl.pacing import ReadPace
+    import drl.training.ingest
+    from drl.training.pacing import ReadPace
 
     clock = Clock(1000.0)
-    monkeypatch.setattr(drl.ingest, "time", clock)
+    monkeypatch.setattr(drl.training.ingest, "time", clock)
     feed, _, _ = _feed(memory)
     pace = ReadPace(limit_bytes=1, first_s=0.25, least_s=0.125, most_s=4.0)
     assert feed.read_paced(pace, 1, block_ms=1) == []

@@ -92,3 +92,77 @@ def test_no_pickle_anywhere_in_shipped_code():
     for path in files:
         text = path.read_text()
         assert "torch.load(" not in text, f"{path}: torch.load unpickles; weights travel as safetensors"
+
+
+FLOORS = (
+    ("core", ("drl.core", "drl.errors", "drl.fields", "drl.device", "drl.envs", "drl.atari", "drl.frames",
+              "drl.naming", "drl.process", "drl.status", "drl.tensorboard", "drl._proto")),
+    ("memory and store", ("drl.memory", "drl.store")),
+    ("acting and training", ("drl.acting", "drl.training")),
+    ("algorithms", ("drl.algorithms",)),
+    ("config and presets", ("drl.config", "drl.presets")),
+)
+"""The library's floors, lowest first: a module imports its own floor and the ones below, never one above."""
+BUILDERS = ("base.py", "builder.py")
+"""The files of ``drl/algorithms`` that build what the services run (the ``Algorithm`` base and each
+algorithm's builder): the only ones of its floor that may import the acting and training packages."""
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _floor(name: str) -> int:
+    if name == "drl":
+        return 0
+    best, level = -1, -1
+    for i, (_, prefixes) in enumerate(FLOORS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > best:
+                best, level = len(prefix), i
+    return level
+
+
+def _library_imports(path: Path) -> set[str]:
+    """The drl modules ``path`` imports, ``from drl import x`` read as ``drl.x``."""
+    names = {n for n in _imports(path) if n.startswith("drl.")}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "drl" and node.level == 0:
+            names |= {f"drl.{a.name}" for a in node.names}
+    return names
+
+
+def _misplaced(module: str, filename: str, imports: set[str]) -> list[str]:
+    out = []
+    own = _floor(module)
+    for name in sorted(n for n in imports if n == "drl" or n.startswith("drl.")):
+        other = _floor(name)
+        if other > own:
+            out.append(f"{module} ({FLOORS[own][0]}) imports {name} ({FLOORS[other][0]})")
+        elif own == other == 2 and name.split(".")[1] != module.split(".")[1]:
+            out.append(f"{module} imports {name}: acting and training are apart")
+        elif own == 3 and other == 2 and filename not in BUILDERS:
+            out.append(f"{module} imports {name}: only builders may import acting and training")
+    return out
+
+
+def test_each_library_floor_imports_only_its_own_and_the_ones_below():
+    assert [line for p in _python("drl") for line in _misplaced(_module(p), p.name, _library_imports(p))] == []
+
+
+def test_the_core_imports_nothing_of_drl():
+    assert _library_imports(ROOT / "drl" / "core.py") == set()
+
+
+def test_every_library_module_has_a_floor():
+    assert [_module(p) for p in _python("drl") if _floor(_module(p)) < 0] == []
+
+
+def test_the_floor_rule_refuses_a_learner_importing_training_and_the_core_importing_memory():
+    assert _misplaced("drl.algorithms.sac.learner", "learner.py", {"drl.training.replay"})
+    assert not _misplaced("drl.algorithms.sac.builder", "builder.py", {"drl.training.learning"})
+    assert _misplaced("drl.frames", "frames.py", {"drl.memory.codec"})
+    assert _misplaced("drl.training.ingest", "ingest.py", {"drl.acting.entries"})
+    assert _misplaced("drl.memory.codec", "codec.py", {"drl.config"})
+    assert not _misplaced("drl.config", "config.py", {"drl.algorithms", "drl.core"})

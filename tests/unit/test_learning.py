@@ -1,4 +1,4 @@
-"""drl.learning: the replay and rollout adapters an algorithm's builder gives the trainer.
+"""drl.training.learning: the replay and rollout adapters an algorithm's builder gives the trainer.
 
 They took over the trainer's own learning code (``owed_updates``, ``update``, ``segments``, ``train_rollout`` and
 the replay parts of ``checkpoint``/``restore``); the reference functions below are that code as it was, and the
@@ -13,9 +13,9 @@ import torch
 from drl.algorithms import make_learner
 from drl.config import ExperimentConfig, replace
 from drl.envs import TRAJECTORY_FIELDS, space_spec
-from drl.learning import ReplayLearning, RolloutLearning
-from drl.nstep import NSTEP_FIELDS
-from drl.replay import PrioritizedReplay, ReplayBuffer
+from drl.training.learning import ReplayLearning, RolloutLearning
+from drl.acting.nstep import NSTEP_FIELDS
+from drl.training.replay import PrioritizedReplay, ReplayBuffer
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def transitions(spec, n: int, rng: np.random.Generator, extras: dict | None = No
     return out
 
 
-# -- the trainer's code before drl.learning, as it was ---------------------------------------------------------
+# -- the trainer's code before drl.training.learning, as it was ---------------------------------------------------------
 
 
 class OldTrainerReplay:

@@ -1,4 +1,4 @@
-"""``drl.membership`` against the in-process memory backend: workers that join, finish, say they are done, and
+"""``drl.training.membership`` against the in-process memory backend: workers that join, finish, say they are done, and
 return with a larger share."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from drl.ingest import Ledger
-from drl.membership import Membership
+from drl.training.ingest import Ledger
+from drl.training.membership import Membership
 from drl.memory import inproc, open_memory
 
 

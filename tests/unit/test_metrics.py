@@ -108,7 +108,7 @@ def test_unwritable_tensorboard_folder_warns_once(tmp_path, caplog):
 
 
 def _lag_fields() -> dict:
-    from drl.learning import LagHistogram, QueueLearning
+    from drl.training.learning import LagHistogram, QueueLearning
 
     lag = LagHistogram()
     lag.add(0, 60)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from drl.envs import space_spec
-from drl.nstep import NStepFolder
-from drl.replay import PrioritizedReplay, ReplayBuffer, SumTree
+from drl.acting.nstep import NStepFolder
+from drl.training.replay import PrioritizedReplay, ReplayBuffer, SumTree
 
 
 def step(i: int, reward: float, terminated=False, truncated=False, envs=1) -> dict[str, np.ndarray]:

@@ -3,7 +3,7 @@ the run from its shards' states."""
 
 from __future__ import annotations
 
-from drl.ingest import COUNTERS
+from drl.training.ingest import COUNTERS
 from drl.memory.base import SUMMED_STATE_FIELDS, merge_states
 from drl.memory.redis import Keys
 from drl.naming import shard_of

@@ -1,10 +1,10 @@
-"""The summary's transition and evaluation fields (``drl.accounting.count_fields``, ``eval_fields``): a local
+"""The summary's transition and evaluation fields (``drl.training.accounting.count_fields``, ``eval_fields``): a local
 run's orchestrator and a Kubernetes run's trainer write them from the same code, so each key and the figure it
 holds are checked here once."""
 
 from __future__ import annotations
 
-from drl.accounting import count_fields, eval_fields, tally
+from drl.training.accounting import count_fields, eval_fields, tally
 
 
 def test_the_transition_fields_name_each_figure_of_the_accounts():

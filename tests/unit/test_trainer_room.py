@@ -1,5 +1,5 @@
 """The trainer widens the backlog's limits while it waits for data and restores them once it falls behind the
-replay ratio (``drl.pacing.Widening``), driven through ``Trainer.run_async`` with a fake of drl's own experience
+replay ratio (``drl.training.pacing.Widening``), driven through ``Trainer.run_async`` with a fake of drl's own experience
 reader and a scripted ``Learning``; the append's side of the widening is tested against a real Valkey in
 ``tests/integration/test_memory_backend.py``."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from drl.collective import SOLO
-from drl.ingest import Ledger, Ledgers
+from drl.training.collective import SOLO
+from drl.training.ingest import Ledger, Ledgers
 from drl.memory.backlog import BacklogLimits
-from drl.pacing import WIDENING, RateLimiter, ReadPace, Widening
+from drl.training.pacing import WIDENING, RateLimiter, ReadPace, Widening
 from services.trainer.trainer import Channel, Trainer
 from tests.harness import fast_config
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from drl.ingest import Feed, Intake
-from drl.pacing import ReadPace
+from drl.training.ingest import Feed, Intake
+from drl.training.pacing import ReadPace
 from services.trainer.trainer import STARVED_READ_ENTRIES
 
 LIMIT = 100_000

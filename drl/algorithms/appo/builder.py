@@ -1,4 +1,4 @@
-"""APPO's builder: on-policy data collected ASYNC, consumed once from a queue (``drl.learning.QueueLearning``),
+"""APPO's builder: on-policy data collected ASYNC, consumed once from a queue (``drl.training.learning.QueueLearning``),
 never replayed; workers send fixed-length segments (``segment_steps``) whose transitions carry what rebuilds
 per-environment trajectories and the behaviour policy's log-probabilities."""
 
@@ -38,7 +38,7 @@ class APPOBuilder(PPOBuilder):
         return APPOLearner(spec, self.hyper(cfg), seed, device=device.of(cfg))
 
     def make_learning(self, spec: SpaceSpec, cfg: Any, seed: int):
-        from drl.learning import QueueLearning
+        from drl.training.learning import QueueLearning
 
         return QueueLearning(self.make_learner(spec, cfg, seed), cfg)
 

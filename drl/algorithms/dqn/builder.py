@@ -1,4 +1,4 @@
-"""DQN's builder: replay-based; its workers fold n-step transitions (``drl.nstep``) and, with
+"""DQN's builder: replay-based; its workers fold n-step transitions (``drl.acting.nstep``) and, with
 ``--prioritized --worker-priorities``, compute each transition's initial priority (Ape-X)."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from drl.algorithms.base import (Actor, Algorithm, FieldSpecs, Folder, Learner, 
 from drl.algorithms.dqn.config import DQNConfig
 from drl.algorithms.encoders import encoder_parameters
 from drl.envs import SpaceSpec
-from drl.nstep import NSTEP_FIELDS, NStepFolder
+from drl.acting.nstep import NSTEP_FIELDS, NStepFolder
 
 PRIORITY_FIELD: FieldSpecs = {"priority": ("<f4", ())}
-"""The initial replay priority a worker computes (``DQNActor.annotate``), read by ``drl.replay.PrioritizedReplay``."""
+"""The initial replay priority a worker computes (``DQNActor.annotate``), read by ``drl.training.replay.PrioritizedReplay``."""
 
 
 class DQNBuilder(Algorithm):

@@ -1,6 +1,6 @@
 """DQN gradient updates: Huber loss to double-DQN n-step targets, importance-weighted under prioritized replay.
 
-For a transition (s, a, R, s', done, k) folded over k steps by the rollout worker (``drl.nstep``):
+For a transition (s, a, R, s', done, k) folded over k steps by the rollout worker (``drl.acting.nstep``):
 
     y = R + gamma^k (1 - done) Q_target(s', argmax_a' Q(s', a'))     (double DQN; max_a' Q_target(s', a') without)
 
@@ -25,13 +25,13 @@ import torch.nn.functional as F
 from drl.algorithms.common import fused, load_training_state, mean_grads, on_device, training_state
 from drl.algorithms.dqn.config import DQNConfig
 from drl.algorithms.dqn.networks import q_network
-from drl.collective import SOLO, Collective
+from drl.core import SOLO, Collective
 from drl.envs import SpaceSpec
 
 
 class DQNLearner:
     collective: Collective = SOLO
-    """The learners this one averages its gradients with (``drl.collective``; alone by default)."""
+    """The learners this one averages its gradients with (``drl.core.Collective``; alone by default)."""
 
     def __init__(self, spec: SpaceSpec, cfg: DQNConfig, seed: int, device: torch.device | str = "cpu"):
         torch.manual_seed(seed)

@@ -1,4 +1,4 @@
-"""PPO's builder: on-policy, so it learns from each SYNC iteration's rollout (``drl.learning.RolloutLearning``),
+"""PPO's builder: on-policy, so it learns from each SYNC iteration's rollout (``drl.training.learning.RolloutLearning``),
 never from replay, and its transitions carry what rebuilds per-environment trajectories (``truncated``,
 ``env_index``)."""
 
@@ -53,7 +53,7 @@ class PPOBuilder(Algorithm):
         return PPOLearner(spec, self.hyper(cfg), seed, device=device.of(cfg))
 
     def make_learning(self, spec: SpaceSpec, cfg: Any, seed: int):
-        from drl.learning import RolloutLearning
+        from drl.training.learning import RolloutLearning
 
         return RolloutLearning(self.make_learner(spec, cfg, seed), cfg)
 

@@ -29,7 +29,8 @@ from drl.algorithms.common import (FlatParams, flat_adam, flatten_optimizer_stat
                                    training_state)
 from drl.algorithms.ppo.config import PPOConfig
 from drl.algorithms.ppo.advantages import gae
-from drl.collective import SOLO, Collective, group_moments
+from drl.algorithms.common import group_moments
+from drl.core import SOLO, Collective
 from drl.algorithms.ppo.networks import networks
 from drl.envs import SpaceSpec
 
@@ -48,7 +49,7 @@ def shuffled_slices(rng: np.random.Generator, n: int, parts: int):
 
 class PPOLearner:
     collective: Collective = SOLO
-    """The learners this one averages its gradients with (``drl.collective``; alone by default)."""
+    """The learners this one averages its gradients with (``drl.core.Collective``; alone by default)."""
 
     def __init__(self, spec: SpaceSpec, cfg: PPOConfig, seed: int, device: torch.device | str = "cpu"):
         torch.manual_seed(seed)

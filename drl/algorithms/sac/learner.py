@@ -43,7 +43,7 @@ from torch import nn
 from drl.algorithms.common import FlatParams, action_scale, flat_adam, load_training_state, on_device, training_state
 from drl.algorithms.sac.config import SACConfig
 from drl.algorithms.sac.networks import LOG_STD_MAX, LOG_STD_MIN, Actor, TwinCritic
-from drl.collective import SOLO, Collective
+from drl.core import SOLO, Collective
 from drl.envs import SpaceSpec
 
 _LOG_STD_HALF_RANGE = 0.5 * (LOG_STD_MAX - LOG_STD_MIN)
@@ -116,7 +116,7 @@ class _Workspace:
 
 class SACLearner:
     collective: Collective = SOLO
-    """The learners this one averages its gradients with (``drl.collective``; alone by default)."""
+    """The learners this one averages its gradients with (``drl.core.Collective``; alone by default)."""
 
     def __init__(self, spec: SpaceSpec, cfg: SACConfig, seed: int, device: torch.device | str = "cpu"):
         torch.manual_seed(seed)

@@ -22,13 +22,13 @@ import torch.nn.functional as F
 from drl.algorithms.common import action_scale, fused, load_training_state, mean_grads, on_device, training_state
 from drl.algorithms.td3.config import TD3Config
 from drl.algorithms.td3.networks import Actor, TwinCritic
-from drl.collective import SOLO, Collective
+from drl.core import SOLO, Collective
 from drl.envs import SpaceSpec
 
 
 class TD3Learner:
     collective: Collective = SOLO
-    """The learners this one averages its gradients with (``drl.collective``; alone by default)."""
+    """The learners this one averages its gradients with (``drl.core.Collective``; alone by default)."""
 
     def __init__(self, spec: SpaceSpec, cfg: TD3Config, seed: int, device: torch.device | str = "cpu"):
         torch.manual_seed(seed)

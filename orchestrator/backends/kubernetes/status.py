@@ -31,7 +31,7 @@ NO_METRICS_HINT = ("no running pod's /metrics answered through the API server's 
 def snapshot_from_metrics(text: str) -> dict:
     """A service's telemetry snapshot rebuilt from its Prometheus page (``services.metrics``): ``drl_info``'s
     labels give the identity and state, every other ``drl_<field>`` sample the field's value, and a histogram
-    its status field's text again (``drl.learning.LagHistogram.text``) with its sum."""
+    its status field's text again (``drl.training.learning.LagHistogram.text``) with its sum."""
     from prometheus_client.parser import text_string_to_metric_families
 
     snapshot: dict = {}

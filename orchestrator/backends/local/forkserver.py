@@ -41,7 +41,7 @@ import time
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
-PRELOAD = ("torch", "numpy", "gymnasium", "drl.algorithms", "drl.learning", "drl.envs")
+PRELOAD = ("torch", "numpy", "gymnasium", "drl.algorithms", "drl.training.learning", "drl.envs")
 READY = "ready"
 INHERITED = ("DRL_RUN", "DRL_RUN_DIR", "DRL_PLUGINS")
 IMPORT_TIME = ("PYTHON", "TORCH", "CUDA", "NVIDIA", "MKL_", "OPENBLAS_", "GOTO", "KMP_", "OMP_", "DRL_PLUGINS",

@@ -41,18 +41,19 @@ from pathlib import Path
 
 from drl.config import ExperimentConfig
 from drl.errors import EXIT_INTERRUPTED, EXIT_SUPERSEDED, EXIT_USAGE, UserError
-from drl.ingest import COUNTERS
+from drl.training.ingest import COUNTERS
 from drl.memory import (MemoryBackend, MemoryBackendError, MemoryUnavailable, RunControl, new_password, open_memory,
                         private_env, private_server, write_password_file)
 from drl.naming import worker_index
 from drl.process import pid_alive
 from drl.store import run_store
-from drl.accounting import count_fields, eval_fields, imbalance, tally, with_kept_ledger
+from drl.training.accounting import count_fields, eval_fields, imbalance, tally, with_kept_ledger
 from orchestrator.backends.local.forkserver import ForkedProcess, Launcher
 from orchestrator.plan import plan
 from orchestrator.progress import Progress
-from orchestrator.scaling import (ACTIVE, RETIRED, Snapshot, initial_shares, margin_transitions, plan_removal,
+from orchestrator.scaling import (Snapshot, initial_shares, margin_transitions, plan_removal,
                                   plan_shares)
+from drl.memory import ACTIVE, RETIRED
 from orchestrator.state import ProcessState, RunState, write_state
 from orchestrator.status import stop_service
 
@@ -521,7 +522,7 @@ class LocalRun:
         """Starts the private memory server again on its port if it died, and writes back the keys only the
         orchestrator owns; the services reconnect and re-send what the server lost. It also writes back the done
         markers of the rollout workers that exited 0: nothing else would ever tell the trainer that they finished,
-        and it settles each one's entries from the total in its marker (``drl.ingest.Ingest.settle``). The
+        and it settles each one's entries from the total in its marker (``drl.training.ingest.Ingest.settle``). The
         trainer's final version (announced, and as ``trainer:done``) is written back from its final checkpoint
         (``write_back_final_version``), so the evaluator's wait for it ends: at once when the trainer has already
         ended, else as soon as it exits 0 (the server may have died in its last moments, after it wrote that
@@ -688,7 +689,7 @@ class LocalRun:
         """Where every transition went, from the authoritative counters: the workers' produced totals, the
         ledger the trainer commits with its acknowledgements (``RunControl.ledger``, never the status hash, which
         a crashing trainer stops refreshing), and what is still in the stream. Every counter of
-        ``drl.ingest.COUNTERS`` but ``consumed`` and ``duplicates`` (a duplicate is a re-sent copy, not a
+        ``drl.training.ingest.COUNTERS`` but ``consumed`` and ``duplicates`` (a duplicate is a re-sent copy, not a
         transition produced twice) is a drop, so that produced = consumed + unconsumed + the drops. A resumed run
         counts what its checkpoint accounted for (``resume_counters``) as produced before it; its ledger starts
         from that checkpoint's counters. When the server has no ledger and the trainer exited 0 (the server was

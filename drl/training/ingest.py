@@ -21,7 +21,7 @@ from typing import Callable, Iterable
 from drl.memory import Entry, ExperienceReader, codec, seq_field
 from drl.naming import shard_of
 
-log = logging.getLogger("drl.ingest")
+log = logging.getLogger("drl.training.ingest")
 
 COUNTERS = ("consumed", "duplicates", "stale", "dead_letters", "lost")
 """The ledger's counters, in transitions (``dead_letters``: entries); with the learner's ``updates`` they are the
@@ -431,7 +431,7 @@ class Feed:
 
     def read_paced(self, pace, count: int, block_ms: int = 100) -> list:
         """Reads when no update is owed, after letting entries gather for the gap ``pace`` sets from the arrival
-        rate (``drl.pacing.ReadPace``): nothing waits on the gap, the learner has no update to run until the data
+        rate (``drl.training.pacing.ReadPace``): nothing waits on the gap, the learner has no update to run until the data
         come, and the backlog keeps room for the producers."""
         wait = self.read_at + pace.gap_s - time.monotonic()
         if wait > 0:

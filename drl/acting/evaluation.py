@@ -9,7 +9,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from drl.algorithms import Actor
+from drl.core import Actor
 from drl.envs import make_env
 
 

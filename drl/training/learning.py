@@ -28,17 +28,17 @@ The trainer's loops stay the same for every algorithm: accepted entries go to ``
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from drl import frames
+from drl.core import Learner, Learning, LearningBase, ReplayLearner, RolloutLearner
 from drl.envs import SpaceSpec
-from drl.replay import PrioritizedReplay, ReplayBuffer
+from drl.training.replay import PrioritizedReplay, ReplayBuffer
 from drl.tensorboard import parse_buckets
 
-if TYPE_CHECKING:
-    from drl.algorithms.base import Learner, ReplayLearner, RolloutLearner
+__all__ = ["LagHistogram", "Learning", "LearningBase", "QueueLearning", "ReplayLearning", "RolloutLearning"]
 
 
 def _together(learner, ready: bool) -> bool:
@@ -48,46 +48,6 @@ def _together(learner, ready: bool) -> bool:
     if collective is None or collective.size == 1:
         return ready
     return collective.min_int(1 if ready else 0) == 1
-
-
-class Learning(Protocol):
-    learner: "Learner"
-    metrics: dict[str, float]  # the learner's last metrics
-    tolerance: float  # updates the trainer may be behind and still read (``drl.pacing.RateLimiter``)
-    policy_version: int  # the trainer's newest published version; the trainer keeps it current
-
-    def add(self, worker: str, seq: int, arrays: dict[str, np.ndarray], version: int = 0) -> None:
-        """An accepted entry's transitions, collected with policy ``version``."""
-
-    def size(self) -> int:
-        """Transitions held (the trainer's ``replay_size``; 0 for a rollout)."""
-
-    def owed(self, consumed: int) -> int:
-        """Updates the data asks for, given the transitions consumed so far."""
-
-    def update(self, consumed: int) -> None:
-        """One gradient update."""
-
-    def end_iteration(self, consumed: int) -> None:
-        """A SYNC iteration's data is in."""
-
-    def state(self, with_replay: bool) -> tuple[dict[str, np.ndarray], dict]:
-        """Checkpoint tensors and meta; the replay's transitions only ``with_replay``."""
-
-    def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
-        """Restores ``state``'s output; raises ValueError when it does not fit."""
-
-    def report(self) -> dict[str, Any]:
-        """Status fields of its own beyond the learner's metrics."""
-
-
-class LearningBase:
-    """The defaults of ``Learning``: no status fields of its own, the version unused."""
-
-    policy_version = -1
-
-    def report(self) -> dict[str, Any]:
-        return {}
 
 
 def _prefixed(tensors: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:

@@ -2,7 +2,7 @@
 from the processes and servers it is read from, so that it is tested (and mutation-tested) on its own.
 
 The rule it keeps: produced = consumed + unconsumed + the drops, where the drops are every counter of
-``drl.ingest.COUNTERS`` but ``consumed`` and ``duplicates`` (a duplicate is a re-sent copy of a transition
+``drl.training.ingest.COUNTERS`` but ``consumed`` and ``duplicates`` (a duplicate is a re-sent copy of a transition
 produced once, not a transition produced twice); dead letters are entries, counted apart by kind. A resumed run
 counts what its checkpoint accounted for as produced before it, and its ledger starts from that checkpoint's
 counters.
@@ -10,7 +10,7 @@ counters.
 
 from __future__ import annotations
 
-from drl.ingest import COUNTERS
+from drl.training.ingest import COUNTERS
 
 
 def count(value, default: int) -> int:

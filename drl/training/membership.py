@@ -27,12 +27,11 @@ import math
 import time
 from typing import Callable
 
-from drl.ingest import Ledger, Ledgers
-from drl.memory import RunControl
+from drl.training.ingest import Ledger, Ledgers
+from drl.memory import ACTIVE, RunControl
 from drl.naming import even_share, worker_index, worker_names
 
-log = logging.getLogger("drl.membership")
-ACTIVE, RETIRED = "active", "retired"
+log = logging.getLogger("drl.training.membership")
 
 
 def _index(name: str) -> int:

@@ -19,50 +19,11 @@ trainer's business (``join``).
 from __future__ import annotations
 
 import datetime
-from typing import Protocol
-
 import torch
 
+from drl.core import SOLO, Collective, Solo
 
-class Collective(Protocol):
-    size: int
-    """Learners in the group."""
-    rank: int
-    """This learner's place in it (0: the one that publishes)."""
-
-    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Replaces ``tensor`` with its sum over the group, in place; returns it."""
-
-    def mean_(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Replaces ``tensor`` with its mean over the group, in place; returns it."""
-
-    def min_int(self, value: int) -> int:
-        """The smallest of the group's values."""
-
-    def broadcast_int(self, value: int) -> int:
-        """Learner 0's value."""
-
-
-class Solo:
-    """One learner alone: nothing to share."""
-
-    size = 1
-    rank = 0
-
-    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor
-
-    def mean_(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor
-
-    def min_int(self, value: int) -> int:
-        return value
-
-    def broadcast_int(self, value: int) -> int:
-        return value
-
-
-SOLO = Solo()
+__all__ = ["SOLO", "Collective", "Solo", "TorchGroup", "broadcast_learner", "join"]
 
 
 class TorchGroup:
@@ -132,16 +93,3 @@ def broadcast_learner(group: TorchGroup, learner) -> None:
     if group.min_int(len(moments)) == group.min_int(-len(moments)) * -1 and moments:
         for t in moments:
             group.broadcast_(t)
-
-
-def group_moments(collective: Collective, x: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
-    """Count, mean and (population) variance over the rows of every learner's ``x``, in float64."""
-    x = x.double().flatten(1) if x.dim() > 1 else x.double().reshape(-1, 1)
-    sums = torch.cat([torch.tensor([float(len(x))], dtype=torch.float64, device=x.device), x.sum(0),
-                      x.square().sum(0)])
-    collective.sum_(sums)
-    width = x.shape[1]
-    n = float(sums[0])
-    mean = sums[1:1 + width] / max(n, 1.0)
-    var = (sums[1 + width:] / max(n, 1.0) - mean.square()).clamp_min(0.0)
-    return n, mean, var

@@ -12,7 +12,7 @@ lost, and the ``updates`` counter is not rewound. On a fresh memory server (``--
 are used, and so are its watermarks: a trainer and a memory server lost together (in either order, within the
 checkpoint interval) come back with the checkpoint's watermarks, not zeros, so re-sent entries above them are
 duplicates or fill the gap; the entries taken after the checkpoint exist nowhere any more, and the writers'
-floors (``drl.ingest.Ingest.settle``) have them counted as lost instead of awaited. The workers' progress is
+floors (``drl.training.ingest.Ingest.settle``) have them counted as lost instead of awaited. The workers' progress is
 taken only from a checkpoint written by the same session of the run (``session``: the steps done when the
 orchestrator started it, the same for every process it starts): a ``--resume`` starts new workers, numbered from
 the beginning again on a cleared memory server, and the old session's watermarks would make their entries
@@ -32,10 +32,10 @@ import time
 import torch
 
 from drl.errors import UserError
-from drl.ingest import Ledger, Ledgers
+from drl.training.ingest import Ledger, Ledgers
 from drl.store.checkpoint import CheckpointStore
 
-log = logging.getLogger("drl.checkpointing")
+log = logging.getLogger("drl.training.checkpointing")
 
 
 class TrainerCheckpoints:
