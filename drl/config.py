@@ -20,7 +20,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from drl import device
 from drl.algorithms import ALGORITHMS, Algorithm
@@ -31,6 +31,8 @@ from drl.fields import problems as check_ranges
 from drl.naming import memory_servers
 
 MODES = ("sync", "async")
+C = TypeVar("C")
+E = TypeVar("E", bound="ExperimentBase")
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,7 @@ class ExperimentBase:
     worker_priorities: bool = opt(False, "Prioritized replay: rollout workers compute each transition's initial "
                                          "priority with their copy of the network (Ape-X; dqn).")
 
-    def validate(self) -> "ExperimentConfig":
+    def validate(self: E) -> E:
         """Checks values that need no environment or server; raises ConfigError with every problem found."""
         problems = check_ranges(
             self, "--",
@@ -139,8 +141,9 @@ class ExperimentBase:
             problems.append(f"--target-return must be a finite number, got {self.target_return}")
         if not self.env:
             problems.append("--env must name a gymnasium environment id")
-        if device.problem(self.device):
-            problems.append(device.problem(self.device))
+        device_problem = device.problem(self.device)
+        if device_problem:
+            problems.append(device_problem)
         if self.learners < 1:
             problems.append(f"--learners must be at least 1, got {self.learners}")
         elif self.learners > self.memory_shards:
@@ -195,7 +198,25 @@ def experiment_config(algorithms: Mapping[str, Algorithm]) -> type:
     return cls
 
 
-ExperimentConfig = experiment_config(ALGORITHMS)
+if TYPE_CHECKING:
+    from drl.algorithms.appo.config import APPOConfig
+    from drl.algorithms.dqn.config import DQNConfig
+    from drl.algorithms.ppo.config import PPOConfig
+    from drl.algorithms.sac.config import SACConfig
+    from drl.algorithms.td3.config import TD3Config
+
+    @dataclass(frozen=True)
+    class ExperimentConfig(ExperimentBase):
+        """What the type checker follows: the options every run has and the built-in algorithms' blocks. The
+        class that runs is made from the registry below, so a plugin's block is there too (``getattr``)."""
+
+        sac: SACConfig = dataclasses.field(default_factory=SACConfig)
+        td3: TD3Config = dataclasses.field(default_factory=TD3Config)
+        ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
+        dqn: DQNConfig = dataclasses.field(default_factory=DQNConfig)
+        appo: APPOConfig = dataclasses.field(default_factory=APPOConfig)
+else:
+    ExperimentConfig = experiment_config(ALGORITHMS)
 seal()
 
 
@@ -285,7 +306,7 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
     return cls(**values)
 
 
-def replace(cfg: Any, **changes: Any) -> Any:
+def replace(cfg: C, **changes: Any) -> C:
     """dataclasses.replace that also accepts dotted keys for nested configs ("sac.lr")."""
     nested: dict[str, dict[str, Any]] = {}
     flat = {}

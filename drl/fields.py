@@ -9,7 +9,7 @@ def opt(default: Any, doc: str, **kw: Any) -> Any:
     return field(default=default, metadata={"doc": doc, **kw})
 
 
-def problems(cfg: Any, prefix: str, *, sizes: tuple[str, ...] = (), positive_int: tuple[str, ...] = (),
+def problems(cfg: object, prefix: str, *, sizes: tuple[str, ...] = (), positive_int: tuple[str, ...] = (),
              positive: tuple[str, ...] = (), nonneg: tuple[str, ...] = (), unit: tuple[str, ...] = (),
              fraction: tuple[str, ...] = (), at_most: dict[str, float] | None = None) -> list[str]:
     """Value checks shared by every configuration dataclass: one message per bad value, flags named with

@@ -13,13 +13,16 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from drl.algorithms.base import (ALGORITHMS, Actor, ActorBase, Algorithm, FieldSpecs, Folder, Learner,
                                  ReplayLearner, RolloutLearner, get, register)
 from drl.envs import SpaceSpec
 from drl.errors import EXIT_USAGE, UserError
 from drl.fields import opt
+
+if TYPE_CHECKING:
+    from drl.config import ExperimentConfig
 
 __all__ = ["ALGORITHMS", "Actor", "ActorBase", "Algorithm", "FieldSpecs", "Folder", "Learner", "ReplayLearner",
            "RolloutLearner", "check_spaces", "get", "load_plugins", "make_actor", "make_learner", "opt",
@@ -46,17 +49,17 @@ def check_spaces(algorithm: str, spec: SpaceSpec, env_id: str) -> None:
     get(algorithm).check_spaces(spec, env_id)
 
 
-def wire_extras(cfg: Any) -> FieldSpecs:
+def wire_extras(cfg: ExperimentConfig) -> FieldSpecs:
     """The optional wire fields of a run (``cfg`` an ExperimentConfig), for ``codec.expected_layout``."""
     return get(cfg.algorithm).wire_fields(cfg)
 
 
-def make_learner(algorithm: str, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
+def make_learner(algorithm: str, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Learner:
     """The learner of ``algorithm`` with its hyperparameter block (``cfg.<algorithm>``)."""
     return get(algorithm).make_learner(spec, cfg, seed)
 
 
-def make_actor(algorithm: str, spec: SpaceSpec, cfg: Any, seed: int) -> Actor:
+def make_actor(algorithm: str, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Actor:
     return get(algorithm).make_actor(spec, cfg, seed)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from drl.core import Actor, ActorBase, FieldSpecs, Folder, Learner, Learning, Re
 from drl.envs import SpaceSpec
 from drl.errors import UserError
 from drl.frames import FRAME_ROOM
+
+if TYPE_CHECKING:
+    from drl.config import ExperimentConfig
 
 __all__ = ["ALGORITHMS", "Actor", "ActorBase", "Algorithm", "FieldSpecs", "Folder", "Learner", "Learning",
            "MemoryNeed", "Parameters", "ReplayLearner", "RolloutLearner", "get", "register", "seal"]
@@ -70,22 +73,22 @@ class Algorithm:
     worker_priorities: bool = False  # its actor can compute initial replay priorities (``--worker-priorities``)
     bounded_actions: bool = True  # Box actions must have finite bounds (it squashes actions into them)
 
-    def hyper(self, cfg: Any) -> Any:
+    def hyper(self, cfg: ExperimentConfig) -> Any:
         """Its block of an ``ExperimentConfig``."""
         return getattr(cfg, self.name)
 
-    def wire_fields(self, cfg: Any) -> FieldSpecs:
+    def wire_fields(self, cfg: ExperimentConfig) -> FieldSpecs:
         """Per-transition wire fields beyond obs, action, reward, next_obs and terminated that a run of ``cfg``
         sends, in wire order."""
         return {}
 
-    def make_actor(self, spec: SpaceSpec, cfg: Any, seed: int) -> Actor:
+    def make_actor(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Actor:
         raise NotImplementedError(f"algorithm {self.name} has no actor")
 
-    def make_learner(self, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
+    def make_learner(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Learner:
         raise NotImplementedError(f"algorithm {self.name} has no learner")
 
-    def make_learning(self, spec: SpaceSpec, cfg: Any, seed: int) -> "Learning":
+    def make_learning(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> "Learning":
         """The learner with where its data goes: by default a replay (prioritized with ``cfg.prioritized``)
         keeping every wire field of the run for the learner's batches."""
         from drl.training.learning import ReplayLearning
@@ -95,12 +98,12 @@ class Algorithm:
     replay: bool = True
     """Its ``make_learning`` keeps a replay of ``--replay-size`` transitions (False: it learns from rollouts)."""
 
-    def parameters(self, spec: SpaceSpec, cfg: Any) -> Parameters | None:
+    def parameters(self, spec: SpaceSpec, cfg: ExperimentConfig) -> Parameters | None:
         """Its networks' parameter counts for ``spec`` and ``cfg``, computed without building them (a size too
         large for the machine must be refused before anything allocates it); None: not known."""
         return None
 
-    def memory_needs(self, spec: SpaceSpec, cfg: Any) -> list[MemoryNeed]:
+    def memory_needs(self, spec: SpaceSpec, cfg: ExperimentConfig) -> list[MemoryNeed]:
         """What a run of ``cfg`` allocates, at least: the replay (every stored field of ``replay_size``
         transitions, the prioritized replay's sum tree) and the networks (in the trainer with gradients, Adam
         moments and targets; in every rollout worker and the evaluator the acting policy, once as the network and
@@ -131,22 +134,22 @@ class Algorithm:
                                         ",".join(map(str, hidden)) if hidden is not None else "", size))
         return needs
 
-    def segment_steps(self, cfg: Any) -> int:
+    def segment_steps(self, cfg: ExperimentConfig) -> int:
         """Steps per environment in each entry a worker sends (fixed-length trajectory segments for an
         algorithm that learns from them in order, APPO's); 0: entries are filled as ``--batch-transitions`` and
         ``--entry-fill-ms`` say."""
         return 0
 
-    def entry_transitions(self, cfg: Any) -> int:
+    def entry_transitions(self, cfg: ExperimentConfig) -> int:
         """Transitions in every entry a worker sends when segments fix it (``segment_steps`` of each of its
         environments), else 0; workers and the trainer size the backlog's limits by it."""
         return self.segment_steps(cfg) * cfg.envs_per_worker
 
-    def make_folder(self, cfg: Any) -> Folder | None:
+    def make_folder(self, cfg: ExperimentConfig) -> Folder | None:
         """Worker-side folding of transitions; None: transitions go as stepped."""
         return None
 
-    def problems(self, cfg: Any) -> list[str]:
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
         """What this algorithm refuses in a configuration, one message per problem."""
         if cfg.max_policy_lag and not self.segment_steps(cfg):
             queued = ", ".join(n for n, a in ALGORITHMS.items() if a.segment_steps(cfg))

@@ -25,6 +25,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drl.algorithms.appo.config import APPOConfig
 from drl.config import ExperimentConfig
 from drl.presets.atari import is_atari
@@ -40,7 +42,7 @@ def appo(env: str | None = None) -> ExperimentConfig:
     env = env or "CartPole-v1"
     if is_atari(env):
         return appo_atari(env, preset="appo")
-    common = dict(preset="appo", algorithm="appo", env=env, mode="async", random_steps=0, learning_starts=0,
+    common: dict[str, Any] = dict(preset="appo", algorithm="appo", env=env, mode="async", random_steps=0, learning_starts=0,
                   publish_every_updates=ONE_VERSION_PER_BATCH)
     if is_minatar(env):
         return ExperimentConfig(**common, workers=2, envs_per_worker=4, steps=500_000,

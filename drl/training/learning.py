@@ -28,7 +28,7 @@ The trainer's loops stay the same for every algorithm: accepted entries go to ``
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from drl.core import Learner, Learning, LearningBase, ReplayLearner, RolloutLear
 from drl.envs import SpaceSpec
 from drl.training.replay import PrioritizedReplay, ReplayBuffer
 from drl.tensorboard import parse_buckets
+
+if TYPE_CHECKING:
+    from drl.config import ExperimentConfig
 
 __all__ = ["LagHistogram", "Learning", "LearningBase", "QueueLearning", "ReplayLearning", "RolloutLearning"]
 
@@ -63,7 +66,7 @@ class ReplayLearning(LearningBase):
     """A replay learner behind a replay buffer (``cfg`` an ExperimentConfig; ``keep``: the optional wire fields
     the learner's batches need, ``Algorithm.wire_fields``)."""
 
-    def __init__(self, learner: "ReplayLearner", spec: SpaceSpec, cfg: Any, keep: Any = ()):
+    def __init__(self, learner: "ReplayLearner", spec: SpaceSpec, cfg: ExperimentConfig, keep: Any = ()):
         self.learner, self.cfg = learner, cfg
         self.metrics: dict[str, float] = {}
         self.tolerance = cfg.updates_per_transition * cfg.ratio_tolerance
@@ -120,7 +123,7 @@ class ReplayLearning(LearningBase):
 class RolloutLearning(LearningBase):
     """An on-policy learner trained once on each SYNC iteration's rollout (``cfg`` an ExperimentConfig)."""
 
-    def __init__(self, learner: "RolloutLearner", cfg: Any):
+    def __init__(self, learner: "RolloutLearner", cfg: ExperimentConfig):
         self.learner, self.cfg = learner, cfg
         self.metrics: dict[str, float] = {}
         self.tolerance = 0.0
@@ -234,7 +237,7 @@ class QueueLearning(LearningBase):
     """A learner trained once on each batch of segments, in order of arrival (``cfg`` an ExperimentConfig; the
     learner's ``batch_size`` is in transitions, its ``train(segments, progress)`` as an on-policy learner's)."""
 
-    def __init__(self, learner: "RolloutLearner", cfg: Any):
+    def __init__(self, learner: "RolloutLearner", cfg: ExperimentConfig):
         self.learner, self.cfg = learner, cfg
         self.metrics: dict[str, float] = {}
         self.tolerance = 0.0

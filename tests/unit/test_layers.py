@@ -124,12 +124,29 @@ def _floor(name: str) -> int:
     return level
 
 
+def _type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
 def _library_imports(path: Path) -> set[str]:
-    """The drl modules ``path`` imports, ``from drl import x`` read as ``drl.x``."""
-    names = {n for n in _imports(path) if n.startswith("drl.")}
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module == "drl" and node.level == 0:
-            names |= {f"drl.{a.name}" for a in node.names}
+    """The drl modules ``path`` imports when it runs, ``from drl import x`` read as ``drl.x``. Imports under
+    ``if TYPE_CHECKING:`` are left out: they name types for the checker and never run, so an algorithm may name
+    the config it is given."""
+    names: set[str] = set()
+    stack: list[ast.AST] = [ast.parse(path.read_text())]
+    while stack:
+        node = stack.pop()
+        if _type_checking(node):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names if a.name.startswith("drl.")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "drl":
+                names |= {f"drl.{a.name}" for a in node.names}
+            elif node.module.startswith("drl."):
+                names.add(node.module)
+        stack.extend(ast.iter_child_nodes(node))
     return names
 
 
@@ -166,3 +183,11 @@ def test_the_floor_rule_refuses_a_learner_importing_training_and_the_core_import
     assert _misplaced("drl.training.ingest", "ingest.py", {"drl.acting.entries"})
     assert _misplaced("drl.memory.codec", "codec.py", {"drl.config"})
     assert not _misplaced("drl.config", "config.py", {"drl.algorithms", "drl.core"})
+
+
+def test_the_floor_rule_reads_imports_that_run_and_skips_those_for_the_type_checker(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from drl.config import X\n"
+                      "else:\n    from drl.training import replay\n"
+                      "def f():\n    from drl import config\n")
+    assert _library_imports(module) == {"drl.training", "drl.config"}

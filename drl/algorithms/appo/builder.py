@@ -4,7 +4,7 @@ per-environment trajectories and the behaviour policy's log-probabilities."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from drl import device
 from drl.algorithms.appo.actor import BEHAVIOUR_LOGP
@@ -12,6 +12,9 @@ from drl.algorithms.appo.config import APPOConfig
 from drl.algorithms.base import Actor, FieldSpecs, Learner, register
 from drl.algorithms.ppo.builder import PPOBuilder
 from drl.envs import TRAJECTORY_FIELDS, SpaceSpec
+
+if TYPE_CHECKING:
+    from drl.config import ExperimentConfig
 
 
 class APPOBuilder(PPOBuilder):
@@ -21,28 +24,28 @@ class APPOBuilder(PPOBuilder):
     config = APPOConfig
     doc = "APPO / IMPALA hyperparameters (V-trace)."
 
-    def wire_fields(self, cfg: Any) -> FieldSpecs:
+    def wire_fields(self, cfg: ExperimentConfig) -> FieldSpecs:
         return {**TRAJECTORY_FIELDS, BEHAVIOUR_LOGP: ("<f4", ())}
 
-    def segment_steps(self, cfg: Any) -> int:
+    def segment_steps(self, cfg: ExperimentConfig) -> int:
         return self.hyper(cfg).segment
 
-    def make_actor(self, spec: SpaceSpec, cfg: Any, seed: int) -> Actor:
+    def make_actor(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Actor:
         from drl.algorithms.appo.actor import APPOActor
 
         return APPOActor(spec, self.hyper(cfg), seed)
 
-    def make_learner(self, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
+    def make_learner(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Learner:
         from drl.algorithms.appo.learner import APPOLearner
 
         return APPOLearner(spec, self.hyper(cfg), seed, device=device.of(cfg))
 
-    def make_learning(self, spec: SpaceSpec, cfg: Any, seed: int):
+    def make_learning(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int):
         from drl.training.learning import QueueLearning
 
         return QueueLearning(self.make_learner(spec, cfg, seed), cfg)
 
-    def problems(self, cfg: Any) -> list[str]:
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
         """ASYNC only (SYNC's iterations need no correction: that is PPO), and every action must be the
         policy's own, with its probability."""
         found = []

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import math
 
@@ -14,6 +14,9 @@ from drl.algorithms.dqn.config import DQNConfig
 from drl.algorithms.encoders import encoder_parameters
 from drl.envs import SpaceSpec
 from drl.acting.nstep import NSTEP_FIELDS, NStepFolder
+
+if TYPE_CHECKING:
+    from drl.config import ExperimentConfig
 
 PRIORITY_FIELD: FieldSpecs = {"priority": ("<f4", ())}
 """The initial replay priority a worker computes (``DQNActor.annotate``), read by ``drl.training.replay.PrioritizedReplay``."""
@@ -26,7 +29,7 @@ class DQNBuilder(Algorithm):
     discrete = True
     worker_priorities = True
 
-    def parameters(self, spec: SpaceSpec, cfg: Any) -> Parameters:
+    def parameters(self, spec: SpaceSpec, cfg: ExperimentConfig) -> Parameters:
         """A Q network and its target copy (``drl.algorithms.dqn.networks``); workers act with the Q network.
         Raises UserError when the configured encoder cannot read the observations."""
         hyper = self.hyper(cfg)
@@ -37,27 +40,27 @@ class DQNBuilder(Algorithm):
             q = mlp_parameters([math.prod(spec.obs_shape), *hyper.hidden, spec.discrete_actions])
         return Parameters(trained=q, frozen=q, acting=q)
 
-    def wire_fields(self, cfg: Any) -> FieldSpecs:
+    def wire_fields(self, cfg: ExperimentConfig) -> FieldSpecs:
         fields = dict(NSTEP_FIELDS)
         if self._worker_priorities(cfg):
             fields.update(PRIORITY_FIELD)
         return fields
 
     @staticmethod
-    def _worker_priorities(cfg: Any) -> bool:
+    def _worker_priorities(cfg: ExperimentConfig) -> bool:
         return bool(cfg.prioritized and cfg.worker_priorities)
 
-    def make_actor(self, spec: SpaceSpec, cfg: Any, seed: int) -> Actor:
+    def make_actor(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Actor:
         from drl.algorithms.dqn.actor import DQNActor
 
         return DQNActor(spec, self.hyper(cfg), seed, worker_priorities=self._worker_priorities(cfg))
 
-    def make_learner(self, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
+    def make_learner(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Learner:
         from drl.algorithms.dqn.learner import DQNLearner
 
         return DQNLearner(spec, self.hyper(cfg), seed, device=device.of(cfg))
 
-    def make_folder(self, cfg: Any) -> Folder:
+    def make_folder(self, cfg: ExperimentConfig) -> Folder:
         hyper = self.hyper(cfg)
         return NStepFolder(hyper.n_step, hyper.gamma, cfg.envs_per_worker)
 

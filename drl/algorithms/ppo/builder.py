@@ -4,7 +4,7 @@ never from replay, and its transitions carry what rebuilds per-environment traje
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import math
 
@@ -13,6 +13,9 @@ from drl.algorithms.base import Actor, Algorithm, FieldSpecs, Learner, Parameter
 from drl.algorithms.encoders import encoder_parameters
 from drl.algorithms.ppo.config import PPOConfig
 from drl.envs import TRAJECTORY_FIELDS, SpaceSpec
+
+if TYPE_CHECKING:
+    from drl.config import ExperimentConfig
 
 
 class PPOBuilder(Algorithm):
@@ -24,7 +27,7 @@ class PPOBuilder(Algorithm):
     bounded_actions = False  # a Gaussian policy; the worker's stepper clips to whatever bounds there are
     replay = False
 
-    def parameters(self, spec: SpaceSpec, cfg: Any) -> Parameters:
+    def parameters(self, spec: SpaceSpec, cfg: ExperimentConfig) -> Parameters:
         """A policy (logits, or a Gaussian's mean and log-std) and a value function, no targets
         (``drl.algorithms.ppo.networks``); for images the encoder belongs to the policy and the value function
         is a head on its features. Raises UserError when the configured encoder cannot read the observations."""
@@ -39,25 +42,25 @@ class PPOBuilder(Algorithm):
         value = mlp_parameters([obs, *hyper.hidden, 1])
         return Parameters(trained=policy + value, frozen=0, acting=policy)
 
-    def wire_fields(self, cfg: Any) -> FieldSpecs:
+    def wire_fields(self, cfg: ExperimentConfig) -> FieldSpecs:
         return dict(TRAJECTORY_FIELDS)
 
-    def make_actor(self, spec: SpaceSpec, cfg: Any, seed: int) -> Actor:
+    def make_actor(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Actor:
         from drl.algorithms.ppo.actor import PPOActor
 
         return PPOActor(spec, self.hyper(cfg), seed)
 
-    def make_learner(self, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
+    def make_learner(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Learner:
         from drl.algorithms.ppo.learner import PPOLearner
 
         return PPOLearner(spec, self.hyper(cfg), seed, device=device.of(cfg))
 
-    def make_learning(self, spec: SpaceSpec, cfg: Any, seed: int):
+    def make_learning(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int):
         from drl.training.learning import RolloutLearning
 
         return RolloutLearning(self.make_learner(spec, cfg, seed), cfg)
 
-    def problems(self, cfg: Any) -> list[str]:
+    def problems(self, cfg: ExperimentConfig) -> list[str]:
         """On-policy: only SYNC iterations collect with exactly the learner's policy, and every action must be
         the policy's own."""
         found = []

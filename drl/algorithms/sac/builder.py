@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import math
 
@@ -11,6 +11,9 @@ from drl.algorithms.base import Actor, Algorithm, Learner, Parameters, mlp_param
 from drl.algorithms.sac.config import SACConfig
 from drl.envs import SpaceSpec
 
+if TYPE_CHECKING:
+    from drl.config import ExperimentConfig
+
 
 class SACBuilder(Algorithm):
     name = "sac"
@@ -18,7 +21,7 @@ class SACBuilder(Algorithm):
     doc = "SAC hyperparameters."
     continuous = True
 
-    def parameters(self, spec: SpaceSpec, cfg: Any) -> Parameters:
+    def parameters(self, spec: SpaceSpec, cfg: ExperimentConfig) -> Parameters:
         """A squashed Gaussian actor (trunk, mean and log-std heads), twin critics and their targets, and the
         temperature (``drl.algorithms.sac.networks``)."""
         hidden = list(self.hyper(cfg).hidden)
@@ -27,12 +30,12 @@ class SACBuilder(Algorithm):
         critics = 2 * mlp_parameters([obs + act, *hidden, 1])
         return Parameters(trained=actor + critics + 1, frozen=critics, acting=actor)
 
-    def make_actor(self, spec: SpaceSpec, cfg: Any, seed: int) -> Actor:
+    def make_actor(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Actor:
         from drl.algorithms.sac.actor import SACActor
 
         return SACActor(spec, self.hyper(cfg), seed)
 
-    def make_learner(self, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
+    def make_learner(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Learner:
         from drl.algorithms.sac.learner import SACLearner
 
         return SACLearner(spec, self.hyper(cfg), seed, device=device.of(cfg))

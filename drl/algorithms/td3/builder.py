@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import math
 
@@ -11,6 +11,9 @@ from drl.algorithms.base import Actor, Algorithm, Learner, Parameters, mlp_param
 from drl.algorithms.td3.config import TD3Config
 from drl.envs import SpaceSpec
 
+if TYPE_CHECKING:
+    from drl.config import ExperimentConfig
+
 
 class TD3Builder(Algorithm):
     name = "td3"
@@ -18,7 +21,7 @@ class TD3Builder(Algorithm):
     doc = "TD3 hyperparameters."
     continuous = True
 
-    def parameters(self, spec: SpaceSpec, cfg: Any) -> Parameters:
+    def parameters(self, spec: SpaceSpec, cfg: ExperimentConfig) -> Parameters:
         """A deterministic actor and twin critics, each with a target copy (``drl.algorithms.td3.networks``)."""
         hidden = list(self.hyper(cfg).hidden)
         obs, act = math.prod(spec.obs_shape), math.prod(spec.act_shape)
@@ -26,12 +29,12 @@ class TD3Builder(Algorithm):
         critics = 2 * mlp_parameters([obs + act, *hidden, 1])
         return Parameters(trained=actor + critics, frozen=actor + critics, acting=actor)
 
-    def make_actor(self, spec: SpaceSpec, cfg: Any, seed: int) -> Actor:
+    def make_actor(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Actor:
         from drl.algorithms.td3.actor import TD3Actor
 
         return TD3Actor(spec, self.hyper(cfg), seed)
 
-    def make_learner(self, spec: SpaceSpec, cfg: Any, seed: int) -> Learner:
+    def make_learner(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Learner:
         from drl.algorithms.td3.learner import TD3Learner
 
         return TD3Learner(spec, self.hyper(cfg), seed, device=device.of(cfg))
