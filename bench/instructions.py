@@ -91,7 +91,7 @@ def probe_read(entries: int) -> None:
             writers[i % 2].send(seq, *codec.encode(header, arrays), seq * 64)
         got = 0
         while got < entries * 64:
-            got += sum(h.count for h in trainer.feed.read(16, None))
+            got += sum(h.count for h in trainer.channels[0].feed.read(16, None))
     finally:
         server.stop()
 

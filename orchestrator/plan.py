@@ -35,13 +35,15 @@ class Workload:
 
 def plan(cfg: ExperimentConfig, *, run: str, run_dir: str, memory_url: str, store_url: str,
          python: str = "python", steps_done: int = 0, learner_address: str = "127.0.0.1",
-         learner_port: int = 0) -> list[Workload]:
+         learner_port: int = 0, trainer_writes_run_files: bool = False) -> list[Workload]:
     """The workloads of a run: one trainer, ``cfg.workers`` rollout workers and one evaluator; with
     ``cfg.learners`` K > 1 also K - 1 learners (``learner-1`` ...), which run the trainer's command as ranks 1 to
     K - 1 of its group, meeting at ``learner_address:learner_port`` (``MASTER_ADDR``/``MASTER_PORT``, as torchrun
     names them; the trainer, rank 0, hosts the rendezvous).
 
     ``steps_done`` (a resumed run) is what the newest checkpoint already covers; workers share the rest.
+    ``trainer_writes_run_files``: the backend has nobody beside the run to write its ``config.json`` and
+    ``summary.json`` (Kubernetes), so the trainer does (``DRL_RUN_FILES=trainer``).
     """
     common = {
         "DRL_CONFIG": cfg.to_json(),
@@ -56,6 +58,8 @@ def plan(cfg: ExperimentConfig, *, run: str, run_dir: str, memory_url: str, stor
     trainer_env = {**common, "OMP_NUM_THREADS": str(cfg.trainer_threads)}
     if cfg.learners > 1:
         trainer_env.update({"MASTER_ADDR": learner_address, "MASTER_PORT": str(learner_port)})
+    if trainer_writes_run_files:
+        trainer_env["DRL_RUN_FILES"] = "trainer"
     workloads = [
         Workload("trainer", 1, (python, "-m", "services.trainer"), trainer_env),
         Workload("rollout", cfg.workers, (python, "-m", "services.rollout"), common, "DRL_WORKER_INDEX"),

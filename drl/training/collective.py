@@ -19,11 +19,18 @@ trainer's business (``join``).
 from __future__ import annotations
 
 import datetime
+import logging
+import os
+from collections.abc import Mapping
 import torch
 
 from drl.core import SOLO, Collective, Solo
+from drl.errors import UserError
 
-__all__ = ["SOLO", "Collective", "Solo", "TorchGroup", "broadcast_learner", "join"]
+log = logging.getLogger("drl.trainer")
+
+__all__ = ["SOLO", "Collective", "Solo", "TorchGroup", "all_of", "any_of", "group_of", "broadcast_learner", "join", "join_learners", "newest",
+           "start_together"]
 
 
 class TorchGroup:
@@ -93,3 +100,58 @@ def broadcast_learner(group: TorchGroup, learner) -> None:
     if group.min_int(len(moments)) == group.min_int(-len(moments)) * -1 and moments:
         for t in moments:
             group.broadcast_(t)
+
+
+GROUP_TIMEOUT_S = 120.0
+
+
+def join_learners(learner, rank: int, size: int, algorithm: str, device: str, shards: list[int],
+                  env: Mapping[str, str] = os.environ, timeout_s: float = GROUP_TIMEOUT_S) -> Collective:
+    """With ``--learners`` K > 1: joins the group of K learners (this one rank ``rank``; rank 0 hosts the
+    rendezvous at ``MASTER_ADDR:MASTER_PORT``) and gives ``learner`` its collective; alone, ``SOLO``. Raises
+    UserError for a learner that cannot average its gradients, a rendezvous not named, or one not reached."""
+    if size == 1:
+        return SOLO
+    if not hasattr(learner, "collective"):
+        raise UserError(f"--learners {size}: the {algorithm} learner cannot average its gradients with a group "
+                        "(it has no collective)")
+    address, port = env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", "")
+    if not address or not port.isdigit() or int(port) == 0:
+        raise UserError(f"--learners {size}: MASTER_ADDR and MASTER_PORT must name the group's rendezvous "
+                        f"(got {address!r}, {port!r}); drl-orchestrate sets them")
+    log.info("learner %d of %d: joining the group at %s:%s, reading shards %s", rank, size, address, port,
+             ", ".join(str(s) for s in shards))
+    try:
+        group = join(rank, size, address, int(port), timeout_s=timeout_s, device=torch.device(device))
+    except Exception as exc:
+        raise UserError(f"learner {rank} of {size} could not join the group at {address}:{port} within "
+                        f"{timeout_s:.0f} s: {exc}") from None
+    learner.collective = group
+    return group
+
+
+def group_of(learner) -> Collective:
+    """The learner's group: its ``collective``; a plugin's learner written without one is alone."""
+    return getattr(learner, "collective", SOLO)
+
+
+def any_of(group: Collective, flag: bool) -> bool:
+    """Whether ``flag`` holds for any learner of the group (alone: whether it holds)."""
+    return group.min_int(0 if flag else 1) == 0
+
+
+def all_of(group: Collective, flag: bool) -> bool:
+    """Whether ``flag`` holds for every learner of the group: what the learners do together (a training pass
+    averages the group's gradients, so all take it or none does)."""
+    return group.min_int(1 if flag else 0) == 1
+
+
+def newest(group: Collective, value: int) -> int:
+    """The largest of the group's values (the newest policy version any learner knows)."""
+    return -group.min_int(-value)
+
+
+def start_together(group: Collective, learner) -> None:
+    """Learners that restored different checkpoints continue from learner 0's networks and update count."""
+    broadcast_learner(group, learner)
+    learner.updates = group.broadcast_int(learner.updates)

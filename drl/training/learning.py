@@ -35,6 +35,7 @@ import numpy as np
 from drl import frames
 from drl.core import Learner, Learning, LearningBase, ReplayLearner, RolloutLearner
 from drl.envs import SpaceSpec
+from drl.training.collective import all_of, group_of
 from drl.training.replay import PrioritizedReplay, ReplayBuffer
 from drl.tensorboard import parse_buckets
 
@@ -44,13 +45,10 @@ if TYPE_CHECKING:
 __all__ = ["LagHistogram", "Learning", "LearningBase", "QueueLearning", "ReplayLearning", "RolloutLearning"]
 
 
-def _together(learner, ready: bool) -> bool:
-    """Whether every learner of ``learner``'s group has something to train on (a training pass averages the
-    group's gradients, so all take it or none does); alone, whether this one has."""
-    collective = getattr(learner, "collective", None)
-    if collective is None or collective.size == 1:
-        return ready
-    return collective.min_int(1 if ready else 0) == 1
+def _all_learners(learner: Learner, ready: bool) -> bool:
+    """Whether every learner of ``learner``'s group has something to train on; alone, whether this one has."""
+    group = group_of(learner)
+    return ready if group.size == 1 else all_of(group, ready)
 
 
 def _prefixed(tensors: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
@@ -160,7 +158,7 @@ class RolloutLearning(LearningBase):
     def end_iteration(self, consumed: int) -> None:
         """One training pass over the iteration's rollout, which is then dropped; ``progress`` (the learning
         rate's schedule) counts the run's steps before this rollout."""
-        if not _together(self.learner, bool(self.rollout)):
+        if not _all_learners(self.learner, bool(self.rollout)):
             self.rollout.clear()
             return
         size = sum(len(arrays["reward"]) for _, _, arrays in self.rollout)
@@ -277,7 +275,7 @@ class QueueLearning(LearningBase):
             self.lag.add(lag, rows)
             batch.append(segment)
         self.queued -= taken
-        if _together(self.learner, bool(batch)):
+        if _all_learners(self.learner, bool(batch)):
             self.metrics = self.learner.train(batch, progress=min(1.0, consumed / self.cfg.steps))
 
     def end_iteration(self, consumed: int) -> None:

@@ -312,6 +312,10 @@ imagePullSecrets:
 - name: MASTER_PORT
   value: "29500"
 {{- end }}
+{{- if eq .role "trainer" }}
+- name: DRL_RUN_FILES
+  value: trainer
+{{- end }}
 - name: DRL_HEARTBEAT_FILE
   value: /tmp/drl/heartbeat
 - name: DRL_CACHE_DIR

@@ -3,8 +3,8 @@
 A local run's orchestrator writes both (the configuration at the start, the summary once every process has
 ended). A run in Kubernetes pods has nobody to do that: ``helm install`` leaves the run to its pods, and
 ``drl-orchestrate --backend kubernetes`` watches from outside the cluster, where the run's memory server cannot be
-reached. So in a pod (the kubelet sets ``KUBERNETES_SERVICE_HOST`` in every container) the trainer of rank 0
-writes the resolved configuration when it starts and the summary when it ends, with the same keys as a local
+reached. So there the backend tells the trainer to write them (``DRL_RUN_FILES=trainer``, set by the
+Kubernetes manifests and the chart; the local backend does not set it): its rank 0 writes the resolved configuration when it starts and the summary when it ends, with the same keys as a local
 run's summary where the trainer can know them: the transition accounts from the memory server's authoritative
 counters (produced = consumed + unconsumed + every drop), updates, the policy version and the evaluations the
 evaluator had stored by then. A local run keeps its orchestrator's files alone, since ``summary.json`` appearing
@@ -24,13 +24,15 @@ from drl.memory import MemoryBackendError
 
 log = logging.getLogger("drl.trainer")
 
-IN_CLUSTER = "KUBERNETES_SERVICE_HOST"
+RUN_FILES = "DRL_RUN_FILES"
+TRAINER = "trainer"
 WORKERS_DONE_WAIT_S = 15.0
 
 
-def in_cluster(env: Mapping[str, str] = os.environ) -> bool:
-    """Whether this process runs in a Kubernetes pod, where no orchestrator writes the run's files."""
-    return bool(env.get(IN_CLUSTER))
+def trainer_writes(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether the backend that started this trainer made it the writer of the run's files: one writer of
+    ``summary.json`` per backend, chosen by the backend."""
+    return env.get(RUN_FILES) == TRAINER
 
 
 def accounts(control) -> dict:

@@ -38,8 +38,8 @@ WORKLOAD_KINDS = ("Job", "StatefulSet")
 ENV_ORDER = {
     "trainer": ["DRL_CONFIG", "DRL_RUN", "DRL_RUN_DIR", "DRL_MEMORY_URL", "DRL_MEMORY_PASSWORD", "DRL_STORE",
                 "DRL_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "DRL_S3_CREATE_BUCKET",
-                "DRL_STEPS_DONE", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "DRL_HEARTBEAT_FILE", "DRL_CACHE_DIR", "HOME",
-                "DRL_CONTROL_HOST", "DRL_CONTROL_PORT", "DRL_METRICS_HOST", "DRL_METRICS_PORT"],
+                "DRL_STEPS_DONE", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "DRL_RUN_FILES", "DRL_HEARTBEAT_FILE",
+                "DRL_CACHE_DIR", "HOME", "DRL_CONTROL_HOST", "DRL_CONTROL_PORT", "DRL_METRICS_HOST", "DRL_METRICS_PORT"],
     "rollout": ["DRL_CONFIG", "DRL_RUN", "DRL_RUN_DIR", "DRL_MEMORY_URL", "DRL_MEMORY_PASSWORD", "DRL_STORE",
                 "DRL_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "DRL_STEPS_DONE", "DRL_WORKER_INDEX",
                 "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "DRL_HEARTBEAT_FILE", "DRL_CACHE_DIR", "HOME",
@@ -861,6 +861,8 @@ def test_role_containers_commands_and_environment(name):
         assert env["DRL_STEPS_DONE"]["value"] == "0"
         assert env["PYTHONUNBUFFERED"]["value"] == "1"
         assert env["OMP_NUM_THREADS"]["value"] == (threads if role == "trainer" else "1")
+        assert env.get("DRL_RUN_FILES", {}).get("value") == ("trainer" if role == "trainer" else None), \
+            "the chart's trainer writes the run's files: no orchestrator stays beside a helm install"
         assert env["DRL_HEARTBEAT_FILE"]["value"] == "/tmp/drl/heartbeat"
         assert env["DRL_CACHE_DIR"]["value"] == "/var/cache/drl"
         assert env["HOME"]["value"] == "/tmp"

@@ -70,7 +70,7 @@ def test_n_producer_processes_are_consumed_exactly_once(tmp_path, redis_server, 
         p.start()
     seen: dict[str, list[int]] = {}
     while trainer.ledger.consumed < workers * entries * n:
-        for h in trainer.read(count=16, block_ms=200):
+        for h in trainer.channels.read(count=16, block_ms=200):
             seen.setdefault(h.worker_id, []).append(h.seq)
         assert any(p.is_alive() for p in procs) or redis_client.xlen(Keys(RUN).stream) or \
             trainer.ledger.consumed == workers * entries * n
@@ -93,7 +93,7 @@ def test_resent_entries_are_dropped_as_duplicates(tmp_path, redis_server, redis_
         h, d = _entry("rollout-0", seq)
         redis_client.xadd(keys.stream, {"h": h, "d": d})
     while redis_client.xlen(keys.stream):
-        trainer.read(count=2, block_ms=100)
+        trainer.channels.read(count=2, block_ms=100)
     assert trainer.ledger.consumed == 3 * 8
     assert trainer.ledger.duplicates == 2 * 8
 
@@ -108,12 +108,12 @@ def test_entries_pending_at_a_dead_consumer_are_reclaimed(tmp_path, redis_server
     assert len(taken) == 5
     assert redis_client.xpending(keys.stream, "trainer")["pending"] == 5
     trainer = _trainer(tmp_path, redis_server.url, workers=1, reclaim_idle_s=0.2)
-    assert trainer.read(count=10, block_ms=None) == [], "claimed before the idle time passed"
+    assert trainer.channels.read(count=10, block_ms=None) == [], "claimed before the idle time passed"
     trainer.channels[0].feed.reclaimed_at = 0.0
     import time
 
     time.sleep(0.3)
-    accepted = trainer.read(count=10, block_ms=None)
+    accepted = trainer.channels.read(count=10, block_ms=None)
     assert [h.seq for h in accepted] == [1, 2, 3, 4, 5]
     assert redis_client.xpending(keys.stream, "trainer")["pending"] == 0
     assert redis_client.xlen(keys.stream) == 0
@@ -167,7 +167,7 @@ def test_each_kind_of_bad_entry_is_dead_lettered_and_counted(tmp_path, redis_ser
     good_h, good_d = _entry("rollout-0", 6)
     redis_client.xadd(keys.stream, {"h": good_h, "d": good_d})
     while redis_client.xlen(keys.stream):
-        trainer.read(count=3, block_ms=100)
+        trainer.channels.read(count=3, block_ms=100)
     counts = {k.decode(): int(v) for k, v in redis_client.hgetall(keys.dead_letter_counts).items()}
     assert counts == {"bad_entry": 1, "bad_header": 2, "truncated": 1, "wrong_dtype": 1, "wrong_shape": 1,
                       "foreign_run": 1, "unknown_worker": 1}
@@ -302,7 +302,7 @@ def test_sync_iteration_never_mixes_policy_versions(tmp_path, redis_server, redi
         redis_client.xadd(keys.stream, {"h": h, "d": d})
     accepted = []
     while redis_client.xlen(keys.stream):
-        accepted += trainer.read(count=8, block_ms=100, sync_version=1)
+        accepted += trainer.channels.read(count=8, block_ms=100, sync_version=1)
     assert [h.seq for h in accepted] == [1, 3]
     assert trainer.ledger.stale == 8 and trainer.ledger.consumed == 16
     assert len(trainer.learning.replay) == 16
@@ -323,7 +323,7 @@ def test_a_worker_that_returns_with_a_larger_share_is_awaited_again(tmp_path, re
     for worker in ("rollout-0", "rollout-1"):
         send(worker, 1, False)
         send(worker, 2, True)
-    while trainer.read(count=16, block_ms=100):
+    while trainer.channels.read(count=16, block_ms=100):
         pass
     assert trainer.membership.all_finished()
 
@@ -332,7 +332,7 @@ def test_a_worker_that_returns_with_a_larger_share_is_awaited_again(tmp_path, re
     for seq in (3, 4):
         send("rollout-1", seq, seq == 4)
     assert not trainer.membership.all_finished()
-    while trainer.read(count=16, block_ms=100):
+    while trainer.channels.read(count=16, block_ms=100):
         pass
     assert trainer.membership.all_finished() and trainer.ledger.consumed == 48
 
@@ -350,16 +350,16 @@ def test_after_a_data_loss_the_trainer_never_lowers_a_count_a_worker_raised_firs
     for worker, producer in producers.items():
         for seq in (1, 2):
             producer.send(seq, *_entry(worker, seq), seq * 8)
-    while trainer.read(count=16, block_ms=100):
+    while trainer.channels.read(count=16, block_ms=100):
         pass
     assert trainer.ledger.produced == {"rollout-0": 16, "rollout-1": 16}
 
-    trainer.widen(True)
+    trainer.channels.widen(True)
     redis_client.flushdb()
     for seq in (3, 4, 5):
         producers["rollout-0"].send(seq, *_entry("rollout-0", seq), seq * 8)
     assert redis_client.hget(keys.produced, "rollout-0") == b"40"
-    trainer.read(count=16, block_ms=100)
+    trainer.channels.read(count=16, block_ms=100)
     assert trainer.channels[0].reader.resets == 1
     assert redis_client.hget(keys.produced, "rollout-0") == b"40", "the restore lowered a worker's count"
     assert redis_client.hget(keys.produced, "rollout-1") == b"16", "the restore did not put back a count"

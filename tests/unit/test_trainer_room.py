@@ -11,7 +11,8 @@ from drl.training.collective import SOLO
 from drl.training.ingest import Ledger, Ledgers
 from drl.memory.backlog import BacklogLimits
 from drl.training.pacing import WIDENING, RateLimiter, ReadPace, Widening
-from services.trainer.trainer import Channel, Trainer
+from drl.training.shards import Channel, Channels
+from services.trainer.trainer import Trainer
 from tests.harness import fast_config
 
 LIMIT, TRANSITION = 10_000, 100
@@ -53,14 +54,12 @@ def _trainer_fake_reader(owed: list[int], **changes) -> Trainer:
     limits = BacklogLimits(transition_bytes=TRANSITION, least=8, limit_bytes=LIMIT, entries=16, ceiling=10**6)
     widening = Widening(reader, limits, 10**9, cfg.learning_starts, pace)
     reader.factors.clear()
-    trainer.published_updates = 0
-    trainer.stop_reason = "stopped"
+    trainer.pub = SimpleNamespace(published_updates=0)
     iterations = iter(range(len(owed) + 1))
     trainer.should_stop = lambda force=False: "" if next(iterations) < len(owed) else "stopped"
     feed = SimpleNamespace(read=lambda count, block_ms, sync_version=None: [],
                            read_paced=lambda pace, count, block_ms=100: [1])
-    trainer.channels = [Channel(0, reader, ledger, feed, pace, widening)]
-    trainer._turn = 0
+    trainer.channels = Channels([Channel(0, reader, ledger, feed, pace, widening)])
     trainer.group, trainer.rank, trainer.size = SOLO, 0, 1
     trainer.widening, trainer.pace = widening, pace
     trainer.report = lambda *a, **k: None

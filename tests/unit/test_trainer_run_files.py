@@ -58,9 +58,9 @@ LEDGER = {"consumed": "900", "duplicates": "7", "stale": "40", "dead_letters": "
 
 
 def test_only_a_pod_writes_them():
-    assert run_files.in_cluster({"KUBERNETES_SERVICE_HOST": "10.96.0.1"})
-    assert not run_files.in_cluster({})
-    assert not run_files.in_cluster({"KUBERNETES_SERVICE_HOST": ""})
+    assert run_files.trainer_writes({"DRL_RUN_FILES": "trainer"})
+    assert not run_files.trainer_writes({})
+    assert not run_files.trainer_writes({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}), "a pod is not a backend's word"
 
 
 def test_the_accounts_balance_with_every_drop_and_duplicates_apart():

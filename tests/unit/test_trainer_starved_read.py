@@ -10,7 +10,7 @@ import pytest
 
 from drl.training.ingest import Feed, Intake
 from drl.training.pacing import ReadPace
-from services.trainer.trainer import STARVED_READ_ENTRIES
+from drl.training.loops import STARVED_READ_ENTRIES
 
 LIMIT = 100_000
 

@@ -364,7 +364,7 @@ def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, na
     group = group_name(name)
     workloads = fold_learners(plan(cfg, run=run, run_dir=RUN_DIR, memory_url=memory_url, store_url=store_url,
                                    python="python", learner_address=f"{name}-trainer-0.{group}",
-                                   learner_port=RENDEZVOUS_PORT))
+                                   learner_port=RENDEZVOUS_PORT, trainer_writes_run_files=True))
     if cfg.learners > 1:
         objects.append(_group_service(ctx))
     gpu = cfg.device.startswith("cuda")
