@@ -85,6 +85,9 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("DRL_RUN_DIR", PER_SERVICE, "The run's local output folder (`<output>/<run>`)."),
     ("DRL_STORE", PER_SERVICE, "URL of the data store (directory, `file://` or `s3://`)."),
     ("DRL_STEPS_DONE", PER_SERVICE, "Environment steps a resumed run had already done (0 for a new run)."),
+    ("DRL_RUN_FILES", PER_SERVICE, "`trainer`: the trainer of rank 0 writes the run's `config.json` and "
+     "`summary.json` in the store, where no orchestrator stays beside the run (the Kubernetes manifests and the "
+     "chart set it; a local run's orchestrator writes them itself)."),
     ("DRL_WORKER_INDEX", PER_SERVICE, "A rollout worker's index (0 .. workers-1): its seed, its share of the "
      "steps and its sequence numbers."),
     ("DRL_LEARNER_RANK", PER_SERVICE, "With `--learners` K > 1: a learner's rank in the group (1 .. K-1; the "
