@@ -4,7 +4,7 @@ The orchestrator owns two hashes: ``Keys.members`` (rollout worker -> ``active``
 ``Keys.shares`` (rollout worker -> transitions it is to produce in all). Scaling decides, from what every worker
 produced and was assigned, which workers leave, which join, and what each remaining worker's share becomes,
 so that the shares add up to the run's steps exactly. Nothing here talks to Redis or starts a process: the local
-backend and the in-cluster scaler (``orchestrator.scaler``) both do their I/O around these functions, and the
+backend and the in-cluster scaler (``orchestrator.backends.kubernetes.scaler``) both do their I/O around these functions, and the
 rules are tested on plain dictionaries.
 
 Two ways of naming workers exist. A local run starts new processes under fresh names (``rollout-<next index>``)

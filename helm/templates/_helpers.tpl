@@ -515,7 +515,7 @@ volumeClaimTemplates:
 {{- end -}}
 
 
-{{/* A scaler hook Job (templates/rollout/scaler-hooks.yaml): `python -m orchestrator.scaler ARGS` in a pod like the
+{{/* A scaler hook Job (templates/rollout/scaler-hooks.yaml): `python -m orchestrator.backends.kubernetes.scaler ARGS` in a pod like the
 trainer's, as manifests.scaler_job makes it for `drl-orchestrate scale` (the trainer's image, environment without a
 group's rank and rendezvous, security contexts, service account and writable volumes; no probes, ports, scheduling
 or the trainer's resources), with small resources of its own. restartPolicy Never with a pod failure policy: exit
@@ -534,7 +534,7 @@ pod's log (hook-output-log-policy); (dict "ctx" $ "phase" "grow" "hook" "pre-upg
 {{- end -}}
 {{- end -}}
 {{- $container := dict "name" "scaler" "image" $trainer.image "imagePullPolicy" $trainer.imagePullPolicy -}}
-{{- $_ := set $container "command" (concat (list "python" "-m" "orchestrator.scaler") .args) -}}
+{{- $_ := set $container "command" (concat (list "python" "-m" "orchestrator.backends.kubernetes.scaler") .args) -}}
 {{- $_ := set $container "env" $env -}}
 {{- $_ := set $container "resources" (dict "requests" (dict "cpu" "100m" "memory" "256Mi") "limits" (dict "cpu" "1" "memory" "1Gi")) -}}
 {{- range $key := list "securityContext" "volumeMounts" -}}

@@ -1610,7 +1610,7 @@ def test_the_scaler_hook_job_runs_like_the_trainer_as_the_orchestrators_scaler_j
     assert job["spec"]["podFailurePolicy"] == expected["spec"]["podFailurePolicy"]
     assert (job["spec"]["backoffLimit"], job["spec"]["activeDeadlineSeconds"]) == (2, 300)
     [container] = job["spec"]["template"]["spec"]["containers"]
-    assert container["command"] == ["python", "-m", "orchestrator.scaler", "apply", "--workers", "4",
+    assert container["command"] == ["python", "-m", "orchestrator.backends.kubernetes.scaler", "apply", "--workers", "4",
                                     "--job-size", "2", "--hand-in-timeout", "120"]
     assert not {"DRL_LEARNER_RANK", "MASTER_ADDR", "MASTER_PORT"} & set(env_of(container))
     for version in K8S_VERSIONS:

@@ -171,7 +171,7 @@ def test_an_upgrade_to_three_workers_resizes_the_rollout_job_and_restarts_nothin
     # The run's membership and shares moved first, in a pre-upgrade hook: apply --workers 3 --job-size 2.
     hooks = hook_commands(cluster, ns)
     assert hooks == {"drl-scaler-grow": ("pre-upgrade", [
-        "python", "-m", "orchestrator.scaler", "apply", "--workers", "3", "--job-size", "2",
+        "python", "-m", "orchestrator.backends.kubernetes.scaler", "apply", "--workers", "3", "--job-size", "2",
         "--hand-in-timeout", "120"])}
     ran = [e for e in events(cluster, ns) if e["involvedObject"]["name"] == "drl-scaler-grow"]
     assert any(e["reason"] == "Completed" for e in ran), [(e["reason"], e["message"]) for e in ran]
@@ -190,8 +190,8 @@ def test_an_upgrade_back_to_two_workers_retires_then_shares(cluster, release):
     after = snapshot(cluster, ns)
     assert {k for k in before if before[k] != after[k]} == {"configmap/drl-config"}
     assert hook_commands(cluster, ns) == {
-        "drl-scaler-retire": ("pre-upgrade", ["python", "-m", "orchestrator.scaler", "retire", "--workers", "2"]),
-        "drl-scaler-shrink": ("post-upgrade", ["python", "-m", "orchestrator.scaler", "apply", "--workers", "2",
+        "drl-scaler-retire": ("pre-upgrade", ["python", "-m", "orchestrator.backends.kubernetes.scaler", "retire", "--workers", "2"]),
+        "drl-scaler-shrink": ("post-upgrade", ["python", "-m", "orchestrator.backends.kubernetes.scaler", "apply", "--workers", "2",
                                                "--job-size", "2", "--hand-in-timeout", "120"])}
     assert cluster.kubectl("-n", ns, "get", "jobs", "-l", "app.kubernetes.io/component=scaler", "-o",
                            "name").stdout.strip() == ""

@@ -12,7 +12,7 @@ import pytest
 from drl.store import run_store
 from drl.store.checkpoint import CheckpointStore
 from drl.store.base import PrefixedStore
-from orchestrator.backends.local.run import latest_checkpoint_meta
+from orchestrator.backends.local.common import latest_checkpoint_meta
 from tests.conftest import read_summary, run_cli
 from tests.harness import assert_balanced
 

@@ -1,4 +1,4 @@
-"""The in-cluster scaler (orchestrator/scaler.py) against a real Valkey/Redis server: membership and shares of a
+"""The in-cluster scaler (orchestrator/backends/kubernetes/scaler.py) against a real Valkey/Redis server: membership and shares of a
 Kubernetes run through a scale-down and a scale-up, with the workers' side of the protocol played by writing
 what rollout workers write (``produced``, their status hash, ``workers:done``)."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from drl.config import ExperimentConfig
 from drl.memory.redis import Keys, RedisMemory
-from orchestrator.scaler import RunEnded, Scaler
+from orchestrator.backends.kubernetes.scaler import RunEnded, Scaler
 from tests.conftest import ROOT
 
 RUN = "scale-k8s"
@@ -157,7 +157,7 @@ def pod_env(redis_server, **extra) -> dict[str, str]:
 
 
 def run_scaler(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.scaler", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "orchestrator.backends.kubernetes.scaler", *args], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=120)
 
 

@@ -15,7 +15,7 @@ import redis
 
 from drl.errors import UserError
 from drl.memory import open_memory
-from orchestrator.backends.local.run import latest_checkpoint_meta
+from orchestrator.backends.local.common import latest_checkpoint_meta
 from tests.conftest import read_summary, run_cli
 from tests.integration.test_memory_contract import consume, send
 from tests.faults.test_supervision import Run, _accounts_for_everything

@@ -31,7 +31,7 @@ from drl.store.base import run_store
 from drl.store.checkpoint import MANIFEST, TENSORS, CheckpointStore, folder
 from drl.store.policy import ManifestError, PolicyStore, parse_weights
 from orchestrator.backends.local.control import newest_run
-from orchestrator.backends.local.run import read_evaluations
+from orchestrator.backends.local.common import read_evaluations
 from orchestrator.cli import _read_config_file
 from orchestrator.plot import read_curve
 from orchestrator.state import STATE_FILE, RunState, read_state

@@ -142,8 +142,8 @@ def test_scale_down_with_fake_kube_api_retires_then_patches_then_applies():
     rollout = fake.objects[("Job", NS, "drl-r1-rollout")]["spec"]
     assert rollout["completions"] == rollout["parallelism"] == 1 and rollout["backoffLimit"] == 6
     commands = [job["spec"]["template"]["spec"]["containers"][0]["command"] for job in scaler_jobs(fake)]
-    assert commands[0] == ["python", "-m", "orchestrator.scaler", "retire", "--workers", "1"]
-    assert commands[1] == ["python", "-m", "orchestrator.scaler", "apply", "--workers", "1", "--job-size", "1",
+    assert commands[0] == ["python", "-m", "orchestrator.backends.kubernetes.scaler", "retire", "--workers", "1"]
+    assert commands[1] == ["python", "-m", "orchestrator.backends.kubernetes.scaler", "apply", "--workers", "1", "--job-size", "1",
                            "--hand-in-timeout", "120"]
     assert "scaling run r1 from 3 to 1 rollout workers" in err
     assert "drl: retired rollout-2" in err

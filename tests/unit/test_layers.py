@@ -191,3 +191,19 @@ def test_the_floor_rule_reads_imports_that_run_and_skips_those_for_the_type_chec
                       "else:\n    from drl.training import replay\n"
                       "def f():\n    from drl import config\n")
     assert _library_imports(module) == {"drl.training", "drl.config"}
+
+
+def _longest_class(folder: str) -> tuple[int, str]:
+    sizes = [(n.end_lineno - n.lineno + 1, f"{p.relative_to(ROOT)}:{n.name}") for p in _python(folder)
+             for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.ClassDef)]
+    return max(sizes)
+
+
+def test_one_room_per_job_sizes():
+    """The sizes that keep a job in its own room: no orchestrator class over 300 lines (``LocalRun`` is made of
+    parts), the trainer's shell under 250 (its logic is ``drl.training``'s), drl's top level a dozen modules at
+    most besides its packages."""
+    assert _longest_class("orchestrator")[0] <= 300, _longest_class("orchestrator")
+    assert len((ROOT / "services" / "trainer" / "trainer.py").read_text().splitlines()) < 250
+    top = sorted(p.name for p in (ROOT / "drl").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= 12, top

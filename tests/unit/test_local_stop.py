@@ -11,7 +11,8 @@ import time
 import pytest
 
 from drl.config import ExperimentConfig
-from orchestrator.backends.local.run import STOP_FLAG_GRACE_S, LocalRun, Proc
+from orchestrator.backends.local.common import STOP_FLAG_GRACE_S, Proc
+from orchestrator.backends.local.run import LocalRun
 
 CHECKPOINT_S = STOP_FLAG_GRACE_S + 1.5
 

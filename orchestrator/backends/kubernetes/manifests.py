@@ -710,7 +710,7 @@ def scaler_job_name(trainer_job: dict, token: str) -> str:
 
 
 def scaler_job(trainer_job: dict, name: str, args: list[str], deadline_s: int) -> dict:
-    """A one-off Job running ``python -m orchestrator.scaler ARGS`` like the trainer pod: the trainer Job's
+    """A one-off Job running ``python -m orchestrator.backends.kubernetes.scaler ARGS`` like the trainer pod: the trainer Job's
     image, environment (the ConfigMap and Secret references, the memory URL), security contexts, service
     account and writable volumes, taken from the trainer Job as the cluster holds it, so that a chart's run and
     an orchestrator's run are scaled alike.
@@ -730,7 +730,7 @@ def scaler_job(trainer_job: dict, name: str, args: list[str], deadline_s: int) -
                   if k not in _CONTROLLER_LABELS}
     container = {"name": SCALER_COMPONENT, "image": trainer["image"],
                  "imagePullPolicy": trainer.get("imagePullPolicy", "IfNotPresent"),
-                 "command": ["python", "-m", "orchestrator.scaler", *args],
+                 "command": ["python", "-m", "orchestrator.backends.kubernetes.scaler", *args],
                  "resources": json.loads(json.dumps(RESOURCES[SCALER_COMPONENT]))}
     for key in ("env", "envFrom", "securityContext", "volumeMounts"):
         if trainer.get(key):

@@ -1,7 +1,7 @@
 """Live scaling of a Kubernetes run (``drl-orchestrate scale RUN --workers N --backend kubernetes``).
 
 The orchestrator changes only the rollout Indexed Job; the membership and shares in the run's memory server
-change inside the cluster, in scaler Jobs (``orchestrator.scaler``, made by ``manifests.scaler_job``), whose
+change inside the cluster, in scaler Jobs (``orchestrator.backends.kubernetes.scaler``, made by ``manifests.scaler_job``), whose
 results are read from their pods' logs. A result that cannot be read (no scaler pod, its log refused, no JSON
 line in it) fails the scaling with exit 1 rather than guessing: the step did run, but what it decided (how large
 the rollout Job must be) is unknown, and running the same scale again finishes it.
@@ -49,7 +49,7 @@ def _finished(job: dict) -> str:
 
 @dataclass
 class KubeScale:
-    """Scales a Kubernetes run's rollout workers (protocol: ``orchestrator.scaler``'s docstring).
+    """Scales a Kubernetes run's rollout workers (protocol: ``orchestrator.backends.kubernetes.scaler``'s docstring).
 
     The orchestrator changes only the rollout Indexed Job (completions and parallelism together, as elastic
     Indexed Jobs require); the membership and shares in the run's Redis change inside the cluster, in scaler

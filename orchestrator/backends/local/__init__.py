@@ -46,9 +46,9 @@ class LocalBackend:
         return control.stop(run, deployment.output or DEFAULT_OUTPUT, timeout)
 
     def scale(self, run: str, workers: int, deployment: Deployment, timeout: float) -> int:
-        from orchestrator.backends.local import control
+        from orchestrator.backends.local import scaling
 
-        return control.scale(run, workers, deployment.output or DEFAULT_OUTPUT, timeout)
+        return scaling.scale(run, workers, deployment.output or DEFAULT_OUTPUT, timeout)
 
     def delete(self, run: str, deployment: Deployment) -> int:
         raise UserError(f"delete removes a Kubernetes run's objects; a local run's files stay in its folder in "

@@ -20,11 +20,11 @@ from pathlib import Path
 
 from drl.errors import UserError
 from drl.memory import MemoryBackendError, open_memory, private_env
-from drl.naming import check_workers, memory_servers
+from drl.naming import memory_servers
 from drl.process import pid_alive
 from drl.status import status_message
 from orchestrator.backends.local.ownership import RunLock, end_orphans, orchestrator_alive
-from orchestrator.backends.local.run import PASSWORD_FILE, SCALE_REQUEST, SCALE_RESULT, STOP_REQUEST
+from orchestrator.backends.local.common import PASSWORD_FILE, STOP_REQUEST
 from orchestrator.state import STATE_FILE, RunState, read_state, write_state
 from orchestrator.status import Row, format_lags, format_table, get_status, row_from_status
 
@@ -204,30 +204,3 @@ def stop_orphaned(run_dir: Path, state: RunState) -> int:
           f"running: {', '.join(sorted(ended))}. It left no summary; drl-orchestrate --resume {state.run} continues "
           "the run from its newest checkpoint", file=sys.stderr)
     return 0
-
-
-def scale(run: str, workers: int, output: str, timeout: float) -> int:
-    """Asks the run's orchestrator for ``workers`` rollout workers (``SCALE_REQUEST``) and waits for its answer."""
-    check_workers(workers)
-    run_dir, state = find_local_run(run, output)
-    if (run_dir / "summary.json").exists() or not orchestrator_alive(run_dir, state):
-        raise UserError(f"run {state.run} is not running")
-    request, result = run_dir / SCALE_REQUEST, run_dir / SCALE_RESULT
-    result.unlink(missing_ok=True)
-    request.with_suffix(".tmp").write_text(json.dumps({"workers": workers}))
-    request.with_suffix(".tmp").replace(request)
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if result.exists() and not request.exists():
-            outcome = json.loads(result.read_text())
-            if "error" in outcome:
-                raise UserError(f"run {state.run} refused to scale: {outcome['error']}")
-            print(f"drl: run {state.run} collects with {len(outcome['collecting'])} rollout workers: "
-                  f"{', '.join(outcome['collecting'])}", file=sys.stderr)
-            return 0
-        if not orchestrator_alive(run_dir, state):
-            break
-        time.sleep(0.2)
-    print(f"drl-orchestrate: error: run {state.run} did not reach {workers} rollout workers within "
-          f"{timeout:.0f}s; see {run_dir / 'orchestrator.log'}", file=sys.stderr)
-    return 1

@@ -6,10 +6,10 @@ environment and security context) and patches the rollout Indexed Job itself. Th
 ``RunControl``, the scaler changes only the membership and the shares (and forgets a returning worker's done
 marker), with the rules of ``orchestrator.scaling``:
 
-    python -m orchestrator.scaler retire --workers N
+    python -m orchestrator.backends.kubernetes.scaler retire --workers N
         marks every active worker with an index of N or more ``retired`` (before the Job is scaled down, so
         the SYNC iterations of the others already split over the workers that stay)
-    python -m orchestrator.scaler apply --workers N --job-size C [--hand-in-timeout S]
+    python -m orchestrator.backends.kubernetes.scaler apply --workers N --job-size C [--hand-in-timeout S]
         retires as above (again: a re-run after a failure must not depend on the first half), waits up to S
         seconds until each retired worker of index N or more has exited (marked done, or it never
         produced or reported anything), then spreads the steps left over the workers below N; retired
@@ -140,11 +140,11 @@ class Scaler:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise UserError(f"{message} (python -m orchestrator.scaler {{retire,apply}} --workers N ...)")
+        raise UserError(f"{message} (python -m orchestrator.backends.kubernetes.scaler {{retire,apply}} --workers N ...)")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = _Parser(prog="python -m orchestrator.scaler",
+    parser = _Parser(prog="python -m orchestrator.backends.kubernetes.scaler",
                      description="Change a Kubernetes run's rollout membership and shares (started by "
                                  "drl-orchestrate scale as a Job).")
     parser.add_argument("phase", choices=("retire", "apply"))

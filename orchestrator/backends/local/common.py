@@ -1,0 +1,192 @@
+"""What the parts of a local run share: its files' names, its timings and limits, the process record, and
+the readers of what a run leaves in its folder and its store."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from drl.process import pid_alive
+from drl.store import run_store
+from orchestrator.backends.local.forkserver import ForkedProcess
+
+
+EVALUATOR_GRACE_S = 300.0
+
+STOP_GRACE_S = 15.0
+
+STOP_FLAG_GRACE_S = 3.0
+
+FINAL_CHECKPOINT_S = 60.0
+
+MEMORY_RETRY_S = 0.0  # the supervision loop goes on without an answer; it restarts a private server that died
+
+STOP_REQUEST = "stop.request"
+
+SCALE_REQUEST = "scale.request"
+
+SCALE_RESULT = "scale.result"
+
+STOP_FLAG = "stopped"
+
+HAND_IN_S = 60.0
+
+BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+
+HEARTBEATS = "heartbeats"
+
+MAX_WORKERS = 4096
+
+# Rollout workers run this many steps nicer than the trainer. With more workers than cores the scheduler would
+# otherwise give the one consumer a 1/(N+2) share of the CPU: it falls behind, back-pressure holds every
+# producer, and more workers collect less. Niced, the workers take what the trainer leaves.
+ROLLOUT_NICENESS = 5
+
+PASSWORD_FILE = "memory.password"
+
+OWNER_CLAIM = "orchestrator"
+
+CLAIM_S = 15.0
+
+CLAIM_RENEW_S = 3.0
+
+
+def policy_lag(trainer: dict) -> dict:
+    """The summary's ``policy_lag`` from the trainer's last status, for learners that measure it: the histogram
+    of trained transitions by lag in versions (bucket upper bound: count), its mean, 95th percentile (a bucket's
+    upper bound) and maximum, and ``dropped``, the transitions consumed but not learned from because they were
+    older than ``--max-policy-lag`` (they count as consumed in the balance)."""
+    if not trainer.get("policy_lag"):
+        return {}
+    from drl.tensorboard import parse_buckets
+
+    try:
+        pairs = parse_buckets(trainer["policy_lag"])
+        return {"policy_lag": {"histogram": {("inf" if b == float("inf") else str(int(b))): c for b, c in pairs},
+                               "mean": float(trainer.get("policy_lag_mean") or 0.0),
+                               "p95": int(float(trainer.get("policy_lag_p95") or 0)),
+                               "max": int(float(trainer.get("policy_lag_max") or 0)),
+                               "dropped": int(float(trainer.get("lag_dropped") or 0))}}
+    except ValueError:
+        return {}
+
+
+def free_port() -> int:
+    """A free TCP port on loopback (the learners' rendezvous; the trainer binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def refusal(log: Path, tail_bytes: int = 8192) -> str:
+    """The reason a service gave when it refused its input: the last ``drl ROLE: error: ...`` line of its log
+    (``services.common`` prints one before it exits with the usage code), or "" when there is none."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - tail_bytes))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        head, sep, reason = line.partition(": error: ")
+        if sep and head.startswith("drl "):
+            return reason.strip()
+    return ""
+
+
+@dataclass
+class Proc:
+    name: str
+    role: str
+    popen: subprocess.Popen | ForkedProcess
+    log: Path
+    heartbeat: Path | None = None
+    started: float = field(default_factory=time.time)
+    restarts: int = 0
+    restart_at: float | None = None
+
+
+def _alive_here(holder: str) -> bool:
+    """Whether a claim's holder (``host:pid:run dir``) is a live process on this machine."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    return host == socket.gethostname() and pid.isdigit() and pid_alive(int(pid))
+
+
+def read_evaluations(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line) if line.strip() else None
+        except (ValueError, RecursionError):
+            entry = None
+        if isinstance(entry, dict) and isinstance(entry.get("mean_return"), (int, float)):
+            out.append(entry)
+    return out
+
+
+def latest_checkpoint_meta(store_url: str, run: str) -> dict | None:
+    """The meta of the run's newest checkpoint that verifies, None without one."""
+    from drl.store.checkpoint import CheckpointStore
+
+    latest = CheckpointStore(run_store(store_url, run), run).latest()
+    return latest[2] if latest is not None else None
+
+
+def resume_counters(store_url: str, run: str) -> dict[str, int]:
+    """The ledger's counters in the checkpoint a resumed trainer starts from (the newest that verifies): what the
+    run had accounted for before this resume."""
+    counters = (latest_checkpoint_meta(store_url, run) or {}).get("counters")
+    if not isinstance(counters, dict):
+        return {}
+    return {str(k): int(v) for k, v in counters.items() if isinstance(v, int)}
+
+
+def write_summary(run_dir: Path, summary: dict) -> bool:
+    """Writes summary.json whole or not at all; where it cannot be written (a full disk, a read-only folder) the
+    summary goes to stderr instead, so that a failed run still says what it did. Returns whether it was written."""
+    text = json.dumps(summary, indent=2) + "\n"
+    partial = run_dir / "summary.json.partial"
+    try:
+        partial.write_text(text)
+        os.replace(partial, run_dir / "summary.json")
+        return True
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        print(f"drl: the summary cannot be written to {run_dir / 'summary.json'} ({exc.strerror or exc}); here it "
+              f"is:\n{text}", file=sys.stderr, end="")
+        return False
+
+
+def last_error(reason: str) -> str:
+    """The last error line of the log a failure names (``... (log: PATH)``), as "; last error: ...", so that the
+    line that ends a run says why (a read-only store, a full disk) without opening the log; "" without one."""
+    match = re.search(r"log: ([^;)]+)\)", reason)
+    try:
+        lines = Path(match.group(1)).read_text(errors="replace").splitlines()[-200:] if match else []
+    except OSError:
+        return ""
+    errors = [line.strip() for line in lines if re.match(r"^[A-Za-z_.]*(Error|Exception|Exit)\b.*:", line.strip())]
+    return f"; last error: {errors[-1][:300]}" if errors else ""
+
+
+def _refused_write(exc: OSError) -> str:
+    """An OSError of the run's own files as one line: what the system said, and where."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None
+    except ValueError:
+        return None
