@@ -28,18 +28,6 @@ def worker_index(name: str) -> int:
     return int(name.rsplit("-", 1)[1])
 
 
-def shard_of(worker: str, shards: int) -> int:
-    """The experience stream (0 to ``shards`` - 1) a rollout worker appends to: its replica index modulo the
-    shards, so a worker keeps its stream when the run is scaled and a learner that consumes whole shards
-    consumes whole workers. A name without an index (not a rollout worker's) is shard 0's."""
-    if shards <= 1:
-        return 0
-    try:
-        return worker_index(worker) % shards
-    except (IndexError, ValueError):
-        return 0
-
-
 def memory_servers(url: str) -> list[str]:
     """The server URLs of a memory URL: one, or several separated by commas (shard s lives on server s mod N)."""
     return [part.strip() for part in url.split(",") if part.strip()]

@@ -18,13 +18,13 @@ from typing import Mapping
 
 from drl.errors import UserError
 from drl.memory.base import (ACTIVE, RETIRED, AppendReply, Announcements, Entry, ExperienceReader, ExperienceWriter, MemoryBackend,
-                             MemoryBackendError, MemoryUnavailable, RunControl, seq_field)
+                             MemoryBackendError, MemoryUnavailable, RunControl, ShardMap, seq_field)
 
 RETRY_S = 120.0
 INPROC_SCHEME = "memory://"
 
 __all__ = ["ACTIVE", "RETIRED", "AppendReply", "Announcements", "Entry", "ExperienceReader", "ExperienceWriter", "MemoryBackend",
-           "MemoryBackendError", "MemoryUnavailable", "RunControl", "check_url", "find_server_binary", "new_password",
+           "MemoryBackendError", "MemoryUnavailable", "RunControl", "ShardMap", "check_url", "find_server_binary", "new_password",
            "open_memory", "private_env", "private_server", "redact", "seq_field", "url_has_password",
            "write_password_file"]
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol
 
+from drl.naming import worker_index
+
 Entry = tuple[bytes, dict]
 """An experience entry as read: its id in the stream, and its fields (``b"h"``: the protobuf header, ``b"d"``: the
 arrays; see docs/wire-format.md). Fields are passed on untouched, so a dead letter keeps what was sent."""
@@ -318,14 +320,44 @@ class Identity:
         return self.epoch if self.epoch is not None and name == self.name else None
 
 
+@dataclass(frozen=True)
+class ShardMap:
+    """Which experience stream each rollout worker appends to and which streams each learner reads: the one
+    place that decides it (the backend's writers, the trainer's readers and ledgers, done markers all ask here).
+
+    A worker appends to shard ``index mod shards`` (its replica index), so it keeps its stream when the run is
+    scaled and a learner that consumes whole shards consumes whole workers; a name without an index (not a
+    rollout worker's) is shard 0's. Learner ``rank`` of ``size`` reads the shards ``s`` with ``s mod size ==
+    rank``: every shard has exactly one consumer."""
+
+    shards: int = 1
+
+    def of(self, worker: str) -> int:
+        if self.shards <= 1:
+            return 0
+        try:
+            return worker_index(worker) % self.shards
+        except (IndexError, ValueError):
+            return 0
+
+    def of_learner(self, rank: int, size: int) -> list[int]:
+        """The shards learner ``rank`` of a group of ``size`` reads."""
+        return [s for s in range(self.shards) if s % size == rank]
+
+    def in_shard(self, shard: int, by_worker: dict[str, int]) -> dict[str, int]:
+        """The entries of ``by_worker`` whose worker appends to ``shard``."""
+        return by_worker if self.shards <= 1 else {w: n for w, n in by_worker.items() if self.of(w) == shard}
+
+
 class MemoryBackend(Protocol):
     """A connection to the memory server, bound to one run whose experience travels in ``shards`` streams
-    (``drl.naming.shard_of`` assigns each rollout worker its stream). Each shard keeps what the guarantees
+    (``shard_map`` assigns each rollout worker its stream). Each shard keeps what the guarantees
     above promise on its own: order, back-pressure, the reader's committed state; the run's control state is
     shared, and ``RunControl.ledger`` and ``unconsumed`` add up every shard."""
 
     run: str
     shards: int
+    shard_map: ShardMap
 
     def writer(self, worker: str, max_entries: int, max_bytes: int) -> ExperienceWriter:
         """The writer of ``worker``, appending to its shard's stream."""

@@ -33,9 +33,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from drl.errors import Superseded
-from drl.memory.base import AppendReply, Entry, Identity, MemoryBackendError, merge_states, unseen_transitions
+from drl.memory.base import AppendReply, Entry, Identity, MemoryBackendError, ShardMap, merge_states, unseen_transitions
 from drl.memory.outbox import Outbox, Outgoing, OutboxWriter, format_floor, parse_floors
-from drl.naming import shard_of
 
 log = logging.getLogger(__name__)
 
@@ -770,6 +769,7 @@ class InProcessMemory:
         self.name = name
         self.run = run
         self.shards = max(1, shards)
+        self.shard_map = ShardMap(self.shards)
         self._server = _server(name)
         self.identity = Identity()
 
@@ -782,7 +782,7 @@ class InProcessMemory:
 
     def writer(self, worker: str, max_entries: int, max_bytes: int) -> InProcessWriter:
         return InProcessWriter(self._server, self.run, worker, max_entries, max_bytes,
-                               shard_of(worker, self.shards), self.identity.of(worker))
+                               self.shard_map.of(worker), self.identity.of(worker))
 
     def reader(self, name: str, on_reset: Callable[[], None] | None = None, shard: int = 0) -> InProcessReader:
         if not 0 <= shard < self.shards:

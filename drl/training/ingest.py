@@ -18,8 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from drl.memory import Entry, ExperienceReader, codec, seq_field
-from drl.naming import shard_of
+from drl.memory import Entry, ExperienceReader, ShardMap, codec, seq_field
 
 log = logging.getLogger("drl.training.ingest")
 
@@ -193,26 +192,26 @@ class Ledger:
 
 class Ledgers:
     """The ledgers of the experience shards a trainer consumes, as one: each worker appends to one shard
-    (``drl.naming.shard_of``), so its progress is in that shard's ledger (``of``); the counters add up. Each
+    (``drl.memory.ShardMap``), so its progress is in that shard's ledger (``of``); the counters add up. Each
     shard's ledger is committed with that shard's reads only, so every shard counts its transitions exactly once on
     its own, and the run's counts are the sums."""
 
     def __init__(self, by_shard: dict[int, Ledger], shards: int):
-        self.by_shard, self.shards = by_shard, shards
+        self.by_shard, self.shards, self.map = by_shard, shards, ShardMap(shards)
 
     @classmethod
     def single(cls, ledger: Ledger) -> "Ledgers":
         return cls({0: ledger}, 1)
 
     def of(self, worker: str) -> Ledger:
-        return self.by_shard[shard_of(worker, self.shards)]
+        return self.by_shard[self.map.of(worker)]
 
     def __iter__(self):
         return iter(self.by_shard.values())
 
     def owns(self, worker: str) -> bool:
         """Whether ``worker``'s shard is one of these."""
-        return shard_of(worker, self.shards) in self.by_shard
+        return self.map.of(worker) in self.by_shard
 
     def counters(self) -> dict[str, int]:
         return {name: sum(getattr(ledger, name) for ledger in self) for name in COUNTERS}

@@ -1,7 +1,7 @@
 """The experience shards one learner consumes, as one object: its readers, their ledgers, feeds and pacing.
 
 With ``--memory-shards`` S and ``--learners`` K, learner ``rank`` consumes the shards ``s`` with ``s % K == rank``
-(``learner_shards``): every shard has exactly one consumer, and each shard's ledger is committed with that shard's
+(the memory backend's ``ShardMap``): every shard has exactly one consumer, and each shard's ledger is committed with that shard's
 reads only. A shard's feed settles only the workers that append to it (another shard's finished worker is not this
 shard's loss). Reads go round the shards in turn, so that no shard waits behind another.
 """
@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from drl.memory import ExperienceReader, MemoryBackend, RunControl
+from drl.memory import ExperienceReader, MemoryBackend, RunControl, ShardMap
 from drl.memory.backlog import BacklogLimits
-from drl.naming import shard_of
 from drl.training.ingest import Feed, Ingest, Ledger, Ledgers
 from drl.training.pacing import ReadPace, Widening
 
@@ -21,16 +20,11 @@ CONSUMER = "trainer-0"
 """Every shard's one consumer name: a learner's replacement takes up its predecessor's pending entries."""
 
 
-def learner_shards(shards: int, rank: int, size: int) -> list[int]:
-    """The experience shards that learner ``rank`` of a group of ``size`` consumes."""
-    return [s for s in range(shards) if s % size == rank]
-
-
-def done_markers(control: RunControl, shards: int, shard: int) -> Callable[[], dict[str, int]]:
+def done_markers(control: RunControl, shards: ShardMap, shard: int) -> Callable[[], dict[str, int]]:
     """The done markers (``RunControl.workers_done``) of the workers that append to ``shard``."""
-    if shards == 1:
+    if shards.shards == 1:
         return control.workers_done
-    return lambda: {w: n for w, n in control.workers_done().items() if shard_of(w, shards) == shard}
+    return lambda: shards.in_shard(shard, control.workers_done())
 
 
 @dataclass
@@ -59,7 +53,7 @@ class Channels(list):
         for s, ledger in ledgers.by_shard.items():
             reader = memory.reader(CONSUMER, on_reset=on_reset, shard=s)
             feed = Feed(reader, ingest(ledger), learning, reclaim_idle_s,
-                        done=done_markers(control, ledgers.shards, s))
+                        done=done_markers(control, memory.shard_map, s))
             pace = ReadPace(limits.limit_bytes)
             widening = Widening(reader, limits, max_backlog_bytes, learning_starts, pace)
             channels.append(Channel(s, reader, ledger, feed, pace, widening))

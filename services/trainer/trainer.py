@@ -29,7 +29,7 @@ from drl.memory import codec
 from drl.memory.backlog import backlog_limits
 from drl.training.pacing import RateLimiter
 from drl.training.publishing import Publisher
-from drl.training.shards import Channels, learner_shards
+from drl.training.shards import Channels
 from drl.training.status import trainer_fields
 from drl.training.stopping import StopCheck
 from drl.errors import EXIT_INTERRUPTED
@@ -58,7 +58,7 @@ class Trainer(Service):
         layout = codec.expected_layout(self.spec, algorithm.wire_fields(cfg))
         self.learning = algorithm.make_learning(self.spec, cfg, seed=cfg.seed)
         self.rank, self.size = ctx.learner_rank, cfg.learners
-        shards = learner_shards(cfg.memory_shards, self.rank, self.size)
+        shards = self.memory.shard_map.of_learner(self.rank, self.size)
         self.ledger = Ledgers({s: Ledger() for s in shards}, cfg.memory_shards)
         self.group = join_learners(self.learning.learner, self.rank, self.size, cfg.algorithm, self.device, shards)
         self.membership = Membership(self.control, self.ledger, cfg.workers, cfg.member_silence_s,

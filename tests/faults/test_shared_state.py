@@ -1,4 +1,4 @@
-"""Memory-server state written by anything else (docs/architecture.md, "Shared state on the memory server"): with a
+"""Memory-server state written by anything else (docs/internals.md, "Shared state on the memory server"): with a
 real run in progress (real valkey-server, real trainer, rollout workers and evaluator), every key the run owns is
 overwritten with a value of the wrong type, or with values out of range; the run must still finish (or end for a
 clear reason) within a bound, no service may crash (each one exits 0, so nothing would be restarted), every

@@ -978,7 +978,7 @@ def test_concurrent_writers_and_a_reader_count_every_entry_once_in_order(mem):
 def test_a_key_of_the_wrong_type_is_repaired_or_ignored_on_redis(use, redis_server, redis_client, caplog):
     """The in-process server holds no keys of the wrong type; on Redis a key of a run that another program wrote
     with another type is reported in one line naming it, and repaired (a stream of the wrong type is a data loss:
-    deleted, its writers re-send) or read as absent (``docs/architecture.md``, "Shared state on the memory
+    deleted, its writers re-send) or read as absent (``docs/internals.md``, "Shared state on the memory
     server"), never raised to the caller."""
 
     from drl.memory import open_memory

@@ -1,4 +1,4 @@
-"""The Lua scripts check before they write (docs/architecture.md, "Shared state on the memory server"): on a real
+"""The Lua scripts check before they write (docs/internals.md, "Shared state on the memory server"): on a real
 server, a script given an unsound key or a bad argument fails with ``UNSOUNDKEY``/``BADARG`` and leaves every key of
 the run exactly as it was (a script that failed half-way would keep what it wrote)."""
 

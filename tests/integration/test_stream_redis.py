@@ -1,6 +1,6 @@
 """The Python side of the append and commit scripts (``drl/memory/redis/stream.py``) against a real server: what the
 writer makes of the append script's reply, what the reader hands the commit script and reads back, and how both
-treat keys that something other than drl wrote (docs/architecture.md, "Shared state on the memory server": an
+treat keys that something other than drl wrote (docs/internals.md, "Shared state on the memory server": an
 unsound value is reported in one line naming its key and read as absent, a key of the wrong type is repaired).
 The behaviour both backends share is held by test_memory_contract.py; these are the Redis side's own rules.
 """

@@ -6,13 +6,15 @@ from __future__ import annotations
 from drl.training.ingest import COUNTERS
 from drl.memory.base import SUMMED_STATE_FIELDS, merge_states
 from drl.memory.redis import Keys
-from drl.naming import shard_of
+from drl.memory import ShardMap
 
 
 def test_a_worker_appends_to_its_index_modulo_the_shards():
-    assert [shard_of(f"rollout-{i}", 3) for i in range(7)] == [0, 1, 2, 0, 1, 2, 0]
-    assert {shard_of(f"rollout-{i}", 1) for i in range(5)} == {0}
-    assert shard_of("trainer-0", 4) == 0 and shard_of("bench", 4) == 0
+    assert [ShardMap(3).of(f"rollout-{i}") for i in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    assert {ShardMap(1).of(f"rollout-{i}") for i in range(5)} == {0}
+    assert ShardMap(4).of("trainer-0") == 0 and ShardMap(4).of("bench") == 0
+    assert [ShardMap(5).of_learner(r, 2) for r in range(2)] == [[0, 2, 4], [1, 3]]
+    assert ShardMap(2).in_shard(1, {"rollout-0": 5, "rollout-1": 7, "rollout-3": 1}) == {"rollout-1": 7, "rollout-3": 1}
 
 
 def test_shard_zero_keeps_the_run_keys_and_others_have_their_own_experience_keys():

@@ -15,9 +15,9 @@ import redis
 from drl.memory.redis.announce import Announcer
 from drl.memory.redis.connection import RETRY_S, connect, redact, retrying
 from drl.memory.redis.control import RedisRunControl
-from drl.memory.base import Identity, seq_field
+from drl.memory.base import Identity, ShardMap, seq_field
 from drl.errors import UserError
-from drl.naming import memory_servers, shard_of
+from drl.naming import memory_servers
 from drl.memory.codec import entry_size
 from drl.memory.redis.keys import Keys
 from drl.memory.redis.repair import Guard
@@ -43,6 +43,7 @@ class RedisMemory:
         self.clients = list(clients) if isinstance(clients, (list, tuple)) else [clients]
         self.client, self.run, self.retry_s, self.url = self.clients[0], run, retry_s, url
         self.shards = max(1, shards)
+        self.shard_map = ShardMap(self.shards)
         self.keys = Keys(run)
         self.identity = Identity()
         if len(self.clients) > self.shards:
@@ -79,7 +80,7 @@ class RedisMemory:
         return epoch
 
     def writer(self, worker: str, max_entries: int, max_bytes: int) -> Producer:
-        shard = shard_of(worker, self.shards)
+        shard = self.shard_map.of(worker)
         return Producer(self.server_of(shard), Keys(self.run, shard), worker, max_entries, max_bytes,
                         retry_s=self.retry_s, epoch=self.identity.of(worker))
 

@@ -1,5 +1,5 @@
 """The run's keys are shared state that anything with access to the server can overwrite; this module keeps what
-drl reads from them sound (docs/architecture.md, "Shared state on the memory server").
+drl reads from them sound (docs/internals.md, "Shared state on the memory server").
 
 Every key has a type and a rule for its values (``SCHEMA``). The Lua scripts check every key they write or rely
 on before writing anything and fail with ``UNSOUNDKEY <key> <why>``; plain commands on a key of the wrong type fail

@@ -38,7 +38,7 @@ from typing import Callable, NoReturn
 
 from drl.config import ExperimentConfig
 from drl.errors import EXIT_USAGE, UserError
-from drl.memory import MemoryBackendError, RunControl, open_memory
+from drl.memory import ACTIVE, RETIRED, MemoryBackendError, RunControl, open_memory
 from drl.naming import check_workers, worker_index
 from orchestrator import scaling
 
@@ -81,7 +81,7 @@ class Scaler:
         if self.control.members():
             return
         shares = scaling.initial_shares(self.cfg.steps, self.steps_done, self.cfg.workers)
-        self.control.register({name: scaling.ACTIVE for name in shares}, shares, only_new=True)
+        self.control.register({name: ACTIVE for name in shares}, shares, only_new=True)
         self.say(f"registered the run's {self.cfg.workers} rollout workers as members")
 
     def retire(self, workers: int) -> list[str]:
@@ -89,7 +89,7 @@ class Scaler:
         self.ensure_members()
         leaving = scaling.plan_indexed_removal(self.snapshot(), workers)
         if leaving:
-            self.control.register({n: scaling.RETIRED for n in leaving}, {})
+            self.control.register({n: RETIRED for n in leaving}, {})
             self.say(f"retired {', '.join(leaving)}")
         return leaving
 
@@ -113,7 +113,7 @@ class Scaler:
     def apply(self, workers: int, job_size: int, hand_in_s: float = HAND_IN_TIMEOUT_S) -> dict:
         self.retire(workers)
         members = self.snapshot().members
-        leaving = [n for n, s in members.items() if s == scaling.RETIRED and worker_index(n) >= workers]
+        leaving = [n for n, s in members.items() if s == RETIRED and worker_index(n) >= workers]
         late = self.wait_for_exit(sorted(leaving, key=worker_index), hand_in_s)
         warnings = []
         if late:
@@ -124,8 +124,8 @@ class Scaler:
         snap = self.snapshot()
         plan = scaling.plan_indexed_shares(snap, steps=self.cfg.steps, steps_done=self.steps_done, workers=workers,
                                            margin=self.margin)
-        self.control.register({n: scaling.ACTIVE for n in plan.added}, plan.shares, forget_done=plan.added)
-        returning = [n for n in plan.added if snap.members.get(n) == scaling.RETIRED]
+        self.control.register({n: ACTIVE for n in plan.added}, plan.shares, forget_done=plan.added)
+        returning = [n for n in plan.added if snap.members.get(n) == RETIRED]
         grows = workers > job_size and any(worker_index(n) >= job_size for n in plan.names)
         size = workers if workers <= job_size or grows else job_size
         if plan.names:
