@@ -26,9 +26,9 @@ import numpy as np
 
 from drl import frames
 from drl._proto import experience_pb2
+from drl.acting.nstep import NSTEP_FIELDS, NStepFolder
 from drl.envs import VecEnv
 from drl.memory import codec
-from drl.acting.nstep import NSTEP_FIELDS, NStepFolder
 from drl.training.replay import ReplayBuffer
 
 

@@ -423,7 +423,7 @@ def summarise(worker_counts: list[int], results: list[dict], n_cores: int, peer:
         paired = [{r["side"]: r.get("rate") for r in mine if r["repeat"] == rep} for rep in sorted({r["repeat"]
                                                                                                   for r in mine})]
 
-        def ratio(x: str, y: str) -> float | None:
+        def ratio(x: str, y: str, paired: list = paired) -> float | None:
             return median(p[x] / p[y] for p in paired if p.get(x) and p.get(y))
 
         row = {"workers": n, "raw_fps": rate["raw"], "sf_fps": rate["sf"], "sf_sampler_fps": rate["sf-sampler"],

@@ -35,9 +35,9 @@ UNITS = {"step": (3000, 9000), "read": (400, 1200)}
 def probe_step(steps: int) -> None:
     import numpy as np
 
+    from drl.acting.entries import EntryBuffer, EntryFill, StepInto
     from drl.algorithms import make_actor
     from drl.config import replace
-    from drl.acting.entries import EntryBuffer, EntryFill, StepInto
     from drl.envs import VecEnv
     from drl.memory import codec
     from drl.presets import get_preset

@@ -39,8 +39,8 @@ from bench.learner_speed import BATCH, ENV, HIDDEN, LR, cpu_model, random_transi
 
 def _learner(rank: int, size: int, port: int, updates: int, warmup: int, fill: int, threads: int, out: str) -> None:
     from drl.algorithms.sac import SACConfig, SACLearner
-    from drl.training.collective import join
     from drl.envs import space_spec
+    from drl.training.collective import join
     from drl.training.replay import ReplayBuffer
 
     torch.set_num_threads(threads)

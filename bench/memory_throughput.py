@@ -46,13 +46,12 @@ import numpy as np
 
 from drl._proto import experience_pb2
 from drl.envs import SpaceSpec
-from drl.memory import codec
-from drl.naming import worker_name
-from drl.memory.redis.connection import connect
-from drl.training.ingest import SeqTracker
-from drl.memory import seq_field
+from drl.memory import codec, seq_field
 from drl.memory.codec import entry_size
 from drl.memory.redis import Consumer, Keys, Producer
+from drl.memory.redis.connection import connect
+from drl.naming import worker_name
+from drl.training.ingest import SeqTracker
 
 RUN = "bench"
 GOAL_TRANSITIONS_PER_S = 1_000_000
@@ -456,6 +455,7 @@ def machine() -> dict:
 
 def versions() -> dict:
     import redis
+
     from drl.memory.redis.server import find_server_binary
 
     out = {"python": platform.python_version(), "numpy": np.__version__, "redis-py": redis.__version__}

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                         "policy_sync_p50_ms": statistics.median(x["policy_sync_p50_ms"] for x in results),
                         "runs": results}
     base = report["baseline"]
-    for name, r in report.items():
+    for r in report.values():
         r["steps_ratio_to_baseline"] = r["env_steps_per_s"] / base["env_steps_per_s"]
         r["p99_ratio_to_baseline"] = r["policy_sync_p99_ms"] / base["policy_sync_p99_ms"] \
             if base["policy_sync_p99_ms"] else None

@@ -69,9 +69,10 @@ def _worker_main(index: int, conn) -> None:
     import torch
 
     torch.set_num_threads(1)
+    import minio  # noqa: F401
+
     import drl.algorithms.sac  # noqa: F401  (imports happen at start, not inside the first measured phase)
     import drl.store.s3  # noqa: F401
-    import minio  # noqa: F401
     import services.common  # noqa: F401
 
     conn.send(("up", index))
@@ -256,8 +257,8 @@ class MotoServer:
 def run_config(store_kind: str, n: int, workers: Workers, cfg: argparse.Namespace, memory_url: str,
                workdir: Path, spec, rng: np.random.Generator, pids: dict[str, int]) -> dict:
     from drl.algorithms.sac import SACActor, SACConfig
-    from drl.memory.redis.connection import connect
     from drl.memory.redis import Announcer, Keys
+    from drl.memory.redis.connection import connect
     from drl.store import PolicyStore
 
     run = f"sync-{store_kind}-{n}"

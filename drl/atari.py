@@ -30,8 +30,13 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.wrappers import (AtariPreprocessing, FrameStackObservation, RecordEpisodeStatistics,
-                                TransformObservation, TransformReward)
+from gymnasium.wrappers import (
+    AtariPreprocessing,
+    FrameStackObservation,
+    RecordEpisodeStatistics,
+    TransformObservation,
+    TransformReward,
+)
 
 STACK = 4
 """Frames an ALE observation stacks."""

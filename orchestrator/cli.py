@@ -36,8 +36,14 @@ from drl.config import ConfigError, ExperimentConfig, coerce, from_dict, iter_op
 from drl.errors import EXIT_USAGE, UserError
 from drl.presets import PRESETS, get_preset
 from orchestrator.backends import BACKENDS, Backend, Deployment
-from orchestrator.backends.kubernetes.manifests import (DEFAULT_IMAGE, PENDING_TIMEOUT_S, PROFILES, RESOURCE_ROLES,
-                                                        S3_IMAGE, S3_STORAGE)
+from orchestrator.backends.kubernetes.manifests import (
+    DEFAULT_IMAGE,
+    PENDING_TIMEOUT_S,
+    PROFILES,
+    RESOURCE_ROLES,
+    S3_IMAGE,
+    S3_STORAGE,
+)
 from orchestrator.backends.local.launch import DETACHED_COMMAND
 
 DEPLOYMENT_OPTIONS = ("backend", "namespace", "image", "s3_image", "s3_storage", "s3_storage_class", "profile",

@@ -42,9 +42,9 @@ def parse(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> argpars
 
 
 def evaluate(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> int:
+    from drl.acting.evaluation import run_episodes
     from drl.algorithms import make_actor
     from drl.envs import space_spec
-    from drl.acting.evaluation import run_episodes
     from drl.store import ManifestError, PolicyStore, run_store
 
     args = parse(argv, parser_cls)

@@ -19,8 +19,8 @@ OUT = ROOT / "drl" / "_proto"
 
 
 def generate(out: Path) -> list[Path]:
-    from grpc_tools import protoc
     import grpc_tools
+    from grpc_tools import protoc
 
     files = sorted(PROTO_ROOT.glob("drl/v1/*.proto"))
     out.mkdir(parents=True, exist_ok=True)
@@ -36,8 +36,8 @@ def generate_services(out: Path) -> list[Path]:
     """gRPC stubs for the proto files with a ``service``. grpcio-tools writes absolute imports of the message
     module (``from drl.v1 import x_pb2``), which would resolve against the ``drl`` package itself; they are
     rewritten to the package the modules live in, ``drl._proto.drl.v1``."""
-    from grpc_tools import protoc
     import grpc_tools
+    from grpc_tools import protoc
 
     files = sorted(f for f in PROTO_ROOT.glob("drl/v1/*.proto") if re.search(r"^service ", f.read_text(), re.M))
     if not files:

@@ -28,8 +28,8 @@ from bench.peers.atari_data import ACTIONS, SIZE, STACK, digest, transitions  # 
 def main(job: dict) -> int:
     import gymnasium as gym
     import numpy as np
-    import torch
     import stable_baselines3
+    import torch
     from stable_baselines3 import DQN
     from stable_baselines3.common.logger import Logger
 

@@ -15,8 +15,19 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from drl.algorithms.base import (ALGORITHMS, Actor, ActorBase, Algorithm, FieldSpecs, Folder, Learner,
-                                 ReplayLearner, RolloutLearner, get, register)
+from drl.algorithms.base import (
+    ALGORITHMS,
+    Actor,
+    ActorBase,
+    Algorithm,
+    FieldSpecs,
+    Folder,
+    Learner,
+    ReplayLearner,
+    RolloutLearner,
+    get,
+    register,
+)
 from drl.envs import SpaceSpec
 from drl.errors import EXIT_USAGE, UserError
 from drl.fields import opt

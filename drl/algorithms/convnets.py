@@ -8,8 +8,15 @@ import math
 import torch
 from torch import nn
 
-from drl.algorithms.encoders import (FEATURES, IMPALA_STAGES, MINATAR_CONVS, NATURE_CONVS, conv_size, choose,
-                                     image_layout)
+from drl.algorithms.encoders import (
+    FEATURES,
+    IMPALA_STAGES,
+    MINATAR_CONVS,
+    NATURE_CONVS,
+    choose,
+    conv_size,
+    image_layout,
+)
 
 
 class ResidualBlock(nn.Module):

@@ -17,8 +17,21 @@ from pathlib import Path
 from typing import Mapping
 
 from drl.errors import UserError
-from drl.memory.base import (ACTIVE, RETIRED, AppendReply, Announcements, Entry, ExperienceReader, ExperienceWriter, MemoryBackend,
-                             MemoryBackendError, MemoryUnavailable, RunControl, ShardMap, seq_field)
+from drl.memory.base import (
+    ACTIVE,
+    RETIRED,
+    Announcements,
+    AppendReply,
+    Entry,
+    ExperienceReader,
+    ExperienceWriter,
+    MemoryBackend,
+    MemoryBackendError,
+    MemoryUnavailable,
+    RunControl,
+    ShardMap,
+    seq_field,
+)
 
 RETRY_S = 120.0
 INPROC_SCHEME = "memory://"

@@ -34,7 +34,7 @@ from typing import Callable, Iterable
 
 from drl.errors import Superseded
 from drl.memory.base import AppendReply, Entry, Identity, MemoryBackendError, ShardMap, merge_states, unseen_transitions
-from drl.memory.outbox import Outbox, Outgoing, OutboxWriter, format_floor, parse_floors
+from drl.memory.outbox import Outbox, OutboxWriter, Outgoing, format_floor, parse_floors
 
 log = logging.getLogger(__name__)
 

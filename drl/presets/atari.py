@@ -22,7 +22,6 @@ from drl.algorithms.dqn.config import DQNConfig
 from drl.algorithms.ppo.config import PPOConfig
 from drl.config import ExperimentConfig
 
-
 ATARI_ENTRY_TRANSITIONS = 512
 """Transitions per entry at least: an entry repeats each environment's stack history and the steps n-step
 folding holds back (``drl.frames``), 5 frames per environment for a stack of 4 and 3-step returns, which at the

@@ -2,6 +2,6 @@
 publication protocol (objects first, manifest last)."""
 
 from drl.store.base import DataStore, open_store, run_store
-from drl.store.policy import PolicyStore, ManifestError
+from drl.store.policy import ManifestError, PolicyStore
 
 __all__ = ["DataStore", "open_store", "run_store", "PolicyStore", "ManifestError"]

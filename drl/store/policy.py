@@ -11,10 +11,10 @@ import hashlib
 import time
 from typing import TYPE_CHECKING
 
+import numpy as np
 from google.protobuf import json_format
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
-import numpy as np
 
 from drl._proto import policy_pb2
 from drl.store.base import DataStore

@@ -32,8 +32,8 @@ import time
 import torch
 
 from drl.errors import UserError
-from drl.training.ingest import Ledger, Ledgers
 from drl.store.checkpoint import CheckpointStore
+from drl.training.ingest import Ledger, Ledgers
 
 log = logging.getLogger("drl.training.checkpointing")
 

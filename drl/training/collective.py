@@ -22,6 +22,7 @@ import datetime
 import logging
 import os
 from collections.abc import Mapping
+
 import torch
 
 from drl.core import SOLO, Collective, Solo

@@ -35,9 +35,9 @@ import numpy as np
 from drl import frames
 from drl.core import Learner, Learning, LearningBase, ReplayLearner, RolloutLearner
 from drl.envs import SpaceSpec
+from drl.tensorboard import parse_buckets
 from drl.training.collective import all_of, group_of
 from drl.training.replay import PrioritizedReplay, ReplayBuffer
-from drl.tensorboard import parse_buckets
 
 if TYPE_CHECKING:
     from drl.config import ExperimentConfig

@@ -27,9 +27,9 @@ import math
 import time
 from typing import Callable
 
-from drl.training.ingest import Ledger, Ledgers
 from drl.memory import ACTIVE, RunControl
 from drl.naming import even_share, worker_index, worker_names
+from drl.training.ingest import Ledger, Ledgers
 
 log = logging.getLogger("drl.training.membership")
 

@@ -15,12 +15,12 @@ import time
 import numpy as np
 
 from drl._proto import evaluation_pb2
+from drl.acting.evaluation import message_to_record, run_episodes
 from drl.algorithms import make_actor
 from drl.envs import space_spec
-from drl.acting.evaluation import message_to_record, run_episodes
+from drl.errors import EXIT_INTERRUPTED
 from drl.store import ManifestError
 from drl.tensorboard import ScalarLog
-from drl.errors import EXIT_INTERRUPTED
 from services.common import TERMINATED, Service, ServiceContext, StatusWriter, stop_on_sigterm
 from services.telemetry import TELEMETRY
 

@@ -27,17 +27,16 @@ from collections import deque
 
 import numpy as np
 
-from drl._proto import experience_pb2
-from drl.algorithms import get as get_algorithm
-from drl.acting.entries import EntryBuffer, EntryFill, Folding, StepInto, StepRecording
 from drl import frames
+from drl._proto import experience_pb2
+from drl.acting.entries import EntryBuffer, EntryFill, Folding, StepInto, StepRecording
+from drl.algorithms import get as get_algorithm
 from drl.envs import VecEnv
 from drl.errors import EXIT_INTERRUPTED, Superseded
-from drl.memory import codec
+from drl.memory import RETIRED, codec
 from drl.memory.backlog import backlog_limits
 from drl.naming import even_share
 from drl.store import ManifestError
-from drl.memory import RETIRED
 from services.common import TERMINATED, Service, ServiceContext, StatusWriter, stop_on_sigterm
 from services.telemetry import TELEMETRY
 

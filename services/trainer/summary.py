@@ -19,8 +19,8 @@ import os
 import time
 from typing import Callable, Mapping
 
-from drl.training.accounting import count_fields, eval_fields, imbalance, tally
 from drl.memory import MemoryBackendError
+from drl.training.accounting import count_fields, eval_fields, imbalance, tally
 
 log = logging.getLogger("drl.trainer")
 

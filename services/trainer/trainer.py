@@ -19,24 +19,24 @@ import torch
 
 from drl import device as devices
 from drl.algorithms import get as get_algorithm
-from drl.training.checkpointing import TrainerCheckpoints
-from drl.training.collective import any_of, join_learners, newest, start_together
 from drl.envs import space_spec
-from drl.training.ingest import Ingest, Ledger, Ledgers
-from drl.training import loops
-from drl.training.membership import Membership
+from drl.errors import EXIT_INTERRUPTED
 from drl.memory import codec
 from drl.memory.backlog import backlog_limits
+from drl.store import PolicyStore, run_store
+from drl.store.base import PrefixedStore
+from drl.store.checkpoint import CheckpointStore
+from drl.tensorboard import ScalarLog, TrainerCurves
+from drl.training import loops
+from drl.training.checkpointing import TrainerCheckpoints
+from drl.training.collective import any_of, join_learners, newest, start_together
+from drl.training.ingest import Ingest, Ledger, Ledgers
+from drl.training.membership import Membership
 from drl.training.pacing import RateLimiter
 from drl.training.publishing import Publisher
 from drl.training.shards import Channels
 from drl.training.status import trainer_fields
 from drl.training.stopping import StopCheck
-from drl.errors import EXIT_INTERRUPTED
-from drl.store import PolicyStore, run_store
-from drl.store.base import PrefixedStore
-from drl.store.checkpoint import CheckpointStore
-from drl.tensorboard import ScalarLog, TrainerCurves
 from services.common import Service, ServiceContext, StatusWriter
 from services.telemetry import TELEMETRY
 from services.trainer import summary as run_files

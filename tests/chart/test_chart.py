@@ -383,7 +383,7 @@ def test_service_account_and_role_grant_nothing_but_the_config():
 def test_no_pod_of_the_run_gets_a_kubernetes_api_token():
     for name in sorted(VALUE_SETS):
         docs = render(VALUE_SETS[name])
-        for obj, meta, spec in pod_specs(docs):
+        for obj, _meta, spec in pod_specs(docs):
             assert spec["automountServiceAccountToken"] is False, (name, obj)
             assert spec["serviceAccountName"] == "drl", (name, obj)
             assert not any(v.get("projected") or v.get("secret") for v in spec.get("volumes", [])), (name, obj)
@@ -1127,7 +1127,7 @@ def test_every_container_has_requests_and_limits(name):
     """No BestEffort pod: a namespace with a ResourceQuota (requests and limits of cpu and memory) admits every
     pod, 32 workers cannot pack one node unaccounted, and the memory server is Guaranteed (evicted last)."""
     docs = render(VALUE_SETS[name])
-    for obj, meta, spec in pod_specs(docs):
+    for obj, _meta, spec in pod_specs(docs):
         for container in spec["containers"]:
             resources = container["resources"]
             for kind in ("requests", "limits"):

@@ -699,7 +699,7 @@ def test_the_uninstalled_releases_containers_are_gone_from_containerd(real_node)
     assert UNINSTALLED, "helm uninstall did not run"
     for ns in UNINSTALLED:
         in_namespace = f'labels."io.kubernetes.pod.namespace"=={ns}'
-        real_node.wait_for(f"containerd holding no container of {ns}", lambda: not real_node.run(
+        real_node.wait_for(f"containerd holding no container of {ns}", lambda in_namespace=in_namespace: not real_node.run(
             ["ctr", "--address", real_node.state / "containerd" / "containerd.sock", "--namespace", "k8s.io",
              "containers", "ls", "-q", in_namespace], check=True).stdout.split(), timeout=240, interval=2)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 
-
 from tests.conftest import read_summary, run_client
 from tests.faults.test_supervision import Run
 from tests.harness import assert_balanced

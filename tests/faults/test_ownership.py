@@ -11,8 +11,8 @@ import signal
 import subprocess
 
 from tests.conftest import ROOT, run_cli
-from tests.harness import ServiceRun, fast_config, held
 from tests.faults.test_supervision import SMALL, Run
+from tests.harness import ServiceRun, fast_config, held
 
 
 def _has_checkpoint(run: Run) -> bool:

@@ -20,8 +20,8 @@ import time
 import pytest
 
 from tests.conftest import read_summary, run_cli
-from tests.harness import assert_balanced
 from tests.faults.test_supervision import Run
+from tests.harness import assert_balanced
 
 SOAK_S = float(os.environ.get("DRL_SOAK_S", "600"))
 WORKERS = int(os.environ.get("DRL_SOAK_WORKERS", "32"))

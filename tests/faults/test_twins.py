@@ -19,11 +19,12 @@ import time
 
 import pytest
 
-from drl.errors import EXIT_SUPERSEDED
 from bench.fault_campaign import replica_launch
+from drl.errors import EXIT_SUPERSEDED
 from tests.conftest import ROOT, processes_mentioning, read_summary
 from tests.faults.test_supervision import Run, _accounts_for_everything
 from tests.harness import FULL_TIER, ServiceRun, assert_balanced, fast_config, held
+
 
 class Twin:
     """A second process with the identity of a run's process ``name``, started by hand with the command and

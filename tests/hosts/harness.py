@@ -20,9 +20,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from drl.config import ExperimentConfig
 import redis
 
+from drl.config import ExperimentConfig
 from drl.memory import new_password, open_memory
 from drl.memory.redis.server import RedisServer
 from drl.training.accounting import tally

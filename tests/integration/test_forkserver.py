@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -65,7 +64,7 @@ def test_a_forked_service_sees_what_a_popen_started_one_sees(tmp_path, threads):
     forked = _observed(tmp_path, "fork", "7", threads)
     popened = _observed(tmp_path, "popen", "7", threads)
     assert forked[0]["forked"] and not popened[0]["forked"]
-    for started, ended, seen, text in (forked, popened):
+    for _started, ended, seen, text in (forked, popened):
         assert ended["code"] == 7
         assert seen["ppid"] == ended["me"], "the service is not the orchestrator's own child"
         assert text.splitlines()[1] == "to stderr"

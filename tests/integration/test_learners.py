@@ -10,8 +10,8 @@ import json
 import pytest
 
 from drl.store import run_store
-from drl.store.checkpoint import CheckpointStore
 from drl.store.base import PrefixedStore
+from drl.store.checkpoint import CheckpointStore
 from orchestrator.backends.local.common import latest_checkpoint_meta
 from tests.conftest import read_summary, run_cli
 from tests.harness import assert_balanced

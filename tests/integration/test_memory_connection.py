@@ -21,8 +21,14 @@ import redis
 from drl.errors import UserError
 from drl.memory.redis.connection import connect, redact
 from tests.conftest import ROOT, read_summary, run_cli
-from tests.memory_servers import (acl_server, find_tls_server_binary, make_certs, password_server, tls_server,
-                                  unix_server)
+from tests.memory_servers import (
+    acl_server,
+    find_tls_server_binary,
+    make_certs,
+    password_server,
+    tls_server,
+    unix_server,
+)
 
 PASSWORD = "pw-" + uuid.uuid4().hex[:12]
 ACL_USER = "drl-rollout"

@@ -10,16 +10,15 @@ import os
 import signal
 
 import pytest
-
 import redis
 
 from drl.errors import UserError
 from drl.memory import open_memory
 from orchestrator.backends.local.common import latest_checkpoint_meta
 from tests.conftest import read_summary, run_cli
-from tests.integration.test_memory_contract import consume, send
 from tests.faults.test_supervision import Run, _accounts_for_everything
 from tests.harness import FULL_TIER, assert_balanced
+from tests.integration.test_memory_contract import consume, send
 
 SMALL = ["--preset", "sac", "--env", "Pendulum-v1", "--sac.hidden", "16,16", "--sac.batch-size", "32",
          "--eval-episodes", "1", "--learning-starts", "300", "--updates-per-transition", "0.25"]

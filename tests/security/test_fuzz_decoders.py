@@ -30,15 +30,15 @@ from drl.presets import resolve
 from drl.store.base import run_store
 from drl.store.checkpoint import MANIFEST, TENSORS, CheckpointStore, folder
 from drl.store.policy import ManifestError, PolicyStore, parse_weights
-from orchestrator.backends.local.control import newest_run
+from drl.training.ingest import SeqTracker
 from orchestrator.backends.local.common import read_evaluations
+from orchestrator.backends.local.control import newest_run
 from orchestrator.cli import _read_config_file
 from orchestrator.plot import read_curve
 from orchestrator.state import STATE_FILE, RunState, read_state
 from services.common import ServiceContext
 from services.control import serve, status_message
 from services.telemetry import Telemetry
-from drl.training.ingest import SeqTracker
 
 FUZZ = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 DEEP = st.integers(1, 200_000).map(lambda n: "[" * n)  # nesting that blows Python's recursion limit

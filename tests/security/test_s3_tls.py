@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from drl.errors import UserError
+from drl.process import free_port
 from drl.store import PolicyStore, run_store
 from drl.store.cache import PolicyCache
-from drl.process import free_port
 from tests.conftest import processes_mentioning, read_summary, run_cli
 from tests.memory_servers import make_certs
 
@@ -44,7 +44,8 @@ def tls_s3(tmp_path_factory):
         except OSError:
             if time.monotonic() > deadline or proc.poll() is not None:
                 proc.kill()
-                raise RuntimeError(f"moto https server did not start: {(workdir / 's3.log').read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"moto https server did not start: {(workdir / 's3.log').read_text()[-2000:]}") from None
             time.sleep(0.1)
     yield {"endpoint": endpoint, "certs": certs}
     proc.kill()

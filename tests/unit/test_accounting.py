@@ -3,8 +3,8 @@ dead letters apart, a resumed run's earlier steps included, a lost ledger replac
 
 from __future__ import annotations
 
-from drl.training.ingest import COUNTERS
 from drl.training.accounting import balanced, count, tally, with_kept_ledger
+from drl.training.ingest import COUNTERS
 
 DROPS = [n for n in COUNTERS if n not in ("consumed", "duplicates")]
 

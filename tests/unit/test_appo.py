@@ -345,8 +345,8 @@ def test_lag_histogram_buckets_and_quantiles():
 def test_worker_entries_are_fixed_length_segments_with_behaviour_log_probabilities(cartpole):
     """The worker's stepping parts as ``RolloutWorker`` builds them for appo: entries of segment x envs rows,
     each environment's rows consecutive, each carrying the log-probability its action was sampled with."""
-    from drl.algorithms import get
     from drl.acting.entries import EntryBuffer, EntryFill, StepRecording
+    from drl.algorithms import get
     from drl.memory import codec
 
     cfg = replace(ExperimentConfig(), algorithm="appo", env="CartPole-v1", mode="async", random_steps=0,

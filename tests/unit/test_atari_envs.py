@@ -184,8 +184,8 @@ def test_minatar_observation_is_the_games_state_as_uint8_0_and_255():
 
 @pytest.mark.parametrize("env_id, shape", [("ALE/Pong-v5", (210, 160, 3)), ("MinAtar/Breakout-v1", (160, 160, 3))])
 def test_rendered_episodes_give_uint8_rgb_frames(env_id, shape):
-    from drl.algorithms.dqn import DQNActor, DQNConfig
     from drl.acting.evaluation import run_episodes
+    from drl.algorithms.dqn import DQNActor, DQNConfig
 
     actor = DQNActor(space_spec(env_id), DQNConfig(hidden=(8,)), seed=0)
     frames: list[np.ndarray] = []

@@ -8,7 +8,6 @@ from bench.atari_throughput import summarise
 from bench.verdicts import combined, time_verdict
 
 
-
 def run(side: str, seed: int, seconds: float | None, exit_code=0) -> dict:
     return {"side": side, "seed": seed, "reached": seconds is not None and exit_code in (0, "budget"),
             "exit_code": exit_code, "time_to_score_s": seconds}

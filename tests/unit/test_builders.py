@@ -6,15 +6,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from drl.algorithms import (ALGORITHMS, ActorBase, Algorithm, check_spaces, get, make_actor, make_learner, register,
-                            wire_extras)
+from drl.acting.nstep import NSTEP_FIELDS, NStepFolder
+from drl.algorithms import (
+    ALGORITHMS,
+    ActorBase,
+    Algorithm,
+    check_spaces,
+    get,
+    make_actor,
+    make_learner,
+    register,
+    wire_extras,
+)
 from drl.algorithms.dqn.builder import PRIORITY_FIELD
 from drl.config import ExperimentConfig, replace
 from drl.envs import TRAJECTORY_FIELDS, space_spec
 from drl.errors import UserError
-from drl.training.learning import ReplayLearning, RolloutLearning
 from drl.memory import codec
-from drl.acting.nstep import NSTEP_FIELDS, NStepFolder
+from drl.training.learning import ReplayLearning, RolloutLearning
 from drl.training.replay import PrioritizedReplay
 
 

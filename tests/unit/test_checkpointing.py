@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from drl.algorithms import get as get_algorithm
-from drl.training.checkpointing import TrainerCheckpoints
 from drl.envs import space_spec
 from drl.errors import UserError
-from drl.training.ingest import Ledger
 from drl.store import run_store
 from drl.store.checkpoint import CheckpointStore
+from drl.training.checkpointing import TrainerCheckpoints
+from drl.training.ingest import Ledger
 from tests.harness import fast_config
 
 SPEC = space_spec("Pendulum-v1")

@@ -22,14 +22,14 @@ import torch.multiprocessing as mp
 
 from drl.algorithms import make_learner
 from drl.algorithms.appo import APPOConfig
+from drl.algorithms.common import group_moments
 from drl.algorithms.dqn import DQNConfig
 from drl.algorithms.ppo import PPOConfig
 from drl.algorithms.sac import SACConfig
 from drl.algorithms.td3 import TD3Config
-from drl.algorithms.common import group_moments
-from drl.training.collective import SOLO, broadcast_learner, join
 from drl.envs import space_spec
 from drl.presets import get_preset
+from drl.training.collective import SOLO, broadcast_learner, join
 
 SIZE = 2
 ROWS = 32  # per learner and step (replay learners)

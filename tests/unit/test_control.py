@@ -12,10 +12,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from drl._proto.drl.v1 import control_pb2, control_pb2_grpc
 from drl.errors import UserError
+from drl.process import pid_alive
 from drl.status import status_message
 from orchestrator.backends.local.control import local_rows
 from orchestrator.cli import main
-from drl.process import pid_alive
 from orchestrator.state import ProcessState, RunState, read_state, state_path, write_state
 from orchestrator.status import Row, format_table, get_status, stop_service
 from services.control import listen_address, serve

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from drl.acting.evaluation import run_episodes
 from drl.algorithms.dqn import DQNActor, DQNConfig
 from drl.algorithms.sac import SACActor, SACConfig
 from drl.envs import space_spec
-from drl.acting.evaluation import run_episodes
 
 
 @pytest.mark.parametrize("env_id,make", [

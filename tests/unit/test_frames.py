@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from drl import frames
+from drl._proto import experience_pb2
 from drl.acting.entries import EntryBuffer, Folding, StepInto
+from drl.acting.nstep import NSTEP_FIELDS, NStepFolder
 from drl.envs import VecEnv
 from drl.memory import codec
 from drl.memory.codec import DecodeError
-from drl.acting.nstep import NSTEP_FIELDS, NStepFolder
-from drl._proto import experience_pb2
 from drl.training.replay import PrioritizedReplay, ReplayBuffer
 
 STACKED = "DrlTest/Frames-v0"

@@ -8,8 +8,8 @@ import pytest
 
 from drl._proto import experience_pb2
 from drl.envs import space_spec
-from drl.training.ingest import Ingest, Ledger
 from drl.memory import codec
+from drl.training.ingest import Ingest, Ledger
 
 RUN = "r"
 LAYOUT = codec.expected_layout(space_spec("Pendulum-v1"))
@@ -311,8 +311,8 @@ class FakeLearning:
 def test_the_feed_hands_accepted_entries_over_and_commits_them_with_the_ledger_fake_learning():
     import uuid
 
-    from drl.training.ingest import Feed
     from drl.memory import inproc
+    from drl.training.ingest import Feed
 
     name = f"feed-{uuid.uuid4().hex[:8]}"
     backend = inproc.open_inproc(name, RUN)

@@ -18,8 +18,15 @@ import pytest
 from drl.config import ExperimentConfig
 from drl.errors import UserError
 from orchestrator.backends.kubernetes import manifests as k8s
-from orchestrator.backends.kubernetes.api import (RUN_KINDS, ContainerState, EventState, JobCondition, JobState,
-                                                  KubeError, PodState)
+from orchestrator.backends.kubernetes.api import (
+    RUN_KINDS,
+    ContainerState,
+    EventState,
+    JobCondition,
+    JobState,
+    KubeError,
+    PodState,
+)
 from orchestrator.backends.kubernetes.run import KubeRun, delete_run, run_kubernetes
 from orchestrator.cli import main
 

@@ -277,7 +277,8 @@ def test_network_policies_come_before_every_pod(objects):
 @pytest.mark.parametrize("learners", [1, 2])
 @pytest.mark.parametrize("external", [False, True])
 def test_network_policies_equal_the_charts_defaults(external, learners, monkeypatch):
-    from tests.chart.test_chart import EXTERNAL as CHART_EXTERNAL, render as render_chart
+    from tests.chart.test_chart import EXTERNAL as CHART_EXTERNAL
+    from tests.chart.test_chart import render as render_chart
 
     env = {"AWS_ACCESS_KEY_ID": "a" * 8, "AWS_SECRET_ACCESS_KEY": "s" * 16} if external else {}
     urls = {"memory_url": "redis://valkey.example:6380/1", "store_url": "s3://bucket/prefix"} if external else {}

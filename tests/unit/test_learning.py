@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from drl.acting.nstep import NSTEP_FIELDS
 from drl.algorithms import make_learner
 from drl.config import ExperimentConfig, replace
 from drl.envs import TRAJECTORY_FIELDS, space_spec
 from drl.training.learning import ReplayLearning, RolloutLearning
-from drl.acting.nstep import NSTEP_FIELDS
 from drl.training.replay import PrioritizedReplay, ReplayBuffer
 
 

@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
+from drl.memory import inproc, open_memory
 from drl.training.ingest import Ledger
 from drl.training.membership import Membership
-from drl.memory import inproc, open_memory
 
 
 @pytest.fixture

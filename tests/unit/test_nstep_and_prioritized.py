@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from drl.envs import space_spec
 from drl.acting.nstep import NStepFolder
+from drl.envs import space_spec
 from drl.training.replay import PrioritizedReplay, ReplayBuffer, SumTree
 
 

@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from orchestrator import cli
-from orchestrator.plot import FIGSIZE, DPI, read_curve
+from orchestrator.plot import DPI, FIGSIZE, read_curve
 from orchestrator.progress import BAR_WIDTH, Progress, bar
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

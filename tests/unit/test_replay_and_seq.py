@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from drl.envs import SpaceSpec
-from drl.training.replay import ReplayBuffer
 from drl.training.ingest import SeqTracker
+from drl.training.replay import ReplayBuffer
 
 PENDULUM = SpaceSpec((3,), "<f4", (1,), "<f4", 0, (-2.0,), (2.0,))
 IMAGES = SpaceSpec((84, 84, 4), "|u1", (6,), "<f4", 0, (-1.0,) * 6, (1.0,) * 6)

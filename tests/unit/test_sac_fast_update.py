@@ -172,7 +172,7 @@ def assert_same(learner, reference, history, rtol: float, atol: float):
     ours, theirs = learner_tensors(learner), reference.tensors()
     assert set(ours) == set(theirs)
     for key in sorted(theirs):
-        torch.testing.assert_close(ours[key], theirs[key], rtol=rtol, atol=atol, msg=lambda m: f"{key}: {m}")
+        torch.testing.assert_close(ours[key], theirs[key], rtol=rtol, atol=atol, msg=lambda m, key=key: f"{key}: {m}")
     for metrics, ref_metrics, td, ref_td in history:
         assert set(metrics) == {"critic_loss", "actor_loss", "alpha", "entropy"}
         for k in ref_metrics:

@@ -3,8 +3,15 @@ the run's steps, for local runs (fresh names) and Kubernetes runs (indexes 0..N-
 
 from __future__ import annotations
 
-from orchestrator.scaling import (Snapshot, initial_shares, plan_indexed_removal, plan_indexed_shares,
-                                  plan_removal, plan_shares, steps_left)
+from orchestrator.scaling import (
+    Snapshot,
+    initial_shares,
+    plan_indexed_removal,
+    plan_indexed_shares,
+    plan_removal,
+    plan_shares,
+    steps_left,
+)
 
 MARGIN = 100
 STEPS = 12_000

@@ -3,10 +3,10 @@ the run from its shards' states."""
 
 from __future__ import annotations
 
-from drl.training.ingest import COUNTERS
+from drl.memory import ShardMap
 from drl.memory.base import SUMMED_STATE_FIELDS, merge_states
 from drl.memory.redis import Keys
-from drl.memory import ShardMap
+from drl.training.ingest import COUNTERS
 
 
 def test_a_worker_appends_to_its_index_modulo_the_shards():

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from drl.memory.backlog import BacklogLimits
 from drl.training.collective import SOLO
 from drl.training.ingest import Ledger, Ledgers
-from drl.memory.backlog import BacklogLimits
 from drl.training.pacing import WIDENING, RateLimiter, ReadPace, Widening
 from drl.training.shards import Channel, Channels
 from services.trainer.trainer import Trainer

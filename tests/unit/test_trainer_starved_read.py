@@ -9,8 +9,8 @@ import time
 import pytest
 
 from drl.training.ingest import Feed, Intake
-from drl.training.pacing import ReadPace
 from drl.training.loops import STARVED_READ_ENTRIES
+from drl.training.pacing import ReadPace
 
 LIMIT = 100_000
 

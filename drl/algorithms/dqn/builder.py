@@ -3,17 +3,15 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
-import math
-
 from drl import device
-from drl.algorithms.base import (Actor, Algorithm, FieldSpecs, Folder, Learner, Parameters, mlp_parameters,
-                                 register)
+from drl.acting.nstep import NSTEP_FIELDS, NStepFolder
+from drl.algorithms.base import Actor, Algorithm, FieldSpecs, Folder, Learner, Parameters, mlp_parameters, register
 from drl.algorithms.dqn.config import DQNConfig
 from drl.algorithms.encoders import encoder_parameters
 from drl.envs import SpaceSpec
-from drl.acting.nstep import NSTEP_FIELDS, NStepFolder
 
 if TYPE_CHECKING:
     from drl.config import ExperimentConfig

@@ -4,9 +4,8 @@ never from replay, and its transitions carry what rebuilds per-environment traje
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import math
+from typing import TYPE_CHECKING
 
 from drl import device
 from drl.algorithms.base import Actor, Algorithm, FieldSpecs, Learner, Parameters, mlp_parameters, register

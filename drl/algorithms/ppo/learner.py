@@ -25,13 +25,18 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from drl.algorithms.common import (FlatParams, flat_adam, flatten_optimizer_state, load_training_state,
-                                   training_state)
-from drl.algorithms.ppo.config import PPOConfig
+from drl.algorithms.common import (
+    FlatParams,
+    flat_adam,
+    flatten_optimizer_state,
+    group_moments,
+    load_training_state,
+    training_state,
+)
 from drl.algorithms.ppo.advantages import gae
-from drl.algorithms.common import group_moments
-from drl.core import SOLO, Collective
+from drl.algorithms.ppo.config import PPOConfig
 from drl.algorithms.ppo.networks import networks
+from drl.core import SOLO, Collective
 from drl.envs import SpaceSpec
 
 EVAL_CHUNK = 1024

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import math
+from typing import TYPE_CHECKING
 
 from drl import device
 from drl.algorithms.base import Actor, Algorithm, Learner, Parameters, mlp_parameters, register

@@ -12,17 +12,17 @@ from typing import Callable
 
 import redis
 
+from drl.errors import UserError
+from drl.memory.base import Identity, ShardMap, seq_field
+from drl.memory.codec import entry_size
 from drl.memory.redis.announce import Announcer
 from drl.memory.redis.connection import RETRY_S, connect, redact, retrying
 from drl.memory.redis.control import RedisRunControl
-from drl.memory.base import Identity, ShardMap, seq_field
-from drl.errors import UserError
-from drl.naming import memory_servers
-from drl.memory.codec import entry_size
 from drl.memory.redis.keys import Keys
 from drl.memory.redis.repair import Guard
 from drl.memory.redis.scripts import NEW_EPOCH
 from drl.memory.redis.stream import Consumer, Producer
+from drl.naming import memory_servers
 
 __all__ = ["Announcer", "Consumer", "Keys", "Producer", "RedisMemory", "RedisRunControl", "connect", "entry_size",
            "redact", "retrying", "seq_field"]

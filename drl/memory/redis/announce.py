@@ -47,7 +47,7 @@ class Announcer:
         whose append script hands it to the workers of its shards: a worker woken by the announcement finds it
         in its own shard's replies too."""
         for mirror in self.mirrors:
-            retrying(lambda: mirror.set(self.keys.policy, version), "announce (mirror)", self.retry_s)
+            retrying(lambda mirror=mirror: mirror.set(self.keys.policy, version), "announce (mirror)", self.retry_s)
 
         def _do():
             pipe = self.client.pipeline(transaction=False)

@@ -63,7 +63,7 @@ class RedisRunControl:
     def request_stop(self, reason: str) -> None:
         self._call(lambda: self.client.set(self.keys.stop, reason), "SET stop")
         for client, guard in self.mirrors:
-            guard.call(lambda: client.set(self.keys.stop, reason), "SET stop (mirror)")
+            guard.call(lambda client=client: client.set(self.keys.stop, reason), "SET stop (mirror)")
 
     # -- membership and shares
     def _members(self, raw: dict) -> dict[str, str]:
@@ -123,7 +123,7 @@ class RedisRunControl:
             pipe.execute()
 
         for client, guard in self.mirrors:
-            guard.call(lambda: copy(client), "copy shares (mirror)", key=self.keys.shares)
+            guard.call(lambda client=client: copy(client), "copy shares (mirror)", key=self.keys.shares)
 
     def snapshot(self) -> tuple[dict[str, int], dict[str, int], dict[str, str]]:
         def _do():
@@ -230,7 +230,7 @@ class RedisRunControl:
         done marker on the first."""
         key = self.keys.produced
         for client, guard in self.mirrors:
-            for name, value in guard.counts(guard.read(lambda: client.hgetall(key), "HGETALL produced", key, {}),
+            for name, value in guard.counts(guard.read(lambda client=client: client.hgetall(key), "HGETALL produced", key, {}),
                                             key).items():
                 produced[name] = max(produced.get(name, 0), value)
         return produced
@@ -240,7 +240,7 @@ class RedisRunControl:
         key = self.keys.dead_letter_counts
         total: dict[str, int] = {}
         for client, guard in ((self.client, self.guard), *self.mirrors):
-            for kind, value in guard.counts(guard.read(lambda: client.hgetall(key), "HGETALL dlq", key, {}),
+            for kind, value in guard.counts(guard.read(lambda client=client: client.hgetall(key), "HGETALL dlq", key, {}),
                                             key).items():
                 total[kind] = total.get(kind, 0) + value
         return total
@@ -263,7 +263,7 @@ class RedisRunControl:
         return merge_states(committed_state(self._server(keys), keys, self.retry_s) for keys in self._shard_keys())
 
     def has_data(self) -> bool:
-        return any(self._call(lambda: client.exists(self.keys.policy, self.keys.stream), "EXISTS run")
+        return any(self._call(lambda client=client: client.exists(self.keys.policy, self.keys.stream), "EXISTS run")
                    for client in self.servers)
 
     def clear(self) -> None:
@@ -276,7 +276,7 @@ class RedisRunControl:
                 client.delete(*stale)
 
         for client in self.servers:
-            self._call(lambda: _do(client), "delete the run's keys")
+            self._call(lambda client=client: _do(client), "delete the run's keys")
 
     # -- claims
     def claim(self, name: str, holder: str, ttl_s: float) -> str | None:

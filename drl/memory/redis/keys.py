@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 
-
 class Keys:
     """Every Redis key of one run, sharing the hash tag {run} so a cluster keeps them on one slot.
 

@@ -27,7 +27,7 @@ import redis
 
 from drl._proto import experience_pb2
 from drl.memory.base import AppendReply, Entry, MemoryBackendError, seq_field, unseen_transitions
-from drl.memory.outbox import Outbox, Outgoing, OutboxWriter, format_floor, parse_floors
+from drl.memory.outbox import Outbox, OutboxWriter, Outgoing, format_floor, parse_floors
 from drl.memory.redis.announce import announce_in
 from drl.memory.redis.connection import FENCED, RETRY_S, plain, retrying
 from drl.memory.redis.keys import Keys
@@ -316,7 +316,7 @@ class Consumer:
         claimed: list[Entry] = []
         start = "0-0"
         while len(claimed) < count:
-            reply = self._call(lambda: self.client.xautoclaim(self.keys.stream, GROUP, self.consumer, min_idle_ms,
+            reply = self._call(lambda start=start: self.client.xautoclaim(self.keys.stream, GROUP, self.consumer, min_idle_ms,
                                                               start_id=start, count=count), "XAUTOCLAIM")
             start, entries = reply[0], reply[1]
             claimed += [(eid, fields) for eid, fields in entries if fields is not None]

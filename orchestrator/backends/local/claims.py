@@ -8,11 +8,18 @@ import sys
 import time
 
 from drl.errors import UserError
-from drl.memory import (MemoryBackendError, new_password, open_memory,
-                        private_env, private_server, write_password_file)
+from drl.memory import MemoryBackendError, new_password, open_memory, private_env, private_server, write_password_file
 from drl.store import run_store
-
-from orchestrator.backends.local.common import (CLAIM_RENEW_S, CLAIM_S, MEMORY_RETRY_S, OWNER_CLAIM, PASSWORD_FILE, STOP_REQUEST, _alive_here, resume_counters)
+from orchestrator.backends.local.common import (
+    CLAIM_RENEW_S,
+    CLAIM_S,
+    MEMORY_RETRY_S,
+    OWNER_CLAIM,
+    PASSWORD_FILE,
+    STOP_REQUEST,
+    _alive_here,
+    resume_counters,
+)
 
 
 class RunClaim:

@@ -17,7 +17,6 @@ from drl.process import pid_alive
 from drl.store import run_store
 from orchestrator.backends.local.forkserver import ForkedProcess
 
-
 EVALUATOR_GRACE_S = 300.0
 
 STOP_GRACE_S = 15.0

@@ -23,8 +23,8 @@ from drl.memory import MemoryBackendError, open_memory, private_env
 from drl.naming import memory_servers
 from drl.process import pid_alive
 from drl.status import status_message
-from orchestrator.backends.local.ownership import RunLock, end_orphans, orchestrator_alive
 from orchestrator.backends.local.common import PASSWORD_FILE, STOP_REQUEST
+from orchestrator.backends.local.ownership import RunLock, end_orphans, orchestrator_alive
 from orchestrator.state import STATE_FILE, RunState, read_state, write_state
 from orchestrator.status import Row, format_lags, format_table, get_status, row_from_status
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import sys
 import time
 
-from drl.memory import (MemoryBackendError, MemoryUnavailable, private_server)
+from drl.memory import MemoryBackendError, MemoryUnavailable, private_server
 from orchestrator.state import write_state
-
 
 
 class MemoryKeeper:

@@ -40,19 +40,18 @@ import time
 from pathlib import Path
 
 from drl.config import ExperimentConfig
-from drl.memory import (MemoryBackend, RunControl)
+from drl.memory import MemoryBackend, RunControl
+from orchestrator.backends.local.claims import RunClaim
+from orchestrator.backends.local.common import Proc, _refused_write, last_error, write_summary
 from orchestrator.backends.local.forkserver import Launcher
+from orchestrator.backends.local.keeper import MemoryKeeper
+from orchestrator.backends.local.scaling import LocalScaling
+from orchestrator.backends.local.spawning import Spawning
+from orchestrator.backends.local.stopping import Stopping
+from orchestrator.backends.local.summary import RunSummary
+from orchestrator.backends.local.supervision import Supervision
 from orchestrator.progress import Progress
 from orchestrator.state import RunState
-
-from orchestrator.backends.local.common import (Proc, _refused_write, last_error, write_summary)
-from orchestrator.backends.local.claims import RunClaim
-from orchestrator.backends.local.spawning import Spawning
-from orchestrator.backends.local.scaling import LocalScaling
-from orchestrator.backends.local.stopping import Stopping
-from orchestrator.backends.local.supervision import Supervision
-from orchestrator.backends.local.keeper import MemoryKeeper
-from orchestrator.backends.local.summary import RunSummary
 
 __all__ = ["LocalRun", "run_local"]
 

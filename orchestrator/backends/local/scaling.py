@@ -8,17 +8,14 @@ import json
 import sys
 import time
 
-from drl.memory import (MemoryBackendError)
 from drl.errors import UserError
+from drl.memory import ACTIVE, RETIRED, MemoryBackendError
 from drl.naming import check_workers, worker_index
-from orchestrator.scaling import (Snapshot, initial_shares, margin_transitions, plan_removal,
-                                  plan_shares)
-from drl.memory import ACTIVE, RETIRED
-from orchestrator.status import stop_service
+from orchestrator.backends.local.common import HAND_IN_S, MAX_WORKERS, SCALE_REQUEST, SCALE_RESULT
 from orchestrator.backends.local.control import find_local_run
 from orchestrator.backends.local.ownership import orchestrator_alive
-
-from orchestrator.backends.local.common import (HAND_IN_S, MAX_WORKERS, SCALE_REQUEST, SCALE_RESULT)
+from orchestrator.scaling import Snapshot, initial_shares, margin_transitions, plan_removal, plan_shares
+from orchestrator.status import stop_service
 
 
 class LocalScaling:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import sys
 
-from drl.memory import (MemoryUnavailable)
+from drl.memory import MemoryUnavailable
+from orchestrator.backends.local.common import HEARTBEATS, ROLLOUT_NICENESS, Proc, free_port
 from orchestrator.plan import plan
 from orchestrator.state import ProcessState, RunState, write_state
-
-from orchestrator.backends.local.common import (HEARTBEATS, Proc, ROLLOUT_NICENESS, free_port)
 
 
 class Spawning:

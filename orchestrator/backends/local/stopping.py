@@ -8,11 +8,10 @@ import sys
 import time
 
 from drl.errors import EXIT_INTERRUPTED, EXIT_SUPERSEDED
-from drl.memory import (MemoryBackendError, MemoryUnavailable)
+from drl.memory import MemoryBackendError, MemoryUnavailable
+from orchestrator.backends.local.common import FINAL_CHECKPOINT_S, HAND_IN_S, STOP_FLAG, STOP_FLAG_GRACE_S, STOP_GRACE_S
 from orchestrator.state import write_state
 from orchestrator.status import stop_service
-
-from orchestrator.backends.local.common import (FINAL_CHECKPOINT_S, HAND_IN_S, STOP_FLAG, STOP_FLAG_GRACE_S, STOP_GRACE_S)
 
 
 class Stopping:

@@ -6,12 +6,17 @@ from __future__ import annotations
 import sys
 import time
 
-from drl.training.ingest import COUNTERS
-from drl.memory import (MemoryBackendError, MemoryUnavailable)
+from drl.memory import MemoryBackendError, MemoryUnavailable
 from drl.training.accounting import count_fields, eval_fields, imbalance, tally, with_kept_ledger
+from drl.training.ingest import COUNTERS
+from orchestrator.backends.local.common import (
+    OWNER_CLAIM,
+    _refused_write,
+    latest_checkpoint_meta,
+    policy_lag,
+    read_evaluations,
+)
 from orchestrator.state import write_state
-
-from orchestrator.backends.local.common import (OWNER_CLAIM, _refused_write, latest_checkpoint_meta, policy_lag, read_evaluations)
 
 
 class RunSummary:

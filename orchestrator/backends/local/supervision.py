@@ -7,11 +7,10 @@ import sys
 import time
 
 from drl.errors import EXIT_SUPERSEDED, EXIT_USAGE
-from drl.naming import worker_index
-from orchestrator.progress import Progress
 from drl.memory import RETIRED
-
-from orchestrator.backends.local.common import (BACKOFF_S, EVALUATOR_GRACE_S, Proc, STOP_REQUEST, _float, refusal)
+from drl.naming import worker_index
+from orchestrator.backends.local.common import BACKOFF_S, EVALUATOR_GRACE_S, STOP_REQUEST, Proc, _float, refusal
+from orchestrator.progress import Progress
 
 
 class Supervision:
