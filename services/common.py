@@ -25,7 +25,7 @@ from typing import Callable
 
 from drl.config import ExperimentConfig
 from drl.errors import EXIT_SUPERSEDED, EXIT_USAGE, Superseded, UserError
-from drl.memory import MemoryBackend, MemoryBackendError, RunControl, open_memory
+from drl.memory import MemoryBackend, MemoryBackendError, RunClaims, RunControl, RunStatus, RunStop, open_memory
 from drl.naming import worker_name
 from drl.presets import resolve
 from drl.store import PolicyStore, run_store
@@ -118,7 +118,7 @@ class Service:
         self.memory.close()
 
 
-def run_over(control: RunControl) -> str | None:
+def run_over(control: RunStop) -> str | None:
     """Why a process that waits for its identity has nothing left to do: the run's stop flag is set, or the
     trainer finished; None while the run goes on."""
     reason = control.stop_reason()
@@ -154,7 +154,7 @@ class StatusWriter:
     """Publishes a service's counters to its status fields (``RunControl.write_status``) at most once per
     ``every`` seconds; the in-memory telemetry gets every write."""
 
-    def __init__(self, control: RunControl, name: str, every: float = 1.0):
+    def __init__(self, control: RunStatus, name: str, every: float = 1.0):
         self.control = control
         self.name = name
         self.every = every
@@ -175,7 +175,7 @@ HEARTBEAT_EVERY_S = 5.0
 CLAIM_S = 15.0
 
 
-def hold_claim(control: RunControl, name: str, ttl_s: float = CLAIM_S,
+def hold_claim(control: RunClaims, name: str, ttl_s: float = CLAIM_S,
                give_up: Callable[[], str | None] = lambda: None) -> Callable[[], None] | None:
     """Takes the run's claim ``name`` (``RunControl.claim``) for this process and keeps it: one process at a time
     writes as one identity (two trainers would split the stream between them and overwrite each other's

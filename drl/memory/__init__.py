@@ -28,7 +28,13 @@ from drl.memory.base import (
     MemoryBackend,
     MemoryBackendError,
     MemoryUnavailable,
+    ReaderRecovery,
+    RunAccounts,
+    RunClaims,
     RunControl,
+    RunMembers,
+    RunStatus,
+    RunStop,
     ShardMap,
     seq_field,
 )
@@ -36,10 +42,11 @@ from drl.memory.base import (
 RETRY_S = 120.0
 INPROC_SCHEME = "memory://"
 
-__all__ = ["ACTIVE", "RETIRED", "AppendReply", "Announcements", "Entry", "ExperienceReader", "ExperienceWriter", "MemoryBackend",
-           "MemoryBackendError", "MemoryUnavailable", "RunControl", "ShardMap", "check_url", "find_server_binary", "new_password",
-           "open_memory", "private_env", "private_server", "redact", "seq_field", "url_has_password",
-           "write_password_file"]
+__all__ = ["ACTIVE", "Announcements", "AppendReply", "Entry", "ExperienceReader", "ExperienceWriter",
+           "MemoryBackend", "MemoryBackendError", "MemoryUnavailable", "RETIRED", "ReaderRecovery", "RunAccounts",
+           "RunClaims", "RunControl", "RunMembers", "RunStatus", "RunStop", "ShardMap", "check_url",
+           "find_server_binary", "new_password", "open_memory", "private_env", "private_server", "redact",
+           "seq_field", "url_has_password", "write_password_file"]
 
 
 def open_memory(url: str, run: str, *, wait_s: float = 0.0, retry_s: float = RETRY_S,

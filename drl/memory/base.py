@@ -147,27 +147,10 @@ class ExperienceWriter(Protocol):
     def close(self) -> None: ...
 
 
-class ExperienceReader(Protocol):
-    """The trainer's side of the experience stream."""
-
-    resets: int
-    """Times the server was found to have lost its data (the reader's group recreated)."""
-
-    def read(self, count: int, block_ms: int | None) -> list[Entry]:
-        """Up to ``count`` entries: this reader's own unacknowledged ones first (after a restart), then new ones.
-        ``block_ms`` None returns at once; a positive value waits that long for new entries."""
-
-    def reclaim(self, min_idle_ms: int, count: int = 64) -> list[Entry]:
-        """Entries left unacknowledged at other (dead) readers for longer than ``min_idle_ms``."""
-
-    def commit(self, acks: Iterable[tuple[bytes, int]], state: dict[str, str | int],
-               dead: Iterable[tuple[bytes, dict, str, str]] = ()) -> None:
-        """In one atomic step: dead-letters ``dead`` (entry id, fields, kind, reason), acknowledges and deletes
-        ``acks`` (entry id, size in bytes), releases their bytes and records ``state`` (the reader's counters and
-        watermarks), so a crash leaves all of it or none."""
-
-    def load_state(self) -> dict[str, str]:
-        """The state committed last (empty on a fresh run or after the server lost its data)."""
+class ReaderRecovery(Protocol):
+    """What a reader does beyond reading and committing: settle what a server restart lost (writers' floors,
+    entries still in the stream), put its state back on a server that restarted empty, and widen the backlog's
+    limits. The trainer's library reaches it through ``ExperienceReader.recovery``."""
 
     def floors(self) -> dict[str, tuple[int, int]]:
         """Per writer, its floor as it reported it after the server lost its data: (seq, produced total through
@@ -191,6 +174,31 @@ class ExperienceReader(Protocol):
     def set_widening(self, factor: int) -> None:
         """Widens the backlog's limits ``factor``-fold for every writer's next append (1 restores them)."""
 
+
+class ExperienceReader(Protocol):
+    """The trainer's side of the experience stream: read, reclaim, commit (with dead letters and the ledger)."""
+
+    resets: int
+    """Times the server was found to have lost its data (the reader's group recreated)."""
+    recovery: ReaderRecovery
+    """Its recovery after a server restart and its widening of the backlog's limits."""
+
+    def read(self, count: int, block_ms: int | None) -> list[Entry]:
+        """Up to ``count`` entries: this reader's own unacknowledged ones first (after a restart), then new ones.
+        ``block_ms`` None returns at once; a positive value waits that long for new entries."""
+
+    def reclaim(self, min_idle_ms: int, count: int = 64) -> list[Entry]:
+        """Entries left unacknowledged at other (dead) readers for longer than ``min_idle_ms``."""
+
+    def commit(self, acks: Iterable[tuple[bytes, int]], state: dict[str, str | int],
+               dead: Iterable[tuple[bytes, dict, str, str]] = ()) -> None:
+        """In one atomic step: dead-letters ``dead`` (entry id, fields, kind, reason), acknowledges and deletes
+        ``acks`` (entry id, size in bytes), releases their bytes and records ``state`` (the reader's counters and
+        watermarks), so a crash leaves all of it or none."""
+
+    def load_state(self) -> dict[str, str]:
+        """The state committed last (empty on a fresh run or after the server lost its data)."""
+
     def backlog(self) -> int:
         """Entries in the stream: unread plus unacknowledged."""
 
@@ -213,17 +221,24 @@ class Announcements(Protocol):
     def close(self) -> None: ...
 
 
-class RunControl(Protocol):
-    """The run's shared control state. Membership and shares are the orchestrator's to write; workers and the
-    trainer read them. Every method retries an unreachable server within the backend's retry time."""
+class RunStop(Protocol):
+    """How the run ends: its stop flag and the trainer's done marker."""
 
-    # -- stop flag
     def stop_reason(self) -> str | None:
         """The stop flag's text (``target_reached:<v>``, ``stopped``, ``orchestrator``), or None while unset."""
 
     def request_stop(self, reason: str) -> None: ...
 
-    # -- membership and shares (``active`` / ``retired`` workers; transitions each is to produce in all)
+    def mark_trainer_done(self, version: int) -> None: ...
+
+    def trainer_done(self) -> int | None:
+        """The last version the trainer published before it finished, or None while it runs."""
+
+
+class RunMembers(Protocol):
+    """Who produces: the members (``active`` / ``retired`` workers), the transitions each is to produce in all,
+    and the workers' done markers. The orchestrator writes members and shares; workers and the trainer read them."""
+
     def members(self) -> dict[str, str]: ...
 
     def shares(self) -> dict[str, int]: ...
@@ -241,7 +256,6 @@ class RunControl(Protocol):
     def snapshot(self) -> tuple[dict[str, int], dict[str, int], dict[str, str]]:
         """(produced, shares, members) in one consistent read, for the share arithmetic of live scaling."""
 
-    # -- done markers
     def mark_worker_done(self, worker: str, produced: int) -> None: ...
 
     def workers_done(self) -> dict[str, int]:
@@ -250,12 +264,10 @@ class RunControl(Protocol):
     def forget_workers_done(self, workers: Iterable[str]) -> None:
         """A worker that returns after it finished (live scaling) is no longer done."""
 
-    def mark_trainer_done(self, version: int) -> None: ...
 
-    def trainer_done(self) -> int | None:
-        """The last version the trainer published before it finished, or None while it runs."""
+class RunStatus(Protocol):
+    """One field set per service, as the services last reported."""
 
-    # -- status (one field set per service, as the services last reported)
     def write_status(self, name: str, fields: dict) -> None: ...
 
     def status(self, name: str) -> dict[str, str]: ...
@@ -264,7 +276,10 @@ class RunControl(Protocol):
 
     def forget_status_field(self, name: str, field: str) -> None: ...
 
-    # -- what a run's summary and its start need
+
+class RunAccounts(Protocol):
+    """What a run's summary and its start need: the start time, the authoritative counters, the run's data."""
+
     def started_at(self) -> float | None: ...
 
     def set_started_at(self, when: float) -> None: ...
@@ -293,7 +308,10 @@ class RunControl(Protocol):
         """Deletes everything the run keeps on this server (``--resume`` starts from the checkpoint alone), except
         its claims."""
 
-    # -- claims (one owner at a time of a part of the run: its orchestrator, its trainer)
+
+class RunClaims(Protocol):
+    """One owner at a time of a part of the run: its orchestrator, its trainer."""
+
     def claim(self, name: str, holder: str, ttl_s: float) -> str | None:
         """Takes the claim ``name`` for ``holder`` for ``ttl_s`` seconds, or extends it if ``holder`` has it already
         (in one atomic step, so two claimants never both succeed); returns None when ``holder`` has it now, else the
@@ -305,6 +323,13 @@ class RunControl(Protocol):
 
 
 @dataclass
+
+
+class RunControl(RunStop, RunMembers, RunStatus, RunAccounts, RunClaims, Protocol):
+    """The run's shared control state, every concern together (a caller that needs one names its part). Every
+    method retries an unreachable server within the backend's retry time."""
+
+
 class Identity:
     """The identity this process writes run state as (a rollout worker's name, ``trainer``, ``learner-<r>``,
     ``evaluator``) and its fencing epoch, once taken (``MemoryBackend.take_identity``). The writers, readers and

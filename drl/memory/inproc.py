@@ -369,6 +369,12 @@ class _Lost(Exception):
 class InProcessReader:
     """The trainer's side of the stream: one consumer of the run's consumer group."""
 
+    @property
+    def recovery(self) -> InProcessReader:
+        """Its ``ReaderRecovery``: the settling, rewriting and widening methods below, which only the trainer's
+        library calls (through this name, not as part of the reading protocol)."""
+        return self
+
     def __init__(self, server: _Server, run: str, name: str, on_reset: Callable[[], None] | None = None,
                  shard: int = 0, identity: tuple[str, int] | None = None):
         self._server = server

@@ -394,10 +394,11 @@ class Feed:
         records the moved watermarks and the produced counts at once, so that writers waiting for them see them
         and the produced counts include what was lost."""
         ledger = self.ingest.ledger
-        moved = self.ingest.settle(self.reader.floors(), self.done(), self.reader.in_stream)
+        recovery = self.reader.recovery
+        moved = self.ingest.settle(recovery.floors(), self.done(), recovery.in_stream)
         if moved:
-            self.reader.settle(ledger.fields(moved, self.learning.learner.updates),
-                               {w: ledger.produced[w] for w in moved if w in ledger.produced})
+            recovery.settle(ledger.fields(moved, self.learning.learner.updates),
+                            {w: ledger.produced[w] for w in moved if w in ledger.produced})
 
     def record(self) -> None:
         """Commits the ledger's counters and ``updates`` without acknowledging anything: at exit, so that the

@@ -27,7 +27,7 @@ import math
 import time
 from typing import Callable
 
-from drl.memory import ACTIVE, RunControl
+from drl.memory import ACTIVE, RunMembers
 from drl.naming import even_share, worker_index, worker_names
 from drl.training.ingest import Ledger, Ledgers
 
@@ -42,7 +42,7 @@ def _index(name: str) -> int:
 
 
 class Membership:
-    def __init__(self, control: RunControl, ledger: Ledger | Ledgers, workers: int, silence_s: float = math.inf,
+    def __init__(self, control: RunMembers, ledger: Ledger | Ledgers, workers: int, silence_s: float = math.inf,
                  clock: Callable[[], float] = time.monotonic, steps: int | None = None):
         """``ledger``: the trainer's, or the ledgers of the shards it reads (``Ledgers``: a learner of a group
         follows only the workers of its shards); ``steps``: what this session of the run produces in all (its

@@ -76,7 +76,7 @@ class Widening:
         self.reader, self.limits, self.learning_starts, self.pace = reader, limits, learning_starts, pace
         self.most = max(1, min(WIDENING, max_backlog_bytes // limits.limit_bytes))
         self.factor = 1
-        reader.set_widening(1)
+        reader.recovery.set_widening(1)
 
     def data_is_late(self, updates: int, consumed: int) -> bool:
         """Whether the trainer waits for data with no update owed for a while: the learner ahead of the data, or
@@ -91,6 +91,6 @@ class Widening:
         factor = self.most if wide else 1
         if factor == self.factor:
             return
-        self.reader.set_widening(factor)
+        self.reader.recovery.set_widening(factor)
         self.factor = factor
         self.pace.limit_bytes = factor * self.limits.limit_bytes

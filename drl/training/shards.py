@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from drl.memory import ExperienceReader, MemoryBackend, RunControl, ShardMap
+from drl.memory import ExperienceReader, MemoryBackend, RunMembers, ShardMap
 from drl.memory.backlog import BacklogLimits
 from drl.training.ingest import Feed, Ingest, Ledger, Ledgers
 from drl.training.pacing import ReadPace, Widening
@@ -20,7 +20,7 @@ CONSUMER = "trainer-0"
 """Every shard's one consumer name: a learner's replacement takes up its predecessor's pending entries."""
 
 
-def done_markers(control: RunControl, shards: ShardMap, shard: int) -> Callable[[], dict[str, int]]:
+def done_markers(control: RunMembers, shards: ShardMap, shard: int) -> Callable[[], dict[str, int]]:
     """The done markers (``RunControl.workers_done``) of the workers that append to ``shard``."""
     if shards.shards == 1:
         return control.workers_done
@@ -46,7 +46,7 @@ class Channels(list):
     turn = 0
 
     @classmethod
-    def open(cls, memory: MemoryBackend, control: RunControl, ledgers: Ledgers, ingest: Callable[[Ledger], Ingest], learning,
+    def open(cls, memory: MemoryBackend, control: RunMembers, ledgers: Ledgers, ingest: Callable[[Ledger], Ingest], learning,
              limits: BacklogLimits, *, reclaim_idle_s: float, max_backlog_bytes: int, learning_starts: int,
              on_reset: Callable[..., None]) -> Channels:
         channels = cls()
@@ -106,7 +106,7 @@ class Channels(list):
     def rewrite(self, updates: int, version: int) -> None:
         """Puts back on every shard's server what services read from it after it restarted empty."""
         for ch in self:
-            ch.reader.rewrite(ch.ledger.fields(ch.ledger.known_workers(), updates), ch.ledger.produced,
+            ch.reader.recovery.rewrite(ch.ledger.fields(ch.ledger.known_workers(), updates), ch.ledger.produced,
                               ch.widening.factor, version)
 
     def record(self) -> None:

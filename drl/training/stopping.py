@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from drl.memory import RunControl
+from drl.memory import RunStop
 
 STOPPED, TARGET_REACHED = "stopped", "target_reached"
 
@@ -17,7 +17,7 @@ STOPPED, TARGET_REACHED = "stopped", "target_reached"
 class StopCheck:
     """``check()``: the reason to stop ("target_reached", "stopped", or what ``stop`` was told), "" while none."""
 
-    def __init__(self, control: RunControl, stopped: Callable[[], bool], every_s: float = 0.25):
+    def __init__(self, control: RunStop, stopped: Callable[[], bool], every_s: float = 0.25):
         self.control, self.stopped, self.every_s = control, stopped, every_s
         self.reason = ""
         self._checked = 0.0

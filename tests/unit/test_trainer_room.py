@@ -21,6 +21,7 @@ LIMIT, TRANSITION = 10_000, 100
 class FakeReader:
     def __init__(self):
         self.factors: list[int] = []
+        self.recovery = self
 
     def set_widening(self, factor: int) -> None:
         self.factors.append(factor)

@@ -239,6 +239,12 @@ class Consumer:
     """``ExperienceReader`` on Redis: consumer-group reads, reclaim, and atomic commit of acknowledgements and
     state."""
 
+    @property
+    def recovery(self) -> Consumer:
+        """Its ``ReaderRecovery``: the settling, rewriting and widening methods below, which only the trainer's
+        library calls (through this name, not as part of the reading protocol)."""
+        return self
+
     def __init__(self, client: redis.Redis, keys: Keys, consumer: str = "trainer-0",
                  on_reset: Callable[[], None] | None = None, retry_s: float = RETRY_S,
                  identity: tuple[str, int] | None = None):
