@@ -3,8 +3,9 @@ and the orchestrator, behind the protocols of ``drl.memory.base``.
 
 ``open_memory(url, run)`` opens a backend for one run from its URL: ``redis://HOST:PORT/DB``,
 ``rediss://HOST:PORT/DB`` and ``unix:///PATH?db=N`` reach a Redis/Valkey server (``drl.memory.redis``, the only
-code that talks Redis), several of them separated by commas spread the experience shards over servers; ``memory://NAME`` keeps the run in this process (``drl.memory.inproc``, for tests that run
-the service loops as threads). ``private_server`` starts the Valkey/Redis server a local run uses when it is given
+code that talks Redis), several of them separated by commas spread the experience shards over servers. Other schemes come from
+``register_scheme`` (the tests' in-process implementation, ``tests/memory_inproc.py``, registers ``memory://NAME``
+to run the service loops as threads). ``private_server`` starts the Valkey/Redis server a local run uses when it is given
 no URL. The codec (``drl.memory.codec``) and the backlog's limits (``drl.memory.backlog``) are the same for every
 backend.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from drl.errors import UserError
 from drl.memory.base import (
@@ -40,12 +41,13 @@ from drl.memory.base import (
 )
 
 RETRY_S = 120.0
-INPROC_SCHEME = "memory://"
+SCHEMES: dict[str, Callable[[str, str, int], MemoryBackend]] = {}
+"""Openers of further URL schemes, by prefix: ``opener(rest of the URL, run, shards)``."""
 
 __all__ = ["ACTIVE", "Announcements", "AppendReply", "Entry", "ExperienceReader", "ExperienceWriter",
            "MemoryBackend", "MemoryBackendError", "MemoryUnavailable", "RETIRED", "ReaderRecovery", "RunAccounts",
            "RunClaims", "RunControl", "RunMembers", "RunStatus", "RunStop", "ShardMap", "check_url",
-           "find_server_binary", "new_password", "open_memory", "private_env", "private_server", "redact",
+           "find_server_binary", "new_password", "open_memory", "private_env", "private_server", "redact", "register_scheme",
            "seq_field", "url_has_password", "write_password_file"]
 
 
@@ -56,13 +58,18 @@ def open_memory(url: str, run: str, *, wait_s: float = 0.0, retry_s: float = RET
     Every later call retries an unreachable server for ``retry_s`` seconds before ``MemoryUnavailable``.
     Credentials come from the ``DRL_MEMORY_*`` variables of ``env`` (default: this process's environment), never
     from arguments: a local run's private server has its own password file (``private_env``)."""
-    if url.startswith(INPROC_SCHEME):
-        from drl.memory.inproc import open_inproc
-
-        return open_inproc(url[len(INPROC_SCHEME):], run, shards=shards)
+    for prefix, opener in SCHEMES.items():
+        if url.startswith(prefix):
+            return opener(url[len(prefix):], run, shards)
     from drl.memory.redis import RedisMemory
 
     return RedisMemory.open(url, run, wait_s=wait_s, retry_s=retry_s, timeout=timeout, env=env, shards=shards)
+
+
+def register_scheme(prefix: str, opener: Callable[[str, str, int], MemoryBackend]) -> None:
+    """Makes ``open_memory`` open URLs that start with ``prefix`` with ``opener``: another implementation of the
+    protocols, such as the tests' in-process one, without the shipped package importing it."""
+    SCHEMES[prefix] = opener
 
 
 def check_url(url: str, shards: int = 1) -> None:

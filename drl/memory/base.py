@@ -14,7 +14,7 @@ Four small protocols, one per kind of traffic, all bound to one run:
   fields, and the counters a summary is made of.
 
 ``MemoryBackend`` hands out these for one run; ``drl.memory.open_memory`` opens one from a URL. The Redis Streams
-implementation (``drl.memory.redis``) is the real one; ``drl.memory.inproc`` keeps the same state in this
+implementation (``drl.memory.redis``) is the real one; ``tests/memory_inproc.py`` keeps the same state in this
 process's memory, for fast tests of the service loops. Callers see only these protocols: a failure to reach the
 server, after the backend's own retries, is ``MemoryUnavailable``; any other refusal by the server is
 ``MemoryBackendError``.

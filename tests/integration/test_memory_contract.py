@@ -1,5 +1,5 @@
 """The memory backend's contract (``drl.memory.base``), held against both implementations: the Redis Streams one on a
-real server (through ``drl.memory.open_memory``) and the in-process one (``drl.memory.inproc``), which the unit tests
+real server (through ``drl.memory.open_memory``) and the in-process one (``tests/memory_inproc.py``), which the unit tests
 of the service loops stand on. Every protocol method's behaviour is checked the same way on both, so a service that
 passes its in-process tests does the same against Redis.
 
@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from drl._proto import experience_pb2
-from drl.memory import inproc
 from drl.memory.base import AppendReply, MemoryBackend, MemoryBackendError
+from tests import memory_inproc as inproc
 
 WAKE_S = 5.0
 """How long a blocked call may take to notice what should wake it (Redis writers re-check every 0.5 s at most)."""

@@ -311,8 +311,8 @@ class FakeLearning:
 def test_the_feed_hands_accepted_entries_over_and_commits_them_with_the_ledger_fake_learning():
     import uuid
 
-    from drl.memory import inproc
     from drl.training.ingest import Feed
+    from tests import memory_inproc as inproc
 
     name = f"feed-{uuid.uuid4().hex[:8]}"
     backend = inproc.open_inproc(name, RUN)
@@ -589,7 +589,7 @@ def test_a_done_writer_still_in_the_stream_does_not_hold_back_the_others():
 def memory():
     import uuid
 
-    from drl.memory import inproc
+    from tests import memory_inproc as inproc
 
     name = f"feed-{uuid.uuid4().hex[:8]}"
     backend = inproc.open_inproc(name, RUN)

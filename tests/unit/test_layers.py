@@ -73,7 +73,7 @@ def test_only_the_redis_implementation_imports_redis():
 
 
 def test_services_and_the_orchestrator_use_the_memory_protocols_not_the_redis_implementation():
-    assert _violations(_python("services", "orchestrator"), {"drl.memory.redis", "drl.memory.inproc"}) == []
+    assert _violations(_python("services", "orchestrator"), {"drl.memory.redis", "tests"}) == []
 
 
 def test_only_the_kubernetes_backend_imports_kubernetes():
@@ -207,3 +207,9 @@ def test_one_room_per_job_sizes():
     assert len((ROOT / "services" / "trainer" / "trainer.py").read_text().splitlines()) < 250
     top = sorted(p.name for p in (ROOT / "drl").glob("*.py") if p.name != "__init__.py")
     assert len(top) <= 12, top
+
+
+def test_shipped_code_imports_nothing_of_the_tests():
+    """The in-process memory implementation is the tests' (``tests/memory_inproc.py``): the shipped packages
+    reach it only through ``drl.memory.register_scheme``."""
+    assert _violations(_python(*SHIPPED), {"tests"}) == []

@@ -7,9 +7,10 @@ import uuid
 
 import pytest
 
-from drl.memory import inproc, open_memory
+from drl.memory import open_memory
 from drl.training.ingest import Ledger
 from drl.training.membership import Membership
+from tests import memory_inproc as inproc
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """The service loops themselves, trainer, rollout workers and evaluator, run as threads of this process against the
-in-process memory backend (``memory://``, ``drl.memory.inproc``): fast, and a proof that the services need nothing
+in-process memory backend (``memory://``, ``tests/memory_inproc.py``): fast, and a proof that the services need nothing
 of the memory server beyond the protocols of ``drl.memory.base``. The same loops run as processes against a real
 Valkey in ``tests/integration``."""
 
@@ -12,11 +12,12 @@ import pytest
 
 from drl.algorithms.dqn.config import DQNConfig
 from drl.algorithms.ppo.config import PPOConfig
-from drl.memory import inproc, open_memory
+from drl.memory import open_memory
 from services.common import ServiceContext
 from services.evaluator.evaluator import Evaluator
 from services.rollout.worker import RolloutWorker
 from services.trainer.trainer import Trainer
+from tests import memory_inproc as inproc
 from tests.harness import fast_config
 
 LOOP_TIMEOUT_S = 240

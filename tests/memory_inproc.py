@@ -1,4 +1,6 @@
-"""The memory backend's protocols (``drl.memory.base``) kept in this process's memory.
+"""The memory backend's protocols (``drl.memory.base``) kept in this process's memory: the tests' second
+implementation, outside the shipped package (importing this module registers ``memory://NAME`` with
+``drl.memory.register_scheme``).
 
 Unit tests of the service loops run the trainer, rollout workers and evaluator as threads of one process; they
 need the memory server's behaviour, not its network or its latency. ``open_inproc(name, run)`` (what
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from drl.errors import Superseded
+from drl.memory import register_scheme
 from drl.memory.base import AppendReply, Entry, Identity, MemoryBackendError, ShardMap, merge_states, unseen_transitions
 from drl.memory.outbox import Outbox, OutboxWriter, Outgoing, format_floor, parse_floors
 
@@ -812,3 +815,6 @@ class InProcessMemory:
 
     def close(self) -> None:
         pass
+
+
+register_scheme(SCHEME, lambda name, run, shards: open_inproc(name, run, shards=shards))
