@@ -311,7 +311,8 @@ def replica_launch(run_dir: Path, name: str) -> tuple[list[str], dict[str, str]]
     cfg = resolve(json.loads((run_dir / "config.json").read_text()), "config.json")
     role, _, index = name.rpartition("-") if name[-1].isdigit() else (name, "", "0")
     workload = next(w for w in plan(cfg, run=state["run"], run_dir=str(run_dir), memory_url=state["memory_url"],
-                                    store_url=str(run_dir.parent), python=sys.executable) if w.role == role)
+                                    store_url=str(run_dir.parent), python=sys.executable)
+                    if w.role == ("trainer" if role == "learner" else role))
     env = {**os.environ, **workload.replica_env(int(index)), "PYTHONUNBUFFERED": "1"}
     secret = run_dir / "memory.password"
     if secret.exists():

@@ -10,9 +10,15 @@ from dataclasses import dataclass, field
 
 from drl.config import ExperimentConfig
 
+TRAINER, LEARNER = "trainer", "learner"
+
 
 @dataclass(frozen=True)
 class Workload:
+    """One role's processes: ``replicas`` of one command and environment, replica ``i`` told its index in
+    ``per_replica_env``. The trainer's K replicas are the group of learners: rank 0 is the process named
+    ``trainer``, ranks 1 .. K-1 are named ``learner-<r>`` and play the role ``learner``."""
+
     role: str
     replicas: int
     command: tuple[str, ...]
@@ -23,6 +29,9 @@ class Workload:
     def indices(self) -> range:
         return range(self.first_index, self.first_index + self.replicas)
 
+    def replica_role(self, index: int) -> str:
+        return LEARNER if self.role == TRAINER and index > 0 else self.role
+
     def replica_env(self, index: int) -> dict[str, str]:
         env = dict(self.env)
         if self.per_replica_env:
@@ -30,15 +39,17 @@ class Workload:
         return env
 
     def replica_name(self, index: int) -> str:
+        if self.role == TRAINER:
+            return TRAINER if index == 0 else f"{LEARNER}-{index}"
         return f"{self.role}-{index}" if self.replicas > 1 or self.per_replica_env else self.role
 
 
 def plan(cfg: ExperimentConfig, *, run: str, run_dir: str, memory_url: str, store_url: str,
          python: str = "python", steps_done: int = 0, learner_address: str = "127.0.0.1",
          learner_port: int = 0, trainer_writes_run_files: bool = False) -> list[Workload]:
-    """The workloads of a run: one trainer, ``cfg.workers`` rollout workers and one evaluator; with
-    ``cfg.learners`` K > 1 also K - 1 learners (``learner-1`` ...), which run the trainer's command as ranks 1 to
-    K - 1 of its group, meeting at ``learner_address:learner_port`` (``MASTER_ADDR``/``MASTER_PORT``, as torchrun
+    """The workloads of a run: the trainer, ``cfg.workers`` rollout workers and one evaluator. With
+    ``cfg.learners`` K > 1 the trainer has K replicas, ranks 0 to K - 1 of one group (``DRL_LEARNER_RANK``; rank 0
+    is the trainer, ranks 1 .. K - 1 its learners ``learner-1`` ...), meeting at ``learner_address:learner_port`` (``MASTER_ADDR``/``MASTER_PORT``, as torchrun
     names them; the trainer, rank 0, hosts the rendezvous).
 
     ``steps_done`` (a resumed run) is what the newest checkpoint already covers; workers share the rest.
@@ -61,11 +72,9 @@ def plan(cfg: ExperimentConfig, *, run: str, run_dir: str, memory_url: str, stor
     if trainer_writes_run_files:
         trainer_env["DRL_RUN_FILES"] = "trainer"
     workloads = [
-        Workload("trainer", 1, (python, "-m", "services.trainer"), trainer_env),
+        Workload(TRAINER, cfg.learners, (python, "-m", "services.trainer"), trainer_env,
+                 "DRL_LEARNER_RANK" if cfg.learners > 1 else ""),
         Workload("rollout", cfg.workers, (python, "-m", "services.rollout"), common, "DRL_WORKER_INDEX"),
         Workload("evaluator", 1, (python, "-m", "services.evaluator"), common),
     ]
-    if cfg.learners > 1:
-        workloads.append(Workload("learner", cfg.learners - 1, (python, "-m", "services.trainer"), trainer_env,
-                                  "DRL_LEARNER_RANK", first_index=1))
     return workloads

@@ -40,8 +40,9 @@ CASES = {
     "sac-2-learners-2-shards": ({"preset": "sac", "workers": 4, "trainer": {"learners": 2}, "memory": {"shards": 2}},
                                 lambda: replace(get_preset("sac"), workers=4, learners=2, memory_shards=2)),
 }
-# Where a role runs on Kubernetes: the learners (ranks 1 .. K-1) are pods of the trainer Job.
-K8S_ROLE = {"trainer": "trainer", "rollout": "rollout", "evaluator": "evaluator", "learner": "trainer"}
+# Where a role runs on Kubernetes: each workload of the plan is one Job (the trainer's K replicas, its group of
+# learners, are the completion indexes of one Indexed Job).
+K8S_ROLE = {"trainer": "trainer", "rollout": "rollout", "evaluator": "evaluator"}
 
 
 def local_roles(cfg: ExperimentConfig) -> dict[str, tuple[list[str], dict[str, str]]]:
@@ -72,7 +73,7 @@ def test_local_render_and_chart_run_the_same_commands_with_the_same_environment(
     local = local_roles(replace(cfg, run_name=RUN))
     rendered = k8s_roles(k8s.manifests(cfg, RUN, namespace="ns", env={}))
     charted = k8s_roles(render_chart({**values, "runName": RUN}))
-    assert set(local) == set(ROLES) | ({"learner"} if cfg.learners > 1 else set())
+    assert set(local) == set(ROLES), "the plan's trainer is one workload of K replicas: no learner workload"
     for role in local:
         command, env = local[role]
         k8s_role = K8S_ROLE[role]

@@ -92,3 +92,21 @@ def test_credentials_never_appear_in_process_arguments(cfg, memory_url):
         assert SECRET not in joined, w.role
         assert all(SECRET not in arg for arg in w.command), w.role
         assert w.env["DRL_MEMORY_URL"] == memory_url
+
+
+def test_a_group_of_learners_is_the_trainers_replicas(cfg):
+    """With --learners K the trainer is one workload of K replicas (no second workload to fold back): rank 0 is
+    the process ``trainer``, ranks 1 .. K-1 are ``learner-<r>`` in the role ``learner``, each told its rank, all
+    meeting at the rendezvous."""
+    from dataclasses import replace
+
+    workloads = make_plan(replace(cfg, learners=3), learner_address="10.0.0.5", learner_port=29500)
+    assert [(w.role, w.replicas) for w in workloads] == [("trainer", 3), ("rollout", cfg.workers), ("evaluator", 1)]
+    trainer = by_role(workloads)["trainer"]
+    assert [trainer.replica_name(i) for i in trainer.indices()] == ["trainer", "learner-1", "learner-2"]
+    assert [trainer.replica_role(i) for i in trainer.indices()] == ["trainer", "learner", "learner"]
+    assert [trainer.replica_env(i)["DRL_LEARNER_RANK"] for i in trainer.indices()] == ["0", "1", "2"]
+    assert {(trainer.replica_env(i)["MASTER_ADDR"], trainer.replica_env(i)["MASTER_PORT"])
+            for i in trainer.indices()} == {("10.0.0.5", "29500")}
+    alone = by_role(make_plan(cfg))["trainer"]
+    assert alone.replicas == 1 and alone.replica_name(0) == "trainer" and "DRL_LEARNER_RANK" not in alone.env

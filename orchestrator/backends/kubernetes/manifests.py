@@ -362,9 +362,9 @@ def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, na
     if builtin_store:
         objects += _s3(ctx, s3_image, "" if s3_storage == S3_EMPTYDIR else s3_storage, s3_storage_class)
     group = group_name(name)
-    workloads = fold_learners(plan(cfg, run=run, run_dir=RUN_DIR, memory_url=memory_url, store_url=store_url,
-                                   python="python", learner_address=f"{name}-trainer-0.{group}",
-                                   learner_port=RENDEZVOUS_PORT, trainer_writes_run_files=True))
+    workloads = plan(cfg, run=run, run_dir=RUN_DIR, memory_url=memory_url, store_url=store_url, python="python",
+                     learner_address=f"{name}-trainer-0.{group}", learner_port=RENDEZVOUS_PORT,
+                     trainer_writes_run_files=True)
     if cfg.learners > 1:
         objects.append(_group_service(ctx))
     gpu = cfg.device.startswith("cuda")
@@ -396,17 +396,6 @@ def group_name(name: str) -> str:
     that rank r is ``<name>-trainer-<r>.<name>-trainer-group`` (an Indexed Job's pod hostname is
     ``<job>-<index>``)."""
     return f"{name}-trainer-group"
-
-
-def fold_learners(workloads: list[Workload]) -> list[Workload]:
-    """The plan's workloads with its ``learner`` workload (ranks 1 .. K-1) folded into the trainer's (rank 0):
-    on Kubernetes the K ranks are the completion indexes of one Indexed Job, so that a pod's rank and its
-    hostname come from Kubernetes and a replaced pod keeps both."""
-    learners = next((w for w in workloads if w.role == "learner"), None)
-    if learners is None:
-        return workloads
-    return [dataclasses.replace(w, replicas=w.replicas + learners.replicas, per_replica_env=learners.per_replica_env)
-            if w.role == "trainer" else w for w in workloads if w is not learners]
 
 
 @dataclass(frozen=True)

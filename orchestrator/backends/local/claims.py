@@ -17,12 +17,13 @@ from orchestrator.backends.local.common import (
     OWNER_CLAIM,
     PASSWORD_FILE,
     STOP_REQUEST,
+    RunParts,
     _alive_here,
     resume_counters,
 )
 
 
-class RunClaim:
+class RunClaim(RunParts):
     """A part of ``LocalRun`` (``orchestrator.backends.local.run``): the run's claim and its start."""
 
     def prepare(self) -> tuple[str, str]:

@@ -12,10 +12,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from drl.config import ExperimentConfig
+from drl.memory import MemoryBackend, RunControl
 from drl.process import pid_alive
 from drl.store import run_store
-from orchestrator.backends.local.forkserver import ForkedProcess
+from orchestrator.backends.local.forkserver import ForkedProcess, Launcher
+from orchestrator.plan import Workload
+from orchestrator.state import RunState
 
 EVALUATOR_GRACE_S = 300.0
 
@@ -110,6 +115,60 @@ class Proc:
     started: float = field(default_factory=time.time)
     restarts: int = 0
     restart_at: float | None = None
+    workload: Workload | None = None
+
+class RunParts:
+    """The state that ``LocalRun``'s parts share, and for the type checker the methods one part calls on another;
+    every part derives from it, ``LocalRun`` from every part."""
+
+    def __init__(self, cfg: ExperimentConfig, run: str, run_dir: Path, steps_done: int = 0, resume: bool = False):
+        self.cfg = cfg
+        self.run = run
+        self.run_dir = run_dir
+        self.steps_done = steps_done
+        self.resume = resume
+        self.procs: list[Proc] = []
+        self.launcher = Launcher()
+        self.server = None
+        self.memory: MemoryBackend | None = None
+        self.control: RunControl | None = None
+        self.interrupted = False
+        self.interrupts = 0
+        self.superseded: set[str] = set()
+        self.started = time.time()
+        self.memory_url = ""
+        self.state: RunState | None = None
+        self._ports_checked = 0.0
+        self.stop_requested = False
+        self._hand_in_deadline: float | None = None
+        self._trainer_stopped = False
+        self.restarts = {"trainer": 0, "rollout": 0, "evaluator": 0, "memory": 0,
+                         **({"learner": 0} if cfg.learners > 1 else {})}
+        self.workers_history = [{"wall_seconds": 0.0, "env_steps": steps_done, "workers": cfg.workers}]
+        self._membership: tuple[dict[str, str], dict[str, int]] = ({}, {})
+        self.resume_counters: dict[str, int] = {}
+        self.store_url: str | None = None
+        self._trainer_record: dict | None = None
+        self.memory_env: dict[str, str] | None = None
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{run_dir}"
+        self._claimed_at: float | None = None
+        self._done: dict[str, int] = {}
+        self._final_version_owed = False  # the server was started again before the trainer exited 0
+        self._done_read_at = 0.0
+    if TYPE_CHECKING:
+        def advance_stop(self) -> None: ...
+        def failed(self) -> str | None: ...
+        def hung(self, p: Proc, now: float) -> bool: ...
+        def keep_claim(self) -> str | None: ...
+        def refresh_state(self, force: bool = False) -> None: ...
+        def register_workers(self) -> None: ...
+        def revive_memory_server(self) -> str | None: ...
+        def start(self, workload: Workload, index: int, restarts: int = 0) -> Proc: ...
+        def status(self, role: str) -> dict[str, str]: ...
+        def take_scale_request(self) -> None: ...
+        def trainer_finished(self) -> bool: ...
+        def trainer_record(self) -> dict | None: ...
+
 
 
 def _alive_here(holder: str) -> bool:

@@ -7,10 +7,11 @@ import sys
 import time
 
 from drl.memory import MemoryBackendError, MemoryUnavailable, private_server
+from orchestrator.backends.local.common import RunParts
 from orchestrator.state import write_state
 
 
-class MemoryKeeper:
+class MemoryKeeper(RunParts):
     """A part of ``LocalRun`` (``orchestrator.backends.local.run``): the private memory server's keeper."""
 
     def revive_memory_server(self) -> str | None:

@@ -32,18 +32,13 @@ its processes (``spawning``), live scaling (``scaling``), stopping (``stopping``
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import sys
-import time
 from pathlib import Path
 
 from drl.config import ExperimentConfig
-from drl.memory import MemoryBackend, RunControl
 from orchestrator.backends.local.claims import RunClaim
-from orchestrator.backends.local.common import Proc, _refused_write, last_error, write_summary
-from orchestrator.backends.local.forkserver import Launcher
+from orchestrator.backends.local.common import _refused_write, last_error, write_summary
 from orchestrator.backends.local.keeper import MemoryKeeper
 from orchestrator.backends.local.scaling import LocalScaling
 from orchestrator.backends.local.spawning import Spawning
@@ -51,48 +46,13 @@ from orchestrator.backends.local.stopping import Stopping
 from orchestrator.backends.local.summary import RunSummary
 from orchestrator.backends.local.supervision import Supervision
 from orchestrator.progress import Progress
-from orchestrator.state import RunState
 
 __all__ = ["LocalRun", "run_local"]
 
 
 class LocalRun(RunClaim, Spawning, LocalScaling, Stopping, Supervision, MemoryKeeper, RunSummary):
-    """One local run: the state its parts share (see the module docstring)."""
+    """One local run, made of its parts (see the module docstring); the state they share is ``RunParts``'."""
 
-    def __init__(self, cfg: ExperimentConfig, run: str, run_dir: Path, steps_done: int = 0, resume: bool = False):
-        self.cfg = cfg
-        self.run = run
-        self.run_dir = run_dir
-        self.steps_done = steps_done
-        self.resume = resume
-        self.procs: list[Proc] = []
-        self.launcher = Launcher()
-        self.server = None
-        self.memory: MemoryBackend | None = None
-        self.control: RunControl | None = None
-        self.interrupted = False
-        self.interrupts = 0
-        self.superseded: set[str] = set()
-        self.started = time.time()
-        self.memory_url = ""
-        self.state: RunState | None = None
-        self._ports_checked = 0.0
-        self.stop_requested = False
-        self._hand_in_deadline: float | None = None
-        self._trainer_stopped = False
-        self.restarts = {"trainer": 0, "rollout": 0, "evaluator": 0, "memory": 0,
-                         **({"learner": 0} if cfg.learners > 1 else {})}
-        self.workers_history = [{"wall_seconds": 0.0, "env_steps": steps_done, "workers": cfg.workers}]
-        self._membership: tuple[dict[str, str], dict[str, int]] = ({}, {})
-        self.resume_counters: dict[str, int] = {}
-        self.store_url: str | None = None
-        self._trainer_record: dict | None = None
-        self.memory_env: dict[str, str] | None = None
-        self.holder = f"{socket.gethostname()}:{os.getpid()}:{run_dir}"
-        self._claimed_at: float | None = None
-        self._done: dict[str, int] = {}
-        self._final_version_owed = False  # the server was started again before the trainer exited 0
-        self._done_read_at = 0.0
 
 
 def run_local(cfg: ExperimentConfig, run: str, run_dir: Path, steps_done: int = 0,

@@ -11,14 +11,14 @@ import time
 from drl.errors import UserError
 from drl.memory import ACTIVE, RETIRED, MemoryBackendError
 from drl.naming import check_workers, worker_index
-from orchestrator.backends.local.common import HAND_IN_S, MAX_WORKERS, SCALE_REQUEST, SCALE_RESULT
+from orchestrator.backends.local.common import HAND_IN_S, MAX_WORKERS, SCALE_REQUEST, SCALE_RESULT, RunParts
 from orchestrator.backends.local.control import find_local_run
 from orchestrator.backends.local.ownership import orchestrator_alive
 from orchestrator.scaling import Snapshot, initial_shares, margin_transitions, plan_removal, plan_shares
 from orchestrator.status import stop_service
 
 
-class LocalScaling:
+class LocalScaling(RunParts):
     """A part of ``LocalRun`` (``orchestrator.backends.local.run``): live scaling of a local run (``drl-orchestrate scale``)."""
 
     def register_workers(self) -> None:

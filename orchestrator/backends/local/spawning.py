@@ -6,12 +6,12 @@ import os
 import sys
 
 from drl.memory import MemoryUnavailable
-from orchestrator.backends.local.common import HEARTBEATS, ROLLOUT_NICENESS, Proc, free_port
+from orchestrator.backends.local.common import HEARTBEATS, ROLLOUT_NICENESS, Proc, RunParts, free_port
 from orchestrator.plan import plan
 from orchestrator.state import ProcessState, RunState, write_state
 
 
-class Spawning:
+class Spawning(RunParts):
     """A part of ``LocalRun`` (``orchestrator.backends.local.run``): starting the plan's processes, one replica at a time, and keeping ``state.json`` of them."""
 
     def spawn(self, memory_url: str, store_url: str, detached: bool = False) -> None:
@@ -50,7 +50,8 @@ class Spawning:
             popen = self.launcher.start(list(workload.command), env, log,
                                         nice=ROLLOUT_NICENESS if workload.role == "rollout" else 0,
                                         name=f"drl-{name}")
-        proc = Proc(name, workload.role, popen, log_path, heartbeat, restarts=restarts)
+        proc = Proc(name, workload.replica_role(index), popen, log_path, heartbeat, restarts=restarts,
+                    workload=workload)
         self.procs = [p for p in self.procs if p.name != name] + [proc]
         if self.state is not None:
             entry = self.state.process(name)

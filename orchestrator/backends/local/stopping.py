@@ -9,12 +9,19 @@ import time
 
 from drl.errors import EXIT_INTERRUPTED, EXIT_SUPERSEDED
 from drl.memory import MemoryBackendError, MemoryUnavailable
-from orchestrator.backends.local.common import FINAL_CHECKPOINT_S, HAND_IN_S, STOP_FLAG, STOP_FLAG_GRACE_S, STOP_GRACE_S
+from orchestrator.backends.local.common import (
+    FINAL_CHECKPOINT_S,
+    HAND_IN_S,
+    STOP_FLAG,
+    STOP_FLAG_GRACE_S,
+    STOP_GRACE_S,
+    RunParts,
+)
 from orchestrator.state import write_state
 from orchestrator.status import stop_service
 
 
-class Stopping:
+class Stopping(RunParts):
     """A part of ``LocalRun`` (``orchestrator.backends.local.run``): how a local run ends."""
 
     def status(self, role: str) -> dict[str, str]:

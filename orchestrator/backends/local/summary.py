@@ -11,6 +11,7 @@ from drl.training.accounting import count_fields, eval_fields, imbalance, tally,
 from drl.training.ingest import COUNTERS
 from orchestrator.backends.local.common import (
     OWNER_CLAIM,
+    RunParts,
     _refused_write,
     latest_checkpoint_meta,
     policy_lag,
@@ -19,7 +20,7 @@ from orchestrator.backends.local.common import (
 from orchestrator.state import write_state
 
 
-class RunSummary:
+class RunSummary(RunParts):
     """A part of ``LocalRun`` (``orchestrator.backends.local.run``): the run's ``summary.json`` and final ``state.json``."""
 
     def accounts(self) -> dict:

@@ -9,11 +9,19 @@ import time
 from drl.errors import EXIT_SUPERSEDED, EXIT_USAGE
 from drl.memory import RETIRED
 from drl.naming import worker_index
-from orchestrator.backends.local.common import BACKOFF_S, EVALUATOR_GRACE_S, STOP_REQUEST, Proc, _float, refusal
+from orchestrator.backends.local.common import (
+    BACKOFF_S,
+    EVALUATOR_GRACE_S,
+    STOP_REQUEST,
+    Proc,
+    RunParts,
+    _float,
+    refusal,
+)
 from orchestrator.progress import Progress
 
 
-class Supervision:
+class Supervision(RunParts):
     """A part of ``LocalRun`` (``orchestrator.backends.local.run``): supervision of the run's processes."""
 
     def supervise(self, progress: Progress | None = None) -> str | None:
@@ -59,7 +67,7 @@ class Supervision:
             elif now >= p.restart_at:
                 self.restarts[p.role] = self.restarts.get(p.role, 0) + 1
                 index = worker_index(p.name) if p.role in ("rollout", "learner") else 0
-                self.start(self.workloads[p.role], index, p.restarts + 1)
+                self.start(p.workload or self.workloads[p.role], index, p.restarts + 1)
         return None
 
     def restart_learner_group(self, now: float, progress: Progress | None) -> str | None:
