@@ -3,11 +3,11 @@ and the orchestrator, behind the protocols of ``drl.memory.base``.
 
 ``open_memory(url, run)`` opens a backend for one run from its URL: ``redis://HOST:PORT/DB``,
 ``rediss://HOST:PORT/DB`` and ``unix:///PATH?db=N`` reach a Redis/Valkey server (``drl.memory.redis``, the only
-code that talks Redis), several of them separated by commas spread the experience shards over servers. Other schemes come from
-``register_scheme`` (the tests' in-process implementation, ``tests/memory_inproc.py``, registers ``memory://NAME``
-to run the service loops as threads). ``private_server`` starts the Valkey/Redis server a local run uses when it is given
-no URL. The codec (``drl.memory.codec``) and the backlog's limits (``drl.memory.backlog``) are the same for every
-backend.
+code that talks Redis), several of them separated by commas spread the experience shards over servers. Other
+schemes come from ``register_scheme`` (the tests' in-process implementation, ``tests/memory_inproc.py``, registers
+``memory://NAME`` to run the service loops as threads). ``private_server`` starts the Valkey/Redis server a local
+run uses when it is given no URL. The codec (``drl.memory.codec``) and the backlog's limits (``drl.memory.backlog``)
+are the same for every backend.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ SCHEMES: dict[str, Callable[[str, str, int], MemoryBackend]] = {}
 __all__ = ["ACTIVE", "Announcements", "AppendReply", "Entry", "ExperienceReader", "ExperienceWriter",
            "MemoryBackend", "MemoryBackendError", "MemoryUnavailable", "RETIRED", "ReaderRecovery", "RunAccounts",
            "RunClaims", "RunControl", "RunMembers", "RunStatus", "RunStop", "ShardMap", "check_url",
-           "find_server_binary", "new_password", "open_memory", "private_env", "private_server", "redact", "register_scheme",
-           "seq_field", "url_has_password", "write_password_file"]
+           "find_server_binary", "new_password", "open_memory", "private_env", "private_server", "redact",
+           "register_scheme", "seq_field", "url_has_password", "write_password_file"]
 
 
 def open_memory(url: str, run: str, *, wait_s: float = 0.0, retry_s: float = RETRY_S,

@@ -46,7 +46,7 @@ class BacklogLimits:
 
     def most_in(self, widening: int) -> int:
         """``most`` while the trainer has widened the backlog's limits ``widening``-fold
-        (``ExperienceReader.set_widening``)."""
+        (``ReaderRecovery.set_widening``)."""
         quarter = (widening * self.limit_bytes // ENTRY_GROWTH_DIVISOR - HEADER_ALLOWANCE_BYTES) // self.transition_bytes
         return max(self.least, min(self.least * self.entries * widening // ENTRY_GROWTH_DIVISOR, quarter,
                                    self.ceiling))

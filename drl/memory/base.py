@@ -322,14 +322,12 @@ class RunClaims(Protocol):
         """Gives up the claim ``name`` if ``holder`` has it (a claim taken over by another holder stays theirs)."""
 
 
-@dataclass
-
-
 class RunControl(RunStop, RunMembers, RunStatus, RunAccounts, RunClaims, Protocol):
     """The run's shared control state, every concern together (a caller that needs one names its part). Every
     method retries an unreachable server within the backend's retry time."""
 
 
+@dataclass
 class Identity:
     """The identity this process writes run state as (a rollout worker's name, ``trainer``, ``learner-<r>``,
     ``evaluator``) and its fencing epoch, once taken (``MemoryBackend.take_identity``). The writers, readers and

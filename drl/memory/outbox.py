@@ -7,7 +7,7 @@ once.
 
 The outbox also keeps its floor: the highest watermark any reader confirmed to it, with the produced total
 through that seq. It holds nothing at or below the floor, so after a data loss (an epoch change; ``on_new_epoch``
-is then called with the floor) the writer tells the reader its floor (``ExperienceReader.floors``): a reader
+is then called with the floor) the writer tells the reader its floor (``ReaderRecovery.floors``): a reader
 that came back with an older watermark (from a checkpoint) knows the seqs below the floor it never saw can never
 arrive, instead of waiting for them for ever.
 """

@@ -1,7 +1,7 @@
 """The memory backend's contract (``drl.memory.base``), held against both implementations: the Redis Streams one on a
-real server (through ``drl.memory.open_memory``) and the in-process one (``tests/memory_inproc.py``), which the unit tests
-of the service loops stand on. Every protocol method's behaviour is checked the same way on both, so a service that
-passes its in-process tests does the same against Redis.
+real server (through ``drl.memory.open_memory``) and the in-process one (``tests/memory_inproc.py``), which the unit
+tests of the service loops stand on. Every protocol method's behaviour is checked the same way on both, so a
+service that passes its in-process tests does the same against Redis.
 
 Each test gets ``mem``: ``mem.open()`` opens another backend on the same server and run, as another service would;
 ``mem.lose_data()`` makes the server lose everything, as a memory server restarted without persistence does.
@@ -225,14 +225,14 @@ def test_widening_multiplies_both_limits_and_the_reply_says_by_how_much(mem):
     assert [send(writer, "rollout-0", s).widening for s in (1, 2)] == [1, 1]
     held = Background(lambda: send(writer, "rollout-0", 3))
     assert not held.done(QUIET_S)
-    reader.set_widening(3)
+    reader.recovery.set_widening(3)
     reply = held.value
     assert reply.appended and reply.widening == 3, "widening did not raise the entry limit"
     assert all(send(writer, "rollout-0", s).appended for s in (4, 5, 6))
     assert reader.backlog() == 6
     held = Background(lambda: send(writer, "rollout-0", 7))
     assert not held.done(QUIET_S), "the widened entry limit (3 x 2) did not hold"
-    reader.set_widening(1)
+    reader.recovery.set_widening(1)
     consume(reader, count=4)
     assert not held.done(QUIET_S), "with the limits restored, 2 entries in the stream still leave no room"
     consume(reader, count=1)
@@ -241,11 +241,11 @@ def test_widening_multiplies_both_limits_and_the_reply_says_by_how_much(mem):
 
     bytes_writer = mem.open().writer("rollout-1", max_entries=100, max_bytes=2 * one)
     consume(reader)
-    reader.set_widening(2)
+    reader.recovery.set_widening(2)
     assert all(send(bytes_writer, "rollout-1", s).appended for s in (1, 2, 3, 4))
     held = Background(lambda: send(bytes_writer, "rollout-1", 5))
     assert not held.done(QUIET_S), "the widened byte limit (2 x 2 entries) did not hold"
-    reader.set_widening(1)
+    reader.recovery.set_widening(1)
     consume(reader)
     assert held.value.appended
 
@@ -284,7 +284,7 @@ def test_the_reply_carries_version_stop_watermark_epoch_widening_and_share(mem):
     mem.open().announcements().announce(4)
     control.register({"rollout-0": "active"}, {"rollout-0": 1200})
     reader.commit([], {"seq:rollout-0": "2,4,5", "seq:rollout-1": "9"})
-    reader.set_widening(2)
+    reader.recovery.set_widening(2)
     reply = send(writer, "rollout-0", 2)
     assert (reply.policy_version, reply.stop, reply.watermark, reply.widening, reply.share) == (4, False, 2, 2, 1200)
     assert reply.epoch == first.epoch, "the epoch changed without a data loss"
@@ -353,13 +353,13 @@ def test_after_a_data_loss_a_writer_reports_its_floor_the_highest_watermark_it_w
     send(idle, "rollout-1", 1)
     consume(reader, count=3, state={"seq:rollout-0": "3"})
     send(writer, "rollout-0", 5)
-    assert reader.floors() == {}, "a floor was reported without a data loss"
+    assert reader.recovery.floors() == {}, "a floor was reported without a data loss"
     mem.lose_data()
     send(writer, "rollout-0", 6)
     assert writer.resent == 2
-    assert reader.floors() == {"rollout-0": (3, 3 * 8)}, "the floor is the watermark seen, with its produced total"
+    assert reader.recovery.floors() == {"rollout-0": (3, 3 * 8)}, "the floor is the watermark seen, with its produced total"
     assert idle.wait_consumed(1, timeout=0.3, should_stop=lambda: False) is False
-    assert "rollout-1" not in reader.floors(), "a writer that was never told a watermark has no floor"
+    assert "rollout-1" not in reader.recovery.floors(), "a writer that was never told a watermark has no floor"
 
 
 def test_a_writer_held_back_when_the_server_loses_its_data_gets_in_and_resends(mem):
@@ -414,7 +414,7 @@ def test_rewrite_puts_back_state_raises_produced_restores_widening_and_announces
     announcements = mem.open().announcements()
     control = mem.open().control()
     writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
-    reader = backend.reader("trainer-0", on_reset=lambda: reader.rewrite(
+    reader = backend.reader("trainer-0", on_reset=lambda: reader.recovery.rewrite(
         {"consumed": 32, "seq:rollout-0": "2", "seq:rollout-1": "2"}, {"rollout-0": 16, "rollout-1": 16}, 4, 7))
     for seq in (1, 2):
         send(writer, "rollout-0", seq)
@@ -434,7 +434,7 @@ def test_rewrite_puts_back_state_raises_produced_restores_widening_and_announces
 
 def test_rewrite_without_a_version_announces_nothing(mem):
     reader = mem.open().reader("trainer-0")
-    reader.rewrite({"consumed": 0}, {}, 1, -1)
+    reader.recovery.rewrite({"consumed": 0}, {}, 1, -1)
     assert mem.open().announcements().latest() == -1
     assert reader.load_state() == {"consumed": "0"}
 
@@ -862,7 +862,7 @@ def test_has_data_and_clear(mem):
 
     reader = mem.open().reader("trainer-0")
     reader.commit([], {"consumed": 3})
-    reader.set_widening(4)
+    reader.recovery.set_widening(4)
     control.request_stop("stopped")
     control.register({"rollout-0": "active"}, {"rollout-0": 10})
     control.mark_worker_done("rollout-0", 8)
@@ -1044,20 +1044,20 @@ def test_a_new_writer_process_continues_past_its_floor_and_reports_it(mem):
     for seq in (1, 2, 3):
         send(writer, "rollout-0", seq)
     consume(reader, count=1, state={"seq:rollout-0": "1"})
-    assert reader.in_stream(["rollout-0", "rollout-1"]) == {"rollout-0": [(2, 8, 16), (3, 8, 24)]}
-    assert reader.in_stream([]) == {}
+    assert reader.recovery.in_stream(["rollout-0", "rollout-1"]) == {"rollout-0": [(2, 8, 16), (3, 8, 24)]}
+    assert reader.recovery.in_stream([]) == {}
     successor = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
     assert successor.position() == (3, 24)
     successor.continue_from(3, 24)
-    assert reader.floors() == {"rollout-0": (3, 24)}
+    assert reader.recovery.floors() == {"rollout-0": (3, 24)}
     mem.lose_data()
     reader.read(1, None)
-    reader.settle({"seq:rollout-0": "1"}, {"rollout-0": 16})
+    reader.recovery.settle({"seq:rollout-0": "1"}, {"rollout-0": 16})
     later = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
     assert later.position() == (1, 16), "the reader's watermark and the produced count it raised"
     later.continue_from(1, 16)
-    assert reader.floors() == {"rollout-0": (1, 16)}
-    reader.settle({}, {"rollout-0": 8})
+    assert reader.recovery.floors() == {"rollout-0": (1, 16)}
+    reader.recovery.settle({}, {"rollout-0": 8})
     assert mem.open().control().produced() == {"rollout-0": 16}, "settle lowered a produced count"
 
 
@@ -1065,7 +1065,7 @@ def test_a_writers_position_counts_its_floor(mem):
     reader = mem.open().reader("trainer-0")
     writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
     writer.continue_from(5, 40)
-    assert reader.floors() == {"rollout-0": (5, 40)}
+    assert reader.recovery.floors() == {"rollout-0": (5, 40)}
     assert mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20).position() == (5, 40)
 
 
@@ -1106,7 +1106,7 @@ def test_a_newer_process_with_the_same_identity_fences_every_write_of_the_older_
     with pytest.raises(Superseded):
         reader.commit([(got[0][0], 1)], {"consumed": 8})
     with pytest.raises(Superseded):
-        reader.settle({"consumed": 8}, {})
+        reader.recovery.settle({"consumed": 8}, {})
     assert reader_new.load_state() == {}
     reader_new.commit([(got[0][0], 1)], {"consumed": 8})
     assert reader_new.load_state() == {"consumed": "8"}

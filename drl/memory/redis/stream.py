@@ -141,7 +141,7 @@ class Producer(OutboxWriter):
             take_lease(client, keys, worker_id, epoch, retry_s)
 
     def _report_floor(self, floor: tuple[int, int]) -> None:
-        """Tells the reader this writer's floor after a data loss (``ExperienceReader.floors``)."""
+        """Tells the reader this writer's floor after a data loss (``ReaderRecovery.floors``)."""
         if floor[0] > 0:
             self.guard.call(lambda: self.client.hset(self.keys.floors, self.worker_id, format_floor(floor)),
                             "HSET floor", key=self.keys.floors)
