@@ -314,7 +314,7 @@ class Ingest:
                in_stream: Callable[[Iterable[str]], dict[str, list[tuple[int, int, int]]]]) -> set[str]:
         """Declares lost the entries that can never arrive, and returns the workers whose watermark moved.
 
-        A writer's floor (``ExperienceReader.floors``) is the highest seq it knows it keeps nothing at or below,
+        A writer's floor (``ReaderRecovery.floors``) is the highest seq it knows it keeps nothing at or below,
         with its produced total there: the highest watermark any trainer ever confirmed to it, or, for a new
         process of the writer, the seq it continues from (``ExperienceWriter.continue_from``: its predecessor's
         kept entries died with it). An entry at or below it that this ledger has not seen and that is not in the

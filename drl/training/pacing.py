@@ -67,7 +67,7 @@ class ReadPace:
 
 
 class Widening:
-    """The trainer's factor on the backlog's limits (``ExperienceReader.set_widening``): ``most`` (``WIDENING``,
+    """The trainer's factor on the backlog's limits (``ReaderRecovery.set_widening``): ``most`` (``WIDENING``,
     within ``--max-backlog-bytes``) while it waits for data, 1 otherwise. The read pace follows the widened byte
     limit."""
 
