@@ -148,6 +148,7 @@ class Learning(Protocol):
     metrics: dict[str, float]  # the learner's last metrics
     tolerance: float  # updates the trainer may be behind and still read (``drl.training.pacing.RateLimiter``)
     policy_version: int  # the trainer's newest published version; the trainer keeps it current
+    collective: Collective  # the group its passes are agreed with: its learner's (``SOLO`` alone)
 
     def add(self, worker: str, seq: int, arrays: dict[str, np.ndarray], version: int = 0) -> None:
         """An accepted entry's transitions, collected with policy ``version``."""
@@ -175,9 +176,11 @@ class Learning(Protocol):
 
 
 class LearningBase:
-    """The defaults of ``Learning``: no status fields of its own, the version unused."""
+    """The defaults of ``Learning``: no status fields of its own, the version unused, alone (the trainer's joining
+    seats a learning and its learner in their group together, ``drl.training.collective.join_learners``)."""
 
     policy_version = -1
+    collective: Collective = SOLO
 
     def report(self) -> dict[str, Any]:
         return {}

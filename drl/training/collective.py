@@ -25,13 +25,13 @@ from collections.abc import Mapping
 
 import torch
 
-from drl.core import SOLO, Collective, Solo
+from drl.core import SOLO, Collective, Learning, Solo
 from drl.errors import UserError
 
 log = logging.getLogger("drl.trainer")
 
-__all__ = ["SOLO", "Collective", "Solo", "TorchGroup", "all_of", "any_of", "group_of", "broadcast_learner", "join", "join_learners", "newest",
-           "start_together"]
+__all__ = ["SOLO", "Collective", "Solo", "TorchGroup", "all_of", "all_ready", "any_of", "broadcast_learner", "join",
+           "join_learners", "newest", "start_together"]
 
 
 class TorchGroup:
@@ -106,13 +106,16 @@ def broadcast_learner(group: TorchGroup, learner) -> None:
 GROUP_TIMEOUT_S = 120.0
 
 
-def join_learners(learner, rank: int, size: int, algorithm: str, device: str, shards: list[int],
+def join_learners(learning: Learning, rank: int, size: int, algorithm: str, device: str, shards: list[int],
                   env: Mapping[str, str] = os.environ, timeout_s: float = GROUP_TIMEOUT_S) -> Collective:
     """With ``--learners`` K > 1: joins the group of K learners (this one rank ``rank``; rank 0 hosts the
-    rendezvous at ``MASTER_ADDR:MASTER_PORT``) and gives ``learner`` its collective; alone, ``SOLO``. Raises
-    UserError for a learner that cannot average its gradients, a rendezvous not named, or one not reached."""
+    rendezvous at ``MASTER_ADDR:MASTER_PORT``) and seats ``learning`` and its learner in it, the one place a
+    learner gets its group (``Learner.collective``; the learning agrees its passes with the same group); alone,
+    ``SOLO``, which both hold from the start. Raises UserError for a learner that cannot average its gradients, a
+    rendezvous not named, or one not reached."""
     if size == 1:
         return SOLO
+    learner = learning.learner
     if not hasattr(learner, "collective"):
         raise UserError(f"--learners {size}: the {algorithm} learner cannot average its gradients with a group "
                         "(it has no collective)")
@@ -127,13 +130,14 @@ def join_learners(learner, rank: int, size: int, algorithm: str, device: str, sh
     except Exception as exc:
         raise UserError(f"learner {rank} of {size} could not join the group at {address}:{port} within "
                         f"{timeout_s:.0f} s: {exc}") from None
-    learner.collective = group
+    learning.collective = learner.collective = group
     return group
 
 
-def group_of(learner) -> Collective:
-    """The learner's group: its ``collective``; a plugin's learner written without one is alone."""
-    return getattr(learner, "collective", SOLO)
+def all_ready(group: Collective, ready: bool) -> bool:
+    """Whether every learner of the group has something to train on; alone, whether this one has: a training pass
+    averages the group's gradients, so all take it or none does."""
+    return ready if group.size == 1 else all_of(group, ready)
 
 
 def any_of(group: Collective, flag: bool) -> bool:

@@ -36,19 +36,13 @@ from drl import frames
 from drl.core import Learner, Learning, LearningBase, ReplayLearner, RolloutLearner
 from drl.envs import SpaceSpec
 from drl.tensorboard import parse_buckets
-from drl.training.collective import all_of, group_of
+from drl.training.collective import all_ready
 from drl.training.replay import PrioritizedReplay, ReplayBuffer
 
 if TYPE_CHECKING:
     from drl.config import ExperimentConfig
 
 __all__ = ["LagHistogram", "Learning", "LearningBase", "QueueLearning", "ReplayLearning", "RolloutLearning"]
-
-
-def _all_learners(learner: Learner, ready: bool) -> bool:
-    """Whether every learner of ``learner``'s group has something to train on; alone, whether this one has."""
-    group = group_of(learner)
-    return ready if group.size == 1 else all_of(group, ready)
 
 
 def _prefixed(tensors: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
@@ -158,7 +152,7 @@ class RolloutLearning(LearningBase):
     def end_iteration(self, consumed: int) -> None:
         """One training pass over the iteration's rollout, which is then dropped; ``progress`` (the learning
         rate's schedule) counts the run's steps before this rollout."""
-        if not _all_learners(self.learner, bool(self.rollout)):
+        if not all_ready(self.collective, bool(self.rollout)):
             self.rollout.clear()
             return
         size = sum(len(arrays["reward"]) for _, _, arrays in self.rollout)
@@ -275,7 +269,7 @@ class QueueLearning(LearningBase):
             self.lag.add(lag, rows)
             batch.append(segment)
         self.queued -= taken
-        if _all_learners(self.learner, bool(batch)):
+        if all_ready(self.collective, bool(batch)):
             self.metrics = self.learner.train(batch, progress=min(1.0, consumed / self.cfg.steps))
 
     def end_iteration(self, consumed: int) -> None:

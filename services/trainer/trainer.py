@@ -60,7 +60,7 @@ class Trainer(Service):
         self.rank, self.size = ctx.learner_rank, cfg.learners
         shards = self.memory.shard_map.of_learner(self.rank, self.size)
         self.ledger = Ledgers({s: Ledger() for s in shards}, cfg.memory_shards)
-        self.group = join_learners(self.learning.learner, self.rank, self.size, cfg.algorithm, self.device, shards)
+        self.group = join_learners(self.learning, self.rank, self.size, cfg.algorithm, self.device, shards)
         self.membership = Membership(self.control, self.ledger, cfg.workers, cfg.member_silence_s,
                                      steps=max(0, cfg.steps - ctx.steps_done))
         limits = backlog_limits(cfg, layout, algorithm.entry_transitions(cfg))
