@@ -30,7 +30,7 @@ from drl.errors import UserError
 
 log = logging.getLogger("drl.trainer")
 
-__all__ = ["SOLO", "Collective", "Solo", "TorchGroup", "all_of", "all_ready", "any_of", "broadcast_learner", "join",
+__all__ = ["SOLO", "Collective", "Solo", "TorchGroup", "all_of", "any_of", "broadcast_learner", "join",
            "join_learners", "newest", "start_together"]
 
 
@@ -132,12 +132,6 @@ def join_learners(learning: Learning, rank: int, size: int, algorithm: str, devi
                         f"{timeout_s:.0f} s: {exc}") from None
     learning.collective = learner.collective = group
     return group
-
-
-def all_ready(group: Collective, ready: bool) -> bool:
-    """Whether every learner of the group has something to train on; alone, whether this one has: a training pass
-    averages the group's gradients, so all take it or none does."""
-    return ready if group.size == 1 else all_of(group, ready)
 
 
 def any_of(group: Collective, flag: bool) -> bool:

@@ -36,7 +36,7 @@ from drl import frames
 from drl.core import Learner, Learning, LearningBase, ReplayLearner, RolloutLearner
 from drl.envs import SpaceSpec
 from drl.tensorboard import parse_buckets
-from drl.training.collective import all_ready
+from drl.training.collective import all_of
 from drl.training.replay import PrioritizedReplay, ReplayBuffer
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ class RolloutLearning(LearningBase):
     def end_iteration(self, consumed: int) -> None:
         """One training pass over the iteration's rollout, which is then dropped; ``progress`` (the learning
         rate's schedule) counts the run's steps before this rollout."""
-        if not all_ready(self.collective, bool(self.rollout)):
+        if not all_of(self.collective, bool(self.rollout)):
             self.rollout.clear()
             return
         size = sum(len(arrays["reward"]) for _, _, arrays in self.rollout)
@@ -269,7 +269,7 @@ class QueueLearning(LearningBase):
             self.lag.add(lag, rows)
             batch.append(segment)
         self.queued -= taken
-        if all_ready(self.collective, bool(batch)):
+        if all_of(self.collective, bool(batch)):
             self.metrics = self.learner.train(batch, progress=min(1.0, consumed / self.cfg.steps))
 
     def end_iteration(self, consumed: int) -> None:

@@ -18,7 +18,7 @@ from drl.training.membership import Membership
 from drl.training.pacing import RateLimiter
 from drl.training.publishing import Publisher
 from drl.training.shards import Channels
-from drl.training.stopping import StopCheck
+from drl.training.stopping import STOPPED, StopCheck
 
 if TYPE_CHECKING:
     from drl.config import ExperimentConfig
@@ -59,6 +59,12 @@ class TrainerParts(Protocol):
     def report(self, force: bool = False, state: str = "running", reason: str = "") -> None: ...
 
 
+def _stopped(self: TrainerParts, reason: str) -> str:
+    """Why the group stops: this learner's reason, else the run's flag read now (another learner saw it), else
+    ``stopped``."""
+    return reason or self.should_stop(force=True) or STOPPED
+
+
 def run_async(self: TrainerParts) -> str:
     """Reads and trains as the rate limiter says. In a group of learners every decision that the learners
     must take together is agreed each round: stopping, the number of updates (the fewest any learner owes),
@@ -70,7 +76,7 @@ def run_async(self: TrainerParts) -> str:
     while True:
         reason = self.should_stop()
         if any_of(self.group, bool(reason)):
-            return reason or self.should_stop(force=True) or "stopped"
+            return _stopped(self, reason)
         behind = learning.owed(self.ledger.consumed) - self.updates
         out = False
         if draining or limiter.starved(behind):
@@ -90,6 +96,7 @@ def run_async(self: TrainerParts) -> str:
             self.publish(checkpoint=True)
         self.report()
 
+
 def run_sync(self: TrainerParts) -> str:
     """Per policy version: waits for this learner's workers' shares (or the deadline), then trains. In a group
     of learners each waits for its own workers; stopping, the updates owed (the fewest any learner owes) and
@@ -101,7 +108,7 @@ def run_sync(self: TrainerParts) -> str:
                                  self.should_stop, self.republish, self.report)
         version = waited.version
         if any_of(self.group, waited.stopped):
-            return self.should_stop(force=True) or "stopped"
+            return _stopped(self, "")
         if membership.all_finished():
             while self.channels.read(SYNC_READ_ENTRIES, 100, version) or self.channels.backlog():
                 pass
@@ -115,7 +122,7 @@ def run_sync(self: TrainerParts) -> str:
             if done % STOP_CHECK_EVERY_UPDATES == 0:
                 reason = self.should_stop()
                 if any_of(self.group, bool(reason)):
-                    return reason or self.should_stop(force=True) or "stopped"
+                    return _stopped(self, reason)
             self.report()
         if all_of(self.group, self.finished()):
             return "steps_done"
