@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from drl.algorithms import load_plugins_or_exit
 from drl.config import ConfigError, ExperimentConfig, coerce, from_dict, iter_options, merge, replace
 from drl.errors import EXIT_USAGE, UserError
 from drl.presets import PRESETS, get_preset
@@ -371,6 +372,7 @@ COMMANDS.update({"status": cmd_status, "stop": cmd_stop, "scale": cmd_scale, DET
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    load_plugins_or_exit()
     try:
         if argv and argv[0] in COMMANDS:
             code = COMMANDS[argv[0]](argv[1:])
