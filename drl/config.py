@@ -4,45 +4,77 @@ Each field carries its documentation in ``metadata["doc"]``; the CLI (``orchestr
 from these dataclasses, and every service receives the whole configuration as JSON in the ``DRL_CONFIG``
 environment variable, so nothing reaches a service except through its command and environment.
 
-``ExperimentConfig`` is ``ExperimentBase`` (the options every run has) plus one block per registered algorithm
-(``drl.algorithms.ALGORITHMS``: its hyperparameter dataclass under its name), built when this module is first
-imported, after the algorithm plugins registered. An algorithm added in its own folder, or by a plugin, thereby
-gets its block, its ``--<name>.<field>`` flags and its place among ``--algorithm``'s values with no edit here.
+``ExperimentConfig`` is a static class the type checker follows: the options every run has, then one typed block
+per built-in algorithm (its hyperparameter dataclass under its name). An algorithm a plugin registers
+(``drl.algorithms.load_plugins``, which the entry points call before they read a configuration) has its block in
+``plugins``, filled with its defaults when a configuration is made; it reads as ``cfg.<name>``, and in JSON, on
+the command line (``--<name>.<field>``) and among ``--algorithm``'s values it is a block like the built-in ones.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib.util
 import json
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from drl import device
 from drl.algorithms import ALGORITHMS, Algorithm
-from drl.algorithms.base import seal
+from drl.algorithms.appo.config import APPOConfig
+from drl.algorithms.dqn.config import DQNConfig
+from drl.algorithms.ppo.config import PPOConfig
+from drl.algorithms.sac.config import SACConfig
+from drl.algorithms.td3.config import TD3Config
 from drl.errors import ConfigError
-from drl.fields import opt
+from drl.fields import choices_of, opt
 from drl.fields import problems as check_ranges
 from drl.naming import memory_servers
 
 MODES = ("sync", "async")
+PLUGINS = "plugins"
+"""The field of ``ExperimentConfig`` holding the plugin algorithms' blocks (never a key of its JSON form)."""
 C = TypeVar("C")
-E = TypeVar("E", bound="ExperimentBase")
+D = TypeVar("D")
+
+
+def _algorithm_names() -> tuple[str, ...]:
+    return tuple(ALGORITHMS)
+
+
+class Blocks(dict):
+    """The plugin algorithms' blocks of a configuration: a dict that refuses changes, as the frozen configuration
+    holding it does (``replace`` makes a new one), and that copies, pickles and ``dataclasses.asdict`` as a dict."""
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> typing.NoReturn:
+        raise TypeError("a configuration's blocks are read-only; drl.config.replace makes a changed copy")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _read_only  # type: ignore
+
+    def __reduce__(self) -> tuple[type, tuple[dict[str, Any]]]:
+        return Blocks, (dict(self),)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Blocks:
+        return Blocks(copy.deepcopy(dict(self), memo))
+
+
+def _block(name: str) -> Any:
+    """The field of a built-in algorithm's block: its defaults, and the builder's help (``Algorithm.doc``)."""
+    algorithm = ALGORITHMS[name]
+    return opt(algorithm.config(), algorithm.doc)
 
 
 @dataclass(frozen=True)
-class ExperimentBase:
+class ExperimentConfig:
     """A whole distributed run: what to learn, with how many processes, and where data goes."""
 
-    algorithms: typing.ClassVar[Mapping[str, Algorithm]] = types.MappingProxyType({})
-
     preset: str = opt("sac", "Preset the run started from (informational once resolved).")
-    algorithm: str = opt("sac", "Learning algorithm.")  # its choices come with the blocks: experiment_config
+    algorithm: str = opt("sac", "Learning algorithm.", choices=_algorithm_names)
     env: str = opt("Pendulum-v1", "Any registered gymnasium environment id.")
     workers: int = opt(2, "Rollout worker processes.")
     envs_per_worker: int = opt(1, "Environments stepped together inside each rollout worker.")
@@ -124,8 +156,37 @@ class ExperimentBase:
                                     "linearly to 1 over the run.")
     worker_priorities: bool = opt(False, "Prioritized replay: rollout workers compute each transition's initial "
                                          "priority with their copy of the network (Ape-X; dqn).")
+    sac: SACConfig = _block("sac")
+    td3: TD3Config = _block("td3")
+    ppo: PPOConfig = _block("ppo")
+    dqn: DQNConfig = _block("dqn")
+    appo: APPOConfig = _block("appo")
+    plugins: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
-    def validate(self: E) -> E:
+    def __post_init__(self) -> None:
+        """Gives every registered plugin algorithm its block (its defaults where none was given) and refuses a
+        block no registered algorithm owns; the mapping is read-only, as the rest of the configuration."""
+        algorithms = plugin_algorithms()
+        unknown = sorted(set(self.plugins) - set(algorithms))
+        if unknown:
+            raise ConfigError(f"unknown configuration key(s): {', '.join(unknown)}")
+        blocks = {name: self.plugins.get(name, algorithm.config()) for name, algorithm in algorithms.items()}
+        object.__setattr__(self, PLUGINS, Blocks(blocks))
+
+    if not TYPE_CHECKING:
+        def __getattr__(self, name: str) -> Any:
+            """A plugin algorithm's block as ``cfg.<name>``, as a built-in one reads (the checker sees only the
+            typed fields)."""
+            blocks = self.__dict__.get(PLUGINS, {})
+            if name in blocks:
+                return blocks[name]
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def blocks(self) -> dict[str, Any]:
+        """Every algorithm's block by name, the built-in ones first, then the plugins'."""
+        return {**{name: getattr(self, name) for name in BLOCKS}, **self.plugins}
+
+    def validate(self) -> Self:
         """Checks values that need no environment or server; raises ConfigError with every problem found."""
         problems = check_ranges(
             self, "--",
@@ -155,17 +216,16 @@ class ExperimentBase:
                             f"holds whole experience streams (use --memory-shards {servers} or more)")
         if self.run_name and not all(c.isalnum() or c in "-_." for c in self.run_name):
             problems.append(f"--run-name may hold letters, digits, '-', '_' and '.', got {self.run_name!r}")
-        algo = self.algorithms.get(self.algorithm)
+        algo = ALGORITHMS.get(self.algorithm)
         if algo is not None:
             problems += algo.problems(self)
         if self.worker_priorities and not self.prioritized:
             problems.append("--worker-priorities needs --prioritized true")
         if self.steps >= 1 and self.workers > self.steps:
             problems.append(f"--workers ({self.workers}) exceeds --steps ({self.steps})")
-        for f in dataclasses.fields(self):
-            block = getattr(self, f.name)
-            if dataclasses.is_dataclass(block) and hasattr(block, "problems"):
-                problems += block.problems(f"--{f.name}.")
+        for name, block in self.blocks().items():
+            if hasattr(block, "problems"):
+                problems += block.problems(f"--{name}.")
         package = {"zstd": "zstandard", "lz4": "lz4"}.get(self.compression)
         if package and importlib.util.find_spec(package) is None:
             problems.append(f"--compression {self.compression} needs the {package} package: "
@@ -174,11 +234,18 @@ class ExperimentBase:
             raise ConfigError("; ".join(problems))
         return self
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form as a dict: every option, each algorithm's block (plugins' too) under its name."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != PLUGINS}
+        data.update(self.plugins)
+        return {key: dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type)
+                else value for key, value in data.items()}
+
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "ExperimentConfig":
+    def from_json(cls, text: str) -> ExperimentConfig:
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
@@ -186,38 +253,40 @@ class ExperimentBase:
         return from_dict(cls, data)
 
 
-def experiment_config(algorithms: Mapping[str, Algorithm]) -> type:
-    """``ExperimentBase`` with ``--algorithm``'s choices and one block per algorithm, in registration order;
-    ``validate`` asks these algorithms for their own checks."""
-    chosen = ExperimentBase.__dataclass_fields__["algorithm"]
-    fields = [("algorithm", str, opt(chosen.default, chosen.metadata["doc"], choices=tuple(algorithms)))]
-    fields += [(name, algo.config, opt(algo.config(), algo.doc)) for name, algo in algorithms.items()]
-    cls = dataclasses.make_dataclass("ExperimentConfig", fields, bases=(ExperimentBase,), frozen=True,
-                                     namespace={"algorithms": types.MappingProxyType(dict(algorithms))})
-    cls.__module__, cls.__doc__ = __name__, ExperimentBase.__doc__
-    return cls
+BLOCKS = tuple(f.name for f in dataclasses.fields(ExperimentConfig) if dataclasses.is_dataclass(f.default))
+"""The built-in algorithms' blocks, typed fields of ``ExperimentConfig``."""
+OPTIONS = frozenset(f.name for f in dataclasses.fields(ExperimentConfig))
+"""The fields of ``ExperimentConfig``, which no plugin algorithm may be named like."""
 
 
-if TYPE_CHECKING:
-    from drl.algorithms.appo.config import APPOConfig
-    from drl.algorithms.dqn.config import DQNConfig
-    from drl.algorithms.ppo.config import PPOConfig
-    from drl.algorithms.sac.config import SACConfig
-    from drl.algorithms.td3.config import TD3Config
+def plugin_algorithms() -> dict[str, Algorithm]:
+    """The registered algorithms whose blocks live in ``ExperimentConfig.plugins``, in registration order. A
+    plugin algorithm named like an option would hide it, and is refused."""
+    found = {name: algorithm for name, algorithm in ALGORITHMS.items() if name not in BLOCKS}
+    taken = sorted(OPTIONS.intersection(found))
+    if taken:
+        raise ConfigError(f"algorithm {taken[0]!r} is named like the option --{_flag(taken[0])}: a plugin "
+                          "algorithm needs a name of its own (it names its configuration block)")
+    return found
 
-    @dataclass(frozen=True)
-    class ExperimentConfig(ExperimentBase):
-        """What the type checker follows: the options every run has and the built-in algorithms' blocks. The
-        class that runs is made from the registry below, so a plugin's block is there too (``getattr``)."""
 
-        sac: SACConfig = dataclasses.field(default_factory=SACConfig)
-        td3: TD3Config = dataclasses.field(default_factory=TD3Config)
-        ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
-        dqn: DQNConfig = dataclasses.field(default_factory=DQNConfig)
-        appo: APPOConfig = dataclasses.field(default_factory=APPOConfig)
-else:
-    ExperimentConfig = experiment_config(ALGORITHMS)
-seal()
+def block_types(cls: type) -> dict[str, Any]:
+    """Every key of ``cls``'s JSON form with its type: its fields, and for ``ExperimentConfig`` the plugin
+    algorithms' blocks in place of ``plugins``."""
+    hints = _hints(cls)
+    types_ = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    if cls is ExperimentConfig:
+        del types_[PLUGINS]
+        types_.update({name: algorithm.config for name, algorithm in plugin_algorithms().items()})
+    return types_
+
+
+def _make(cls: type[D], values: dict[str, Any]) -> D:
+    """``cls(**values)``, an ``ExperimentConfig``'s plugin blocks gathered into ``plugins``."""
+    if cls is ExperimentConfig:
+        plugins = {name: values.pop(name) for name in plugin_algorithms() if name in values}
+        values[PLUGINS] = plugins
+    return cls(**values)
 
 
 def merge(base: dict, data: Any, where: str) -> dict:
@@ -259,7 +328,7 @@ def coerce(tp: Any, value: Any, where: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"{where} expects an object, got {value!r}")
-        return from_dict(tp, value, prefix=f"{where}.")
+        return from_dict(typing.cast(type, tp), value, prefix=f"{where}.")
     try:
         if tp is bool:
             if isinstance(value, str):
@@ -293,21 +362,19 @@ def coerce(tp: Any, value: Any, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported type {tp}")
 
 
-def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
+def from_dict(cls: type[D], data: dict, prefix: str = "") -> D:
     """Builds a config dataclass from a dict, refusing unknown keys and wrong types."""
     if not isinstance(data, dict):
         raise ConfigError(f"configuration {prefix or 'root'} must be an object")
-    hints = _hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
+    known = block_types(cls)
+    unknown = sorted(set(data) - set(known))
     if unknown:
         raise ConfigError(f"unknown configuration key(s): {', '.join(prefix + u for u in unknown)}")
-    values = {k: coerce(hints[k], v, f"{prefix}{k}") for k, v in data.items()}
-    return cls(**values)
+    return _make(cls, {k: coerce(known[k], v, f"{prefix}{k}") for k, v in data.items()})
 
 
 def replace(cfg: C, **changes: Any) -> C:
-    """dataclasses.replace that also accepts dotted keys for nested configs ("sac.lr")."""
+    """dataclasses.replace that also accepts dotted keys for nested configs ("sac.lr"), plugin blocks too."""
     nested: dict[str, dict[str, Any]] = {}
     flat = {}
     for key, value in changes.items():
@@ -318,15 +385,28 @@ def replace(cfg: C, **changes: Any) -> C:
             flat[key] = value
     for head, sub in nested.items():
         flat[head] = replace(getattr(cfg, head), **sub)
-    return dataclasses.replace(cfg, **flat)
+    if isinstance(cfg, ExperimentConfig):
+        plugins = {name: flat.pop(name) for name in cfg.plugins if name in flat}
+        if plugins:
+            flat[PLUGINS] = {**cfg.plugins, **plugins}
+    return dataclasses.replace(cfg, **flat)  # type: ignore[type-var]
 
 
-def iter_options(cls: type = ExperimentConfig, prefix: str = ""):
-    """Yields (dotted name, type, default, doc, choices) for every leaf option, for the CLI and the docs."""
+Option = tuple[str, Any, Any, str, "tuple[str, ...] | None"]
+
+
+def iter_options(cls: type = ExperimentConfig, prefix: str = "") -> Iterator[Option]:
+    """Yields (dotted name, type, default, doc, choices) for every leaf option, for the CLI and the docs; an
+    ``ExperimentConfig``'s plugin blocks come after the built-in ones."""
     hints = _hints(cls)
     for f in dataclasses.fields(cls):
+        if cls is ExperimentConfig and f.name == PLUGINS:
+            continue
         tp = hints[f.name]
         if dataclasses.is_dataclass(tp):
-            yield from iter_options(tp, prefix=f"{prefix}{f.name}.")
+            yield from iter_options(typing.cast(type, tp), prefix=f"{prefix}{f.name}.")
             continue
-        yield f"{prefix}{f.name}", tp, f.default, f.metadata.get("doc", ""), f.metadata.get("choices")
+        yield f"{prefix}{f.name}", tp, f.default, f.metadata.get("doc", ""), choices_of(f)
+    if cls is ExperimentConfig:
+        for name, algorithm in plugin_algorithms().items():
+            yield from iter_options(algorithm.config, prefix=f"{prefix}{name}.")

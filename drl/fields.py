@@ -1,12 +1,23 @@
 """The documented-field helper shared by every configuration dataclass."""
 
+from __future__ import annotations
+
+import dataclasses
 from dataclasses import field
 from typing import Any
 
 
 def opt(default: Any, doc: str, **kw: Any) -> Any:
-    """A dataclass field with its documentation attached (``drl-orchestrate --help`` shows it)."""
+    """A dataclass field with its documentation attached (``drl-orchestrate --help`` shows it). ``choices`` is a
+    tuple of the values it accepts, or a function returning them where they are known only when asked (the
+    registered algorithms)."""
     return field(default=default, metadata={"doc": doc, **kw})
+
+
+def choices_of(f: dataclasses.Field) -> tuple[str, ...] | None:
+    """The values field ``f`` accepts (``opt(..., choices=...)``), None when any value of its type is."""
+    choices = f.metadata.get("choices")
+    return tuple(choices()) if callable(choices) else choices
 
 
 def problems(cfg: object, prefix: str, *, sizes: tuple[str, ...] = (), positive_int: tuple[str, ...] = (),
@@ -20,7 +31,6 @@ def problems(cfg: object, prefix: str, *, sizes: tuple[str, ...] = (), positive_
     ``sizes``: tuples of positive integers; ``positive``: finite and > 0; ``nonneg``: finite and >= 0;
     ``unit``: in (0, 1]; ``fraction``: in [0, 1]; ``at_most``: upper bounds.
     """
-    import dataclasses
     import math
 
     found = []
@@ -28,8 +38,8 @@ def problems(cfg: object, prefix: str, *, sizes: tuple[str, ...] = (), positive_
     def flag(name: str) -> str:
         return prefix + name.replace("_", "-")
 
-    for f in dataclasses.fields(cfg):
-        choices, value = f.metadata.get("choices"), getattr(cfg, f.name)
+    for f in dataclasses.fields(cfg):  # type: ignore[arg-type]
+        choices, value = choices_of(f), getattr(cfg, f.name)
         if choices is not None and value not in choices:
             found.append(f"{flag(f.name)} must be one of {', '.join(choices)}, got {value!r}")
 

@@ -25,13 +25,13 @@ reader went away ends quietly with 141.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from drl.algorithms import load_plugins_or_exit
 from drl.config import ConfigError, ExperimentConfig, coerce, from_dict, iter_options, merge, replace
 from drl.errors import EXIT_USAGE, UserError
 from drl.presets import PRESETS, get_preset
@@ -97,7 +97,7 @@ def build_parser(defaults: ExperimentConfig) -> argparse.ArgumentParser:
                                                         "flags such as --steps override its saved configuration")
     add_deployment_options(parser)
     for name, tp, _default, doc, choices in iter_options():
-        current = defaults
+        current: Any = defaults
         for part in name.split("."):
             current = getattr(current, part)
         if isinstance(current, tuple):
@@ -212,7 +212,7 @@ def resolve_config(argv: list[str]) -> ExperimentConfig:
         args.pop(name, None)
     if args.pop("resume", None):
         args["run_name"] = resume
-    cfg = from_dict(ExperimentConfig, merge(dataclasses.asdict(base), file_data, f"config file {known.config}")) if file_data else base
+    cfg = from_dict(ExperimentConfig, merge(base.to_dict(), file_data, f"config file {known.config}")) if file_data else base
     if "memory" not in args and not file_data.get("memory") and os.environ.get("DRL_MEMORY_URL"):
         args["memory"] = os.environ["DRL_MEMORY_URL"]
     types = _option_types()
@@ -289,7 +289,8 @@ def _run_parser(verb: str, description: str, run_help: str = "the run's name",
                 optional_run: bool = False) -> argparse.ArgumentParser:
     """The parser of a verb that acts on an existing run: its name, and where to find it."""
     parser = _Parser(prog=f"drl-orchestrate {verb}", description=description)
-    parser.add_argument("run", metavar="RUN", help=run_help, **({"nargs": "?"} if optional_run else {}))
+    optional: dict[str, Any] = {"nargs": "?"} if optional_run else {}
+    parser.add_argument("run", metavar="RUN", help=run_help, **optional)
     where = parser.add_argument_group("where the run is")
     where.add_argument("--backend", choices=tuple(BACKENDS),
                        help="local or kubernetes [default: kubernetes with --namespace, else "
@@ -371,6 +372,7 @@ COMMANDS.update({"status": cmd_status, "stop": cmd_stop, "scale": cmd_scale, DET
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    load_plugins_or_exit()
     try:
         if argv and argv[0] in COMMANDS:
             code = COMMANDS[argv[0]](argv[1:])

@@ -73,8 +73,9 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("DRL_LOG_LEVEL", USER_SET, "Log level of the services (default `INFO`)."),
     ("DRL_RAM_LIMIT", USER_SET, "Bytes a local run may allocate (a K, M, G or T suffix allowed): a run whose "
      "replay and networks need more is refused before it starts (default: the memory available, MemAvailable)."),
-    ("DRL_PLUGINS", USER_SET, "Comma-separated Python modules that `drl-orchestrate` and every service import "
-     "before the configuration is built: each registers an algorithm (`drl.algorithms.register`), which then has "
+    ("DRL_PLUGINS", USER_SET, "Comma-separated Python modules that `drl-orchestrate`, every service and the "
+     "in-cluster scaler import when they start, before they read a configuration (importing drl loads none): "
+     "each registers an algorithm (`drl.algorithms.register`), which then has "
      "its `--algorithm` value, its `--NAME.FIELD` flags and its config file block. The local backend's processes "
      "inherit it; on Kubernetes give it to each role with `extraEnv`, in an image that holds the modules. "
      "Installed packages can declare a `drl.algorithms` entry point instead. A module that cannot be imported "

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from drl.algorithms import load_plugins_or_exit
 from drl.config import ExperimentConfig
 from drl.errors import EXIT_SUPERSEDED, EXIT_USAGE, Superseded, UserError
 from drl.memory import MemoryBackend, MemoryBackendError, RunClaims, RunControl, RunStatus, RunStop, open_memory
@@ -289,7 +290,9 @@ def start_heartbeat(path: str) -> None:
 
 
 def run_service(role: str, body: Callable[[ServiceContext], int]) -> None:
-    """Runs a service body with logging set up; UserError becomes one line and exit code 2."""
+    """Runs a service body with logging set up, once the algorithm plugins are loaded; UserError becomes one line
+    and exit code 2."""
+    load_plugins_or_exit()
     logging.basicConfig(level=os.environ.get("DRL_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s {role} %(levelname)s %(message)s", stream=sys.stderr)
     if os.environ.get("DRL_HEARTBEAT_FILE"):

@@ -1,10 +1,11 @@
 """Algorithm registry: each algorithm folder holds config, networks, learner (update math), actor and builder.
 
 Nothing here touches processes, Redis or files; services compose these pieces through each algorithm's builder
-(``drl.algorithms.base.Algorithm``). The built-in algorithms register when this package is imported, then the
-plugins: the modules named in ``DRL_PLUGINS`` (comma-separated) and those of the ``drl.algorithms`` entry-point
-group, each of which calls ``register`` when imported. That happens before ``drl.config`` builds
-``ExperimentConfig`` from the registry, and every process of a run inherits the environment, so a plugin named
+(``drl.algorithms.base.Algorithm``). The built-in algorithms register when this package is imported; importing
+it reads no environment and imports nothing from outside drl. The plugins, the modules named in ``DRL_PLUGINS``
+(comma-separated) and those of the ``drl.algorithms`` entry-point group, each of which calls ``register`` when
+imported, are loaded by the entry points (``load_plugins_or_exit``: the command line, each service, the in-cluster
+scaler) before they read a configuration; every process of a run inherits the environment, so a plugin named
 there is known to the command line, the trainer, the workers and the evaluator alike.
 """
 
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
     from drl.config import ExperimentConfig
 
 __all__ = ["ALGORITHMS", "Actor", "ActorBase", "Algorithm", "FieldSpecs", "Folder", "Learner", "ReplayLearner",
-           "RolloutLearner", "check_spaces", "get", "load_plugins", "make_actor", "make_learner", "opt",
+           "RolloutLearner", "check_spaces", "get", "load_plugins", "load_plugins_or_exit", "make_actor",
+           "make_learner", "opt",
            "register", "wire_extras"]
 
 BUILT_IN = ("sac", "td3", "ppo", "dqn", "appo")
@@ -99,12 +101,9 @@ def load_plugins(modules: list[str] | None = None) -> None:
                             f"loaded: {type(exc).__name__}: {exc}") from exc
 
 
-def _load_at_import() -> None:
-    """Built-in algorithms, then plugins. An import cannot hand an error to the caller's handler (the command
-    line imports the configuration at its top), so a plugin that fails ends the process here as a UserError
-    would: one line on stderr, exit code 2."""
-    for name in BUILT_IN:
-        importlib.import_module(f"drl.algorithms.{name}.builder")
+def load_plugins_or_exit() -> None:
+    """``load_plugins`` for an entry point, before it reads a configuration: a plugin that cannot be loaded ends
+    the process with one line on stderr and exit code 2, the same for the command line and every service."""
     try:
         load_plugins()
     except UserError as exc:
@@ -112,4 +111,9 @@ def _load_at_import() -> None:
         raise SystemExit(EXIT_USAGE) from None
 
 
-_load_at_import()
+def _register_built_in() -> None:
+    for name in BUILT_IN:
+        importlib.import_module(f"drl.algorithms.{name}.builder")
+
+
+_register_built_in()

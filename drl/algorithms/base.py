@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from drl.config import ExperimentConfig
 
 __all__ = ["ALGORITHMS", "Actor", "ActorBase", "Algorithm", "FieldSpecs", "Folder", "Learner", "Learning",
-           "MemoryNeed", "Parameters", "ReplayLearner", "RolloutLearner", "get", "register", "seal"]
+           "MemoryNeed", "Parameters", "ReplayLearner", "RolloutLearner", "get", "register"]
 
 
 def mlp_parameters(sizes: list[int]) -> int:
@@ -180,14 +180,6 @@ def _itemsize(dtype: str) -> int:
 
 ALGORITHMS: dict[str, Algorithm] = {}
 """Every registered algorithm by name, in registration order (the built-in ones first)."""
-_sealed = False
-
-
-def seal() -> None:
-    """Called once ``drl.config`` has built ``ExperimentConfig`` from the registry: an algorithm registered
-    later would have no configuration block, so ``register`` refuses it with a hint instead."""
-    global _sealed
-    _sealed = True
 
 
 def register(builder: Algorithm) -> Algorithm:
@@ -197,10 +189,6 @@ def register(builder: Algorithm) -> Algorithm:
         raise ValueError(f"an algorithm's name must be a Python identifier (it names a config block), "
                          f"got {builder.name!r}")
     known = ALGORITHMS.get(builder.name)
-    if known is None and _sealed:
-        raise RuntimeError(f"algorithm {builder.name!r} registers after drl.config built ExperimentConfig, so it "
-                           "would have no configuration block: name its module in DRL_PLUGINS or in the "
-                           "drl.algorithms entry-point group, which are imported first")
     if known is not None and _qualname(known) != _qualname(builder):
         raise ValueError(f"algorithm {builder.name!r} is registered twice: by {_qualname(known)} and "
                          f"{_qualname(builder)}")

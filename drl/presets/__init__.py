@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable
 
 from drl.config import ConfigError, ExperimentConfig, from_dict, merge
@@ -39,4 +38,4 @@ def resolve(data: dict, where: str = "configuration") -> ExperimentConfig:
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ConfigError(f"{where}: {key} expects str, got {data[key]!r}")
     base = get_preset(data.get("preset") or "sac", data.get("env"))
-    return from_dict(ExperimentConfig, merge(dataclasses.asdict(base), data, where)).validate()
+    return from_dict(ExperimentConfig, merge(base.to_dict(), data, where)).validate()

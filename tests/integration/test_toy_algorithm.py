@@ -24,13 +24,15 @@ ENV = {"DRL_PLUGINS": PLUGIN, "PYTHONPATH": os.pathsep.join([str(ROOT), os.envir
 WITHOUT_SERVICES = r'''
 import numpy as np
 from drl._proto import experience_pb2
-from drl.algorithms import ALGORITHMS, check_spaces, get, make_actor, wire_extras
+from drl.algorithms import ALGORITHMS, check_spaces, get, load_plugins, make_actor, wire_extras
 from drl.config import ExperimentConfig, iter_options
 from drl.envs import VecEnv
 from drl.memory import codec
 from drl.training.learning import ReplayLearning
 from orchestrator.cli import build_parser, resolve_config
 
+assert list(ALGORITHMS) == ["sac", "td3", "ppo", "dqn", "appo"], list(ALGORITHMS)
+load_plugins()
 assert list(ALGORITHMS) == ["sac", "td3", "ppo", "dqn", "appo", "toy"], list(ALGORITHMS)
 cfg = resolve_config(["--algorithm", "toy", "--toy.action", "0.25", "--toy.batch-size", "8", "--random-steps", "0",
                       "--learning-starts", "16", "--steps", "64", "--workers", "1"])

@@ -277,33 +277,40 @@ def test_json_boolean_for_integer_is_refused():
         ExperimentConfig.from_json('{"workers": true}')
 
 
-# -- algorithm blocks from the registry --------------------------------------------------------------------
+# -- algorithm blocks: typed for the built-in algorithms, from the registry for plugins ------------------------
 
 
-def test_algorithm_blocks_and_choices_come_from_the_registry():
+def test_the_built_in_blocks_are_the_registrys_and_the_algorithms_its_choices():
+    import typing
+
     from drl.algorithms import ALGORITHMS
+    from drl.config import BLOCKS
 
-    fields = dataclasses.fields(ExperimentConfig)
-    assert [f.name for f in fields[-len(ALGORITHMS):]] == list(ALGORITHMS) == ["sac", "td3", "ppo", "dqn", "appo"]
-    for f in fields[-len(ALGORITHMS):]:
-        assert f.type is ALGORITHMS[f.name].config and f.metadata["doc"] == ALGORITHMS[f.name].doc
-    assert next(f for f in fields if f.name == "algorithm").metadata["choices"] == tuple(ALGORITHMS)
-    assert [f.name for f in fields].index("algorithm") == 1
+    fields = {f.name: f for f in dataclasses.fields(ExperimentConfig)}
+    hints = typing.get_type_hints(ExperimentConfig)
+    assert list(BLOCKS) == list(ALGORITHMS) == ["sac", "td3", "ppo", "dqn", "appo"]
+    for name in BLOCKS:
+        assert hints[name] is ALGORITHMS[name].config and fields[name].metadata["doc"] == ALGORITHMS[name].doc
+        assert fields[name].default == ALGORITHMS[name].config()
+    assert next(c for n, *_, c in iter_options() if n == "algorithm") == tuple(ALGORITHMS)
+    assert list(fields).index("algorithm") == 1
+    assert ExperimentConfig().plugins == {} and "plugins" not in ExperimentConfig().to_dict()
 
 
-def test_a_registered_algorithm_gets_its_block_json_options_and_checks():
+@dataclasses.dataclass(frozen=True)
+class ToyConfig:
+    """A toy's knobs."""
+
+    scale: float = dataclasses.field(default=1.0, metadata={"doc": "How much."})
+
+    def problems(self, prefix):
+        return [f"{prefix}scale must not be 3"] if self.scale == 3 else []
+
+
+@pytest.fixture
+def toyx(monkeypatch):
+    """A plugin algorithm registered for one test."""
     from drl.algorithms import ALGORITHMS, Algorithm
-    from drl.config import experiment_config
-    from drl.fields import opt
-
-    @dataclasses.dataclass(frozen=True)
-    class ToyConfig:
-        """A toy's knobs."""
-
-        scale: float = opt(1.0, "How much.")
-
-        def problems(self, prefix):
-            return [f"{prefix}scale must not be 3"] if self.scale == 3 else []
 
     class Toy(Algorithm):
         name, config, doc, continuous = "toyx", ToyConfig, "Toy hyperparameters.", True
@@ -311,24 +318,56 @@ def test_a_registered_algorithm_gets_its_block_json_options_and_checks():
         def problems(self, cfg):
             return ["toyx refuses async"] if cfg.mode == "async" else []
 
-    cls = experiment_config({**ALGORITHMS, "toyx": Toy()})
-    assert cls().toyx == ToyConfig() and "toyx" not in dataclasses.asdict(ExperimentConfig())
-    cfg = cls.from_json('{"algorithm": "toyx", "toyx": {"scale": 2}}')
+    monkeypatch.setitem(ALGORITHMS, "toyx", Toy())
+    return Toy
+
+
+def test_a_registered_algorithm_gets_its_block_json_options_and_checks(toyx):
+    cfg = ExperimentConfig()
+    assert cfg.toyx == ToyConfig() and cfg.plugins == {"toyx": ToyConfig()} and type(cfg) is ExperimentConfig
+    cfg = ExperimentConfig.from_json('{"algorithm": "toyx", "toyx": {"scale": 2}}')
     assert cfg.toyx.scale == 2.0 and json.loads(cfg.to_json())["toyx"] == {"scale": 2.0}
-    assert cls.from_json(cfg.to_json()) == cfg
-    options = {name: (default, doc) for name, _tp, default, doc, _choices in iter_options(cls)}
-    assert options["toyx.scale"] == (1.0, "How much.")
-    assert next(c for n, *_, c in iter_options(cls) if n == "algorithm") == ("sac", "td3", "ppo", "dqn", "appo", "toyx")
+    assert ExperimentConfig.from_json(cfg.to_json()) == cfg
+    assert replace(cfg, **{"toyx.scale": 5}).toyx.scale == 5.0 and cfg.toyx.scale == 2.0
+    options = {name: (default, doc) for name, _tp, default, doc, _choices in iter_options()}
+    assert options["toyx.scale"] == (1.0, "How much.") and list(options)[-1] == "toyx.scale"
+    assert next(c for n, *_, c in iter_options() if n == "algorithm") == ("sac", "td3", "ppo", "dqn", "appo", "toyx")
     assert cfg.validate() is cfg
     with pytest.raises(ConfigError) as info:
         replace(cfg, mode="async", **{"toyx.scale": 3}).validate()
     assert str(info.value) == "toyx refuses async; --toyx.scale must not be 3"
+    with pytest.raises(ConfigError, match="unknown configuration key"):
+        ExperimentConfig.from_json('{"toyx": {"size": 2}}')
+    with pytest.raises(AttributeError):
+        ExperimentConfig().toyy  # noqa: B018
+
+
+def test_an_algorithm_not_registered_has_no_block_and_is_no_choice():
     with pytest.raises(ConfigError, match="--algorithm must be one of sac, td3, ppo, dqn, appo, got 'toyx'"):
         replace(ExperimentConfig(), algorithm="toyx").validate()
+    with pytest.raises(ConfigError, match="unknown configuration key.*toyx"):
+        ExperimentConfig.from_json('{"toyx": {"scale": 2}}')
+    with pytest.raises(ConfigError, match="unknown configuration key.*toyx"):
+        ExperimentConfig(plugins={"toyx": ToyConfig()})
 
 
-def test_registering_after_the_configuration_was_built_is_refused():
-    from drl.algorithms import Algorithm, register
+def test_a_plugin_algorithm_named_like_an_option_is_refused(monkeypatch):
+    from drl.algorithms import ALGORITHMS, Algorithm
 
-    with pytest.raises(RuntimeError, match="DRL_PLUGINS"):
-        register(type("Late", (Algorithm,), {"name": "late"})())
+    monkeypatch.setitem(ALGORITHMS, "workers", type("Workers", (Algorithm,), {"name": "workers",
+                                                                             "config": ToyConfig})())
+    with pytest.raises(ConfigError, match="algorithm 'workers' is named like the option --workers"):
+        ExperimentConfig()
+
+
+def test_plugin_blocks_are_read_only_and_copy_as_the_configuration_does(toyx):
+    import copy
+    import pickle
+
+    cfg = ExperimentConfig()
+    with pytest.raises(TypeError, match="read-only"):
+        cfg.plugins["toyx"] = ToyConfig(scale=2.0)
+    with pytest.raises(TypeError, match="read-only"):
+        cfg.plugins.update(toyx=ToyConfig(scale=2.0))
+    assert copy.deepcopy(cfg) == cfg and pickle.loads(pickle.dumps(cfg)) == cfg and hash(copy.copy(cfg)) == hash(cfg)
+    assert dataclasses.asdict(cfg)["plugins"] == {"toyx": {"scale": 1.0}}

@@ -1,5 +1,6 @@
-"""Algorithm plugins: modules named in DRL_PLUGINS (or the drl.algorithms entry points) register before the
-configuration is built, in every process that imports drl; one that cannot be imported is a user error."""
+"""Algorithm plugins: modules named in DRL_PLUGINS (or the drl.algorithms entry points) register when an entry
+point loads them (the command line, every service), before it reads a configuration; one that cannot be imported
+is a user error. Importing drl loads none."""
 
 from __future__ import annotations
 
@@ -80,7 +81,8 @@ def test_an_entry_point_that_fails_is_a_user_error(monkeypatch):
 
 def test_a_plugin_gets_its_block_and_flags_in_every_process(tmp_path):
     (tmp_path / "tiny_plugin_mod.py").write_text(textwrap.dedent(PLUGIN))
-    proc = _python("from drl.config import ExperimentConfig as C; c = C(algorithm='tiny');"
+    proc = _python("from drl.algorithms import load_plugins; load_plugins();"
+                   "from drl.config import ExperimentConfig as C; c = C(algorithm='tiny');"
                    "print(c.validate().tiny.knob, C.from_json('{\"tiny\": {\"knob\": 3}}').tiny.knob)",
                    "tiny_plugin_mod", tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -91,8 +93,24 @@ def test_a_plugin_gets_its_block_and_flags_in_every_process(tmp_path):
 
 
 def test_a_missing_plugin_stops_the_command_line_and_services_with_exit_2(tmp_path):
-    for args in (("-m", "orchestrator.cli", "presets"), ("-c", "import drl.config")):
+    for args in (("-m", "orchestrator.cli", "presets"), ("-m", "services.evaluator"),
+                 ("-m", "orchestrator.backends.kubernetes.scaler")):
         proc = _python("", "no_such_plugin_mod", tmp_path, *args)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.startswith("drl: error: DRL_PLUGINS names 'no_such_plugin_mod', which cannot be imported")
         assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_importing_drl_loads_no_plugin_and_a_loaded_one_gets_its_block(tmp_path):
+    """Importing is free of side effects: a DRL_PLUGINS that names a missing module does not end an import of the
+    configuration, the command line or a service; ``load_plugins`` is what reads the variable."""
+    (tmp_path / "tiny_plugin_mod.py").write_text(textwrap.dedent(PLUGIN))
+    proc = _python("import drl.config, orchestrator.cli, services.common, services.trainer.trainer; print('imported')",
+                   "no_such_plugin_mod", tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "imported", proc.stderr
+    proc = _python("import sys; from drl.algorithms import ALGORITHMS, load_plugins; from drl.config import "
+                   "ExperimentConfig as C; before = C(); assert 'tiny' not in ALGORITHMS; "
+                   "assert 'tiny_plugin_mod' not in sys.modules; load_plugins(); "
+                   "print(list(before.plugins), C().tiny.knob)", "tiny_plugin_mod", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["[]", "7"]

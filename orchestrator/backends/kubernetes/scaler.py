@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, NoReturn
 
+from drl.algorithms import load_plugins_or_exit
 from drl.config import ExperimentConfig
 from drl.errors import EXIT_USAGE, UserError
 from drl.memory import ACTIVE, RETIRED, MemoryBackendError, RunControl, open_memory
@@ -182,6 +183,7 @@ def from_env(env: dict[str, str] | None = None) -> tuple[ExperimentConfig, str, 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    load_plugins_or_exit()
     try:
         args = parse(argv)
         cfg, run, url, steps_done = from_env()

@@ -182,7 +182,7 @@ def _start_locked(cfg: ExperimentConfig, run: str, run_dir: Path, lock: RunLock,
     else:
         refuse_existing(run_dir, run)
     cfg = dataclasses.replace(cfg, run_name=run)
-    (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2) + "\n")
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
     what = f"resuming at {steps_done:,} of" if resume else "with"
     print(f"drl: run {run} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, {what} "
           f"{cfg.steps:,} steps) -> {run_dir}", file=sys.stderr)
