@@ -26,7 +26,7 @@ MinAtar's own DQN baseline reads it unstacked.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -37,6 +37,9 @@ from gymnasium.wrappers import (
     TransformObservation,
     TransformReward,
 )
+
+if TYPE_CHECKING:
+    from ale_py.env import AtariEnv
 
 STACK = 4
 """Frames an ALE observation stacks."""
@@ -69,7 +72,7 @@ def make_ale(env_id: str, render_mode: str | None, evaluation: bool) -> gym.Env:
     env = RecordEpisodeStatistics(env)
     if not evaluation:
         env = EpisodicLife(env)
-        env = TransformReward(env, lambda r: float(np.sign(r)))
+        env = TransformReward(env, lambda r: float(np.sign(cast(float, r))))
     return FrameStackObservation(env, stack_size=STACK)
 
 
@@ -95,7 +98,7 @@ class EpisodicLife(gym.Wrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        self.ale = env.unwrapped.ale
+        self.ale = cast("AtariEnv", env.unwrapped).ale  # the wrapper is only put around an ALE game
         self.lives = 0
         self.game_over = True
 

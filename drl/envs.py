@@ -11,7 +11,7 @@ import importlib
 import re
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -92,7 +92,10 @@ def _brief(space: gym.Space) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def _wrapper(env: gym.Env, kind: type) -> gym.Wrapper | None:
+W = TypeVar("W", bound=gym.Wrapper)
+
+
+def _wrapper(env: gym.Env, kind: type[W]) -> W | None:
     """The outermost wrapper of type ``kind`` around an env, if any."""
     while isinstance(env, gym.Wrapper):
         if isinstance(env, kind):
@@ -177,7 +180,8 @@ only when one is asked for: an env class without that argument is still made for
     try:
         if family is not None and family.make is not None:
             return family.make(env_id, render_mode, evaluation)
-        return gym.make(env_id, **({} if render_mode is None else {"render_mode": render_mode}))
+        kwargs: dict[str, Any] = {} if render_mode is None else {"render_mode": render_mode}
+        return gym.make(env_id, **kwargs)
     except gym.error.Error as exc:
         raise UserError(f"environment {env_id!r} cannot be created: {exc}") from None
     except ImportError as exc:
@@ -215,6 +219,8 @@ class VecEnv:
         for i, env in enumerate(self.envs):
             env.action_space.seed(seed + 10_000 + i)
         self.episode_returns = np.zeros(n)
+        self._low: np.ndarray | None
+        self._high: np.ndarray | None
         self._low, self._high = (None, None) if self.spec.discrete_actions else self.spec.action_bounds()
         self.finished_returns: deque[float] = deque(maxlen=RECENT_RETURNS)
         self._index = np.arange(n, dtype=np.uint16)
@@ -292,11 +298,13 @@ class VecEnv:
     def _number_reset(self, obs: np.ndarray) -> np.ndarray:
         """The serials of a reset observation's frames, each frame put in the log once."""
         k = self.spec.frame_stack
+        frames = self.frames
+        assert frames is not None  # called once log_frames has made the log
         if k == 1:
-            return np.array([self.frames.put(obs)], dtype=np.int64)
+            return np.array([frames.put(obs)], dtype=np.int64)
         if all(np.array_equal(obs[j], obs[-1]) for j in range(k - 1)):
-            return np.full(k, self.frames.put(obs[-1]), dtype=np.int64)
-        return np.array([self.frames.put(frame) for frame in obs], dtype=np.int64)
+            return np.full(k, frames.put(obs[-1]), dtype=np.int64)
+        return np.array([frames.put(frame) for frame in obs], dtype=np.int64)
 
     def close(self) -> None:
         for env in self.envs:

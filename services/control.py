@@ -147,6 +147,7 @@ class ControlServer:
         """Stops serving (calls in flight get ``grace`` seconds) and ends the loop's thread; idempotent."""
         if not self.thread.is_alive():
             return
+        assert self.server is not None  # the thread serves only once _start has made the server
         try:
             asyncio.run_coroutine_threadsafe(self.server.stop(grace), self.loop).result((grace or 0) + 5)
         except (futures.TimeoutError, RuntimeError) as exc:

@@ -162,7 +162,7 @@ def serve_page(host: str, port: int, reg: CollectorRegistry) -> WSGIServer:
     the thread never needs to."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
     server_class = type("MetricsServer", (_Server,), {"address_family": family})
-    httpd = make_server(host, port, make_wsgi_app(reg), server_class, handler_class=_QuietHandler)
+    httpd: WSGIServer = make_server(host, port, make_wsgi_app(reg), server_class, handler_class=_QuietHandler)
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": None}, name="metrics",
                      daemon=True).start()
     return httpd

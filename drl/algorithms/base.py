@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -93,7 +93,8 @@ class Algorithm:
         keeping every wire field of the run for the learner's batches."""
         from drl.training.learning import ReplayLearning
 
-        return ReplayLearning(self.make_learner(spec, cfg, seed), spec, cfg, keep=self.wire_fields(cfg))
+        learner = cast(ReplayLearner, self.make_learner(spec, cfg, seed))  # a replay's learner, as ``replay`` says
+        return ReplayLearning(learner, spec, cfg, keep=self.wire_fields(cfg))
 
     replay: bool = True
     """Its ``make_learning`` keeps a replay of ``--replay-size`` transitions (False: it learns from rollouts)."""

@@ -32,6 +32,10 @@ class ObsNorm(nn.Module):
     the identity and its statistics stay at mean 0, variance 1.
     """
 
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, shape: tuple[int, ...] | int, enabled: bool = True, clip: float = 10.0):
         super().__init__()
         self.enabled, self.clip = enabled, clip
@@ -107,10 +111,17 @@ class FlatParams:
             for t in tensors:
                 t.grad = self.grad(t, tuple(t.shape))
 
+    @property
+    def gradient(self) -> torch.Tensor:
+        """``param.grad``, the flat gradient, of flat parameters made with ``grads`` (never set to None)."""
+        grad = self.param.grad
+        assert grad is not None
+        return grad
+
     def grad(self, first: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
         """The gradient slice of the given shape that starts where ``first`` starts."""
         offset = self.offsets[id(first)]
-        return self.param.grad[offset:offset + math.prod(shape)].view(shape)
+        return self.gradient[offset:offset + math.prod(shape)].view(shape)
 
     def value(self, first: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
         """The parameter slice of the given shape that starts where ``first`` starts (it may span several)."""
@@ -118,7 +129,7 @@ class FlatParams:
         return self.param.data[offset:offset + math.prod(shape)].view(shape)
 
     def zero_grad(self) -> None:
-        self.param.grad.zero_()
+        self.gradient.zero_()
 
 
 def mean_grads(collective, parameters) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -69,11 +70,15 @@ class ImageEncoder(nn.Module):
         return self.fc(self.convs(x).flatten(1))
 
 
-def orthogonal_(module: nn.Module, gain: float = math.sqrt(2)) -> nn.Module:
+M = TypeVar("M", bound=nn.Module)
+
+
+def orthogonal_(module: M, gain: float = math.sqrt(2)) -> M:
     """Orthogonal weights with ``gain`` and zero biases for every conv and linear layer of ``module`` (the
     initialisation of the PPO reference implementations, CleanRL's ``layer_init``)."""
     for layer in module.modules():
         if isinstance(layer, (nn.Conv2d, nn.Linear)):
             nn.init.orthogonal_(layer.weight, gain)
+            assert layer.bias is not None  # every layer of the networks here has one
             nn.init.zeros_(layer.bias)
     return module

@@ -16,7 +16,7 @@ import numpy as np
 
 def mlp_shapes(prefix: str, sizes: list[int]) -> dict[str, tuple[int, ...]]:
     """Parameter names and shapes of ``drl.algorithms.common.mlp(sizes)`` under ``prefix``."""
-    shapes = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     for i in range(len(sizes) - 1):
         shapes[f"{prefix}{2 * i}.weight"] = (sizes[i + 1], sizes[i])
         shapes[f"{prefix}{2 * i}.bias"] = (sizes[i + 1],)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from drl.store.policy import MANIFEST, WEIGHTS, ManifestError, folder
 
 if TYPE_CHECKING:
-    from drl._proto.policy_pb2 import PolicyManifest
+    from drl._proto.drl.v1.policy_pb2 import PolicyManifest
     from drl.store.policy import PolicyStore
 
 KEEP_VERSIONS = 8

@@ -43,7 +43,7 @@ NOT_HTTP_S = 5.0
 
 def _causes(exc: BaseException):
     seen = set()
-    stack = [exc]
+    stack: list[BaseException | None] = [exc]
     while stack:
         e = stack.pop()
         if e is None or id(e) in seen:

@@ -80,7 +80,7 @@ class RolloutWorker(Service):
         self.entry = EntryBuffer({k: v for k, v in frames.serial_layout(layout).items()
                                   if k not in self.actor.annotates}, limits.most + cfg.envs_per_worker)
         if folder is not None:
-            self.write = Folding(self.envs, self.entry, folder)
+            self.write: Folding | StepInto = Folding(self.envs, self.entry, folder)
         elif self.actor.records:
             self.write = StepRecording(self.envs, self.entry, self.actor)
         else:

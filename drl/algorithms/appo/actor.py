@@ -19,7 +19,7 @@ LOG_2PI = float(np.log(2.0 * np.pi))
 
 
 class APPOActor(PPOActor):
-    records = (BEHAVIOUR_LOGP,)
+    records: tuple[str, ...] = (BEHAVIOUR_LOGP,)
 
     def __init__(self, spec: SpaceSpec, cfg: APPOConfig, seed: int = 0):
         super().__init__(spec, cfg, seed)

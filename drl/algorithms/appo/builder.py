@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from drl import device
 from drl.algorithms.appo.actor import BEHAVIOUR_LOGP
 from drl.algorithms.appo.config import APPOConfig
-from drl.algorithms.base import Actor, FieldSpecs, Learner, register
+from drl.algorithms.base import Actor, FieldSpecs, RolloutLearner, register
 from drl.algorithms.ppo.builder import PPOBuilder
 from drl.envs import TRAJECTORY_FIELDS, SpaceSpec
 
@@ -35,7 +35,7 @@ class APPOBuilder(PPOBuilder):
 
         return APPOActor(spec, self.hyper(cfg), seed)
 
-    def make_learner(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Learner:
+    def make_learner(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> RolloutLearner:
         from drl.algorithms.appo.learner import APPOLearner
 
         return APPOLearner(spec, self.hyper(cfg), seed, device=device.of(cfg))

@@ -36,13 +36,14 @@ class APPOLearner(PPOLearner):
     the checkpoint state and the published weights are PPO's)."""
 
     WHOLE = ("raw_obs", "column")
+    cfg: APPOConfig
 
     def __init__(self, spec: SpaceSpec, cfg: APPOConfig, seed: int, device: torch.device | str = "cpu"):
         super().__init__(spec, cfg, seed, device)
         self.batch_size = cfg.batch_size
 
     def normalised(self, raw: torch.Tensor) -> torch.Tensor:
-        return raw if self.image else self.policy.norm(raw)
+        return raw if self.image else self.obs_norm(raw)
 
     def _values(self, obs_n: torch.Tensor, action: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Values (and log-probabilities of ``action``) without gradients, in chunks for images."""
@@ -71,6 +72,7 @@ class APPOLearner(PPOLearner):
         obs = self.normalised(raw)
         action = torch.as_tensor(cat["action"], device=self.device)
         value_t, logp_t = self._values(obs, action)
+        assert logp_t is not None  # asked for with the actions
         value = value_t.cpu().numpy().astype(np.float64)
         next_value = np.zeros_like(value)
         follows = np.flatnonzero(~cut)
@@ -97,7 +99,7 @@ class APPOLearner(PPOLearner):
                 "column": torch.as_tensor(column)}
 
     @property
-    def OLD_LOGP(self) -> str:  # noqa: N802 (PPO's class attribute, chosen per configuration here)
+    def OLD_LOGP(self) -> str:  # noqa: N802 (PPO's constant, chosen per configuration here)
         return PROXIMAL_LOGP if self.cfg.proximal else BEHAVIOUR_LOGP
 
     def surrogate(self, adv: torch.Tensor, ratio: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:

@@ -11,16 +11,20 @@ that came with the policy version, as ``drl.algorithms.common.ObsNorm`` does in 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from drl.algorithms import inference as nx
 from drl.algorithms.base import ActorBase
-from drl.algorithms.ppo.config import PPOConfig
 from drl.envs import SpaceSpec
+
+if TYPE_CHECKING:
+    from drl.algorithms.ppo.networks import PPOHyper
 
 
 class PPOActor(ActorBase):
-    def __init__(self, spec: SpaceSpec, cfg: PPOConfig, seed: int = 0):
+    def __init__(self, spec: SpaceSpec, cfg: PPOHyper, seed: int = 0):
         self.spec, self.cfg = spec, cfg
         obs_dim, act_dim = int(np.prod(spec.obs_shape)), int(np.prod(spec.act_shape))
         if not spec.discrete_actions:

@@ -8,7 +8,15 @@ import math
 from typing import TYPE_CHECKING
 
 from drl import device
-from drl.algorithms.base import Actor, Algorithm, FieldSpecs, Learner, Parameters, mlp_parameters, register
+from drl.algorithms.base import (
+    Actor,
+    Algorithm,
+    FieldSpecs,
+    Parameters,
+    RolloutLearner,
+    mlp_parameters,
+    register,
+)
 from drl.algorithms.encoders import encoder_parameters
 from drl.algorithms.ppo.config import PPOConfig
 from drl.envs import TRAJECTORY_FIELDS, SpaceSpec
@@ -19,7 +27,7 @@ if TYPE_CHECKING:
 
 class PPOBuilder(Algorithm):
     name = "ppo"
-    config = PPOConfig
+    config: type = PPOConfig
     doc = "PPO hyperparameters."
     continuous = True
     discrete = True
@@ -49,7 +57,7 @@ class PPOBuilder(Algorithm):
 
         return PPOActor(spec, self.hyper(cfg), seed)
 
-    def make_learner(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Learner:
+    def make_learner(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> RolloutLearner:
         from drl.algorithms.ppo.learner import PPOLearner
 
         return PPOLearner(spec, self.hyper(cfg), seed, device=device.of(cfg))

@@ -27,6 +27,7 @@ import torch
 
 from drl.algorithms.common import (
     FlatParams,
+    ObsNorm,
     flat_adam,
     flatten_optimizer_state,
     group_moments,
@@ -35,7 +36,7 @@ from drl.algorithms.common import (
 )
 from drl.algorithms.ppo.advantages import gae
 from drl.algorithms.ppo.config import PPOConfig
-from drl.algorithms.ppo.networks import networks
+from drl.algorithms.ppo.networks import Policy, PPOHyper, networks
 from drl.core import SOLO, Collective
 from drl.envs import SpaceSpec
 
@@ -56,12 +57,13 @@ class PPOLearner:
     collective: Collective = SOLO
     """The learners this one averages its gradients with (``drl.core.Collective``; alone by default)."""
 
-    def __init__(self, spec: SpaceSpec, cfg: PPOConfig, seed: int, device: torch.device | str = "cpu"):
+    def __init__(self, spec: SpaceSpec, cfg: PPOHyper, seed: int, device: torch.device | str = "cpu"):
         torch.manual_seed(seed)
         self.cfg, self.spec = cfg, spec
         self.image = spec.image
         self.device = torch.device(device)
-        self.policy, self.value = (net.to(self.device) for net in networks(spec, cfg))
+        policy, value = networks(spec, cfg)
+        self.policy, self.value = policy.to(self.device), value.to(self.device)
         self.flat = FlatParams([*self.policy.parameters(), *self.value.parameters()], grads=True, tie_grads=True)
         self.opt = flat_adam(self.flat.param, cfg.lr, eps=1e-5)
         self.rng = np.random.default_rng(seed)
@@ -78,8 +80,8 @@ class PPOLearner:
         raw, next_obs = self.observations(cat["obs"]), self.observations(cat["next_obs"])
         action = torch.as_tensor(cat["action"], device=self.device)
         with torch.no_grad():
-            obs = raw if self.image else self.policy.norm(raw)
-            next_obs = next_obs if self.image else self.policy.norm(next_obs)
+            obs = raw if self.image else self.obs_norm(raw)
+            next_obs = next_obs if self.image else self.obs_norm(next_obs)
             logps, values, next_values = [], [], []
             chunk = EVAL_CHUNK if self.image else max(len(obs), 1)
             for rows in (slice(i, i + chunk) for i in range(0, len(obs), chunk)):
@@ -90,10 +92,18 @@ class PPOLearner:
             old_logp = torch.cat(logps)
             value = torch.cat(values).cpu().numpy().astype(np.float64)
             next_value = torch.cat(next_values).cpu().numpy().astype(np.float64)
+        cfg = self.cfg
+        assert isinstance(cfg, PPOConfig)  # GAE's lambda is PPO's own: APPO's learner prepares its batches itself
         adv = gae(cat["reward"].astype(np.float64), value, next_value, cat["terminated"].astype(np.float64), cut,
-                  self.cfg.gamma, self.cfg.gae_lambda)
+                  cfg.gamma, cfg.gae_lambda)
         return {"raw_obs": raw, "obs": obs, "action": action, "old_logp": old_logp,
                 "advantage": self.tensor(adv), "return": self.tensor(adv + value), "old_value": self.tensor(value)}
+
+    @property
+    def obs_norm(self) -> ObsNorm:
+        """The observation statistics of a vector policy (an image policy has none: its encoder scales pixels)."""
+        assert isinstance(self.policy, Policy)
+        return self.policy.norm
 
     def tensor(self, array: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """A host array as a tensor on the learner's device."""
@@ -110,8 +120,10 @@ class PPOLearner:
         features = self.policy.trunk(obs_n)
         return self.policy.distribution(self.policy.head_out(features)), self.value(features)
 
-    OLD_LOGP = "old_logp"
-    """The minibatch key of the log-probabilities the ratio is taken against."""
+    @property
+    def OLD_LOGP(self) -> str:  # noqa: N802 (a constant for PPO; APPO's depends on its configuration)
+        """The minibatch key of the log-probabilities the ratio is taken against."""
+        return "old_logp"
 
     def surrogate(self, adv: torch.Tensor, ratio: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
         """The policy loss: PPO's clipped surrogate."""
@@ -155,7 +167,7 @@ class PPOLearner:
             std = max((squares - n * mean * mean) / max(n - 1.0, 1.0), 0.0) ** 0.5
         return (adv - mean) / (std + 1e-8)
 
-    WHOLE = ("raw_obs",)
+    WHOLE: tuple[str, ...] = ("raw_obs",)
     """Keys of ``prepare``'s output that are not per-row minibatch inputs."""
 
     def minibatch_rows(self, data: dict[str, torch.Tensor]):
@@ -181,15 +193,15 @@ class PPOLearner:
                 total, stats = self.loss({k: v[idx] for k, v in data.items() if k not in self.WHOLE})
                 self.flat.zero_grad()
                 total.backward()
-                self.collective.mean_(self.flat.param.grad)
+                self.collective.mean_(self.flat.gradient)
                 torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                 self.opt.step()
                 stats_per_step.append(stats)
         if not self.image:
             if self.collective.size == 1:
-                self.policy.norm.update(data["raw_obs"])
+                self.obs_norm.update(data["raw_obs"])
             else:
-                self.policy.norm.merge(*group_moments(self.collective, data["raw_obs"]))
+                self.obs_norm.merge(*group_moments(self.collective, data["raw_obs"]))
         steps = len(stats_per_step)
         self.updates += steps
         self.iterations += 1

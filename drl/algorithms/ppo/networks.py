@@ -11,6 +11,7 @@ so the learner runs a shared encoder once per minibatch.
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -19,8 +20,39 @@ from torch.distributions import Categorical, Normal
 
 from drl.algorithms.common import ObsNorm, mlp
 from drl.algorithms.convnets import ImageEncoder, orthogonal_
-from drl.algorithms.ppo.config import PPOConfig
 from drl.envs import SpaceSpec
+
+
+class PPOHyper(Protocol):
+    """What PPO's networks, actor and learner read of an algorithm's block: ``PPOConfig`` has it, and so has
+    APPO's, whose actor and learner are PPO's."""
+
+    @property
+    def hidden(self) -> tuple[int, ...]: ...
+    @property
+    def encoder(self) -> str: ...
+    @property
+    def lr(self) -> float: ...
+    @property
+    def anneal_lr(self) -> bool: ...
+    @property
+    def gamma(self) -> float: ...
+    @property
+    def clip(self) -> float: ...
+    @property
+    def epochs(self) -> int: ...
+    @property
+    def minibatches(self) -> int: ...
+    @property
+    def ent_coef(self) -> float: ...
+    @property
+    def vf_coef(self) -> float: ...
+    @property
+    def max_grad_norm(self) -> float: ...
+    @property
+    def normalize_obs(self) -> bool: ...
+    @property
+    def init_log_std(self) -> float: ...
 
 
 def _init(net: nn.Sequential, last_gain: float) -> nn.Sequential:
@@ -36,6 +68,8 @@ class PolicyBase(nn.Module):
     or a Gaussian's mean (its log-std is a parameter of its own)."""
 
     discrete: int
+    log_std: nn.Parameter
+    """The Gaussian's log-std, of a continuous policy only."""
 
     def trunk(self, obs: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -120,7 +154,7 @@ class ValueHead(nn.Module):
         return self.head(features).squeeze(-1)
 
 
-def networks(spec: SpaceSpec, cfg: PPOConfig) -> tuple[Policy | ImagePolicy, ValueNet | ValueHead]:
+def networks(spec: SpaceSpec, cfg: PPOHyper) -> tuple[Policy | ImagePolicy, ValueNet | ValueHead]:
     """The policy and the value function for ``spec``'s observations (``drl.algorithms.ppo.networks``)."""
     act_dim = int(np.prod(spec.act_shape))
     if spec.image:

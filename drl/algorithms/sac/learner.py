@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -102,7 +103,7 @@ class _Workspace:
 
     def __init__(self, n: int, hidden: tuple[int, ...], act_dim: int, dtype: torch.dtype, device: torch.device):
         self.key = (n, dtype)
-        on = dict(dtype=dtype, device=device)
+        on: dict[str, Any] = dict(dtype=dtype, device=device)
         self.actor = [torch.empty(2 * n, h, **on) for h in hidden]
         self.actor_grad = [torch.empty(n, h, **on) for h in hidden]
         self.critic = [torch.empty(2, n, h, **on) for h in hidden]
@@ -171,11 +172,11 @@ class SACLearner:
         # that the moments they create on their first step are ordinary tensors.
         with torch.inference_mode():
             sample = self._critic_gradients(batch)
-        self.collective.mean_(self._critic_flat.param.grad)
+        self.collective.mean_(self._critic_flat.gradient)
         self.critic_opt.step()
         with torch.inference_mode():
             metrics = self._actor_gradients(*sample)
-        self.collective.mean_(self._actor_flat.param.grad)
+        self.collective.mean_(self._actor_flat.gradient)
         self.actor_opt.step()
         with torch.no_grad():
             self._target_flat.param.lerp_(self._critic_flat.param, self.cfg.tau)
@@ -229,6 +230,7 @@ class SACLearner:
         """Writes the actor's and the temperature's gradients (with the critics after their step); metrics."""
         n, act_dim = obs.shape[0], self._act_dim
         ws = self._ws
+        assert ws is not None  # the critics' step made it for this batch
         # d loss / d q_k = -1/B where q_k is the smaller, -1/(2B) each at ties (as autograd's minimum); only the
         # critics' gradient with respect to the action is needed.
         outputs = self._critic_forward(self.critic, torch.cat([obs, action], 1), ws.spare)

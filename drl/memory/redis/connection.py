@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
@@ -47,7 +48,7 @@ def url_has_password(url: str) -> bool:
         return False
 
 
-def credentials_from_env(env: dict[str, str] | None = None) -> dict:
+def credentials_from_env(env: Mapping[str, str] | None = None) -> dict:
     """Keyword arguments for redis.Redis built from the DRL_MEMORY_* variables."""
     env = os.environ if env is None else env
     kwargs: dict = {}
@@ -72,7 +73,7 @@ def credentials_from_env(env: dict[str, str] | None = None) -> dict:
     return kwargs
 
 
-def connect(url: str, timeout: float = 5.0, wait_s: float = 0.0, env: dict[str, str] | None = None) -> redis.Redis:
+def connect(url: str, timeout: float = 5.0, wait_s: float = 0.0, env: Mapping[str, str] | None = None) -> redis.Redis:
     """Opens and checks a connection; raises UserError naming the URL (without credentials) when it fails.
 
     With ``wait_s``, an unreachable server is tried again every second for that long: pods of a run start
@@ -93,7 +94,7 @@ class _Unreachable(Exception):
     pass
 
 
-def _connect(url: str, timeout: float, env: dict[str, str] | None = None) -> redis.Redis:
+def _connect(url: str, timeout: float, env: Mapping[str, str] | None = None) -> redis.Redis:
     shown = redact(url)
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme not in SCHEMES:

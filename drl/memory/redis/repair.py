@@ -148,9 +148,9 @@ class Guard:
                 return retrying(fn, what, self.retry_s)
             except MemoryBackendError as exc:
                 found = bad_key(exc)
-                if found is None or attempt == ATTEMPTS or (found[0] or key) is None:
+                bad = None if found is None else found[0] or key
+                if found is None or attempt == ATTEMPTS or bad is None:
                     raise
-                bad = found[0] or key
                 self.repair(bad, found[1])
                 if on_repaired is not None:
                     on_repaired(bad)

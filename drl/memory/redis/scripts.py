@@ -358,21 +358,22 @@ class DirectScript:
         self.client = client
         self.script = script
         self.sha = client.register_script(script).sha
-        self._conn: redis.connection.AbstractConnection | None = None
+        self._conn: redis.connection.ConnectionInterface | None = None
 
     def __call__(self, keys: list, args: list):
-        if self._conn is None:
-            self._conn = self.client.connection_pool.make_connection()
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = self.client.connection_pool.make_connection()
         try:
-            return self._run(keys, args)
+            return self._run(conn, keys, args)
         except redis.exceptions.NoScriptError:
-            self._conn.send_command("SCRIPT", "LOAD", self.script)
-            self._conn.read_response()
-            return self._run(keys, args)
+            conn.send_command("SCRIPT", "LOAD", self.script)
+            conn.read_response()
+            return self._run(conn, keys, args)
 
-    def _run(self, keys: list, args: list):
-        self._conn.send_command("EVALSHA", self.sha, len(keys), *keys, *args)
-        return self._conn.read_response()
+    def _run(self, conn: redis.connection.ConnectionInterface, keys: list, args: list):
+        conn.send_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        return conn.read_response()
 
     def close(self) -> None:
         if self._conn is not None:

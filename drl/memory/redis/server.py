@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -53,8 +54,8 @@ class RedisServer:
     processes), with its log in ``log_path``. ``launcher`` is a command the server runs under (for example
     ``ip netns exec HOST``, which execs it in place, so the process is still the server)."""
 
-    def __init__(self, workdir: Path, binary: str | None = None, port: int | None = None, extra: list[str] = (),
-                 password: str | None = None, host: str = "127.0.0.1", launcher: list[str] = ()):
+    def __init__(self, workdir: Path, binary: str | None = None, port: int | None = None, extra: Sequence[str] = (),
+                 password: str | None = None, host: str = "127.0.0.1", launcher: Sequence[str] = ()):
         if password is not None and not password.isalnum():
             raise ValueError("a private server's password is letters and digits (it is written as a config line)")
         self.password = password
@@ -88,6 +89,7 @@ class RedisServer:
         finally:
             log.close()
         if self.password is not None:
+            assert self.proc.stdin is not None  # a PIPE when there is a password to write
             try:
                 self.proc.stdin.write(f"requirepass {self.password}\n".encode())
                 self.proc.stdin.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from typing import Any
 
 from drl.config import ExperimentConfig
 from drl.errors import UserError
@@ -85,7 +86,7 @@ class KubernetesBackend:
         cfg, namespace, objects = self.objects(cfg, deployment)
         print(f"drl: run {cfg.run_name} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, "
               f"{cfg.steps:,} steps) -> Kubernetes namespace {namespace}", file=sys.stderr)
-        options = {} if deployment.pending_timeout is None else {"pending_timeout_s": deployment.pending_timeout}
+        options: dict[str, Any] = {} if deployment.pending_timeout is None else {"pending_timeout_s": deployment.pending_timeout}
         return run_kubernetes(cfg.run_name, objects, namespace=namespace, detach=deployment.detach, **options)
 
     def render(self, cfg: ExperimentConfig, deployment: Deployment) -> str:

@@ -140,7 +140,8 @@ def default_namespace() -> str:
         import yaml
     except ImportError:
         return "default"
-    current, contexts = None, {}
+    current: str | None = None
+    contexts: dict[str | None, dict] = {}
     for path in kubeconfig_path().split(os.pathsep):
         try:
             data = yaml.safe_load(Path(path).expanduser().read_text())
@@ -159,9 +160,9 @@ def default_namespace() -> str:
 def kube_version(major: str | None, minor: str | None, git_version: str | None = "") -> tuple[int, int] | None:
     """(major, minor) of an API server from its ``/version`` fields: ``minor`` may carry a suffix (``"29+"`` on
     EKS and GKE), else ``git_version`` (``v1.29.3-eks-...``) gives both; None when neither reads."""
-    digits = [re.match(r"\d+", str(v or "")) for v in (major, minor)]
-    if all(digits):
-        return int(digits[0].group()), int(digits[1].group())
+    major_digits, minor_digits = (re.match(r"\d+", str(v or "")) for v in (major, minor))
+    if major_digits and minor_digits:
+        return int(major_digits.group()), int(minor_digits.group())
     match = re.match(r"v?(\d+)\.(\d+)", str(git_version or ""))
     return (int(match.group(1)), int(match.group(2))) if match else None
 
@@ -356,6 +357,7 @@ class Api(Protocol):
     def job_status(self, namespace: str, name: str) -> JobState | None: ...
     def pod_log(self, namespace: str, name: str, container: str, follow: bool = True) -> Iterator[str]: ...
     def list_jobs(self, namespace: str, selector: str) -> list[dict]: ...
+    def list_names(self, kind: str, namespace: str, selector: str) -> list[str]: ...
     def patch_job(self, namespace: str, name: str, patch: dict) -> None: ...
     def pod_metrics(self, namespace: str, name: str, port: int, timeout: float = 5.0) -> str: ...
 

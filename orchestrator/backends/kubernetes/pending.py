@@ -13,6 +13,7 @@ hour), and only for the object it names (the same ``uid``, where the event carri
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.backends.kubernetes import manifests
 from orchestrator.backends.kubernetes.api import Api, KubeError, PodState
@@ -43,12 +44,14 @@ def unschedulable(pods: list[PodState]) -> list[Problem]:
 
 def _job_missing_pods(job: dict, pods: list[PodState]) -> bool:
     """Whether the Job has fewer active pods than it should run now (it is not finished or suspended)."""
-    spec, status = job.get("spec") or {}, job.get("status") or {}
+    spec: dict[str, Any] = job.get("spec") or {}
+    status: dict[str, Any] = job.get("status") or {}
     if spec.get("suspend") or any(c.get("type") in ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget")
                                   and c.get("status") == "True" for c in status.get("conditions") or ()):
         return False
     name = job["metadata"]["name"]
-    parallelism = int(spec.get("parallelism") if spec.get("parallelism") is not None else 1)
+    declared = spec.get("parallelism")
+    parallelism = int(declared if declared is not None else 1)
     completions = spec.get("completions")
     succeeded = int(status.get("succeeded") or 0)
     wanted = parallelism if completions is None else min(parallelism, int(completions) - succeeded)

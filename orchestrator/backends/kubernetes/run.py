@@ -378,7 +378,7 @@ def run_kubernetes(run: str, objects: list[dict], *, namespace: str, detach: boo
     err = err or sys.stderr
     api = api or default_api()
     version = api.server_version()
-    if not manifests.has_pod_replacement_policy(version):
+    if version is not None and not manifests.has_pod_replacement_policy(version):
         print(f"drl: Kubernetes {version[0]}.{version[1]} has no podReplacementPolicy: a replaced pod may start "
               f"while its predecessor is still terminating; the memory server's fencing keeps one writer per "
               f"identity", file=err, flush=True)

@@ -182,8 +182,7 @@ class KubeScale:
             state = self._job_state(name)
             if state is not None and state.condition("Complete"):
                 break
-            if state is not None and state.condition("Failed"):
-                cond = state.condition("Failed")
+            if state is not None and (cond := state.condition("Failed")):
                 error = self._scaler_error(name) or f"{cond.reason}: {cond.message}"
                 raise ScaleFailed(f"the scaler Job {name} ({args[0]}) failed: {error}; {hint}")
             waiting = self._waiting_reason(name)
@@ -206,6 +205,7 @@ class KubeScale:
         result = next((line for line in reversed(lines) if line.startswith("{")), None)
         why = unreadable or ("its log holds no result line" if result is None else "")
         if not why:
+            assert result is not None  # else why says its log holds no result line
             try:
                 return json.loads(result)
             except ValueError as exc:
