@@ -33,6 +33,9 @@ from drl.training.ingest import Ledger, Ledgers
 
 log = logging.getLogger("drl.training.membership")
 
+Snapshot = tuple[dict[str, int], dict[str, int], dict[str, str]]
+"""``RunMembers.snapshot()``: (produced, shares, members)."""
+
 
 def _index(name: str) -> int:
     try:
@@ -57,9 +60,10 @@ class Membership:
         self._heard: dict[str, tuple[tuple, float]] = {}
         self._short_since: float | None = None
 
-    def refresh(self) -> None:
-        """Adds the workers registered since, and takes back finished ones that returned with more to produce."""
-        _, shares, members = self.control.snapshot()
+    def refresh(self, snapshot: Snapshot | None = None) -> None:
+        """Adds the workers registered since, and takes back finished ones that returned with more to produce
+        (from ``snapshot``, a ``RunMembers.snapshot()`` the caller already read, else a new one)."""
+        _, shares, members = snapshot if snapshot is not None else self.control.snapshot()
         added = {w for w in members if self.ledgers.owns(w)} - self.workers
         if added:
             log.info("rollout workers joined: %s", ", ".join(sorted(added)))
@@ -85,19 +89,28 @@ class Membership:
         for ledger in self.ledgers:
             watermark = ledger.seqs.watermark
             self.finished |= {w for w, seq in ledger.final_seq.items() if watermark.get(w, 0) >= seq}
-        if self.finished >= self.workers:
-            self.refresh()
-        if self.finished >= self.workers:
-            return self.covered()
+        if not self.finished >= self.workers and not self._finish_done():
+            return False
+        # One read of the membership for both questions: a worker the orchestrator registers between two reads
+        # would count in the shares without being awaited.
+        snapshot = self.control.snapshot()
+        self.refresh(snapshot)
+        if not self.finished >= self.workers and not self._finish_done():
+            return False
+        return self.covered(snapshot)
+
+    def _finish_done(self) -> bool:
+        """Counts as finished the workers that said so and the silent ones; whether every worker is finished."""
         self.finished |= set(self.control.workers_done()) & self.workers
         self._give_up_silent()
-        return self.finished >= self.workers and self.covered()
+        return self.finished >= self.workers
 
-    def covered(self) -> bool:
-        """Whether the members' shares add up to the run's steps (see the module docstring)."""
+    def covered(self, snapshot: Snapshot | None = None) -> bool:
+        """Whether the members' shares add up to the run's steps (see the module docstring), read from
+        ``snapshot`` (as ``refresh``)."""
         if self.steps is None:
             return True
-        produced, shares, members = self.control.snapshot()
+        produced, shares, members = snapshot if snapshot is not None else self.control.snapshot()
         done = self.control.workers_done()
         promised = 0
         for w in self.workers | set(members):

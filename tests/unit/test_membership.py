@@ -77,6 +77,7 @@ def test_a_member_that_never_sends_is_given_up_after_the_silence_bound(control, 
     membership.refresh()
     ledger.seqs.seen("rollout-0", 1)
     ledger.final_seq["rollout-0"] = 1
+    ledger.produced["rollout-0"] = 10
     assert not membership.all_finished()
     now[0] = 29.0
     assert not membership.all_finished()
@@ -111,6 +112,42 @@ def test_a_run_is_not_done_while_a_retired_workers_steps_wait_to_be_shared_out(c
     assert not membership.all_finished(), "done while 200 of the run's steps belonged to no one"
     control.register({"rollout-2": "active"}, {"rollout-1": 500, "rollout-2": 200})
     assert not membership.all_finished() and "rollout-2" in membership.workers
+    control.mark_worker_done("rollout-2", 200)
+    assert membership.all_finished()
+
+
+class _RegistersBefore:
+    """A membership whose ``at``-th read finds ``then()`` done just before it: the orchestrator's registration
+    landing between two reads of the trainer."""
+
+    def __init__(self, control, at: int, then):
+        self.control, self.at, self.then, self.reads = control, at, then, 0
+
+    def __getattr__(self, name):
+        return getattr(self.control, name)
+
+    def snapshot(self):
+        self.reads += 1
+        if self.reads == self.at:
+            self.then()
+        return self.control.snapshot()
+
+
+@pytest.mark.parametrize("at", [1, 2, 3, 4])
+def test_a_worker_registered_while_the_trainer_looks_is_awaited_not_only_counted(control, at):
+    """The scaling window's race (seen in test_scale): every member finished, then the orchestrator registered a
+    new worker with the rest of the steps between the trainer's read of the members and its read of the shares,
+    and the run ended with that worker's steps never produced."""
+    ledger = Ledger()
+    control.register({"rollout-0": "active", "rollout-1": "active"}, {"rollout-0": 500, "rollout-1": 500})
+    control.register({"rollout-0": "retired"}, {})
+    control.mark_worker_done("rollout-0", 300)
+    control.mark_worker_done("rollout-1", 500)
+    racing = _RegistersBefore(control, at, lambda: control.register({"rollout-2": "active"}, {"rollout-2": 200}))
+    membership = Membership(racing, ledger, workers=2, silence_s=30, clock=lambda: 0.0, steps=1000)
+    for _ in range(4):
+        assert not membership.all_finished(), "done while rollout-2's 200 steps were not produced"
+    assert "rollout-2" in membership.workers
     control.mark_worker_done("rollout-2", 200)
     assert membership.all_finished()
 
