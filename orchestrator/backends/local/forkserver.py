@@ -43,11 +43,12 @@ PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
 PRELOAD = ("torch", "numpy", "gymnasium", "drl.algorithms", "drl.training.learning", "drl.envs")
 READY = "ready"
-INHERITED = ("DRL_RUN", "DRL_RUN_DIR", "DRL_PLUGINS")
-IMPORT_TIME = ("PYTHON", "TORCH", "CUDA", "NVIDIA", "MKL_", "OPENBLAS_", "GOTO", "KMP_", "OMP_", "DRL_PLUGINS",
-               "LD_", "GYM", "ALE_")
-"""Prefixes of the variables that modules read while they are imported (search paths, plugins, thread pools,
-devices): a service whose environment differs from the server's in one of them is started as a new process."""
+INHERITED = ("DRL_RUN", "DRL_RUN_DIR")
+IMPORT_TIME = ("PYTHON", "TORCH", "CUDA", "NVIDIA", "MKL_", "OPENBLAS_", "GOTO", "KMP_", "OMP_", "LD_", "GYM",
+               "ALE_")
+"""Prefixes of the variables that modules read while they are imported (search paths, thread pools, devices): a
+service whose environment differs from the server's in one of them is started as a new process. Plugins are not
+among them: a service loads its own after it starts (``drl.algorithms.load_plugins_or_exit``)."""
 ADJUSTED = ("OMP_NUM_THREADS",)
 """Import-time variables the forked child applies itself (torch's intra-op threads)."""
 START_TIMEOUT_S = 60.0
@@ -123,7 +124,7 @@ class Launcher:
     def warm(self, env: dict[str, str]) -> None:
         """Starts the server without waiting for it (its imports overlap whatever the caller does next).
         ``env`` is the environment it imports torch in (``OMP_NUM_THREADS`` is read then). Of its ``DRL_``
-        variables only the run's name and folder and the plugins are kept: Linux shows a process's environment
+        variables only the run's name and folder are kept: Linux shows a process's environment
         as it was at ``exec`` (``/proc/PID/environ``), so every forked service is still found by its run, as a
         ``Popen``-started one is, and no credential is copied into the server."""
         if self.server is not None or not self.enabled or not become_subreaper():
