@@ -54,7 +54,7 @@ class Blocks(dict):
     def _read_only(self, *args: Any, **kwargs: Any) -> typing.NoReturn:
         raise TypeError("a configuration's blocks are read-only; drl.config.replace makes a changed copy")
 
-    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _read_only  # type: ignore
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _read_only
 
     def __reduce__(self) -> tuple[type, tuple[dict[str, Any]]]:
         return Blocks, (dict(self),)

@@ -39,6 +39,9 @@ class Collective(Protocol):
     def broadcast_int(self, value: int) -> int:
         """Learner 0's value."""
 
+    def broadcast_(self, tensor: torch.Tensor, source: int = 0) -> torch.Tensor:
+        """Replaces ``tensor`` with learner ``source``'s, in place; returns it."""
+
 
 class Solo:
     """One learner alone: nothing to share."""
@@ -57,6 +60,9 @@ class Solo:
 
     def broadcast_int(self, value: int) -> int:
         return value
+
+    def broadcast_(self, tensor: torch.Tensor, source: int = 0) -> torch.Tensor:
+        return tensor
 
 
 SOLO = Solo()

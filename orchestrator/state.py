@@ -54,6 +54,11 @@ class RunState:
     def process(self, name: str) -> ProcessState | None:
         return next((p for p in self.processes if p.name == name), None)
 
+    def control_port(self, name: str) -> int | None:
+        """The control port a process reported, None while it has not (or is not in the state)."""
+        entry = self.process(name)
+        return entry.control_port if entry is not None else None
+
     def to_dict(self) -> dict:
         return asdict(self)
 

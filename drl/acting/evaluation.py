@@ -33,7 +33,7 @@ def run_episodes(env_id: str, actor: Actor, episodes: int, seed: int, max_steps:
             obs, _ = env.reset(seed=seed + i)
             total, done, steps = 0.0, False, 0
             while not done and steps < max_steps:
-                on_frame(i, env.render())
+                on_frame(i, np.asarray(env.render()))
                 action = actor.act(np.asarray(obs)[None], deterministic=True)[0]
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)

@@ -28,6 +28,7 @@ from drl.memory.base import (
     ExperienceWriter,
     MemoryBackend,
     MemoryBackendError,
+    MemoryServer,
     MemoryUnavailable,
     ReaderRecovery,
     RunAccounts,
@@ -45,7 +46,7 @@ SCHEMES: dict[str, Callable[[str, str, int], MemoryBackend]] = {}
 """Openers of further URL schemes, by prefix: ``opener(rest of the URL, run, shards)``."""
 
 __all__ = ["ACTIVE", "Announcements", "AppendReply", "Entry", "ExperienceReader", "ExperienceWriter",
-           "MemoryBackend", "MemoryBackendError", "MemoryUnavailable", "RETIRED", "ReaderRecovery", "RunAccounts",
+           "MemoryBackend", "MemoryBackendError", "MemoryServer", "MemoryUnavailable", "RETIRED", "ReaderRecovery", "RunAccounts",
            "RunClaims", "RunControl", "RunMembers", "RunStatus", "RunStop", "ShardMap", "check_url",
            "find_server_binary", "new_password", "open_memory", "private_env", "private_server", "redact",
            "register_scheme", "seq_field", "url_has_password", "write_password_file"]
@@ -101,10 +102,10 @@ def find_server_binary() -> str:
     return _find()
 
 
-def private_server(workdir: Path, port: int | None = None, password: str | None = None):
+def private_server(workdir: Path, port: int | None = None, password: str | None = None) -> MemoryServer:
     """A private Valkey/Redis server for one local run, started on a free loopback port (or ``port``) with its data
     and log in ``workdir``: ``.url``, ``.port``, ``.log_path``, ``.exit_code()`` (None while it runs), ``.stop()``,
-    ``.proc.pid``. With ``password`` (``new_password``) it refuses clients that do not give it."""
+    ``.pid``. With ``password`` (``new_password``) it refuses clients that do not give it."""
     from drl.memory.redis.server import RedisServer
 
     return RedisServer(workdir, port=port, password=password).start()

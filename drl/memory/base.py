@@ -23,9 +23,12 @@ server, after the backend's own retries, is ``MemoryUnavailable``; any other ref
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 from drl.naming import worker_index
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 Entry = tuple[bytes, dict]
 """An experience entry as read: its id in the stream, and its fields (``b"h"``: the protobuf header, ``b"d"``: the
@@ -50,10 +53,10 @@ def unseen_transitions(headers: Iterable[tuple[str, int, int]], state: dict[str,
     for worker, seq, count in headers:
         if worker not in taken:
             try:
-                mark, *above = (int(x) for x in state.get(seq_field(worker), "0").split(",") if x)
+                mark, *listed = (int(x) for x in state.get(seq_field(worker), "0").split(",") if x)
             except ValueError:
-                mark, above = 0, []
-            taken[worker] = (mark, set(above))
+                mark, listed = 0, []
+            taken[worker] = (mark, set(listed))
         mark, above = taken[worker]
         if seq <= mark or seq in above or (worker, seq) in counted:
             continue
@@ -116,10 +119,12 @@ class AppendReply:
 class ExperienceWriter(Protocol):
     """One rollout worker's side of the experience stream."""
 
-    waited_s: float
-    """Seconds spent held back by a full backlog."""
-    resent: int
-    """Entries sent again after the server lost its data."""
+    @property
+    def waited_s(self) -> float:
+        """Seconds spent held back by a full backlog."""
+    @property
+    def resent(self) -> int:
+        """Entries sent again after the server lost its data."""
 
     def position(self) -> tuple[int, int]:
         """(last sequence number, transitions produced) this writer already has in the run: a restarted worker
@@ -178,10 +183,12 @@ class ReaderRecovery(Protocol):
 class ExperienceReader(Protocol):
     """The trainer's side of the experience stream: read, reclaim, commit (with dead letters and the ledger)."""
 
-    resets: int
-    """Times the server was found to have lost its data (the reader's group recreated)."""
-    recovery: ReaderRecovery
-    """Its recovery after a server restart and its widening of the backlog's limits."""
+    @property
+    def resets(self) -> int:
+        """Times the server was found to have lost its data (the reader's group recreated)."""
+    @property
+    def recovery(self) -> ReaderRecovery:
+        """Its recovery after a server restart and its widening of the backlog's limits."""
 
     def read(self, count: int, block_ms: int | None) -> list[Entry]:
         """Up to ``count`` entries: this reader's own unacknowledged ones first (after a restart), then new ones.
@@ -370,6 +377,30 @@ class ShardMap:
     def in_shard(self, shard: int, by_worker: dict[str, int]) -> dict[str, int]:
         """The entries of ``by_worker`` whose worker appends to ``shard``."""
         return by_worker if self.shards <= 1 else {w: n for w, n in by_worker.items() if self.of(w) == shard}
+
+
+class MemoryServer(Protocol):
+    """A private server a local run starts beside its processes (``private_server``) and starts again on its own
+    port and password when it exits."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def password(self) -> str | None: ...
+
+    @property
+    def log_path(self) -> Path: ...
+
+    @property
+    def pid(self) -> int: ...
+
+    def exit_code(self) -> int | None: ...
+
+    def stop(self) -> None: ...
 
 
 class MemoryBackend(Protocol):

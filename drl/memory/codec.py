@@ -11,6 +11,7 @@ import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from google.protobuf.message import DecodeError as _ProtoDecodeError
@@ -105,7 +106,7 @@ def encode(header: experience_pb2.BatchHeader, arrays: dict[str, np.ndarray], co
     ``compression`` ("zstd", "lz4"; "" for none)."""
     header.format_version = FORMAT_VERSION
     del header.arrays[:]
-    parts = []
+    parts: list[Any] = []  # arrays, joined through their buffers
     offset = 0
     count = None
     for name, arr in arrays.items():

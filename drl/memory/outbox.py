@@ -73,12 +73,13 @@ class Outbox:
     def observe(self, mark: int, epoch: bytes) -> None:
         """Drops the kept entries the watermark ``mark`` covers (raising the floor); after a data loss, queues
         the rest again and reports the floor."""
+        previous = self.epoch or b""
         changed = self.epoch is not None and epoch != self.epoch
         if changed:
             self._raise_floor(r for r in self.kept if r.seq <= mark)
             lost = [r for r in self.kept if r.seq > mark]
             log.warning("memory server lost its data (epoch %s -> %s); re-sending %d unconsumed entries",
-                        self.epoch.decode(), epoch.decode(), len(lost))
+                        previous.decode(), epoch.decode(), len(lost))
             self.resent += len(lost)
             self.queued.extendleft(reversed(lost))
             self.kept.clear()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import cast
 
 import torch
 
@@ -80,9 +81,10 @@ class TrainerCheckpoints:
         """Continues a run from the newest checkpoint and then ``committed``, the state the memory server holds
         (see the module docstring): one state, or with ``Ledgers`` one per shard. Returns the checkpoint's
         manifest, None without one."""
-        ledgers = ledger if isinstance(ledger, Ledgers) else Ledgers.single(ledger)
-        if not isinstance(ledger, Ledgers):
-            committed = {0: committed}
+        if isinstance(ledger, Ledgers):
+            ledgers, per_shard = ledger, cast("dict[int, dict[str, str]]", committed)
+        else:
+            ledgers, per_shard = Ledgers.single(ledger), {0: cast("dict[str, str]", committed)}
         checkpoint = self.store.latest()
         manifest = None
         if checkpoint is not None:
@@ -111,8 +113,8 @@ class TrainerCheckpoints:
                     first.load(meta.get("ledger", {}))
             log.info("restored checkpoint %d: policy version %d, %d env steps, %d updates", manifest.sequence,
                      manifest.policy_version, manifest.env_steps, manifest.updates)
-        found = [ledgers.by_shard[s].load(state) for s, state in committed.items() if s in ledgers.by_shard]
-        found = [u for u in found if u is not None]
+        found = [u for s, state in per_shard.items() if s in ledgers.by_shard
+                 and (u := ledgers.by_shard[s].load(state)) is not None]
         if found:
             learning.learner.updates = max(found)
         return manifest

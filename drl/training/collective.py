@@ -86,7 +86,7 @@ def join(rank: int, size: int, address: str, port: int, backend: str = "auto", t
     return TorchGroup()
 
 
-def broadcast_learner(group: TorchGroup, learner) -> None:
+def broadcast_learner(group: Collective, learner) -> None:
     """Gives every learner of the group learner 0's networks (every parameter and buffer of the learner's
     ``_modules()``) and, when every learner has optimiser state, its optimisers' moments: learners that restored
     different checkpoints, or none, start their first step equal."""

@@ -71,7 +71,7 @@ class ReplayBuffer:
             start = self.ring.extend(arrays[TABLE])
             arrays = {**arrays, "obs": start + arrays["obs"].astype(np.int64),
                       "next_obs": start + arrays["next_obs"].astype(np.int64)}
-            self._drop_overwritten()
+            self._drop_overwritten(self.ring.oldest)
         self._slots = idx = (self.pos + np.arange(n)) % self.capacity
         for name, store in self.data.items():
             store[idx] = arrays[name]
@@ -81,10 +81,9 @@ class ReplayBuffer:
         self.size = min(self.capacity, self.size + n)
         return n
 
-    def _drop_overwritten(self) -> None:
-        """Drops, oldest first, the transitions of entries whose first frame the ring overwrote (entries come in
-        order, so their first serials only grow along the buffer)."""
-        oldest = self.ring.oldest
+    def _drop_overwritten(self, oldest: int) -> None:
+        """Drops, oldest first, the transitions of entries whose first frame the ring overwrote (serials below
+        ``oldest``; entries come in order, so their first serials only grow along the buffer)."""
         while self.size:
             tail = (self.pos - self.size) % self.capacity
             if self.entry_start[tail] >= oldest:

@@ -1,5 +1,6 @@
 """The tree's habits, checked in every CI run: ruff's lint rules (pyflakes, import order, bugbear;
-``[tool.ruff]`` in pyproject.toml) over the whole Python tree."""
+``[tool.ruff]`` in pyproject.toml) over the whole Python tree, and mypy (``[tool.mypy]``) over the shipped packages
+(drl, services, orchestrator)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,23 @@ def test_ruff_fails_on_an_unused_import_an_unsorted_block_and_a_late_bound_loop_
     found = _ruff("check", "--no-cache", "--config", str(ROOT / "pyproject.toml"), "--output-format", "concise",
                   str(bad)).stdout
     assert "F401" in found and "I001" in found and "B023" in found, found
+
+
+def _mypy(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_mypy_finds_nothing_in_the_shipped_packages():
+    result = _mypy()
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+
+
+def test_mypy_fails_on_a_possibly_missing_attribute_and_a_wrong_return_type(tmp_path):
+    """The check above can fail: the configuration's checker finds the two kinds of mistake it was added for."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from __future__ import annotations\n\n\n"
+                   "def f(x: str | None) -> int:\n    return x.upper()\n")
+    found = _mypy("--config-file", str(ROOT / "pyproject.toml"), str(bad)).stdout
+    assert 'Item "None" of "str | None" has no attribute "upper"' in found, found
+    assert "Incompatible return value type" in found, found

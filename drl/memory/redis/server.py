@@ -69,6 +69,12 @@ class RedisServer:
         self.log_path = self.workdir / "redis.log"
 
     @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise RuntimeError("the server is not started")
+        return self.proc.pid
+
+    @property
     def url(self) -> str:
         return f"redis://{self.host}:{self.port}/0"
 

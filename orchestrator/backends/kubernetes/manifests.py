@@ -20,6 +20,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 from urllib.parse import urlsplit
 
 from drl.config import ExperimentConfig
@@ -188,7 +189,7 @@ def check_store_url(url: str) -> None:
 
 
 _QUANTITY = re.compile(r"^(?P<number>[0-9]+(\.[0-9]*)?|\.[0-9]+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|)$")
-_SUFFIX = {"": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+_SUFFIX: dict[str, Decimal | int] = {"": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 
 
@@ -245,7 +246,8 @@ def resources_for(profile: str = "", settings: tuple[str, ...] | list[str] = ())
     for role, spec in out.items():
         for resource in ("cpu", "memory"):
             request, limit = spec["requests"].get(resource), spec["limits"].get(resource)
-            if request and limit and parse_quantity(request) > parse_quantity(limit):
+            low, high = (parse_quantity(request) if request else None), (parse_quantity(limit) if limit else None)
+            if low is not None and high is not None and low > high:
                 raise UserError(f"{role}'s {resource} request {request} is above its limit {limit}; raise "
                                 f"{role}.limits.{resource} or lower {role}.requests.{resource} (--resources)")
     return out
@@ -422,14 +424,14 @@ def _secret_ref(ctx: _Context, key: str) -> dict:
 def _container_env(ctx: _Context, workload: Workload) -> list[dict]:
     """The plan's variables (the configuration and the worker index by reference) with the contract's own
     inserted where docs/kubernetes.md lists them, so the order matches the chart's."""
-    storage = [{"name": "DRL_S3_ENDPOINT", "value": ctx.s3_endpoint}] if ctx.s3_endpoint else []
+    storage: list[dict] = [{"name": "DRL_S3_ENDPOINT", "value": ctx.s3_endpoint}] if ctx.s3_endpoint else []
     storage += [{"name": "AWS_ACCESS_KEY_ID", "valueFrom": _secret_ref(ctx, "s3-access-key")},
                 {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": _secret_ref(ctx, "s3-secret-key")}]
     if workload.role == "trainer" and ctx.builtin_store:
         storage.append({"name": "DRL_S3_CREATE_BUCKET", "value": "1"})
     index = [{"name": workload.per_replica_env, "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}}] \
         if workload.per_replica_env else []
-    after = {"DRL_MEMORY_URL": [{"name": "DRL_MEMORY_PASSWORD", "valueFrom": _secret_ref(ctx, "redis-password")}],
+    after: dict[str, list[dict]] = {"DRL_MEMORY_URL": [{"name": "DRL_MEMORY_PASSWORD", "valueFrom": _secret_ref(ctx, "redis-password")}],
              "DRL_STORE": storage, "DRL_STEPS_DONE": index}
     out: list[dict] = []
     for key, value in workload.env.items():
@@ -499,7 +501,7 @@ def _job(ctx: _Context, workload: Workload, gpu: bool = False) -> dict:
     if workload.per_replica_env:
         spec = {"completionMode": "Indexed", "completions": workload.replicas, "parallelism": workload.replicas,
                 "backoffLimit": BACKOFF_LIMIT * workload.replicas, "podReplacementPolicy": POD_REPLACEMENT_POLICY}
-    extra = {"terminationGracePeriodSeconds": 60} if workload.role == "trainer" else {}
+    extra: dict[str, Any] = {"terminationGracePeriodSeconds": 60} if workload.role == "trainer" else {}
     if workload.role == "trainer" and workload.replicas > 1:
         extra["subdomain"] = group_name(ctx.name)
     template = {"metadata": {"labels": labels(ctx.run, workload.role)},
@@ -538,7 +540,7 @@ def _stateful_set(ctx: _Context, component: str, container: dict, port: int, uid
     service = _meta("v1", "Service", name, ctx, component,
                     spec={"type": "ClusterIP", "selector": selector,
                           "ports": [{"name": port_name, "port": port, "targetPort": port_name, "protocol": "TCP"}]})
-    volumes = {"tmp": {}} if storage else {"data": {}, "tmp": {}}
+    volumes: dict[str, dict] = {"tmp": {}} if storage else {"data": {}, "tmp": {}}
     spec: dict = {"replicas": 1, "serviceName": name, "selector": {"matchLabels": selector}}
     if storage:
         spec["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Delete", "whenScaled": "Retain"}
@@ -631,7 +633,7 @@ def _network_policies(ctx: _Context, builtin_memory: bool, builtin_store: bool, 
     out = [policy(c, {"podSelector": server(c), "policyTypes": ["Ingress"],
                       "ingress": [{"from": [run_pods], "ports": [{"protocol": "TCP", "port": port}]}]})
            for c, port in servers]
-    roles = {"podSelector": {"matchLabels": run_pods["podSelector"]["matchLabels"],
+    roles: dict[str, Any] = {"podSelector": {"matchLabels": run_pods["podSelector"]["matchLabels"],
                              "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In",
                                                    "values": list(ROLES)}]},
              "policyTypes": ["Ingress"],
@@ -644,7 +646,7 @@ def _network_policies(ctx: _Context, builtin_memory: bool, builtin_store: bool, 
     out.append(policy("roles", roles))
     if group:
         trainers = {"podSelector": {"matchLabels": _selector(ctx, "trainer")}}
-        spec = {**trainers, "policyTypes": ["Ingress"], "ingress": [{"from": [trainers]}]}
+        spec: dict[str, Any] = {**trainers, "policyTypes": ["Ingress"], "ingress": [{"from": [trainers]}]}
         if "egress" in roles:
             spec["policyTypes"].append("Egress")
             spec["egress"] = [{"to": [trainers]}]

@@ -38,9 +38,8 @@ class RunClaim(RunParts):
             self.memory_env = private_env(password_file)
             self.server = private_server(self.run_dir / "redis", password=password)
             memory_url = self.server.url
-        self.memory = open_memory(memory_url, self.run, retry_s=MEMORY_RETRY_S, env=self.memory_env,
-                                  shards=self.cfg.memory_shards)
-        self.control = self.memory.control()
+        self.connect(open_memory(memory_url, self.run, retry_s=MEMORY_RETRY_S, env=self.memory_env,
+                                 shards=self.cfg.memory_shards))
         self.memory_url = memory_url
         self.claim_run()
         (self.run_dir / STOP_REQUEST).unlink(missing_ok=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from drl.config import ExperimentConfig
-from drl.memory import MemoryBackend, RunControl
+from drl.memory import MemoryBackend, MemoryServer, RunControl
 from drl.process import pid_alive
 from drl.store import run_store
 from orchestrator.backends.local.forkserver import ForkedProcess, Launcher
@@ -129,9 +129,10 @@ class RunParts:
         self.resume = resume
         self.procs: list[Proc] = []
         self.launcher = Launcher()
-        self.server = None
-        self.memory: MemoryBackend | None = None
-        self.control: RunControl | None = None
+        self.server: MemoryServer | None = None
+        self._memory: MemoryBackend | None = None
+        self._control: RunControl | None = None
+        self.workloads: dict[str, Workload] = {}
         self.interrupted = False
         self.interrupts = 0
         self.superseded: set[str] = set()
@@ -155,6 +156,26 @@ class RunParts:
         self._done: dict[str, int] = {}
         self._final_version_owed = False  # the server was started again before the trainer exited 0
         self._done_read_at = 0.0
+    @property
+    def connected(self) -> bool:
+        """Whether the run's memory is open (from ``open_memory_and_claim`` until ``cleanup``)."""
+        return self._control is not None
+
+    @property
+    def memory(self) -> MemoryBackend:
+        if self._memory is None:
+            raise RuntimeError("the run's memory is not open yet")
+        return self._memory
+
+    @property
+    def control(self) -> RunControl:
+        if self._control is None:
+            raise RuntimeError("the run's memory is not open yet")
+        return self._control
+
+    def connect(self, memory: MemoryBackend) -> None:
+        self._memory, self._control = memory, memory.control()
+
     if TYPE_CHECKING:
         def advance_stop(self) -> None: ...
         def failed(self) -> str | None: ...

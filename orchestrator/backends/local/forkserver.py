@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import IO
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
@@ -87,12 +88,12 @@ class ForkedProcess:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+        deadline = time.monotonic() + (float("inf") if timeout is None else timeout)
+        while (code := self.poll()) is None:
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
             time.sleep(0.02)
-        return self.returncode
+        return code
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
@@ -156,11 +157,19 @@ class Launcher:
 
         return {k: v for k, v in env.items() if relevant(k)} == {k: v for k, v in server.items() if relevant(k)}
 
+    def _pipes(self) -> tuple[IO[bytes], IO[bytes]]:
+        """The server's stdin and stdout; OSError once it is gone."""
+        server = self.server
+        if server is None or server.stdin is None or server.stdout is None:
+            raise OSError("the fork server is not running")
+        return server.stdin, server.stdout
+
     def _read_line(self, timeout: float) -> str | None:
-        ready, _, _ = select.select([self.server.stdout], [], [], timeout)
+        stdout = self._pipes()[1]
+        ready, _, _ = select.select([stdout], [], [], timeout)
         if not ready:
             return None
-        line = self.server.stdout.readline()
+        line = stdout.readline()
         return line.decode().strip() if line else None
 
     def _give_up(self, why: str) -> None:
@@ -179,8 +188,9 @@ class Launcher:
                            "log": log.name, "nice": nice, "parent": os.getpid(), "pdeathsig": die_with_parent,
                            "name": name}
                 try:
-                    self.server.stdin.write(json.dumps(request).encode() + b"\n")
-                    self.server.stdin.flush()
+                    stdin = self._pipes()[0]
+                    stdin.write(json.dumps(request).encode() + b"\n")
+                    stdin.flush()
                     answer = self._read_line(ANNOUNCE_TIMEOUT_S)
                 except OSError:
                     answer = None
@@ -199,7 +209,8 @@ class Launcher:
 
     def close(self) -> None:
         if self.server is not None and self.server.poll() is None:
-            self.server.stdin.close()
+            if self.server.stdin is not None:
+                self.server.stdin.close()
             try:
                 self.server.wait(5)
             except subprocess.TimeoutExpired:
@@ -281,9 +292,10 @@ def become(request: dict) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
-    sys.stdin = sys.__stdin__ = open(0, closefd=False)
-    sys.stdout = sys.__stdout__ = _unbuffered(1, "strict")
-    sys.stderr = sys.__stderr__ = _unbuffered(2, "backslashreplace")
+    # the child's own streams, also as the interpreter's originals (what a freshly started service would have)
+    sys.stdin = sys.__stdin__ = open(0, closefd=False)  # type: ignore[misc]
+    sys.stdout = sys.__stdout__ = _unbuffered(1, "strict")  # type: ignore[misc]
+    sys.stderr = sys.__stderr__ = _unbuffered(2, "backslashreplace")  # type: ignore[misc]
     import numpy
     import torch
 

@@ -23,22 +23,24 @@ class MemoryKeeper(RunParts):
         (``write_back_final_version``), so the evaluator's wait for it ends: at once when the trainer has already
         ended, else as soon as it exits 0 (the server may have died in its last moments, after it wrote that
         version and before it exited)."""
-        code = self.server.exit_code() if self.server is not None else None
+        server = self.server
+        if server is None:
+            return None
+        code = server.exit_code()
         if code is None:
-            if self.server is not None:
-                self.remember_done()
-                if self._final_version_owed:
-                    self.write_back_final_version()
+            self.remember_done()
+            if self._final_version_owed:
+                self.write_back_final_version()
             return None
         if self.restarts["memory"] >= self.cfg.max_restarts:
             return (f"failed: the memory server exited with code {code} after "
-                    f"{self.restarts['memory']} restarts (log: {self.server.log_path})")
-        print(f"drl: the memory server exited with code {code}; starting it again on port {self.server.port}",
+                    f"{self.restarts['memory']} restarts (log: {server.log_path})")
+        print(f"drl: the memory server exited with code {code}; starting it again on port {server.port}",
               file=sys.stderr)
         self.restarts["memory"] += 1
-        self.server = private_server(self.run_dir / "redis", port=self.server.port, password=self.server.password)
+        self.server = private_server(self.run_dir / "redis", port=server.port, password=server.password)
         if self.state is not None:
-            self.state.memory_pid = self.server.proc.pid
+            self.state.memory_pid = self.server.pid
             write_state(self.run_dir, self.state)
         if self._claimed_at is not None:
             self._claimed_at = 0.0  # the server came back empty: claim the run again at once

@@ -55,7 +55,7 @@ class LocalScaling(RunParts):
             self.control.register({p.name: RETIRED for p in removed}, {})
             self.refresh_state(force=True)
             for p in removed:
-                port = self.state.process(p.name).control_port if self.state else None
+                port = self.state.control_port(p.name) if self.state else None
                 if not (port and stop_service(port, "drl-orchestrate scale")):
                     p.popen.terminate()
             deadline = time.monotonic() + HAND_IN_S

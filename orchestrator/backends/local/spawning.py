@@ -25,7 +25,7 @@ class Spawning(RunParts):
                 self.start(workload, i)
         self.state = RunState(run=self.run, orchestrator_pid=os.getpid(), memory_url=self.memory_url,
                               started_at=self.started, detached=detached,
-                              memory_pid=self.server.proc.pid if self.server is not None else None,
+                              memory_pid=self.server.pid if self.server is not None else None,
                               processes=[ProcessState(p.name, p.role, p.popen.pid, None, str(p.log))
                                          for p in self.procs])
         write_state(self.run_dir, self.state)

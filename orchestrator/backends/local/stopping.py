@@ -33,7 +33,7 @@ class Stopping(RunParts):
     def refresh_state(self, force: bool = False) -> None:
         """Brings state.json up to date: exit codes of processes that ended, and the control ports the
         services recorded in their status hashes."""
-        if self.state is None or self.control is None:
+        if self.state is None or not self.connected:
             return
         ended = False
         for proc in self.procs:
@@ -74,7 +74,7 @@ class Stopping(RunParts):
             self._hand_in_deadline = time.monotonic() + HAND_IN_S
             self.refresh_state(force=True)
             for p in workers:
-                port = self.state.process(p.name).control_port if self.state else None
+                port = self.state.control_port(p.name) if self.state else None
                 if p.popen.poll() is None and not (port and stop_service(port, "drl-orchestrate stop")):
                     p.popen.terminate()
         if any(p.popen.poll() is None for p in workers) and time.monotonic() < self._hand_in_deadline:
@@ -103,7 +103,7 @@ class Stopping(RunParts):
 
     def request_stop(self, reason: str) -> bool:
         """Sets the run's stop flag; False when the memory server cannot be reached (no service will see it)."""
-        if self.control is None:
+        if not self.connected:
             return False
         try:
             self.control.request_stop(reason)

@@ -33,7 +33,7 @@ class RunSummary(RunParts):
         from that checkpoint's counters. When the server has no ledger and the trainer exited 0 (the server was
         lost after the trainer ended), the ledger, and the produced counts it saw, come from the trainer's final
         checkpoint (``trainer_record``). Raises ``MemoryBackendError`` when the memory server cannot answer."""
-        if self.control is None:
+        if not self.connected:
             raise MemoryUnavailable("no memory server")
         ledger = self.control.ledger()
         produced_by = self.control.produced()
@@ -99,7 +99,7 @@ class RunSummary(RunParts):
             self.refresh_state()
             for entry in self.state.processes:
                 try:
-                    entry.last_status = self.control.status(entry.name) if self.control is not None else {}
+                    entry.last_status = self.control.status(entry.name) if self.connected else {}
                 except MemoryUnavailable:
                     break
             write_state(self.run_dir, self.state)
@@ -107,7 +107,7 @@ class RunSummary(RunParts):
             print(f"drl: the run's state file cannot be updated: {_refused_write(exc)}", file=sys.stderr)
 
     def cleanup(self) -> None:
-        if self.memory is not None:
+        if self.connected:
             if self._claimed_at is not None:
                 try:
                     self.control.release(OWNER_CLAIM, self.holder)
