@@ -34,37 +34,81 @@ REPO = Path(__file__).resolve().parent.parent
 
 def run_one(workers: int, args: argparse.Namespace, workdir: Path) -> dict:
     run = f"lag-{workers}"
-    command = [str(Path(sys.executable).with_name("drl-orchestrate")), "--preset", "appo", "--env", args.env,
-               "--workers", str(workers), "--steps", str(args.steps), "--seed", str(args.seed),
-               "--max-policy-lag", str(args.max_lag), "--output", str(workdir), "--run-name", run, *args.drl_args]
+    command = [
+        str(Path(sys.executable).with_name("drl-orchestrate")),
+        "--preset",
+        "appo",
+        "--env",
+        args.env,
+        "--workers",
+        str(workers),
+        "--steps",
+        str(args.steps),
+        "--seed",
+        str(args.seed),
+        "--max-policy-lag",
+        str(args.max_lag),
+        "--output",
+        str(workdir),
+        "--run-name",
+        run,
+        *args.drl_args,
+    ]
     started = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
     wall = time.perf_counter() - started
     summary_path = workdir / run / "summary.json"
     if proc.returncode != 0 or not summary_path.exists():
-        return {"workers": workers, "failed": True, "exit_code": proc.returncode,
-                "log_tail": (proc.stdout + proc.stderr)[-2000:]}
+        return {
+            "workers": workers,
+            "failed": True,
+            "exit_code": proc.returncode,
+            "log_tail": (proc.stdout + proc.stderr)[-2000:],
+        }
     summary = json.loads(summary_path.read_text())
     lag = summary.get("policy_lag") or {}
     trained = sum(lag.get("histogram", {}).values())
-    return {"workers": workers, "failed": False, "env_steps": summary["env_steps"],
-            "wall_seconds": summary["wall_seconds"], "launch_seconds": round(wall, 1),
-            "steps_per_s": round(summary["env_steps"] / max(summary["wall_seconds"], 1e-9), 1),
-            "updates": summary["updates"], "policy_version": summary["policy_version"],
-            "best_eval_return": summary["best_eval_return"], "trained": trained, **lag,
-            "shares": {k: round(v / trained, 4) for k, v in lag.get("histogram", {}).items()} if trained else {}}
+    return {
+        "workers": workers,
+        "failed": False,
+        "env_steps": summary["env_steps"],
+        "wall_seconds": summary["wall_seconds"],
+        "launch_seconds": round(wall, 1),
+        "steps_per_s": round(summary["env_steps"] / max(summary["wall_seconds"], 1e-9), 1),
+        "updates": summary["updates"],
+        "policy_version": summary["policy_version"],
+        "best_eval_return": summary["best_eval_return"],
+        "trained": trained,
+        **lag,
+        "shares": {k: round(v / trained, 4) for k, v in lag.get("histogram", {}).items()} if trained else {},
+    }
 
 
 def print_table(rows: list[dict]) -> None:
     bounds = list(next((r["histogram"] for r in rows if not r["failed"]), {}))
-    head = ["workers", "steps/s", "mean", "p95", "max", "dropped", *[f"<={b}" if b != "inf" else ">256" for b in bounds]]
+    head = [
+        "workers",
+        "steps/s",
+        "mean",
+        "p95",
+        "max",
+        "dropped",
+        *[f"<={b}" if b != "inf" else ">256" for b in bounds],
+    ]
     print(" | ".join(head))
     for r in rows:
         if r["failed"]:
             print(f"{r['workers']} | failed (exit {r['exit_code']})")
             continue
-        cells = [str(r["workers"]), f"{r['steps_per_s']:,.0f}", f"{r['mean']:.2f}", str(r["p95"]), str(r["max"]),
-                 str(r["dropped"]), *[f"{100 * r['shares'].get(b, 0):.1f}%" for b in bounds]]
+        cells = [
+            str(r["workers"]),
+            f"{r['steps_per_s']:,.0f}",
+            f"{r['mean']:.2f}",
+            str(r["p95"]),
+            str(r["max"]),
+            str(r["dropped"]),
+            *[f"{100 * r['shares'].get(b, 0):.1f}%" for b in bounds],
+        ]
         print(" | ".join(cells))
 
 
@@ -92,14 +136,28 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r["failed"]:
             print(f"workers {r['workers']} failed:\n{r['log_tail']}", file=sys.stderr)
-    print(json.dumps({
-        "rows": rows, "env": args.env, "steps": args.steps, "seed": args.seed, "max_policy_lag": args.max_lag,
-        "goal": "measured, no goal: the lag histogram with 2, 8 and 32 workers (issue 25)", "goal_met": None,
-        "command": " ".join(["python", "-m", "bench.appo_policy_lag", *(argv if argv is not None else sys.argv[1:])]),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "cpus": __import__("os").cpu_count()},
-        "versions": {"drl": git_commit(), "torch": version("torch"), "gymnasium": version("gymnasium")},
-    }))
+    print(
+        json.dumps(
+            {
+                "rows": rows,
+                "env": args.env,
+                "steps": args.steps,
+                "seed": args.seed,
+                "max_policy_lag": args.max_lag,
+                "goal": "measured, no goal: the lag histogram with 2, 8 and 32 workers (issue 25)",
+                "goal_met": None,
+                "command": " ".join(
+                    ["python", "-m", "bench.appo_policy_lag", *(argv if argv is not None else sys.argv[1:])]
+                ),
+                "machine": {
+                    "platform": platform.platform(),
+                    "python": platform.python_version(),
+                    "cpus": __import__("os").cpu_count(),
+                },
+                "versions": {"drl": git_commit(), "torch": version("torch"), "gymnasium": version("gymnasium")},
+            }
+        )
+    )
     return 0 if all(not r["failed"] for r in rows) else 1
 
 

@@ -100,8 +100,14 @@ def side_median(runs: list[dict]) -> float | None:
     return statistics.median(times)
 
 
-def compare(numerator: float | None, denominator: float | None, goal: float, strict: bool,
-            judged: bool = True, budget_s: float | None = None) -> dict:
+def compare(
+    numerator: float | None,
+    denominator: float | None,
+    goal: float,
+    strict: bool,
+    judged: bool = True,
+    budget_s: float | None = None,
+) -> dict:
     """A ratio of medians and its verdict: "met", "not met", "no comparison" (a side crashed or did not run, or the
     budget was too short to tell) or "not judged" (the goal does not apply). Not reached is infinite. An infinite
     numerator never meets a goal. Over an infinite baseline a finite time's ratio is only bounded: the baseline's
@@ -133,17 +139,30 @@ def env_verdicts(runs: list[dict], workers: int, budget_s: float | None = None) 
     budget of each run, which bounds a ratio over a baseline that did not score)."""
     by_side = {side: [r for r in runs if r["side"] == side] for side in SIDES}
     medians = {side: side_median(rs) for side, rs in by_side.items()}
-    steps = {side: statistics.median(r["env_steps"] if r.get("reached") and r.get("env_steps") is not None
-                                     else math.inf for r in rs) if rs else None for side, rs in by_side.items()}
+    steps = {
+        side: statistics.median(
+            r["env_steps"] if r.get("reached") and r.get("env_steps") is not None else math.inf for r in rs
+        )
+        if rs
+        else None
+        for side, rs in by_side.items()
+    }
     return {
         "medians_s": {side: None if m is None else finite(m) for side, m in medians.items()},
         "not_reached": {side: sum(1 for r in rs if run_seconds(r) == math.inf) for side, rs in by_side.items()},
         "crashed": {side: sum(1 for r in rs if r.get("crashed")) for side, rs in by_side.items()},
         "median_env_steps": {side: None if s is None else finite(s) for side, s in steps.items()},
-        "appo_over_ppo": compare(medians["appo"], medians["ppo"], APPO_OVER_PPO_GOAL, strict=True,
-                                 judged=workers >= APPO_OVER_PPO_MIN_WORKERS, budget_s=budget_s),
-        "appo_over_rllib": compare(medians["appo"], medians["rllib"], APPO_OVER_RLLIB_GOAL, strict=False,
-                                   budget_s=budget_s),
+        "appo_over_ppo": compare(
+            medians["appo"],
+            medians["ppo"],
+            APPO_OVER_PPO_GOAL,
+            strict=True,
+            judged=workers >= APPO_OVER_PPO_MIN_WORKERS,
+            budget_s=budget_s,
+        ),
+        "appo_over_rllib": compare(
+            medians["appo"], medians["rllib"], APPO_OVER_RLLIB_GOAL, strict=False, budget_s=budget_s
+        ),
     }
 
 
@@ -160,9 +179,16 @@ def side_args(args: argparse.Namespace, env: str, side: str) -> argparse.Namespa
     """The namespace ``bench.time_to_score.run_drl`` reads, for one env and one drl side."""
     profile = PROFILES[env]
     return argparse.Namespace(
-        preset=DRL_SIDES[side][0], env=env, workers=args.workers, threads=args.threads, drl_args=args.drl_args,
-        target=profile["target"], steps=args.steps or profile["steps"],
-        time_budget=args.time_budget or profile["time_budget"], run_timeout=run_timeout(args, env))
+        preset=DRL_SIDES[side][0],
+        env=env,
+        workers=args.workers,
+        threads=args.threads,
+        drl_args=args.drl_args,
+        target=profile["target"],
+        steps=args.steps or profile["steps"],
+        time_budget=args.time_budget or profile["time_budget"],
+        run_timeout=run_timeout(args, env),
+    )
 
 
 def run_timeout(args: argparse.Namespace, env: str) -> float:
@@ -178,9 +204,23 @@ def run_drl_side(side: str, env: str, seed: int, args: argparse.Namespace, workd
 
 def rllib_command(env: str, seed: int, args: argparse.Namespace) -> list[str]:
     profile = PROFILES[env]
-    return [args.rllib_python, str(PEER_SCRIPT), "--env", env, "--workers", str(args.workers), "--seed", str(seed),
-            "--target", str(profile["target"]), "--time-budget", str(args.time_budget or profile["time_budget"]),
-            "--steps", str(args.steps or profile["steps"]), *shlex.split(args.rllib_args)]
+    return [
+        args.rllib_python,
+        str(PEER_SCRIPT),
+        "--env",
+        env,
+        "--workers",
+        str(args.workers),
+        "--seed",
+        str(seed),
+        "--target",
+        str(profile["target"]),
+        "--time-budget",
+        str(args.time_budget or profile["time_budget"]),
+        "--steps",
+        str(args.steps or profile["steps"]),
+        *shlex.split(args.rllib_args),
+    ]
 
 
 RAY_EXIT_WAIT_S = 60.0
@@ -206,8 +246,7 @@ def run_rllib(env: str, seed: int, args: argparse.Namespace) -> dict:
     try:
         # Its evaluations are off its clock and may take up to as long again as its training (rllib_appo.py).
         timeout = run_timeout(args, env) + (args.time_budget or PROFILES[env]["time_budget"])
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         code, out, err = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as exc:
         code = "timeout"
@@ -216,39 +255,70 @@ def run_rllib(env: str, seed: int, args: argparse.Namespace) -> dict:
     process_s = time.perf_counter() - start
     ray_gone_s = wait_for_ray_to_exit()
     lines = [line for line in out.splitlines() if line.startswith("{")]
-    base = {"side": "rllib", "ray_exit_wait_s": ray_gone_s, "env": env, "seed": seed, "exit_code": code, "process_wall_s": round(process_s, 2),
-            "load_at_start": round(load, 2)}
+    base = {
+        "side": "rllib",
+        "ray_exit_wait_s": ray_gone_s,
+        "env": env,
+        "seed": seed,
+        "exit_code": code,
+        "process_wall_s": round(process_s, 2),
+        "load_at_start": round(load, 2),
+    }
     if code != 0 or not lines:
-        print(f"  rllib seed {seed} exited with {code}; crashed (no comparison). Output tail:\n"
-              f"{(out + err)[-2000:]}", flush=True)
+        print(
+            f"  rllib seed {seed} exited with {code}; crashed (no comparison). Output tail:\n{(out + err)[-2000:]}",
+            flush=True,
+        )
         return {**base, "crashed": True, "reached": False, "time_to_score_s": None, "launch_to_score_s": None}
     child = json.loads(lines[-1])
     reached = bool(child["reached"])
     return {
-        **base, "crashed": False, "reached": reached, "time_to_score_s": child["time_to_score_s"],
+        **base,
+        "crashed": False,
+        "reached": reached,
+        "time_to_score_s": child["time_to_score_s"],
         "train_to_score_s": child["train_to_score_s"],
         "launch_to_score_s": round(child["score_epoch"] - launched, 2) if reached else None,
-        "env_steps": child["env_steps"], "return_at_score": child["return_at_score"],
-        "best_return": child["best_return"], "evaluations": len(child["evaluations"]),
+        "env_steps": child["env_steps"],
+        "return_at_score": child["return_at_score"],
+        "best_return": child["best_return"],
+        "evaluations": len(child["evaluations"]),
         "first_evaluation_s": child["evaluations"][0]["seconds"] if child["evaluations"] else None,
-        "startup_s": child["startup_s"], "eval_s": child["eval_s"], "env_steps_total": child["env_steps_total"],
-        "exit_reason": child["exit_reason"], "rllib": {k: child[k] for k in (
-            "hyperparameters", "versions", "num_learners", "cpus_per_actor", "envs_per_worker", "poll_timeout_s",
-            "iteration_s", "eval_every")},
+        "startup_s": child["startup_s"],
+        "eval_s": child["eval_s"],
+        "env_steps_total": child["env_steps_total"],
+        "exit_reason": child["exit_reason"],
+        "rllib": {
+            k: child[k]
+            for k in (
+                "hyperparameters",
+                "versions",
+                "num_learners",
+                "cpus_per_actor",
+                "envs_per_worker",
+                "poll_timeout_s",
+                "iteration_s",
+                "eval_every",
+            )
+        },
     }
 
 
 # -- report ------------------------------------------------------------------------------------------------------
 def print_table(results: list[dict]) -> None:
     print()
-    print(f"{'env':<15} {'seed':>4} {'side':<5} {'result':>11} {'time to score s':>15} {'launch->score s':>15} "
-          f"{'env steps':>9} {'return':>7} {'best':>7} {'evals':>5} {'load':>5}")
+    print(
+        f"{'env':<15} {'seed':>4} {'side':<5} {'result':>11} {'time to score s':>15} {'launch->score s':>15} "
+        f"{'env steps':>9} {'return':>7} {'best':>7} {'evals':>5} {'load':>5}"
+    )
     for r in results:
         state = "CRASHED" if r.get("crashed") else "reached" if r["reached"] else "not reached"
-        print(f"{r['env']:<15} {r['seed']:>4} {r['side']:<5} {state:>11} {fmt(r.get('time_to_score_s')):>15} "
-              f"{fmt(r.get('launch_to_score_s')):>15} {fmt(r.get('env_steps'), 'd'):>9} "
-              f"{fmt(r.get('return_at_score')):>7} {fmt(r.get('best_return')):>7} "
-              f"{fmt(r.get('evaluations'), 'd'):>5} {r['load_at_start']:>5.2f}")
+        print(
+            f"{r['env']:<15} {r['seed']:>4} {r['side']:<5} {state:>11} {fmt(r.get('time_to_score_s')):>15} "
+            f"{fmt(r.get('launch_to_score_s')):>15} {fmt(r.get('env_steps'), 'd'):>9} "
+            f"{fmt(r.get('return_at_score')):>7} {fmt(r.get('best_return')):>7} "
+            f"{fmt(r.get('evaluations'), 'd'):>5} {r['load_at_start']:>5.2f}"
+        )
 
 
 def median_text(verdicts: dict, side: str, ran: bool) -> str:
@@ -267,18 +337,29 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, each run by every side")
     parser.add_argument("--quick", action="store_true", help="CartPole-v1, seed 0 only (a smoke run)")
     parser.add_argument("--sides", default=",".join(SIDES), help=f"which sides run, of {', '.join(SIDES)}")
-    parser.add_argument("--time-budget", type=float, default=None,
-                        help="seconds per run on the side's own clock (default: CartPole 600, LunarLander 1800)")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="env steps per run (default: CartPole 1,000,000, LunarLander 3,000,000)")
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        help="seconds per run on the side's own clock (default: CartPole 600, LunarLander 1800)",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="env steps per run (default: CartPole 1,000,000, LunarLander 3,000,000)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads of drl's trainer")
     parser.add_argument("--drl-args", default="", help="extra drl-orchestrate flags for both drl sides")
-    parser.add_argument("--rllib-python", default=str(Path(os.environ.get("PEERS", "/work/venvs")) / "rllib" / "bin"
-                                                      / "python"),
-                        help="the peer environment's interpreter (bench/peers/setup_rllib.sh builds it)")
+    parser.add_argument(
+        "--rllib-python",
+        default=str(Path(os.environ.get("PEERS", "/work/venvs")) / "rllib" / "bin" / "python"),
+        help="the peer environment's interpreter (bench/peers/setup_rllib.sh builds it)",
+    )
     parser.add_argument("--rllib-args", default="", help="extra flags for bench/peers/rllib_appo.py")
-    parser.add_argument("--run-timeout", type=float, default=None,
-                        help="seconds before one run is killed and counted as crashed (time budget + 600)")
+    parser.add_argument(
+        "--run-timeout",
+        type=float,
+        default=None,
+        help="seconds before one run is killed and counted as crashed (time budget + 600)",
+    )
     parser.add_argument("--keep", metavar="DIR", default=None, help="keep drl's run folders in DIR")
     args = parser.parse_args(argv)
     args.env_list = ["CartPole-v1"] if args.quick else [e.strip() for e in args.envs.split(",") if e.strip()]
@@ -286,8 +367,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if unknown or not args.env_list:
         raise UserError(f"--envs: unknown or no env {', '.join(unknown)}; known: {', '.join(PROFILES)}")
     args.side_list = [s.strip() for s in args.sides.split(",") if s.strip()]
-    if not args.side_list or any(s not in SIDES for s in args.side_list) or len(set(args.side_list)) < len(
-            args.side_list):
+    if (
+        not args.side_list
+        or any(s not in SIDES for s in args.side_list)
+        or len(set(args.side_list)) < len(args.side_list)
+    ):
         raise UserError(f"--sides must name some of {', '.join(SIDES)} once each, got {args.sides!r}")
     try:
         args.seed_list = [0] if args.quick else [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -302,8 +386,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         if value is not None and value <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be positive, got {value}")
     if "rllib" in args.side_list and not Path(args.rllib_python).exists():
-        raise UserError(f"no RLlib environment at {args.rllib_python}: build it with bash bench/peers/setup_rllib.sh "
-                        "(or leave rllib out of --sides)")
+        raise UserError(
+            f"no RLlib environment at {args.rllib_python}: build it with bash bench/peers/setup_rllib.sh "
+            "(or leave rllib out of --sides)"
+        )
     return args
 
 
@@ -311,19 +397,36 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     import torch
 
-    command = " ".join([os.path.basename(sys.executable), "-m", "bench.appo_time_to_score",
-                        *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
+    command = " ".join(
+        [
+            os.path.basename(sys.executable),
+            "-m",
+            "bench.appo_time_to_score",
+            *map(shlex.quote, sys.argv[1:] if argv is None else argv),
+        ]
+    )
     load_start = os.getloadavg()
-    machine = {"logical_cpus": os.cpu_count(), "platform": platform.platform(),
-               "load_average_start": [round(x, 2) for x in load_start]}
-    versions = {"python": platform.python_version(), "torch": torch.__version__, "gymnasium": version("gymnasium"),
-                "drl": git_commit()}
+    machine = {
+        "logical_cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "load_average_start": [round(x, 2) for x in load_start],
+    }
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "gymnasium": version("gymnasium"),
+        "drl": git_commit(),
+    }
     print(f"command:  {command}")
-    print(f"machine:  {machine['logical_cpus']} logical CPUs, {machine['platform']}, load average "
-          f"{load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} at start")
+    print(
+        f"machine:  {machine['logical_cpus']} logical CPUs, {machine['platform']}, load average "
+        f"{load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} at start"
+    )
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
-    print(f"task:     envs {args.env_list}, seeds {args.seed_list}, sides {args.side_list}, {args.workers} workers",
-          flush=True)
+    print(
+        f"task:     envs {args.env_list}, seeds {args.seed_list}, sides {args.side_list}, {args.workers} workers",
+        flush=True,
+    )
 
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="drl-appo-tts-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -343,13 +446,17 @@ def main(argv: list[str] | None = None) -> int:
                 k = position % len(args.side_list)
                 for side in args.side_list[k:] + args.side_list[:k]:
                     t = time.perf_counter()
-                    result = (run_rllib(env, seed, args) if side == "rllib"
-                              else run_drl_side(side, env, seed, args, workdir))
+                    result = (
+                        run_rllib(env, seed, args) if side == "rllib" else run_drl_side(side, env, seed, args, workdir)
+                    )
                     results.append(result)
                     state = "CRASHED" if result["crashed"] else "reached" if result["reached"] else "NOT reached"
-                    print(f"  {env} seed {seed} {side}: {state}, time to score {fmt(result.get('time_to_score_s'))}"
-                          f" s, env steps {fmt(result.get('env_steps'), 'd')} ({time.perf_counter() - t:.0f} s, "
-                          f"load {result['load_at_start']:.2f})", flush=True)
+                    print(
+                        f"  {env} seed {seed} {side}: {state}, time to score {fmt(result.get('time_to_score_s'))}"
+                        f" s, env steps {fmt(result.get('env_steps'), 'd')} ({time.perf_counter() - t:.0f} s, "
+                        f"load {result['load_at_start']:.2f})",
+                        flush=True,
+                    )
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -357,36 +464,61 @@ def main(argv: list[str] | None = None) -> int:
     machine["load_average_end"] = [round(x, 2) for x in load_end]
 
     print_table(results)
-    per_env = {env: env_verdicts([r for r in results if r["env"] == env], args.workers,
-                                 args.time_budget or PROFILES[env]["time_budget"]) for env in args.env_list}
+    per_env = {
+        env: env_verdicts(
+            [r for r in results if r["env"] == env], args.workers, args.time_budget or PROFILES[env]["time_budget"]
+        )
+        for env in args.env_list
+    }
     goal_met = overall(per_env)
     print()
     for env, v in per_env.items():
         medians = ", ".join(f"{side} {median_text(v, side, side in args.side_list)}" for side in SIDES)
         print(f"{env}: median time to score (not reached = infinite): {medians}")
-        for key, goal in (("appo_over_ppo", f"< {APPO_OVER_PPO_GOAL:g} with >= {APPO_OVER_PPO_MIN_WORKERS} workers"),
-                          ("appo_over_rllib", f"<= {APPO_OVER_RLLIB_GOAL:g}")):
+        for key, goal in (
+            ("appo_over_ppo", f"< {APPO_OVER_PPO_GOAL:g} with >= {APPO_OVER_PPO_MIN_WORKERS} workers"),
+            ("appo_over_rllib", f"<= {APPO_OVER_RLLIB_GOAL:g}"),
+        ):
             bound = "at most " if v[key]["bound"] else ""
-            print(f"  {key.replace('_over_', '/')}: {bound}{fmt(v[key]['ratio'], '.3f')} (goal {goal}): "
-                  f"{v[key]['verdict']}")
-    print(f"goal met: {goal_met}; load average {load_start[0]:.2f} at start, {load_end[0]:.2f} at end; total "
-          f"{time.perf_counter() - begin:.0f} s")
+            print(
+                f"  {key.replace('_over_', '/')}: {bound}{fmt(v[key]['ratio'], '.3f')} (goal {goal}): "
+                f"{v[key]['verdict']}"
+            )
+    print(
+        f"goal met: {goal_met}; load average {load_start[0]:.2f} at start, {load_end[0]:.2f} at end; total "
+        f"{time.perf_counter() - begin:.0f} s"
+    )
     rllib_info = next((r["rllib"] for r in results if r.get("rllib")), None)
-    print(json.dumps({
-        "per_env": per_env, "goal_met": goal_met,
-        "goal": f"appo/ppo < {APPO_OVER_PPO_GOAL:g} (>= {APPO_OVER_PPO_MIN_WORKERS} workers), appo/rllib <= "
+    print(
+        json.dumps(
+            {
+                "per_env": per_env,
+                "goal_met": goal_met,
+                "goal": f"appo/ppo < {APPO_OVER_PPO_GOAL:g} (>= {APPO_OVER_PPO_MIN_WORKERS} workers), appo/rllib <= "
                 f"{APPO_OVER_RLLIB_GOAL:g}",
-        "runs": results, "envs": args.env_list, "seeds": args.seed_list, "sides": args.side_list,
-        "workers": args.workers, "threads": args.threads, "drl_args": args.drl_args, "rllib_args": args.rllib_args,
-        "targets": {env: PROFILES[env]["target"] for env in args.env_list},
-        "budgets_s": {env: args.time_budget or PROFILES[env]["time_budget"] for env in args.env_list},
-        "budgets_env_steps": {env: args.steps or PROFILES[env]["steps"] for env in args.env_list},
-        "rllib": rllib_info, "drl_time": "evaluations.jsonl wall_seconds of the first evaluation >= target",
-        "rllib_time": "ray.init to the scoring evaluation, minus its earlier evaluations",
-        "command": command, "machine": machine,
-        "versions": {**versions, **({f"rllib_{k}": v for k, v in rllib_info["versions"].items()}
-                                    if rllib_info else {})},
-    }))
+                "runs": results,
+                "envs": args.env_list,
+                "seeds": args.seed_list,
+                "sides": args.side_list,
+                "workers": args.workers,
+                "threads": args.threads,
+                "drl_args": args.drl_args,
+                "rllib_args": args.rllib_args,
+                "targets": {env: PROFILES[env]["target"] for env in args.env_list},
+                "budgets_s": {env: args.time_budget or PROFILES[env]["time_budget"] for env in args.env_list},
+                "budgets_env_steps": {env: args.steps or PROFILES[env]["steps"] for env in args.env_list},
+                "rllib": rllib_info,
+                "drl_time": "evaluations.jsonl wall_seconds of the first evaluation >= target",
+                "rllib_time": "ray.init to the scoring evaluation, minus its earlier evaluations",
+                "command": command,
+                "machine": machine,
+                "versions": {
+                    **versions,
+                    **({f"rllib_{k}": v for k, v in rllib_info["versions"].items()} if rllib_info else {}),
+                },
+            }
+        )
+    )
     return 0
 
 

@@ -79,8 +79,13 @@ def measure(env_id: str, envs_n: int, rows: int, steps: int, n_step: int, seed: 
     frame_bytes = math.prod(spec.frame_shape)
     envs.close()
     return {
-        "env": env_id, "envs": envs_n, "rows": rows, "n_step": n_step, "transitions": transitions,
-        "entries": entries, "frames_per_transition": round(table_frames / transitions, 3),
+        "env": env_id,
+        "envs": envs_n,
+        "rows": rows,
+        "n_step": n_step,
+        "transitions": transitions,
+        "entries": entries,
+        "frames_per_transition": round(table_frames / transitions, 3),
         "wire_bytes_per_transition": {k: round(v / transitions, 1) for k, v in wire.items()},
         "encode_us_per_transition": {k: round(v / transitions * 1e6, 2) for k, v in encode_s.items()},
         "replay_bytes_per_transition": round(stored / replay.capacity, 1),
@@ -105,21 +110,30 @@ def main(argv: list[str] | None = None) -> int:
     steps = 4_000 if args.quick else args.steps
     r = measure(args.env, args.envs, args.rows, steps, args.n_step, args.seed)
     wire = r["wire_bytes_per_transition"]
-    print(f"{r['env']}: {r['transitions']} transitions in {r['entries']} entries of ~{r['rows']} "
-          f"({r['envs']} envs, {r['n_step']}-step folding), {r['frames_per_transition']} frames per transition")
+    print(
+        f"{r['env']}: {r['transitions']} transitions in {r['entries']} entries of ~{r['rows']} "
+        f"({r['envs']} envs, {r['n_step']}-step folding), {r['frames_per_transition']} frames per transition"
+    )
     print(f"{'':28}{'bytes/transition':>18}{'vs float32 stacks':>20}{'vs uint8 stacks':>18}{'encode us':>11}")
     for kind in ("none", "zstd", "lz4"):
-        print(f"{'wire, ' + kind:28}{wire[kind]:>18,.0f}{r['float32_stack_pair'] / wire[kind]:>19.1f}x"
-              f"{r['uint8_stack_pair'] / wire[kind]:>17.1f}x{r['encode_us_per_transition'][kind]:>11.2f}")
+        print(
+            f"{'wire, ' + kind:28}{wire[kind]:>18,.0f}{r['float32_stack_pair'] / wire[kind]:>19.1f}x"
+            f"{r['uint8_stack_pair'] / wire[kind]:>17.1f}x{r['encode_us_per_transition'][kind]:>11.2f}"
+        )
     rb = r["replay_bytes_per_transition"]
-    print(f"{'replay (allocated/capacity)':28}{rb:>18,.0f}{r['float32_stack_pair'] / rb:>19.1f}x"
-          f"{r['uint8_stack_pair'] / rb:>17.1f}x")
+    print(
+        f"{'replay (allocated/capacity)':28}{rb:>18,.0f}{r['float32_stack_pair'] / rb:>19.1f}x"
+        f"{r['uint8_stack_pair'] / rb:>17.1f}x"
+    )
     held = r["replay_bytes_per_held_transition"]
-    print(f"{'replay (allocated/held)':28}{held:>18,.0f}{r['float32_stack_pair'] / held:>19.1f}x"
-          f"{r['uint8_stack_pair'] / held:>17.1f}x")
+    print(
+        f"{'replay (allocated/held)':28}{held:>18,.0f}{r['float32_stack_pair'] / held:>19.1f}x"
+        f"{r['uint8_stack_pair'] / held:>17.1f}x"
+    )
     r["goal_met"] = rb <= 8192
-    r["command"] = " ".join(["python", "-m", "bench.atari_bytes",
-                             *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
+    r["command"] = " ".join(
+        ["python", "-m", "bench.atari_bytes", *map(shlex.quote, sys.argv[1:] if argv is None else argv)]
+    )
     r["machine"] = platform.platform()
     print(json.dumps(r))
     return 0

@@ -67,15 +67,22 @@ def drl_config(double: bool):
     from drl.presets import PRESETS, get_preset
 
     base = get_preset(PRESET, ENV).dqn if PRESET in PRESETS else DQNConfig()
-    return dataclasses.replace(base, batch_size=BATCH, lr=LR, gamma=GAMMA, n_step=1, double=double,
-                               max_grad_norm=MAX_GRAD_NORM)
+    return dataclasses.replace(
+        base, batch_size=BATCH, lr=LR, gamma=GAMMA, n_step=1, double=double, max_grad_norm=MAX_GRAD_NORM
+    )
 
 
 def image_spec():
     from drl.envs import SpaceSpec
 
-    return SpaceSpec(obs_shape=(STACK, SIZE, SIZE), obs_dtype="|u1", act_shape=(), act_dtype="<i8",
-                     discrete_actions=ACTIONS, frame_stack=STACK)
+    return SpaceSpec(
+        obs_shape=(STACK, SIZE, SIZE),
+        obs_dtype="|u1",
+        act_shape=(),
+        act_dtype="<i8",
+        discrete_actions=ACTIONS,
+        frame_stack=STACK,
+    )
 
 
 class DrlRunner:
@@ -101,11 +108,22 @@ class DrlRunner:
         n = len(data["reward"])
         rows = np.arange(n)[:, None] + np.arange(STACK)
         replay = ReplayBuffer(spec, capacity=n, seed=seed)
-        replay.add({TABLE: data["frames"], "obs": rows.astype(INDEX_DTYPE), "next_obs": (rows + 1).astype(INDEX_DTYPE),
-                    "action": data["action"], "reward": data["reward"], "terminated": data["terminated"]})
+        replay.add(
+            {
+                TABLE: data["frames"],
+                "obs": rows.astype(INDEX_DTYPE),
+                "next_obs": (rows + 1).astype(INDEX_DTYPE),
+                "action": data["action"],
+                "reward": data["reward"],
+                "terminated": data["terminated"],
+            }
+        )
         batch = replay.sample(BATCH)
-        if len(replay) != n or batch["obs"].dtype != torch.uint8 or not torch.equal(batch["obs"][:, 1:],
-                                                                                  batch["next_obs"][:, :-1]):
+        if (
+            len(replay) != n
+            or batch["obs"].dtype != torch.uint8
+            or not torch.equal(batch["obs"][:, 1:], batch["next_obs"][:, :-1])
+        ):
             raise RuntimeError("drl's replay does not give back the stacks it was given")
         return (lambda: replay.sample(BATCH)), "drl.training.replay.ReplayBuffer (frames stored once)"
 
@@ -122,12 +140,24 @@ class Sb3Runner:
 
     def __init__(self, fill: int, seed: int, threads: int, expected_digest: str):
         if not SB3_PYTHON.exists():
-            raise SystemExit(f"no Stable-Baselines3 environment at {SB3_PYTHON.parent.parent}: run "
-                             "bench/peers/setup_atari_peers.sh")
-        job = {"fill": fill, "seed": seed, "threads": threads, "batch": BATCH, "lr": LR, "gamma": GAMMA,
-               "max_grad_norm": MAX_GRAD_NORM}
-        self.proc = subprocess.Popen([str(SB3_PYTHON), str(REPO / "bench" / "peers" / "sb3_dqn.py"), json.dumps(job)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            raise SystemExit(
+                f"no Stable-Baselines3 environment at {SB3_PYTHON.parent.parent}: run bench/peers/setup_atari_peers.sh"
+            )
+        job = {
+            "fill": fill,
+            "seed": seed,
+            "threads": threads,
+            "batch": BATCH,
+            "lr": LR,
+            "gamma": GAMMA,
+            "max_grad_norm": MAX_GRAD_NORM,
+        }
+        self.proc = subprocess.Popen(
+            [str(SB3_PYTHON), str(REPO / "bench" / "peers" / "sb3_dqn.py"), json.dumps(job)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         ready = self.proc.stdout.readline().split()
         if not ready or ready[0] != "ready":
             raise SystemExit(f"the Stable-Baselines3 child did not start (exit {self.proc.wait()})")
@@ -163,18 +193,36 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
 
-    command = " ".join([os.path.basename(sys.executable), "-m", "bench.atari_learner",
-                        *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
-    machine = {"logical_cpus": os.cpu_count(), "platform": platform.platform(),
-               "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
-    versions = {"python": platform.python_version(), "torch": torch.__version__, "drl": git_commit(),
-                "stable-baselines3": "(" + str(SB3_PYTHON.parent.parent) + ")"}
+    command = " ".join(
+        [
+            os.path.basename(sys.executable),
+            "-m",
+            "bench.atari_learner",
+            *map(shlex.quote, sys.argv[1:] if argv is None else argv),
+        ]
+    )
+    machine = {
+        "logical_cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "drl": git_commit(),
+        "stable-baselines3": "(" + str(SB3_PYTHON.parent.parent) + ")",
+    }
     print(f"command:  {command}")
-    print(f"machine:  {machine['logical_cpus']} logical CPUs, {machine['platform']}, torch CPU capability "
-          f"{machine['torch_cpu_capability']}")
-    print(f"setup:    batches of {BATCH} x {STACK}x{SIZE}x{SIZE} uint8, {ACTIONS} actions, Nature CNN, Adam {LR}, "
-          f"torch threads {threads} (both), {args.fill:,} transitions, warm-up {args.warmup}, {args.repeats} x "
-          f"{args.updates} timed updates each, in rotation", flush=True)
+    print(
+        f"machine:  {machine['logical_cpus']} logical CPUs, {machine['platform']}, torch CPU capability "
+        f"{machine['torch_cpu_capability']}"
+    )
+    print(
+        f"setup:    batches of {BATCH} x {STACK}x{SIZE}x{SIZE} uint8, {ACTIONS} actions, Nature CNN, Adam {LR}, "
+        f"torch threads {threads} (both), {args.fill:,} transitions, warm-up {args.warmup}, {args.repeats} x "
+        f"{args.updates} timed updates each, in rotation",
+        flush=True,
+    )
     load_start = os.getloadavg()
 
     data = transitions(args.fill, args.seed)
@@ -204,35 +252,55 @@ def main(argv: list[str] | None = None) -> int:
 
     medians = {name: statistics.median(values) for name, values in rates.items()}
     ratio = medians["drl"] / medians["sb3"] if "drl" in medians else None
-    pair_ratio = (statistics.median(d / s for d, s in zip(rates["drl"], rates["sb3"])) if ratio is not None
-                  else None)
+    pair_ratio = statistics.median(d / s for d, s in zip(rates["drl"], rates["sb3"])) if ratio is not None else None
     print()
     print(f"{'learner':<8} {'updates/s (median)':>19} {'min':>8} {'max':>8} {'ms/update':>10} {'parameters':>11}")
     for runner in runners:
         values = rates[runner.name]
-        print(f"{runner.name:<8} {medians[runner.name]:>19.2f} {min(values):>8.2f} {max(values):>8.2f} "
-              f"{1000 / medians[runner.name]:>10.1f} {runner.params:>11,}")
+        print(
+            f"{runner.name:<8} {medians[runner.name]:>19.2f} {min(values):>8.2f} {max(values):>8.2f} "
+            f"{1000 / medians[runner.name]:>10.1f} {runner.params:>11,}"
+        )
     if ratio is not None:
         drl = runners[0]
-        print(f"ratio drl/sb3: {ratio:.2f}x; median of the per-repeat ratios {pair_ratio:.2f}x "
-              f"(drl: {'double' if args.double else 'plain'} DQN, batches from {drl.source})")
+        print(
+            f"ratio drl/sb3: {ratio:.2f}x; median of the per-repeat ratios {pair_ratio:.2f}x "
+            f"(drl: {'double' if args.double else 'plain'} DQN, batches from {drl.source})"
+        )
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     print(f"load average: {load_start[0]:.2f} at start, {load_end[0]:.2f} at end")
-    print(json.dumps({
-        "drl_updates_per_s": round(medians["drl"], 3) if "drl" in medians else None,
-        "sb3_updates_per_s": round(medians["sb3"], 3),
-        "ratio": round(ratio, 3) if ratio is not None else None,
-        "ratio_median_per_repeat": round(pair_ratio, 3) if pair_ratio is not None else None,
-        "drl_runs": [round(v, 3) for v in rates.get("drl", [])], "sb3_runs": [round(v, 3) for v in rates["sb3"]],
-        "errors": errors, "threads": threads, "batch_size": BATCH, "obs": [STACK, SIZE, SIZE], "actions": ACTIONS,
-        "double": args.double, "fill": args.fill, "repeats": args.repeats, "updates_per_repeat": args.updates,
-        "warmup": args.warmup, "load_average": [round(load_start[0], 2), round(load_end[0], 2)],
-        "drl_batches": runners[0].source if "drl" in medians else None,
-        "drl_config": dataclasses.asdict(runners[0].cfg) if "drl" in medians else None,
-        "drl_last_metrics": {k: round(float(v), 5) for k, v in runners[0].last.items()} if "drl" in medians else {},
-        "parameters": {r.name: r.params for r in runners},
-        "command": command, "machine": machine, "versions": versions,
-    }))
+    print(
+        json.dumps(
+            {
+                "drl_updates_per_s": round(medians["drl"], 3) if "drl" in medians else None,
+                "sb3_updates_per_s": round(medians["sb3"], 3),
+                "ratio": round(ratio, 3) if ratio is not None else None,
+                "ratio_median_per_repeat": round(pair_ratio, 3) if pair_ratio is not None else None,
+                "drl_runs": [round(v, 3) for v in rates.get("drl", [])],
+                "sb3_runs": [round(v, 3) for v in rates["sb3"]],
+                "errors": errors,
+                "threads": threads,
+                "batch_size": BATCH,
+                "obs": [STACK, SIZE, SIZE],
+                "actions": ACTIONS,
+                "double": args.double,
+                "fill": args.fill,
+                "repeats": args.repeats,
+                "updates_per_repeat": args.updates,
+                "warmup": args.warmup,
+                "load_average": [round(load_start[0], 2), round(load_end[0], 2)],
+                "drl_batches": runners[0].source if "drl" in medians else None,
+                "drl_config": dataclasses.asdict(runners[0].cfg) if "drl" in medians else None,
+                "drl_last_metrics": {k: round(float(v), 5) for k, v in runners[0].last.items()}
+                if "drl" in medians
+                else {},
+                "parameters": {r.name: r.params for r in runners},
+                "command": command,
+                "machine": machine,
+                "versions": versions,
+            }
+        )
+    )
     return 0
 
 

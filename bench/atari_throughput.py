@@ -115,8 +115,9 @@ def local_env(env_id: str):
 
     gym.register_envs(ale_py)
     env = gym.make(env_id, frameskip=1)
-    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=FRAMESKIP, screen_size=84,
-                                          grayscale_obs=True, terminal_on_life_loss=False)
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=30, frame_skip=FRAMESKIP, screen_size=84, grayscale_obs=True, terminal_on_life_loss=False
+    )
     return gym.wrappers.FrameStackObservation(env, STACK)
 
 
@@ -124,9 +125,18 @@ def nature_cnn(actions: int):
     """The Nature DQN network (Mnih et al. 2015): three convolutions, 512 hidden units, one Q-value per action."""
     import torch.nn as nn
 
-    return nn.Sequential(nn.Conv2d(STACK, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-                         nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten(), nn.Linear(3136, 512), nn.ReLU(),
-                         nn.Linear(512, actions))
+    return nn.Sequential(
+        nn.Conv2d(STACK, 32, 8, stride=4),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 4, stride=2),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 3, stride=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(3136, 512),
+        nn.ReLU(),
+        nn.Linear(512, actions),
+    )
 
 
 def torch_policy(actions: int, seed: int):
@@ -168,11 +178,16 @@ def drl_stepper(job: dict):
 
     n = job["envs_per_worker"]
     envs = VecEnv(job["env"], n, seed=job["seed"])
-    act, policy = (drl_policy(job, envs.spec) if job["policy"] == "drl"
-                   else torch_policy(envs.spec.discrete_actions, job["seed"]))
-    rows = {"obs": np.empty_like(envs.obs), "next_obs": np.empty_like(envs.obs),
-            "action": np.empty((n, *envs.spec.act_shape), envs.spec.act_dtype),
-            "reward": np.empty(n, np.float32), "terminated": np.empty(n, np.uint8)}
+    act, policy = (
+        drl_policy(job, envs.spec) if job["policy"] == "drl" else torch_policy(envs.spec.discrete_actions, job["seed"])
+    )
+    rows = {
+        "obs": np.empty_like(envs.obs),
+        "next_obs": np.empty_like(envs.obs),
+        "action": np.empty((n, *envs.spec.act_shape), envs.spec.act_dtype),
+        "reward": np.empty(n, np.float32),
+        "terminated": np.empty(n, np.uint8),
+    }
 
     def step() -> None:
         envs.step_into(act(envs.obs), rows, 0)
@@ -216,21 +231,49 @@ def raw_child(job: dict) -> int:
         elapsed = time.perf_counter() - start
         if elapsed >= job["seconds"]:
             break
-    print(json.dumps({"frames": FRAMESKIP * steps, "seconds": elapsed, "rate": FRAMESKIP * steps / elapsed,
-                      "cpu_s": time.process_time() - cpu, "what": what}))
+    print(
+        json.dumps(
+            {
+                "frames": FRAMESKIP * steps,
+                "seconds": elapsed,
+                "rate": FRAMESKIP * steps / elapsed,
+                "cpu_s": time.process_time() - cpu,
+                "what": what,
+            }
+        )
+    )
     return 0
 
 
 def measure_raw(n: int, seed: int, args: argparse.Namespace) -> dict:
     """N raw loops in N processes started together (after their imports and env construction); the rate is
     their sum."""
-    job = {"env": args.env, "envs_per_worker": args.envs_per_worker, "seconds": args.raw_seconds,
-           "warmup_s": 1.0, "source": args.raw_source, "policy": args.raw_policy,
-           "start_at": time.time() + 6.0 + 1.5 * n}
+    job = {
+        "env": args.env,
+        "envs_per_worker": args.envs_per_worker,
+        "seconds": args.raw_seconds,
+        "warmup_s": 1.0,
+        "source": args.raw_source,
+        "policy": args.raw_policy,
+        "start_at": time.time() + 6.0 + 1.5 * n,
+    }
     result: dict = {"side": "raw", "workers": n, "seed": seed, "load_at_start": round(os.getloadavg()[0], 2)}
-    procs = [subprocess.Popen([sys.executable, "-m", "bench.atari_throughput", "--raw-child",
-                               json.dumps({**job, "seed": seed + 100 * i})], cwd=REPO, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(n)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.atari_throughput",
+                "--raw-child",
+                json.dumps({**job, "seed": seed + 100 * i}),
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(n)
+    ]
     try:
         outs = [p.communicate(timeout=180 + 2 * args.raw_seconds + 5 * n) for p in procs]
     except subprocess.TimeoutExpired:
@@ -241,16 +284,31 @@ def measure_raw(n: int, seed: int, args: argparse.Namespace) -> dict:
     if any(p.returncode != 0 for p in procs):
         return {**result, "error": "raw loop failed: " + " | ".join(o[1][-600:] for o in outs if o[1])}
     runs = [json.loads(o[0].strip().splitlines()[-1]) for o in outs]
-    return {**result, "rate": sum(r["rate"] for r in runs), "per_process": [round(r["rate"], 1) for r in runs],
-            "cpu_share": round(sum(r["cpu_s"] for r in runs) / (args.raw_seconds * cores()), 3),
-            "what": runs[0]["what"]}
+    return {
+        **result,
+        "rate": sum(r["rate"] for r in runs),
+        "per_process": [round(r["rate"], 1) for r in runs],
+        "cpu_share": round(sum(r["cpu_s"] for r in runs) / (args.raw_seconds * cores()), 3),
+        "what": runs[0]["what"],
+    }
 
 
 # -- Sample Factory ----------------------------------------------------------------------------------------------
 def sf_command(n: int, seed: int, args: argparse.Namespace, train_dir: Path, sampler: bool) -> list[str]:
-    return [str(SF_PYTHON), str(SF_SCRIPT), *(["--sampler"] if sampler else []), "--num_workers", str(n),
-            "--num_envs_per_worker", str(args.envs_per_worker), "--seed", str(seed), "--train_dir", str(train_dir),
-            *shlex.split(args.sf_args)]
+    return [
+        str(SF_PYTHON),
+        str(SF_SCRIPT),
+        *(["--sampler"] if sampler else []),
+        "--num_workers",
+        str(n),
+        "--num_envs_per_worker",
+        str(args.envs_per_worker),
+        "--seed",
+        str(seed),
+        "--train_dir",
+        str(train_dir),
+        *shlex.split(args.sf_args),
+    ]
 
 
 class SfReports:
@@ -311,15 +369,29 @@ def grown(reports: list[tuple[float, int, int]]) -> tuple[tuple, tuple]:
 
 
 def measure_sf(n: int, seed: int, args: argparse.Namespace, workdir: Path, sampler: bool = False) -> dict:
-    result: dict = {"side": "sf-sampler" if sampler else "sf", "workers": n, "seed": seed,
-                    "load_at_start": round(os.getloadavg()[0], 2)}
+    result: dict = {
+        "side": "sf-sampler" if sampler else "sf",
+        "workers": n,
+        "seed": seed,
+        "load_at_start": round(os.getloadavg()[0], 2),
+    }
     if not SF_PYTHON.exists():
-        return {**result, "error": f"no Sample Factory environment at {SF_PYTHON.parent.parent}: run "
-                                   "bench/peers/setup_atari_peers.sh"}
+        return {
+            **result,
+            "error": f"no Sample Factory environment at {SF_PYTHON.parent.parent}: run "
+            "bench/peers/setup_atari_peers.sh",
+        }
     train_dir = workdir / f"sf-w{n}-s{seed}-{int(time.time() * 1000) % 10**8}"
     launched = time.perf_counter()
-    proc = subprocess.Popen(sf_command(n, seed, args, train_dir, sampler), cwd=workdir, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        sf_command(n, seed, args, train_dir, sampler),
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     reports = SfReports(proc, train_dir.with_suffix(".out"))
     try:
         first = reports.wait(lambda r: r[1] > 0, args.start_timeout)
@@ -328,9 +400,14 @@ def measure_sf(n: int, seed: int, args: argparse.Namespace, workdir: Path, sampl
         end = reports.wait(lambda r: r[0] >= start[0] + args.window - 0.5, args.window + 30)
         window = [r for r in reports.reports if start[0] <= r[0] <= end[0]]
         a, b = grown(window) if not sampler else (start, end)
-        result.update({"rate": (b[1] - a[1]) / (b[0] - a[0]),
-                       "collected_rate": FRAMESKIP * (end[2] - start[2]) / (end[0] - start[0]),
-                       "window_s": round(b[0] - a[0], 2), "frames_in_window": b[1] - a[1]})
+        result.update(
+            {
+                "rate": (b[1] - a[1]) / (b[0] - a[0]),
+                "collected_rate": FRAMESKIP * (end[2] - start[2]) / (end[0] - start[0]),
+                "window_s": round(b[0] - a[0], 2),
+                "frames_in_window": b[1] - a[1],
+            }
+        )
     except Exception as exc:  # recorded and shown: the row says why it has no figure
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["log_tail"] = "".join(reports.tail)[-1500:]
@@ -343,10 +420,33 @@ def measure_sf(n: int, seed: int, args: argparse.Namespace, workdir: Path, sampl
 # >>> drl side. Needs the dqn-atari preset and the frame path of issue 24 on the tree (drl.presets.PRESETS).
 def drl_command(n: int, seed: int, args: argparse.Namespace, output: Path, run: str) -> list[str]:
     learning = [] if args.drl_train else ["--learning-starts", str(FOREVER)]
-    return [orchestrate_exe(), "--preset", PRESET, "--env", args.env, "--mode", "async", "--workers", str(n),
-            "--envs-per-worker", str(args.envs_per_worker), "--steps", str(FOREVER), "--random-steps", "0",
-            *learning, "--eval-episodes", "1", "--seed", str(seed), *shlex.split(args.drl_args),
-            "--output", str(output), "--run-name", run]
+    return [
+        orchestrate_exe(),
+        "--preset",
+        PRESET,
+        "--env",
+        args.env,
+        "--mode",
+        "async",
+        "--workers",
+        str(n),
+        "--envs-per-worker",
+        str(args.envs_per_worker),
+        "--steps",
+        str(FOREVER),
+        "--random-steps",
+        "0",
+        *learning,
+        "--eval-episodes",
+        "1",
+        "--seed",
+        str(seed),
+        *shlex.split(args.drl_args),
+        "--output",
+        str(output),
+        "--run-name",
+        run,
+    ]
 
 
 class DrlRun(SystemRun):
@@ -355,10 +455,13 @@ class DrlRun(SystemRun):
     def start(self) -> None:
         self.launched = time.perf_counter()
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(drl_command(self.workers, self.seed, self.args, self.run_dir.parent,
-                                                     self.run),
-                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                drl_command(self.workers, self.seed, self.args, self.run_dir.parent, self.run),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
 
 def read_summary(run_dir: Path) -> dict:
@@ -369,9 +472,13 @@ def read_summary(run_dir: Path) -> dict:
     summary = json.loads(path.read_text())
     wall = float(summary.get("wall_seconds") or 0.0)
     produced, consumed = int(summary.get("transitions_produced", -1)), int(summary.get("transitions_consumed", -1))
-    return {"produced_frames": FRAMESKIP * produced, "consumed_frames": FRAMESKIP * consumed, "wall_seconds": wall,
-            "whole_run_rate": FRAMESKIP * consumed / wall if wall > 0 and consumed >= 0 else None,
-            "exit_reason": summary.get("exit_reason")}
+    return {
+        "produced_frames": FRAMESKIP * produced,
+        "consumed_frames": FRAMESKIP * consumed,
+        "wall_seconds": wall,
+        "whole_run_rate": FRAMESKIP * consumed / wall if wall > 0 and consumed >= 0 else None,
+        "exit_reason": summary.get("exit_reason"),
+    }
 
 
 def measure_drl(n: int, seed: int, args: argparse.Namespace, workdir: Path) -> dict:
@@ -390,9 +497,15 @@ def measure_drl(n: int, seed: int, args: argparse.Namespace, workdir: Path) -> d
         result["startup_s"] = run.startup_s
         time.sleep(args.settle)
         window = run.window(args.window)
-        result.update({"rate": FRAMESKIP * window["rate"], "produced_rate": FRAMESKIP * window["produced_rate"],
-                       "window_s": window["window_s"], "transitions_per_entry": window["transitions_per_entry"],
-                       "cpu_share": window["cpu_share"]})
+        result.update(
+            {
+                "rate": FRAMESKIP * window["rate"],
+                "produced_rate": FRAMESKIP * window["produced_rate"],
+                "window_s": window["window_s"],
+                "transitions_per_entry": window["transitions_per_entry"],
+                "cpu_share": window["cpu_share"],
+            }
+        )
     except Exception as exc:  # recorded and shown: the row says why it has no figure
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["log_tail"] = run.log_tail()
@@ -400,6 +513,8 @@ def measure_drl(n: int, seed: int, args: argparse.Namespace, workdir: Path) -> d
         run.stop()
     result["summary"] = read_summary(run.run_dir)
     return result
+
+
 # <<< drl side
 
 
@@ -420,20 +535,28 @@ def summarise(worker_counts: list[int], results: list[dict], n_cores: int, peer:
     for n in worker_counts:
         mine = [r for r in results if r["workers"] == n]
         rate = {side: median(r.get("rate") for r in mine if r["side"] == side) for side in SIDES}
-        paired = [{r["side"]: r.get("rate") for r in mine if r["repeat"] == rep} for rep in sorted({r["repeat"]
-                                                                                                  for r in mine})]
+        paired = [
+            {r["side"]: r.get("rate") for r in mine if r["repeat"] == rep}
+            for rep in sorted({r["repeat"] for r in mine})
+        ]
 
         def ratio(x: str, y: str, paired: list = paired) -> float | None:
             return median(p[x] / p[y] for p in paired if p.get(x) and p.get(y))
 
-        row = {"workers": n, "raw_fps": rate["raw"], "sf_fps": rate["sf"], "sf_sampler_fps": rate["sf-sampler"],
-               "drl_fps": rate["drl"],
-               "sf_collected_fps": median(r.get("collected_rate") for r in mine if r["side"] == "sf"),
-               "drl_whole_run_fps": median(r.get("summary", {}).get("whole_run_rate") for r in mine
-                                           if r["side"] == "drl"),
-               "drl_over_raw": ratio("drl", "raw"), "drl_over_sf": ratio("drl", "sf"),
-               "drl_over_sf_sampler": ratio("drl", "sf-sampler"), "sf_over_raw": ratio("sf", "raw"),
-               "sf_sampler_over_raw": ratio("sf-sampler", "raw")}
+        row = {
+            "workers": n,
+            "raw_fps": rate["raw"],
+            "sf_fps": rate["sf"],
+            "sf_sampler_fps": rate["sf-sampler"],
+            "drl_fps": rate["drl"],
+            "sf_collected_fps": median(r.get("collected_rate") for r in mine if r["side"] == "sf"),
+            "drl_whole_run_fps": median(r.get("summary", {}).get("whole_run_rate") for r in mine if r["side"] == "drl"),
+            "drl_over_raw": ratio("drl", "raw"),
+            "drl_over_sf": ratio("drl", "sf"),
+            "drl_over_sf_sampler": ratio("drl", "sf-sampler"),
+            "sf_over_raw": ratio("sf", "raw"),
+            "sf_sampler_over_raw": ratio("sf-sampler", "raw"),
+        }
         over_peer = ratio("drl", peer)
         if not rate["drl"]:
             row["goal_met"] = False
@@ -445,20 +568,25 @@ def summarise(worker_counts: list[int], results: list[dict], n_cores: int, peer:
     return rows, combined(row["goal_met"] for row in rows)
 
 
-
 def print_table(rows: list[dict]) -> None:
     print()
-    print(f"{'N':>3} {'raw':>7} {'sf':>7} {'sf coll.':>8} {'sf-samp':>8} {'drl':>7} {'drl run':>8} "
-          f"{'drl/raw':>8} {'drl/sf':>7} {'drl/sf-samp':>11} {'sf/raw':>7} {'sf-samp/raw':>11}")
+    print(
+        f"{'N':>3} {'raw':>7} {'sf':>7} {'sf coll.':>8} {'sf-samp':>8} {'drl':>7} {'drl run':>8} "
+        f"{'drl/raw':>8} {'drl/sf':>7} {'drl/sf-samp':>11} {'sf/raw':>7} {'sf-samp/raw':>11}"
+    )
     for r in rows:
-        print(f"{r['workers']:>3} {fmt(r['raw_fps']):>7} {fmt(r['sf_fps']):>7} {fmt(r['sf_collected_fps']):>8} "
-              f"{fmt(r['sf_sampler_fps']):>8} {fmt(r['drl_fps']):>7} {fmt(r['drl_whole_run_fps']):>8} "
-              f"{fmt(r['drl_over_raw'], '.3f'):>8} {fmt(r['drl_over_sf'], '.2f'):>7} "
-              f"{fmt(r['drl_over_sf_sampler'], '.2f'):>11} {fmt(r['sf_over_raw'], '.3f'):>7} "
-              f"{fmt(r['sf_sampler_over_raw'], '.3f'):>11}")
-    print("frames/s, frames = agent steps x 4. raw: N loops acting, nothing sent. sf: frames its learner trained on "
-          "(sf coll.: collected). sf-samp: Sample Factory's sampler alone. drl: frames the trainer consumed in the "
-          "steady window (drl run: over the whole run, start-up included, from summary.json)")
+        print(
+            f"{r['workers']:>3} {fmt(r['raw_fps']):>7} {fmt(r['sf_fps']):>7} {fmt(r['sf_collected_fps']):>8} "
+            f"{fmt(r['sf_sampler_fps']):>8} {fmt(r['drl_fps']):>7} {fmt(r['drl_whole_run_fps']):>8} "
+            f"{fmt(r['drl_over_raw'], '.3f'):>8} {fmt(r['drl_over_sf'], '.2f'):>7} "
+            f"{fmt(r['drl_over_sf_sampler'], '.2f'):>11} {fmt(r['sf_over_raw'], '.3f'):>7} "
+            f"{fmt(r['sf_sampler_over_raw'], '.3f'):>11}"
+        )
+    print(
+        "frames/s, frames = agent steps x 4. raw: N loops acting, nothing sent. sf: frames its learner trained on "
+        "(sf coll.: collected). sf-samp: Sample Factory's sampler alone. drl: frames the trainer consumed in the "
+        "steady window (drl run: over the whole run, start-up included, from summary.json)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -469,10 +597,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=30.0, help="seconds of each system's measured window")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds after start-up before the window")
     parser.add_argument("--raw-seconds", type=float, default=10.0, help="seconds of each raw measurement")
-    parser.add_argument("--raw-source", choices=("auto", "drl", "local"), default="auto",
-                        help="raw loop's envs: drl's VecEnv (needs drl.atari) or the local gymnasium chain")
-    parser.add_argument("--raw-policy", choices=("auto", "drl", "torch"), default="auto",
-                        help="raw loop's network: the dqn-atari preset's actor or the Nature CNN in torch")
+    parser.add_argument(
+        "--raw-source",
+        choices=("auto", "drl", "local"),
+        default="auto",
+        help="raw loop's envs: drl's VecEnv (needs drl.atari) or the local gymnasium chain",
+    )
+    parser.add_argument(
+        "--raw-policy",
+        choices=("auto", "drl", "torch"),
+        default="auto",
+        help="raw loop's network: the dqn-atari preset's actor or the Nature CNN in torch",
+    )
     parser.add_argument("--sides", default=",".join(SIDES), help="which of raw,sf,sf-sampler,drl to measure")
     parser.add_argument("--sf-args", default="", help="extra Sample Factory flags (e.g. '--num_epochs 1')")
     parser.add_argument("--drl-args", default="", help="extra drl-orchestrate flags")
@@ -496,24 +632,40 @@ def main(argv: list[str] | None = None) -> int:
     sides = [s for s in SIDES if s in args.sides.split(",")]
     n_cores = cores()
 
-    command = " ".join([os.path.basename(sys.executable), "-m", "bench.atari_throughput",
-                        *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
+    command = " ".join(
+        [
+            os.path.basename(sys.executable),
+            "-m",
+            "bench.atari_throughput",
+            *map(shlex.quote, sys.argv[1:] if argv is None else argv),
+        ]
+    )
     machine = {"cores": n_cores, "platform": platform.platform(), "load_average_start": os.getloadavg()[0]}
-    versions = {"python": platform.python_version(), "torch": version("torch"), "gymnasium": version("gymnasium"),
-                "ale-py": version("ale-py"), "drl": git_commit(),
-                "sample-factory": "2.1.1 (" + str(SF_PYTHON.parent.parent) + ")"}
+    versions = {
+        "python": platform.python_version(),
+        "torch": version("torch"),
+        "gymnasium": version("gymnasium"),
+        "ale-py": version("ale-py"),
+        "drl": git_commit(),
+        "sample-factory": "2.1.1 (" + str(SF_PYTHON.parent.parent) + ")",
+    }
     print(f"command:  {command}")
     print(f"machine:  {n_cores} cores, {machine['platform']}, load average {machine['load_average_start']:.2f}")
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
-    print(f"setup:    {args.env}, {args.envs_per_worker} envs per worker, workers {worker_counts}, sides {sides}, "
-          f"{args.repeats} repeats, windows {args.window:g} s after {args.settle:g} s, raw {args.raw_seconds:g} s, "
-          f"raw envs {args.raw_source}, raw policy {args.raw_policy}, "
-          f"drl trainer {'learning' if args.drl_train else 'consuming only'}",
-          flush=True)
+    print(
+        f"setup:    {args.env}, {args.envs_per_worker} envs per worker, workers {worker_counts}, sides {sides}, "
+        f"{args.repeats} repeats, windows {args.window:g} s after {args.settle:g} s, raw {args.raw_seconds:g} s, "
+        f"raw envs {args.raw_source}, raw policy {args.raw_policy}, "
+        f"drl trainer {'learning' if args.drl_train else 'consuming only'}",
+        flush=True,
+    )
 
-    measure = {"raw": lambda n, s, d: measure_raw(n, s, args), "sf": lambda n, s, d: measure_sf(n, s, args, d),
-               "sf-sampler": lambda n, s, d: measure_sf(n, s, args, d, sampler=True),
-               "drl": lambda n, s, d: measure_drl(n, s, args, d)}
+    measure = {
+        "raw": lambda n, s, d: measure_raw(n, s, args),
+        "sf": lambda n, s, d: measure_sf(n, s, args, d),
+        "sf-sampler": lambda n, s, d: measure_sf(n, s, args, d, sampler=True),
+        "drl": lambda n, s, d: measure_drl(n, s, args, d),
+    }
     peer = "sf" if args.drl_train else "sf-sampler"
     results: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="drl-atari-tp-") as tmp:
@@ -524,8 +676,9 @@ def main(argv: list[str] | None = None) -> int:
                     r = measure[side](n, args.seed + rep, Path(tmp))
                     r["repeat"] = rep
                     results.append(r)
-                    shown = (f"{r['rate']:,.0f} frames/s" if r.get("rate") is not None
-                             else f"no figure: {r.get('error')}")
+                    shown = (
+                        f"{r['rate']:,.0f} frames/s" if r.get("rate") is not None else f"no figure: {r.get('error')}"
+                    )
                     print(f"  repeat {rep} N={n} {side:<10} {shown}", flush=True)
                     if r.get("log_tail") and r.get("rate") is None:
                         print("    " + r["log_tail"][-800:].replace("\n", "\n    "), flush=True)
@@ -533,21 +686,39 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows)
     machine["load_average_end"] = os.getloadavg()[0]
     shown = "no comparison (a baseline failed)" if goal_met is None else "met" if goal_met else "not met"
-    print(f"goal: drl >= {GOAL_RAW} x raw for N <= {n_cores} cores and >= Sample Factory ({peer}): "
-          f"{shown}; load average {machine['load_average_start']:.2f} at start, "
-          f"{machine['load_average_end']:.2f} at end")
-    print(json.dumps({
-        "rows": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()} for row in rows],
-        "goal": f"drl >= {GOAL_RAW} x raw for N <= cores, drl >= {peer}", "goal_met": goal_met, "peer": peer,
-        "frames": "agent steps x 4 (frame skip 4); sf and drl count consumed transitions",
-        "env": args.env, "envs_per_worker": args.envs_per_worker, "workers": worker_counts, "sides": sides,
-        "repeats": args.repeats, "window_s": args.window, "settle_s": args.settle, "raw_seconds": args.raw_seconds,
-        "raw_source": args.raw_source, "raw_policy": args.raw_policy, "drl_train": args.drl_train,
-        "sf_args": args.sf_args,
-        "drl_args": args.drl_args,
-        "runs": [{k: v for k, v in r.items() if k != "log_tail"} for r in results],
-        "command": command, "machine": machine, "versions": versions,
-    }))
+    print(
+        f"goal: drl >= {GOAL_RAW} x raw for N <= {n_cores} cores and >= Sample Factory ({peer}): "
+        f"{shown}; load average {machine['load_average_start']:.2f} at start, "
+        f"{machine['load_average_end']:.2f} at end"
+    )
+    print(
+        json.dumps(
+            {
+                "rows": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()} for row in rows],
+                "goal": f"drl >= {GOAL_RAW} x raw for N <= cores, drl >= {peer}",
+                "goal_met": goal_met,
+                "peer": peer,
+                "frames": "agent steps x 4 (frame skip 4); sf and drl count consumed transitions",
+                "env": args.env,
+                "envs_per_worker": args.envs_per_worker,
+                "workers": worker_counts,
+                "sides": sides,
+                "repeats": args.repeats,
+                "window_s": args.window,
+                "settle_s": args.settle,
+                "raw_seconds": args.raw_seconds,
+                "raw_source": args.raw_source,
+                "raw_policy": args.raw_policy,
+                "drl_train": args.drl_train,
+                "sf_args": args.sf_args,
+                "drl_args": args.drl_args,
+                "runs": [{k: v for k, v in r.items() if k != "log_tail"} for r in results],
+                "command": command,
+                "machine": machine,
+                "versions": versions,
+            }
+        )
+    )
     return 0
 
 

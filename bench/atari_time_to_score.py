@@ -59,23 +59,40 @@ def main(argv: list[str] | None = None) -> int:
     from drl.presets import PRESETS
 
     if args.preset not in PRESETS:
-        print(f"drl's {args.preset} preset is not on this tree yet (issue 24's frame path); presets: "
-              f"{', '.join(sorted(PRESETS))}", file=sys.stderr)
+        print(
+            f"drl's {args.preset} preset is not on this tree yet (issue 24's frame path); presets: "
+            f"{', '.join(sorted(PRESETS))}",
+            file=sys.stderr,
+        )
         return 1
     # bench.time_to_score.run_drl reads these names
     args.steps, args.time_budget, args.run_timeout = FOREVER, args.budget_s, args.budget_s + 300.0
     seeds = [int(s) for s in args.seeds.split(",")]
 
-    command = " ".join([os.path.basename(sys.executable), "-m", "bench.atari_time_to_score",
-                        *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
+    command = " ".join(
+        [
+            os.path.basename(sys.executable),
+            "-m",
+            "bench.atari_time_to_score",
+            *map(shlex.quote, sys.argv[1:] if argv is None else argv),
+        ]
+    )
     machine = {"cores": os.cpu_count(), "platform": platform.platform(), "load_average_start": os.getloadavg()[0]}
-    versions = {"python": platform.python_version(), "torch": version("torch"), "gymnasium": version("gymnasium"),
-                "ale-py": version("ale-py"), "drl": git_commit()}
+    versions = {
+        "python": platform.python_version(),
+        "torch": version("torch"),
+        "gymnasium": version("gymnasium"),
+        "ale-py": version("ale-py"),
+        "drl": git_commit(),
+    }
     print(f"command:  {command}")
     print(f"machine:  {machine['cores']} CPUs, {machine['platform']}, load average {machine['load_average_start']:.2f}")
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
-    print(f"setup:    {args.preset} on {args.env}, {args.workers} workers, target {args.target:g}, budget "
-          f"{args.budget_s:g} s per run, seeds {seeds}", flush=True)
+    print(
+        f"setup:    {args.preset} on {args.env}, {args.workers} workers, target {args.target:g}, budget "
+        f"{args.budget_s:g} s per run, seeds {seeds}",
+        flush=True,
+    )
 
     results = []
     with tempfile.TemporaryDirectory(prefix="drl-atari-tts-") as tmp:
@@ -84,19 +101,38 @@ def main(argv: list[str] | None = None) -> int:
         for seed in seeds:
             result, _config = run_drl(seed, args, workdir)
             results.append(result)
-            reached = (f"reached {args.target:g} after {result['time_to_score_s']:.1f} s" if result["reached"]
-                       else f"not reached in {args.budget_s:g} s")
-            print(f"  seed {seed}: {reached}; best mean return {result['best_return']}, "
-                  f"{result['evaluations']} evaluations, {result['env_steps_total']} env steps, "
-                  f"exit {result['exit_code']} ({result['exit_reason']})", flush=True)
+            reached = (
+                f"reached {args.target:g} after {result['time_to_score_s']:.1f} s"
+                if result["reached"]
+                else f"not reached in {args.budget_s:g} s"
+            )
+            print(
+                f"  seed {seed}: {reached}; best mean return {result['best_return']}, "
+                f"{result['evaluations']} evaluations, {result['env_steps_total']} env steps, "
+                f"exit {result['exit_code']} ({result['exit_reason']})",
+                flush=True,
+            )
     machine["load_average_end"] = os.getloadavg()[0]
-    print(json.dumps({
-        "preset": args.preset, "env": args.env, "target": args.target, "budget_s": args.budget_s,
-        "reached": [r["reached"] for r in results], "time_to_score_s": [r["time_to_score_s"] for r in results],
-        "best_return": [r["best_return"] for r in results], "runs": results, "workers": args.workers,
-        "threads": args.threads, "drl_args": args.drl_args, "command": command, "machine": machine,
-        "versions": versions,
-    }))
+    print(
+        json.dumps(
+            {
+                "preset": args.preset,
+                "env": args.env,
+                "target": args.target,
+                "budget_s": args.budget_s,
+                "reached": [r["reached"] for r in results],
+                "time_to_score_s": [r["time_to_score_s"] for r in results],
+                "best_return": [r["best_return"] for r in results],
+                "runs": results,
+                "workers": args.workers,
+                "threads": args.threads,
+                "drl_args": args.drl_args,
+                "command": command,
+                "machine": machine,
+                "versions": versions,
+            }
+        )
+    )
     return 0
 
 

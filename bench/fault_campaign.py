@@ -51,9 +51,26 @@ from drl.errors import EXIT_SUPERSEDED
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SMALL = ["--sac.hidden", "16,16", "--sac.batch-size", "32", "--eval-episodes", "1", "--learning-starts", "300",
-         "--random-steps", "300", "--updates-per-transition", "0.25", "--checkpoint-every-s", "1",
-         "--publish-every-updates", "25", "--sync-steps-per-iteration", "600"]
+SMALL = [
+    "--sac.hidden",
+    "16,16",
+    "--sac.batch-size",
+    "32",
+    "--eval-episodes",
+    "1",
+    "--learning-starts",
+    "300",
+    "--random-steps",
+    "300",
+    "--updates-per-transition",
+    "0.25",
+    "--checkpoint-every-s",
+    "1",
+    "--publish-every-updates",
+    "25",
+    "--sync-steps-per-iteration",
+    "600",
+]
 ROLES = ("trainer", "rollout", "evaluator", "memory")
 FAULTS = ("kill", "twin")
 TWIN_PAUSE_S = 17.0
@@ -73,8 +90,9 @@ def drops(summary: dict) -> int:
 
 def balance(summary: dict) -> int:
     """produced - (consumed + unconsumed + drops): zero when the summary accounts for every transition."""
-    return (summary["transitions_produced"]
-            - (summary["transitions_consumed"] + summary["transitions_unconsumed"] + drops(summary)))
+    return summary["transitions_produced"] - (
+        summary["transitions_consumed"] + summary["transitions_unconsumed"] + drops(summary)
+    )
 
 
 @dataclass
@@ -110,8 +128,17 @@ class Outcome:
 
 
 class Campaign:
-    def __init__(self, output: Path, steps: int, workers: int, victims: int, timeout: float, python: str,
-                 roles: tuple[str, ...] = ROLES, faults: tuple[str, ...] = ("kill",)):
+    def __init__(
+        self,
+        output: Path,
+        steps: int,
+        workers: int,
+        victims: int,
+        timeout: float,
+        python: str,
+        roles: tuple[str, ...] = ROLES,
+        faults: tuple[str, ...] = ("kill",),
+    ):
         self.output, self.steps, self.workers, self.victims = output, steps, workers, victims
         self.timeout, self.python, self.roles, self.faults = timeout, python, roles, faults
         self.twins: list[subprocess.Popen] = []
@@ -140,9 +167,26 @@ class Campaign:
         name = f"campaign-{index:02d}-{mode}"
         outcome = Outcome(name, mode, seed, self.schedule(rng))
         run_dir = self.output / name
-        args = [self.python, "-m", "orchestrator.cli", *SMALL, "--mode", mode, "--workers", str(self.workers),
-                "--steps", str(self.steps), "--seed", str(seed), "--max-restarts", str(self.victims + 2),
-                "--output", str(self.output), "--run-name", name]
+        args = [
+            self.python,
+            "-m",
+            "orchestrator.cli",
+            *SMALL,
+            "--mode",
+            mode,
+            "--workers",
+            str(self.workers),
+            "--steps",
+            str(self.steps),
+            "--seed",
+            str(seed),
+            "--max-restarts",
+            str(self.victims + 2),
+            "--output",
+            str(self.output),
+            "--run-name",
+            name,
+        ]
         started = time.monotonic()
         stderr_path = run_dir.with_suffix(".stderr")
         with open(stderr_path, "w") as err:
@@ -171,8 +215,9 @@ class Campaign:
             try:
                 kill.twin_exit = twin.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                outcome.problems.append(f"the twin of {kill.victim} did not end within {TWIN_END_S:.0f} s of the "
-                                        "orchestrator")
+                outcome.problems.append(
+                    f"the twin of {kill.victim} did not end within {TWIN_END_S:.0f} s of the orchestrator"
+                )
                 twin.kill()
                 twin.wait()
                 continue
@@ -215,8 +260,9 @@ class Campaign:
         try:
             command, env = replica_launch(run_dir, kill.victim)
             with open(run_dir / "logs" / f"twin-{kill.victim}-{len(self.twins)}.log", "ab") as log:
-                twin = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                        start_new_session=True)
+                twin = subprocess.Popen(
+                    command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+                )
             self.twins.append(twin)
             kill.twin_pid = twin.pid
             if kill.paused:
@@ -242,8 +288,9 @@ class Campaign:
         if not state.get("memory_url"):
             return 0
         try:
-            memory = open_memory(state["memory_url"], state["run"], retry_s=0,
-                                 env=private_env(run_dir / "memory.password"))
+            memory = open_memory(
+                state["memory_url"], state["run"], retry_s=0, env=private_env(run_dir / "memory.password")
+            )
             try:
                 return int(memory.control().status("trainer").get("env_steps") or 0)
             finally:
@@ -279,8 +326,10 @@ class Campaign:
             elif not outcome.exit_reason.startswith("failed: "):
                 problems.append(f"exit {outcome.exit_code} without a clear reason ({outcome.exit_reason!r})")
             if int(summary.get("transitions_consumed") or 0) < outcome.seen_steps:
-                problems.append(f"summary counts {summary.get('transitions_consumed')} consumed, but the trainer "
-                                f"had reported {outcome.seen_steps} during the run")
+                problems.append(
+                    f"summary counts {summary.get('transitions_consumed')} consumed, but the trainer "
+                    f"had reported {outcome.seen_steps} during the run"
+                )
             if int(summary.get("transitions_consumed") or 0) > int(summary.get("transitions_produced") or 0):
                 problems.append("more consumed than produced: transitions counted twice")
             try:
@@ -310,9 +359,18 @@ def replica_launch(run_dir: Path, name: str) -> tuple[list[str], dict[str, str]]
     state = json.loads((run_dir / "state.json").read_text())
     cfg = resolve(json.loads((run_dir / "config.json").read_text()), "config.json")
     role, _, index = name.rpartition("-") if name[-1].isdigit() else (name, "", "0")
-    workload = next(w for w in plan(cfg, run=state["run"], run_dir=str(run_dir), memory_url=state["memory_url"],
-                                    store_url=str(run_dir.parent), python=sys.executable)
-                    if w.role == ("trainer" if role == "learner" else role))
+    workload = next(
+        w
+        for w in plan(
+            cfg,
+            run=state["run"],
+            run_dir=str(run_dir),
+            memory_url=state["memory_url"],
+            store_url=str(run_dir.parent),
+            python=sys.executable,
+        )
+        if w.role == ("trainer" if role == "learner" else role)
+    )
     env = {**os.environ, **workload.replica_env(int(index)), "PYTHONUNBUFFERED": "1"}
     secret = run_dir / "memory.password"
     if secret.exists():
@@ -348,12 +406,20 @@ def processes_of(run: str) -> list[int]:
 
 def describe(o: Outcome) -> str:
     s = o.summary
-    kills = ", ".join(("twin of " if k.fault == "twin" else "") + f"{k.victim}@{k.at_steps}"
-                      + (" (paused)" if k.paused else "") + ("" if k.pid else " (gone)")
-                      + (f" [twin exit {k.twin_exit}]" if k.twin_pid else "") for k in o.kills)
-    counts = (f"produced {s.get('transitions_produced')} consumed {s.get('transitions_consumed')} unconsumed "
-              f"{s.get('transitions_unconsumed')} drops {drops(s)} duplicates {s.get('duplicates_dropped')}"
-              if s else "no summary")
+    kills = ", ".join(
+        ("twin of " if k.fault == "twin" else "")
+        + f"{k.victim}@{k.at_steps}"
+        + (" (paused)" if k.paused else "")
+        + ("" if k.pid else " (gone)")
+        + (f" [twin exit {k.twin_exit}]" if k.twin_pid else "")
+        for k in o.kills
+    )
+    counts = (
+        f"produced {s.get('transitions_produced')} consumed {s.get('transitions_consumed')} unconsumed "
+        f"{s.get('transitions_unconsumed')} drops {drops(s)} duplicates {s.get('duplicates_dropped')}"
+        if s
+        else "no summary"
+    )
     verdict = "ok" if o.passed else "FAIL: " + "; ".join(o.problems)
     return f"{o.run}: exit {o.exit_code} {o.exit_reason!r} in {o.wall_s} s | kills {kills} | {counts} | {verdict}"
 
@@ -369,10 +435,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seed of the first run; run i uses seed + i")
     ap.add_argument("--output", type=Path, help="where the runs go (default: a temporary folder)")
     ap.add_argument("--json", type=Path, help="write every run's outcome here")
-    ap.add_argument("--faults", default="kill",
-                    help="the faults drawn for each victim (default kill; kill,twin draws among both)")
-    ap.add_argument("--roles", default=",".join(ROLES),
-                    help="the roles victims are drawn from (default all: trainer,rollout,evaluator,memory)")
+    ap.add_argument(
+        "--faults", default="kill", help="the faults drawn for each victim (default kill; kill,twin draws among both)"
+    )
+    ap.add_argument(
+        "--roles",
+        default=",".join(ROLES),
+        help="the roles victims are drawn from (default all: trainer,rollout,evaluator,memory)",
+    )
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     roles = tuple(r for r in args.roles.split(",") if r)
@@ -398,22 +468,26 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(outcomes: list[Outcome]) -> str:
-    rows = ["| mode | runs | passed | steps_done | ended with a reason | hung "
-            "| kills (trainer/rollout/evaluator/memory) | twins (paused) | duplicates dropped | median wall s |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| mode | runs | passed | steps_done | ended with a reason | hung "
+        "| kills (trainer/rollout/evaluator/memory) | twins (paused) | duplicates dropped | median wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for mode in sorted({o.mode for o in outcomes}):
         group = [o for o in outcomes if o.mode == mode]
         victims = [k.victim.split("-")[0] for o in group for k in o.kills if k.pid and k.fault == "kill"]
         twins = [k for o in group for k in o.kills if k.twin_pid]
         walls = sorted(o.wall_s for o in group)
-        rows.append(f"| {mode} | {len(group)} | {sum(o.passed for o in group)} "
-                    f"| {sum(o.exit_reason == 'steps_done' for o in group)} "
-                    f"| {sum(o.exit_reason.startswith('failed: ') for o in group)} "
-                    f"| {sum(any(p.startswith('hung') for p in o.problems) for o in group)} "
-                    f"| {'/'.join(str(victims.count(r)) for r in ROLES)} "
-                    f"| {len(twins)} ({sum(k.paused for k in twins)}) "
-                    f"| {sum(int(o.summary.get('duplicates_dropped') or 0) for o in group)} "
-                    f"| {walls[len(walls) // 2]} |")
+        rows.append(
+            f"| {mode} | {len(group)} | {sum(o.passed for o in group)} "
+            f"| {sum(o.exit_reason == 'steps_done' for o in group)} "
+            f"| {sum(o.exit_reason.startswith('failed: ') for o in group)} "
+            f"| {sum(any(p.startswith('hung') for p in o.problems) for o in group)} "
+            f"| {'/'.join(str(victims.count(r)) for r in ROLES)} "
+            f"| {len(twins)} ({sum(k.paused for k in twins)}) "
+            f"| {sum(int(o.summary.get('duplicates_dropped') or 0) for o in group)} "
+            f"| {walls[len(walls) // 2]} |"
+        )
     return "\n".join(rows)
 
 

@@ -50,8 +50,18 @@ def probe_step(steps: int) -> None:
     rng = np.random.default_rng(0)
     actor.load({k: (0.1 * rng.standard_normal(s)).astype(np.float32) for k, s in actor.shapes.items()})
     entry = EntryBuffer(codec.expected_layout(envs.spec), 300)
-    worker.__dict__.update(envs=envs, actor=actor, version=0, random_steps=0, stepped=0, total=10**9, stop=False,
-                           entry=entry, write=StepInto(envs, entry), fill=EntryFill(64, 256, fill_s=0.01))
+    worker.__dict__.update(
+        envs=envs,
+        actor=actor,
+        version=0,
+        random_steps=0,
+        stepped=0,
+        total=10**9,
+        stop=False,
+        entry=entry,
+        write=StepInto(envs, entry),
+        fill=EntryFill(64, 256, fill_s=0.01),
+    )
 
     def flush(iteration_end: bool = False, last: bool = False) -> None:
         worker.entry.n = 0
@@ -74,20 +84,29 @@ def probe_read(entries: int) -> None:
     workdir = Path(tempfile.mkdtemp())
     server = private_server(workdir / "redis")
     try:
-        cfg = fast_config(workers=2, steps=10**7, learning_starts=10**7, max_backlog_entries=10**6,
-                          max_backlog_bytes=1 << 30, replay_size=200_000)
+        cfg = fast_config(
+            workers=2,
+            steps=10**7,
+            learning_starts=10**7,
+            max_backlog_entries=10**6,
+            max_backlog_bytes=1 << 30,
+            replay_size=200_000,
+        )
         trainer = Trainer(ServiceContext("trainer", cfg, "probe", workdir, server.url, str(workdir / "store"), 0))
         rng = np.random.default_rng(0)
-        arrays = {"obs": rng.standard_normal((64, 3)).astype(np.float32),
-                  "action": rng.uniform(-2, 2, (64, 1)).astype(np.float32),
-                  "reward": rng.standard_normal(64).astype(np.float32),
-                  "next_obs": rng.standard_normal((64, 3)).astype(np.float32),
-                  "terminated": np.zeros(64, dtype=np.uint8)}
+        arrays = {
+            "obs": rng.standard_normal((64, 3)).astype(np.float32),
+            "action": rng.uniform(-2, 2, (64, 1)).astype(np.float32),
+            "reward": rng.standard_normal(64).astype(np.float32),
+            "next_obs": rng.standard_normal((64, 3)).astype(np.float32),
+            "terminated": np.zeros(64, dtype=np.uint8),
+        }
         writers = [trainer.memory.writer(worker_name(i), 10**6, 1 << 30) for i in range(2)]
         for i in range(entries):
             seq = i // 2 + 1
-            header = experience_pb2.BatchHeader(run="probe", worker_id=worker_name(i % 2), seq=seq,
-                                                produced_total=seq * 64)
+            header = experience_pb2.BatchHeader(
+                run="probe", worker_id=worker_name(i % 2), seq=seq, produced_total=seq * 64
+            )
             writers[i % 2].send(seq, *codec.encode(header, arrays), seq * 64)
         got = 0
         while got < entries * 64:
@@ -99,10 +118,24 @@ def probe_read(entries: int) -> None:
 def count(probe: str, units: int) -> int:
     """Instructions callgrind collects for one run of ``probe`` with ``units``."""
     with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out", sys.executable,
-                               "-m", "bench.instructions", "--run", probe, str(units)],
-                              cwd=ROOT, capture_output=True, text=True, timeout=3600,
-                              env={**os.environ, "PYTHONHASHSEED": "0"})
+        proc = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={tmp}/out",
+                sys.executable,
+                "-m",
+                "bench.instructions",
+                "--run",
+                probe,
+                str(units),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+        )
     found = re.search(r"Collected : (\d+)", proc.stderr)
     if proc.returncode != 0 or not found:
         raise RuntimeError(f"callgrind of {probe} failed (code {proc.returncode}): {proc.stderr[-2000:]}")

@@ -74,8 +74,12 @@ def free_port() -> int:
 def timed(size: int, args: argparse.Namespace) -> float:
     """Group updates per second of ``size`` learners (the slowest learner's time)."""
     with tempfile.TemporaryDirectory() as out:
-        mp.spawn(_learner, args=(size, free_port(), args.updates, args.warmup, args.fill, args.threads, out),
-                 nprocs=size, join=True)
+        mp.spawn(
+            _learner,
+            args=(size, free_port(), args.updates, args.warmup, args.fill, args.threads, out),
+            nprocs=size,
+            join=True,
+        )
         seconds = max(json.loads(p.read_text())["seconds"] for p in Path(out).glob("rank-*.json"))
     return args.updates / seconds
 
@@ -95,17 +99,20 @@ def main(argv: list[str] | None = None) -> int:
     sizes = sorted({int(k) for k in args.learners.split(",")})
     if sizes[0] != 1:
         sizes = [1, *sizes]
-    command = " ".join(["python", "-m", "bench.learner_group", *map(shlex.quote, sys.argv[1:] if argv is None
-                                                                     else argv)])
+    command = " ".join(
+        ["python", "-m", "bench.learner_group", *map(shlex.quote, sys.argv[1:] if argv is None else argv)]
+    )
     machine = {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "platform": platform.platform()}
     print(f"command:  {command}")
     print(f"machine:  {machine['cpu']}, {machine['logical_cpus']} logical CPUs; torch {torch.__version__}")
-    print(f"setup:    SAC on {ENV} spaces, hidden {HIDDEN}, batch {BATCH} per learner, {args.threads} thread(s) each, "
-          f"gloo over loopback; K = {sizes}; {args.repeats} x {args.updates} updates, in rotation")
+    print(
+        f"setup:    SAC on {ENV} spaces, hidden {HIDDEN}, batch {BATCH} per learner, {args.threads} thread(s) each, "
+        f"gloo over loopback; K = {sizes}; {args.repeats} x {args.updates} updates, in rotation"
+    )
     load_start = os.getloadavg()
     rates: dict[int, list[float]] = {k: [] for k in sizes}
     for rep in range(args.repeats):
-        for k in sizes[rep % len(sizes):] + sizes[:rep % len(sizes)]:
+        for k in sizes[rep % len(sizes) :] + sizes[: rep % len(sizes)]:
             rates[k].append(timed(k, args))
             print(f"  K={k}: {rates[k][-1]:.1f} group updates/s", flush=True)
     load_end = os.getloadavg()
@@ -115,16 +122,35 @@ def main(argv: list[str] | None = None) -> int:
     rows = {}
     for k in sizes:
         transitions = medians[k] * k * BATCH
-        rows[k] = {"updates_per_s": round(medians[k], 2), "transitions_per_s": round(transitions, 1),
-                   "efficiency": round(transitions / (k * single), 3), "runs": [round(v, 2) for v in rates[k]]}
+        rows[k] = {
+            "updates_per_s": round(medians[k], 2),
+            "transitions_per_s": round(transitions, 1),
+            "efficiency": round(transitions / (k * single), 3),
+            "runs": [round(v, 2) for v in rates[k]],
+        }
         print(f"{k:>3} {medians[k]:>16.1f} {transitions:>14.0f} {rows[k]['efficiency']:>11.2f}")
     print(f"load average {load_start[0]:.2f} at start, {load_end[0]:.2f} at end")
-    print(json.dumps({"learners": {str(k): v for k, v in rows.items()}, "batch_per_learner": BATCH,
-                      "hidden": list(HIDDEN), "threads": args.threads, "repeats": args.repeats,
-                      "updates": args.updates, "load_average": [round(load_start[0], 2), round(load_end[0], 2)],
-                      "command": command, "machine": machine,
-                      "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                                   "numpy": np.__version__, "drl": version("drl")}}))
+    print(
+        json.dumps(
+            {
+                "learners": {str(k): v for k, v in rows.items()},
+                "batch_per_learner": BATCH,
+                "hidden": list(HIDDEN),
+                "threads": args.threads,
+                "repeats": args.repeats,
+                "updates": args.updates,
+                "load_average": [round(load_start[0], 2), round(load_end[0], 2)],
+                "command": command,
+                "machine": machine,
+                "versions": {
+                    "python": platform.python_version(),
+                    "torch": torch.__version__,
+                    "numpy": np.__version__,
+                    "drl": version("drl"),
+                },
+            }
+        )
+    )
     return 0
 
 

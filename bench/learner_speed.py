@@ -100,13 +100,19 @@ def synchronize(device: torch.device) -> None:
 
 
 class DrlRunner:
-    def __init__(self, data: dict[str, np.ndarray], seed: int, matmul: str = "float32",
-                 device: torch.device = torch.device("cpu")):
+    def __init__(
+        self,
+        data: dict[str, np.ndarray],
+        seed: int,
+        matmul: str = "float32",
+        device: torch.device = torch.device("cpu"),
+    ):
         self.name = "drl" if matmul == "float32" else f"drl-{matmul}"
         self.device = device
         spec = space_spec(ENV)
-        self.learner = SACLearner(spec, SACConfig(hidden=HIDDEN, batch_size=BATCH, lr=LR, matmul=matmul), seed=seed,
-                                  device=device)
+        self.learner = SACLearner(
+            spec, SACConfig(hidden=HIDDEN, batch_size=BATCH, lr=LR, matmul=matmul), seed=seed, device=device
+        )
         self.replay = ReplayBuffer(spec, capacity=len(data["reward"]), seed=seed)
         self.replay.add(data)
         self.last: dict = {}
@@ -125,6 +131,7 @@ class Sb3Runner:
 
     def __init__(self, data: dict[str, np.ndarray], seed: int, device: torch.device = torch.device("cpu")):
         import gymnasium as gym
+
         try:
             from stable_baselines3 import SAC
             from stable_baselines3.common.logger import Logger
@@ -132,14 +139,30 @@ class Sb3Runner:
             raise SystemExit("stable-baselines3 is not installed: pip install -e '.[bench]'") from None
 
         n = len(data["reward"])
-        self.model = SAC("MlpPolicy", gym.make(ENV), policy_kwargs=dict(net_arch=list(HIDDEN)), batch_size=BATCH,
-                         learning_starts=0, buffer_size=n, learning_rate=LR, device=str(device), seed=seed, verbose=0)
+        self.model = SAC(
+            "MlpPolicy",
+            gym.make(ENV),
+            policy_kwargs=dict(net_arch=list(HIDDEN)),
+            batch_size=BATCH,
+            learning_starts=0,
+            buffer_size=n,
+            learning_rate=LR,
+            device=str(device),
+            seed=seed,
+            verbose=0,
+        )
         self.device = device
         self.model.set_logger(Logger(folder=None, output_formats=[]))
         buffer = self.model.replay_buffer
         for i in range(n):
-            buffer.add(data["obs"][i:i + 1], data["next_obs"][i:i + 1], data["action"][i:i + 1],
-                       data["reward"][i:i + 1], data["terminated"][i:i + 1], [{}])
+            buffer.add(
+                data["obs"][i : i + 1],
+                data["next_obs"][i : i + 1],
+                data["action"][i : i + 1],
+                data["reward"][i : i + 1],
+                data["terminated"][i : i + 1],
+                [{}],
+            )
         assert buffer.size() == n
 
     def run(self, updates: int) -> float:
@@ -208,33 +231,49 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
 
-    command = " ".join([os.path.basename(sys.executable), "-m", "bench.learner_speed", *map(shlex.quote,
-                                                                                         sys.argv[1:])])
-    machine = {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "platform": platform.platform(),
-               "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "device": str(device),
-               "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
-    versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-                "stable-baselines3": version("stable-baselines3"), "gymnasium": version("gymnasium"),
-                "drl": version("drl")}
+    command = " ".join([os.path.basename(sys.executable), "-m", "bench.learner_speed", *map(shlex.quote, sys.argv[1:])])
+    machine = {
+        "cpu": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+    }
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "stable-baselines3": version("stable-baselines3"),
+        "gymnasium": version("gymnasium"),
+        "drl": version("drl"),
+    }
     print(f"command:  {command}")
-    print(f"machine:  {machine['cpu']}, {machine['logical_cpus']} logical CPUs, {machine['platform']}, "
-          f"torch CPU capability {machine['torch_cpu_capability']}")
+    print(
+        f"machine:  {machine['cpu']}, {machine['logical_cpus']} logical CPUs, {machine['platform']}, "
+        f"torch CPU capability {machine['torch_cpu_capability']}"
+    )
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     if device.type == "cuda":
         print(f"device:   {machine['gpu']} ({device}), both learners")
-    print(f"setup:    {ENV} spaces, hidden {HIDDEN}, batch {BATCH}, lr {LR}, torch threads {threads} (both), "
-          f"replay {args.fill:,} random transitions, warm-up {args.warmup}, {args.repeats} x {args.updates} "
-          f"timed updates each, in rotation")
+    print(
+        f"setup:    {ENV} spaces, hidden {HIDDEN}, batch {BATCH}, lr {LR}, torch threads {threads} (both), "
+        f"replay {args.fill:,} random transitions, warm-up {args.warmup}, {args.repeats} x {args.updates} "
+        f"timed updates each, in rotation"
+    )
     load_start = os.getloadavg()
 
     data = random_transitions(args.fill, args.seed)
-    runners = [DrlRunner(data, args.seed, device=device), Sb3Runner(data, args.seed, device),
-               DrlRunner(data, args.seed, "bfloat16", device)]
+    runners = [
+        DrlRunner(data, args.seed, device=device),
+        Sb3Runner(data, args.seed, device),
+        DrlRunner(data, args.seed, "bfloat16", device),
+    ]
     for runner in runners:
         runner.run(args.warmup)
     rates: dict[str, list[float]] = {r.name: [] for r in runners}
     for rep in range(args.repeats):
-        for runner in runners[rep % 3:] + runners[:rep % 3]:
+        for runner in runners[rep % 3 :] + runners[: rep % 3]:
             rates[runner.name].append(args.updates / runner.run(args.updates))
     assert torch.get_num_threads() == threads, "a learner changed torch's thread count"
     load_end = os.getloadavg()
@@ -248,38 +287,56 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"{'learner':<13} {'updates/s (median)':>19} {'min':>9} {'max':>9} {'ms/update':>10}")
     for name, values in rates.items():
-        print(f"{name:<13} {medians[name]:>19.1f} {min(values):>9.1f} {max(values):>9.1f} "
-              f"{1000 / medians[name]:>10.2f}")
-    print(f"ratio drl/sb3: {ratio:.2f}x (goal {GOAL_RATIO:.1f}x: {'met' if ratio >= GOAL_RATIO else 'not met'}); "
-          f"median of the per-repeat ratios {pair_ratio:.2f}x")
-    print(f"with --sac.matmul bfloat16 (wide products in bfloat16, float32 sums; SB3 stays float32): "
-          f"{ratio_bf16:.2f}x sb3")
-    print(f"GEMM floor: one 256x256x256 float32 product takes {gemm * 1e3:.3f} ms here; an exact SAC update needs "
-          f"{GEMMS_PER_UPDATE} of them, so no float32 implementation exceeds {floor_rate:.0f} updates/s "
-          f"({floor_rate / medians['sb3']:.2f}x sb3's median)")
+        print(
+            f"{name:<13} {medians[name]:>19.1f} {min(values):>9.1f} {max(values):>9.1f} {1000 / medians[name]:>10.2f}"
+        )
+    print(
+        f"ratio drl/sb3: {ratio:.2f}x (goal {GOAL_RATIO:.1f}x: {'met' if ratio >= GOAL_RATIO else 'not met'}); "
+        f"median of the per-repeat ratios {pair_ratio:.2f}x"
+    )
+    print(
+        f"with --sac.matmul bfloat16 (wide products in bfloat16, float32 sums; SB3 stays float32): "
+        f"{ratio_bf16:.2f}x sb3"
+    )
+    print(
+        f"GEMM floor: one 256x256x256 float32 product takes {gemm * 1e3:.3f} ms here; an exact SAC update needs "
+        f"{GEMMS_PER_UPDATE} of them, so no float32 implementation exceeds {floor_rate:.0f} updates/s "
+        f"({floor_rate / medians['sb3']:.2f}x sb3's median)"
+    )
     print(f"load average: {load_start[0]:.2f} at start, {load_end[0]:.2f} at end")
-    print(json.dumps({
-        "drl_updates_per_s": round(medians["drl"], 2),
-        "sb3_updates_per_s": round(medians["sb3"], 2),
-        "ratio": round(ratio, 3),
-        "goal": GOAL_RATIO,
-        "goal_met": ratio >= GOAL_RATIO,
-        "ratio_median_per_repeat": round(pair_ratio, 3),
-        "drl_bfloat16_updates_per_s": round(medians["drl-bfloat16"], 2),
-        "ratio_bfloat16": round(ratio_bf16, 3),
-        "drl_bfloat16_runs": [round(v, 2) for v in rates["drl-bfloat16"]],
-        "gemm_256_ms": round(gemm * 1e3, 4),
-        "gemm_floor_updates_per_s": round(floor_rate, 1),
-        "drl_runs": [round(v, 2) for v in rates["drl"]],
-        "sb3_runs": [round(v, 2) for v in rates["sb3"]],
-        "threads": threads, "device": str(device),
-        "env": ENV, "hidden": list(HIDDEN), "batch_size": BATCH,
-        "repeats": args.repeats, "updates_per_repeat": args.updates, "warmup": args.warmup,
-        "load_average": [round(load_start[0], 2), round(load_end[0], 2)],
-        "drl_last_metrics": {k: round(float(v), 5) for k, v in runners[0].last.items()},
-        "drl_update": "hand-written SAC gradients, checked against autograd in tests/unit/test_sac_fast_update.py",
-        "command": command, "machine": machine, "versions": versions,
-    }))
+    print(
+        json.dumps(
+            {
+                "drl_updates_per_s": round(medians["drl"], 2),
+                "sb3_updates_per_s": round(medians["sb3"], 2),
+                "ratio": round(ratio, 3),
+                "goal": GOAL_RATIO,
+                "goal_met": ratio >= GOAL_RATIO,
+                "ratio_median_per_repeat": round(pair_ratio, 3),
+                "drl_bfloat16_updates_per_s": round(medians["drl-bfloat16"], 2),
+                "ratio_bfloat16": round(ratio_bf16, 3),
+                "drl_bfloat16_runs": [round(v, 2) for v in rates["drl-bfloat16"]],
+                "gemm_256_ms": round(gemm * 1e3, 4),
+                "gemm_floor_updates_per_s": round(floor_rate, 1),
+                "drl_runs": [round(v, 2) for v in rates["drl"]],
+                "sb3_runs": [round(v, 2) for v in rates["sb3"]],
+                "threads": threads,
+                "device": str(device),
+                "env": ENV,
+                "hidden": list(HIDDEN),
+                "batch_size": BATCH,
+                "repeats": args.repeats,
+                "updates_per_repeat": args.updates,
+                "warmup": args.warmup,
+                "load_average": [round(load_start[0], 2), round(load_end[0], 2)],
+                "drl_last_metrics": {k: round(float(v), 5) for k, v in runners[0].last.items()},
+                "drl_update": "hand-written SAC gradients, checked against autograd in tests/unit/test_sac_fast_update.py",
+                "command": command,
+                "machine": machine,
+                "versions": versions,
+            }
+        )
+    )
     return 0
 
 

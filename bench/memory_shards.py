@@ -34,8 +34,9 @@ from bench.memory_throughput import SIZES, Producers, Server, machine, run_e2e, 
 
 def _shard(index: int, url: str, size_name: str, entries: int, ready, go, out: str) -> None:
     size = SIZES[size_name]
-    cfg = argparse.Namespace(read_count=0, tuning={}, max_entries=256, max_bytes=1024 * 1024 * 1024,
-                             pre_encode=False, profile=None)
+    cfg = argparse.Namespace(
+        read_count=0, tuning={}, max_entries=256, max_bytes=1024 * 1024 * 1024, pre_encode=False, profile=None
+    )
     producers = Producers(1, "spawn")
     try:
         original_go = producers.go
@@ -63,8 +64,10 @@ def measure(size_name: str, shards: int, entries: int, work: Path) -> dict:
     out.mkdir(parents=True)
     try:
         ready, go = ctx.Barrier(shards + 1), ctx.Event()
-        procs = [ctx.Process(target=_shard, args=(i, s.url, size_name, entries, ready, go, str(out)))
-                 for i, s in enumerate(servers)]
+        procs = [
+            ctx.Process(target=_shard, args=(i, s.url, size_name, entries, ready, go, str(out)))
+            for i, s in enumerate(servers)
+        ]
         for p in procs:
             p.start()
         ready.wait()
@@ -80,8 +83,12 @@ def measure(size_name: str, shards: int, entries: int, work: Path) -> dict:
             s.close()
     span = max(r["end"] for r in results) - min(r["start"] for r in results)
     total = sum(r["transitions"] for r in results)
-    return {"transitions_per_s": total / span, "span_s": span, "transitions": total,
-            "per_shard": [round(r["transitions_per_s"], 1) for r in results]}
+    return {
+        "transitions_per_s": total / span,
+        "span_s": span,
+        "transitions": total,
+        "per_shard": [round(r["transitions_per_s"], 1) for r in results],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,24 +117,40 @@ def main(argv: list[str] | None = None) -> int:
         entries = size.quick_entries if args.quick else size.entries
         runs: dict[int, list[dict]] = {s: [] for s in counts}
         for rep in range(args.repeats):
-            for s in counts[rep % len(counts):] + counts[:rep % len(counts)]:
+            for s in counts[rep % len(counts) :] + counts[: rep % len(counts)]:
                 r = measure(size_name, s, entries, work)
                 runs[s].append(r)
-                print(f"  {size_name}, {s} shard(s): {r['transitions_per_s']:,.0f} transitions/s "
-                      f"(per shard {', '.join(f'{x:,.0f}' for x in r['per_shard'])})", flush=True)
+                print(
+                    f"  {size_name}, {s} shard(s): {r['transitions_per_s']:,.0f} transitions/s "
+                    f"(per shard {', '.join(f'{x:,.0f}' for x in r['per_shard'])})",
+                    flush=True,
+                )
         one = statistics.median(r["transitions_per_s"] for r in runs[1])
         rows = {}
         print(f"\n{size_name}: {'shards':>6} {'transitions/s':>14} {'fraction of S x one':>20}")
         for s in counts:
             rate = statistics.median(r["transitions_per_s"] for r in runs[s])
-            rows[str(s)] = {"transitions_per_s": round(rate, 1), "fraction_of_s_times_one": round(rate / (s * one), 3),
-                            "runs": [round(r["transitions_per_s"], 1) for r in runs[s]]}
+            rows[str(s)] = {
+                "transitions_per_s": round(rate, 1),
+                "fraction_of_s_times_one": round(rate / (s * one), 3),
+                "runs": [round(r["transitions_per_s"], 1) for r in runs[s]],
+            }
             print(f"{'':{len(size_name) + 1}} {s:>6} {rate:>14,.0f} {rate / (s * one):>20.2f}")
         report[size_name] = {"transitions_per_entry": size.batch, "entries_per_shard": entries, "shards": rows}
     load_end = os.getloadavg()
-    print(json.dumps({"sizes": report, "repeats": args.repeats, "cores": info["cores"],
-                      "load_average": [round(load_start[0], 2), round(load_end[0], 2)],
-                      "command": command, "machine": info, "versions": versions()}))
+    print(
+        json.dumps(
+            {
+                "sizes": report,
+                "repeats": args.repeats,
+                "cores": info["cores"],
+                "load_average": [round(load_start[0], 2), round(load_end[0], 2)],
+                "command": command,
+                "machine": info,
+                "versions": versions(),
+            }
+        )
+    )
     return 0
 
 

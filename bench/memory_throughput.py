@@ -78,14 +78,16 @@ class Size:
 
     @property
     def transition_bytes(self) -> int:
-        return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-                   for dtype, shape in self.layout.values())
+        return sum(
+            int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize for dtype, shape in self.layout.values()
+        )
 
 
 SIZES = {
     "pendulum": Size("pendulum", SpaceSpec((3,), "<f4", (1,), "<f4", 0), batch=1024, entries=3000, quick_entries=800),
-    "lunarlander": Size("lunarlander", SpaceSpec((8,), "<f4", (2,), "<f4", 0), batch=1024, entries=2000,
-                        quick_entries=500),
+    "lunarlander": Size(
+        "lunarlander", SpaceSpec((8,), "<f4", (2,), "<f4", 0), batch=1024, entries=2000, quick_entries=500
+    ),
     "atari": Size("atari", SpaceSpec((84, 84, 4), "|u1", (), "<i8", 6), batch=32, entries=200, quick_entries=60),
 }
 
@@ -149,8 +151,9 @@ def malloc_tuning(enabled: bool) -> None:
         return
     import ctypes
 
-    os.environ["GLIBC_TUNABLES"] = (f"glibc.malloc.mmap_threshold={MALLOC_MMAP_THRESHOLD}:"
-                                    f"glibc.malloc.trim_threshold={MALLOC_TRIM_THRESHOLD}")
+    os.environ["GLIBC_TUNABLES"] = (
+        f"glibc.malloc.mmap_threshold={MALLOC_MMAP_THRESHOLD}:glibc.malloc.trim_threshold={MALLOC_TRIM_THRESHOLD}"
+    )
     libc = ctypes.CDLL("libc.so.6")
     libc.mallopt(-3, MALLOC_MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
     libc.mallopt(-1, MALLOC_TRIM_THRESHOLD)  # M_TRIM_THRESHOLD
@@ -202,8 +205,9 @@ def _produce(conn, index: int, job: dict) -> dict:
         total = seq * batch
         te = time.perf_counter()
         if template is None:
-            header = experience_pb2.BatchHeader(run=RUN, worker_id=worker, seq=seq, policy_version=0,
-                                                final=seq == n, produced_total=total)
+            header = experience_pb2.BatchHeader(
+                run=RUN, worker_id=worker, seq=seq, policy_version=0, final=seq == n, produced_total=total
+            )
             h, d = codec.encode(header, pool[seq % POOL])
         else:
             template.seq, template.final, template.produced_total = seq, seq == n, total
@@ -258,8 +262,9 @@ class Producers:
                 self._early[i] = self._recv(conn, "done")
 
     def results(self) -> list[dict]:
-        out = [self._early.pop(i) if i in self._early else self._recv(conn, "done")
-               for i, conn in enumerate(self.conns)]
+        out = [
+            self._early.pop(i) if i in self._early else self._recv(conn, "done") for i, conn in enumerate(self.conns)
+        ]
         self._early.clear()
         return out
 
@@ -292,9 +297,9 @@ class Ring:
         first = min(n, cap - pos)
         for name, store in self.data.items():
             src = arrays[name]
-            store[pos:pos + first] = src[:first]
+            store[pos : pos + first] = src[:first]
             if first < n:
-                store[:n - first] = src[first:]
+                store[: n - first] = src[first:]
         self.pos = (pos + n) % cap
 
 
@@ -306,9 +311,19 @@ def run_e2e(size: Size, url: str, producers: Producers, cfg: argparse.Namespace,
     ring = Ring(layout, max(batch, min(1_000_000, RING_BYTES // size.transition_bytes)))
     entry_bytes = batch * size.transition_bytes
     count = cfg.read_count or max(1, min(256, READ_BYTES // entry_bytes))
-    producers.prepare({"url": url, "size": size.name, "batch": batch, "entries": entries,
-                       "max_entries": cfg.max_entries, "max_bytes": cfg.max_bytes, "pre_encode": cfg.pre_encode,
-                       "profile": cfg.profile, "tuning": cfg.tuning})
+    producers.prepare(
+        {
+            "url": url,
+            "size": size.name,
+            "batch": batch,
+            "entries": entries,
+            "max_entries": cfg.max_entries,
+            "max_bytes": cfg.max_bytes,
+            "pre_encode": cfg.pre_encode,
+            "profile": cfg.profile,
+            "tuning": cfg.tuning,
+        }
+    )
     expected = len(producers.conns) * entries * batch
     seqs = SeqTracker()
     got = duplicates = dead = reads = 0
@@ -360,20 +375,29 @@ def run_e2e(size: Size, url: str, producers: Producers, cfg: argparse.Namespace,
     left = consumer.backlog()
     client.close()
     if dead or duplicates or left:
-        raise RuntimeError(f"{size.name}: {dead} undecodable entries, {duplicates} duplicate transitions, "
-                           f"{left} entries left in the stream")
-    return {"transitions_per_s": got / elapsed, "elapsed_s": elapsed, "transitions": got, "reads": reads,
-            "read_count": count, "decode_s": decode_s, "copy_s": copy_s, "commit_s": commit_s,
-            "cpu_s": {"consumer": cpu, "producers": sum(r["cpu_s"] for r in results), "server": server_cpu_s},
-            "producer_waited_s": max(r["waited_s"] for r in results),
-            "producer_encode_s": max(r["encode_s"] for r in results)}
+        raise RuntimeError(
+            f"{size.name}: {dead} undecodable entries, {duplicates} duplicate transitions, "
+            f"{left} entries left in the stream"
+        )
+    return {
+        "transitions_per_s": got / elapsed,
+        "elapsed_s": elapsed,
+        "transitions": got,
+        "reads": reads,
+        "read_count": count,
+        "decode_s": decode_s,
+        "copy_s": copy_s,
+        "commit_s": commit_s,
+        "cpu_s": {"consumer": cpu, "producers": sum(r["cpu_s"] for r in results), "server": server_cpu_s},
+        "producer_waited_s": max(r["waited_s"] for r in results),
+        "producer_encode_s": max(r["encode_s"] for r in results),
+    }
 
 
 def run_raw(size: Size, url: str, batch: int, entries: int, tuning: dict) -> dict:
     """Pipelined XADD of entries with the same h and d sizes from one process: the server's raw append rate."""
     rng = np.random.default_rng(7)
-    header = experience_pb2.BatchHeader(run=RUN, worker_id="rollout-0", seq=1, policy_version=0,
-                                        produced_total=batch)
+    header = experience_pb2.BatchHeader(run=RUN, worker_id="rollout-0", seq=1, policy_version=0, produced_total=batch)
     h, d = codec.encode(header, random_batch(size.layout, batch, rng))
     client = open_client(url, tuning)
     key = Keys(RUN).stream
@@ -397,8 +421,13 @@ def run_raw(size: Size, url: str, batch: int, entries: int, tuning: dict) -> dic
     client.close()
     if n != entries:
         raise RuntimeError(f"{size.name}: raw run appended {n} of {entries} entries")
-    return {"transitions_per_s": entries * batch / elapsed, "entries_per_s": entries / elapsed,
-            "elapsed_s": elapsed, "pipeline": depth, "cpu_s": cpu}
+    return {
+        "transitions_per_s": entries * batch / elapsed,
+        "entries_per_s": entries / elapsed,
+        "elapsed_s": elapsed,
+        "pipeline": depth,
+        "cpu_s": cpu,
+    }
 
 
 def server_cpu(client) -> float:
@@ -449,8 +478,13 @@ def machine() -> dict:
     except OSError:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"platform": platform.platform(), "cpu": cpu, "cores": cores, "memory_gib": mem_gib,
-            "load_avg_1m": round(os.getloadavg()[0], 2)}
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cores": cores,
+        "memory_gib": mem_gib,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
 
 
 def versions() -> dict:
@@ -481,9 +515,11 @@ def versions() -> dict:
 
 def cpu_line(e2e: dict, raw: dict) -> str:
     c, r = e2e["cpu_s"], raw["cpu_s"]
-    return (f"e2e server {c['server']:.2f} producers {c['producers']:.2f} consumer {c['consumer']:.2f} "
-            f"(decode {e2e['decode_s']:.2f} copy {e2e['copy_s']:.2f} commit wait {e2e['commit_s']:.2f}); "
-            f"raw server {r['server']:.2f} client {r['client']:.2f}")
+    return (
+        f"e2e server {c['server']:.2f} producers {c['producers']:.2f} consumer {c['consumer']:.2f} "
+        f"(decode {e2e['decode_s']:.2f} copy {e2e['copy_s']:.2f} commit wait {e2e['commit_s']:.2f}); "
+        f"raw server {r['server']:.2f} client {r['client']:.2f}"
+    )
 
 
 def summarize(size: Size, batch: int, entries: int, e2e: list[dict], raw: list[dict]) -> dict:
@@ -495,34 +531,44 @@ def summarize(size: Size, batch: int, entries: int, e2e: list[dict], raw: list[d
     e2e_cpu = statistics.median(sum(r["cpu_s"].values()) / entries * 1e6 for r in e2e)
     raw_cpu = statistics.median(sum(r["cpu_s"].values()) / entries * 1e6 for r in raw)
     return {
-        "transitions_per_s": round(med), "raw_transitions_per_s": round(raw_med), "ratio_to_raw": round(ratio, 3),
+        "transitions_per_s": round(med),
+        "raw_transitions_per_s": round(raw_med),
+        "ratio_to_raw": round(ratio, 3),
         "e2e_runs": [round(r["transitions_per_s"]) for r in e2e],
         "raw_runs": [round(r["transitions_per_s"]) for r in raw],
-        "batch": batch, "entry_bytes": size.transition_bytes * batch, "entries": entries,
+        "batch": batch,
+        "entry_bytes": size.transition_bytes * batch,
+        "entries": entries,
         "mb_per_s": round(med * size.transition_bytes / 1e6, 1),
         "raw_mb_per_s": round(raw_med * size.transition_bytes / 1e6, 1),
         "cpu_us_per_entry": {"e2e": round(e2e_cpu, 1), "raw": round(raw_cpu, 1)},
         "median_run": {
             "elapsed_s": round(mid["elapsed_s"], 3),
             "cpu_s": {k: round(v, 3) for k, v in mid["cpu_s"].items()},
-            "consumer_decode_s": round(mid["decode_s"], 3), "consumer_copy_s": round(mid["copy_s"], 3),
-            "consumer_commit_s": round(mid["commit_s"], 3), "reads": mid["reads"],
+            "consumer_decode_s": round(mid["decode_s"], 3),
+            "consumer_copy_s": round(mid["copy_s"], 3),
+            "consumer_commit_s": round(mid["commit_s"], 3),
+            "reads": mid["reads"],
             "producer_waited_s": round(mid["producer_waited_s"], 3),
         },
     }
 
 
 def print_table(summary: dict) -> None:
-    head = (f"{'size':12s} {'B':>5s} {'entry':>9s} {'end-to-end tr/s':>16s} {'(min - max)':>19s} {'MB/s':>7s} "
-            f"{'raw tr/s':>10s} {'MB/s':>7s} {'ratio':>6s} {'cpu us/entry e2e|raw':>21s}")
+    head = (
+        f"{'size':12s} {'B':>5s} {'entry':>9s} {'end-to-end tr/s':>16s} {'(min - max)':>19s} {'MB/s':>7s} "
+        f"{'raw tr/s':>10s} {'MB/s':>7s} {'ratio':>6s} {'cpu us/entry e2e|raw':>21s}"
+    )
     print(head)
     print("-" * len(head))
     for name, r in summary.items():
         cpu = r["cpu_us_per_entry"]
         span = f"{fmt_rate(min(r['e2e_runs']))} - {fmt_rate(max(r['e2e_runs']))}"
-        print(f"{name:12s} {r['batch']:5d} {r['entry_bytes'] / 1024:7.1f}Ki {fmt_rate(r['transitions_per_s']):>16s} "
-              f"{span:>19s} {r['mb_per_s']:7.1f} {fmt_rate(r['raw_transitions_per_s']):>10s} "
-              f"{r['raw_mb_per_s']:7.1f} {r['ratio_to_raw']:6.2f} {cpu['e2e']:>10.0f} | {cpu['raw']:<8.0f}")
+        print(
+            f"{name:12s} {r['batch']:5d} {r['entry_bytes'] / 1024:7.1f}Ki {fmt_rate(r['transitions_per_s']):>16s} "
+            f"{span:>19s} {r['mb_per_s']:7.1f} {fmt_rate(r['raw_transitions_per_s']):>10s} "
+            f"{r['raw_mb_per_s']:7.1f} {r['ratio_to_raw']:6.2f} {cpu['e2e']:>10.0f} | {cpu['raw']:<8.0f}"
+        )
 
 
 def fmt_rate(x: float) -> str:
@@ -545,31 +591,70 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default=",".join(SIZES), help="comma-separated subset of: " + ", ".join(SIZES))
     ap.add_argument("--producers", type=int, default=2, help="producer processes (P)")
     ap.add_argument("--repeats", type=int, default=3, help="repeats of every measurement; medians are reported")
-    ap.add_argument("--batch", action="append", default=[], metavar="NAME=B",
-                    help="transitions per entry for a size (defaults: "
-                         + ", ".join(f"{s.name}={s.batch}" for s in SIZES.values()) + ")")
-    ap.add_argument("--entries", action="append", default=[], metavar="NAME=N",
-                    help="entries per producer for a size (defaults: "
-                         + ", ".join(f"{s.name}={s.entries}" for s in SIZES.values()) + "; quick: "
-                         + ", ".join(f"{s.name}={s.quick_entries}" for s in SIZES.values()) + ")")
-    ap.add_argument("--transport", choices=("unix", "tcp"), default="unix",
-                    help="connection to the server: unix socket or loopback TCP")
+    ap.add_argument(
+        "--batch",
+        action="append",
+        default=[],
+        metavar="NAME=B",
+        help="transitions per entry for a size (defaults: "
+        + ", ".join(f"{s.name}={s.batch}" for s in SIZES.values())
+        + ")",
+    )
+    ap.add_argument(
+        "--entries",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="entries per producer for a size (defaults: "
+        + ", ".join(f"{s.name}={s.entries}" for s in SIZES.values())
+        + "; quick: "
+        + ", ".join(f"{s.name}={s.quick_entries}" for s in SIZES.values())
+        + ")",
+    )
+    ap.add_argument(
+        "--transport",
+        choices=("unix", "tcp"),
+        default="unix",
+        help="connection to the server: unix socket or loopback TCP",
+    )
     ap.add_argument("--max-entries", type=int, default=256, help="producer back-pressure limit on stream entries")
-    ap.add_argument("--max-bytes", type=int, default=1024 * 1024 * 1024,
-                    help="producer back-pressure limit on backlog bytes")
-    ap.add_argument("--read-count", type=int, default=0,
-                    help="entries per XREADGROUP (default: about 4 MiB of entries, at most 256)")
-    ap.add_argument("--pre-encode", action="store_true",
-                    help="producers encode the array blobs once up front (only the header per entry)")
-    ap.add_argument("--profile", metavar="DIR",
-                    help="write cProfile statistics of the consumer and every producer to DIR (slows the run)")
-    ap.add_argument("--packer", choices=("default", "split"), default="default",
-                    help="experiment: 'split' packs arguments over 64 KiB with redis-py's Python packer (no copy) "
-                         "instead of hiredis")
-    ap.add_argument("--read-size", type=int, default=0,
-                    help="experiment: socket read size of every client (redis-py's default is 64 KiB)")
-    ap.add_argument("--malloc-tuning", action="store_true",
-                    help="experiment: glibc malloc keeps freed memory (GLIBC_TUNABLES for producers and servers)")
+    ap.add_argument(
+        "--max-bytes", type=int, default=1024 * 1024 * 1024, help="producer back-pressure limit on backlog bytes"
+    )
+    ap.add_argument(
+        "--read-count",
+        type=int,
+        default=0,
+        help="entries per XREADGROUP (default: about 4 MiB of entries, at most 256)",
+    )
+    ap.add_argument(
+        "--pre-encode",
+        action="store_true",
+        help="producers encode the array blobs once up front (only the header per entry)",
+    )
+    ap.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="write cProfile statistics of the consumer and every producer to DIR (slows the run)",
+    )
+    ap.add_argument(
+        "--packer",
+        choices=("default", "split"),
+        default="default",
+        help="experiment: 'split' packs arguments over 64 KiB with redis-py's Python packer (no copy) "
+        "instead of hiredis",
+    )
+    ap.add_argument(
+        "--read-size",
+        type=int,
+        default=0,
+        help="experiment: socket read size of every client (redis-py's default is 64 KiB)",
+    )
+    ap.add_argument(
+        "--malloc-tuning",
+        action="store_true",
+        help="experiment: glibc malloc keeps freed memory (GLIBC_TUNABLES for producers and servers)",
+    )
     ap.add_argument("--start-method", choices=("spawn", "forkserver"), default="spawn")
     cfg = ap.parse_args(argv)
     names = [n.strip() for n in cfg.sizes.split(",") if n.strip()]
@@ -586,19 +671,32 @@ def main(argv: list[str] | None = None) -> int:
     batches = parse_overrides(cfg.batch, "batch")
     entry_counts = parse_overrides(cfg.entries, "entries")
 
-    command = shlex.join([Path(sys.executable).name, "-m", "bench.memory_throughput", *sys.argv[1:]]) \
-        if argv is None else shlex.join(["memory_throughput", *argv])
+    command = (
+        shlex.join([Path(sys.executable).name, "-m", "bench.memory_throughput", *sys.argv[1:]])
+        if argv is None
+        else shlex.join(["memory_throughput", *argv])
+    )
     info_machine, info_versions = machine(), versions()
     print(f"command : {command}")
-    print(f"machine : {info_machine['cpu']}, {info_machine['cores']} cores, {info_machine['memory_gib']} GiB, "
-          f"{info_machine['platform']} (load {info_machine['load_avg_1m']})")
+    print(
+        f"machine : {info_machine['cpu']}, {info_machine['cores']} cores, {info_machine['memory_gib']} GiB, "
+        f"{info_machine['platform']} (load {info_machine['load_avg_1m']})"
+    )
     print("versions: " + ", ".join(f"{k} {v}" for k, v in info_versions.items()))
-    print(f"setup   : {cfg.producers} producer processes ({cfg.start_method}), 1 consumer, transport {cfg.transport}, "
-          f"{cfg.repeats} repeats (medians), back-pressure {cfg.max_entries} entries / {cfg.max_bytes} bytes, "
-          f"{'pre-encoded blobs' if cfg.pre_encode else 'encode per entry'}")
-    experiments = [name for name, on in (("packer=split", cfg.packer == "split"),
-                                         (f"read-size={cfg.read_size}", cfg.read_size),
-                                         ("malloc-tuning", cfg.malloc_tuning)) if on]
+    print(
+        f"setup   : {cfg.producers} producer processes ({cfg.start_method}), 1 consumer, transport {cfg.transport}, "
+        f"{cfg.repeats} repeats (medians), back-pressure {cfg.max_entries} entries / {cfg.max_bytes} bytes, "
+        f"{'pre-encoded blobs' if cfg.pre_encode else 'encode per entry'}"
+    )
+    experiments = [
+        name
+        for name, on in (
+            ("packer=split", cfg.packer == "split"),
+            (f"read-size={cfg.read_size}", cfg.read_size),
+            ("malloc-tuning", cfg.malloc_tuning),
+        )
+        if on
+    ]
     if experiments:
         print(f"tuning  : {', '.join(experiments)} (experiments, not drl's defaults)")
     print(flush=True)
@@ -623,9 +721,12 @@ def main(argv: list[str] | None = None) -> int:
                         e2e.append(run_e2e(size, server.url, producers, cfg, batch, entries))
                 with Server(cfg.transport) as server:
                     raw.append(run_raw(size, server.url, batch, entries * cfg.producers, cfg.tuning))
-                print(f"  {name:12s} repeat {rep + 1}: end to end {fmt_rate(e2e[-1]['transitions_per_s'])}/s "
-                      f"({e2e[-1]['elapsed_s']:.2f} s), raw {fmt_rate(raw[-1]['transitions_per_s'])}/s "
-                      f"({raw[-1]['elapsed_s']:.2f} s); cpu s: " + cpu_line(e2e[-1], raw[-1]), flush=True)
+                print(
+                    f"  {name:12s} repeat {rep + 1}: end to end {fmt_rate(e2e[-1]['transitions_per_s'])}/s "
+                    f"({e2e[-1]['elapsed_s']:.2f} s), raw {fmt_rate(raw[-1]['transitions_per_s'])}/s "
+                    f"({raw[-1]['elapsed_s']:.2f} s); cpu s: " + cpu_line(e2e[-1], raw[-1]),
+                    flush=True,
+                )
             summary[name] = summarize(size, batch, entries * cfg.producers, e2e, raw)
     finally:
         producers.close()
@@ -638,14 +739,28 @@ def main(argv: list[str] | None = None) -> int:
         goals["pendulum_1M"] = summary["pendulum"]["transitions_per_s"] >= GOAL_TRANSITIONS_PER_S
     for name in summary:
         goals[f"{name}_ratio"] = summary[name]["ratio_to_raw"] >= GOAL_RATIO
-    print(f"goal    : >= {GOAL_TRANSITIONS_PER_S:,} Pendulum-like transitions/s end to end and ratio >= {GOAL_RATIO} "
-          "for every size: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in goals.items()))
-    print(f"load    : 1-minute load average {info_machine['load_avg_1m']} at start, {os.getloadavg()[0]:.2f} at end "
-          f"({info_machine['cores']} cores; other work on the machine shows as spread between repeats)")
-    summary.update({"goal_met": all(goals.values()) and len(summary) == len(SIZES), "goals": goals,
-                    "command": command, "producers": cfg.producers, "transport": cfg.transport,
-                    "repeats": cfg.repeats, "quick": cfg.quick, "experiments": experiments,
-                    "machine": info_machine, "versions": info_versions})
+    print(
+        f"goal    : >= {GOAL_TRANSITIONS_PER_S:,} Pendulum-like transitions/s end to end and ratio >= {GOAL_RATIO} "
+        "for every size: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in goals.items())
+    )
+    print(
+        f"load    : 1-minute load average {info_machine['load_avg_1m']} at start, {os.getloadavg()[0]:.2f} at end "
+        f"({info_machine['cores']} cores; other work on the machine shows as spread between repeats)"
+    )
+    summary.update(
+        {
+            "goal_met": all(goals.values()) and len(summary) == len(SIZES),
+            "goals": goals,
+            "command": command,
+            "producers": cfg.producers,
+            "transport": cfg.transport,
+            "repeats": cfg.repeats,
+            "quick": cfg.quick,
+            "experiments": experiments,
+            "machine": info_machine,
+            "versions": info_versions,
+        }
+    )
     print(json.dumps(summary, separators=(",", ":")), flush=True)
     return 0
 

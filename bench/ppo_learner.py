@@ -46,9 +46,14 @@ CFG = PPOConfig(hidden=(64, 64), lr=1e-3, gamma=0.98, gae_lambda=0.8, epochs=20,
 
 def random_rollout(seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {"obs": rng.normal(size=(ROWS, 4)).astype(np.float32), "action": rng.integers(0, 2, ROWS),
-            "reward": np.ones(ROWS, np.float32), "next_obs": rng.normal(size=(ROWS, 4)).astype(np.float32),
-            "terminated": rng.random(ROWS) < 0.02, "truncated": np.zeros(ROWS, bool)}
+    return {
+        "obs": rng.normal(size=(ROWS, 4)).astype(np.float32),
+        "action": rng.integers(0, 2, ROWS),
+        "reward": np.ones(ROWS, np.float32),
+        "next_obs": rng.normal(size=(ROWS, 4)).astype(np.float32),
+        "terminated": rng.random(ROWS) < 0.02,
+        "truncated": np.zeros(ROWS, bool),
+    }
 
 
 class DrlRunner:
@@ -56,7 +61,7 @@ class DrlRunner:
         self.name = "drl" if flat else "drl-per-param"
         self.learner = PPOLearner(space_spec(ENV), CFG, seed=seed)
         step = ROWS // SEGMENTS
-        self.segments = [{k: v[i:i + step] for k, v in rollout.items()} for i in range(0, ROWS, step)]
+        self.segments = [{k: v[i : i + step] for k, v in rollout.items()} for i in range(0, ROWS, step)]
         if not flat:
             learner = self.learner
             params = [*learner.policy.parameters(), *learner.value.parameters()]
@@ -93,24 +98,43 @@ class Sb3Runner:
 
     def __init__(self, rollout: dict[str, np.ndarray], seed: int):
         import gymnasium as gym
+
         try:
             from stable_baselines3 import PPO
             from stable_baselines3.common.logger import Logger
         except ImportError:
             raise SystemExit("stable-baselines3 is not installed: pip install -e '.[bench]'") from None
-        self.model = PPO("MlpPolicy", gym.make(ENV), n_steps=ROWS, batch_size=ROWS // CFG.minibatches,
-                         n_epochs=CFG.epochs, learning_rate=CFG.lr, gamma=CFG.gamma, gae_lambda=CFG.gae_lambda,
-                         ent_coef=0.0, clip_range=CFG.clip, max_grad_norm=CFG.max_grad_norm, device="cpu",
-                         seed=seed, verbose=0)
+        self.model = PPO(
+            "MlpPolicy",
+            gym.make(ENV),
+            n_steps=ROWS,
+            batch_size=ROWS // CFG.minibatches,
+            n_epochs=CFG.epochs,
+            learning_rate=CFG.lr,
+            gamma=CFG.gamma,
+            gae_lambda=CFG.gae_lambda,
+            ent_coef=0.0,
+            clip_range=CFG.clip,
+            max_grad_norm=CFG.max_grad_norm,
+            device="cpu",
+            seed=seed,
+            verbose=0,
+        )
         self.model.set_logger(Logger(folder=None, output_formats=[]))
         buffer, policy = self.model.rollout_buffer, self.model.policy
         with torch.no_grad():
             for i in range(ROWS):
-                obs = torch.as_tensor(rollout["obs"][i:i + 1])
-                action = torch.as_tensor(rollout["action"][i:i + 1])
+                obs = torch.as_tensor(rollout["obs"][i : i + 1])
+                action = torch.as_tensor(rollout["action"][i : i + 1])
                 value, logp, _ = policy.evaluate_actions(obs, action)
-                buffer.add(rollout["obs"][i:i + 1], rollout["action"][i:i + 1].reshape(1, 1),
-                           rollout["reward"][i:i + 1], np.array([i % 128 == 0]), value.flatten(), logp)
+                buffer.add(
+                    rollout["obs"][i : i + 1],
+                    rollout["action"][i : i + 1].reshape(1, 1),
+                    rollout["reward"][i : i + 1],
+                    np.array([i % 128 == 0]),
+                    value.flatten(),
+                    logp,
+                )
             buffer.compute_returns_and_advantage(last_values=torch.zeros(1), dones=np.zeros(1))
 
     def run(self, rollouts: int) -> float:
@@ -133,12 +157,18 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     command = " ".join([os.path.basename(sys.executable), "-m", "bench.ppo_learner", *map(shlex.quote, sys.argv[1:])])
     machine = {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "platform": platform.platform()}
-    versions = {"python": platform.python_version(), "torch": torch.__version__,
-                "stable-baselines3": version("stable-baselines3"), "drl": version("drl")}
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "stable-baselines3": version("stable-baselines3"),
+        "drl": version("drl"),
+    }
     print(f"command:  {command}")
     print(f"machine:  {machine['cpu']}, {machine['logical_cpus']} logical CPUs, {machine['platform']}")
-    print(f"setup:    {ENV} spaces, rollouts of {ROWS}, {CFG.epochs} epochs x {CFG.minibatches} minibatches, "
-          f"hidden {CFG.hidden}, torch threads {args.threads}, {args.repeats} x {args.rollouts} rollouts each")
+    print(
+        f"setup:    {ENV} spaces, rollouts of {ROWS}, {CFG.epochs} epochs x {CFG.minibatches} minibatches, "
+        f"hidden {CFG.hidden}, torch threads {args.threads}, {args.repeats} x {args.rollouts} rollouts each"
+    )
     load_start = os.getloadavg()
     rollout = random_rollout(args.seed)
     runners = [DrlRunner(rollout, args.seed), DrlRunner(rollout, args.seed, flat=False), Sb3Runner(rollout, args.seed)]
@@ -146,25 +176,39 @@ def main(argv: list[str] | None = None) -> int:
         runner.run(2)
     rates: dict[str, list[float]] = {r.name: [] for r in runners}
     for rep in range(args.repeats):
-        for runner in runners[rep % 3:] + runners[:rep % 3]:
+        for runner in runners[rep % 3 :] + runners[: rep % 3]:
             rates[runner.name].append(args.rollouts / runner.run(args.rollouts))
     load_end = os.getloadavg()
     medians = {name: statistics.median(values) for name, values in rates.items()}
     steps = CFG.epochs * CFG.minibatches
     print(f"\n{'learner':<14} {'rollouts/s':>11} {'min':>8} {'max':>8} {'ms/minibatch step':>18}")
     for name, values in rates.items():
-        print(f"{name:<14} {medians[name]:>11.2f} {min(values):>8.2f} {max(values):>8.2f} "
-              f"{1000 / medians[name] / steps:>18.3f}")
+        print(
+            f"{name:<14} {medians[name]:>11.2f} {min(values):>8.2f} {max(values):>8.2f} "
+            f"{1000 / medians[name] / steps:>18.3f}"
+        )
     over_sb3 = medians["drl"] / medians["sb3"]
     over_per_param = medians["drl"] / medians["drl-per-param"]
-    print(f"ratio drl/sb3 {over_sb3:.2f}x, drl/drl-per-param {over_per_param:.2f}x; load average "
-          f"{load_start[0]:.2f} at start, {load_end[0]:.2f} at end")
-    print(json.dumps({"rollouts_per_s": {k: round(v, 3) for k, v in medians.items()},
-                      "runs": {k: [round(x, 3) for x in v] for k, v in rates.items()},
-                      "ratio_drl_over_sb3": round(over_sb3, 3), "ratio_drl_over_per_param": round(over_per_param, 3),
-                      "minibatch_steps_per_rollout": steps, "threads": args.threads,
-                      "load_average": [round(load_start[0], 2), round(load_end[0], 2)],
-                      "command": command, "machine": machine, "versions": versions}))
+    print(
+        f"ratio drl/sb3 {over_sb3:.2f}x, drl/drl-per-param {over_per_param:.2f}x; load average "
+        f"{load_start[0]:.2f} at start, {load_end[0]:.2f} at end"
+    )
+    print(
+        json.dumps(
+            {
+                "rollouts_per_s": {k: round(v, 3) for k, v in medians.items()},
+                "runs": {k: [round(x, 3) for x in v] for k, v in rates.items()},
+                "ratio_drl_over_sb3": round(over_sb3, 3),
+                "ratio_drl_over_per_param": round(over_per_param, 3),
+                "minibatch_steps_per_rollout": steps,
+                "threads": args.threads,
+                "load_average": [round(load_start[0], 2), round(load_end[0], 2)],
+                "command": command,
+                "machine": machine,
+                "versions": versions,
+            }
+        )
+    )
     return 0
 
 

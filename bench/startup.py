@@ -67,9 +67,25 @@ def _ready_at(logs: Path) -> float | None:
 
 def run_one(side: str, workers: int, repeat: int, args: argparse.Namespace, workdir: Path) -> dict:
     run = f"start-{side}-{workers}-{repeat}"
-    command = [str(Path(sys.executable).with_name("drl-orchestrate")), "--preset", "ppo", "--env", "CartPole-v1",
-               "--workers", str(workers), "--steps", str(1024 * workers), "--eval-episodes", "1",
-               "--seed", str(repeat), "--output", str(workdir), "--run-name", run]
+    command = [
+        str(Path(sys.executable).with_name("drl-orchestrate")),
+        "--preset",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--workers",
+        str(workers),
+        "--steps",
+        str(1024 * workers),
+        "--eval-episodes",
+        "1",
+        "--seed",
+        str(repeat),
+        "--output",
+        str(workdir),
+        "--run-name",
+        run,
+    ]
     env = {**os.environ, "DRL_FORKSERVER": SIDES[side]}
     cpu = _children_cpu()
     launched = time.time()
@@ -81,8 +97,13 @@ def run_one(side: str, workers: int, repeat: int, args: argparse.Namespace, work
     row = {"side": side, "workers": workers, "repeat": repeat, "exit_code": proc.returncode}
     if proc.returncode != 0 or ready is None:
         return {**row, "failed": True, "log_tail": (proc.stdout + proc.stderr)[-2000:]}
-    return {**row, "failed": False, "ready_s": round(ready - launched, 2), "wall_s": round(wall, 2),
-            "cpu_s": round(cpu, 2)}
+    return {
+        **row,
+        "failed": False,
+        "ready_s": round(ready - launched, 2),
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+    }
 
 
 def summarize(rows: list[dict], counts: list[int]) -> list[dict]:
@@ -91,11 +112,14 @@ def summarize(rows: list[dict], counts: list[int]) -> list[dict]:
         entry: dict = {"workers": n}
         for side in SIDES:
             ok = [r for r in rows if r["workers"] == n and r["side"] == side and not r["failed"]]
-            entry[side] = {k: round(statistics.median(r[k] for r in ok), 2) if ok else None
-                           for k in ("ready_s", "wall_s", "cpu_s")}
+            entry[side] = {
+                k: round(statistics.median(r[k] for r in ok), 2) if ok else None for k in ("ready_s", "wall_s", "cpu_s")
+            }
             entry[side]["runs"] = len(ok)
-        entry["ratio"] = {k: round(entry["fork"][k] / entry["new"][k], 3)
-                          if entry["fork"][k] and entry["new"][k] else None for k in ("ready_s", "wall_s", "cpu_s")}
+        entry["ratio"] = {
+            k: round(entry["fork"][k] / entry["new"][k], 3) if entry["fork"][k] and entry["new"][k] else None
+            for k in ("ready_s", "wall_s", "cpu_s")
+        }
         out.append(entry)
     return out
 
@@ -115,11 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for repeat in range(args.repeats):
             for n in counts:
-                for side in (("fork", "new") if repeat % 2 == 0 else ("new", "fork")):
+                for side in ("fork", "new") if repeat % 2 == 0 else ("new", "fork"):
                     row = run_one(side, n, repeat, args, workdir)
                     rows.append(row)
-                    shown = "failed" if row["failed"] else \
-                        f"ready {row['ready_s']:.1f} s, wall {row['wall_s']:.1f} s, CPU {row['cpu_s']:.1f} s"
+                    shown = (
+                        "failed"
+                        if row["failed"]
+                        else f"ready {row['ready_s']:.1f} s, wall {row['wall_s']:.1f} s, CPU {row['cpu_s']:.1f} s"
+                    )
                     print(f"repeat {repeat} workers {n:>3} {side:>4}: {shown}", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -127,20 +154,35 @@ def main(argv: list[str] | None = None) -> int:
     print("workers | ready fork / new s | wall fork / new s | CPU fork / new s | ready, wall, CPU fork/new")
     for e in summary:
         f, n, r = e["fork"], e["new"], e["ratio"]
-        print(f"{e['workers']} | {f['ready_s']} / {n['ready_s']} | {f['wall_s']} / {n['wall_s']} | "
-              f"{f['cpu_s']} / {n['cpu_s']} | {r['ready_s']}, {r['wall_s']}, {r['cpu_s']}")
+        print(
+            f"{e['workers']} | {f['ready_s']} / {n['ready_s']} | {f['wall_s']} / {n['wall_s']} | "
+            f"{f['cpu_s']} / {n['cpu_s']} | {r['ready_s']}, {r['wall_s']}, {r['cpu_s']}"
+        )
     for r in rows:
         if r["failed"]:
-            print(f"{r['side']} with {r['workers']} workers, repeat {r['repeat']} failed:\n{r['log_tail']}",
-                  file=sys.stderr)
-    print(json.dumps({
-        "summary": summary, "rows": rows, "repeats": args.repeats,
-        "goal": "measured, no goal: start-up with the fork server against new processes", "goal_met": None,
-        "command": " ".join(["python", "-m", "bench.startup", *(argv if argv is not None else sys.argv[1:])]),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
-                    "load_avg_1m": round(os.getloadavg()[0], 2)},
-        "versions": {"drl": git_commit(), "torch": version("torch"), "gymnasium": version("gymnasium")},
-    }))
+            print(
+                f"{r['side']} with {r['workers']} workers, repeat {r['repeat']} failed:\n{r['log_tail']}",
+                file=sys.stderr,
+            )
+    print(
+        json.dumps(
+            {
+                "summary": summary,
+                "rows": rows,
+                "repeats": args.repeats,
+                "goal": "measured, no goal: start-up with the fork server against new processes",
+                "goal_met": None,
+                "command": " ".join(["python", "-m", "bench.startup", *(argv if argv is not None else sys.argv[1:])]),
+                "machine": {
+                    "platform": platform.platform(),
+                    "python": platform.python_version(),
+                    "cpus": os.cpu_count(),
+                    "load_avg_1m": round(os.getloadavg()[0], 2),
+                },
+                "versions": {"drl": git_commit(), "torch": version("torch"), "gymnasium": version("gymnasium")},
+            }
+        )
+    )
     return 0 if all(not r["failed"] for r in rows) else 1
 
 

@@ -23,8 +23,9 @@ def seconds(r: dict, key: str = "time_to_score_s") -> float:
     return math.inf if value is None or not r["reached"] else float(value)
 
 
-def time_verdict(by_side: dict[str, list[dict]], goal_kind: str,
-                 goal_value: float) -> tuple[float | None, bool | None, str]:
+def time_verdict(
+    by_side: dict[str, list[dict]], goal_kind: str, goal_value: float
+) -> tuple[float | None, bool | None, str]:
     """(ratio drl/sb3 of the median times to score, goal met, why). A failed baseline run means no comparison;
     a failed drl run is not met; a peer that ran and did not reach the target in its budget counts as infinitely
     slow; a goal in seconds (``goal_kind`` "seconds") needs drl's runs alone, a ratio goal drl <= value x sb3."""

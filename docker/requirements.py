@@ -24,8 +24,10 @@ def requirements(project: dict, extras: str) -> list[str]:
         if group in seen:
             continue
         if group not in groups:
-            raise SystemExit(f"docker/requirements.py: pyproject.toml has no optional dependency group {group!r} "
-                             f"(it has: {', '.join(sorted(groups)) or 'none'})")
+            raise SystemExit(
+                f"docker/requirements.py: pyproject.toml has no optional dependency group {group!r} "
+                f"(it has: {', '.join(sorted(groups)) or 'none'})"
+            )
         seen.add(group)
         for requirement in groups[group]:
             found = own.fullmatch(requirement.replace(" ", ""))

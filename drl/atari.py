@@ -67,8 +67,9 @@ def register_minatar() -> None:
 def make_ale(env_id: str, render_mode: str | None, evaluation: bool) -> gym.Env:
     """An ``ALE/`` env with the preprocessing of this module's docstring."""
     env: gym.Env = gym.make(env_id, frameskip=1, render_mode=render_mode)
-    env = AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True,
-                             terminal_on_life_loss=False, scale_obs=False)
+    env = AtariPreprocessing(
+        env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True, terminal_on_life_loss=False, scale_obs=False
+    )
     env = RecordEpisodeStatistics(env)
     if not evaluation:
         env = EpisodicLife(env)
@@ -82,8 +83,9 @@ def make_minatar(env_id: str, render_mode: str | None, evaluation: bool = False)
     baselines learn from unclipped."""
     env = gym.make(env_id, render_mode=render_mode, disable_env_checker=True)
     space = env.observation_space
-    env = TransformObservation(env, lambda obs: obs.astype(np.uint8) * np.uint8(255),
-                               gym.spaces.Box(0, 255, space.shape, np.uint8))
+    env = TransformObservation(
+        env, lambda obs: obs.astype(np.uint8) * np.uint8(255), gym.spaces.Box(0, 255, space.shape, np.uint8)
+    )
     return MinAtarFrames(env) if render_mode == "rgb_array" else env
 
 

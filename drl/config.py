@@ -78,84 +78,131 @@ class ExperimentConfig:
     env: str = opt("Pendulum-v1", "Any registered gymnasium environment id.")
     workers: int = opt(2, "Rollout worker processes.")
     envs_per_worker: int = opt(1, "Environments stepped together inside each rollout worker.")
-    mode: str = opt("sync", "sync: workers and trainer take turns per policy version; async: both run continuously.",
-                    choices=MODES)
+    mode: str = opt(
+        "sync", "sync: workers and trainer take turns per policy version; async: both run continuously.", choices=MODES
+    )
     steps: int = opt(20_000, "Total environment steps collected by all workers together.")
     seed: int = opt(0, "Base random seed; each worker and the evaluator derive their own from it.")
-    memory: str = opt("", "Redis URL of the memory backend (redis://HOST:PORT/DB, rediss://HOST:PORT/DB, "
-                          "unix:///PATH?db=N; default $DRL_MEMORY_URL), or several separated by commas to spread "
-                          "the experience shards over servers (shard s on server s mod N, the run's control "
-                          "state on the first); empty starts a private Valkey/Redis server. "
-                          "Credentials and TLS files come from DRL_MEMORY_USERNAME, DRL_MEMORY_PASSWORD(_FILE), "
-                          "DRL_MEMORY_TLS_CA/_CERT/_KEY.")
-    store: str = opt("", "Data store for policies and checkpoints: a directory, file://PATH or s3://BUCKET/PREFIX "
-                         "(endpoint and credentials from DRL_S3_ENDPOINT, AWS_* variables or AWS credential files); "
-                         "runs live under their name in it; empty means the output directory.")
+    memory: str = opt(
+        "",
+        "Redis URL of the memory backend (redis://HOST:PORT/DB, rediss://HOST:PORT/DB, "
+        "unix:///PATH?db=N; default $DRL_MEMORY_URL), or several separated by commas to spread "
+        "the experience shards over servers (shard s on server s mod N, the run's control "
+        "state on the first); empty starts a private Valkey/Redis server. "
+        "Credentials and TLS files come from DRL_MEMORY_USERNAME, DRL_MEMORY_PASSWORD(_FILE), "
+        "DRL_MEMORY_TLS_CA/_CERT/_KEY.",
+    )
+    store: str = opt(
+        "",
+        "Data store for policies and checkpoints: a directory, file://PATH or s3://BUCKET/PREFIX "
+        "(endpoint and credentials from DRL_S3_ENDPOINT, AWS_* variables or AWS credential files); "
+        "runs live under their name in it; empty means the output directory.",
+    )
     run_name: str = opt("", "Run name; empty picks <preset>-<env>-<mode>-<time>.")
     output: str = opt("runs", "Directory that receives one folder per run (logs, evaluations, summary).")
     target_return: float | None = opt(None, "Stop early once a mean evaluation return reaches this value.")
-    batch_transitions: int = opt(64, "Transitions per stream entry sent by a rollout worker (the least; see "
-                                     "--entry-fill-ms).")
-    entry_fill_ms: float = opt(10.0, "A rollout worker keeps filling an entry past --batch-transitions until its "
-                                     "stepping has used this many milliseconds of CPU time (or 100 times as "
-                                     "long has passed), up to a quarter of the backlog's limit "
-                                     "(--max-backlog-entries entries of --batch-transitions): a fast env sends "
-                                     "fewer, larger entries, a slow one is not held back. 0 sends every entry at "
-                                     "--batch-transitions.")
-    compression: str = opt("auto", "How rollout workers compress each entry's arrays: zstd, lz4, none, or auto "
-                                   "(zstd for image frames when the zstandard package is installed, none "
-                                   "otherwise). The trainer reads any of them.",
-                           choices=("auto", "none", "zstd", "lz4"))
+    batch_transitions: int = opt(
+        64, "Transitions per stream entry sent by a rollout worker (the least; see --entry-fill-ms)."
+    )
+    entry_fill_ms: float = opt(
+        10.0,
+        "A rollout worker keeps filling an entry past --batch-transitions until its "
+        "stepping has used this many milliseconds of CPU time (or 100 times as "
+        "long has passed), up to a quarter of the backlog's limit "
+        "(--max-backlog-entries entries of --batch-transitions): a fast env sends "
+        "fewer, larger entries, a slow one is not held back. 0 sends every entry at "
+        "--batch-transitions.",
+    )
+    compression: str = opt(
+        "auto",
+        "How rollout workers compress each entry's arrays: zstd, lz4, none, or auto "
+        "(zstd for image frames when the zstandard package is installed, none "
+        "otherwise). The trainer reads any of them.",
+        choices=("auto", "none", "zstd", "lz4"),
+    )
     random_steps: int = opt(1000, "Initial environment steps (all workers together) taken with uniform random actions.")
     learning_starts: int = opt(1000, "Transitions in replay before the first gradient update.")
     updates_per_transition: float = opt(1.0, "Gradient updates per consumed transition (the replay ratio).")
     replay_size: int = opt(1_000_000, "Replay buffer capacity in transitions.")
-    sync_steps_per_iteration: int = opt(1000, "SYNC: environment steps per iteration, split evenly over the workers (rounded up).")
-    sync_deadline_s: float = opt(60.0, "SYNC: seconds the trainer waits for an iteration's stragglers before "
-                                       "training without them.")
+    sync_steps_per_iteration: int = opt(
+        1000, "SYNC: environment steps per iteration, split evenly over the workers (rounded up)."
+    )
+    sync_deadline_s: float = opt(
+        60.0, "SYNC: seconds the trainer waits for an iteration's stragglers before training without them."
+    )
     publish_every_updates: int = opt(250, "ASYNC: gradient updates between two published policy versions.")
-    memory_shards: int = opt(1, "Experience streams on the memory server: rollout worker i appends to stream i mod "
-                                "this; each stream has its own backlog bounds and its own committed reader state, "
-                                "and the trainer reads them all.")
-    max_backlog_entries: int = opt(16, "Stream entries waiting for the trainer before producers pause "
-                                       "(back-pressure).")
-    max_backlog_bytes: int = opt(256 * 1024 * 1024, "Bytes of stream entries waiting for the trainer before "
-                                                     "producers pause (back-pressure).")
-    max_policy_lag: int = opt(0, "ASYNC, algorithms that learn from a queue (appo): a segment collected with a "
-                                 "policy more than this many versions older than the trainer's newest is dropped "
-                                 "when its batch is formed, and counted (lag_dropped); 0: no limit.")
-    ratio_tolerance: int = opt(64, "ASYNC: transitions the trainer may read ahead of the updates it owes "
-                                   "(the rate limiter's error buffer).")
-    reclaim_idle_s: float = opt(30.0, "Seconds an entry may stay pending at another (dead) consumer before the "
-                                      "trainer claims it.")
+    memory_shards: int = opt(
+        1,
+        "Experience streams on the memory server: rollout worker i appends to stream i mod "
+        "this; each stream has its own backlog bounds and its own committed reader state, "
+        "and the trainer reads them all.",
+    )
+    max_backlog_entries: int = opt(16, "Stream entries waiting for the trainer before producers pause (back-pressure).")
+    max_backlog_bytes: int = opt(
+        256 * 1024 * 1024, "Bytes of stream entries waiting for the trainer before producers pause (back-pressure)."
+    )
+    max_policy_lag: int = opt(
+        0,
+        "ASYNC, algorithms that learn from a queue (appo): a segment collected with a "
+        "policy more than this many versions older than the trainer's newest is dropped "
+        "when its batch is formed, and counted (lag_dropped); 0: no limit.",
+    )
+    ratio_tolerance: int = opt(
+        64, "ASYNC: transitions the trainer may read ahead of the updates it owes (the rate limiter's error buffer)."
+    )
+    reclaim_idle_s: float = opt(
+        30.0, "Seconds an entry may stay pending at another (dead) consumer before the trainer claims it."
+    )
     memory_retry_s: float = opt(120.0, "Seconds services keep retrying an unreachable memory server before failing.")
-    member_silence_s: float = opt(600.0, "Seconds the trainer waits for a member rollout worker from which nothing "
-                                         "arrives (one that never started, or whose name another program wrote "
-                                         "into the membership) before it goes on without it.")
-    max_restarts: int = opt(5, "Times the local orchestrator restarts one process that crashed, hung or was "
-                               "killed, before it gives the run up as failed (0: never restart).")
-    hang_timeout_s: float = opt(60.0, "Seconds without a heartbeat after which the local orchestrator "
-                                      "kills and restarts a process (a hung or stopped process).")
+    member_silence_s: float = opt(
+        600.0,
+        "Seconds the trainer waits for a member rollout worker from which nothing "
+        "arrives (one that never started, or whose name another program wrote "
+        "into the membership) before it goes on without it.",
+    )
+    max_restarts: int = opt(
+        5,
+        "Times the local orchestrator restarts one process that crashed, hung or was "
+        "killed, before it gives the run up as failed (0: never restart).",
+    )
+    hang_timeout_s: float = opt(
+        60.0,
+        "Seconds without a heartbeat after which the local orchestrator "
+        "kills and restarts a process (a hung or stopped process).",
+    )
     eval_episodes: int = opt(10, "Deterministic episodes per evaluated policy version.")
     trainer_threads: int = opt(1, "Torch intra-op threads of the trainer.")
-    learners: int = opt(1, "Trainer processes in one data-parallel group (torch.distributed: gloo on CPUs, NCCL on "
-                           "GPUs): learner r reads the experience streams s with s mod learners = r into its own "
-                           "replay, every update averages the group's gradients, and learner 0 publishes; needs "
-                           "--memory-shards of at least this.")
-    device: str = opt("auto", "Where the trainer's networks train: auto (the first CUDA device when the trainer "
-                              "sees one, else the CPU), cpu, cuda or cuda:N; a named GPU the trainer does not have "
-                              "is refused.")
+    learners: int = opt(
+        1,
+        "Trainer processes in one data-parallel group (torch.distributed: gloo on CPUs, NCCL on "
+        "GPUs): learner r reads the experience streams s with s mod learners = r into its own "
+        "replay, every update averages the group's gradients, and learner 0 publishes; needs "
+        "--memory-shards of at least this.",
+    )
+    device: str = opt(
+        "auto",
+        "Where the trainer's networks train: auto (the first CUDA device when the trainer "
+        "sees one, else the CPU), cpu, cuda or cuda:N; a named GPU the trainer does not have "
+        "is refused.",
+    )
     checkpoint_every_s: float = opt(60.0, "Seconds between full trainer checkpoints (one is also written at exit).")
     keep_checkpoints: int = opt(3, "Checkpoints kept in the store (the newest is never deleted).")
     checkpoint_replay: bool = opt(False, "Include the replay buffer in checkpoints (large; off by default).")
     keep_policies: int = opt(10, "Published policy versions kept in the store (the newest is never deleted).")
-    prioritized: bool = opt(False, "Prioritized replay (sac, td3, dqn): sample transitions in proportion to "
-                                   "their TD error; the trainer updates priorities after each update.")
+    prioritized: bool = opt(
+        False,
+        "Prioritized replay (sac, td3, dqn): sample transitions in proportion to "
+        "their TD error; the trainer updates priorities after each update.",
+    )
     priority_alpha: float = opt(0.6, "Prioritized replay: exponent turning |TD error| into a priority.")
-    priority_beta: float = opt(0.4, "Prioritized replay: importance-sampling exponent at the start; it rises "
-                                    "linearly to 1 over the run.")
-    worker_priorities: bool = opt(False, "Prioritized replay: rollout workers compute each transition's initial "
-                                         "priority with their copy of the network (Ape-X; dqn).")
+    priority_beta: float = opt(
+        0.4, "Prioritized replay: importance-sampling exponent at the start; it rises linearly to 1 over the run."
+    )
+    worker_priorities: bool = opt(
+        False,
+        "Prioritized replay: rollout workers compute each transition's initial "
+        "priority with their copy of the network (Ape-X; dqn).",
+    )
     sac: SACConfig = _block("sac")
     td3: TD3Config = _block("td3")
     ppo: PPOConfig = _block("ppo")
@@ -174,6 +221,7 @@ class ExperimentConfig:
         object.__setattr__(self, PLUGINS, Blocks(blocks))
 
     if not TYPE_CHECKING:
+
         def __getattr__(self, name: str) -> Any:
             """A plugin algorithm's block as ``cfg.<name>``, as a built-in one reads (the checker sees only the
             typed fields)."""
@@ -189,15 +237,43 @@ class ExperimentConfig:
     def validate(self) -> Self:
         """Checks values that need no environment or server; raises ConfigError with every problem found."""
         problems = check_ranges(
-            self, "--",
-            positive_int=("workers", "envs_per_worker", "steps", "batch_transitions", "eval_episodes", "memory_shards",
-                          "trainer_threads", "keep_policies", "keep_checkpoints", "sync_steps_per_iteration",
-                          "publish_every_updates", "max_backlog_entries", "max_backlog_bytes", "replay_size"),
-            nonneg=("random_steps", "learning_starts", "ratio_tolerance", "max_policy_lag", "max_restarts",
-                    "entry_fill_ms"),
-            positive=("updates_per_transition", "sync_deadline_s", "reclaim_idle_s", "memory_retry_s", "member_silence_s",
-                      "checkpoint_every_s", "hang_timeout_s"),
-            fraction=("priority_alpha", "priority_beta"))
+            self,
+            "--",
+            positive_int=(
+                "workers",
+                "envs_per_worker",
+                "steps",
+                "batch_transitions",
+                "eval_episodes",
+                "memory_shards",
+                "trainer_threads",
+                "keep_policies",
+                "keep_checkpoints",
+                "sync_steps_per_iteration",
+                "publish_every_updates",
+                "max_backlog_entries",
+                "max_backlog_bytes",
+                "replay_size",
+            ),
+            nonneg=(
+                "random_steps",
+                "learning_starts",
+                "ratio_tolerance",
+                "max_policy_lag",
+                "max_restarts",
+                "entry_fill_ms",
+            ),
+            positive=(
+                "updates_per_transition",
+                "sync_deadline_s",
+                "reclaim_idle_s",
+                "memory_retry_s",
+                "member_silence_s",
+                "checkpoint_every_s",
+                "hang_timeout_s",
+            ),
+            fraction=("priority_alpha", "priority_beta"),
+        )
         if self.target_return is not None and not math.isfinite(self.target_return):
             problems.append(f"--target-return must be a finite number, got {self.target_return}")
         if not self.env:
@@ -208,12 +284,16 @@ class ExperimentConfig:
         if self.learners < 1:
             problems.append(f"--learners must be at least 1, got {self.learners}")
         elif self.learners > self.memory_shards:
-            problems.append(f"--learners {self.learners} needs --memory-shards {self.learners} or more: each learner "
-                            f"reads whole experience streams (got --memory-shards {self.memory_shards})")
+            problems.append(
+                f"--learners {self.learners} needs --memory-shards {self.learners} or more: each learner "
+                f"reads whole experience streams (got --memory-shards {self.memory_shards})"
+            )
         servers = len(memory_servers(self.memory))
         if servers > self.memory_shards:
-            problems.append(f"--memory names {servers} servers for --memory-shards {self.memory_shards}: each server "
-                            f"holds whole experience streams (use --memory-shards {servers} or more)")
+            problems.append(
+                f"--memory names {servers} servers for --memory-shards {self.memory_shards}: each server "
+                f"holds whole experience streams (use --memory-shards {servers} or more)"
+            )
         if self.run_name and not all(c.isalnum() or c in "-_." for c in self.run_name):
             problems.append(f"--run-name may hold letters, digits, '-', '_' and '.', got {self.run_name!r}")
         algo = ALGORITHMS.get(self.algorithm)
@@ -228,8 +308,10 @@ class ExperimentConfig:
                 problems += block.problems(f"--{name}.")
         package = {"zstd": "zstandard", "lz4": "lz4"}.get(self.compression)
         if package and importlib.util.find_spec(package) is None:
-            problems.append(f"--compression {self.compression} needs the {package} package: "
-                            f"pip install {package} (or pip install 'drl[atari]')")
+            problems.append(
+                f"--compression {self.compression} needs the {package} package: "
+                f"pip install {package} (or pip install 'drl[atari]')"
+            )
         if problems:
             raise ConfigError("; ".join(problems))
         return self
@@ -238,8 +320,10 @@ class ExperimentConfig:
         """The JSON form as a dict: every option, each algorithm's block (plugins' too) under its name."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != PLUGINS}
         data.update(self.plugins)
-        return {key: dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type)
-                else value for key, value in data.items()}
+        return {
+            key: dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
+            for key, value in data.items()
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -265,8 +349,10 @@ def plugin_algorithms() -> dict[str, Algorithm]:
     found = {name: algorithm for name, algorithm in ALGORITHMS.items() if name not in BLOCKS}
     taken = sorted(OPTIONS.intersection(found))
     if taken:
-        raise ConfigError(f"algorithm {taken[0]!r} is named like the option --{_flag(taken[0])}: a plugin "
-                          "algorithm needs a name of its own (it names its configuration block)")
+        raise ConfigError(
+            f"algorithm {taken[0]!r} is named like the option --{_flag(taken[0])}: a plugin "
+            "algorithm needs a name of its own (it names its configuration block)"
+        )
     return found
 
 

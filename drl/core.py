@@ -152,6 +152,7 @@ class Folder(Protocol):
 class Learning(Protocol):
     @property
     def learner(self) -> Learner: ...
+
     metrics: dict[str, float]  # the learner's last metrics
     tolerance: float  # updates the trainer may be behind and still read (``drl.training.pacing.RateLimiter``)
     policy_version: int  # the trainer's newest published version; the trainer keeps it current

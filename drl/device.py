@@ -44,9 +44,11 @@ def resolve(name: str) -> "torch.device":
         return torch.device("cuda", 0) if available else torch.device("cpu")
     if not available:
         built = torch.version.cuda
-        raise UserError(f"--device {name}: no CUDA device is available to this process (torch {torch.__version__}"
-                        f"{' built with CUDA ' + built if built else ', a CPU-only build'}); use --device cpu or "
-                        f"auto, or give the trainer a GPU")
+        raise UserError(
+            f"--device {name}: no CUDA device is available to this process (torch {torch.__version__}"
+            f"{' built with CUDA ' + built if built else ', a CPU-only build'}); use --device cpu or "
+            f"auto, or give the trainer a GPU"
+        )
     device = torch.device(name)
     index = device.index if device.index is not None else 0
     count = torch.cuda.device_count()

@@ -22,8 +22,8 @@ from drl.frames import FrameRing
 
 RECENT_RETURNS = 10  # finished episodes' returns kept for status reports: a long run must not grow a list
 TRAJECTORY_FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {
-    "truncated": ("|u1", ()),   # the episode hit a time limit: bootstrap from next_obs (on-policy advantages)
-    "env_index": ("<u2", ()),   # which of the worker's environments took the step (on-policy trajectories)
+    "truncated": ("|u1", ()),  # the episode hit a time limit: bootstrap from next_obs (on-policy advantages)
+    "env_index": ("<u2", ()),  # which of the worker's environments took the step (on-policy trajectories)
 }
 """The optional wire fields ``VecEnv`` fills besides the five every transition has: what an on-policy learner
 needs to cut its rollout into per-environment trajectories (dtype, per-transition shape)."""
@@ -73,17 +73,26 @@ class SpaceSpec:
         obs_dtype = np.dtype(obs.dtype).newbyteorder("<").str
         frames = frame_stack(env) if obs_dtype == "|u1" and len(obs_shape) in (2, 3) else 0
         if isinstance(act, gym.spaces.Box):
-            return cls(obs_shape, obs_dtype, tuple(act.shape), np.dtype(np.float32).str, 0,
-                       tuple(float(x) for x in act.low.ravel()), tuple(float(x) for x in act.high.ravel()),
-                       repr(obs), repr(act), frames)
+            return cls(
+                obs_shape,
+                obs_dtype,
+                tuple(act.shape),
+                np.dtype(np.float32).str,
+                0,
+                tuple(float(x) for x in act.low.ravel()),
+                tuple(float(x) for x in act.high.ravel()),
+                repr(obs),
+                repr(act),
+                frames,
+            )
         if isinstance(act, gym.spaces.Discrete):
-            return cls(obs_shape, obs_dtype, (), np.dtype("<i8").str, int(act.n), (), (), repr(obs), repr(act),
-                       frames)
+            return cls(obs_shape, obs_dtype, (), np.dtype("<i8").str, int(act.n), (), (), repr(obs), repr(act), frames)
         raise UserError(f"action space {_brief(act)} is not supported; drl acts in Box and Discrete action spaces")
 
 
-SUPPORTED_OBSERVATIONS = ("drl takes Box observations of at most 3 dimensions (a vector, an HxW, HxWxC or CxHxW "
-                          "image) and Discrete ones")
+SUPPORTED_OBSERVATIONS = (
+    "drl takes Box observations of at most 3 dimensions (a vector, an HxW, HxWxC or CxHxW image) and Discrete ones"
+)
 
 
 def _brief(space: gym.Space) -> str:
@@ -134,11 +143,16 @@ class EnvFamily:
 ATARI_INSTALL = "pip install 'drl[atari]' (in a checkout of drl: pip install -e '.[atari]')"
 FAMILIES = (
     EnvFamily("Atari (ALE)", re.compile(r"ALE/"), "ale_py", ATARI_INSTALL, atari.register_ale, atari.make_ale),
-    EnvFamily("MinAtar", re.compile(r"MinAtar/"), "minatar", ATARI_INSTALL, atari.register_minatar,
-              atari.make_minatar),
-    EnvFamily("MuJoCo", re.compile(r"(Ant|HalfCheetah|Hopper|Humanoid|HumanoidStandup|InvertedDoublePendulum|"
-                                   r"InvertedPendulum|Pusher|Reacher|Swimmer|Walker2d)-v\d+$"),
-              "mujoco", "pip install 'gymnasium[mujoco]'"),
+    EnvFamily("MinAtar", re.compile(r"MinAtar/"), "minatar", ATARI_INSTALL, atari.register_minatar, atari.make_minatar),
+    EnvFamily(
+        "MuJoCo",
+        re.compile(
+            r"(Ant|HalfCheetah|Hopper|Humanoid|HumanoidStandup|InvertedDoublePendulum|"
+            r"InvertedPendulum|Pusher|Reacher|Swimmer|Walker2d)-v\d+$"
+        ),
+        "mujoco",
+        "pip install 'gymnasium[mujoco]'",
+    ),
 )
 
 
@@ -159,8 +173,10 @@ def check_env_id(env_id: str) -> None:
             if family.register is not None:
                 family.register()
         except ImportError:
-            raise UserError(f"unknown environment id {env_id!r}; {family.name} environments come with a package "
-                            f"that is not installed: {family.install}") from None
+            raise UserError(
+                f"unknown environment id {env_id!r}; {family.name} environments come with a package "
+                f"that is not installed: {family.install}"
+            ) from None
     if env_id in gym.envs.registry:
         return
     import difflib
@@ -172,9 +188,9 @@ def check_env_id(env_id: str) -> None:
 
 def make_env(env_id: str, render_mode: str | None = None, evaluation: bool = False) -> gym.Env:
     """The env as drl trains on it, or with ``evaluation`` as it is scored: for Atari the two differ in that
-    training ends an episode at a lost life and clips rewards to their sign, while evaluation reports the game's
-    real score (``drl.atari``). Other ids are ``gymnasium.make``'s env, the same for both, and get a render mode
-only when one is asked for: an env class without that argument is still made for training."""
+        training ends an episode at a lost life and clips rewards to their sign, while evaluation reports the game's
+        real score (``drl.atari``). Other ids are ``gymnasium.make``'s env, the same for both, and get a render mode
+    only when one is asked for: an env class without that argument is still made for training."""
     check_env_id(env_id)
     family = family_of(env_id)
     try:
@@ -237,10 +253,15 @@ class VecEnv:
         """
         n = len(self.envs)
         rows = self.obs if self.frames is None else self.ids
-        out = {"obs": np.empty_like(rows), "action": np.empty((n, *self.spec.act_shape), self.spec.act_dtype),
-               "reward": np.empty(n, dtype=np.float32), "next_obs": np.empty_like(rows),
-               "terminated": np.empty(n, dtype=np.uint8), "truncated": np.empty(n, dtype=np.uint8),
-               "env_index": np.empty(n, dtype=np.uint16)}
+        out = {
+            "obs": np.empty_like(rows),
+            "action": np.empty((n, *self.spec.act_shape), self.spec.act_dtype),
+            "reward": np.empty(n, dtype=np.float32),
+            "next_obs": np.empty_like(rows),
+            "terminated": np.empty(n, dtype=np.uint8),
+            "truncated": np.empty(n, dtype=np.uint8),
+            "env_index": np.empty(n, dtype=np.uint16),
+        }
         self.step_into(actions, out, 0)
         return out
 

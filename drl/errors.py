@@ -16,6 +16,7 @@ class UserError(Exception):
 class ConfigError(UserError):
     """A configuration value or file that cannot be accepted."""
 
+
 EXIT_SUPERSEDED = 4
 """The exit code of a process that another process with its identity superseded (a rollout worker, a learner,
 the trainer or the evaluator started again beside it: a replacement pod, an operator's second start; see

@@ -20,9 +20,18 @@ def choices_of(f: dataclasses.Field) -> tuple[str, ...] | None:
     return tuple(choices()) if callable(choices) else choices
 
 
-def problems(cfg: object, prefix: str, *, sizes: tuple[str, ...] = (), positive_int: tuple[str, ...] = (),
-             positive: tuple[str, ...] = (), nonneg: tuple[str, ...] = (), unit: tuple[str, ...] = (),
-             fraction: tuple[str, ...] = (), at_most: dict[str, float] | None = None) -> list[str]:
+def problems(
+    cfg: object,
+    prefix: str,
+    *,
+    sizes: tuple[str, ...] = (),
+    positive_int: tuple[str, ...] = (),
+    positive: tuple[str, ...] = (),
+    nonneg: tuple[str, ...] = (),
+    unit: tuple[str, ...] = (),
+    fraction: tuple[str, ...] = (),
+    at_most: dict[str, float] | None = None,
+) -> list[str]:
     """Value checks shared by every configuration dataclass: one message per bad value, flags named with
     ``prefix``.
 

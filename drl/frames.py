@@ -39,8 +39,11 @@ def frame_capacity(capacity: int) -> int:
 
 def wire_fields(frame_stack: int, frame_shape: tuple[int, ...]) -> dict[str, tuple[str, tuple[int, ...]]]:
     """The layout entries (dtype, per-row shape) of a frame run's observation fields and its table."""
-    return {"obs": (INDEX_DTYPE, (frame_stack,)), "next_obs": (INDEX_DTYPE, (frame_stack,)),
-            TABLE: ("|u1", tuple(frame_shape))}
+    return {
+        "obs": (INDEX_DTYPE, (frame_stack,)),
+        "next_obs": (INDEX_DTYPE, (frame_stack,)),
+        TABLE: ("|u1", tuple(frame_shape)),
+    }
 
 
 def serial_layout(layout: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -48,8 +51,11 @@ def serial_layout(layout: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, t
     place of the indices, and no table (``pack`` builds it when the entry is sent)."""
     if TABLE not in layout:
         return dict(layout)
-    return {name: ((SERIAL_DTYPE, shape) if name in INDEXED else (dtype, shape))
-            for name, (dtype, shape) in layout.items() if name != TABLE}
+    return {
+        name: ((SERIAL_DTYPE, shape) if name in INDEXED else (dtype, shape))
+        for name, (dtype, shape) in layout.items()
+        if name != TABLE
+    }
 
 
 class FrameRing:
@@ -96,8 +102,9 @@ class FrameRing:
 
     def get(self, serials: np.ndarray) -> np.ndarray:
         if len(serials) and (serials.min() < self.oldest or serials.max() >= self.next):
-            raise RuntimeError(f"frames {serials.min()}..{serials.max()} asked of a ring holding "
-                               f"{self.oldest}..{self.next - 1}")
+            raise RuntimeError(
+                f"frames {serials.min()}..{serials.max()} asked of a ring holding {self.oldest}..{self.next - 1}"
+            )
         return self.frames[serials % self.capacity]
 
     def stacks(self, refs: np.ndarray, obs_shape: tuple[int, ...]) -> np.ndarray:
@@ -117,7 +124,7 @@ def pack(arrays: dict[str, np.ndarray], log: FrameRing) -> dict[str, np.ndarray]
         if name in INDEXED:
             part = INDEXED.index(name)
             width = arr.shape[1]
-            out[name] = index[part * n * width:(part + 1) * n * width].reshape(n, width)
+            out[name] = index[part * n * width : (part + 1) * n * width].reshape(n, width)
         else:
             out[name] = arr
     out[TABLE] = log.get(unique)

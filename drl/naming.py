@@ -56,10 +56,12 @@ def default_run_name(preset: str, env: str, mode: str, now: float | None = None)
     return f"{preset}-{env_part}-{mode}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}"
 
 
-def default_kubernetes_run_name(preset: str, env: str, mode: str, now: float | None = None,
-                                limit: int = MAX_KUBERNETES_RUN_LEN) -> str:
+def default_kubernetes_run_name(
+    preset: str, env: str, mode: str, now: float | None = None, limit: int = MAX_KUBERNETES_RUN_LEN
+) -> str:
     """``default_run_name`` folded into what Kubernetes object names and label values accept (lowercase letters,
     digits and ``-``; at most ``limit`` characters, the env id shortened first)."""
+
     def fold(text: str) -> str:
         return _DNS_FOLD.sub("-", text.lower()).strip("-")
 

@@ -9,8 +9,20 @@ from __future__ import annotations
 
 from drl._proto.drl.v1 import control_pb2
 
-TYPED = ("role", "id", "run", "policy_version", "env_steps", "updates", "transitions_per_s", "backlog", "restarts",
-         "last_error", "state", "uptime_s")
+TYPED = (
+    "role",
+    "id",
+    "run",
+    "policy_version",
+    "env_steps",
+    "updates",
+    "transitions_per_s",
+    "backlog",
+    "restarts",
+    "last_error",
+    "state",
+    "uptime_s",
+)
 
 
 def _int(value, default: int = 0) -> int:
@@ -43,9 +55,17 @@ def status_message(snapshot: dict, stopping: bool = False) -> control_pb2.Servic
     if state != "finished":
         state = "stopping" if stopping else (state or "running")
     return control_pb2.ServiceStatus(
-        role=role, id=str(snapshot.get("id") or ""), run=str(snapshot.get("run") or ""),
-        policy_version=_int(snapshot.get("policy_version"), -1), env_steps=_int(env_steps),
-        updates=_int(snapshot.get("updates")), transitions_per_s=_float(rate), backlog=_int(snapshot.get("backlog")),
-        restarts=max(0, _int(snapshot.get("restarts"))), last_error=str(snapshot.get("last_error") or ""),
-        state=state, uptime_s=uptime,
-        fields={k: ("" if v is None else str(v)) for k, v in snapshot.items() if k not in TYPED})
+        role=role,
+        id=str(snapshot.get("id") or ""),
+        run=str(snapshot.get("run") or ""),
+        policy_version=_int(snapshot.get("policy_version"), -1),
+        env_steps=_int(env_steps),
+        updates=_int(snapshot.get("updates")),
+        transitions_per_s=_float(rate),
+        backlog=_int(snapshot.get("backlog")),
+        restarts=max(0, _int(snapshot.get("restarts"))),
+        last_error=str(snapshot.get("last_error") or ""),
+        state=state,
+        uptime_s=uptime,
+        fields={k: ("" if v is None else str(v)) for k, v in snapshot.items() if k not in TYPED},
+    )

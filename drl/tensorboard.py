@@ -55,17 +55,35 @@ class ScalarLog:
         except OSError as exc:
             self._fail(exc)
 
-    def histogram(self, tag: str, bounds: list[float], counts: list[int], total: float, squares: float, most: float,
-                  step: int, walltime: float | None = None) -> None:
+    def histogram(
+        self,
+        tag: str,
+        bounds: list[float],
+        counts: list[int],
+        total: float,
+        squares: float,
+        most: float,
+        step: int,
+        walltime: float | None = None,
+    ) -> None:
         """Adds one histogram at ``step`` from bucket upper bounds and their (non-cumulative) counts, with the
         exact sum, sum of squares and maximum; nothing while it is empty."""
         writer = self._open()
         if writer is None or not sum(counts):
             return
         try:
-            writer.add_histogram_raw(tag, min=0.0, max=float(most), num=int(sum(counts)), sum=float(total),
-                                     sum_squares=float(squares), bucket_limits=[float(min(b, most)) for b in bounds],
-                                     bucket_counts=[int(c) for c in counts], global_step=int(step), walltime=walltime)
+            writer.add_histogram_raw(
+                tag,
+                min=0.0,
+                max=float(most),
+                num=int(sum(counts)),
+                sum=float(total),
+                sum_squares=float(squares),
+                bucket_limits=[float(min(b, most)) for b in bounds],
+                bucket_counts=[int(c) for c in counts],
+                global_step=int(step),
+                walltime=walltime,
+            )
         except OSError as exc:
             self._fail(exc)
 
@@ -86,7 +104,7 @@ class ScalarLog:
 
 
 def parse_buckets(text: str) -> list[tuple[float, int]]:
-    """"le:count,..." as (upper bound, count) pairs (``drl.training.learning.LagHistogram.text``); ValueError when it is
+    """ "le:count,..." as (upper bound, count) pairs (``drl.training.learning.LagHistogram.text``); ValueError when it is
     not one."""
     pairs = []
     for item in text.split(","):
@@ -104,22 +122,41 @@ class TrainerCurves:
         self.log = log_
         self._at = (now, consumed, updates)
 
-    def add(self, now: float, consumed: int, updates: int, metrics: Mapping[str, float], fields: Mapping,
-            final: bool = False) -> None:
+    def add(
+        self,
+        now: float,
+        consumed: int,
+        updates: int,
+        metrics: Mapping[str, float],
+        fields: Mapping,
+        final: bool = False,
+    ) -> None:
         at, consumed_at, updates_at = self._at
         if now - at < 1.0 and not final:
             return
         values = {f"learner/{k}": v for k, v in metrics.items()}
-        values.update({"memory/backlog": fields["backlog"], "memory/backlog_bytes": fields["backlog_bytes"],
-                       "train/updates": updates, "train/policy_version": fields["policy_version"],
-                       "train/replay_size": fields["replay_size"]})
+        values.update(
+            {
+                "memory/backlog": fields["backlog"],
+                "memory/backlog_bytes": fields["backlog_bytes"],
+                "train/updates": updates,
+                "train/policy_version": fields["policy_version"],
+                "train/replay_size": fields["replay_size"],
+            }
+        )
         if "policy_lag" in fields:
             values.update({f"policy_lag/{k}": fields[f"policy_lag_{k}"] for k in ("mean", "p95", "max")})
             values["policy_lag/dropped"] = fields["lag_dropped"]
             pairs = parse_buckets(fields["policy_lag"])
-            self.log.histogram("policy_lag/versions", [b for b, _ in pairs], [c for _, c in pairs],
-                               fields["policy_lag_sum"], fields["policy_lag_squares"], fields["policy_lag_max"],
-                               step=consumed)
+            self.log.histogram(
+                "policy_lag/versions",
+                [b for b, _ in pairs],
+                [c for _, c in pairs],
+                fields["policy_lag_sum"],
+                fields["policy_lag_squares"],
+                fields["policy_lag_max"],
+                step=consumed,
+            )
         if now > at:
             values["throughput/transitions_per_s"] = (consumed - consumed_at) / (now - at)
             values["throughput/updates_per_s"] = (updates - updates_at) / (now - at)

@@ -46,8 +46,18 @@ from orchestrator.backends.kubernetes.manifests import (
 )
 from orchestrator.backends.local.launch import DETACHED_COMMAND
 
-DEPLOYMENT_OPTIONS = ("backend", "namespace", "image", "s3_image", "s3_storage", "s3_storage_class", "profile",
-                      "resources", "pending_timeout", "detach")
+DEPLOYMENT_OPTIONS = (
+    "backend",
+    "namespace",
+    "image",
+    "s3_image",
+    "s3_storage",
+    "s3_storage_class",
+    "profile",
+    "resources",
+    "pending_timeout",
+    "detach",
+)
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: how a Unix tool ends when the reader of its output goes away (``presets | head -1``), here
 without a traceback."""
@@ -87,14 +97,21 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 def build_parser(defaults: ExperimentConfig) -> argparse.ArgumentParser:
     width = max(len(usage) for usage, _ in SUMMARIES.values())
     commands = "\n".join(f"  {usage:<{width}}  {what}" for usage, what in SUMMARIES.values())
-    parser = _Parser(prog="drl-orchestrate", argument_default=argparse.SUPPRESS,
-                     description="Run a distributed RL experiment: rollout workers, a trainer and an evaluator\n"
-                                 "over a Redis memory backend, as local processes or as pods on Kubernetes.\n\n"
-                                 f"other commands (each has its own --help):\n{commands}",
-                     formatter_class=_HelpFormatter)
+    parser = _Parser(
+        prog="drl-orchestrate",
+        argument_default=argparse.SUPPRESS,
+        description="Run a distributed RL experiment: rollout workers, a trainer and an evaluator\n"
+        "over a Redis memory backend, as local processes or as pods on Kubernetes.\n\n"
+        f"other commands (each has its own --help):\n{commands}",
+        formatter_class=_HelpFormatter,
+    )
     parser.add_argument("--config", metavar="FILE", help="JSON file with configuration values (flags override it)")
-    parser.add_argument("--resume", metavar="RUN", help="continue RUN (in --output) from its newest checkpoint; "
-                                                        "flags such as --steps override its saved configuration")
+    parser.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="continue RUN (in --output) from its newest checkpoint; "
+        "flags such as --steps override its saved configuration",
+    )
     add_deployment_options(parser)
     for name, tp, _default, doc, choices in iter_options():
         current: Any = defaults
@@ -103,7 +120,11 @@ def build_parser(defaults: ExperimentConfig) -> argparse.ArgumentParser:
         if isinstance(current, tuple):
             current = ",".join(str(x) for x in current)
         help_text = f"{doc} [{_type_name(tp)}; default for this preset: {current}]"
-        kwargs: dict[str, Any] = {"dest": name, "help": help_text.replace("%", "%%"), "metavar": name.split(".")[-1].upper()}
+        kwargs: dict[str, Any] = {
+            "dest": name,
+            "help": help_text.replace("%", "%%"),
+            "metavar": name.split(".")[-1].upper(),
+        }
         if choices:
             kwargs["choices"] = choices
             kwargs.pop("metavar")
@@ -113,41 +134,75 @@ def build_parser(defaults: ExperimentConfig) -> argparse.ArgumentParser:
 
 def add_deployment_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("deployment (where the run's processes run; not part of the configuration)")
-    group.add_argument("--backend", choices=tuple(BACKENDS),
-                       help="local: processes on this machine; kubernetes: pods in the cluster of the kubeconfig "
-                            "(or in-cluster config) [default: local]")
-    group.add_argument("--namespace", metavar="NS",
-                       help="Kubernetes namespace [default: the kubeconfig's current namespace, else default]")
+    group.add_argument(
+        "--backend",
+        choices=tuple(BACKENDS),
+        help="local: processes on this machine; kubernetes: pods in the cluster of the kubeconfig "
+        "(or in-cluster config) [default: local]",
+    )
+    group.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="Kubernetes namespace [default: the kubeconfig's current namespace, else default]",
+    )
     group.add_argument("--image", metavar="IMAGE", help=f"drl image of the pods [default: {DEFAULT_IMAGE}]")
-    group.add_argument("--s3-image", metavar="IMAGE", dest="s3_image",
-                       help="SeaweedFS image of the run's own S3 server, when --store is empty (the chart's "
-                            "s3.image); --store s3://BUCKET/PREFIX uses an S3 store of yours instead "
-                            f"[default: {S3_IMAGE}]")
-    group.add_argument("--s3-storage", metavar="SIZE|emptydir", dest="s3_storage",
-                       help="the run's own S3 server's /data: a PVC of SIZE (needs a default StorageClass, or "
-                            "--s3-storage-class), or emptydir: no PVC, and policies and checkpoints are lost "
-                            f"with the S3 server's pod (the chart's s3.persistence) [default: {S3_STORAGE}]")
-    group.add_argument("--s3-storage-class", metavar="NAME", dest="s3_storage_class",
-                       help="StorageClass of the S3 server's PVC (the chart's s3.persistence.storageClass) "
-                            "[default: the cluster's default class]")
-    group.add_argument("--profile", choices=tuple(PROFILES),
-                       help="requests and limits of every pod, by name (the chart's helm/profiles/NAME.yaml); "
-                            "small: 2 workers fit one node of 2 CPUs; local: small's, with the images that "
-                            "scripts/local-cluster.sh images imports into its real node (drl.local/*:local, "
-                            "never pulled; --image and --s3-image still win) and no PVC for the S3 server "
-                            "[default: default, the chart's values]")
-    group.add_argument("--resources", metavar="ROLE.KIND.RES=Q", action="append", type=_resource_setting,
-                       help=f"set one request or limit over the profile, as the chart's ROLE.resources: ROLE is "
-                            f"{', '.join(RESOURCE_ROLES)}; KIND requests or limits; RES cpu or memory; e.g. "
-                            "rollout.requests.cpu=250m,rollout.limits.memory=1Gi (repeatable)")
-    group.add_argument("--pending-timeout", metavar="S", dest="pending_timeout", type=_seconds,
-                       help="Kubernetes: seconds a pod may stay unschedulable or uncreatable (reported at once, "
-                            "with the scheduler's or the quota's reason) before a followed run gives up with "
-                            f"exit 1; 0: wait for ever [default: {PENDING_TIMEOUT_S:g}]")
-    group.add_argument("--detach", action="store_true",
-                       help="return once the run is started instead of following it (local: the run goes on "
-                            "in the background; see 'status RUN' and 'stop RUN'; kubernetes: once its objects "
-                            "are created)")
+    group.add_argument(
+        "--s3-image",
+        metavar="IMAGE",
+        dest="s3_image",
+        help="SeaweedFS image of the run's own S3 server, when --store is empty (the chart's "
+        "s3.image); --store s3://BUCKET/PREFIX uses an S3 store of yours instead "
+        f"[default: {S3_IMAGE}]",
+    )
+    group.add_argument(
+        "--s3-storage",
+        metavar="SIZE|emptydir",
+        dest="s3_storage",
+        help="the run's own S3 server's /data: a PVC of SIZE (needs a default StorageClass, or "
+        "--s3-storage-class), or emptydir: no PVC, and policies and checkpoints are lost "
+        f"with the S3 server's pod (the chart's s3.persistence) [default: {S3_STORAGE}]",
+    )
+    group.add_argument(
+        "--s3-storage-class",
+        metavar="NAME",
+        dest="s3_storage_class",
+        help="StorageClass of the S3 server's PVC (the chart's s3.persistence.storageClass) "
+        "[default: the cluster's default class]",
+    )
+    group.add_argument(
+        "--profile",
+        choices=tuple(PROFILES),
+        help="requests and limits of every pod, by name (the chart's helm/profiles/NAME.yaml); "
+        "small: 2 workers fit one node of 2 CPUs; local: small's, with the images that "
+        "scripts/local-cluster.sh images imports into its real node (drl.local/*:local, "
+        "never pulled; --image and --s3-image still win) and no PVC for the S3 server "
+        "[default: default, the chart's values]",
+    )
+    group.add_argument(
+        "--resources",
+        metavar="ROLE.KIND.RES=Q",
+        action="append",
+        type=_resource_setting,
+        help=f"set one request or limit over the profile, as the chart's ROLE.resources: ROLE is "
+        f"{', '.join(RESOURCE_ROLES)}; KIND requests or limits; RES cpu or memory; e.g. "
+        "rollout.requests.cpu=250m,rollout.limits.memory=1Gi (repeatable)",
+    )
+    group.add_argument(
+        "--pending-timeout",
+        metavar="S",
+        dest="pending_timeout",
+        type=_seconds,
+        help="Kubernetes: seconds a pod may stay unschedulable or uncreatable (reported at once, "
+        "with the scheduler's or the quota's reason) before a followed run gives up with "
+        f"exit 1; 0: wait for ever [default: {PENDING_TIMEOUT_S:g}]",
+    )
+    group.add_argument(
+        "--detach",
+        action="store_true",
+        help="return once the run is started instead of following it (local: the run goes on "
+        "in the background; see 'status RUN' and 'stop RUN'; kubernetes: once its objects "
+        "are created)",
+    )
 
 
 def _resource_setting(text: str) -> str:
@@ -212,7 +267,11 @@ def resolve_config(argv: list[str]) -> ExperimentConfig:
         args.pop(name, None)
     if args.pop("resume", None):
         args["run_name"] = resume
-    cfg = from_dict(ExperimentConfig, merge(base.to_dict(), file_data, f"config file {known.config}")) if file_data else base
+    cfg = (
+        from_dict(ExperimentConfig, merge(base.to_dict(), file_data, f"config file {known.config}"))
+        if file_data
+        else base
+    )
     if "memory" not in args and not file_data.get("memory") and os.environ.get("DRL_MEMORY_URL"):
         args["memory"] = os.environ["DRL_MEMORY_URL"]
     types = _option_types()
@@ -285,19 +344,25 @@ def cmd_run_detached(argv: list[str]) -> int:
     return run_detached(argv)
 
 
-def _run_parser(verb: str, description: str, run_help: str = "the run's name",
-                optional_run: bool = False) -> argparse.ArgumentParser:
+def _run_parser(
+    verb: str, description: str, run_help: str = "the run's name", optional_run: bool = False
+) -> argparse.ArgumentParser:
     """The parser of a verb that acts on an existing run: its name, and where to find it."""
     parser = _Parser(prog=f"drl-orchestrate {verb}", description=description)
     optional: dict[str, Any] = {"nargs": "?"} if optional_run else {}
     parser.add_argument("run", metavar="RUN", help=run_help, **optional)
     where = parser.add_argument_group("where the run is")
-    where.add_argument("--backend", choices=tuple(BACKENDS),
-                       help="local or kubernetes [default: kubernetes with --namespace, else "
-                            f"{backend_for(verb, Deployment()).name}]")
+    where.add_argument(
+        "--backend",
+        choices=tuple(BACKENDS),
+        help=f"local or kubernetes [default: kubernetes with --namespace, else {backend_for(verb, Deployment()).name}]",
+    )
     where.add_argument("--output", metavar="DIR", help="folder of the local runs [default: runs]")
-    where.add_argument("--namespace", metavar="NS", help="namespace of a Kubernetes run [default: the "
-                                                         "kubeconfig's current namespace, else default]")
+    where.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="namespace of a Kubernetes run [default: the kubeconfig's current namespace, else default]",
+    )
     return parser
 
 
@@ -311,32 +376,47 @@ def _existing_run(verb: str, parser: argparse.ArgumentParser, argv: list[str]):
 
 
 def cmd_status(argv: list[str]) -> int:
-    parser = _run_parser("status", "One line per service of a run: state, policy version, env steps, rate, "
-                         "restarts and last error; a local run's services asked over gRPC (drl.v1.Control), a "
-                         "Kubernetes run's pods through their /metrics pages (the API server's pod proxy).",
-                         "the run's name [default: the newest run in --output]", optional_run=True)
+    parser = _run_parser(
+        "status",
+        "One line per service of a run: state, policy version, env steps, rate, "
+        "restarts and last error; a local run's services asked over gRPC (drl.v1.Control), a "
+        "Kubernetes run's pods through their /metrics pages (the API server's pod proxy).",
+        "the run's name [default: the newest run in --output]",
+        optional_run=True,
+    )
     args, backend, deployment = _existing_run("status", parser, argv)
     return backend.status(args.run, deployment)
 
 
 def cmd_stop(argv: list[str]) -> int:
-    parser = _run_parser("stop", "End a local run cleanly: the rollout workers hand in what they collected, the "
-                         "trainer writes a final checkpoint, and the run's orchestrator writes summary.json "
-                         "(exit_reason stopped), which is printed.")
+    parser = _run_parser(
+        "stop",
+        "End a local run cleanly: the rollout workers hand in what they collected, the "
+        "trainer writes a final checkpoint, and the run's orchestrator writes summary.json "
+        "(exit_reason stopped), which is printed.",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds to wait for the run to end")
     args, backend, deployment = _existing_run("stop", parser, argv)
     return backend.stop(args.run, deployment, args.timeout)
 
 
 def cmd_scale(argv: list[str]) -> int:
-    parser = _run_parser("scale", "Add or remove rollout workers of a running run. Removed workers hand in what "
-                         "they collected before they exit; the steps not yet collected are spread over the "
-                         "workers that remain; SYNC iterations split over the new count. On Kubernetes the rollout "
-                         "Indexed Job is scaled and a scaler Job moves the shares in the run's memory server.")
+    parser = _run_parser(
+        "scale",
+        "Add or remove rollout workers of a running run. Removed workers hand in what "
+        "they collected before they exit; the steps not yet collected are spread over the "
+        "workers that remain; SYNC iterations split over the new count. On Kubernetes the rollout "
+        "Indexed Job is scaled and a scaler Job moves the shares in the run's memory server.",
+    )
     parser.add_argument("--workers", type=int, required=True, metavar="N", help="rollout workers wanted")
-    parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
-                        help="seconds to wait until the new number of workers runs (Kubernetes: that the scaler "
-                             "waits for removed workers to hand in what they collected)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="seconds to wait until the new number of workers runs (Kubernetes: that the scaler "
+        "waits for removed workers to hand in what they collected)",
+    )
     args, backend, deployment = _existing_run("scale", parser, argv)
     return backend.scale(args.run, args.workers, deployment, args.timeout)
 
@@ -364,8 +444,13 @@ def cmd_evaluate(argv: list[str]) -> int:
     return evaluate(argv, _Parser)
 
 
-COMMANDS = {"presets": cmd_presets, "evaluate": cmd_evaluate, "render": cmd_render, "delete": cmd_delete,
-            "plot": lambda argv: __import__("orchestrator.plot", fromlist=["main"]).main(argv)}
+COMMANDS = {
+    "presets": cmd_presets,
+    "evaluate": cmd_evaluate,
+    "render": cmd_render,
+    "delete": cmd_delete,
+    "plot": lambda argv: __import__("orchestrator.plot", fromlist=["main"]).main(argv),
+}
 
 COMMANDS.update({"status": cmd_status, "stop": cmd_stop, "scale": cmd_scale, DETACHED_COMMAND: cmd_run_detached})
 

@@ -22,16 +22,27 @@ from drl.errors import UserError
 
 
 def parse(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> argparse.Namespace:
-    parser = parser_cls(prog="drl-orchestrate evaluate",
-                        description="Score a published policy of a run over deterministic episodes, optionally "
-                                    "saving one video per episode.")
-    parser.add_argument("--output", default="runs", metavar="DIR",
-                        help="folder of the local runs, which is their data store unless --store names another")
+    parser = parser_cls(
+        prog="drl-orchestrate evaluate",
+        description="Score a published policy of a run over deterministic episodes, optionally "
+        "saving one video per episode.",
+    )
+    parser.add_argument(
+        "--output",
+        default="runs",
+        metavar="DIR",
+        help="folder of the local runs, which is their data store unless --store names another",
+    )
     parser.add_argument("--store", help="the run's data store (directory or s3://BUCKET/PREFIX) [default: --output]")
     parser.add_argument("--run", required=True, help="run name")
     parser.add_argument("--version", default="latest", help="policy version number or 'latest'")
-    parser.add_argument("--episodes", type=int, default=10, metavar="N",
-                        help="deterministic episodes to run, seeded --seed, --seed + 1, ...")
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        default=10,
+        metavar="N",
+        help="deterministic episodes to run, seeded --seed, --seed + 1, ...",
+    )
     parser.add_argument("--seed", type=int, default=1_000_000, help="seed of the first episode")
     parser.add_argument("--video", metavar="DIR", help="save one GIF per episode in DIR")
     args = parser.parse_args(argv)
@@ -81,11 +92,22 @@ def evaluate(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> int:
     on_frame = (lambda i, f: frames.setdefault(i, []).append(f)) if args.video else None
     returns = run_episodes(cfg.env, actor, args.episodes, seed=args.seed, on_frame=on_frame)
     videos = save_videos(Path(args.video), args.run, version, frames) if args.video else []
-    result = {"run": args.run, "version": version, "env": cfg.env, "env_steps": manifest.env_steps,
-              "episodes": len(returns), "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
-              "returns": returns, "videos": [str(v) for v in videos]}
-    print(f"{args.run} v{version} ({manifest.env_steps:,} env steps) on {cfg.env}: return "
-          f"{result['mean_return']:.1f} +- {result['std_return']:.1f} over {len(returns)} episodes", file=sys.stderr)
+    result = {
+        "run": args.run,
+        "version": version,
+        "env": cfg.env,
+        "env_steps": manifest.env_steps,
+        "episodes": len(returns),
+        "mean_return": float(np.mean(returns)),
+        "std_return": float(np.std(returns)),
+        "returns": returns,
+        "videos": [str(v) for v in videos],
+    }
+    print(
+        f"{args.run} v{version} ({manifest.env_steps:,} env steps) on {cfg.env}: return "
+        f"{result['mean_return']:.1f} +- {result['std_return']:.1f} over {len(returns)} episodes",
+        file=sys.stderr,
+    )
     print(json.dumps(result))
     return 0
 

@@ -44,9 +44,19 @@ class Workload:
         return f"{self.role}-{index}" if self.replicas > 1 or self.per_replica_env else self.role
 
 
-def plan(cfg: ExperimentConfig, *, run: str, run_dir: str, memory_url: str, store_url: str,
-         python: str = "python", steps_done: int = 0, learner_address: str = "127.0.0.1",
-         learner_port: int = 0, trainer_writes_run_files: bool = False) -> list[Workload]:
+def plan(
+    cfg: ExperimentConfig,
+    *,
+    run: str,
+    run_dir: str,
+    memory_url: str,
+    store_url: str,
+    python: str = "python",
+    steps_done: int = 0,
+    learner_address: str = "127.0.0.1",
+    learner_port: int = 0,
+    trainer_writes_run_files: bool = False,
+) -> list[Workload]:
     """The workloads of a run: the trainer, ``cfg.workers`` rollout workers and one evaluator. With
     ``cfg.learners`` K > 1 the trainer has K replicas, ranks 0 to K - 1 of one group (``DRL_LEARNER_RANK``; rank 0
     is the trainer, ranks 1 .. K - 1 its learners ``learner-1`` ...), meeting at ``learner_address:learner_port`` (``MASTER_ADDR``/``MASTER_PORT``, as torchrun
@@ -72,8 +82,13 @@ def plan(cfg: ExperimentConfig, *, run: str, run_dir: str, memory_url: str, stor
     if trainer_writes_run_files:
         trainer_env["DRL_RUN_FILES"] = "trainer"
     workloads = [
-        Workload(TRAINER, cfg.learners, (python, "-m", "services.trainer"), trainer_env,
-                 "DRL_LEARNER_RANK" if cfg.learners > 1 else ""),
+        Workload(
+            TRAINER,
+            cfg.learners,
+            (python, "-m", "services.trainer"),
+            trainer_env,
+            "DRL_LEARNER_RANK" if cfg.learners > 1 else "",
+        ),
         Workload("rollout", cfg.workers, (python, "-m", "services.rollout"), common, "DRL_WORKER_INDEX"),
         Workload("evaluator", 1, (python, "-m", "services.evaluator"), common),
     ]

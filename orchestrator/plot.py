@@ -54,8 +54,14 @@ def read_curve(output: Path, run: str) -> Curve:
         for line in path.read_text(errors="replace").splitlines():
             try:
                 record = json.loads(line)
-                records.append((float(record["env_steps"]), float(record["wall_seconds"]),
-                                float(record["mean_return"]), float(record.get("std_return") or 0.0)))
+                records.append(
+                    (
+                        float(record["env_steps"]),
+                        float(record["wall_seconds"]),
+                        float(record["mean_return"]),
+                        float(record.get("std_return") or 0.0),
+                    )
+                )
             except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
                 continue
     if not records:
@@ -66,8 +72,14 @@ def read_curve(output: Path, run: str) -> Curve:
             offset += previous
         previous = seconds
         wall.append(offset + seconds)
-    return Curve(run, label(run, run_dir / "config.json"), [r[0] for r in records], wall,
-                 [r[2] for r in records], [r[3] for r in records])
+    return Curve(
+        run,
+        label(run, run_dir / "config.json"),
+        [r[0] for r in records],
+        wall,
+        [r[2] for r in records],
+        [r[3] for r in records],
+    )
 
 
 def label(run: str, config_path: Path) -> str:
@@ -104,8 +116,9 @@ def draw(curves: list[Curve], out: Path, title: str) -> None:
         for ax, x in ((by_steps, curve.env_steps), (by_wall, curve.wall_seconds)):
             (line,) = ax.plot(x, mean, marker="o", markersize=3, linewidth=1.5, label=curve.label)
             ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.15, linewidth=0)
-    by_steps.set(xlabel="environment steps", ylabel="evaluation return (mean over episodes)",
-                 title="return vs environment steps")
+    by_steps.set(
+        xlabel="environment steps", ylabel="evaluation return (mean over episodes)", title="return vs environment steps"
+    )
     by_wall.set(xlabel="wall-clock seconds", title="return vs wall-clock time")
     for ax in (by_steps, by_wall):
         ax.set_xlim(left=0)
@@ -117,15 +130,21 @@ def draw(curves: list[Curve], out: Path, title: str) -> None:
 
 def main(argv: list[str]) -> int:
     """``drl-orchestrate plot``; bad input raises ``UserError`` (one line and exit 2, by the CLI)."""
-    parser = _Parser(prog="drl-orchestrate plot",
-                     description="Plot evaluation return against env steps and wall-clock seconds for a run, "
-                                 "or several runs in one figure, as a PNG.")
+    parser = _Parser(
+        prog="drl-orchestrate plot",
+        description="Plot evaluation return against env steps and wall-clock seconds for a run, "
+        "or several runs in one figure, as a PNG.",
+    )
     parser.add_argument("run", metavar="RUN", help="the run's name (its folder in --output)")
-    parser.add_argument("--compare", metavar="RUN", nargs="+", action="extend", default=[],
-                        help="more runs to draw in the same figure")
+    parser.add_argument(
+        "--compare", metavar="RUN", nargs="+", action="extend", default=[], help="more runs to draw in the same figure"
+    )
     parser.add_argument("--output", metavar="DIR", default="runs", help="directory holding the runs' folders")
-    parser.add_argument("--out", metavar="FILE", help="PNG to write [default: <output>/RUN/learning_curve.png, "
-                                                      "or compare.png there with --compare]")
+    parser.add_argument(
+        "--out",
+        metavar="FILE",
+        help="PNG to write [default: <output>/RUN/learning_curve.png, or compare.png there with --compare]",
+    )
     args = parser.parse_args(argv)
     output = Path(args.output).resolve()
     runs = list(dict.fromkeys([args.run, *args.compare]))
@@ -146,4 +165,3 @@ def main(argv: list[str]) -> int:
         raise UserError(f"{out} cannot be written: {exc.strerror}") from None
     print(out)
     return 0
-

@@ -34,8 +34,9 @@ def bar(fraction: float, width: int = BAR_WIDTH) -> str:
 
 
 class Progress:
-    def __init__(self, total_steps: int, stream=sys.stderr, every_tty: float = 0.5, every_log: float = 10.0,
-                 start: int = 0):
+    def __init__(
+        self, total_steps: int, stream=sys.stderr, every_tty: float = 0.5, every_log: float = 10.0, start: int = 0
+    ):
         self.total = total_steps
         self.start = start
         self.stream = stream
@@ -58,8 +59,9 @@ class Progress:
         t0, s0 = samples[0]
         return max(0.0, (steps - s0) / (now - t0)) if now > t0 else 0.0
 
-    def fields(self, steps: int, version: int, updates: int, last_eval: float | None, best_eval: float | None,
-               backlog: int) -> tuple[float, list[str]]:
+    def fields(
+        self, steps: int, version: int, updates: int, last_eval: float | None, best_eval: float | None, backlog: int
+    ) -> tuple[float, list[str]]:
         """(fraction done, the fields of the line, most useful first). Steps below the resume point are the
         trainer not having reported yet: a resumed run has done at least that many."""
         steps = max(steps, self.start)
@@ -68,10 +70,16 @@ class Progress:
         left = (self.total - steps) / rate if rate > 0 else float("nan")
         fraction = steps / self.total if self.total else 0.0
         evals = "eval -" if last_eval is None else f"eval {last_eval:.1f} (best {best_eval:.1f})"
-        return fraction, [f"{100 * fraction:3.0f}% {steps:,}/{self.total:,} steps", f"{rate:,.0f} steps/s",
-                          f"{fmt_duration(left) if left == left else '?'} left", evals,
-                          f"policy v{max(version, 0)}", f"{updates:,} updates", f"backlog {backlog}",
-                          f"{fmt_duration(now - self.started)} elapsed"]
+        return fraction, [
+            f"{100 * fraction:3.0f}% {steps:,}/{self.total:,} steps",
+            f"{rate:,.0f} steps/s",
+            f"{fmt_duration(left) if left == left else '?'} left",
+            evals,
+            f"policy v{max(version, 0)}",
+            f"{updates:,} updates",
+            f"backlog {backlog}",
+            f"{fmt_duration(now - self.started)} elapsed",
+        ]
 
     def line(self, **fields) -> str:
         fraction, parts = self.fields(**fields)

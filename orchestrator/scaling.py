@@ -68,13 +68,16 @@ def collecting(snapshot: Snapshot, active: Iterable[str], margin: int) -> list[s
     return [n for n in active if snapshot.assigned.get(n, 0) - snapshot.produced.get(n, 0) > margin]
 
 
-def steps_left(snapshot: Snapshot, active: Collection[str], collecting_names: Collection[str], steps: int,
-               steps_done: int) -> int:
+def steps_left(
+    snapshot: Snapshot, active: Collection[str], collecting_names: Collection[str], steps: int, steps_done: int
+) -> int:
     """The run's steps not yet produced nor promised: a finishing worker counts with its whole share, every
     other worker (collecting, retired, gone) with what it produced."""
     finishing = set(active) - set(collecting_names)
-    committed = sum(snapshot.assigned.get(n, 0) if n in finishing else snapshot.produced.get(n, 0)
-                    for n in set(snapshot.produced) | finishing)
+    committed = sum(
+        snapshot.assigned.get(n, 0) if n in finishing else snapshot.produced.get(n, 0)
+        for n in set(snapshot.produced) | finishing
+    )
     return max(0, steps - steps_done - committed)
 
 
@@ -93,13 +96,22 @@ def initial_shares(steps: int, steps_done: int, workers: int) -> dict[str, int]:
 
 # -- local runs: fresh names, any worker may be stopped ---------------------------------------------------
 
+
 def plan_removal(snapshot: Snapshot, workers: int, margin: int, alive: Collection[str] | None = None) -> list[str]:
     """Collecting workers beyond the first ``workers`` (by index): those a local run stops and retires."""
     return collecting(snapshot, snapshot.active(alive), margin)[workers:]
 
 
-def plan_shares(snapshot: Snapshot, *, steps: int, steps_done: int, workers: int, margin: int, next_index: int,
-                alive: Collection[str] | None = None) -> ScalePlan:
+def plan_shares(
+    snapshot: Snapshot,
+    *,
+    steps: int,
+    steps_done: int,
+    workers: int,
+    margin: int,
+    next_index: int,
+    alive: Collection[str] | None = None,
+) -> ScalePlan:
     """After the removed workers exited: the steps left spread over the collecting workers and as many new
     ones (``rollout-<next_index>`` on) as bring the collecting count to ``workers``; none are added when
     nothing is left to produce."""
@@ -111,11 +123,13 @@ def plan_shares(snapshot: Snapshot, *, steps: int, steps_done: int, workers: int
     finishing = tuple(n for n in active if n not in keep)
     if not names:
         return ScalePlan(finishing=finishing)
-    return ScalePlan(tuple(keep), tuple(added), spread(names, snapshot.produced, remaining), remaining,
-                     finishing=finishing)
+    return ScalePlan(
+        tuple(keep), tuple(added), spread(names, snapshot.produced, remaining), remaining, finishing=finishing
+    )
 
 
 # -- Kubernetes runs: the Indexed Job keeps indexes 0..N-1 ------------------------------------------------
+
 
 def plan_indexed_removal(snapshot: Snapshot, workers: int) -> list[str]:
     """Active members with an index of ``workers`` or more: scaling the Indexed Job to ``workers`` removes
@@ -123,8 +137,7 @@ def plan_indexed_removal(snapshot: Snapshot, workers: int) -> list[str]:
     return [n for n in snapshot.active() if worker_index(n) >= workers]
 
 
-def plan_indexed_shares(snapshot: Snapshot, *, steps: int, steps_done: int, workers: int,
-                        margin: int) -> ScalePlan:
+def plan_indexed_shares(snapshot: Snapshot, *, steps: int, steps_done: int, workers: int, margin: int) -> ScalePlan:
     """After the removed workers exited: the steps left spread over the collecting workers below ``workers``
     and the indexes below ``workers`` that are not active (new, or retired earlier and coming back under the
     same name, with what they produced before plus their new part).
@@ -136,8 +149,9 @@ def plan_indexed_shares(snapshot: Snapshot, *, steps: int, steps_done: int, work
     active = [n for n in snapshot.active() if worker_index(n) < workers]
     keep = collecting(snapshot, active, margin)
     remaining = steps_left(snapshot, active, keep, steps, steps_done)
-    added = [worker_name(i) for i in range(workers) if snapshot.members.get(worker_name(i)) != ACTIVE] \
-        if remaining else []
+    added = (
+        [worker_name(i) for i in range(workers) if snapshot.members.get(worker_name(i)) != ACTIVE] if remaining else []
+    )
     finishing = [n for n in active if n not in keep]
     retired = sorted((n for n, s in snapshot.members.items() if s != ACTIVE and n not in added), key=worker_index)
     shares = {n: snapshot.produced.get(n, 0) for n in retired}

@@ -65,8 +65,10 @@ class RunState:
     @classmethod
     def from_dict(cls, data: dict) -> "RunState":
         data = dict(data)
-        procs = [ProcessState(**{k: v for k, v in p.items() if k in ProcessState.__dataclass_fields__})
-                 for p in data.pop("processes", [])]
+        procs = [
+            ProcessState(**{k: v for k, v in p.items() if k in ProcessState.__dataclass_fields__})
+            for p in data.pop("processes", [])
+        ]
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(processes=procs, **known)
 
@@ -118,11 +120,21 @@ def read_state(run_dir: Path) -> RunState | None:
         raise UserError(f"{path} cannot be read as a run state: {exc}") from None
     try:
         state = RunState.from_dict(data)
-        if not isinstance(state.run, str) or not _pid(state.orchestrator_pid) or not _number(state.started_at) \
-                or not isinstance(state.state, str) or not isinstance(state.exit_reason, str) \
-                or not (state.memory_pid is None or _pid(state.memory_pid)) or not all(
-                isinstance(p.name, str) and _pid(p.pid) and (p.control_port is None or _pid(p.control_port))
-                and isinstance(p.last_status, dict) for p in state.processes):
+        if (
+            not isinstance(state.run, str)
+            or not _pid(state.orchestrator_pid)
+            or not _number(state.started_at)
+            or not isinstance(state.state, str)
+            or not isinstance(state.exit_reason, str)
+            or not (state.memory_pid is None or _pid(state.memory_pid))
+            or not all(
+                isinstance(p.name, str)
+                and _pid(p.pid)
+                and (p.control_port is None or _pid(p.control_port))
+                and isinstance(p.last_status, dict)
+                for p in state.processes
+            )
+        ):
             raise TypeError("run, a process id or name, a control port or a last status has the wrong type")
     except (TypeError, ValueError, AttributeError) as exc:
         raise UserError(f"{path} does not hold a valid run state: {exc}") from None

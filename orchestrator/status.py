@@ -62,13 +62,21 @@ class Row:
 
 
 def row_from_status(name: str, status) -> Row:
-    return Row(name, status.role, status.state, status.policy_version, status.env_steps,
-               status.transitions_per_s if status.transitions_per_s > 0 else None, status.restarts,
-               status.last_error, lag_line(dict(status.fields)))
+    return Row(
+        name,
+        status.role,
+        status.state,
+        status.policy_version,
+        status.env_steps,
+        status.transitions_per_s if status.transitions_per_s > 0 else None,
+        status.restarts,
+        status.last_error,
+        lag_line(dict(status.fields)),
+    )
 
 
 def lag_line(fields: dict) -> str:
-    """"policy lag (versions): 0: 12%, 1: 61%, 2: 27% | mean 1.15, max 2 | dropped 0" from a trainer's
+    """ "policy lag (versions): 0: 12%, 1: 61%, 2: 27% | mean 1.15, max 2 | dropped 0" from a trainer's
     status fields (``drl.training.learning.QueueLearning.report``); empty without them or before anything was trained.
     Buckets are named by their range and shown when they hold anything."""
     from drl.tensorboard import parse_buckets
@@ -87,8 +95,10 @@ def lag_line(fields: dict) -> str:
             share = 100 * count / total
             parts.append(f"{name}: {share:.0f}%" if share >= 1 else f"{name}: <1%")
         low = int(bound) + 1 if bound != float("inf") else low
-    return (f"policy lag (versions): {', '.join(parts)} | mean {fields.get('policy_lag_mean', '')}, max {fields.get('policy_lag_max', '')} | "
-            f"dropped {fields.get('lag_dropped', 0)} transitions")
+    return (
+        f"policy lag (versions): {', '.join(parts)} | mean {fields.get('policy_lag_mean', '')}, max {fields.get('policy_lag_max', '')} | "
+        f"dropped {fields.get('lag_dropped', 0)} transitions"
+    )
 
 
 def format_lags(rows: list[Row]) -> str:
@@ -98,6 +108,7 @@ def format_lags(rows: list[Row]) -> str:
 
 def format_table(rows: list[Row]) -> str:
     """Rows as aligned columns; unknown values as ``-``, long errors cut to one short line."""
+
     def cell(value) -> str:
         if value is None or value == "":
             return "-"
@@ -106,11 +117,21 @@ def format_table(rows: list[Row]) -> str:
         if isinstance(value, int):
             return f"{value:,}" if value >= 0 else "-"
         text = " ".join(str(value).split())
-        return text if len(text) <= ERROR_WIDTH else text[:ERROR_WIDTH - 3] + "..."
+        return text if len(text) <= ERROR_WIDTH else text[: ERROR_WIDTH - 3] + "..."
 
-    table = [list(COLUMNS)] + [[cell(r.name), cell(r.role), cell(r.state), cell(r.policy_version),
-                                cell(r.env_steps), cell(r.rate), cell(r.restarts), cell(r.last_error)]
-                               for r in rows]
+    table = [list(COLUMNS)] + [
+        [
+            cell(r.name),
+            cell(r.role),
+            cell(r.state),
+            cell(r.policy_version),
+            cell(r.env_steps),
+            cell(r.rate),
+            cell(r.restarts),
+            cell(r.last_error),
+        ]
+        for r in rows
+    ]
     widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
     numeric = {3, 4, 5, 6}
     out = []

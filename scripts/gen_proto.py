@@ -51,7 +51,9 @@ def generate_services(out: Path) -> list[Path]:
     written = []
     for f in files:
         path = out / f.relative_to(PROTO_ROOT).with_name(f.stem + "_pb2_grpc.py")
-        path.write_text(re.sub(r"^from drl\.v1 import ", "from drl._proto.drl.v1 import ", path.read_text(), flags=re.M))
+        path.write_text(
+            re.sub(r"^from drl\.v1 import ", "from drl._proto.drl.v1 import ", path.read_text(), flags=re.M)
+        )
         written.append(path)
     return written
 

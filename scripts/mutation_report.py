@@ -28,8 +28,10 @@ def main() -> int:
 
 def row(name: str, c: collections.Counter) -> str:
     judged = c["killed"] + c["survived"] + c["no tests"]
-    return (f"{name:36} {c['killed']:>7} {c['survived']:>8} {c['no tests']:>8} {c['timeout']:>7} "
-            f"{100 * c['killed'] / max(1, judged):>7.1f}%")
+    return (
+        f"{name:36} {c['killed']:>7} {c['survived']:>8} {c['no tests']:>8} {c['timeout']:>7} "
+        f"{100 * c['killed'] / max(1, judged):>7.1f}%"
+    )
 
 
 if __name__ == "__main__":

@@ -67,8 +67,10 @@ class ServiceContext:
         env = os.environ
         missing = [k for k in ("DRL_CONFIG", "DRL_RUN", "DRL_RUN_DIR", "DRL_MEMORY_URL", "DRL_STORE") if not env.get(k)]
         if missing:
-            raise UserError(f"{role}: environment variable(s) {', '.join(missing)} must be set "
-                            "(services are started by drl-orchestrate, which sets them)")
+            raise UserError(
+                f"{role}: environment variable(s) {', '.join(missing)} must be set "
+                "(services are started by drl-orchestrate, which sets them)"
+            )
         try:
             data = json.loads(env["DRL_CONFIG"])
         except (json.JSONDecodeError, RecursionError) as exc:
@@ -80,8 +82,17 @@ class ServiceContext:
                 numbers[var] = int(env.get(var, "0"))
             except ValueError:
                 raise UserError(f"{var} must be an integer, got {env[var]!r}") from None
-        return cls(role, config, env["DRL_RUN"], Path(env["DRL_RUN_DIR"]), env["DRL_MEMORY_URL"], env["DRL_STORE"],
-                   numbers["DRL_WORKER_INDEX"], numbers["DRL_STEPS_DONE"], numbers["DRL_LEARNER_RANK"])
+        return cls(
+            role,
+            config,
+            env["DRL_RUN"],
+            Path(env["DRL_RUN_DIR"]),
+            env["DRL_MEMORY_URL"],
+            env["DRL_STORE"],
+            numbers["DRL_WORKER_INDEX"],
+            numbers["DRL_STEPS_DONE"],
+            numbers["DRL_LEARNER_RANK"],
+        )
 
     @property
     def name(self) -> str:
@@ -92,8 +103,13 @@ class ServiceContext:
     def memory(self) -> MemoryBackend:
         """The run's memory backend, checked; an unreachable server is waited for up to ``memory_retry_s`` (pods
         start together, the memory server's pod may come up last), and so is every later call."""
-        return open_memory(self.memory_url, self.run, wait_s=self.config.memory_retry_s,
-                           retry_s=self.config.memory_retry_s, shards=self.config.memory_shards)
+        return open_memory(
+            self.memory_url,
+            self.run,
+            wait_s=self.config.memory_retry_s,
+            retry_s=self.config.memory_retry_s,
+            shards=self.config.memory_shards,
+        )
 
     def policy_store(self) -> PolicyStore:
         """The run's policies; a remote store is read through the node-local cache."""
@@ -139,8 +155,9 @@ def take_identity(memory: MemoryBackend, control: RunControl, name: str) -> Call
     the run done), exits 0 without having written anything. Returns the function that gives the claim up."""
     release = hold_claim(control, name, give_up=lambda: run_over(control))
     if release is None:
-        logging.getLogger("drl").info("%s: %s while another process held this identity; nothing to do", name,
-                                      run_over(control))
+        logging.getLogger("drl").info(
+            "%s: %s while another process held this identity; nothing to do", name, run_over(control)
+        )
         sys.exit(0)
     if control.status(name).get("state") == "finished":
         release()
@@ -176,8 +193,9 @@ HEARTBEAT_EVERY_S = 5.0
 CLAIM_S = 15.0
 
 
-def hold_claim(control: RunClaims, name: str, ttl_s: float = CLAIM_S,
-               give_up: Callable[[], str | None] = lambda: None) -> Callable[[], None] | None:
+def hold_claim(
+    control: RunClaims, name: str, ttl_s: float = CLAIM_S, give_up: Callable[[], str | None] = lambda: None
+) -> Callable[[], None] | None:
     """Takes the run's claim ``name`` (``RunControl.claim``) for this process and keeps it: one process at a time
     writes as one identity (two trainers would split the stream between them and overwrite each other's
     committed counters; two rollout workers with one name would number their entries alike).
@@ -207,8 +225,12 @@ def hold_claim(control: RunClaims, name: str, ttl_s: float = CLAIM_S,
             control.release(name, other)
             continue
         if not noted:
-            log.warning("the run's %s claim is held by %s; waiting for it (it lapses %.0f s after its holder "
-                        "ends)", name, other, ttl_s)
+            log.warning(
+                "the run's %s claim is held by %s; waiting for it (it lapses %.0f s after its holder ends)",
+                name,
+                other,
+                ttl_s,
+            )
             noted = True
         time.sleep(1.0)
 
@@ -221,8 +243,13 @@ def hold_claim(control: RunClaims, name: str, ttl_s: float = CLAIM_S,
             except MemoryBackendError:
                 continue
             if other is not None and not released.is_set():
-                log.error("%s: superseded: the run's %s claim went to %s; exiting so that only one %s goes on",
-                          name, name, other, name)
+                log.error(
+                    "%s: superseded: the run's %s claim went to %s; exiting so that only one %s goes on",
+                    name,
+                    name,
+                    other,
+                    name,
+                )
                 sys.stderr.flush()
                 os._exit(EXIT_SUPERSEDED)
 
@@ -236,6 +263,8 @@ def hold_claim(control: RunClaims, name: str, ttl_s: float = CLAIM_S,
             pass
 
     return release
+
+
 ORPHAN_CHECK_S = 1.0
 ORPHAN_GRACE_S = 10.0
 EXIT_ORPHANED = 3
@@ -259,8 +288,11 @@ def watch_orchestrator(pid_text: str) -> None:
     def watch() -> None:
         while os.getppid() == pid:
             time.sleep(ORPHAN_CHECK_S)
-        log.warning("the run's orchestrator (pid %d) is gone; stopping (handing in what can be handed in within "
-                    "%.0f s)", pid, ORPHAN_GRACE_S)
+        log.warning(
+            "the run's orchestrator (pid %d) is gone; stopping (handing in what can be handed in within %.0f s)",
+            pid,
+            ORPHAN_GRACE_S,
+        )
         TELEMETRY.stop.set()
         time.sleep(ORPHAN_GRACE_S)
         log.warning("still running %.0f s after the orchestrator went; exiting", ORPHAN_GRACE_S)
@@ -293,13 +325,17 @@ def run_service(role: str, body: Callable[[ServiceContext], int]) -> None:
     """Runs a service body with logging set up, once the algorithm plugins are loaded; UserError becomes one line
     and exit code 2."""
     load_plugins_or_exit()
-    logging.basicConfig(level=os.environ.get("DRL_LOG_LEVEL", "INFO"),
-                        format=f"%(asctime)s {role} %(levelname)s %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=os.environ.get("DRL_LOG_LEVEL", "INFO"),
+        format=f"%(asctime)s {role} %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
     if os.environ.get("DRL_HEARTBEAT_FILE"):
         start_heartbeat(os.environ["DRL_HEARTBEAT_FILE"])
     if os.environ.get("DRL_ORCHESTRATOR_PID"):
         watch_orchestrator(os.environ["DRL_ORCHESTRATOR_PID"])
     from services.metrics import start_metrics
+
     start_metrics()
     try:
         TELEMETRY.restarts = int(os.environ.get("DRL_RESTARTS", "0") or 0)
@@ -309,6 +345,7 @@ def run_service(role: str, body: Callable[[ServiceContext], int]) -> None:
         ctx = ServiceContext.from_env(role)
         TELEMETRY.role, TELEMETRY.name, TELEMETRY.run = role, ctx.name, ctx.run
         from services.control import start_control
+
         start_control(ctx)
         code = body(ctx)
     except UserError as exc:
@@ -317,8 +354,10 @@ def run_service(role: str, body: Callable[[ServiceContext], int]) -> None:
         sys.exit(EXIT_USAGE)
     except Superseded as exc:
         TELEMETRY.last_error = f"superseded: {exc}"
-        print(f"drl {role}: superseded: another process took this identity; stopping without writing more "
-              f"({exc})", file=sys.stderr)
+        print(
+            f"drl {role}: superseded: another process took this identity; stopping without writing more ({exc})",
+            file=sys.stderr,
+        )
         sys.stderr.flush()
         os._exit(EXIT_SUPERSEDED)
     except KeyboardInterrupt:
@@ -327,4 +366,3 @@ def run_service(role: str, body: Callable[[ServiceContext], int]) -> None:
         TELEMETRY.last_error = f"{type(exc).__name__}: {exc}"
         raise
     sys.exit(code)
-

@@ -45,8 +45,7 @@ class ControlServicer(control_pb2_grpc.ControlServicer):
     async def Stop(self, request, context):
         accepted = not self.telemetry.stop.is_set()
         if accepted:
-            log.info("stop requested through the control endpoint%s",
-                     f" ({request.reason})" if request.reason else "")
+            log.info("stop requested through the control endpoint%s", f" ({request.reason})" if request.reason else "")
         self.telemetry.stop.set()
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -93,8 +92,9 @@ class _RejectUnparsable(grpc.aio.ServerInterceptor):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request is not a valid message")
             return await behaviour(request, context)
 
-        return grpc.unary_unary_rpc_method_handler(checked, request_deserializer=deserialize,
-                                                   response_serializer=handler.response_serializer)
+        return grpc.unary_unary_rpc_method_handler(
+            checked, request_deserializer=deserialize, response_serializer=handler.response_serializer
+        )
 
 
 class ControlServer:
@@ -111,8 +111,9 @@ class ControlServer:
         self.loop = asyncio.new_event_loop()
         self.server: grpc.aio.Server | None = None
         started: futures.Future = futures.Future()
-        self.thread = threading.Thread(target=self._run, args=(telemetry, host, port, started), name="control",
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self._run, args=(telemetry, host, port, started), name="control", daemon=True
+        )
         self.thread.start()
         self.port: int = started.result()
 

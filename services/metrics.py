@@ -36,17 +36,31 @@ log = logging.getLogger("drl.metrics")
 PREFIX = "drl_"
 LABELS = ("run", "role", "id")
 IDENTITY = {"run", "role", "id", "state", "exit_reason", "last_error"}
-COUNTERS = frozenset({
-    "env_steps", "transitions_consumed", "updates", "duplicates_dropped", "stale_dropped", "dead_lettered",
-    "lost", "memory_resets", "produced", "seq", "backpressure_s", "resent", "evaluations", "restarts",
-    "lag_dropped",
-})
+COUNTERS = frozenset(
+    {
+        "env_steps",
+        "transitions_consumed",
+        "updates",
+        "duplicates_dropped",
+        "stale_dropped",
+        "dead_lettered",
+        "lost",
+        "memory_resets",
+        "produced",
+        "seq",
+        "backpressure_s",
+        "resent",
+        "evaluations",
+        "restarts",
+        "lag_dropped",
+    }
+)
 HELP = {
     "env_steps": "Environment steps: consumed by the trainer, or of the last evaluated version (evaluator).",
     "transitions_consumed": "Transitions the trainer took into replay (or into the iteration's rollout).",
     "updates": "Gradient updates (learner steps) so far.",
     "transitions_per_s": "Transitions per second since this process started: consumed (trainer), produced "
-                         "(rollout worker).",
+    "(rollout worker).",
     "backlog": "Entries waiting in the experience stream (unread plus unacknowledged).",
     "backlog_bytes": "Bytes of the entries waiting in the experience stream.",
     "policy_version": "Policy version published (trainer), acted with (rollout) or evaluated (evaluator).",
@@ -58,14 +72,14 @@ HELP = {
     "total": "Transitions this rollout worker is to collect (its share of --steps).",
     "backpressure_s": "Seconds this rollout worker waited for room in the backlog.",
     "lag_dropped": "Transitions consumed but not learned from: collected more than --max-policy-lag versions "
-                   "before the trainer's newest (appo).",
+    "before the trainer's newest (appo).",
     "queued": "Transitions waiting in the trainer's queue for their batch (appo).",
 }
 
 
 HISTOGRAMS = {
     "policy_lag": "Transitions the learner trained on, by policy lag: the trainer's newest version minus the "
-                  "version that collected them (appo).",
+    "version that collected them (appo).",
 }
 
 
@@ -106,8 +120,11 @@ class TelemetryCollector:
     def collect(self):
         snap = self.telemetry.snapshot()
         labels = [str(snap.get(k, "")) for k in LABELS]
-        info = GaugeMetricFamily(PREFIX + "info", "Identity and state of the service (value always 1).",
-                                 labels=[*LABELS, "state", "exit_reason"])
+        info = GaugeMetricFamily(
+            PREFIX + "info",
+            "Identity and state of the service (value always 1).",
+            labels=[*LABELS, "state", "exit_reason"],
+        )
         info.add_metric([*labels, str(snap.get("state", "")), str(snap.get("exit_reason", ""))], 1.0)
         yield info
         ports = set(self.telemetry.ports)
@@ -163,8 +180,7 @@ def serve_page(host: str, port: int, reg: CollectorRegistry) -> WSGIServer:
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
     server_class = type("MetricsServer", (_Server,), {"address_family": family})
     httpd: WSGIServer = make_server(host, port, make_wsgi_app(reg), server_class, handler_class=_QuietHandler)
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": None}, name="metrics",
-                     daemon=True).start()
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": None}, name="metrics", daemon=True).start()
     return httpd
 
 

@@ -34,8 +34,16 @@ class Telemetry:
 
     def snapshot(self) -> dict:
         """Identity, uptime and the latest status fields."""
-        return {"role": self.role, "id": self.name, "run": self.run, "uptime_s": time.time() - self.started,
-                "restarts": self.restarts, "last_error": self.last_error, **self.ports, **self.fields()}
+        return {
+            "role": self.role,
+            "id": self.name,
+            "run": self.run,
+            "uptime_s": time.time() - self.started,
+            "restarts": self.restarts,
+            "last_error": self.last_error,
+            **self.ports,
+            **self.fields(),
+        }
 
 
 TELEMETRY = Telemetry()

@@ -79,8 +79,14 @@ def redis_client(redis_server):
 def run_cli(args: list[str], timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """Runs drl-orchestrate as a user would, in a subprocess."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=ROOT,
+    )
 
 
 def run_client(run_dir: Path):
@@ -90,8 +96,9 @@ def run_client(run_dir: Path):
 
     url = json.loads((run_dir / "state.json").read_text())["memory_url"]
     secret = run_dir / "memory.password"
-    return redis.Redis.from_url(url, password=secret.read_text().strip() if secret.exists() else None,
-                                socket_timeout=10)
+    return redis.Redis.from_url(
+        url, password=secret.read_text().strip() if secret.exists() else None, socket_timeout=10
+    )
 
 
 def read_summary(run_dir: Path) -> dict:
@@ -130,9 +137,12 @@ class S3Server:
 
     def start(self) -> None:
         host = self.endpoint.split("//", 1)[1].rsplit(":", 1)[0]
-        self.proc = subprocess.Popen([*self.launcher, sys.executable, "-m", "moto.server", "-H", host, "-p",
-                                      str(self.port)], stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [*self.launcher, sys.executable, "-m", "moto.server", "-H", host, "-p", str(self.port)],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         import time
         import urllib.request
 
@@ -147,8 +157,12 @@ class S3Server:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"AWS_ACCESS_KEY_ID": "test-key", "AWS_SECRET_ACCESS_KEY": "test-secret", "AWS_REGION": "us-east-1",
-                "DRL_S3_ENDPOINT": self.endpoint}
+        return {
+            "AWS_ACCESS_KEY_ID": "test-key",
+            "AWS_SECRET_ACCESS_KEY": "test-secret",
+            "AWS_REGION": "us-east-1",
+            "DRL_S3_ENDPOINT": self.endpoint,
+        }
 
     def stop(self) -> None:
         self.proc.kill()

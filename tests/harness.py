@@ -26,17 +26,33 @@ from tests.conftest import ROOT
 
 
 class ServiceRun:
-    def __init__(self, cfg: ExperimentConfig, memory_url: str, run_dir: Path, run: str = "fault",
-                 store_url: str | None = None, learner_address: str = "127.0.0.1"):
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        memory_url: str,
+        run_dir: Path,
+        run: str = "fault",
+        store_url: str | None = None,
+        learner_address: str = "127.0.0.1",
+    ):
         self.cfg = cfg.validate()
         self.run = run
         self.run_dir = run_dir
         self.keys = Keys(run)
         self.memory_url = memory_url
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.workloads = {w.role: w for w in plan(cfg, run=run, run_dir=str(run_dir), memory_url=memory_url,
-                                                   store_url=store_url or str(run_dir / "store"),
-                                                   python=sys.executable, learner_address=learner_address)}
+        self.workloads = {
+            w.role: w
+            for w in plan(
+                cfg,
+                run=run,
+                run_dir=str(run_dir),
+                memory_url=memory_url,
+                store_url=store_url or str(run_dir / "store"),
+                python=sys.executable,
+                learner_address=learner_address,
+            )
+        }
         self.procs: dict[str, subprocess.Popen | ForkedProcess] = {}
         self._launcher: Launcher | None = None
 
@@ -45,8 +61,15 @@ class ServiceRun:
         """The run's fork server, started on first use (runs placed on other hosts start none)."""
         if self._launcher is None:
             self._launcher = Launcher()
-            self._launcher.warm({**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "DRL_RUN": self.run,
-                                 "DRL_RUN_DIR": str(self.run_dir)})
+            self._launcher.warm(
+                {
+                    **os.environ,
+                    "OMP_NUM_THREADS": "1",
+                    "PYTHONUNBUFFERED": "1",
+                    "DRL_RUN": self.run,
+                    "DRL_RUN_DIR": str(self.run_dir),
+                }
+            )
         return self._launcher
 
     def client(self) -> redis.Redis:
@@ -59,8 +82,14 @@ class ServiceRun:
         workload = self.workloads[role]
         name = workload.replica_name(index)
         with open(self.run_dir / "logs" / f"{name}.log", "ab") as log:
-            proc = self.launcher.start(list(workload.command), {**os.environ, **workload.replica_env(index)}, log,
-                                       die_with_parent=False, name=f"drl-{name}", cwd=str(ROOT))
+            proc = self.launcher.start(
+                list(workload.command),
+                {**os.environ, **workload.replica_env(index)},
+                log,
+                die_with_parent=False,
+                name=f"drl-{name}",
+                cwd=str(ROOT),
+            )
         self.procs[name] = proc
         return proc
 
@@ -87,8 +116,9 @@ class ServiceRun:
                 if proc.poll() not in (None, 0) and proc.returncode != -signal.SIGKILL:
                     raise AssertionError(f"{name} exited with {proc.returncode}:\n{self.log_tail(name)}")
             time.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}\n" + "\n".join(
-            f"--- {n}\n{self.log_tail(n)}" for n in self.procs))
+        raise AssertionError(
+            f"timed out waiting for {what}\n" + "\n".join(f"--- {n}\n{self.log_tail(n)}" for n in self.procs)
+        )
 
     def consumed(self) -> int:
         state = self.client().hget(self.keys.consumer_state, "consumed")
@@ -122,11 +152,17 @@ class ServiceRun:
         state = {k.decode(): v.decode() for k, v in c.hgetall(self.keys.consumer_state).items()}
         produced = {k.decode(): int(v) for k, v in c.hgetall(self.keys.produced).items()}
         dead = sum(int(v) for v in c.hvals(self.keys.dead_letter_counts))
-        return {"produced": sum(produced.values()), "consumed": int(state.get("consumed", 0)),
-                "duplicates": int(state.get("duplicates", 0)), "stale": int(state.get("stale", 0)),
-                "lost": int(state.get("lost", 0)),
-                "dead_letter_entries": dead, "backlog_entries": c.xlen(self.keys.stream),
-                "backlog_bytes": int(c.get(self.keys.backlog_bytes) or 0), "workers": len(produced)}
+        return {
+            "produced": sum(produced.values()),
+            "consumed": int(state.get("consumed", 0)),
+            "duplicates": int(state.get("duplicates", 0)),
+            "stale": int(state.get("stale", 0)),
+            "lost": int(state.get("lost", 0)),
+            "dead_letter_entries": dead,
+            "backlog_entries": c.xlen(self.keys.stream),
+            "backlog_bytes": int(c.get(self.keys.backlog_bytes) or 0),
+            "workers": len(produced),
+        }
 
 
 def wait_until(predicate, timeout: float, what: str, every: float = 0.3):
@@ -144,7 +180,8 @@ def wait_until(predicate, timeout: float, what: str, every: float = 0.3):
 FULL_TIER = pytest.mark.skipif(
     os.environ.get("DRL_TESTS_FULL") != "1",
     reason="opt-in tier (DRL_TESTS_FULL=1): another variant (mode, order, option or environment) of a case that runs "
-           "in every suite, left out to keep the suite within its time budget")
+    "in every suite, left out to keep the suite within its time budget",
+)
 """Marks a variant of a test as opt-in (the other mode, the other order of two kills, another option or environment
 of a learning case): the same case runs in every suite in one variant, all variants with ``DRL_TESTS_FULL=1``. The
 rule and what each tier covers: tests/README.md."""
@@ -158,8 +195,10 @@ def assert_balanced(summary: dict) -> None:
 
     produced, consumed = summary["transitions_produced"], summary["transitions_consumed"]
     unconsumed, dropped = summary["transitions_unconsumed"], summary["dropped"]
-    described = (f"{summary.get('run')} ({summary.get('exit_reason')}): produced {produced}, consumed {consumed}, "
-                 f"unconsumed {unconsumed}, dropped {dropped}, duplicates {summary.get('duplicates_dropped')}")
+    described = (
+        f"{summary.get('run')} ({summary.get('exit_reason')}): produced {produced}, consumed {consumed}, "
+        f"unconsumed {unconsumed}, dropped {dropped}, duplicates {summary.get('duplicates_dropped')}"
+    )
     assert set(dropped) == set(COUNTERS) - {"consumed", "duplicates"}, f"drop counters missing: {described}"
     assert min(produced, consumed, unconsumed, *dropped.values()) >= 0, f"a counter could not be read: {described}"
     assert consumed <= produced, f"more consumed than produced (counted twice): {described}"
@@ -183,9 +222,21 @@ def fast_config(**changes) -> ExperimentConfig:
     """A small, quick SAC configuration for fault tests (tiny networks, few updates)."""
     from drl.algorithms.sac.config import SACConfig
 
-    base = dict(env="Pendulum-v1", workers=3, mode="async", steps=6000, batch_transitions=32, random_steps=6000,
-                learning_starts=500, updates_per_transition=0.05, eval_episodes=1, max_backlog_entries=8,
-                publish_every_updates=50, sync_steps_per_iteration=600, sync_deadline_s=20,
-                sac=SACConfig(hidden=(16, 16), batch_size=32))
+    base = dict(
+        env="Pendulum-v1",
+        workers=3,
+        mode="async",
+        steps=6000,
+        batch_transitions=32,
+        random_steps=6000,
+        learning_starts=500,
+        updates_per_transition=0.05,
+        eval_episodes=1,
+        max_backlog_entries=8,
+        publish_every_updates=50,
+        sync_steps_per_iteration=600,
+        sync_deadline_s=20,
+        sac=SACConfig(hidden=(16, 16), batch_size=32),
+    )
     base.update(changes)
     return ExperimentConfig(**base)

@@ -91,8 +91,9 @@ class _RunData:
     shards: dict[int, "_ShardData"] = field(default_factory=dict)  # the experience fields of shards 1, 2, ...
 
 
-_SHARD_FIELDS = frozenset({"stream", "stream_exists", "group", "backlog_bytes", "widening", "floors", "state",
-                           "leases"})
+_SHARD_FIELDS = frozenset(
+    {"stream", "stream_exists", "group", "backlog_bytes", "widening", "floors", "state", "leases"}
+)
 """The fields each experience shard has of its own (the Redis keys ``Keys(run, shard)`` gives a shard)."""
 
 
@@ -184,7 +185,7 @@ def _server(name: str) -> _Server:
 
 def server_name(url_or_name: str) -> str:
     """The server's name in ``memory://NAME`` (a bare name is taken as it is)."""
-    name = url_or_name[len(SCHEME):] if url_or_name.startswith(SCHEME) else url_or_name
+    name = url_or_name[len(SCHEME) :] if url_or_name.startswith(SCHEME) else url_or_name
     name = name.rstrip("/")
     if not name:
         raise ValueError(f"an in-process memory URL names its server: memory://NAME, got {url_or_name!r}")
@@ -265,8 +266,16 @@ class InProcessWriter(OutboxWriter):
     """One worker's side of the stream, through ``drl.memory.outbox.Outbox`` (order, waiting while the backlog is
     full, keeping and re-sending what was not consumed); it waits on the server's condition."""
 
-    def __init__(self, server: _Server, run: str, worker: str, max_entries: int, max_bytes: int, shard: int = 0,
-                 epoch: int | None = None):
+    def __init__(
+        self,
+        server: _Server,
+        run: str,
+        worker: str,
+        max_entries: int,
+        max_bytes: int,
+        shard: int = 0,
+        epoch: int | None = None,
+    ):
         self._server = server
         self._epoch = epoch
         self._run = run
@@ -328,8 +337,10 @@ class InProcessWriter(OutboxWriter):
             data.epoch = secrets.token_hex(8).encode()
         size = len(item.h) + len(item.d)
         factor = data.widening
-        appended = not (len(data.stream) >= factor * self.max_entries
-                        or (data.backlog_bytes > 0 and data.backlog_bytes + size > factor * self.max_bytes))
+        appended = not (
+            len(data.stream) >= factor * self.max_entries
+            or (data.backlog_bytes > 0 and data.backlog_bytes + size > factor * self.max_bytes)
+        )
         if appended:
             data.stream[self._server.next_id()] = {b"h": item.h, b"d": item.d}
             data.stream_exists = True
@@ -337,9 +348,15 @@ class InProcessWriter(OutboxWriter):
             if item.produced_total > data.produced.get(self.worker, 0):
                 data.produced[self.worker] = item.produced_total
             self._server.changed()
-        return AppendReply(appended=appended, policy_version=-1 if data.policy is None else data.policy,
-                           stop=data.stop is not None, watermark=_watermark(data, self.worker), epoch=data.epoch,
-                           widening=data.widening, share=data.shares.get(self.worker))
+        return AppendReply(
+            appended=appended,
+            policy_version=-1 if data.policy is None else data.policy,
+            stop=data.stop is not None,
+            watermark=_watermark(data, self.worker),
+            epoch=data.epoch,
+            widening=data.widening,
+            share=data.shares.get(self.worker),
+        )
 
     def wait_consumed(self, last_seq: int, timeout: float, should_stop: Callable[[], bool]) -> bool:
         deadline = time.monotonic() + timeout
@@ -378,8 +395,15 @@ class InProcessReader:
         library calls (through this name, not as part of the reading protocol)."""
         return self
 
-    def __init__(self, server: _Server, run: str, name: str, on_reset: Callable[[], None] | None = None,
-                 shard: int = 0, identity: tuple[str, int] | None = None):
+    def __init__(
+        self,
+        server: _Server,
+        run: str,
+        name: str,
+        on_reset: Callable[[], None] | None = None,
+        shard: int = 0,
+        identity: tuple[str, int] | None = None,
+    ):
         self._server = server
         self._identity = identity
         self._run = run
@@ -479,8 +503,12 @@ class InProcessReader:
 
         return self._call(claim)
 
-    def commit(self, acks: Iterable[tuple[bytes, int]], state: dict[str, str | int],
-               dead: Iterable[tuple[bytes, dict, str, str]] = ()) -> None:
+    def commit(
+        self,
+        acks: Iterable[tuple[bytes, int]],
+        state: dict[str, str | int],
+        dead: Iterable[tuple[bytes, dict, str, str]] = (),
+    ) -> None:
         acks, dead = list(acks), list(dead)
         if not acks and not state and not dead:
             return
@@ -490,8 +518,13 @@ class InProcessReader:
             self._fence(data)
             for entry_id, fields, kind, reason in dead:
                 kept = {k: v for k, v in fields.items() if isinstance(k, bytes)}
-                kept.update({b"reason": reason.encode()[:1000], b"kind": kind.encode(),
-                             b"source_id": entry_id if isinstance(entry_id, bytes) else str(entry_id).encode()})
+                kept.update(
+                    {
+                        b"reason": reason.encode()[:1000],
+                        b"kind": kind.encode(),
+                        b"source_id": entry_id if isinstance(entry_id, bytes) else str(entry_id).encode(),
+                    }
+                )
                 data.dead.append(kept)
                 data.dead_counts[kind] = data.dead_counts.get(kind, 0) + 1
             freed = 0
@@ -625,8 +658,14 @@ class InProcessControl:
     def share(self, worker: str) -> int | None:
         return self._read(lambda d: d.shares.get(worker))
 
-    def register(self, members: dict[str, str], shares: dict[str, int], only_new: bool = False,
-                 forget_done: Iterable[str] = (), started_at: float | None = None) -> None:
+    def register(
+        self,
+        members: dict[str, str],
+        shares: dict[str, int],
+        only_new: bool = False,
+        forget_done: Iterable[str] = (),
+        started_at: float | None = None,
+    ) -> None:
         states, _ = _fields(members), _fields(shares)
         forget = list(forget_done)
         if started_at is not None:
@@ -727,8 +766,10 @@ class InProcessControl:
             total = 0
             for shard in self._shards(d):
                 headers = (_header(fields) for fields in shard.stream.values())
-                total += unseen_transitions(((h.worker_id, h.seq, h.count) for h in headers if h is not None),
-                                            shard.state if ledger is None else ledger)
+                total += unseen_transitions(
+                    ((h.worker_id, h.seq, h.count) for h in headers if h is not None),
+                    shard.state if ledger is None else ledger,
+                )
             return total
 
         return self._read(count)
@@ -790,15 +831,17 @@ class InProcessMemory:
             return leases[name]
 
     def writer(self, worker: str, max_entries: int, max_bytes: int) -> InProcessWriter:
-        return InProcessWriter(self._server, self.run, worker, max_entries, max_bytes,
-                               self.shard_map.of(worker), self.identity.of(worker))
+        return InProcessWriter(
+            self._server, self.run, worker, max_entries, max_bytes, self.shard_map.of(worker), self.identity.of(worker)
+        )
 
     def reader(self, name: str, on_reset: Callable[[], None] | None = None, shard: int = 0) -> InProcessReader:
         if not 0 <= shard < self.shards:
             raise ValueError(f"shard {shard} of a run with {self.shards} shard(s)")
         taken = self.identity.epoch
-        return InProcessReader(self._server, self.run, name, on_reset, shard,
-                               None if taken is None else (self.identity.name, taken))
+        return InProcessReader(
+            self._server, self.run, name, on_reset, shard, None if taken is None else (self.identity.name, taken)
+        )
 
     def announcements(self) -> InProcessAnnouncements:
         return InProcessAnnouncements(self._server, self.run)

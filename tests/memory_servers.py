@@ -65,15 +65,55 @@ def make_certs(directory: Path) -> dict[str, Path]:
     (d / "openssl.cnf").write_text(_OPENSSL_CONFIG)
     newkey = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-config", "openssl.cnf")
     for ca in ("ca", "other_ca"):
-        _openssl("req", "-x509", *newkey, "-extensions", "ca", "-subj", f"/CN=drl test {ca}", "-days", "2",
-                 "-keyout", f"{ca}.key", "-out", f"{ca}.crt", cwd=d)
+        _openssl(
+            "req",
+            "-x509",
+            *newkey,
+            "-extensions",
+            "ca",
+            "-subj",
+            f"/CN=drl test {ca}",
+            "-days",
+            "2",
+            "-keyout",
+            f"{ca}.key",
+            "-out",
+            f"{ca}.crt",
+            cwd=d,
+        )
     for serial, (name, cn) in enumerate((("server", "localhost"), ("client", "drl-client")), start=2):
         _openssl("req", "-new", *newkey, "-subj", f"/CN={cn}", "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-set_serial", str(serial),
-                 "-days", "2", "-extfile", "openssl.cnf", "-extensions", name, "-out", f"{name}.crt", cwd=d)
-    return {"ca": d / "ca.crt", "ca_key": d / "ca.key", "server_cert": d / "server.crt", "server_key": d / "server.key",
-            "client_cert": d / "client.crt", "client_key": d / "client.key", "other_ca": d / "other_ca.crt",
-            "other_ca_key": d / "other_ca.key"}
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            str(serial),
+            "-days",
+            "2",
+            "-extfile",
+            "openssl.cnf",
+            "-extensions",
+            name,
+            "-out",
+            f"{name}.crt",
+            cwd=d,
+        )
+    return {
+        "ca": d / "ca.crt",
+        "ca_key": d / "ca.key",
+        "server_cert": d / "server.crt",
+        "server_key": d / "server.key",
+        "client_cert": d / "client.crt",
+        "client_key": d / "client.key",
+        "other_ca": d / "other_ca.crt",
+        "other_ca_key": d / "other_ca.key",
+    }
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,10 +122,33 @@ def supports_tls(binary: str) -> bool:
     exits complaining about the (missing) certificate instead."""
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            proc = subprocess.run([binary, "--port", "0", "--tls-port", str(free_port()), "--bind", "127.0.0.1",
-                                   "--tls-cert-file", "/nonexistent.crt", "--tls-key-file", "/nonexistent.key",
-                                   "--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", tmp],
-                                  capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+            proc = subprocess.run(
+                [
+                    binary,
+                    "--port",
+                    "0",
+                    "--tls-port",
+                    str(free_port()),
+                    "--bind",
+                    "127.0.0.1",
+                    "--tls-cert-file",
+                    "/nonexistent.crt",
+                    "--tls-key-file",
+                    "/nonexistent.key",
+                    "--tls-auth-clients",
+                    "no",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    tmp,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                stdin=subprocess.DEVNULL,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return False
     out = proc.stdout + proc.stderr
@@ -112,8 +175,16 @@ class MemoryServer(RedisServer):
 
     ``url`` is what a drl user would write (no credentials), ``client_kwargs`` what an admin client needs."""
 
-    def __init__(self, workdir: Path, *, url: str, client_kwargs: dict, binary: str | None = None,
-                 port: int | None = None, extra: list[str] = ()):
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        url: str,
+        client_kwargs: dict,
+        binary: str | None = None,
+        port: int | None = None,
+        extra: list[str] = (),
+    ):
         super().__init__(workdir, binary=binary, port=port, extra=extra)
         self._url = url
         self.client_kwargs = dict(client_kwargs)
@@ -140,43 +211,73 @@ class MemoryServer(RedisServer):
         return self.start()
 
 
-def tls_server(workdir: Path, certs: dict[str, Path], *, binary: str | None = None,
-               password: str | None = None) -> MemoryServer:
+def tls_server(
+    workdir: Path, certs: dict[str, Path], *, binary: str | None = None, password: str | None = None
+) -> MemoryServer:
     """A TLS-only server (plain port disabled) that requires client certificates signed by ``certs['ca']``;
     with ``password``, AUTH too. Not started: use ``with tls_server(...) as server`` or ``.start()``."""
     binary = binary or find_tls_server_binary()
     if binary is None:
-        raise RuntimeError("no TLS-capable valkey-server/redis-server found (apt-get install -y redis-server, or "
-                           "set DRL_TLS_REDIS_SERVER)")
+        raise RuntimeError(
+            "no TLS-capable valkey-server/redis-server found (apt-get install -y redis-server, or "
+            "set DRL_TLS_REDIS_SERVER)"
+        )
     port = free_port()
-    extra = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", str(certs["server_cert"]),
-             "--tls-key-file", str(certs["server_key"]), "--tls-ca-cert-file", str(certs["ca"]),
-             "--tls-auth-clients", "yes"]
-    kwargs = {"host": "127.0.0.1", "port": port, "ssl": True, "ssl_ca_certs": str(certs["ca"]),
-              "ssl_certfile": str(certs["client_cert"]), "ssl_keyfile": str(certs["client_key"])}
+    extra = [
+        "--port",
+        "0",
+        "--tls-port",
+        str(port),
+        "--tls-cert-file",
+        str(certs["server_cert"]),
+        "--tls-key-file",
+        str(certs["server_key"]),
+        "--tls-ca-cert-file",
+        str(certs["ca"]),
+        "--tls-auth-clients",
+        "yes",
+    ]
+    kwargs = {
+        "host": "127.0.0.1",
+        "port": port,
+        "ssl": True,
+        "ssl_ca_certs": str(certs["ca"]),
+        "ssl_certfile": str(certs["client_cert"]),
+        "ssl_keyfile": str(certs["client_key"]),
+    }
     if password is not None:
         extra += ["--requirepass", password]
         kwargs["password"] = password
-    return MemoryServer(workdir, url=f"rediss://127.0.0.1:{port}/0", client_kwargs=kwargs, binary=binary, port=port,
-                        extra=extra)
+    return MemoryServer(
+        workdir, url=f"rediss://127.0.0.1:{port}/0", client_kwargs=kwargs, binary=binary, port=port, extra=extra
+    )
 
 
 def password_server(workdir: Path, password: str, *, binary: str | None = None) -> MemoryServer:
     """A plain TCP server whose default user needs ``password`` (requirepass)."""
     port = free_port()
-    return MemoryServer(workdir, url=f"redis://127.0.0.1:{port}/0", binary=binary, port=port,
-                        client_kwargs={"host": "127.0.0.1", "port": port, "password": password},
-                        extra=["--requirepass", password])
+    return MemoryServer(
+        workdir,
+        url=f"redis://127.0.0.1:{port}/0",
+        binary=binary,
+        port=port,
+        client_kwargs={"host": "127.0.0.1", "port": port, "password": password},
+        extra=["--requirepass", password],
+    )
 
 
 def acl_server(workdir: Path, username: str, password: str, *, binary: str | None = None) -> MemoryServer:
     """A plain TCP server with an ACL user ``username`` (all keys, channels and commands) whose password is
     ``password``; the default user is switched off, so only that user gets in."""
     port = free_port()
-    return MemoryServer(workdir, url=f"redis://127.0.0.1:{port}/0", binary=binary, port=port,
-                        client_kwargs={"host": "127.0.0.1", "port": port, "username": username, "password": password},
-                        extra=["--user", username, "on", f">{password}", "~*", "&*", "+@all",
-                               "--user", "default", "off"])
+    return MemoryServer(
+        workdir,
+        url=f"redis://127.0.0.1:{port}/0",
+        binary=binary,
+        port=port,
+        client_kwargs={"host": "127.0.0.1", "port": port, "username": username, "password": password},
+        extra=["--user", username, "on", f">{password}", "~*", "&*", "+@all", "--user", "default", "off"],
+    )
 
 
 def unix_server(workdir: Path, *, binary: str | None = None) -> MemoryServer:
@@ -184,9 +285,13 @@ def unix_server(workdir: Path, *, binary: str | None = None) -> MemoryServer:
     /tmp, removed on stop, to stay below the 107-character limit of socket paths."""
     sock_dir = Path(tempfile.mkdtemp(prefix="drl-", dir="/tmp"))
     sock = sock_dir / "m.sock"
-    server = MemoryServer(workdir, url=f"unix://{sock}?db=0", binary=binary,
-                          client_kwargs={"unix_socket_path": str(sock)},
-                          extra=["--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700"])
+    server = MemoryServer(
+        workdir,
+        url=f"unix://{sock}?db=0",
+        binary=binary,
+        client_kwargs={"unix_socket_path": str(sock)},
+        extra=["--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700"],
+    )
     server.socket_path = sock
     server.cleanup.append(sock_dir)
     return server

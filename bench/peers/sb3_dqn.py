@@ -49,14 +49,31 @@ def main(job: dict) -> int:
 
     data = transitions(job["fill"], job["seed"])
     n = job["fill"]
-    model = DQN("CnnPolicy", Shapes(), learning_rate=job["lr"], buffer_size=n, learning_starts=0,
-                batch_size=job["batch"], gamma=job["gamma"], max_grad_norm=job["max_grad_norm"],
-                optimize_memory_usage=False, device="cpu", seed=job["seed"], verbose=0)
+    model = DQN(
+        "CnnPolicy",
+        Shapes(),
+        learning_rate=job["lr"],
+        buffer_size=n,
+        learning_starts=0,
+        batch_size=job["batch"],
+        gamma=job["gamma"],
+        max_grad_norm=job["max_grad_norm"],
+        optimize_memory_usage=False,
+        device="cpu",
+        seed=job["seed"],
+        verbose=0,
+    )
     model.set_logger(Logger(folder=None, output_formats=[]))
     buffer = model.replay_buffer
     for i in range(n):
-        buffer.add(data["obs"][i:i + 1], data["next_obs"][i:i + 1], data["action"][i:i + 1],
-                   data["reward"][i:i + 1], data["terminated"][i:i + 1], [{}])
+        buffer.add(
+            data["obs"][i : i + 1],
+            data["next_obs"][i : i + 1],
+            data["action"][i : i + 1],
+            data["reward"][i : i + 1],
+            data["terminated"][i : i + 1],
+            [{}],
+        )
     assert buffer.size() == n
     params = sum(p.numel() for p in model.q_net.parameters())
     print(f"ready {digest(data)} {params} {stable_baselines3.__version__}", flush=True)

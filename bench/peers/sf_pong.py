@@ -30,10 +30,17 @@ def make_pong(full_env_name, cfg=None, env_config=None, render_mode=None):
     from ale_py.env import AtariEnv
     from sample_factory.envs.env_wrappers import NumpyObsWrapper
 
-    env = AtariEnv(game=GAME, frameskip=1, repeat_action_probability=0.25, full_action_space=False,
-                   max_num_frames_per_episode=108_000, render_mode=render_mode)
-    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True,
-                                          terminal_on_life_loss=False)
+    env = AtariEnv(
+        game=GAME,
+        frameskip=1,
+        repeat_action_probability=0.25,
+        full_action_space=False,
+        max_num_frames_per_episode=108_000,
+        render_mode=render_mode,
+    )
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True, terminal_on_life_loss=False
+    )
     env = gym.wrappers.FrameStack(env, 4)
     return NumpyObsWrapper(env)
 
@@ -47,9 +54,27 @@ def main(argv: list[str]) -> int:
     sampler = argv[:1] == ["--sampler"]
     argv = argv[1:] if sampler else argv
     register_env(ENV_NAME, make_pong)
-    argv = ["--env", ENV_NAME, "--device", "cpu", "--async_rl", "True", "--experiment", "pong_bench",
-            "--restart_behavior", "overwrite", "--train_for_env_steps", str(10**12), "--save_every_sec", str(10**6),
-            "--save_best_every_sec", str(10**6), "--with_wandb", "False", *argv]
+    argv = [
+        "--env",
+        ENV_NAME,
+        "--device",
+        "cpu",
+        "--async_rl",
+        "True",
+        "--experiment",
+        "pong_bench",
+        "--restart_behavior",
+        "overwrite",
+        "--train_for_env_steps",
+        str(10**12),
+        "--save_every_sec",
+        str(10**6),
+        "--save_best_every_sec",
+        str(10**6),
+        "--with_wandb",
+        "False",
+        *argv,
+    ]
     parser, partial = parse_sf_args(argv=argv)
     atari_override_defaults(partial.env, parser)
     cfg = parse_full_cfg(parser, argv)

@@ -49,8 +49,10 @@ class EntryFill:
         if pending >= self.most:
             return True
         self.check_at = min(pending + FILL_CLOCK_EVERY, self.most)
-        return (self._cpu_clock() - self._cpu_started >= self.fill_s
-                or self._wall_clock() - self._wall_started >= FILL_WALL_FACTOR * self.fill_s)
+        return (
+            self._cpu_clock() - self._cpu_started >= self.fill_s
+            or self._wall_clock() - self._wall_started >= FILL_WALL_FACTOR * self.fill_s
+        )
 
 
 class EntryBuffer:
@@ -70,7 +72,7 @@ class EntryBuffer:
             grown = max(self.n + rows, 2 * capacity)
             for name, arr in self.arrays.items():
                 bigger = np.empty((grown, *arr.shape[1:]), dtype=arr.dtype)
-                bigger[:self.n] = arr[:self.n]
+                bigger[: self.n] = arr[: self.n]
                 self.arrays[name] = bigger
 
     def put(self, transitions: dict[str, np.ndarray] | None) -> None:
@@ -80,11 +82,11 @@ class EntryBuffer:
         rows = len(transitions["reward"])
         self.reserve(rows)
         for name, arr in self.arrays.items():
-            arr[self.n:self.n + rows] = transitions[name]
+            arr[self.n : self.n + rows] = transitions[name]
         self.n += rows
 
     def filled(self) -> dict[str, np.ndarray]:
-        return {name: arr[:self.n] for name, arr in self.arrays.items()}
+        return {name: arr[: self.n] for name, arr in self.arrays.items()}
 
 
 class StepInto:
@@ -116,7 +118,7 @@ class StepRecording(StepInto):
         entry, recorded, row = self.entry, self.actor.recorded, self.entry.n
         self.envs.step_into(actions, entry.arrays, row)
         for name in self.actor.records:
-            entry.arrays[name][row:row + len(actions)] = recorded[name]
+            entry.arrays[name][row : row + len(actions)] = recorded[name]
         entry.n += count
 
 

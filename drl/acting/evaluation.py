@@ -13,8 +13,14 @@ from drl.core import Actor
 from drl.envs import make_env
 
 
-def run_episodes(env_id: str, actor: Actor, episodes: int, seed: int, max_steps: int = 100_000,
-                 on_frame: Callable[[int, np.ndarray], None] | None = None) -> list[float]:
+def run_episodes(
+    env_id: str,
+    actor: Actor,
+    episodes: int,
+    seed: int,
+    max_steps: int = 100_000,
+    on_frame: Callable[[int, np.ndarray], None] | None = None,
+) -> list[float]:
     """Returns of deterministic episodes seeded seed, seed+1, ...; ``on_frame(episode, rgb)`` receives rendered
     frames when given (the env is then made with render_mode="rgb_array", one episode after the other).
 
@@ -69,8 +75,13 @@ def _run_together(env_id: str, actor: Actor, episodes: int, seed: int, max_steps
             env.close()
 
 
-_INT64 = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
-          FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}
+_INT64 = {
+    FieldDescriptor.TYPE_INT64,
+    FieldDescriptor.TYPE_UINT64,
+    FieldDescriptor.TYPE_SINT64,
+    FieldDescriptor.TYPE_FIXED64,
+    FieldDescriptor.TYPE_SFIXED64,
+}
 
 
 def message_to_record(message: Message) -> dict:
@@ -79,8 +90,9 @@ def message_to_record(message: Message) -> dict:
     (The canonical proto3 JSON mapping writes 64-bit integers as strings; JSONL readers expect numbers.
     ``json_format.ParseDict`` accepts both, so records still parse back into the message.)
     """
-    record = json_format.MessageToDict(message, preserving_proto_field_name=True,
-                                       always_print_fields_with_no_presence=True)
+    record = json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
     for field in message.DESCRIPTOR.fields:
         if field.type in _INT64 and field.name in record and not isinstance(record[field.name], list):
             record[field.name] = int(record[field.name])

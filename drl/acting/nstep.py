@@ -66,8 +66,14 @@ class NStepFolder:
         for t in window:
             total += discount * float(t["reward"])
             discount *= self.gamma
-        return {"obs": first["obs"], "action": first["action"], "reward": np.float32(total),
-                "next_obs": last["next_obs"], "terminated": last["terminated"], "nsteps": np.uint8(len(window))}
+        return {
+            "obs": first["obs"],
+            "action": first["action"],
+            "reward": np.float32(total),
+            "next_obs": last["next_obs"],
+            "terminated": last["terminated"],
+            "nsteps": np.uint8(len(window)),
+        }
 
     @staticmethod
     def _stack(rows: list[dict]) -> dict[str, np.ndarray] | None:

@@ -36,10 +36,26 @@ from drl.fields import opt
 if TYPE_CHECKING:
     from drl.config import ExperimentConfig
 
-__all__ = ["ALGORITHMS", "Actor", "ActorBase", "Algorithm", "FieldSpecs", "Folder", "Learner", "ReplayLearner",
-           "RolloutLearner", "check_spaces", "get", "load_plugins", "load_plugins_or_exit", "make_actor",
-           "make_learner", "opt",
-           "register", "wire_extras"]
+__all__ = [
+    "ALGORITHMS",
+    "Actor",
+    "ActorBase",
+    "Algorithm",
+    "FieldSpecs",
+    "Folder",
+    "Learner",
+    "ReplayLearner",
+    "RolloutLearner",
+    "check_spaces",
+    "get",
+    "load_plugins",
+    "load_plugins_or_exit",
+    "make_actor",
+    "make_learner",
+    "opt",
+    "register",
+    "wire_extras",
+]
 
 BUILT_IN = ("sac", "td3", "ppo", "dqn", "appo")
 PLUGINS_VARIABLE = "DRL_PLUGINS"
@@ -89,16 +105,19 @@ def load_plugins(modules: list[str] | None = None) -> None:
         try:
             importlib.import_module(name)
         except Exception as exc:
-            raise UserError(f"{PLUGINS_VARIABLE} names {name!r}, which cannot be imported: "
-                            f"{type(exc).__name__}: {exc}") from exc
+            raise UserError(
+                f"{PLUGINS_VARIABLE} names {name!r}, which cannot be imported: {type(exc).__name__}: {exc}"
+            ) from exc
     from importlib.metadata import entry_points
 
     for point in entry_points(group=ENTRY_POINT_GROUP):
         try:
             point.load()
         except Exception as exc:
-            raise UserError(f"the {ENTRY_POINT_GROUP} entry point {point.name!r} ({point.value}) cannot be "
-                            f"loaded: {type(exc).__name__}: {exc}") from exc
+            raise UserError(
+                f"the {ENTRY_POINT_GROUP} entry point {point.name!r} ({point.value}) cannot be "
+                f"loaded: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 def load_plugins_or_exit() -> None:

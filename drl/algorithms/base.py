@@ -22,8 +22,22 @@ from drl.frames import FRAME_ROOM
 if TYPE_CHECKING:
     from drl.config import ExperimentConfig
 
-__all__ = ["ALGORITHMS", "Actor", "ActorBase", "Algorithm", "FieldSpecs", "Folder", "Learner", "Learning",
-           "MemoryNeed", "Parameters", "ReplayLearner", "RolloutLearner", "get", "register"]
+__all__ = [
+    "ALGORITHMS",
+    "Actor",
+    "ActorBase",
+    "Algorithm",
+    "FieldSpecs",
+    "Folder",
+    "Learner",
+    "Learning",
+    "MemoryNeed",
+    "Parameters",
+    "ReplayLearner",
+    "RolloutLearner",
+    "get",
+    "register",
+]
 
 
 def mlp_parameters(sizes: list[int]) -> int:
@@ -117,11 +131,15 @@ class Algorithm:
             else:
                 row = 2 * math.prod(spec.obs_shape) * _itemsize(spec.obs_dtype)
             row += math.prod(spec.act_shape) * _itemsize(spec.act_dtype) + 2 * FLOAT_BYTES
-            row += sum(FLOAT_BYTES * math.prod(shape) for name, (_, shape) in self.wire_fields(cfg).items()
-                       if name != "priority")
+            row += sum(
+                FLOAT_BYTES * math.prod(shape)
+                for name, (_, shape) in self.wire_fields(cfg).items()
+                if name != "priority"
+            )
             tree = 2 * 2 ** math.ceil(math.log2(max(cfg.replay_size, 1))) * 8 if cfg.prioritized else 0
-            needs.append(MemoryNeed("the replay buffer", "--replay-size", cfg.replay_size,
-                                    int(cfg.replay_size * row) + tree))
+            needs.append(
+                MemoryNeed("the replay buffer", "--replay-size", cfg.replay_size, int(cfg.replay_size * row) + tree)
+            )
         counts = self.parameters(spec, cfg)
         if counts is not None:
             processes = cfg.workers + 1
@@ -131,8 +149,14 @@ class Algorithm:
                 needs.append(MemoryNeed("the networks", f"--{self.name}.encoder", hyper.encoder, size))
             else:
                 hidden = getattr(hyper, "hidden", None)
-                needs.append(MemoryNeed("the networks", f"--{self.name}.hidden",
-                                        ",".join(map(str, hidden)) if hidden is not None else "", size))
+                needs.append(
+                    MemoryNeed(
+                        "the networks",
+                        f"--{self.name}.hidden",
+                        ",".join(map(str, hidden)) if hidden is not None else "",
+                        size,
+                    )
+                )
         return needs
 
     def segment_steps(self, cfg: ExperimentConfig) -> int:
@@ -154,23 +178,31 @@ class Algorithm:
         """What this algorithm refuses in a configuration, one message per problem."""
         if cfg.max_policy_lag and not self.segment_steps(cfg):
             queued = ", ".join(n for n, a in ALGORITHMS.items() if a.segment_steps(cfg))
-            return [f"--max-policy-lag applies to algorithms that learn from segments in order of arrival "
-                    f"({queued}); {self.name} does not"]
+            return [
+                f"--max-policy-lag applies to algorithms that learn from segments in order of arrival "
+                f"({queued}); {self.name} does not"
+            ]
         if cfg.worker_priorities and cfg.prioritized and not self.worker_priorities:
             workers_can = ", ".join(n for n, a in ALGORITHMS.items() if a.worker_priorities)
-            return [f"--worker-priorities: {self.name}'s rollout workers have no value estimate to compute "
-                    f"priorities with (supported: {workers_can}); the trainer gives new transitions the largest "
-                    "priority instead"]
+            return [
+                f"--worker-priorities: {self.name}'s rollout workers have no value estimate to compute "
+                f"priorities with (supported: {workers_can}); the trainer gives new transitions the largest "
+                "priority instead"
+            ]
         return []
 
     def check_spaces(self, spec: SpaceSpec, env_id: str) -> None:
         """Raises UserError when this algorithm cannot act in the environment's action space."""
         if spec.discrete_actions and not self.discrete:
-            raise UserError(f"algorithm {self.name} needs continuous (Box) actions, but {env_id} has "
-                            f"{spec.action_space}; pick a continuous environment such as Pendulum-v1")
+            raise UserError(
+                f"algorithm {self.name} needs continuous (Box) actions, but {env_id} has "
+                f"{spec.action_space}; pick a continuous environment such as Pendulum-v1"
+            )
         if not spec.discrete_actions and not self.continuous:
-            raise UserError(f"algorithm {self.name} needs discrete actions, but {env_id} has {spec.action_space}; "
-                            "pick a discrete environment such as CartPole-v1")
+            raise UserError(
+                f"algorithm {self.name} needs discrete actions, but {env_id} has {spec.action_space}; "
+                "pick a discrete environment such as CartPole-v1"
+            )
         if not spec.discrete_actions and self.bounded_actions and not all(np.isfinite(spec.act_low + spec.act_high)):
             raise UserError(f"algorithm {self.name} needs bounded actions, but {env_id} has {spec.action_space}")
 
@@ -187,12 +219,14 @@ def register(builder: Algorithm) -> Algorithm:
     """Adds an algorithm; its module calls this when imported. Registering the same builder class again (a
     module imported twice) replaces it; another class under a taken name is refused."""
     if not builder.name or not builder.name.isidentifier():
-        raise ValueError(f"an algorithm's name must be a Python identifier (it names a config block), "
-                         f"got {builder.name!r}")
+        raise ValueError(
+            f"an algorithm's name must be a Python identifier (it names a config block), got {builder.name!r}"
+        )
     known = ALGORITHMS.get(builder.name)
     if known is not None and _qualname(known) != _qualname(builder):
-        raise ValueError(f"algorithm {builder.name!r} is registered twice: by {_qualname(known)} and "
-                         f"{_qualname(builder)}")
+        raise ValueError(
+            f"algorithm {builder.name!r} is registered twice: by {_qualname(known)} and {_qualname(builder)}"
+        )
     ALGORITHMS[builder.name] = builder
     return builder
 

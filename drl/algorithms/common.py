@@ -105,7 +105,7 @@ class FlatParams:
         offset = 0
         for t in tensors:
             self.offsets[id(t)] = offset
-            t.data = self.param.data[offset:offset + t.numel()].view_as(t)
+            t.data = self.param.data[offset : offset + t.numel()].view_as(t)
             offset += t.numel()
         if tie_grads:
             for t in tensors:
@@ -121,12 +121,12 @@ class FlatParams:
     def grad(self, first: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
         """The gradient slice of the given shape that starts where ``first`` starts."""
         offset = self.offsets[id(first)]
-        return self.gradient[offset:offset + math.prod(shape)].view(shape)
+        return self.gradient[offset : offset + math.prod(shape)].view(shape)
 
     def value(self, first: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
         """The parameter slice of the given shape that starts where ``first`` starts (it may span several)."""
         offset = self.offsets[id(first)]
-        return self.param.data[offset:offset + math.prod(shape)].view(shape)
+        return self.param.data[offset : offset + math.prod(shape)].view(shape)
 
     def zero_grad(self) -> None:
         self.gradient.zero_()
@@ -141,7 +141,7 @@ def mean_grads(collective, parameters) -> None:
     flat = collective.mean_(torch.cat([g.reshape(-1) for g in grads]))
     offset = 0
     for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
 
 
@@ -154,8 +154,9 @@ def flat_adam(param: torch.Tensor, lr: float, **options) -> torch.optim.Adam:
         return torch.optim.Adam([param], lr=lr, **options)
 
 
-def flatten_optimizer_state(name: str, opt: torch.optim.Optimizer, flat: FlatParams, tensors: dict[str, np.ndarray],
-                            meta: dict) -> None:
+def flatten_optimizer_state(
+    name: str, opt: torch.optim.Optimizer, flat: FlatParams, tensors: dict[str, np.ndarray], meta: dict
+) -> None:
     """Rewrites, in place, a checkpoint's state of optimiser ``name`` (``opt``, over ``flat.param``) written when
     each of ``flat``'s tensors was a parameter of its own (one slot per tensor, in the same order) as the state of
     the one flat parameter, so that checkpoints from before the parameters were flattened still resume; the
@@ -165,8 +166,9 @@ def flatten_optimizer_state(name: str, opt: torch.optim.Optimizer, flat: FlatPar
     if len(indices) <= 1 or len(saved["param_groups"][0]["params"]) <= 1:
         return
     if len(saved["param_groups"][0]["params"]) != len(flat.tensors):
-        raise ValueError(f"optimizer {name!r} has {len(saved['param_groups'][0]['params'])} parameters, expected "
-                         f"{len(flat.tensors)}")
+        raise ValueError(
+            f"optimizer {name!r} has {len(saved['param_groups'][0]['params'])} parameters, expected {len(flat.tensors)}"
+        )
     slots = sorted({k.rsplit(".", 1)[1] for k in tensors if k.startswith(f"{name}.")})
     for slot in slots:
         parts = [tensors.pop(f"{name}.{i}.{slot}") for i in indices]
@@ -180,8 +182,7 @@ def flatten_optimizer_state(name: str, opt: torch.optim.Optimizer, flat: FlatPar
         if int(index) == indices[0]:
             scalars[f"0.{slot}"] = value
     current = opt.param_groups[0]
-    group = {**saved["param_groups"][0], "params": [0],
-             **{k: current[k] for k in ("fused", "foreach") if k in current}}
+    group = {**saved["param_groups"][0], "params": [0], **{k: current[k] for k in ("fused", "foreach") if k in current}}
     meta[name] = {"param_groups": [group], "scalars": scalars, "indices": [0]}
 
 
@@ -200,8 +201,9 @@ def load_weights(net: nn.Module, weights: dict[str, np.ndarray]) -> None:
         raise ValueError(f"policy weights do not fit the network: {exc}") from None
 
 
-def training_state(modules: dict[str, nn.Module], optimizers: dict[str, torch.optim.Optimizer]
-                   ) -> tuple[dict[str, np.ndarray], dict]:
+def training_state(
+    modules: dict[str, nn.Module], optimizers: dict[str, torch.optim.Optimizer]
+) -> tuple[dict[str, np.ndarray], dict]:
     """Modules' parameters and optimisers' moments as tensors; optimiser hyperparameters and scalars as meta."""
     tensors: dict[str, np.ndarray] = {}
     for name, module in modules.items():
@@ -221,14 +223,23 @@ def training_state(modules: dict[str, nn.Module], optimizers: dict[str, torch.op
     return tensors, meta
 
 
-def load_training_state(modules: dict[str, nn.Module], optimizers: dict[str, torch.optim.Optimizer],
-                        tensors: dict[str, np.ndarray], meta: dict) -> None:
+def load_training_state(
+    modules: dict[str, nn.Module],
+    optimizers: dict[str, torch.optim.Optimizer],
+    tensors: dict[str, np.ndarray],
+    meta: dict,
+) -> None:
     """Restores what ``training_state`` returned (raises KeyError, RuntimeError, TypeError or ValueError when
     it does not fit; callers turn those into one ValueError)."""
     for name, module in modules.items():
         prefix = name + "."
-        module.load_state_dict({k[len(prefix):]: torch.from_numpy(np.array(v)) for k, v in tensors.items()
-                                if k.startswith(prefix) and k[len(prefix):] in module.state_dict()})
+        module.load_state_dict(
+            {
+                k[len(prefix) :]: torch.from_numpy(np.array(v))
+                for k, v in tensors.items()
+                if k.startswith(prefix) and k[len(prefix) :] in module.state_dict()
+            }
+        )
     for name, opt in optimizers.items():
         saved = meta[name]
         state: dict = {}
@@ -247,11 +258,10 @@ def load_training_state(modules: dict[str, nn.Module], optimizers: dict[str, tor
 def group_moments(collective: Collective, x: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
     """Count, mean and (population) variance over the rows of every learner's ``x``, in float64."""
     x = x.double().flatten(1) if x.dim() > 1 else x.double().reshape(-1, 1)
-    sums = torch.cat([torch.tensor([float(len(x))], dtype=torch.float64, device=x.device), x.sum(0),
-                      x.square().sum(0)])
+    sums = torch.cat([torch.tensor([float(len(x))], dtype=torch.float64, device=x.device), x.sum(0), x.square().sum(0)])
     collective.sum_(sums)
     width = x.shape[1]
     n = float(sums[0])
-    mean = sums[1:1 + width] / max(n, 1.0)
-    var = (sums[1 + width:] / max(n, 1.0) - mean.square()).clamp_min(0.0)
+    mean = sums[1 : 1 + width] / max(n, 1.0)
+    var = (sums[1 + width :] / max(n, 1.0) - mean.square()).clamp_min(0.0)
     return n, mean, var

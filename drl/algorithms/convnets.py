@@ -36,8 +36,12 @@ class ImpalaStage(nn.Sequential):
     """conv 3x3, max-pool 3x3 stride 2 (padded: the size halves, rounded up), two residual blocks."""
 
     def __init__(self, c_in: int, c_out: int):
-        super().__init__(nn.Conv2d(c_in, c_out, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1),
-                         ResidualBlock(c_out), ResidualBlock(c_out))
+        super().__init__(
+            nn.Conv2d(c_in, c_out, 3, padding=1),
+            nn.MaxPool2d(3, stride=2, padding=1),
+            ResidualBlock(c_out),
+            ResidualBlock(c_out),
+        )
 
 
 class ImageEncoder(nn.Module):

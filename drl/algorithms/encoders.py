@@ -61,8 +61,10 @@ def choose(kind: str, shape: tuple[int, ...]) -> str:
     if kind == "auto":
         return "nature" if side >= NATURE_MIN_SIZE else "minatar"
     if kind == "nature" and side < NATURE_MIN_SIZE:
-        raise UserError(f"the nature encoder needs images of at least {NATURE_MIN_SIZE}x{NATURE_MIN_SIZE}, "
-                        f"got {height}x{width}; use encoder minatar or impala (or auto)")
+        raise UserError(
+            f"the nature encoder needs images of at least {NATURE_MIN_SIZE}x{NATURE_MIN_SIZE}, "
+            f"got {height}x{width}; use encoder minatar or impala (or auto)"
+        )
     if kind == "minatar" and side < 3:
         raise UserError(f"the minatar encoder needs images of at least 3x3, got {height}x{width}")
     return kind

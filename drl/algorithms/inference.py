@@ -33,8 +33,7 @@ def checked(weights: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) 
     for name, shape in shapes.items():
         value = np.asarray(weights[name])
         if value.shape != shape:
-            raise ValueError(f"policy weights do not fit the network: {name} has shape {value.shape}, "
-                             f"expected {shape}")
+            raise ValueError(f"policy weights do not fit the network: {name} has shape {value.shape}, expected {shape}")
         dtype = np.float64 if value.dtype == np.float64 else np.float32
         out[name] = np.ascontiguousarray(value, dtype=dtype)
     return out
@@ -49,8 +48,14 @@ def relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 0.0, out=x)
 
 
-def mlp(weights: dict[str, np.ndarray], prefix: str, layers: int, x: np.ndarray, activation=relu,
-        activate_last: bool = False) -> np.ndarray:
+def mlp(
+    weights: dict[str, np.ndarray],
+    prefix: str,
+    layers: int,
+    x: np.ndarray,
+    activation=relu,
+    activate_last: bool = False,
+) -> np.ndarray:
     """Forward pass of ``layers`` linear layers named like ``mlp_shapes``, ``activation`` between them."""
     for i in range(layers):
         x = x @ weights[f"{prefix}{2 * i}.weight"].T + weights[f"{prefix}{2 * i}.bias"]

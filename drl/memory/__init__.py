@@ -45,15 +45,50 @@ RETRY_S = 120.0
 SCHEMES: dict[str, Callable[[str, str, int], MemoryBackend]] = {}
 """Openers of further URL schemes, by prefix: ``opener(rest of the URL, run, shards)``."""
 
-__all__ = ["ACTIVE", "Announcements", "AppendReply", "Entry", "ExperienceReader", "ExperienceWriter",
-           "MemoryBackend", "MemoryBackendError", "MemoryServer", "MemoryUnavailable", "RETIRED", "ReaderRecovery", "RunAccounts",
-           "RunClaims", "RunControl", "RunMembers", "RunStatus", "RunStop", "ShardMap", "check_url",
-           "find_server_binary", "new_password", "open_memory", "private_env", "private_server", "redact",
-           "register_scheme", "seq_field", "url_has_password", "write_password_file"]
+__all__ = [
+    "ACTIVE",
+    "Announcements",
+    "AppendReply",
+    "Entry",
+    "ExperienceReader",
+    "ExperienceWriter",
+    "MemoryBackend",
+    "MemoryBackendError",
+    "MemoryServer",
+    "MemoryUnavailable",
+    "RETIRED",
+    "ReaderRecovery",
+    "RunAccounts",
+    "RunClaims",
+    "RunControl",
+    "RunMembers",
+    "RunStatus",
+    "RunStop",
+    "ShardMap",
+    "check_url",
+    "find_server_binary",
+    "new_password",
+    "open_memory",
+    "private_env",
+    "private_server",
+    "redact",
+    "register_scheme",
+    "seq_field",
+    "url_has_password",
+    "write_password_file",
+]
 
 
-def open_memory(url: str, run: str, *, wait_s: float = 0.0, retry_s: float = RETRY_S,
-                timeout: float = 5.0, env: Mapping[str, str] | None = None, shards: int = 1) -> MemoryBackend:
+def open_memory(
+    url: str,
+    run: str,
+    *,
+    wait_s: float = 0.0,
+    retry_s: float = RETRY_S,
+    timeout: float = 5.0,
+    env: Mapping[str, str] | None = None,
+    shards: int = 1,
+) -> MemoryBackend:
     """The memory backend of ``run`` at ``url``, checked to answer; an unreachable server is waited for ``wait_s``
     seconds (pods of a run start together), then one ``UserError`` naming the URL without its credentials.
     Every later call retries an unreachable server for ``retry_s`` seconds before ``MemoryUnavailable``.
@@ -61,7 +96,7 @@ def open_memory(url: str, run: str, *, wait_s: float = 0.0, retry_s: float = RET
     from arguments: a local run's private server has its own password file (``private_env``)."""
     for prefix, opener in SCHEMES.items():
         if url.startswith(prefix):
-            return opener(url[len(prefix):], run, shards)
+            return opener(url[len(prefix) :], run, shards)
     from drl.memory.redis import RedisMemory
 
     return RedisMemory.open(url, run, wait_s=wait_s, retry_s=retry_s, timeout=timeout, env=env, shards=shards)
@@ -77,8 +112,10 @@ def check_url(url: str, shards: int = 1) -> None:
     """Refuses a memory URL that carries a password (it would show in process arguments and run files), and one
     whose server (or one of whose servers) does not answer; both as one ``UserError``."""
     if url_has_password(url):
-        raise UserError("the memory URL must not carry a password (it would show in process arguments and run "
-                        "files); put it in DRL_MEMORY_PASSWORD or DRL_MEMORY_PASSWORD_FILE")
+        raise UserError(
+            "the memory URL must not carry a password (it would show in process arguments and run "
+            "files); put it in DRL_MEMORY_PASSWORD or DRL_MEMORY_PASSWORD_FILE"
+        )
     open_memory(url, "drl-preflight", retry_s=0.0, shards=shards).close()
 
 
@@ -127,8 +164,10 @@ def write_password_file(path: Path, password: str) -> None:
 def private_env(password_file: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """``base`` (default: this process's environment) with the credentials of a private server: its password file
     as ``DRL_MEMORY_PASSWORD_FILE``, and no user name or password meant for another server."""
-    env = {k: v for k, v in (os.environ if base is None else base).items()
-           if k not in ("DRL_MEMORY_PASSWORD", "DRL_MEMORY_USERNAME")}
+    env = {
+        k: v
+        for k, v in (os.environ if base is None else base).items()
+        if k not in ("DRL_MEMORY_PASSWORD", "DRL_MEMORY_USERNAME")
+    }
     env["DRL_MEMORY_PASSWORD_FILE"] = str(password_file)
     return env
-

@@ -47,9 +47,10 @@ class BacklogLimits:
     def most_in(self, widening: int) -> int:
         """``most`` while the trainer has widened the backlog's limits ``widening``-fold
         (``ReaderRecovery.set_widening``)."""
-        quarter = (widening * self.limit_bytes // ENTRY_GROWTH_DIVISOR - HEADER_ALLOWANCE_BYTES) // self.transition_bytes
-        return max(self.least, min(self.least * self.entries * widening // ENTRY_GROWTH_DIVISOR, quarter,
-                                   self.ceiling))
+        quarter = (
+            widening * self.limit_bytes // ENTRY_GROWTH_DIVISOR - HEADER_ALLOWANCE_BYTES
+        ) // self.transition_bytes
+        return max(self.least, min(self.least * self.entries * widening // ENTRY_GROWTH_DIVISOR, quarter, self.ceiling))
 
 
 def backlog_limits(cfg, layout: dict[str, tuple[str, tuple[int, ...]]], entry: int = 0) -> BacklogLimits:
@@ -58,5 +59,6 @@ def backlog_limits(cfg, layout: dict[str, tuple[str, tuple[int, ...]]], entry: i
     transition_bytes = sum(np.dtype(dt).itemsize * int(np.prod(shape)) for dt, shape in layout.values())
     ceiling = max(1, min(MAX_ENTRY_BYTES // transition_bytes, cfg.max_backlog_bytes // transition_bytes))
     least = min(entry or cfg.batch_transitions, ceiling)
-    return BacklogLimits(transition_bytes, least, backlog_bytes(cfg, least, transition_bytes), cfg.max_backlog_entries,
-                         ceiling)
+    return BacklogLimits(
+        transition_bytes, least, backlog_bytes(cfg, least, transition_bytes), cfg.max_backlog_entries, ceiling
+    )

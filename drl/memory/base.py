@@ -122,6 +122,7 @@ class ExperienceWriter(Protocol):
     @property
     def waited_s(self) -> float:
         """Seconds spent held back by a full backlog."""
+
     @property
     def resent(self) -> int:
         """Entries sent again after the server lost its data."""
@@ -186,6 +187,7 @@ class ExperienceReader(Protocol):
     @property
     def resets(self) -> int:
         """Times the server was found to have lost its data (the reader's group recreated)."""
+
     @property
     def recovery(self) -> ReaderRecovery:
         """Its recovery after a server restart and its widening of the backlog's limits."""
@@ -197,8 +199,12 @@ class ExperienceReader(Protocol):
     def reclaim(self, min_idle_ms: int, count: int = 64) -> list[Entry]:
         """Entries left unacknowledged at other (dead) readers for longer than ``min_idle_ms``."""
 
-    def commit(self, acks: Iterable[tuple[bytes, int]], state: dict[str, str | int],
-               dead: Iterable[tuple[bytes, dict, str, str]] = ()) -> None:
+    def commit(
+        self,
+        acks: Iterable[tuple[bytes, int]],
+        state: dict[str, str | int],
+        dead: Iterable[tuple[bytes, dict, str, str]] = (),
+    ) -> None:
         """In one atomic step: dead-letters ``dead`` (entry id, fields, kind, reason), acknowledges and deletes
         ``acks`` (entry id, size in bytes), releases their bytes and records ``state`` (the reader's counters and
         watermarks), so a crash leaves all of it or none."""
@@ -253,8 +259,14 @@ class RunMembers(Protocol):
     def share(self, worker: str) -> int | None:
         """This worker's assigned share, or None without an assignment."""
 
-    def register(self, members: dict[str, str], shares: dict[str, int], only_new: bool = False,
-                 forget_done: Iterable[str] = (), started_at: float | None = None) -> None:
+    def register(
+        self,
+        members: dict[str, str],
+        shares: dict[str, int],
+        only_new: bool = False,
+        forget_done: Iterable[str] = (),
+        started_at: float | None = None,
+    ) -> None:
         """Writes members and shares, forgets the done markers of ``forget_done`` (workers that return) and sets
         the start time, all in one atomic step, so that nobody sees a returning worker active but still done, or
         a restored server with its members but not its start; ``only_new`` leaves workers that are registered

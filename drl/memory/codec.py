@@ -100,8 +100,9 @@ def compression_for(option: str, spec: SpaceSpec) -> str:
     return "zstd"
 
 
-def encode(header: experience_pb2.BatchHeader, arrays: dict[str, np.ndarray], compression: str = ""
-           ) -> tuple[bytes, bytes]:
+def encode(
+    header: experience_pb2.BatchHeader, arrays: dict[str, np.ndarray], compression: str = ""
+) -> tuple[bytes, bytes]:
     """Fills header.format_version, count and arrays; returns the (h, d) field values, ``d`` compressed with
     ``compression`` ("zstd", "lz4"; "" for none)."""
     header.format_version = FORMAT_VERSION
@@ -117,8 +118,9 @@ def encode(header: experience_pb2.BatchHeader, arrays: dict[str, np.ndarray], co
             count = arr.shape[0]
         elif arr.shape[0] != count:
             raise ValueError(f"array {name} has {arr.shape[0]} rows, expected {count}")
-        info = header.arrays.add(name=name, dtype=arr.dtype.str, shape=list(arr.shape), offset=offset,
-                                 nbytes=arr.nbytes)
+        info = header.arrays.add(
+            name=name, dtype=arr.dtype.str, shape=list(arr.shape), offset=offset, nbytes=arr.nbytes
+        )
         offset += info.nbytes
         parts.append(arr)  # C-contiguous: join copies its buffer once (tobytes would copy it twice)
     header.count = count or 0
@@ -134,8 +136,9 @@ def entry_size(fields: dict) -> int:
     return sum(len(v) for k, v in fields.items() if k in (b"h", b"d") and isinstance(v, bytes))
 
 
-def expected_layout(spec: SpaceSpec, extras: Mapping[str, tuple[str, tuple[int, ...]]] | None = None
-                    ) -> dict[str, tuple[str, tuple[int, ...]]]:
+def expected_layout(
+    spec: SpaceSpec, extras: Mapping[str, tuple[str, tuple[int, ...]]] | None = None
+) -> dict[str, tuple[str, tuple[int, ...]]]:
     """dtype and per-transition shape of each field for an environment's spaces, then the optional fields
     ``extras`` (name: (dtype, shape)) that the run's algorithm and options ask for
     (``drl.algorithms.wire_extras``), in their order. An image environment whose frames travel once
@@ -193,8 +196,9 @@ def _decompressed(header: experience_pb2.BatchHeader, d: bytes) -> bytes:
     if kind not in COMPRESSIONS:
         raise DecodeError("bad_header", f"compression {kind!r} unknown (known: {', '.join(COMPRESSIONS)})")
     if size > MAX_ENTRY_BYTES:
-        raise DecodeError("too_large", f"entry of {size} bytes once decompressed exceeds the limit of "
-                                       f"{MAX_ENTRY_BYTES}")
+        raise DecodeError(
+            "too_large", f"entry of {size} bytes once decompressed exceeds the limit of {MAX_ENTRY_BYTES}"
+        )
     try:
         raw = _decompress(kind, d, size)
     except ImportError as exc:
@@ -211,8 +215,9 @@ def _itemsize(dtype: str) -> int:
     return np.dtype(dtype).itemsize
 
 
-def _decode_arrays(header: experience_pb2.BatchHeader, d: bytes,
-                   layout: dict[str, tuple[str, tuple[int, ...]]]) -> Batch:
+def _decode_arrays(
+    header: experience_pb2.BatchHeader, d: bytes, layout: dict[str, tuple[str, tuple[int, ...]]]
+) -> Batch:
     count = header.count
     if count < 1:
         raise DecodeError("bad_header", "empty batch")
@@ -235,11 +240,12 @@ def _decode_arrays(header: experience_pb2.BatchHeader, d: bytes,
         offset = info.offset
         if info.nbytes != nbytes or offset + nbytes > size:
             raise DecodeError("truncated", f"{name} needs {nbytes} bytes at {offset}, blob has {size}")
-        arrays[name] = np.frombuffer(view[offset:offset + nbytes], dtype=dtype).reshape(full)
+        arrays[name] = np.frombuffer(view[offset : offset + nbytes], dtype=dtype).reshape(full)
     table = arrays.get(frames.TABLE)
     if table is not None:
         for name in frames.INDEXED:
             if arrays[name].max() >= len(table):
-                raise DecodeError("bad_index", f"{name} refers to frame {int(arrays[name].max())} of a table "
-                                               f"of {len(table)}")
+                raise DecodeError(
+                    "bad_index", f"{name} refers to frame {int(arrays[name].max())} of a table of {len(table)}"
+                )
     return Batch(header, arrays)

@@ -78,8 +78,12 @@ class Outbox:
         if changed:
             self._raise_floor(r for r in self.kept if r.seq <= mark)
             lost = [r for r in self.kept if r.seq > mark]
-            log.warning("memory server lost its data (epoch %s -> %s); re-sending %d unconsumed entries",
-                        previous.decode(), epoch.decode(), len(lost))
+            log.warning(
+                "memory server lost its data (epoch %s -> %s); re-sending %d unconsumed entries",
+                previous.decode(),
+                epoch.decode(),
+                len(lost),
+            )
             self.resent += len(lost)
             self.queued.extendleft(reversed(lost))
             self.kept.clear()

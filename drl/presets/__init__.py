@@ -14,10 +14,17 @@ from drl.presets.ppo import ppo
 from drl.presets.sac import sac
 from drl.presets.td3 import td3
 
-PRESETS: dict[str, Callable[[str | None], ExperimentConfig]] = {"sac": sac, "td3": td3, "ppo": ppo, "dqn": dqn,
-                                                                "sac-lunar": sac_lunar, "dqn-atari": dqn_atari,
-                                                                "ppo-atari": ppo_atari, "appo": appo,
-                                                                "appo-atari": appo_atari}
+PRESETS: dict[str, Callable[[str | None], ExperimentConfig]] = {
+    "sac": sac,
+    "td3": td3,
+    "ppo": ppo,
+    "dqn": dqn,
+    "sac-lunar": sac_lunar,
+    "dqn-atari": dqn_atari,
+    "ppo-atari": ppo_atari,
+    "appo": appo,
+    "appo-atari": appo_atari,
+}
 
 
 def get_preset(name: str, env: str | None = None) -> ExperimentConfig:

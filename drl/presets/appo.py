@@ -42,28 +42,100 @@ def appo(env: str | None = None) -> ExperimentConfig:
     env = env or "CartPole-v1"
     if is_atari(env):
         return appo_atari(env, preset="appo")
-    common: dict[str, Any] = dict(preset="appo", algorithm="appo", env=env, mode="async", random_steps=0, learning_starts=0,
-                  publish_every_updates=ONE_VERSION_PER_BATCH)
+    common: dict[str, Any] = dict(
+        preset="appo",
+        algorithm="appo",
+        env=env,
+        mode="async",
+        random_steps=0,
+        learning_starts=0,
+        publish_every_updates=ONE_VERSION_PER_BATCH,
+    )
     if is_minatar(env):
-        return ExperimentConfig(**common, workers=2, envs_per_worker=4, steps=500_000,
-                                appo=APPOConfig(encoder="minatar", segment=32, batch_size=1024, epochs=4,
-                                                minibatches=4, lr=1e-3, anneal_lr=True, gamma=0.99,
-                                                vtrace_lambda=0.95, clip=0.2, ent_coef=0.01))
+        return ExperimentConfig(
+            **common,
+            workers=2,
+            envs_per_worker=4,
+            steps=500_000,
+            appo=APPOConfig(
+                encoder="minatar",
+                segment=32,
+                batch_size=1024,
+                epochs=4,
+                minibatches=4,
+                lr=1e-3,
+                anneal_lr=True,
+                gamma=0.99,
+                vtrace_lambda=0.95,
+                clip=0.2,
+                ent_coef=0.01,
+            ),
+        )
     if env.startswith("LunarLander"):
-        return ExperimentConfig(**common, workers=4, steps=2_000_000, max_backlog_entries=2,
-                                appo=APPOConfig(hidden=(64, 64), segment=64, batch_size=2048, epochs=4,
-                                                minibatches=16, lr=3e-4, gamma=0.999, vtrace_lambda=0.98,
-                                                clip=0.2, ent_coef=0.01))
-    return ExperimentConfig(**common, workers=4, steps=150_000, max_backlog_entries=2,
-                            appo=APPOConfig(hidden=(64, 64), segment=32, batch_size=512, epochs=20, minibatches=2,
-                                            lr=1e-3, gamma=0.98, vtrace_lambda=0.8, clip=0.2, ent_coef=0.0))
+        return ExperimentConfig(
+            **common,
+            workers=4,
+            steps=2_000_000,
+            max_backlog_entries=2,
+            appo=APPOConfig(
+                hidden=(64, 64),
+                segment=64,
+                batch_size=2048,
+                epochs=4,
+                minibatches=16,
+                lr=3e-4,
+                gamma=0.999,
+                vtrace_lambda=0.98,
+                clip=0.2,
+                ent_coef=0.01,
+            ),
+        )
+    return ExperimentConfig(
+        **common,
+        workers=4,
+        steps=150_000,
+        max_backlog_entries=2,
+        appo=APPOConfig(
+            hidden=(64, 64),
+            segment=32,
+            batch_size=512,
+            epochs=20,
+            minibatches=2,
+            lr=1e-3,
+            gamma=0.98,
+            vtrace_lambda=0.8,
+            clip=0.2,
+            ent_coef=0.0,
+        ),
+    )
 
 
 def appo_atari(env: str | None = None, preset: str = "appo-atari") -> ExperimentConfig:
     """APPO with the Nature encoder and Sample Factory's Atari values (ALE/Breakout-v5 by default)."""
-    return ExperimentConfig(preset=preset, algorithm="appo", env=env or "ALE/Breakout-v5", mode="async", workers=4,
-                            envs_per_worker=2, steps=10_000_000, random_steps=0, learning_starts=0,
-                            publish_every_updates=ONE_VERSION_PER_BATCH,
-                            appo=APPOConfig(encoder="nature", segment=128, batch_size=1024, epochs=4, minibatches=4,
-                                            lr=2.5e-4, anneal_lr=True, gamma=0.99, vtrace_lambda=0.95, clip=0.1,
-                                            ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5))
+    return ExperimentConfig(
+        preset=preset,
+        algorithm="appo",
+        env=env or "ALE/Breakout-v5",
+        mode="async",
+        workers=4,
+        envs_per_worker=2,
+        steps=10_000_000,
+        random_steps=0,
+        learning_starts=0,
+        publish_every_updates=ONE_VERSION_PER_BATCH,
+        appo=APPOConfig(
+            encoder="nature",
+            segment=128,
+            batch_size=1024,
+            epochs=4,
+            minibatches=4,
+            lr=2.5e-4,
+            anneal_lr=True,
+            gamma=0.99,
+            vtrace_lambda=0.95,
+            clip=0.1,
+            ent_coef=0.01,
+            vf_coef=0.5,
+            max_grad_norm=0.5,
+        ),
+    )

@@ -36,19 +36,58 @@ def is_atari(env: str) -> bool:
 
 def dqn_atari(env: str | None = None, preset: str = "dqn-atari") -> ExperimentConfig:
     """DQN with the Nature encoder and CleanRL's Atari hyperparameters (ALE/Pong-v5 by default)."""
-    return ExperimentConfig(preset=preset, algorithm="dqn", env=env or "ALE/Pong-v5", steps=10_000_000,
-                            random_steps=80_000, learning_starts=80_000, updates_per_transition=0.25,
-                            replay_size=1_000_000, batch_transitions=ATARI_ENTRY_TRANSITIONS,
-                            dqn=DQNConfig(encoder="nature", lr=1e-4, gamma=0.99, batch_size=32, n_step=3,
-                                          double=True, target_update_every=250, max_grad_norm=10.0, eps_start=1.0,
-                                          eps_end=0.01, eps_decay_fraction=0.1))
+    return ExperimentConfig(
+        preset=preset,
+        algorithm="dqn",
+        env=env or "ALE/Pong-v5",
+        steps=10_000_000,
+        random_steps=80_000,
+        learning_starts=80_000,
+        updates_per_transition=0.25,
+        replay_size=1_000_000,
+        batch_transitions=ATARI_ENTRY_TRANSITIONS,
+        dqn=DQNConfig(
+            encoder="nature",
+            lr=1e-4,
+            gamma=0.99,
+            batch_size=32,
+            n_step=3,
+            double=True,
+            target_update_every=250,
+            max_grad_norm=10.0,
+            eps_start=1.0,
+            eps_end=0.01,
+            eps_decay_fraction=0.1,
+        ),
+    )
 
 
 def ppo_atari(env: str | None = None, preset: str = "ppo-atari") -> ExperimentConfig:
     """PPO with the Nature encoder and CleanRL's Atari hyperparameters (ALE/Breakout-v5 by default)."""
-    return ExperimentConfig(preset=preset, algorithm="ppo", env=env or "ALE/Breakout-v5", mode="sync", workers=4,
-                            envs_per_worker=2, steps=10_000_000, random_steps=0, learning_starts=0,
-                            sync_steps_per_iteration=1024, batch_transitions=128,
-                            ppo=PPOConfig(encoder="nature", lr=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95,
-                                          clip=0.1, epochs=4, minibatches=4, ent_coef=0.01, vf_coef=0.5,
-                                          max_grad_norm=0.5, normalize_obs=False))
+    return ExperimentConfig(
+        preset=preset,
+        algorithm="ppo",
+        env=env or "ALE/Breakout-v5",
+        mode="sync",
+        workers=4,
+        envs_per_worker=2,
+        steps=10_000_000,
+        random_steps=0,
+        learning_starts=0,
+        sync_steps_per_iteration=1024,
+        batch_transitions=128,
+        ppo=PPOConfig(
+            encoder="nature",
+            lr=2.5e-4,
+            anneal_lr=True,
+            gamma=0.99,
+            gae_lambda=0.95,
+            clip=0.1,
+            epochs=4,
+            minibatches=4,
+            ent_coef=0.01,
+            vf_coef=0.5,
+            max_grad_norm=0.5,
+            normalize_obs=False,
+        ),
+    )

@@ -24,18 +24,56 @@ def dqn(env: str | None = None) -> ExperimentConfig:
     """Double DQN with 3-step returns for discrete actions (CartPole-v1 by default)."""
     env = env or "CartPole-v1"
     if env in CLASSIC_CONTROL:
-        return ExperimentConfig(preset="dqn", algorithm="dqn", env=env, steps=100_000, random_steps=1000,
-                                learning_starts=1000, updates_per_transition=0.5, replay_size=100_000,
-                                dqn=DQNConfig(hidden=(256, 256), lr=1e-3, batch_size=64, n_step=3,
-                                              target_update_every=100, eps_end=0.04, eps_decay_fraction=0.16))
+        return ExperimentConfig(
+            preset="dqn",
+            algorithm="dqn",
+            env=env,
+            steps=100_000,
+            random_steps=1000,
+            learning_starts=1000,
+            updates_per_transition=0.5,
+            replay_size=100_000,
+            dqn=DQNConfig(
+                hidden=(256, 256),
+                lr=1e-3,
+                batch_size=64,
+                n_step=3,
+                target_update_every=100,
+                eps_end=0.04,
+                eps_decay_fraction=0.16,
+            ),
+        )
     if is_minatar(env):
-        return ExperimentConfig(preset="dqn", algorithm="dqn", env=env, steps=200_000, random_steps=5_000,
-                                learning_starts=5_000, updates_per_transition=0.25, replay_size=100_000,
-                                dqn=DQNConfig(encoder="minatar", lr=1e-3, gamma=0.99, batch_size=32, n_step=3,
-                                              target_update_every=1_000, eps_end=0.1, eps_decay_fraction=0.1))
+        return ExperimentConfig(
+            preset="dqn",
+            algorithm="dqn",
+            env=env,
+            steps=200_000,
+            random_steps=5_000,
+            learning_starts=5_000,
+            updates_per_transition=0.25,
+            replay_size=100_000,
+            dqn=DQNConfig(
+                encoder="minatar",
+                lr=1e-3,
+                gamma=0.99,
+                batch_size=32,
+                n_step=3,
+                target_update_every=1_000,
+                eps_end=0.1,
+                eps_decay_fraction=0.1,
+            ),
+        )
     if is_atari(env):
         return dqn_atari(env, preset="dqn")
-    return ExperimentConfig(preset="dqn", algorithm="dqn", env=env, steps=1_000_000, random_steps=20_000,
-                            learning_starts=20_000, updates_per_transition=0.25, replay_size=1_000_000,
-                            dqn=DQNConfig(hidden=(256, 256), lr=1e-4, batch_size=32, n_step=3,
-                                          target_update_every=2_000))
+    return ExperimentConfig(
+        preset="dqn",
+        algorithm="dqn",
+        env=env,
+        steps=1_000_000,
+        random_steps=20_000,
+        learning_starts=20_000,
+        updates_per_transition=0.25,
+        replay_size=1_000_000,
+        dqn=DQNConfig(hidden=(256, 256), lr=1e-4, batch_size=32, n_step=3, target_update_every=2_000),
+    )

@@ -16,8 +16,16 @@ from drl.config import ExperimentConfig
 
 def sac_lunar(env: str | None = None) -> ExperimentConfig:
     """SAC with rl-baselines3-zoo's LunarLanderContinuous hyperparameters (LunarLanderContinuous-v3 by default)."""
-    return ExperimentConfig(preset="sac-lunar", algorithm="sac", env=env or "LunarLanderContinuous-v3",
-                            mode="async", steps=500_000, random_steps=10_000, learning_starts=10_000,
-                            updates_per_transition=1.0, replay_size=1_000_000, publish_every_updates=1000,
-                            sac=SACConfig(hidden=(400, 300), lr=7.3e-4, gamma=0.99, tau=0.01, batch_size=256,
-                                          init_alpha=1.0))
+    return ExperimentConfig(
+        preset="sac-lunar",
+        algorithm="sac",
+        env=env or "LunarLanderContinuous-v3",
+        mode="async",
+        steps=500_000,
+        random_steps=10_000,
+        learning_starts=10_000,
+        updates_per_transition=1.0,
+        replay_size=1_000_000,
+        publish_every_updates=1000,
+        sac=SACConfig(hidden=(400, 300), lr=7.3e-4, gamma=0.99, tau=0.01, batch_size=256, init_alpha=1.0),
+    )

@@ -110,15 +110,16 @@ class LocalStore(DataStore):
 def open_store(url: str) -> DataStore:
     """Opens a store from a directory path, a file:// URL or an s3://BUCKET/PREFIX URL."""
     if url.startswith("file://"):
-        return LocalStore(url[len("file://"):])
+        return LocalStore(url[len("file://") :])
     if url.startswith("s3://"):
         from drl.store.s3 import S3Store
 
         return S3Store(url)
     if "://" in url:
         scheme = url.split("://", 1)[0]
-        raise UserError(f"store URL scheme {scheme!r} is not supported; accepted: a directory, file://PATH, "
-                        "s3://BUCKET/PREFIX")
+        raise UserError(
+            f"store URL scheme {scheme!r} is not supported; accepted: a directory, file://PATH, s3://BUCKET/PREFIX"
+        )
     return LocalStore(url)
 
 
@@ -141,7 +142,7 @@ class PrefixedStore(DataStore):
             raise KeyError(key) from None
 
     def list(self, prefix: str) -> list[str]:
-        return [k[len(self.prefix):] for k in self.inner.list(self.prefix + prefix)]
+        return [k[len(self.prefix) :] for k in self.inner.list(self.prefix + prefix)]
 
     def delete(self, key: str) -> None:
         self.inner.delete(self.prefix + key)

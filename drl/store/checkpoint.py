@@ -48,19 +48,35 @@ class CheckpointStore:
                     continue
         return sorted(found)
 
-    def save(self, tensors: dict[str, np.ndarray], meta: dict, *, algorithm: str, policy_version: int,
-             env_steps: int, updates: int) -> policy_pb2.CheckpointManifest:
+    def save(
+        self,
+        tensors: dict[str, np.ndarray],
+        meta: dict,
+        *,
+        algorithm: str,
+        policy_version: int,
+        env_steps: int,
+        updates: int,
+    ) -> policy_pb2.CheckpointManifest:
         sequences = self.sequences()
         sequence = (sequences[-1] if sequences else 0) + 1
         blob = st_save(contiguous(tensors))
         base = folder(sequence)
         self.store.put(base + TENSORS, blob)
         manifest = policy_pb2.CheckpointManifest(
-            run=self.run, sequence=sequence, policy_version=max(policy_version, 0), env_steps=env_steps,
-            updates=updates, created_at=time.time(), meta_json=json.dumps(meta), algorithm=algorithm)
+            run=self.run,
+            sequence=sequence,
+            policy_version=max(policy_version, 0),
+            env_steps=env_steps,
+            updates=updates,
+            created_at=time.time(),
+            meta_json=json.dumps(meta),
+            algorithm=algorithm,
+        )
         manifest.objects.add(name=TENSORS, sha256=hashlib.sha256(blob).hexdigest(), size=len(blob))
-        self.store.put(base + MANIFEST, json_format.MessageToJson(manifest, preserving_proto_field_name=True,
-                                                                  indent=1).encode())
+        self.store.put(
+            base + MANIFEST, json_format.MessageToJson(manifest, preserving_proto_field_name=True, indent=1).encode()
+        )
         return manifest
 
     def load(self, sequence: int) -> tuple[policy_pb2.CheckpointManifest, dict[str, np.ndarray], dict]:
@@ -101,7 +117,7 @@ class CheckpointStore:
     def retain(self, keep: int) -> None:
         """Deletes all but the newest ``keep`` checkpoints (manifest first); the newest always stays."""
         sequences = self.sequences()
-        for sequence in sequences[:-max(keep, 1)]:
+        for sequence in sequences[: -max(keep, 1)]:
             base = folder(sequence)
             self.store.delete(base + MANIFEST)
             for key in self.store.list(base):

@@ -32,8 +32,10 @@ class ManifestError(Exception):
 
 def contiguous(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """C-contiguous arrays for safetensors, keeping 0-d arrays 0-d (np.ascontiguousarray would make them 1-d)."""
-    return {k: v if v.flags.c_contiguous else np.ascontiguousarray(v) for k, v in
-            ((k, np.asarray(v)) for k, v in arrays.items())}
+    return {
+        k: v if v.flags.c_contiguous else np.ascontiguousarray(v)
+        for k, v in ((k, np.asarray(v)) for k, v in arrays.items())
+    }
 
 
 def folder(version: int) -> str:
@@ -55,17 +57,34 @@ class PolicyStore:
         self.run = run
         self.cache = cache
 
-    def publish(self, version: int, weights: dict[str, np.ndarray], *, algorithm: str, env_steps: int,
-                updates: int, observation_space: str = "", action_space: str = "") -> policy_pb2.PolicyManifest:
+    def publish(
+        self,
+        version: int,
+        weights: dict[str, np.ndarray],
+        *,
+        algorithm: str,
+        env_steps: int,
+        updates: int,
+        observation_space: str = "",
+        action_space: str = "",
+    ) -> policy_pb2.PolicyManifest:
         blob = st_save(contiguous(weights))
         base = folder(version)
         self.store.put(base + WEIGHTS, blob)
         manifest = policy_pb2.PolicyManifest(
-            run=self.run, version=version, algorithm=algorithm, env_steps=env_steps, updates=updates,
-            created_at=time.time(), observation_space=observation_space, action_space=action_space)
+            run=self.run,
+            version=version,
+            algorithm=algorithm,
+            env_steps=env_steps,
+            updates=updates,
+            created_at=time.time(),
+            observation_space=observation_space,
+            action_space=action_space,
+        )
         manifest.objects.add(name=WEIGHTS, sha256=hashlib.sha256(blob).hexdigest(), size=len(blob))
-        self.store.put(base + MANIFEST, json_format.MessageToJson(manifest, preserving_proto_field_name=True,
-                                                                    indent=1).encode())
+        self.store.put(
+            base + MANIFEST, json_format.MessageToJson(manifest, preserving_proto_field_name=True, indent=1).encode()
+        )
         return manifest
 
     def manifest(self, version: int) -> policy_pb2.PolicyManifest:

@@ -33,8 +33,15 @@ from drl.store.base import DataStore
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-TRANSIENT_CODES = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "RequestTimeTooSkewed",
-                   "OperationAborted", "Throttling"}
+TRANSIENT_CODES = {
+    "InternalError",
+    "ServiceUnavailable",
+    "SlowDown",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "OperationAborted",
+    "Throttling",
+}
 TRANSIENT_STATUS = {500, 502, 503, 504}
 # How long the first contact (the bucket check) tolerates a peer that accepts connections but does not answer
 # HTTP (e.g. a Redis port): long enough for a proxy that is restarting, short enough for a wrong address.
@@ -58,10 +65,15 @@ def tls_failure(exc: BaseException) -> str | None:
     does not speak TLS); None otherwise."""
     for e in _causes(exc):
         if isinstance(e, ssl.SSLCertVerificationError):
-            return f"the server's TLS certificate is not trusted ({e.verify_message or e}); for a private CA set " \
-                   "DRL_S3_CA to its certificate bundle"
-        if isinstance(e, ssl.SSLError) and e.reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE",
-                                                         "PACKET_LENGTH_TOO_LONG"):
+            return (
+                f"the server's TLS certificate is not trusted ({e.verify_message or e}); for a private CA set "
+                "DRL_S3_CA to its certificate bundle"
+            )
+        if isinstance(e, ssl.SSLError) and e.reason in (
+            "WRONG_VERSION_NUMBER",
+            "RECORD_LAYER_FAILURE",
+            "PACKET_LENGTH_TOO_LONG",
+        ):
             return f"the TLS handshake failed ({e.reason}): does the endpoint speak https?"
     return None
 
@@ -81,8 +93,10 @@ class S3Store(DataStore):
         if parts.scheme != "s3" or not parts.netloc:
             raise UserError(f"store URL {url!r} is not valid; expected s3://BUCKET/PREFIX")
         if "@" in parts.netloc:
-            raise UserError("store URL must not carry credentials; use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
-                            "or an AWS credentials file")
+            raise UserError(
+                "store URL must not carry credentials; use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+                "or an AWS credentials file"
+            )
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         unknown = set(query) - {"endpoint", "region"}
         if unknown:
@@ -93,21 +107,34 @@ class S3Store(DataStore):
         ep = urlsplit(endpoint if "://" in endpoint else "https://" + endpoint)
         if ep.scheme not in ("http", "https") or not ep.netloc:
             raise UserError(f"S3 endpoint {endpoint!r} is not valid; expected http://HOST:PORT or https://HOST")
-        region = query.get("region") or env.get("DRL_S3_REGION") or env.get("AWS_REGION") or \
-            env.get("AWS_DEFAULT_REGION")
+        region = (
+            query.get("region") or env.get("DRL_S3_REGION") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+        )
         try:
             self.retry_s = float(env.get("DRL_STORE_RETRY_S", "300"))
         except ValueError:
-            raise UserError(f"DRL_STORE_RETRY_S must be a number of seconds, got {env['DRL_STORE_RETRY_S']!r}") from None
+            raise UserError(
+                f"DRL_STORE_RETRY_S must be a number of seconds, got {env['DRL_STORE_RETRY_S']!r}"
+            ) from None
         ca = env.get("DRL_S3_CA") or None
         if ca is not None and not os.path.isfile(ca):
             raise UserError(f"DRL_S3_CA={ca} is not a readable file")
         timeout = urllib3.Timeout(connect=5.0, read=10.0)
-        pool = urllib3.PoolManager(timeout=timeout, retries=False, maxsize=8, ca_certs=ca,
-                                   cert_reqs="CERT_REQUIRED" if ep.scheme == "https" else None)
+        pool = urllib3.PoolManager(
+            timeout=timeout,
+            retries=False,
+            maxsize=8,
+            ca_certs=ca,
+            cert_reqs="CERT_REQUIRED" if ep.scheme == "https" else None,
+        )
         self.endpoint = f"{ep.scheme}://{ep.netloc}"
-        self.client = Minio(ep.netloc, secure=ep.scheme == "https", region=region, http_client=pool,
-                            credentials=ChainedProvider([EnvAWSProvider(), AWSConfigProvider(), EnvMinioProvider()]))
+        self.client = Minio(
+            ep.netloc,
+            secure=ep.scheme == "https",
+            region=region,
+            http_client=pool,
+            credentials=ChainedProvider([EnvAWSProvider(), AWSConfigProvider(), EnvMinioProvider()]),
+        )
         self._ensure_bucket(env.get("DRL_S3_CREATE_BUCKET", "1") not in ("0", "false", "no"))
 
     @property
@@ -140,24 +167,34 @@ class S3Store(DataStore):
                 error: Exception = exc
             except InvalidResponseError as exc:
                 if exc._code not in TRANSIENT_STATUS:
-                    raise UserError(f"S3 store {self.describe()}: {what}: the endpoint does not answer like an S3 "
-                                    f"server (HTTP {exc._code}, {exc._content_type or 'no content type'}); is "
-                                    "the endpoint right?") from None
+                    raise UserError(
+                        f"S3 store {self.describe()}: {what}: the endpoint does not answer like an S3 "
+                        f"server (HTTP {exc._code}, {exc._content_type or 'no content type'}); is "
+                        "the endpoint right?"
+                    ) from None
                 error = exc
             except (ServerError, urllib3.exceptions.HTTPError, OSError) as exc:
                 reason = tls_failure(exc)
                 if reason:
                     raise UserError(f"S3 store {self.describe()}: {what} failed: {reason}") from None
                 if not_http_s is not None and not_http(exc) and time.monotonic() - start >= not_http_s:
-                    raise UserError(f"S3 store {self.describe()}: {what}: the endpoint accepts connections but gives "
-                                    f"no HTTP answer (is it an S3 endpoint?): {exc}") from None
+                    raise UserError(
+                        f"S3 store {self.describe()}: {what}: the endpoint accepts connections but gives "
+                        f"no HTTP answer (is it an S3 endpoint?): {exc}"
+                    ) from None
                 error = exc
             if time.monotonic() + delay > deadline:
-                raise UserError(f"S3 store {self.describe()}: {what} kept failing for {self.retry_s:.0f}s: "
-                                f"{error}") from None
+                raise UserError(
+                    f"S3 store {self.describe()}: {what} kept failing for {self.retry_s:.0f}s: {error}"
+                ) from None
             quiet = not_http_s is not None and not_http(error)  # decided within seconds; no noise meanwhile
-            log.log(logging.DEBUG if quiet else logging.WARNING, "S3 %s failed (%s); retrying in %.1fs", what,
-                    str(error).splitlines()[0][:200], delay)
+            log.log(
+                logging.DEBUG if quiet else logging.WARNING,
+                "S3 %s failed (%s); retrying in %.1fs",
+                what,
+                str(error).splitlines()[0][:200],
+                delay,
+            )
             time.sleep(delay)
             delay = min(5.0, delay * 2)
 
@@ -165,8 +202,9 @@ class S3Store(DataStore):
         from minio.error import S3Error
 
         try:
-            exists = self._retry(lambda: self.client.bucket_exists(self.bucket), "bucket check",
-                                 not_http_s=min(NOT_HTTP_S, self.retry_s))
+            exists = self._retry(
+                lambda: self.client.bucket_exists(self.bucket), "bucket check", not_http_s=min(NOT_HTTP_S, self.retry_s)
+            )
         except S3Error as exc:
             raise UserError(f"S3 store {self.describe()}: {exc.code}: {exc.message}") from None
         if exists:
@@ -209,9 +247,10 @@ class S3Store(DataStore):
         base = self.prefix + "/" if self.prefix else ""
         full = base + prefix
         strip = len(base)
-        objects = self._retry(lambda: [o.object_name for o in self.client.list_objects(self.bucket, prefix=full,
-                                                                                      recursive=True)],
-                              f"list {full}")
+        objects = self._retry(
+            lambda: [o.object_name for o in self.client.list_objects(self.bucket, prefix=full, recursive=True)],
+            f"list {full}",
+        )
         return sorted(name[strip:] for name in objects)
 
     def delete(self, key: str) -> None:

@@ -30,8 +30,14 @@ def with_kept_ledger(kept: dict, produced_by: dict[str, int]) -> tuple[dict[str,
     return ledger, produced
 
 
-def tally(ledger: dict, produced_by: dict[str, int], unconsumed: int, dead_letters: dict[str, int],
-          resumed: dict[str, int] | None = None, steps_done: int = 0) -> dict:
+def tally(
+    ledger: dict,
+    produced_by: dict[str, int],
+    unconsumed: int,
+    dead_letters: dict[str, int],
+    resumed: dict[str, int] | None = None,
+    steps_done: int = 0,
+) -> dict:
     """The run's accounts: ``produced`` (every worker's total, plus what came before a resume: the resumed
     checkpoint's counters ``resumed`` without its duplicates, else ``steps_done``), ``consumed``,
     ``unconsumed``, ``duplicates``, ``dead_lettered``, ``updates`` (-1 when the ledger has none) and
@@ -39,25 +45,39 @@ def tally(ledger: dict, produced_by: dict[str, int], unconsumed: int, dead_lette
     base = resumed or {}
     counters = {name: count(ledger.get(name), base.get(name, 0)) for name in COUNTERS}
     before = sum(v for k, v in base.items() if k != "duplicates") if base else steps_done
-    return {"produced": sum(produced_by.values()) + before, "consumed": counters["consumed"],
-            "unconsumed": unconsumed, "duplicates": counters["duplicates"], "dead_lettered": dict(dead_letters),
-            "updates": count(ledger.get("updates"), -1),
-            "dropped": {n: v for n, v in counters.items() if n not in ("consumed", "duplicates")}}
+    return {
+        "produced": sum(produced_by.values()) + before,
+        "consumed": counters["consumed"],
+        "unconsumed": unconsumed,
+        "duplicates": counters["duplicates"],
+        "dead_lettered": dict(dead_letters),
+        "updates": count(ledger.get("updates"), -1),
+        "dropped": {n: v for n, v in counters.items() if n not in ("consumed", "duplicates")},
+    }
 
 
 def count_fields(accounts: dict) -> dict:
     """The summary's transition fields from ``tally``'s accounts: the same keys whoever writes the summary (a
     local run's orchestrator, a Kubernetes run's trainer)."""
-    return {"env_steps": accounts["produced"], "transitions_produced": accounts["produced"],
-            "transitions_consumed": accounts["consumed"], "transitions_unconsumed": accounts["unconsumed"],
-            "duplicates_dropped": accounts["duplicates"], "stale_dropped": accounts["dropped"].get("stale", 0),
-            "dead_lettered": accounts["dead_lettered"], "dropped": accounts["dropped"]}
+    return {
+        "env_steps": accounts["produced"],
+        "transitions_produced": accounts["produced"],
+        "transitions_consumed": accounts["consumed"],
+        "transitions_unconsumed": accounts["unconsumed"],
+        "duplicates_dropped": accounts["duplicates"],
+        "stale_dropped": accounts["dropped"].get("stale", 0),
+        "dead_lettered": accounts["dead_lettered"],
+        "dropped": accounts["dropped"],
+    }
 
 
 def eval_fields(evals: list[dict]) -> dict:
     """The summary's evaluation fields from the evaluator's results (``evaluations.jsonl``)."""
-    return {"evaluations": len(evals), "best_eval_return": max((e["mean_return"] for e in evals), default=None),
-            "last_eval_return": evals[-1]["mean_return"] if evals else None}
+    return {
+        "evaluations": len(evals),
+        "best_eval_return": max((e["mean_return"] for e in evals), default=None),
+        "last_eval_return": evals[-1]["mean_return"] if evals else None,
+    }
 
 
 def imbalance(accounts: dict) -> str | None:
@@ -71,8 +91,10 @@ def imbalance(accounts: dict) -> str | None:
     if consumed > produced:
         return f"{consumed} transitions consumed of {produced} produced: some were counted twice"
     if produced != consumed + unconsumed + drops:
-        return (f"{produced} produced but {consumed} consumed + {unconsumed} unconsumed + {drops} dropped "
-                f"= {consumed + unconsumed + drops}")
+        return (
+            f"{produced} produced but {consumed} consumed + {unconsumed} unconsumed + {drops} dropped "
+            f"= {consumed + unconsumed + drops}"
+        )
     return None
 
 

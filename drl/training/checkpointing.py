@@ -40,15 +40,22 @@ log = logging.getLogger("drl.training.checkpointing")
 
 
 class TrainerCheckpoints:
-    def __init__(self, store: CheckpointStore, algorithm: str, every_s: float, keep: int, with_replay: bool,
-                 session: int = 0):
+    def __init__(
+        self, store: CheckpointStore, algorithm: str, every_s: float, keep: int, with_replay: bool, session: int = 0
+    ):
         self.store, self.algorithm, self.every_s, self.keep = store, algorithm, every_s, keep
         self.session = session
         self.with_replay = with_replay
         self._written_at = time.monotonic()
 
-    def save(self, learning, ledger: Ledger | Ledgers, version: int, exit_reason: str | None = None,
-             totals: dict[str, int] | None = None) -> None:
+    def save(
+        self,
+        learning,
+        ledger: Ledger | Ledgers,
+        version: int,
+        exit_reason: str | None = None,
+        totals: dict[str, int] | None = None,
+    ) -> None:
         """Writes a full checkpoint and keeps the newest ``keep``. The one written at exit also names the exit
         reason: with the ledger it is the trainer's record of the run that outlives the memory server.
         ``totals``: the run's counters when this ledger holds only part of them (a learner of a group)."""
@@ -64,13 +71,15 @@ class TrainerCheckpoints:
         if ledgers.shards == 1:
             meta["ledger"] = fields(ledgers.by_shard[0])
         else:
-            meta["shards"] = {str(s): {"counters": one.counters(), "ledger": fields(one)}
-                              for s, one in ledgers.by_shard.items()}
+            meta["shards"] = {
+                str(s): {"counters": one.counters(), "ledger": fields(one)} for s, one in ledgers.by_shard.items()
+            }
         meta["session"] = self.session
         if exit_reason is not None:
             meta["exit"] = {"reason": exit_reason, "policy_version": version}
-        self.store.save(tensors, meta, algorithm=self.algorithm, policy_version=version, env_steps=ledgers.consumed,
-                        updates=updates)
+        self.store.save(
+            tensors, meta, algorithm=self.algorithm, policy_version=version, env_steps=ledgers.consumed, updates=updates
+        )
         self.store.retain(self.keep)
         self._written_at = time.monotonic()
 
@@ -92,8 +101,10 @@ class TrainerCheckpoints:
             try:
                 learning.load_state(tensors, meta)
             except ValueError as exc:
-                raise UserError(f"checkpoint {manifest.sequence} cannot be restored (were network options changed "
-                                f"since it was written?): {exc}") from None
+                raise UserError(
+                    f"checkpoint {manifest.sequence} cannot be restored (were network options changed "
+                    f"since it was written?): {exc}"
+                ) from None
             torch.set_rng_state(torch.from_numpy(tensors["rng.torch"].copy()))
             same_session = meta.get("session") == self.session
             shards = meta.get("shards")
@@ -111,10 +122,18 @@ class TrainerCheckpoints:
                     setattr(first, name, value)
                 if same_session and "ledger" in meta:
                     first.load(meta.get("ledger", {}))
-            log.info("restored checkpoint %d: policy version %d, %d env steps, %d updates", manifest.sequence,
-                     manifest.policy_version, manifest.env_steps, manifest.updates)
-        found = [u for s, state in per_shard.items() if s in ledgers.by_shard
-                 and (u := ledgers.by_shard[s].load(state)) is not None]
+            log.info(
+                "restored checkpoint %d: policy version %d, %d env steps, %d updates",
+                manifest.sequence,
+                manifest.policy_version,
+                manifest.env_steps,
+                manifest.updates,
+            )
+        found = [
+            u
+            for s, state in per_shard.items()
+            if s in ledgers.by_shard and (u := ledgers.by_shard[s].load(state)) is not None
+        ]
         if found:
             learning.learner.updates = max(found)
         return manifest

@@ -30,8 +30,19 @@ from drl.errors import UserError
 
 log = logging.getLogger("drl.trainer")
 
-__all__ = ["SOLO", "Collective", "Solo", "TorchGroup", "all_of", "any_of", "broadcast_learner", "join",
-           "join_learners", "newest", "start_together"]
+__all__ = [
+    "SOLO",
+    "Collective",
+    "Solo",
+    "TorchGroup",
+    "all_of",
+    "any_of",
+    "broadcast_learner",
+    "join",
+    "join_learners",
+    "newest",
+    "start_together",
+]
 
 
 class TorchGroup:
@@ -42,8 +53,9 @@ class TorchGroup:
 
         self.dist = dist
         self.size, self.rank = dist.get_world_size(), dist.get_rank()
-        self.device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
-            else torch.device("cpu")
+        self.device = (
+            torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        )
 
     def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
         self.dist.all_reduce(tensor, op=self.dist.ReduceOp.SUM)
@@ -72,8 +84,15 @@ class TorchGroup:
             self.dist.destroy_process_group()
 
 
-def join(rank: int, size: int, address: str, port: int, backend: str = "auto", timeout_s: float = 300.0,
-         device: torch.device = torch.device("cpu")) -> TorchGroup:
+def join(
+    rank: int,
+    size: int,
+    address: str,
+    port: int,
+    backend: str = "auto",
+    timeout_s: float = 300.0,
+    device: torch.device = torch.device("cpu"),
+) -> TorchGroup:
     """Joins (and with rank 0, hosts) the group of ``size`` learners at ``address:port``: gloo for learners on
     the CPU, NCCL for learners on GPUs (``backend`` auto picks by ``device``, where the learner's gradients are;
     NCCL takes one GPU per learner)."""
@@ -81,8 +100,13 @@ def join(rank: int, size: int, address: str, port: int, backend: str = "auto", t
 
     if backend == "auto":
         backend = "nccl" if device.type == "cuda" and dist.is_nccl_available() else "gloo"
-    dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank, world_size=size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{address}:{port}",
+        rank=rank,
+        world_size=size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
     return TorchGroup()
 
 
@@ -94,8 +118,13 @@ def broadcast_learner(group: Collective, learner) -> None:
     if torch.is_tensor(getattr(learner, "log_alpha", None)):
         tensors.append(learner.log_alpha.data)
     optimizers = learner._optimizers() if hasattr(learner, "_optimizers") else {"opt": learner.opt}
-    moments = [state[key] for opt in optimizers.values() for state in opt.state.values() for key in sorted(state)
-               if torch.is_tensor(state[key])]
+    moments = [
+        state[key]
+        for opt in optimizers.values()
+        for state in opt.state.values()
+        for key in sorted(state)
+        if torch.is_tensor(state[key])
+    ]
     for t in tensors:
         group.broadcast_(t)
     if group.min_int(len(moments)) == group.min_int(-len(moments)) * -1 and moments:
@@ -106,8 +135,16 @@ def broadcast_learner(group: Collective, learner) -> None:
 GROUP_TIMEOUT_S = 120.0
 
 
-def join_learners(learning: Learning, rank: int, size: int, algorithm: str, device: str, shards: list[int],
-                  env: Mapping[str, str] = os.environ, timeout_s: float = GROUP_TIMEOUT_S) -> Collective:
+def join_learners(
+    learning: Learning,
+    rank: int,
+    size: int,
+    algorithm: str,
+    device: str,
+    shards: list[int],
+    env: Mapping[str, str] = os.environ,
+    timeout_s: float = GROUP_TIMEOUT_S,
+) -> Collective:
     """With ``--learners`` K > 1: joins the group of K learners (this one rank ``rank``; rank 0 hosts the
     rendezvous at ``MASTER_ADDR:MASTER_PORT``) and seats ``learning`` and its learner in it, the one place a
     learner gets its group (``Learner.collective``; the learning agrees its passes with the same group); alone,
@@ -117,19 +154,30 @@ def join_learners(learning: Learning, rank: int, size: int, algorithm: str, devi
         return SOLO
     learner = learning.learner
     if not hasattr(learner, "collective"):
-        raise UserError(f"--learners {size}: the {algorithm} learner cannot average its gradients with a group "
-                        "(it has no collective)")
+        raise UserError(
+            f"--learners {size}: the {algorithm} learner cannot average its gradients with a group "
+            "(it has no collective)"
+        )
     address, port = env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", "")
     if not address or not port.isdigit() or int(port) == 0:
-        raise UserError(f"--learners {size}: MASTER_ADDR and MASTER_PORT must name the group's rendezvous "
-                        f"(got {address!r}, {port!r}); drl-orchestrate sets them")
-    log.info("learner %d of %d: joining the group at %s:%s, reading shards %s", rank, size, address, port,
-             ", ".join(str(s) for s in shards))
+        raise UserError(
+            f"--learners {size}: MASTER_ADDR and MASTER_PORT must name the group's rendezvous "
+            f"(got {address!r}, {port!r}); drl-orchestrate sets them"
+        )
+    log.info(
+        "learner %d of %d: joining the group at %s:%s, reading shards %s",
+        rank,
+        size,
+        address,
+        port,
+        ", ".join(str(s) for s in shards),
+    )
     try:
         group = join(rank, size, address, int(port), timeout_s=timeout_s, device=torch.device(device))
     except Exception as exc:
-        raise UserError(f"learner {rank} of {size} could not join the group at {address}:{port} within "
-                        f"{timeout_s:.0f} s: {exc}") from None
+        raise UserError(
+            f"learner {rank} of {size} could not join the group at {address}:{port} within {timeout_s:.0f} s: {exc}"
+        ) from None
     learning.collective = learner.collective = group
     return group
 

@@ -102,18 +102,19 @@ class SeqTracker:
         return holes, lost
 
     def dump(self, worker: str) -> str:
-        """"mark[,seq...]": the watermark first (writers read it), then the seqs seen above it."""
+        """ "mark[,seq...]": the watermark first (writers read it), then the seqs seen above it."""
         return ",".join(str(x) for x in [self.watermark.get(worker, 0), *sorted(self.above.get(worker, ()))])
 
     def dump_totals(self, worker: str) -> str | None:
-        """"total[,seq:count:total...]": the produced total through the watermark, then each seq above it with
+        """ "total[,seq:count:total...]": the produced total through the watermark, then each seq above it with
         its count and total; None while the total at the watermark is unknown."""
         base = self.mark_total.get(worker, 0 if self.watermark.get(worker, 0) == 0 else None)
         if base is None:
             return None
         above = self.above.get(worker, {})
-        return ",".join([str(base), *(f"{s}:{above[s][0]}:{above[s][1]}" for s in sorted(above)
-                                      if above[s][1] is not None)])
+        return ",".join(
+            [str(base), *(f"{s}:{above[s][0]}:{above[s][1]}" for s in sorted(above) if above[s][1] is not None)]
+        )
 
     def load(self, worker: str, text: str) -> None:
         mark, *above = (int(x) for x in text.split(",") if x)
@@ -158,8 +159,7 @@ class Ledger:
             totals = self.seqs.dump_totals(w)
             if totals is not None:
                 out[f"totals:{w}"] = totals
-            for prefix, table in (("produced", self.produced), ("end", self.iteration_end),
-                                  ("final", self.final_seq)):
+            for prefix, table in (("produced", self.produced), ("end", self.iteration_end), ("final", self.final_seq)):
                 if w in table:
                     out[f"{prefix}:{w}"] = table[w]
         return out
@@ -264,8 +264,9 @@ class Ingest:
     """Classifies entries against the ledger. ``admits(worker)`` says whether a worker belongs to the run (the
     membership, which may look again at the memory server before it says no)."""
 
-    def __init__(self, run: str, layout: dict[str, tuple[str, tuple[int, ...]]], ledger: Ledger,
-                 admits: Callable[[str], bool]):
+    def __init__(
+        self, run: str, layout: dict[str, tuple[str, tuple[int, ...]]], ledger: Ledger, admits: Callable[[str], bool]
+    ):
         self.run, self.layout, self.ledger, self.admits = run, layout, ledger, admits
 
     def take(self, entries: Iterable[Entry], sync_version: int | None = None) -> Intake:
@@ -282,14 +283,14 @@ class Ingest:
                 intake.dead.append((entry_id, fields, exc.kind, str(exc)))
                 ledger.dead_letters += 1
                 if exc.header is not None and self.admits(exc.header.worker_id):
-                    ledger.seqs.seen(exc.header.worker_id, exc.header.seq, exc.header.count,
-                                     exc.header.produced_total)
+                    ledger.seqs.seen(exc.header.worker_id, exc.header.seq, exc.header.count, exc.header.produced_total)
                     intake.touched.add(exc.header.worker_id)
                 continue
             h = batch.header
             if not self.admits(h.worker_id):
-                intake.dead.append((entry_id, fields, "unknown_worker",
-                                    f"worker {h.worker_id!r} is not part of the run"))
+                intake.dead.append(
+                    (entry_id, fields, "unknown_worker", f"worker {h.worker_id!r} is not part of the run")
+                )
                 ledger.dead_letters += 1
                 continue
             intake.touched.add(h.worker_id)
@@ -301,8 +302,13 @@ class Ingest:
                 ledger.final_seq[h.worker_id] = h.seq
             if sync_version is not None and h.policy_version != sync_version:
                 ledger.stale += h.count
-                log.info("dropped %d transitions of %s for stale version %d (iteration %d)",
-                         h.count, h.worker_id, h.policy_version, sync_version)
+                log.info(
+                    "dropped %d transitions of %s for stale version %d (iteration %d)",
+                    h.count,
+                    h.worker_id,
+                    h.policy_version,
+                    sync_version,
+                )
                 continue
             if h.iteration_end:
                 ledger.iteration_end[h.worker_id] = h.policy_version
@@ -310,8 +316,12 @@ class Ingest:
             intake.accepted.append(batch)
         return intake
 
-    def settle(self, floors: dict[str, tuple[int, int]], done: dict[str, int],
-               in_stream: Callable[[Iterable[str]], dict[str, list[tuple[int, int, int]]]]) -> set[str]:
+    def settle(
+        self,
+        floors: dict[str, tuple[int, int]],
+        done: dict[str, int],
+        in_stream: Callable[[Iterable[str]], dict[str, list[tuple[int, int, int]]]],
+    ) -> set[str]:
         """Declares lost the entries that can never arrive, and returns the workers whose watermark moved.
 
         A writer's floor (``ReaderRecovery.floors``) is the highest seq it knows it keeps nothing at or below,
@@ -329,8 +339,7 @@ class Ingest:
         finished (``final_seq``), so the run does not wait for its final entry."""
         ledger, seqs = self.ledger, self.ledger.seqs
         known = ledger.known_workers()
-        floors = {w: f for w, f in floors.items()
-                  if f[0] > seqs.watermark.get(w, 0) and (w in known or self.admits(w))}
+        floors = {w: f for w, f in floors.items() if f[0] > seqs.watermark.get(w, 0) and (w in known or self.admits(w))}
         open_done = {}
         for w, total in done.items():
             if w not in known and not self.admits(w):
@@ -356,9 +365,15 @@ class Ingest:
             moved.add(worker)
             ledger.lost += lost or 0
             ledger.produced[worker] = max(ledger.produced.get(worker, 0), total)
-            log.warning("%s: %d entries up to seq %d can never arrive (taken by a trainer whose record the memory "
-                        "server lost, or held by a process that died; nobody holds them now): %s transitions "
-                        "counted as lost", worker, entries, floor, "an unknown number of" if lost is None else lost)
+            log.warning(
+                "%s: %d entries up to seq %d can never arrive (taken by a trainer whose record the memory "
+                "server lost, or held by a process that died; nobody holds them now): %s transitions "
+                "counted as lost",
+                worker,
+                entries,
+                floor,
+                "an unknown number of" if lost is None else lost,
+            )
         for worker, total in open_done.items():
             if worker in pending:
                 continue
@@ -367,10 +382,16 @@ class Ingest:
             ledger.lost += lost or 0
             ledger.produced[worker] = max(ledger.produced.get(worker, 0), total)
             ledger.final_seq[worker] = seqs.watermark[worker]
-            log.warning("%s finished with %d transitions produced, but not all of them arrived (the memory server "
-                        "lost them, and the worker that held them has exited): %d entries below seq %d and %s "
-                        "transitions counted as lost", worker, total, entries, seqs.watermark[worker],
-                        "an unknown number of" if lost is None else lost)
+            log.warning(
+                "%s finished with %d transitions produced, but not all of them arrived (the memory server "
+                "lost them, and the worker that held them has exited): %d entries below seq %d and %s "
+                "transitions counted as lost",
+                worker,
+                total,
+                entries,
+                seqs.watermark[worker],
+                "an unknown number of" if lost is None else lost,
+            )
         return moved
 
 
@@ -382,8 +403,14 @@ class Feed:
     RECLAIM_EVERY_S = 5.0
     FLOORS_EVERY_S = 2.0
 
-    def __init__(self, reader: ExperienceReader, ingest: Ingest, learning, reclaim_idle_s: float,
-                 done: Callable[[], dict[str, int]] = dict):
+    def __init__(
+        self,
+        reader: ExperienceReader,
+        ingest: Ingest,
+        learning,
+        reclaim_idle_s: float,
+        done: Callable[[], dict[str, int]] = dict,
+    ):
         self.reader, self.ingest, self.learning, self.done = reader, ingest, learning, done
         self.reclaim_idle_ms = int(reclaim_idle_s * 1000)
         self.read_at = self.reclaimed_at = self.floors_at = 0.0
@@ -397,8 +424,10 @@ class Feed:
         recovery = self.reader.recovery
         moved = self.ingest.settle(recovery.floors(), self.done(), recovery.in_stream)
         if moved:
-            recovery.settle(ledger.fields(moved, self.learning.learner.updates),
-                            {w: ledger.produced[w] for w in moved if w in ledger.produced})
+            recovery.settle(
+                ledger.fields(moved, self.learning.learner.updates),
+                {w: ledger.produced[w] for w in moved if w in ledger.produced},
+            )
 
     def record(self) -> None:
         """Commits the ledger's counters and ``updates`` without acknowledging anything: at exit, so that the

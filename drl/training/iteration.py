@@ -28,9 +28,16 @@ class Waited:
     stopped: bool = False
 
 
-def wait_for_shares(version: int, membership: Membership, read: Callable[[int, int, int], list],
-                    deadline_s: float, stopping: Callable[[], str], republish: Callable[[], int | None],
-                    report: Callable[[], None], stalled_s: float = STALLED_S) -> Waited:
+def wait_for_shares(
+    version: int,
+    membership: Membership,
+    read: Callable[[int, int, int], list],
+    deadline_s: float,
+    stopping: Callable[[], str],
+    republish: Callable[[], int | None],
+    report: Callable[[], None],
+    stalled_s: float = STALLED_S,
+) -> Waited:
     """Reads (``read(count, block_ms, version)``) until every awaited share came, the deadline passed or a stop
     was found; ``republish()`` returns the new version when it published one, else None."""
     membership.refresh()

@@ -46,7 +46,7 @@ __all__ = ["LagHistogram", "Learning", "LearningBase", "QueueLearning", "ReplayL
 
 
 def _prefixed(tensors: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
-    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
 def _learner_state(learner: "Learner") -> tuple[dict[str, np.ndarray], dict]:
@@ -63,8 +63,9 @@ class ReplayLearning(LearningBase):
         self.metrics: dict[str, float] = {}
         self.tolerance = cfg.updates_per_transition * cfg.ratio_tolerance
         if cfg.prioritized:
-            self.replay: ReplayBuffer = PrioritizedReplay(spec, cfg.replay_size, seed=cfg.seed + 1, extras=keep,
-                                                          alpha=cfg.priority_alpha, beta=cfg.priority_beta)
+            self.replay: ReplayBuffer = PrioritizedReplay(
+                spec, cfg.replay_size, seed=cfg.seed + 1, extras=keep, alpha=cfg.priority_alpha, beta=cfg.priority_beta
+            )
         else:
             self.replay = ReplayBuffer(spec, cfg.replay_size, seed=cfg.seed + 1, extras=keep)
 
@@ -206,7 +207,7 @@ class LagHistogram:
         return LAG_BUCKETS[bucket] if bucket < len(LAG_BUCKETS) else self.most
 
     def text(self) -> str:
-        """"le:count,..." for every bucket (``inf`` the last), non-cumulative: the status field that the metrics
+        """ "le:count,..." for every bucket (``inf`` the last), non-cumulative: the status field that the metrics
         page turns into a Prometheus histogram and ``status`` prints."""
         bounds = [str(b) for b in LAG_BUCKETS] + ["inf"]
         return ",".join(f"{b}:{int(c)}" for b, c in zip(bounds, self.counts))
@@ -277,9 +278,16 @@ class QueueLearning(LearningBase):
 
     def report(self) -> dict[str, Any]:
         lag = self.lag
-        return {"queued": self.queued, "lag_dropped": self.lag_dropped, "policy_lag_mean": round(lag.mean(), 3),
-                "policy_lag_p95": lag.quantile(0.95), "policy_lag_max": lag.most, "policy_lag": lag.text(),
-                "policy_lag_sum": lag.total, "policy_lag_squares": lag.squares}
+        return {
+            "queued": self.queued,
+            "lag_dropped": self.lag_dropped,
+            "policy_lag_mean": round(lag.mean(), 3),
+            "policy_lag_p95": lag.quantile(0.95),
+            "policy_lag_max": lag.most,
+            "policy_lag": lag.text(),
+            "policy_lag_sum": lag.total,
+            "policy_lag_squares": lag.squares,
+        }
 
     def state(self, with_replay: bool) -> tuple[dict[str, np.ndarray], dict]:
         """The learner's state and the lag counters; the queue is never checkpointed (it holds at most a read's

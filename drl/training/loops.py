@@ -104,8 +104,15 @@ def run_sync(self: TrainerParts) -> str:
     (``drl.training.learning``)."""
     membership = self.membership
     while True:
-        waited = wait_for_shares(self.version, membership, self.channels.read, self.cfg.sync_deadline_s,
-                                 self.should_stop, self.republish, self.report)
+        waited = wait_for_shares(
+            self.version,
+            membership,
+            self.channels.read,
+            self.cfg.sync_deadline_s,
+            self.should_stop,
+            self.republish,
+            self.report,
+        )
         version = waited.version
         if any_of(self.group, waited.stopped):
             return _stopped(self, "")
@@ -113,8 +120,12 @@ def run_sync(self: TrainerParts) -> str:
             while self.channels.read(SYNC_READ_ENTRIES, 100, version) or self.channels.backlog():
                 pass
         elif waited.missing:
-            log.warning("iteration %d: no complete share from %s within %.0fs; training without them",
-                        version, ", ".join(sorted(waited.missing)), self.cfg.sync_deadline_s)
+            log.warning(
+                "iteration %d: no complete share from %s within %.0fs; training without them",
+                version,
+                ", ".join(sorted(waited.missing)),
+                self.cfg.sync_deadline_s,
+            )
         self.learning.end_iteration(self.ledger.consumed)
         owed = self.group.min_int(max(0, self.learning.owed(self.ledger.consumed) - self.updates))
         for done in range(1, owed + 1):

@@ -45,8 +45,15 @@ def _index(name: str) -> int:
 
 
 class Membership:
-    def __init__(self, control: RunMembers, ledger: Ledger | Ledgers, workers: int, silence_s: float = math.inf,
-                 clock: Callable[[], float] = time.monotonic, steps: int | None = None):
+    def __init__(
+        self,
+        control: RunMembers,
+        ledger: Ledger | Ledgers,
+        workers: int,
+        silence_s: float = math.inf,
+        clock: Callable[[], float] = time.monotonic,
+        steps: int | None = None,
+    ):
         """``ledger``: the trainer's, or the ledgers of the shards it reads (``Ledgers``: a learner of a group
         follows only the workers of its shards); ``steps``: what this session of the run produces in all (its
         steps less those a resumed run's checkpoint covers); None leaves the coverage rule out."""
@@ -69,8 +76,11 @@ class Membership:
             log.info("rollout workers joined: %s", ", ".join(sorted(added)))
             self.workers |= added
         produced = self.ledgers.produced
-        returned = {w for w in self.finished - self.given_up
-                    if members.get(w) == ACTIVE and shares.get(w, 0) > produced.get(w, 0)}
+        returned = {
+            w
+            for w in self.finished - self.given_up
+            if members.get(w) == ACTIVE and shares.get(w, 0) > produced.get(w, 0)
+        }
         if returned:
             log.info("rollout workers returned: %s", ", ".join(sorted(returned)))
             self.finished -= returned
@@ -126,12 +136,20 @@ class Membership:
         now = self.clock()
         if self._short_since is None:
             self._short_since = now
-            log.info("every rollout worker finished, but their shares cover %d of the run's %d steps: waiting "
-                     "for the orchestrator to share out the rest", promised, self.steps)
+            log.info(
+                "every rollout worker finished, but their shares cover %d of the run's %d steps: waiting "
+                "for the orchestrator to share out the rest",
+                promised,
+                self.steps,
+            )
         elif now - self._short_since >= self.silence_s:
-            log.warning("the rollout workers' shares still cover only %d of the run's %d steps after %.0f s "
-                        "(--member-silence-s); the run ends without the rest", promised, self.steps,
-                        now - self._short_since)
+            log.warning(
+                "the rollout workers' shares still cover only %d of the run's %d steps after %.0f s "
+                "(--member-silence-s); the run ends without the rest",
+                promised,
+                self.steps,
+                now - self._short_since,
+            )
             return True
         return False
 
@@ -146,8 +164,12 @@ class Membership:
             if last is None or last[0] != progress:
                 self._heard[w] = (progress, now)
             elif now - last[1] >= self.silence_s:
-                log.warning("rollout worker %s: nothing arrived from it for %.0f s (--member-silence-s); the run "
-                            "goes on without it", w, now - last[1])
+                log.warning(
+                    "rollout worker %s: nothing arrived from it for %.0f s (--member-silence-s); the run "
+                    "goes on without it",
+                    w,
+                    now - last[1],
+                )
                 self.given_up.add(w)
                 self.finished.add(w)
 

@@ -49,8 +49,9 @@ class ReadPace:
     ``least_s`` and ``most_s``; it shrinks at once but at most doubles per read, so one quiet moment does not open
     a gap that a burst overflows. A read that came back full (more was waiting) drops it to ``least_s``."""
 
-    def __init__(self, limit_bytes: int, first_s: float = 0.01, least_s: float = 0.002, most_s: float = 0.05,
-                 share: float = 0.5):
+    def __init__(
+        self, limit_bytes: int, first_s: float = 0.01, least_s: float = 0.002, most_s: float = 0.05, share: float = 0.5
+    ):
         self.limit_bytes, self.least_s, self.most_s, self.share = limit_bytes, least_s, most_s, share
         self.gap_s = first_s
 
@@ -71,8 +72,14 @@ class Widening:
     within ``--max-backlog-bytes``) while it waits for data, 1 otherwise. The read pace follows the widened byte
     limit."""
 
-    def __init__(self, reader: ExperienceReader, limits: BacklogLimits, max_backlog_bytes: int, learning_starts: int,
-                 pace: ReadPace):
+    def __init__(
+        self,
+        reader: ExperienceReader,
+        limits: BacklogLimits,
+        max_backlog_bytes: int,
+        learning_starts: int,
+        pace: ReadPace,
+    ):
         self.reader, self.limits, self.learning_starts, self.pace = reader, limits, learning_starts, pace
         self.most = max(1, min(WIDENING, max_backlog_bytes // limits.limit_bytes))
         self.factor = 1

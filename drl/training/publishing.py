@@ -20,9 +20,19 @@ log = logging.getLogger("drl.trainer")
 
 
 class Publisher:
-    def __init__(self, policies: PolicyStore, announcer: Announcements, learning, spec: SpaceSpec, algorithm: str,
-                 rank: int, keep: int, env_steps: Callable[[], int], lost: Callable[[], bool],
-                 reset: Callable[[int], None]):
+    def __init__(
+        self,
+        policies: PolicyStore,
+        announcer: Announcements,
+        learning,
+        spec: SpaceSpec,
+        algorithm: str,
+        rank: int,
+        keep: int,
+        env_steps: Callable[[], int],
+        lost: Callable[[], bool],
+        reset: Callable[[int], None],
+    ):
         self.policies, self.announcer, self.learning, self.spec = policies, announcer, learning, spec
         self.algorithm, self.rank, self.keep = algorithm, rank, keep
         self.env_steps, self.lost, self.reset = env_steps, lost, reset
@@ -55,9 +65,15 @@ class Publisher:
         return True
 
     def write(self, version: int) -> None:
-        self.policies.publish(version, self.learning.learner.policy_weights(), algorithm=self.algorithm,
-                              env_steps=self.env_steps(), updates=self.updates,
-                              observation_space=self.spec.observation_space, action_space=self.spec.action_space)
+        self.policies.publish(
+            version,
+            self.learning.learner.policy_weights(),
+            algorithm=self.algorithm,
+            env_steps=self.env_steps(),
+            updates=self.updates,
+            observation_space=self.spec.observation_space,
+            action_space=self.spec.action_space,
+        )
         if self.lost():
             self.reset(version)
             return
@@ -73,6 +89,7 @@ class Publisher:
             log.warning("policy version %d is missing from the store; publishing it again", self.version)
             self.write(self.version)
             return False
-        log.warning("policy version %d is missing from the store; publishing version %d", self.version,
-                    self.version + 1)
+        log.warning(
+            "policy version %d is missing from the store; publishing version %d", self.version, self.version + 1
+        )
         return self.publish(force=True)

@@ -23,7 +23,6 @@ as a column and left out of batches."""
 Extras = Mapping[str, tuple[str, tuple[int, ...]]] | Iterable[str]
 
 
-
 class ReplayBuffer:
     """``extras``: the optional fields to keep beside the five every transition has, by name or as
     ``{name: (dtype, shape)}`` (shape () when only named); they are stored as float32, which is what batches
@@ -69,8 +68,11 @@ class ReplayBuffer:
         n = len(arrays["reward"])
         if self.ring is not None:
             start = self.ring.extend(arrays[TABLE])
-            arrays = {**arrays, "obs": start + arrays["obs"].astype(np.int64),
-                      "next_obs": start + arrays["next_obs"].astype(np.int64)}
+            arrays = {
+                **arrays,
+                "obs": start + arrays["obs"].astype(np.int64),
+                "next_obs": start + arrays["next_obs"].astype(np.int64),
+            }
             self._drop_overwritten(self.ring.oldest)
         self._slots = idx = (self.pos + np.arange(n)) % self.capacity
         for name, store in self.data.items():
@@ -107,8 +109,7 @@ class ReplayBuffer:
         return out
 
     def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
-        return self._gather((self.pos - self.size + self.rng.integers(0, self.size, size=batch_size))
-                            % self.capacity)
+        return self._gather((self.pos - self.size + self.rng.integers(0, self.size, size=batch_size)) % self.capacity)
 
     def dump(self) -> tuple[dict[str, np.ndarray], dict]:
         """The stored transitions (oldest first) and the buffer's position, for checkpoints; a frame replay's
@@ -130,8 +131,11 @@ class ReplayBuffer:
         if n == 0:
             return
         keep = slice(max(0, n - self.capacity), n)
-        rows = {name: np.asarray(arrays[name])[keep] for name in arrays
-                if (name in self.data or name == PRIORITY) and name != TABLE}
+        rows = {
+            name: np.asarray(arrays[name])[keep]
+            for name in arrays
+            if (name in self.data or name == PRIORITY) and name != TABLE
+        }
         if self.ring is not None:
             table = np.asarray(arrays[TABLE])
             first = max(0, len(table) - self.ring.capacity)
@@ -187,8 +191,16 @@ class SumTree:
 
 
 class PrioritizedReplay(ReplayBuffer):
-    def __init__(self, spec: SpaceSpec, capacity: int, seed: int, extras: Extras = (),
-                 alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6):
+    def __init__(
+        self,
+        spec: SpaceSpec,
+        capacity: int,
+        seed: int,
+        extras: Extras = (),
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-6,
+    ):
         super().__init__(spec, capacity, seed, extras)
         self.alpha, self.beta, self.eps = alpha, beta, eps
         self.tree = SumTree(capacity)
@@ -204,7 +216,7 @@ class PrioritizedReplay(ReplayBuffer):
             self.max_priority = max(self.max_priority, float(raw.max()))
         else:
             raw = np.full(n, self.max_priority)
-        self.tree.set(self._slots, raw ** self.alpha)
+        self.tree.set(self._slots, raw**self.alpha)
         return n
 
     def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
@@ -230,7 +242,7 @@ class PrioritizedReplay(ReplayBuffer):
         raw = np.abs(np.asarray(td_errors, dtype=np.float64)) + self.eps
         raw = np.where(np.isfinite(raw), raw, self.max_priority)
         self.max_priority = max(self.max_priority, float(raw.max()))
-        self.tree.set(idx, raw ** self.alpha)
+        self.tree.set(idx, raw**self.alpha)
 
     def dump(self) -> tuple[dict[str, np.ndarray], dict]:
         arrays, meta = super().dump()

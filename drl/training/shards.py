@@ -46,14 +46,26 @@ class Channels(list):
     turn = 0
 
     @classmethod
-    def open(cls, memory: MemoryBackend, control: RunMembers, ledgers: Ledgers, ingest: Callable[[Ledger], Ingest], learning,
-             limits: BacklogLimits, *, reclaim_idle_s: float, max_backlog_bytes: int, learning_starts: int,
-             on_reset: Callable[..., None]) -> Channels:
+    def open(
+        cls,
+        memory: MemoryBackend,
+        control: RunMembers,
+        ledgers: Ledgers,
+        ingest: Callable[[Ledger], Ingest],
+        learning,
+        limits: BacklogLimits,
+        *,
+        reclaim_idle_s: float,
+        max_backlog_bytes: int,
+        learning_starts: int,
+        on_reset: Callable[..., None],
+    ) -> Channels:
         channels = cls()
         for s, ledger in ledgers.by_shard.items():
             reader = memory.reader(CONSUMER, on_reset=on_reset, shard=s)
-            feed = Feed(reader, ingest(ledger), learning, reclaim_idle_s,
-                        done=done_markers(control, memory.shard_map, s))
+            feed = Feed(
+                reader, ingest(ledger), learning, reclaim_idle_s, done=done_markers(control, memory.shard_map, s)
+            )
             pace = ReadPace(limits.limit_bytes)
             widening = Widening(reader, limits, max_backlog_bytes, learning_starts, pace)
             channels.append(Channel(s, reader, ledger, feed, pace, widening))
@@ -62,7 +74,7 @@ class Channels(list):
     def read(self, count: int, block_ms: int | None, sync_version: int | None = None) -> list:
         """Reads every shard once without waiting (the next shard first, in turn) and, when none had anything and
         ``block_ms`` is set, waits that long on the shard whose turn it is; returns the accepted headers."""
-        order = self[self.turn:] + self[:self.turn]
+        order = self[self.turn :] + self[: self.turn]
         self.turn = (self.turn + 1) % len(self)
         taken = []
         for ch in order:
@@ -106,8 +118,9 @@ class Channels(list):
     def rewrite(self, updates: int, version: int) -> None:
         """Puts back on every shard's server what services read from it after it restarted empty."""
         for ch in self:
-            ch.reader.recovery.rewrite(ch.ledger.fields(ch.ledger.known_workers(), updates), ch.ledger.produced,
-                              ch.widening.factor, version)
+            ch.reader.recovery.rewrite(
+                ch.ledger.fields(ch.ledger.known_workers(), updates), ch.ledger.produced, ch.widening.factor, version
+            )
 
     def record(self) -> None:
         for ch in self:

@@ -64,22 +64,49 @@ class Evaluator(Service):
             return None
         returns = run_episodes(self.cfg.env, self.actor, self.cfg.eval_episodes, seed=self.cfg.seed + 1_000_000)
         result = evaluation_pb2.EvaluationResult(
-            run=self.ctx.run, version=version, env_steps=manifest.env_steps, updates=manifest.updates,
-            episodes=len(returns), mean_return=float(np.mean(returns)), std_return=float(np.std(returns)),
-            returns=returns, wall_seconds=time.time() - self.started, created_at=time.time())
+            run=self.ctx.run,
+            version=version,
+            env_steps=manifest.env_steps,
+            updates=manifest.updates,
+            episodes=len(returns),
+            mean_return=float(np.mean(returns)),
+            std_return=float(np.std(returns)),
+            returns=returns,
+            wall_seconds=time.time() - self.started,
+            created_at=time.time(),
+        )
         self.best = max(self.best, result.mean_return)
         self.count += 1
-        self.status.write({"role": "evaluator", "policy_version": version, "env_steps": manifest.env_steps,
-                           "last_eval_return": result.mean_return, "best_eval_return": self.best,
-                           "evaluations": self.count})
+        self.status.write(
+            {
+                "role": "evaluator",
+                "policy_version": version,
+                "env_steps": manifest.env_steps,
+                "last_eval_return": result.mean_return,
+                "best_eval_return": self.best,
+                "evaluations": self.count,
+            }
+        )
         self.record(result)
-        self.tensorboard.scalars({"eval/mean_return": result.mean_return, "eval/std_return": result.std_return,
-                                  "eval/best_return": self.best}, step=manifest.env_steps)
-        self.tensorboard.scalars({"eval/mean_return_by_wall_s": result.mean_return},
-                                 step=int(round(result.wall_seconds)))
+        self.tensorboard.scalars(
+            {
+                "eval/mean_return": result.mean_return,
+                "eval/std_return": result.std_return,
+                "eval/best_return": self.best,
+            },
+            step=manifest.env_steps,
+        )
+        self.tensorboard.scalars(
+            {"eval/mean_return_by_wall_s": result.mean_return}, step=int(round(result.wall_seconds))
+        )
         self.tensorboard.flush()
-        log.info("version %d (%d env steps): return %.1f +- %.1f", version, manifest.env_steps, result.mean_return,
-                 result.std_return)
+        log.info(
+            "version %d (%d env steps): return %.1f +- %.1f",
+            version,
+            manifest.env_steps,
+            result.mean_return,
+            result.std_return,
+        )
         return result
 
     def record(self, result: evaluation_pb2.EvaluationResult) -> None:
@@ -112,8 +139,11 @@ class Evaluator(Service):
             if done is not None and self.evaluated >= done:
                 return 0
             if TERMINATED.is_set() and self.control.stop_reason() is None:
-                log.info("terminated while the run goes on, after version %d; a replacement continues (exit code "
-                         "%d)", self.evaluated, EXIT_INTERRUPTED)
+                log.info(
+                    "terminated while the run goes on, after version %d; a replacement continues (exit code %d)",
+                    self.evaluated,
+                    EXIT_INTERRUPTED,
+                )
                 return EXIT_INTERRUPTED
             if TELEMETRY.stop.is_set() or self.control.stop_reason() is not None:
                 return 0

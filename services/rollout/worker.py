@@ -77,8 +77,10 @@ class RolloutWorker(Service):
             self.fill = EntryFill(limits.least, limits.least, 0.0)
         else:
             self.fill = EntryFill(limits.least, limits.most, cfg.entry_fill_ms / 1000.0)
-        self.entry = EntryBuffer({k: v for k, v in frames.serial_layout(layout).items()
-                                  if k not in self.actor.annotates}, limits.most + cfg.envs_per_worker)
+        self.entry = EntryBuffer(
+            {k: v for k, v in frames.serial_layout(layout).items() if k not in self.actor.annotates},
+            limits.most + cfg.envs_per_worker,
+        )
         if folder is not None:
             self.write: Folding | StepInto = Folding(self.envs, self.entry, folder)
         elif self.actor.records:
@@ -91,8 +93,9 @@ class RolloutWorker(Service):
         self.stepped = self.produced
         self.refresh_share()
         if self.seq:
-            log.info("%s continues after a restart at entry %d, %d transitions produced", ctx.name, self.seq,
-                     self.produced)
+            log.info(
+                "%s continues after a restart at entry %d, %d transitions produced", ctx.name, self.seq, self.produced
+            )
         self.stop = False
         self._refused: set[int] = set()
         self._waited_out: set[int] = set()
@@ -190,9 +193,15 @@ class RolloutWorker(Service):
                 arrays[frames.TABLE] = arrays.pop(frames.TABLE)
         self.seq += 1
         final = last or self.produced + count >= self.total
-        header = experience_pb2.BatchHeader(run=self.ctx.run, worker_id=self.ctx.name, seq=self.seq,
-                                            policy_version=max(self.version, 0), iteration_end=iteration_end or final,
-                                            final=final, produced_total=self.produced + count)
+        header = experience_pb2.BatchHeader(
+            run=self.ctx.run,
+            worker_id=self.ctx.name,
+            seq=self.seq,
+            policy_version=max(self.version, 0),
+            iteration_end=iteration_end or final,
+            final=final,
+            produced_total=self.produced + count,
+        )
         h, d = codec.encode(header, arrays, self.compression)
         self.entry.n = 0
         reply = self.producer.send(self.seq, h, d, self.produced + count)
@@ -222,12 +231,22 @@ class RolloutWorker(Service):
         returns = self.envs.finished_returns
         elapsed = time.monotonic() - self._started
         rate = round((self.produced - self._produced_at_start) / elapsed, 1) if elapsed > 0 else ""
-        self.status.write({"role": "rollout", "produced": self.produced, "total": self.total,
-                           "transitions_per_s": rate,
-                           "policy_version": self.version, "seq": self.seq,
-                           "backpressure_s": round(self.producer.waited_s, 3), "resent": self.producer.resent,
-                           "retained": self.producer.retained(), **self.sync_percentiles(),
-                           "episode_return": float(np.mean(returns)) if returns else ""}, force=force)
+        self.status.write(
+            {
+                "role": "rollout",
+                "produced": self.produced,
+                "total": self.total,
+                "transitions_per_s": rate,
+                "policy_version": self.version,
+                "seq": self.seq,
+                "backpressure_s": round(self.producer.waited_s, 3),
+                "resent": self.producer.resent,
+                "retained": self.producer.retained(),
+                **self.sync_percentiles(),
+                "episode_return": float(np.mean(returns)) if returns else "",
+            },
+            force=force,
+        )
 
     def sync_percentiles(self) -> dict:
         """Policy sync over the last ``SYNC_WINDOW`` versions this worker loaded: milliseconds from the version's
@@ -272,8 +291,9 @@ class RolloutWorker(Service):
         if first < 0:
             if self.asked_or_stopped():
                 return self.finish("stopped before the first policy")
-            raise RuntimeError(f"no loadable policy was announced within {FIRST_POLICY_TIMEOUT_S:.0f}s; is the "
-                               f"trainer alive?")
+            raise RuntimeError(
+                f"no loadable policy was announced within {FIRST_POLICY_TIMEOUT_S:.0f}s; is the trainer alive?"
+            )
         self.load(first)
         self.take_position()
         if self.cfg.mode == "async":
@@ -290,8 +310,10 @@ class RolloutWorker(Service):
             if nxt < 0:
                 if self.asked_or_stopped():
                     break
-                raise RuntimeError(f"no loadable policy version >= {self.version + 1} within "
-                                   f"{self.cfg.sync_deadline_s * 10:.0f}s; is the trainer alive?")
+                raise RuntimeError(
+                    f"no loadable policy version >= {self.version + 1} within "
+                    f"{self.cfg.sync_deadline_s * 10:.0f}s; is the trainer alive?"
+                )
         return self.finish(self.outcome())
 
     def wait_for_policy(self, least: int, timeout: float) -> int:
@@ -303,8 +325,9 @@ class RolloutWorker(Service):
         deadline = time.monotonic() + timeout
         should_stop = self.asked_or_stopped
         while True:
-            version = self.announcer.wait_for(least, timeout=max(0.0, deadline - time.monotonic()),
-                                              should_stop=should_stop)
+            version = self.announcer.wait_for(
+                least, timeout=max(0.0, deadline - time.monotonic()), should_stop=should_stop
+            )
             if version < 0:
                 return -1
             if self.load(version):
@@ -342,8 +365,14 @@ class RolloutWorker(Service):
         the trainer never saw and the stream no longer holds is counted lost, not awaited."""
         seq, produced = self.producer.position()
         if seq > self.seq or produced > self.produced:
-            log.info("%s continues at entry %d, %d transitions produced (was %d, %d at start)", self.ctx.name, seq,
-                     produced, self.seq, self.produced)
+            log.info(
+                "%s continues at entry %d, %d transitions produced (was %d, %d at start)",
+                self.ctx.name,
+                seq,
+                produced,
+                self.seq,
+                self.produced,
+            )
             self.stepped += produced - self.produced
             self.seq, self.produced = max(seq, self.seq), max(produced, self.produced)
         if self.seq:
@@ -355,8 +384,9 @@ class RolloutWorker(Service):
         if not TERMINATED.is_set() or self.stop:
             return False
         self.refresh_share()
-        return (self.produced < self.total and not self.stopped()
-                and self.control.members().get(self.ctx.name) != RETIRED)
+        return (
+            self.produced < self.total and not self.stopped() and self.control.members().get(self.ctx.name) != RETIRED
+        )
 
     def outcome(self) -> str:
         if self.produced >= self.total:
@@ -371,8 +401,15 @@ class RolloutWorker(Service):
                 why += "; stopped before the trainer consumed every entry"
         if self.interrupted():
             self.report(force=True)
-            log.info("%s terminated after %d of its %d transitions (%d entries); its replacement continues the "
-                     "share (exit code %d)", self.ctx.name, self.produced, self.total, self.seq, EXIT_INTERRUPTED)
+            log.info(
+                "%s terminated after %d of its %d transitions (%d entries); its replacement continues the "
+                "share (exit code %d)",
+                self.ctx.name,
+                self.produced,
+                self.total,
+                self.seq,
+                EXIT_INTERRUPTED,
+            )
             return EXIT_INTERRUPTED
         self.control.mark_worker_done(self.ctx.name, self.produced)
         self.report(force=True)
@@ -388,7 +425,9 @@ def serve(ctx: ServiceContext) -> int:
     try:
         return worker.run()
     except Superseded as exc:
-        raise Superseded(f"{exc}; {worker.stepped - worker.produced} transitions it had stepped were not handed "
-                         "in (never appended: neither produced nor consumed in the run)") from None
+        raise Superseded(
+            f"{exc}; {worker.stepped - worker.produced} transitions it had stepped were not handed "
+            "in (never appended: neither produced nor consumed in the run)"
+        ) from None
     finally:
         worker.close()

@@ -51,30 +51,54 @@ class TrainerParts(Service):
         shards = self.memory.shard_map.of_learner(self.rank, self.size)
         self.ledger = Ledgers({s: Ledger() for s in shards}, cfg.memory_shards)
         self.group = join_learners(self.learning, self.rank, self.size, cfg.algorithm, self.device, shards)
-        self.membership = Membership(self.control, self.ledger, cfg.workers, cfg.member_silence_s,
-                                     steps=max(0, cfg.steps - ctx.steps_done))
+        self.membership = Membership(
+            self.control, self.ledger, cfg.workers, cfg.member_silence_s, steps=max(0, cfg.steps - ctx.steps_done)
+        )
         limits = backlog_limits(cfg, layout, algorithm.entry_transitions(cfg))
         self.channels = Channels.open(
-            self.memory, self.control, self.ledger,
-            lambda ledger: Ingest(ctx.run, layout, ledger, self.membership.admits), self.learning, limits,
-            reclaim_idle_s=cfg.reclaim_idle_s, max_backlog_bytes=cfg.max_backlog_bytes,
-            learning_starts=cfg.learning_starts, on_reset=self.on_memory_reset)
+            self.memory,
+            self.control,
+            self.ledger,
+            lambda ledger: Ingest(ctx.run, layout, ledger, self.membership.admits),
+            self.learning,
+            limits,
+            reclaim_idle_s=cfg.reclaim_idle_s,
+            max_backlog_bytes=cfg.max_backlog_bytes,
+            learning_starts=cfg.learning_starts,
+            on_reset=self.on_memory_reset,
+        )
         store = run_store(ctx.store_url, ctx.run)
         self.policies = PolicyStore(store, ctx.run)
         own = store if self.rank == 0 else PrefixedStore(store, f"learners/{self.rank}/")
-        self.checkpoints = TrainerCheckpoints(CheckpointStore(own, ctx.run), cfg.algorithm, cfg.checkpoint_every_s,
-                                              cfg.keep_checkpoints, cfg.checkpoint_replay, session=ctx.steps_done)
+        self.checkpoints = TrainerCheckpoints(
+            CheckpointStore(own, ctx.run),
+            cfg.algorithm,
+            cfg.checkpoint_every_s,
+            cfg.keep_checkpoints,
+            cfg.checkpoint_replay,
+            session=ctx.steps_done,
+        )
         self.status = StatusWriter(self.control, ctx.name)
         self.membership.refresh()
         self.limiter = RateLimiter(self.learning.tolerance)
-        self.pub = Publisher(self.policies, self.announcer, self.learning, self.spec, cfg.algorithm, self.rank,
-                             cfg.keep_policies, lambda: self.ledger.consumed, self.channels.lost_state,
-                             self.on_memory_reset)
+        self.pub = Publisher(
+            self.policies,
+            self.announcer,
+            self.learning,
+            self.spec,
+            cfg.algorithm,
+            self.rank,
+            cfg.keep_policies,
+            lambda: self.ledger.consumed,
+            self.channels.lost_state,
+            self.on_memory_reset,
+        )
         self.started = time.monotonic()
         self.should_stop = StopCheck(self.control, TELEMETRY.stop.is_set)
         self.restore()
-        self.curves = TrainerCurves(ScalarLog(ctx.run_dir / "tensorboard" / ctx.name), self.started,
-                                    self.ledger.consumed, self.updates)
+        self.curves = TrainerCurves(
+            ScalarLog(ctx.run_dir / "tensorboard" / ctx.name), self.started, self.ledger.consumed, self.updates
+        )
 
     @property
     def version(self) -> int:
@@ -107,8 +131,12 @@ class TrainerParts(Service):
             # process that starts now reads where to continue its numbering (it waits for the announced version).
             self.on_memory_reset()
         if any(committed.values()) or checkpoint is not None:
-            log.info("continuing: %d transitions consumed, %d updates, policy version %d", self.ledger.consumed,
-                     self.updates, self.version)
+            log.info(
+                "continuing: %d transitions consumed, %d updates, policy version %d",
+                self.ledger.consumed,
+                self.updates,
+                self.version,
+            )
 
     def on_memory_reset(self, version: int | None = None) -> None:
         """The memory server restarted empty: put back what services read from it, announcing ``version`` (the

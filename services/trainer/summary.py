@@ -56,8 +56,12 @@ def evaluations(store) -> list[dict]:
     return out
 
 
-def wait_for_workers(control, timeout_s: float = WORKERS_DONE_WAIT_S,
-                     clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> bool:
+def wait_for_workers(
+    control,
+    timeout_s: float = WORKERS_DONE_WAIT_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
     """Waits until every registered worker has marked itself done (a run that was stopped ends before its
     workers do, and a worker appending while the counters are read would unbalance them); False after
     ``timeout_s`` (a worker that died never marks itself done)."""
@@ -71,18 +75,29 @@ def wait_for_workers(control, timeout_s: float = WORKERS_DONE_WAIT_S,
         sleep(0.2)
 
 
-def summary(cfg, run: str, acc: dict, trainer: dict, evals: list[dict], wall_seconds: float, steps_done: int,
-            exit_reason: str) -> dict:
+def summary(
+    cfg, run: str, acc: dict, trainer: dict, evals: list[dict], wall_seconds: float, steps_done: int, exit_reason: str
+) -> dict:
     """The summary's fields that a trainer can know, named as a local run's (``drl-orchestrate`` summary); its
     counts are the memory server's, which cover the whole run, a restarted trainer pod's earlier sessions too."""
     return {
-        "run": run, "preset": cfg.preset, "algorithm": cfg.algorithm, "env": cfg.env, "mode": cfg.mode,
-        "workers": cfg.workers, "envs_per_worker": cfg.envs_per_worker, "seed": cfg.seed,
-        "steps_requested": cfg.steps, "resumed_from_env_steps": steps_done,
+        "run": run,
+        "preset": cfg.preset,
+        "algorithm": cfg.algorithm,
+        "env": cfg.env,
+        "mode": cfg.mode,
+        "workers": cfg.workers,
+        "envs_per_worker": cfg.envs_per_worker,
+        "seed": cfg.seed,
+        "steps_requested": cfg.steps,
+        "resumed_from_env_steps": steps_done,
         "updates": acc["updates"] if acc["updates"] >= 0 else int(trainer.get("updates", 0)),
         "policy_version": int(trainer.get("policy_version", -1)),
-        **count_fields(acc), **eval_fields(evals),
-        "wall_seconds": round(wall_seconds, 2), "exit_reason": exit_reason, "written_by": "trainer",
+        **count_fields(acc),
+        **eval_fields(evals),
+        "wall_seconds": round(wall_seconds, 2),
+        "exit_reason": exit_reason,
+        "written_by": "trainer",
     }
 
 
@@ -91,13 +106,17 @@ def write_config(store, cfg) -> None:
     store.put("config.json", cfg.to_json().encode())
 
 
-def write_summary(store, control, cfg, run: str, trainer: dict, wall_seconds: float, steps_done: int,
-                  exit_reason: str) -> dict | None:
+def write_summary(
+    store, control, cfg, run: str, trainer: dict, wall_seconds: float, steps_done: int, exit_reason: str
+) -> dict | None:
     """Writes ``summary.json`` to the store and returns it; None (said in the log) when the memory server cannot
     be read: a summary whose counts were guessed would be worse than none."""
     if exit_reason != "steps_done" and not wait_for_workers(control):
-        log.warning("not every rollout worker marked itself done within %.0f s; the summary counts what the memory "
-                    "server holds now", WORKERS_DONE_WAIT_S)
+        log.warning(
+            "not every rollout worker marked itself done within %.0f s; the summary counts what the memory "
+            "server holds now",
+            WORKERS_DONE_WAIT_S,
+        )
     try:
         acc = accounts(control)
     except MemoryBackendError as exc:
@@ -108,6 +127,10 @@ def write_summary(store, control, cfg, run: str, trainer: dict, wall_seconds: fl
         log.warning("the run's accounts do not balance: %s", problem)
     written = summary(cfg, run, acc, trainer, evaluations(store), wall_seconds, steps_done, exit_reason)
     store.put("summary.json", (json.dumps(written, indent=2) + "\n").encode())
-    log.info("summary.json written to the store: %d transitions produced, %d consumed, %d unconsumed",
-             written["transitions_produced"], written["transitions_consumed"], written["transitions_unconsumed"])
+    log.info(
+        "summary.json written to the store: %d transitions produced, %d consumed, %d unconsumed",
+        written["transitions_produced"],
+        written["transitions_consumed"],
+        written["transitions_unconsumed"],
+    )
     return written

@@ -64,12 +64,26 @@ class Trainer(TrainerParts):
     def report(self, force: bool = False, state: str = "running", reason: str = "") -> None:
         if not force and not self.status.due():
             return
-        fields = trainer_fields(self.ledger, self.learning, self.channels, time.monotonic() - self.started,
-                                role=self.ctx.role, state=state, exit_reason=reason, policy_version=self.version,
-                                device=self.device)
+        fields = trainer_fields(
+            self.ledger,
+            self.learning,
+            self.channels,
+            time.monotonic() - self.started,
+            role=self.ctx.role,
+            state=state,
+            exit_reason=reason,
+            policy_version=self.version,
+            device=self.device,
+        )
         self.status.write(fields, force=force)
-        self.curves.add(time.monotonic(), self.ledger.consumed, self.updates, self.learning.metrics, fields,
-                        final=state == "finished")
+        self.curves.add(
+            time.monotonic(),
+            self.ledger.consumed,
+            self.updates,
+            self.learning.metrics,
+            fields,
+            final=state == "finished",
+        )
 
     def run_async(self) -> str:
         return loops.run_async(self)
@@ -78,8 +92,15 @@ class Trainer(TrainerParts):
         return loops.run_sync(self)
 
     def run(self) -> int:
-        log.info("trainer of run %s: %s on %s, %s mode, %d workers; learner on %s", self.ctx.run, self.cfg.algorithm,
-                 self.cfg.env, self.cfg.mode, self.cfg.workers, self.device)
+        log.info(
+            "trainer of run %s: %s on %s, %s mode, %d workers; learner on %s",
+            self.ctx.run,
+            self.cfg.algorithm,
+            self.cfg.env,
+            self.cfg.mode,
+            self.cfg.workers,
+            self.device,
+        )
         writes_run_files = self.rank == 0 and run_files.trainer_writes()
         if writes_run_files:
             run_files.write_config(self.policies.store, self.cfg)
@@ -101,12 +122,24 @@ class Trainer(TrainerParts):
         if self.rank == 0:
             self.control.mark_trainer_done(self.version)
         self.report(force=True, state="finished", reason=reason)
-        log.info("finished (%s): %d transitions consumed, %d updates, policy version %d", reason,
-                 self.ledger.consumed, self.updates, self.version)
+        log.info(
+            "finished (%s): %d transitions consumed, %d updates, policy version %d",
+            reason,
+            self.ledger.consumed,
+            self.updates,
+            self.version,
+        )
         if writes_run_files:
-            run_files.write_summary(self.policies.store, self.control, self.cfg, self.ctx.run,
-                                    {"updates": self.updates, "policy_version": self.version},
-                                    time.monotonic() - self.started, self.ctx.steps_done, reason)
+            run_files.write_summary(
+                self.policies.store,
+                self.control,
+                self.cfg,
+                self.ctx.run,
+                {"updates": self.updates, "policy_version": self.version},
+                time.monotonic() - self.started,
+                self.ctx.steps_done,
+                reason,
+            )
         return 0
 
     def interrupted(self) -> int:
@@ -115,9 +148,14 @@ class Trainer(TrainerParts):
         done marker and no summary."""
         self.save_checkpoint()
         self.report(force=True, state="interrupted", reason=SIGTERM_REASON)
-        log.info("terminated while the run goes on: %d transitions consumed, %d updates, policy version %d; a "
-                 "replacement continues from the checkpoint (exit code %d)", self.ledger.consumed, self.updates,
-                 self.version, EXIT_INTERRUPTED)
+        log.info(
+            "terminated while the run goes on: %d transitions consumed, %d updates, policy version %d; a "
+            "replacement continues from the checkpoint (exit code %d)",
+            self.ledger.consumed,
+            self.updates,
+            self.version,
+            EXIT_INTERRUPTED,
+        )
         return EXIT_INTERRUPTED
 
 

@@ -30,53 +30,146 @@ NAMESPACE = "drl-test"
 # Recent Kubernetes minor versions the shipped kubernetes-validate has schemas for.
 K8S_VERSIONS = ("1.35", "1.36", "1.37")
 ROLES = ("trainer", "rollout", "evaluator")
-LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
-          "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by", "drl.dev/run")
+LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/part-of",
+    "app.kubernetes.io/managed-by",
+    "drl.dev/run",
+)
 WORKLOAD_KINDS = ("Job", "StatefulSet")
 
 # The environment of each drl role, in the order the chart renders it (the table in docs/kubernetes.md).
 ENV_ORDER = {
-    "trainer": ["DRL_CONFIG", "DRL_RUN", "DRL_RUN_DIR", "DRL_MEMORY_URL", "DRL_MEMORY_PASSWORD", "DRL_STORE",
-                "DRL_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "DRL_S3_CREATE_BUCKET",
-                "DRL_STEPS_DONE", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "DRL_RUN_FILES", "DRL_HEARTBEAT_FILE",
-                "DRL_CACHE_DIR", "HOME", "DRL_CONTROL_HOST", "DRL_CONTROL_PORT", "DRL_METRICS_HOST", "DRL_METRICS_PORT"],
-    "rollout": ["DRL_CONFIG", "DRL_RUN", "DRL_RUN_DIR", "DRL_MEMORY_URL", "DRL_MEMORY_PASSWORD", "DRL_STORE",
-                "DRL_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "DRL_STEPS_DONE", "DRL_WORKER_INDEX",
-                "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "DRL_HEARTBEAT_FILE", "DRL_CACHE_DIR", "HOME",
-                "DRL_CONTROL_HOST", "DRL_CONTROL_PORT", "DRL_METRICS_HOST", "DRL_METRICS_PORT"],
-    "evaluator": ["DRL_CONFIG", "DRL_RUN", "DRL_RUN_DIR", "DRL_MEMORY_URL", "DRL_MEMORY_PASSWORD", "DRL_STORE",
-                  "DRL_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "DRL_STEPS_DONE",
-                  "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "DRL_HEARTBEAT_FILE", "DRL_CACHE_DIR", "HOME",
-                "DRL_CONTROL_HOST", "DRL_CONTROL_PORT", "DRL_METRICS_HOST", "DRL_METRICS_PORT"],
+    "trainer": [
+        "DRL_CONFIG",
+        "DRL_RUN",
+        "DRL_RUN_DIR",
+        "DRL_MEMORY_URL",
+        "DRL_MEMORY_PASSWORD",
+        "DRL_STORE",
+        "DRL_S3_ENDPOINT",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "DRL_S3_CREATE_BUCKET",
+        "DRL_STEPS_DONE",
+        "PYTHONUNBUFFERED",
+        "OMP_NUM_THREADS",
+        "DRL_RUN_FILES",
+        "DRL_HEARTBEAT_FILE",
+        "DRL_CACHE_DIR",
+        "HOME",
+        "DRL_CONTROL_HOST",
+        "DRL_CONTROL_PORT",
+        "DRL_METRICS_HOST",
+        "DRL_METRICS_PORT",
+    ],
+    "rollout": [
+        "DRL_CONFIG",
+        "DRL_RUN",
+        "DRL_RUN_DIR",
+        "DRL_MEMORY_URL",
+        "DRL_MEMORY_PASSWORD",
+        "DRL_STORE",
+        "DRL_S3_ENDPOINT",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "DRL_STEPS_DONE",
+        "DRL_WORKER_INDEX",
+        "PYTHONUNBUFFERED",
+        "OMP_NUM_THREADS",
+        "DRL_HEARTBEAT_FILE",
+        "DRL_CACHE_DIR",
+        "HOME",
+        "DRL_CONTROL_HOST",
+        "DRL_CONTROL_PORT",
+        "DRL_METRICS_HOST",
+        "DRL_METRICS_PORT",
+    ],
+    "evaluator": [
+        "DRL_CONFIG",
+        "DRL_RUN",
+        "DRL_RUN_DIR",
+        "DRL_MEMORY_URL",
+        "DRL_MEMORY_PASSWORD",
+        "DRL_STORE",
+        "DRL_S3_ENDPOINT",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "DRL_STEPS_DONE",
+        "PYTHONUNBUFFERED",
+        "OMP_NUM_THREADS",
+        "DRL_HEARTBEAT_FILE",
+        "DRL_CACHE_DIR",
+        "HOME",
+        "DRL_CONTROL_HOST",
+        "DRL_CONTROL_PORT",
+        "DRL_METRICS_HOST",
+        "DRL_METRICS_PORT",
+    ],
 }
 
 EXTERNAL = {
-    "externalRedis": {"enabled": True, "url": "rediss://redis.example.internal:6380/2",
-                      "existingSecret": "team-redis", "passwordKey": "password"},
-    "externalS3": {"enabled": True, "endpoint": "https://s3.eu-west-1.amazonaws.com", "bucket": "team-runs",
-                   "prefix": "drl/exp", "existingSecret": "team-s3", "accessKeyKey": "id", "secretKeyKey": "key"},
+    "externalRedis": {
+        "enabled": True,
+        "url": "rediss://redis.example.internal:6380/2",
+        "existingSecret": "team-redis",
+        "passwordKey": "password",
+    },
+    "externalS3": {
+        "enabled": True,
+        "endpoint": "https://s3.eu-west-1.amazonaws.com",
+        "bucket": "team-runs",
+        "prefix": "drl/exp",
+        "existingSecret": "team-s3",
+        "accessKeyKey": "id",
+        "secretKeyKey": "key",
+    },
 }
 CUSTOM = {
-    "trainer": {"resources": {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"memory": "16Gi"}},
-                "nodeSelector": {"pool": "cpu-large"},
-                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "drl", "effect": "NoSchedule"}],
-                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
-                "extraEnv": [{"name": "DRL_LOG_LEVEL", "value": "DEBUG"}]},
-    "rollout": {"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": 1, "memory": "2Gi"}},
-                "nodeSelector": {"pool": "spot"},
-                "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]},
+    "trainer": {
+        "resources": {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"memory": "16Gi"}},
+        "nodeSelector": {"pool": "cpu-large"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "drl", "effect": "NoSchedule"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}
+                    ]
+                }
+            }
+        },
+        "extraEnv": [{"name": "DRL_LOG_LEVEL", "value": "DEBUG"}],
+    },
+    "rollout": {
+        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": 1, "memory": "2Gi"}},
+        "nodeSelector": {"pool": "spot"},
+        "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}],
+    },
     "evaluator": {"resources": {"requests": {"cpu": "1"}}, "nodeSelector": {"pool": "cpu"}},
-    "redis": {"resources": {"requests": {"cpu": "250m", "memory": "512Mi"}}, "nodeSelector": {"pool": "infra"},
-              "tolerations": [{"key": "infra", "operator": "Exists"}]},
-    "s3": {"resources": {"requests": {"cpu": "250m", "memory": "512Mi"}}, "nodeSelector": {"pool": "infra"},
-              "persistence": {"enabled": True, "size": "20Gi", "storageClass": "fast"}},
+    "redis": {
+        "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
+        "nodeSelector": {"pool": "infra"},
+        "tolerations": [{"key": "infra", "operator": "Exists"}],
+    },
+    "s3": {
+        "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
+        "nodeSelector": {"pool": "infra"},
+        "persistence": {"enabled": True, "size": "20Gi", "storageClass": "fast"},
+    },
     "imagePullSecrets": [{"name": "registry"}],
     "image": {"repository": "registry.example.com/drl", "tag": "0.1.0", "pullPolicy": "Always"},
 }
-GPU = {"trainer": {"gpu": {"enabled": True, "count": 2}, "resources": {"limits": {"memory": "32Gi"}},
-                   "image": {"repository": "registry.example.com/drl-cuda"}},
-       "config": {"trainer_threads": 8}}
+GPU = {
+    "trainer": {
+        "gpu": {"enabled": True, "count": 2},
+        "resources": {"limits": {"memory": "32Gi"}},
+        "image": {"repository": "registry.example.com/drl-cuda"},
+    },
+    "config": {"trainer_threads": 8},
+}
 
 # A group of two learners on GPUs: an Indexed trainer Job of two pods, one GPU each, over two experience streams.
 LEARNERS = {"trainer": {"learners": 2, "gpu": {"enabled": True}}, "memory": {"shards": 2}, "workers": 4}
@@ -84,25 +177,43 @@ LEARNERS = {"trainer": {"learners": 2, "gpu": {"enabled": True}}, "memory": {"sh
 GROUP_ENV = {"DRL_STEPS_DONE": ["DRL_LEARNER_RANK"], "OMP_NUM_THREADS": ["MASTER_ADDR", "MASTER_PORT"]}
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
-MONITORING = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-              "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+MONITORING = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+}
 API_SERVER = {"ipBlock": {"cidr": "10.0.0.1/32"}}
-EXTERNAL_EGRESS = {"to": [{"ipBlock": {"cidr": "10.20.0.0/16", "except": ["10.20.9.0/24"]}}],
-                   "ports": [{"protocol": "TCP", "port": 6380}, {"protocol": "TCP", "port": 443}]}
-NETWORK = {"controlFrom": [API_SERVER], "metricsOpen": False, "metricsFrom": [MONITORING],
-           "egress": {"extraRules": [EXTERNAL_EGRESS]}}
+EXTERNAL_EGRESS = {
+    "to": [{"ipBlock": {"cidr": "10.20.0.0/16", "except": ["10.20.9.0/24"]}}],
+    "ports": [{"protocol": "TCP", "port": 6380}, {"protocol": "TCP", "port": 443}],
+}
+NETWORK = {
+    "controlFrom": [API_SERVER],
+    "metricsOpen": False,
+    "metricsFrom": [MONITORING],
+    "egress": {"extraRules": [EXTERNAL_EGRESS]},
+}
 
 # Security contexts given (merged with the restricted defaults), extra volumes, a priority class and a topology
 # spread for each component.
 CA = {"name": "ca", "configMap": {"name": "corporate-ca"}}
 CA_MOUNT = {"name": "ca", "mountPath": "/etc/drl/ca", "readOnly": True}
-SPREAD = {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
-          "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "rollout", "drl.dev/run": RELEASE}}}
-POD_EXTRAS = {component: {"podSecurityContext": {"supplementalGroups": [4242]},
-                          "containerSecurityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-                          "extraVolumes": [CA], "extraVolumeMounts": [CA_MOUNT],
-                          "priorityClassName": "drl-batch", "topologySpreadConstraints": [SPREAD]}
-              for component in ("trainer", "rollout", "evaluator", "redis", "s3")}
+SPREAD = {
+    "maxSkew": 1,
+    "topologyKey": "kubernetes.io/hostname",
+    "whenUnsatisfiable": "ScheduleAnyway",
+    "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "rollout", "drl.dev/run": RELEASE}},
+}
+POD_EXTRAS = {
+    component: {
+        "podSecurityContext": {"supplementalGroups": [4242]},
+        "containerSecurityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "extraVolumes": [CA],
+        "extraVolumeMounts": [CA_MOUNT],
+        "priorityClassName": "drl-batch",
+        "topologySpreadConstraints": [SPREAD],
+    }
+    for component in ("trainer", "rollout", "evaluator", "redis", "s3")
+}
 
 VALUE_SETS = {
     "default": {},
@@ -117,8 +228,14 @@ VALUE_SETS = {
     "network": {"rbac": {"create": True}, "networkPolicy": NETWORK},
     "no-network-policy": {"networkPolicy": {"enabled": False}},
     "pod-extras": POD_EXTRAS,
-    "existing-secret": {"credentials": {"existingSecret": "drl-run-secrets", "redisPasswordKey": "valkey",
-                                        "s3AccessKeyKey": "id", "s3SecretKeyKey": "key"}},
+    "existing-secret": {
+        "credentials": {
+            "existingSecret": "drl-run-secrets",
+            "redisPasswordKey": "valkey",
+            "s3AccessKeyKey": "id",
+            "s3SecretKeyKey": "key",
+        }
+    },
 }
 
 
@@ -238,56 +355,72 @@ def test_manifests_valid_for_recent_kubernetes(name):
                 kubernetes_validate.validate(doc, version, strict=True)
             except kubernetes_validate.ValidationError as exc:
                 path = ".".join(str(p) for p in exc.path)
-                pytest.fail(f"{doc['kind']}/{doc['metadata']['name']} invalid for Kubernetes {version}: "
-                            f"{path}: {exc.message}")
+                pytest.fail(
+                    f"{doc['kind']}/{doc['metadata']['name']} invalid for Kubernetes {version}: {path}: {exc.message}"
+                )
 
 
-@pytest.mark.parametrize("values, complaint", [
-    ({"workers": 0}, "/workers"),
-    ({"mode": "turbo"}, "/mode"),
-    ({"turbo": True}, "turbo"),
-    ({"preset": "a2c"}, "/preset"),
-    ({"workers": "many"}, "/workers"),
-    ({"steps": 0}, "/steps"),
-    ({"seed": -1}, "/seed"),
-    ({"runName": "bad name!"}, "/runName"),
-    ({"trainer": {"gpu": {"enabled": True, "count": 0}}}, "/trainer/gpu/count"),
-    ({"trainer": {"replicas": 3}}, "replicas"),
-    ({"trainer": {"learners": 0}}, "/trainer/learners"),
-    ({"trainer": {"learners": "two"}}, "/trainer/learners"),
-    ({"memory": {"shards": 0}}, "/memory/shards"),
-    ({"memory": {"servers": 2}}, "servers"),
-    ({"rollout": {"extraEnv": [{"value": "x"}]}}, "/rollout/extraEnv/0"),
-    ({"redis": {"image": {"pullPolicy": "Sometimes"}}}, "/redis/image/pullPolicy"),
-    ({"externalRedis": {"enabled": True}}, "/externalRedis"),
-    ({"externalRedis": {"enabled": True, "url": "http://redis:6379"}}, "/externalRedis/url"),
-    ({"externalS3": {"enabled": True}}, "/externalS3"),
-    ({"credentials": {"s3SecretKey": "short"}}, "/credentials/s3SecretKey"),
-    ({"config": {"memory": "redis://user:pw@host:6379/0"}}, "/config/memory"),
-    ({"networkPolicy": {"enabled": "yes"}}, "/networkPolicy/enabled"),
-    ({"networkPolicy": {"ingress": []}}, "ingress"),
-    ({"networkPolicy": {"metricsFrom": [{"namespace": "monitoring"}]}}, "/networkPolicy/metricsFrom/0"),
-    ({"networkPolicy": {"metricsFrom": [{}]}}, "/networkPolicy/metricsFrom/0"),
-    ({"networkPolicy": {"controlFrom": [{"ipBlock": {"cidr": "10.0.0.1"}}]}}, "/networkPolicy/controlFrom/0"),
-    ({"networkPolicy": {"controlFrom": [{**API_SERVER, **MONITORING}]}}, "/networkPolicy/controlFrom/0"),
-    ({"networkPolicy": {"controlFrom": [{"podSelector": {"matchExpressions": [{"key": "a", "operator": "Is"}]}}]}},
-     "/networkPolicy/controlFrom/0"),
-    ({"networkPolicy": {"egress": {"restrict": "no"}}}, "/networkPolicy/egress/restrict"),
-    ({"networkPolicy": {"egress": {"extraRules": [{"ports": [{"protocol": "ICMP"}]}]}}},
-     "/networkPolicy/egress/extraRules/0"),
-    ({"networkPolicy": {"egress": {"extraRules": [{"ports": [{"port": 70000}]}]}}},
-     "/networkPolicy/egress/extraRules/0"),
-    ({"networkPolicy": {"egress": {"extraRules": [{}]}}}, "/networkPolicy/egress/extraRules/0"),
-    ({"rbac": {"create": "yes"}}, "/rbac/create"),
-    ({"networkPolicy": {"apiServerCIDRs": ["10.0.0.1"]}}, "/networkPolicy/apiServerCIDRs/0"),
-    ({"rollout": {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone"}]}},
-     "/rollout/topologySpreadConstraints/0"),
-    ({"trainer": {"extraVolumeMounts": [{"name": "ca", "mountPath": "relative"}]}}, "/trainer/extraVolumeMounts/0"),
-    ({"redis": {"extraVolumes": [{"configMap": {"name": "x"}}]}}, "/redis/extraVolumes/0"),
-    ({"s3": {"podSecurityContext": {"runAsUser": -1}}}, "/s3/podSecurityContext/runAsUser"),
-    ({"evaluator": {"priorityClassName": 3}}, "/evaluator/priorityClassName"),
-    ({"rbac": {"serviceAccountName": "x"}}, "serviceAccountName"),
-])
+@pytest.mark.parametrize(
+    "values, complaint",
+    [
+        ({"workers": 0}, "/workers"),
+        ({"mode": "turbo"}, "/mode"),
+        ({"turbo": True}, "turbo"),
+        ({"preset": "a2c"}, "/preset"),
+        ({"workers": "many"}, "/workers"),
+        ({"steps": 0}, "/steps"),
+        ({"seed": -1}, "/seed"),
+        ({"runName": "bad name!"}, "/runName"),
+        ({"trainer": {"gpu": {"enabled": True, "count": 0}}}, "/trainer/gpu/count"),
+        ({"trainer": {"replicas": 3}}, "replicas"),
+        ({"trainer": {"learners": 0}}, "/trainer/learners"),
+        ({"trainer": {"learners": "two"}}, "/trainer/learners"),
+        ({"memory": {"shards": 0}}, "/memory/shards"),
+        ({"memory": {"servers": 2}}, "servers"),
+        ({"rollout": {"extraEnv": [{"value": "x"}]}}, "/rollout/extraEnv/0"),
+        ({"redis": {"image": {"pullPolicy": "Sometimes"}}}, "/redis/image/pullPolicy"),
+        ({"externalRedis": {"enabled": True}}, "/externalRedis"),
+        ({"externalRedis": {"enabled": True, "url": "http://redis:6379"}}, "/externalRedis/url"),
+        ({"externalS3": {"enabled": True}}, "/externalS3"),
+        ({"credentials": {"s3SecretKey": "short"}}, "/credentials/s3SecretKey"),
+        ({"config": {"memory": "redis://user:pw@host:6379/0"}}, "/config/memory"),
+        ({"networkPolicy": {"enabled": "yes"}}, "/networkPolicy/enabled"),
+        ({"networkPolicy": {"ingress": []}}, "ingress"),
+        ({"networkPolicy": {"metricsFrom": [{"namespace": "monitoring"}]}}, "/networkPolicy/metricsFrom/0"),
+        ({"networkPolicy": {"metricsFrom": [{}]}}, "/networkPolicy/metricsFrom/0"),
+        ({"networkPolicy": {"controlFrom": [{"ipBlock": {"cidr": "10.0.0.1"}}]}}, "/networkPolicy/controlFrom/0"),
+        ({"networkPolicy": {"controlFrom": [{**API_SERVER, **MONITORING}]}}, "/networkPolicy/controlFrom/0"),
+        (
+            {
+                "networkPolicy": {
+                    "controlFrom": [{"podSelector": {"matchExpressions": [{"key": "a", "operator": "Is"}]}}]
+                }
+            },
+            "/networkPolicy/controlFrom/0",
+        ),
+        ({"networkPolicy": {"egress": {"restrict": "no"}}}, "/networkPolicy/egress/restrict"),
+        (
+            {"networkPolicy": {"egress": {"extraRules": [{"ports": [{"protocol": "ICMP"}]}]}}},
+            "/networkPolicy/egress/extraRules/0",
+        ),
+        (
+            {"networkPolicy": {"egress": {"extraRules": [{"ports": [{"port": 70000}]}]}}},
+            "/networkPolicy/egress/extraRules/0",
+        ),
+        ({"networkPolicy": {"egress": {"extraRules": [{}]}}}, "/networkPolicy/egress/extraRules/0"),
+        ({"rbac": {"create": "yes"}}, "/rbac/create"),
+        ({"networkPolicy": {"apiServerCIDRs": ["10.0.0.1"]}}, "/networkPolicy/apiServerCIDRs/0"),
+        (
+            {"rollout": {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone"}]}},
+            "/rollout/topologySpreadConstraints/0",
+        ),
+        ({"trainer": {"extraVolumeMounts": [{"name": "ca", "mountPath": "relative"}]}}, "/trainer/extraVolumeMounts/0"),
+        ({"redis": {"extraVolumes": [{"configMap": {"name": "x"}}]}}, "/redis/extraVolumes/0"),
+        ({"s3": {"podSecurityContext": {"runAsUser": -1}}}, "/s3/podSecurityContext/runAsUser"),
+        ({"evaluator": {"priorityClassName": 3}}, "/evaluator/priorityClassName"),
+        ({"rbac": {"serviceAccountName": "x"}}, "serviceAccountName"),
+    ],
+)
 def test_schema_rejects_wrong_values(values, complaint):
     with pytest.raises(helm.HelmValuesError, match=complaint):
         _chart().validate_schema(with_image(values))
@@ -311,22 +444,41 @@ def test_external_redis_url_with_password_is_refused():
 
 def test_objects_of_a_default_release():
     kinds = sorted((d["kind"], d["metadata"]["name"]) for d in render())
-    assert kinds == sorted([
-        ("ConfigMap", "drl-config"), ("Secret", "drl-credentials"),
-        ("ServiceAccount", "drl"), ("Role", "drl"), ("RoleBinding", "drl"),
-        ("Job", "drl-trainer"), ("Job", "drl-rollout"), ("Job", "drl-evaluator"),
-        ("StatefulSet", "drl-redis"), ("Service", "drl-redis"),
-        ("StatefulSet", "drl-s3"), ("Service", "drl-s3"),
-        ("Pod", "drl-test-run"),
-        ("NetworkPolicy", "drl-redis"), ("NetworkPolicy", "drl-s3"), ("NetworkPolicy", "drl-roles"),
-    ])
+    assert kinds == sorted(
+        [
+            ("ConfigMap", "drl-config"),
+            ("Secret", "drl-credentials"),
+            ("ServiceAccount", "drl"),
+            ("Role", "drl"),
+            ("RoleBinding", "drl"),
+            ("Job", "drl-trainer"),
+            ("Job", "drl-rollout"),
+            ("Job", "drl-evaluator"),
+            ("StatefulSet", "drl-redis"),
+            ("Service", "drl-redis"),
+            ("StatefulSet", "drl-s3"),
+            ("Service", "drl-s3"),
+            ("Pod", "drl-test-run"),
+            ("NetworkPolicy", "drl-redis"),
+            ("NetworkPolicy", "drl-s3"),
+            ("NetworkPolicy", "drl-roles"),
+        ]
+    )
 
 
 def test_names_follow_the_release_and_labels_the_run():
     docs = render({"runName": "exp-7"}, name="team")
     names = {d["metadata"]["name"] for d in docs}
-    assert {"team-drl-config", "team-drl-credentials", "team-drl", "team-drl-trainer", "team-drl-rollout",
-            "team-drl-evaluator", "team-drl-redis", "team-drl-s3"} <= names
+    assert {
+        "team-drl-config",
+        "team-drl-credentials",
+        "team-drl",
+        "team-drl-trainer",
+        "team-drl-rollout",
+        "team-drl-evaluator",
+        "team-drl-redis",
+        "team-drl-s3",
+    } <= names
     for doc in docs:
         assert doc["metadata"]["labels"]["drl.dev/run"] == "exp-7"
         assert doc["metadata"]["labels"]["app.kubernetes.io/instance"] == "exp-7"
@@ -355,8 +507,15 @@ def test_every_object_and_pod_carries_the_labels(name):
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels["app.kubernetes.io/instance"] == run
         assert labels["drl.dev/run"] == run
-    shared = {"ConfigMap": "config", "Secret": "credentials", "ServiceAccount": "rbac", "Role": "rbac",
-              "RoleBinding": "rbac", "Pod": "test", "NetworkPolicy": "network"}
+    shared = {
+        "ConfigMap": "config",
+        "Secret": "credentials",
+        "ServiceAccount": "rbac",
+        "Role": "rbac",
+        "RoleBinding": "rbac",
+        "Pod": "test",
+        "NetworkPolicy": "network",
+    }
     for d in docs:
         component = d["metadata"]["labels"]["app.kubernetes.io/component"]
         if d["metadata"]["name"] == "drl-orchestrator":
@@ -427,8 +586,9 @@ def test_redis_and_the_s3_server_admit_only_the_runs_pods():
     assert not selects(RUN_PODS["podSelector"], other_run)
 
 
-ORCHESTRATOR_PODS = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "drl",
-                                                     "app.kubernetes.io/component": "orchestrator"}}}
+ORCHESTRATOR_PODS = {
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "drl", "app.kubernetes.io/component": "orchestrator"}}
+}
 
 
 def admitted(rule: dict, labels: dict, namespace_labels: dict | None = None) -> bool:
@@ -468,8 +628,10 @@ def test_drl_roles_admit_only_the_run_and_its_orchestrator_on_control_nobody_on_
     dns, redis, s3 = spec["egress"]
     assert dns == DNS
     for rule, server, port in ((redis, "redis", 6379), (s3, "s3", 9000)):
-        assert rule == {"to": [{"podSelector": find(docs, "StatefulSet", f"drl-{server}")["spec"]["selector"]}],
-                        "ports": [{"protocol": "TCP", "port": port}]}
+        assert rule == {
+            "to": [{"podSelector": find(docs, "StatefulSet", f"drl-{server}")["spec"]["selector"]}],
+            "ports": [{"protocol": "TCP", "port": port}],
+        }
     open_metrics = find(render({"networkPolicy": {"metricsOpen": True}}), "NetworkPolicy", "drl-roles")["spec"]
     assert open_metrics["ingress"][1] == {"ports": [{"protocol": "TCP", "port": 9090}]}
     ports = {p["containerPort"] for p in role_container(docs, "trainer")["ports"]}
@@ -487,8 +649,9 @@ def test_network_policy_peers_and_extra_egress_rules_are_added():
     assert not admitted(metrics, prometheus, {"kubernetes.io/metadata.name": "default"})
     assert not admitted(metrics, pod_labels(docs)["trainer"]), "not even the run's own pods"
     assert spec["egress"][0] == DNS and spec["egress"][-1] == EXTERNAL_EGRESS and len(spec["egress"]) == 4
-    spec = find(render({"networkPolicy": {"apiServerCIDRs": ["172.18.0.2/32", "fd00::2/128"]}}),
-                "NetworkPolicy", "drl-roles")["spec"]
+    spec = find(
+        render({"networkPolicy": {"apiServerCIDRs": ["172.18.0.2/32", "fd00::2/128"]}}), "NetworkPolicy", "drl-roles"
+    )["spec"]
     blocks = [{"ipBlock": {"cidr": "172.18.0.2/32"}}, {"ipBlock": {"cidr": "fd00::2/128"}}]
     assert spec["ingress"][1] == {"from": blocks, "ports": [{"protocol": "TCP", "port": 9090}]}
 
@@ -498,8 +661,11 @@ def test_external_servers_leave_egress_open_unless_extra_rules_name_them():
     assert [d["metadata"]["name"] for d in docs if d["kind"] == "NetworkPolicy"] == ["drl-roles"]
     spec = find(docs, "NetworkPolicy", "drl-roles")["spec"]
     assert spec["policyTypes"] == ["Ingress"] and "egress" not in spec
-    spec = find(render({**EXTERNAL, "networkPolicy": {"egress": {"extraRules": [EXTERNAL_EGRESS]}}}),
-                "NetworkPolicy", "drl-roles")["spec"]
+    spec = find(
+        render({**EXTERNAL, "networkPolicy": {"egress": {"extraRules": [EXTERNAL_EGRESS]}}}),
+        "NetworkPolicy",
+        "drl-roles",
+    )["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     assert spec["egress"] == [DNS, EXTERNAL_EGRESS]
     external_s3 = {"externalS3": EXTERNAL["externalS3"]}
@@ -509,8 +675,11 @@ def test_external_servers_leave_egress_open_unless_extra_rules_name_them():
 
 
 def test_egress_restrict_false_leaves_egress_open():
-    spec = find(render({"networkPolicy": {"egress": {"restrict": False, "extraRules": [EXTERNAL_EGRESS]}}}),
-                "NetworkPolicy", "drl-roles")["spec"]
+    spec = find(
+        render({"networkPolicy": {"egress": {"restrict": False, "extraRules": [EXTERNAL_EGRESS]}}}),
+        "NetworkPolicy",
+        "drl-roles",
+    )["spec"]
     assert spec["policyTypes"] == ["Ingress"] and "egress" not in spec
 
 
@@ -522,12 +691,31 @@ def test_network_policies_can_be_turned_off():
 
 # -- the in-cluster orchestrator's RBAC --------------------------------------------------------------------
 
-API_GROUPS = {"core": "", "apps": "apps", "batch": "batch", "rbac": "rbac.authorization.k8s.io",
-              "networking": "networking.k8s.io"}
-CONNECT_VERBS = {"get": "get", "head": "get", "options": "get", "post": "create", "put": "update",
-                 "patch": "patch", "delete": "delete"}
-CLIENT_VERBS = {"create": "create", "read": "get", "list": "list", "delete": "delete", "patch": "patch",
-                "replace": "update", "delete_collection": "deletecollection"}
+API_GROUPS = {
+    "core": "",
+    "apps": "apps",
+    "batch": "batch",
+    "rbac": "rbac.authorization.k8s.io",
+    "networking": "networking.k8s.io",
+}
+CONNECT_VERBS = {
+    "get": "get",
+    "head": "get",
+    "options": "get",
+    "post": "create",
+    "put": "update",
+    "patch": "patch",
+    "delete": "delete",
+}
+CLIENT_VERBS = {
+    "create": "create",
+    "read": "get",
+    "list": "list",
+    "delete": "delete",
+    "patch": "patch",
+    "replace": "update",
+    "delete_collection": "deletecollection",
+}
 
 
 def _resource(kind: str) -> str:
@@ -554,7 +742,7 @@ def rbac_need(group: str, method: str) -> tuple[str, str, str]:
     suffix = max((s for s in by_suffix if rest == s or rest.startswith(s + "_")), key=len, default=None)
     assert suffix, f"{method}: no kind of kubernetes.api.KINDS matches {rest!r}"
     resource = _resource(by_suffix[suffix])
-    sub = rest[len(suffix) + 1:].removesuffix("_with_path")
+    sub = rest[len(suffix) + 1 :].removesuffix("_with_path")
     if sub:
         resource += "/" + sub
     assert group in API_GROUPS, f"{method}: unknown client group {group!r}; add it to API_GROUPS"
@@ -580,8 +768,17 @@ class _RecordingClient:
                 # GET /version, a non-resource URL every account may read (the ClusterRole
                 # system:public-info-viewer); a namespaced Role neither can nor need grant it.
                 assert method == "get_code", method
-                return client.VersionInfo(major="1", minor="35", git_version="v1.35.0", build_date="", compiler="",
-                                          git_commit="", git_tree_state="", go_version="", platform="")
+                return client.VersionInfo(
+                    major="1",
+                    minor="35",
+                    git_version="v1.35.0",
+                    build_date="",
+                    compiler="",
+                    git_commit="",
+                    git_tree_state="",
+                    go_version="",
+                    platform="",
+                )
             if self.group == "storage":
                 # StorageClasses are cluster-scoped: a namespaced Role cannot grant them, and the orchestrator
                 # goes on when it is refused (the run's PVC is then reported from its pod).
@@ -591,8 +788,13 @@ class _RecordingClient:
             meta = client.V1ObjectMeta(name="x", labels={})
             if method == "list_namespaced_event":
                 involved = client.V1ObjectReference(kind="Job", name="drl-r1-rollout", uid="u")
-                return client.CoreV1EventList(items=[client.CoreV1Event(involved_object=involved, metadata=meta,
-                                                                        reason="FailedCreate", message="quota")])
+                return client.CoreV1EventList(
+                    items=[
+                        client.CoreV1Event(
+                            involved_object=involved, metadata=meta, reason="FailedCreate", message="quota"
+                        )
+                    ]
+                )
             if method == "list_namespaced_pod":
                 return client.V1PodList(items=[client.V1Pod(metadata=meta, status=client.V1PodStatus(phase="Running"))])
             if method.startswith("list_"):
@@ -603,6 +805,7 @@ class _RecordingClient:
                 assert kwargs.get("_preload_content") is False, "the proxy's body is read raw (see pod_metrics)"
                 return SimpleNamespace(data=b"drl_updates_total 1\n", headers={}, release_conn=lambda: None)
             return client.V1Job(metadata=meta, status=client.V1JobStatus(active=1))
+
         return call
 
 
@@ -650,8 +853,10 @@ def orchestrator_calls() -> set[tuple[str, str, str]]:
     }
     public = {n for n, _ in inspect.getmembers(KubeApi, inspect.isfunction) if not n.startswith("_")}
     missing = sorted(public - set(drivers))
-    assert not missing, (f"KubeApi.{', KubeApi.'.join(missing)}: new API calls; drive them in orchestrator_calls "
-                         "(tests/chart/test_chart.py) and grant them in helm/templates/orchestrator/rbac.yaml")
+    assert not missing, (
+        f"KubeApi.{', KubeApi.'.join(missing)}: new API calls; drive them in orchestrator_calls "
+        "(tests/chart/test_chart.py) and grant them in helm/templates/orchestrator/rbac.yaml"
+    )
     for name in sorted(public):
         drivers[name]()
     assert {o["kind"] for o in objects} <= set(RUN_KINDS), "drl-orchestrate delete must remove every kind it creates"
@@ -666,8 +871,13 @@ def escalation_needs() -> set[tuple[str, str, str]]:
     out = set()
     for obj in k8s.manifests(ExperimentConfig(), "r1", namespace="ns", env={}):
         if obj["kind"] == "Role":
-            out |= {(g, r, v) for rule in obj["rules"] for g in rule["apiGroups"] for r in rule["resources"]
-                    for v in rule["verbs"]}
+            out |= {
+                (g, r, v)
+                for rule in obj["rules"]
+                for g in rule["apiGroups"]
+                for r in rule["resources"]
+                for v in rule["verbs"]
+            }
     return out
 
 
@@ -716,8 +926,9 @@ def test_rollout_job_runs_one_indexed_pod_per_worker(workers):
     assert job["parallelism"] == job["completions"] == workers
     assert job["template"]["spec"]["restartPolicy"] == "OnFailure"
     index = env_of(role_container(docs, "rollout"))["DRL_WORKER_INDEX"]
-    assert index["valueFrom"] == {"fieldRef": {
-        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
+    assert index["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+    }
     config = json.loads(find(docs, "ConfigMap", "drl-config")["data"]["config.json"])
     assert config["workers"] == workers
 
@@ -727,8 +938,7 @@ def test_a_group_of_learners_is_an_indexed_trainer_job_with_a_headless_service()
     headless Service <fullname>-trainer-group whose DNS names the pods, rank 0's name and port the rendezvous."""
     docs = render(LEARNERS)
     job = find(docs, "Job", "drl-trainer")["spec"]
-    assert (job["completionMode"], job["completions"], job["parallelism"], job["backoffLimit"]) == \
-        ("Indexed", 2, 2, 12)
+    assert (job["completionMode"], job["completions"], job["parallelism"], job["backoffLimit"]) == ("Indexed", 2, 2, 12)
     pod = job["template"]["spec"]
     assert pod["subdomain"] == "drl-trainer-group" and pod["restartPolicy"] == "OnFailure"
     container = role_container(docs, "trainer")
@@ -757,27 +967,38 @@ def test_a_group_of_learners_is_an_indexed_trainer_job_with_a_headless_service()
 def test_learners_and_shards_come_from_the_values_or_the_config_overrides():
     """trainer.learners and memory.shards above 1 are written to config.json over config.learners and
     config.memory_shards; at 1 (the defaults) config.json is what it was, so the overrides still apply."""
+
     def group(values: dict) -> tuple[int, int, int]:
         docs = render(values)
         config = json.loads(find(docs, "ConfigMap", "drl-config")["data"]["config.json"])
-        return find(docs, "Job", "drl-trainer")["spec"]["parallelism"], config.get("learners"), \
-            config.get("memory_shards")
+        return (
+            find(docs, "Job", "drl-trainer")["spec"]["parallelism"],
+            config.get("learners"),
+            config.get("memory_shards"),
+        )
 
     assert group({}) == (1, None, None)
     assert group({"config": {"learners": 2, "memory_shards": 4}}) == (2, 2, 4)
     assert group({"trainer": {"learners": 3}, "memory": {"shards": 3}, "config": {"learners": 2}}) == (3, 3, 3)
     assert group({"memory": {"shards": 4}}) == (1, None, 4)
-    assert [d["metadata"]["name"] for d in render({"config": {"learners": 2, "memory_shards": 2}})
-            if d["kind"] == "Service"] == ["drl-redis", "drl-s3", "drl-trainer-group"]
+    assert [
+        d["metadata"]["name"] for d in render({"config": {"learners": 2, "memory_shards": 2}}) if d["kind"] == "Service"
+    ] == ["drl-redis", "drl-s3", "drl-trainer-group"]
 
 
-@pytest.mark.parametrize("values, got", [
-    ({"trainer": {"learners": 2}}, "trainer.learners 2 needs memory.shards 2 or more: each learner reads whole "
-                                   "experience streams (got memory.shards 1)"),
-    ({"trainer": {"learners": 4}, "memory": {"shards": 3}}, "trainer.learners 4 needs memory.shards 4 or more"),
-    ({"config": {"learners": 3, "memory_shards": 2}}, "trainer.learners 3 needs memory.shards 3 or more"),
-    ({"trainer": {"learners": 2}, "config": {"memory_shards": 1}}, "got memory.shards 1"),
-])
+@pytest.mark.parametrize(
+    "values, got",
+    [
+        (
+            {"trainer": {"learners": 2}},
+            "trainer.learners 2 needs memory.shards 2 or more: each learner reads whole "
+            "experience streams (got memory.shards 1)",
+        ),
+        ({"trainer": {"learners": 4}, "memory": {"shards": 3}}, "trainer.learners 4 needs memory.shards 4 or more"),
+        ({"config": {"learners": 3, "memory_shards": 2}}, "trainer.learners 3 needs memory.shards 3 or more"),
+        ({"trainer": {"learners": 2}, "config": {"memory_shards": 1}}, "got memory.shards 1"),
+    ],
+)
 def test_more_learners_than_shards_is_refused_as_the_cli_refuses_it(values, got):
     with pytest.raises(helm.HelmError, match=re.escape(got)):
         _chart().render(with_image(values), name=RELEASE, namespace=NAMESPACE)
@@ -789,8 +1010,12 @@ def test_the_trainer_pods_of_a_group_admit_one_another_on_every_port():
     docs = render(LEARNERS)
     spec = find(docs, "NetworkPolicy", "drl-trainer-group")["spec"]
     trainers = {"podSelector": {"matchLabels": find(docs, "Service", "drl-trainer-group")["spec"]["selector"]}}
-    assert spec == {**trainers, "policyTypes": ["Ingress", "Egress"], "ingress": [{"from": [trainers]}],
-                    "egress": [{"to": [trainers]}]}
+    assert spec == {
+        **trainers,
+        "policyTypes": ["Ingress", "Egress"],
+        "ingress": [{"from": [trainers]}],
+        "egress": [{"to": [trainers]}],
+    }
     assert [c for c, labels in pod_labels(docs).items() if selects(spec["podSelector"], labels)] == ["trainer"]
     spec = find(render({**LEARNERS, **EXTERNAL}), "NetworkPolicy", "drl-trainer-group")["spec"]
     assert spec["policyTypes"] == ["Ingress"] and "egress" not in spec
@@ -817,24 +1042,37 @@ def test_indexed_jobs_replace_a_pod_only_once_it_has_failed():
     Helm's default Kubernetes version is recent, so a plain `helm template` has the field; no Job has a
     podFailurePolicy, which their restartPolicy OnFailure forbids."""
     assert replacement_policies(render()) == {"drl-trainer": None, "drl-rollout": "Failed", "drl-evaluator": None}
-    assert replacement_policies(render(LEARNERS)) == \
-        {"drl-trainer": "Failed", "drl-rollout": "Failed", "drl-evaluator": None}
+    assert replacement_policies(render(LEARNERS)) == {
+        "drl-trainer": "Failed",
+        "drl-rollout": "Failed",
+        "drl-evaluator": None,
+    }
     for docs in (render(), render(LEARNERS)):
         for job in (d for d in docs if d["kind"] == "Job"):
             assert "podFailurePolicy" not in job["spec"], job["metadata"]["name"]
             assert job["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure", job["metadata"]["name"]
 
 
-@pytest.mark.parametrize("kube_version, has_field", [
-    ("v1.28.15", False), ("v1.28.0-eks-1", False),
-    ("v1.29.0", True), ("v1.29.3-gke.1200000", True), ("v1.33.1", True), ("v1.34.0", True),
-])
+@pytest.mark.parametrize(
+    "kube_version, has_field",
+    [
+        ("v1.28.15", False),
+        ("v1.28.0-eks-1", False),
+        ("v1.29.0", True),
+        ("v1.29.3-gke.1200000", True),
+        ("v1.33.1", True),
+        ("v1.34.0", True),
+    ],
+)
 def test_pod_replacement_policy_only_where_the_clusters_version_has_it(kube_version, has_field):
     """Beta (on by default) from Kubernetes 1.29, GA in 1.34: `helm template --kube-version 1.28` (the oldest the
     chart installs on) renders the Indexed Jobs without it; a provider's pre-release suffix counts as its version."""
     expected = "Failed" if has_field else None
-    assert replacement_policies(render(LEARNERS, kube_version=kube_version)) == \
-        {"drl-trainer": expected, "drl-rollout": expected, "drl-evaluator": None}
+    assert replacement_policies(render(LEARNERS, kube_version=kube_version)) == {
+        "drl-trainer": expected,
+        "drl-rollout": expected,
+        "drl-evaluator": None,
+    }
     assert replacement_policies(render(kube_version=kube_version))["drl-rollout"] == expected
 
 
@@ -861,8 +1099,9 @@ def test_role_containers_commands_and_environment(name):
         assert env["DRL_STEPS_DONE"]["value"] == "0"
         assert env["PYTHONUNBUFFERED"]["value"] == "1"
         assert env["OMP_NUM_THREADS"]["value"] == (threads if role == "trainer" else "1")
-        assert env.get("DRL_RUN_FILES", {}).get("value") == ("trainer" if role == "trainer" else None), \
+        assert env.get("DRL_RUN_FILES", {}).get("value") == ("trainer" if role == "trainer" else None), (
             "the chart's trainer writes the run's files: no orchestrator stays beside a helm install"
+        )
         assert env["DRL_HEARTBEAT_FILE"]["value"] == "/tmp/drl/heartbeat"
         assert env["DRL_CACHE_DIR"]["value"] == "/var/cache/drl"
         assert env["HOME"]["value"] == "/tmp"
@@ -885,10 +1124,14 @@ def test_images():
     docs = render({"image": {"tag": ""}})
     assert role_container(docs, "trainer")["image"] == f"drl:{_chart().metadata['appVersion']}"
     docs = render()
-    assert find(docs, "StatefulSet", "drl-redis")["spec"]["template"]["spec"]["containers"][0]["image"] == \
-        "valkey/valkey:8.1-alpine"
-    assert find(docs, "StatefulSet", "drl-s3")["spec"]["template"]["spec"]["containers"][0]["image"] == \
-        "chrislusf/seaweedfs:4.48"
+    assert (
+        find(docs, "StatefulSet", "drl-redis")["spec"]["template"]["spec"]["containers"][0]["image"]
+        == "valkey/valkey:8.1-alpine"
+    )
+    assert (
+        find(docs, "StatefulSet", "drl-s3")["spec"]["template"]["spec"]["containers"][0]["image"]
+        == "chrislusf/seaweedfs:4.48"
+    )
 
 
 # -- credentials -------------------------------------------------------------------------------------------
@@ -909,8 +1152,11 @@ def test_credentials_are_referenced_never_inlined(name):
     s3_secret = values.get("externalS3", {}).get("existingSecret") or own
     for role in ROLES:
         env = env_of(role_container(docs, role))
-        for var, secret in (("DRL_MEMORY_PASSWORD", redis_secret), ("AWS_ACCESS_KEY_ID", s3_secret),
-                            ("AWS_SECRET_ACCESS_KEY", s3_secret)):
+        for var, secret in (
+            ("DRL_MEMORY_PASSWORD", redis_secret),
+            ("AWS_ACCESS_KEY_ID", s3_secret),
+            ("AWS_SECRET_ACCESS_KEY", s3_secret),
+        ):
             assert "value" not in env[var], var
             assert env[var]["valueFrom"]["secretKeyRef"]["name"] == secret, var
 
@@ -923,12 +1169,13 @@ def test_given_credentials_stay_in_the_secret():
         if doc["kind"] != "Secret":
             assert not set(given.values()) & set(strings(doc)), doc["metadata"]["name"]
     redis = find(docs, "StatefulSet", "drl-redis")["spec"]["template"]["spec"]["containers"][0]
-    assert env_of(redis)["VALKEY_PASSWORD"]["valueFrom"]["secretKeyRef"] == \
-        {"name": "drl-credentials", "key": "redis-password"}
+    assert env_of(redis)["VALKEY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "drl-credentials",
+        "key": "redis-password",
+    }
     s3 = env_of(find(docs, "StatefulSet", "drl-s3")["spec"]["template"]["spec"]["containers"][0])
     assert s3["S3_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "drl-credentials", "key": "s3-access-key"}
-    assert s3["S3_SECRET_KEY"]["valueFrom"]["secretKeyRef"] == \
-        {"name": "drl-credentials", "key": "s3-secret-key"}
+    assert s3["S3_SECRET_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "drl-credentials", "key": "s3-secret-key"}
 
 
 def test_an_existing_secret_replaces_the_charts_and_every_reference_follows_it():
@@ -938,8 +1185,11 @@ def test_an_existing_secret_replaces_the_charts_and_every_reference_follows_it()
     values = VALUE_SETS["existing-secret"]
     docs = render(values)
     assert not [d for d in docs if d["kind"] == "Secret"]
-    ref = {"redis": {"name": "drl-run-secrets", "key": "valkey"}, "access": {"name": "drl-run-secrets", "key": "id"},
-           "secret": {"name": "drl-run-secrets", "key": "key"}}
+    ref = {
+        "redis": {"name": "drl-run-secrets", "key": "valkey"},
+        "access": {"name": "drl-run-secrets", "key": "id"},
+        "secret": {"name": "drl-run-secrets", "key": "key"},
+    }
     for role in ROLES:
         env = env_of(role_container(docs, role))
         assert env["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == ref["redis"]
@@ -952,12 +1202,14 @@ def test_an_existing_secret_replaces_the_charts_and_every_reference_follows_it()
     assert s3["S3_SECRET_KEY"]["valueFrom"]["secretKeyRef"] == ref["secret"]
     test_pod = find(docs, "Pod", "drl-test-run")["spec"]["containers"][0]
     assert env_of(test_pod)["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == ref["redis"]
-    assert render_files(values) == _chart().render(with_image(values), name=RELEASE, namespace=NAMESPACE), \
+    assert render_files(values) == _chart().render(with_image(values), name=RELEASE, namespace=NAMESPACE), (
         "nothing random: two renders are the same"
+    )
     external = render({**values, **EXTERNAL})
     env = env_of(role_container(external, "trainer"))
-    assert env["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "team-redis", "key": "password"}, \
+    assert env["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "team-redis", "key": "password"}, (
         "an external server's own Secret wins"
+    )
 
 
 def test_without_an_existing_secret_renders_without_a_cluster_generate_new_passwords():
@@ -994,8 +1246,14 @@ def test_config_json_resolves_to_the_requested_run(preset, workers):
     data = json.loads(config_map["data"]["config.json"])
     assert "env" not in data
     cfg = resolve(data)
-    assert (cfg.preset, cfg.algorithm, cfg.workers, cfg.mode, cfg.run_name, cfg.eval_episodes) == \
-        (preset, preset, workers, "sync", RELEASE, 3)
+    assert (cfg.preset, cfg.algorithm, cfg.workers, cfg.mode, cfg.run_name, cfg.eval_episodes) == (
+        preset,
+        preset,
+        workers,
+        "sync",
+        RELEASE,
+        3,
+    )
 
 
 def test_an_empty_mode_is_the_presets():
@@ -1016,8 +1274,11 @@ def test_chart_lists_exactly_the_registrys_presets():
     assert props["preset"]["enum"] == list(PRESETS)
     if "algorithm" in props:
         assert props["algorithm"]["enum"] == list(ALGORITHMS)
-    comment = next(line for line in (CHART / "values.yaml").read_text().splitlines()
-                   if line.startswith("# -- Preset the run starts from:"))
+    comment = next(
+        line
+        for line in (CHART / "values.yaml").read_text().splitlines()
+        if line.startswith("# -- Preset the run starts from:")
+    )
     named = comment.split(":", 1)[1].rstrip(".").replace(" or ", ", ").split(", ")
     assert [n.strip() for n in named] == list(PRESETS)
     assert "/".join(f"`{p}`" for p in PRESETS) in (ROOT / "docs" / "kubernetes.md").read_text()
@@ -1031,8 +1292,15 @@ def test_every_preset_renders_and_resolves(preset):
 
 
 def test_config_json_overrides_and_top_level_values_win():
-    values = {"preset": "sac", "env": "HalfCheetah-v5", "workers": 3, "mode": "async", "steps": 50_000, "seed": 11,
-              "config": {"sac": {"lr": 0.001}, "workers": 99, "trainer_threads": 4, "batch_transitions": 128}}
+    values = {
+        "preset": "sac",
+        "env": "HalfCheetah-v5",
+        "workers": 3,
+        "mode": "async",
+        "steps": 50_000,
+        "seed": 11,
+        "config": {"sac": {"lr": 0.001}, "workers": 99, "trainer_threads": 4, "batch_transitions": 128},
+    }
     docs = render(values)
     data = json.loads(find(docs, "ConfigMap", "drl-config")["data"]["config.json"])
     cfg = resolve(data)
@@ -1074,18 +1342,26 @@ def test_external_redis_and_s3_replace_the_built_in_ones():
         assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "team-s3", "key": "key"}
         assert "DRL_S3_CREATE_BUCKET" not in env
     test_pod = find(docs, "Pod", "drl-test-run")
-    assert env_of(test_pod["spec"]["containers"][0])["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == \
-        {"name": "team-redis", "key": "password"}
+    assert env_of(test_pod["spec"]["containers"][0])["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "team-redis",
+        "key": "password",
+    }
 
 
 def test_external_redis_without_secret_uses_the_release_secret():
-    docs = render({"externalRedis": {"enabled": True, "url": "redis://redis.shared:6379/0"},
-                   "credentials": {"redisPassword": "shared-pass"}})
+    docs = render(
+        {
+            "externalRedis": {"enabled": True, "url": "redis://redis.shared:6379/0"},
+            "credentials": {"redisPassword": "shared-pass"},
+        }
+    )
     assert not [d for d in docs if d["metadata"]["name"] == "drl-redis"]
     assert [d for d in docs if d["metadata"]["name"] == "drl-s3"]
     env = env_of(role_container(docs, "rollout"))
-    assert env["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "drl-credentials",
-                                                                       "key": "redis-password"}
+    assert env["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "drl-credentials",
+        "key": "redis-password",
+    }
     assert "shared-pass" in secret_values(docs)
 
 
@@ -1103,6 +1379,7 @@ def test_gpu_trainer_gets_the_gpu_limit():
 def test_gpu_trainer_trains_on_the_gpu():
     """The GPU option also sets the run's device (the trainer is the only service that reads it), unless the
     configuration names one; without it the device is the default, auto."""
+
     def device_of(values: dict) -> str:
         data = json.loads(find(render(values), "ConfigMap", "drl-config")["data"]["config.json"])
         return resolve(data).device
@@ -1148,8 +1425,13 @@ def test_a_default_can_be_dropped_with_null():
 
 def test_custom_resources_and_scheduling():
     docs = render(CUSTOM)
-    for component, kind in (("trainer", "Job"), ("rollout", "Job"), ("evaluator", "Job"), ("redis", "StatefulSet"),
-                            ("s3", "StatefulSet")):
+    for component, kind in (
+        ("trainer", "Job"),
+        ("rollout", "Job"),
+        ("evaluator", "Job"),
+        ("redis", "StatefulSet"),
+        ("s3", "StatefulSet"),
+    ):
         spec = find(docs, kind, f"drl-{component}")["spec"]["template"]["spec"]
         block = CUSTOM[component]
         defaults = DEFAULT_RESOURCES[component]
@@ -1182,13 +1464,15 @@ def test_job_pod_templates_carry_the_config_checksum_without_workers_and_statefu
     takes); Valkey and the S3 server read no config.json, so no configuration change rolls them (and loses the
     run's streams with the Valkey pod)."""
     docs = render(VALUE_SETS[name])
-    expected = hashlib.sha256(json.dumps(config_without_workers(docs), separators=(",", ":"),
-                                         sort_keys=True).encode()).hexdigest()
+    expected = hashlib.sha256(
+        json.dumps(config_without_workers(docs), separators=(",", ":"), sort_keys=True).encode()
+    ).hexdigest()
     jobs = [d for d in docs if d["kind"] == "Job"]
     assert sorted(j["metadata"]["name"] for j in jobs) == ["drl-evaluator", "drl-rollout", "drl-trainer"]
     for job in jobs:
-        assert job["spec"]["template"]["metadata"]["annotations"] == {"checksum/config": expected}, \
-            job["metadata"]["name"]
+        assert job["spec"]["template"]["metadata"]["annotations"] == {"checksum/config": expected}, job["metadata"][
+            "name"
+        ]
     sets = [d for d in docs if d["kind"] == "StatefulSet"]
     assert len(sets) == (0 if name == "external" else 2)
     for obj in sets:
@@ -1204,8 +1488,12 @@ def test_a_changed_worker_count_changes_no_pod_template_and_only_the_rollout_job
     was; of the Jobs only the rollout Job's completions, parallelism and backoffLimit change."""
     assert pod_templates({"workers": 2}) == pod_templates({"workers": 3})
     two, three = render({"workers": 2}), render({"workers": 3})
-    for kind, name in (("Job", "drl-trainer"), ("Job", "drl-evaluator"), ("StatefulSet", "drl-redis"),
-                       ("StatefulSet", "drl-s3")):
+    for kind, name in (
+        ("Job", "drl-trainer"),
+        ("Job", "drl-evaluator"),
+        ("StatefulSet", "drl-redis"),
+        ("StatefulSet", "drl-s3"),
+    ):
         assert find(two, kind, name) == find(three, kind, name), name
     a, b = find(two, "Job", "drl-rollout"), find(three, "Job", "drl-rollout")
     changed = {k for k in set(a["spec"]) | set(b["spec"]) if a["spec"].get(k) != b["spec"].get(k)}
@@ -1253,15 +1541,18 @@ def test_each_job_records_what_its_pods_run_part_by_part(name):
         assert set(parts) == expected, role
 
 
-@pytest.mark.parametrize("change, parts", [
-    ({"workers": 5}, set()),
-    ({"image": {"tag": "v2"}}, {"image"}),
-    ({"seed": 4}, {"config"}),
-    ({"config": {"trainer_threads": 2}}, {"config"}),
-    ({"rollout": {"resources": {"limits": {"cpu": "2"}}}}, {"container.resources"}),
-    ({"rollout": {"nodeSelector": {"pool": "spot"}}}, {"spec.nodeSelector"}),
-    ({"rollout": {"extraEnv": [{"name": "A", "value": "1"}]}}, {"container.env"}),
-])
+@pytest.mark.parametrize(
+    "change, parts",
+    [
+        ({"workers": 5}, set()),
+        ({"image": {"tag": "v2"}}, {"image"}),
+        ({"seed": 4}, {"config"}),
+        ({"config": {"trainer_threads": 2}}, {"config"}),
+        ({"rollout": {"resources": {"limits": {"cpu": "2"}}}}, {"container.resources"}),
+        ({"rollout": {"nodeSelector": {"pool": "spot"}}}, {"spec.nodeSelector"}),
+        ({"rollout": {"extraEnv": [{"name": "A", "value": "1"}]}}, {"container.env"}),
+    ],
+)
 def test_the_parts_name_what_changed(change, parts):
     before = pod_template_parts({}, "rollout")
     after = pod_template_parts(change, "rollout")
@@ -1318,11 +1609,22 @@ def test_security_contexts_volumes_priority_and_spread_come_from_each_components
         assert container["volumeMounts"][0]["mountPath"] in ("/tmp", "/data"), "the chart's own mounts first"
         if component != "test":
             assert spec["priorityClassName"] == "drl-batch" and spec["topologySpreadConstraints"] == [SPREAD]
-    test_pod = find(render({"evaluator": {"extraEnv": [{"name": "DRL_MEMORY_TLS_CA", "value": "/etc/drl/ca/ca.pem"}],
-                                          "extraVolumes": [CA], "extraVolumeMounts": [CA_MOUNT]}}),
-                    "Pod", "drl-test-run")["spec"]
-    assert env_of(test_pod["containers"][0])["DRL_MEMORY_TLS_CA"]["value"] == "/etc/drl/ca/ca.pem", \
+    test_pod = find(
+        render(
+            {
+                "evaluator": {
+                    "extraEnv": [{"name": "DRL_MEMORY_TLS_CA", "value": "/etc/drl/ca/ca.pem"}],
+                    "extraVolumes": [CA],
+                    "extraVolumeMounts": [CA_MOUNT],
+                }
+            }
+        ),
+        "Pod",
+        "drl-test-run",
+    )["spec"]
+    assert env_of(test_pod["containers"][0])["DRL_MEMORY_TLS_CA"]["value"] == "/etc/drl/ca/ca.pem", (
         "the test pod reaches a TLS Redis as the evaluator does"
+    )
     default = find(render(), "Job", "drl-rollout")["spec"]["template"]["spec"]
     assert not {"priorityClassName", "topologySpreadConstraints"} & set(default)
     assert [v["name"] for v in default["volumes"]] == ["tmp", "heartbeat", "run", "cache"]
@@ -1331,9 +1633,15 @@ def test_security_contexts_volumes_priority_and_spread_come_from_each_components
 def test_a_security_context_can_be_changed_and_a_default_dropped():
     """For a cluster that assigns user ids itself (OpenShift's restricted SCC): runAsUser and fsGroup removed."""
     none = {"runAsUser": None, "runAsGroup": None, "fsGroup": None}
-    docs = render({"trainer": {"podSecurityContext": none,
-                               "containerSecurityContext": {"runAsUser": None, "runAsGroup": None}},
-                   "s3": {"containerSecurityContext": {"readOnlyRootFilesystem": False}}})
+    docs = render(
+        {
+            "trainer": {
+                "podSecurityContext": none,
+                "containerSecurityContext": {"runAsUser": None, "runAsGroup": None},
+            },
+            "s3": {"containerSecurityContext": {"readOnlyRootFilesystem": False}},
+        }
+    )
     trainer = find(docs, "Job", "drl-trainer")["spec"]["template"]["spec"]
     assert trainer["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
     assert "runAsUser" not in trainer["containers"][0]["securityContext"]
@@ -1396,7 +1704,7 @@ def test_the_s3_server_is_seaweedfs_with_its_one_identity_from_the_secret(tmp_pa
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "weed").write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/args\n")
+    (bin_dir / "weed").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/args\n')
     (bin_dir / "weed").chmod(0o755)
     local = script.replace("/tmp/s3.json", str(tmp_path / "s3.json"))
     keys = {"S3_ACCESS_KEY": "drl0abc", "S3_SECRET_KEY": "s3cr%t-with $pecial 'chars'"}
@@ -1458,7 +1766,8 @@ def test_notes_say_where_the_checkpoints_live_and_what_a_memory_server_restart_l
     assert "PVC data-drl-s3-0, deleted with the release" in notes
     assert "a restart of\nits pod loses them (redis.persistence.enabled" in notes
     notes = render_files({"s3": {"persistence": {"enabled": False}}, "redis": {"persistence": {"enabled": True}}})[
-        "drl/templates/NOTES.txt"]
+        "drl/templates/NOTES.txt"
+    ]
     assert "emptyDir, lost when its pod moves" in notes and "redis.persistence" not in notes
     notes = render_files({"s3": {"persistence": {"keepOnUninstall": True}}})["drl/templates/NOTES.txt"]
     assert "outlives helm uninstall" in notes and "kubectl delete pvc -n drl-test data-drl-s3-0" in notes
@@ -1472,10 +1781,12 @@ def test_helm_test_pod():
     pod = find(docs, "Pod", "drl-test-run")
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     policies = pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")
-    assert sorted(policies) == ["before-hook-creation", "hook-failed", "hook-succeeded"], \
+    assert sorted(policies) == ["before-hook-creation", "hook-failed", "hook-succeeded"], (
         "the test pod goes when the test ends, passed or failed: helm uninstall deletes no hook"
-    assert pod["metadata"]["annotations"]["helm.sh/hook-output-log-policy"] == "hook-failed", \
+    )
+    assert pod["metadata"]["annotations"]["helm.sh/hook-output-log-policy"] == "hook-failed", (
         "helm test prints a failed test pod's log before deleting it"
+    )
     assert pod["spec"]["restartPolicy"] == "Never"
     [container] = pod["spec"]["containers"]
     assert container["image"] == "drl:dev"
@@ -1483,8 +1794,10 @@ def test_helm_test_pod():
     compile(container["command"][2], "test-run", "exec")
     env = env_of(container)
     assert env["DRL_MEMORY_URL"]["value"] == "redis://drl-redis:6379/0"
-    assert env["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "drl-credentials",
-                                                                       "key": "redis-password"}
+    assert env["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "drl-credentials",
+        "key": "redis-password",
+    }
 
 
 def test_helm_test_script_against_a_real_server(redis_server, redis_client):
@@ -1499,8 +1812,9 @@ def test_helm_test_script_against_a_real_server(redis_server, redis_client):
     key = "drl:{chart-test}:status:trainer"
     result = check()
     assert result.returncode == 1 and "no trainer status" in result.stderr
-    redis_client.hset(key, mapping={"role": "trainer", "state": "running", "policy_version": 3, "env_steps": 100,
-                                    "updates": 50})
+    redis_client.hset(
+        key, mapping={"role": "trainer", "state": "running", "policy_version": 3, "env_steps": 100, "updates": 50}
+    )
     result = check()
     assert result.returncode == 0, result.stderr
     assert "healthy: trainer running" in result.stdout
@@ -1509,13 +1823,18 @@ def test_helm_test_script_against_a_real_server(redis_server, redis_client):
     assert result.returncode == 1 and "failed" in result.stderr
 
 
-@pytest.mark.parametrize("values, complaint", [
-    ({}, "at '/image': missing property 'repository'"),
-    ({"image": {"tag": "v1"}}, "at '/image': missing property 'repository'"),
-    ({"image": {"repository": "", "tag": "v1"}}, "at '/image/repository': minLength"),
-    ({"trainer": {"image": {"repository": "registry.example.com/drl-cuda"}}},
-     "at '/image': missing property 'repository'"),
-])
+@pytest.mark.parametrize(
+    "values, complaint",
+    [
+        ({}, "at '/image': missing property 'repository'"),
+        ({"image": {"tag": "v1"}}, "at '/image': missing property 'repository'"),
+        ({"image": {"repository": "", "tag": "v1"}}, "at '/image/repository': minLength"),
+        (
+            {"trainer": {"image": {"repository": "registry.example.com/drl-cuda"}}},
+            "at '/image': missing property 'repository'",
+        ),
+    ],
+)
 def test_an_unset_image_is_refused_by_the_schema(values, complaint):
     """drl's image is in no registry: without one the values schema refuses the install, helm template and helm
     lint at once (pods would wait in ImagePullBackOff while Helm reports success; a template's fail shows in
@@ -1528,11 +1847,14 @@ def test_an_unset_image_is_refused_by_the_schema(values, complaint):
     assert helm.lint(CHART, fixed, strict=True)["errors"] == []
 
 
-@pytest.mark.parametrize("values, component", [
-    ({}, "(trainer|rollout|evaluator)"),
-    ({"image": {"repository": "", "tag": "v1"}}, "(trainer|rollout|evaluator)"),
-    ({"trainer": {"image": {"repository": "registry.example.com/drl-cuda"}}}, "(rollout|evaluator)"),
-])
+@pytest.mark.parametrize(
+    "values, component",
+    [
+        ({}, "(trainer|rollout|evaluator)"),
+        ({"image": {"repository": "", "tag": "v1"}}, "(trainer|rollout|evaluator)"),
+        ({"trainer": {"image": {"repository": "registry.example.com/drl-cuda"}}}, "(rollout|evaluator)"),
+    ],
+)
 def test_without_the_schema_an_unset_image_still_fails_with_how_to_get_one(values, component, tmp_path):
     """Past the schema (helm --skip-schema-validation), the templates still refuse an unset image, naming the
     build, the push and the kind scripts."""
@@ -1542,8 +1864,12 @@ def test_without_the_schema_an_unset_image_still_fails_with_how_to_get_one(value
         helm.Chart.load(tmp_path / "drl").render(values, name=RELEASE, namespace=NAMESPACE)
     message = str(error.value)
     assert re.search(rf"image\.repository is not set \({component}\.image\.repository neither\)", message)
-    for hint in ("docker build -f docker/Dockerfile", "--set image.repository=REGISTRY/drl", "scripts/kind-up.sh",
-                 "scripts/kind-deploy.sh"):
+    for hint in (
+        "docker build -f docker/Dockerfile",
+        "--set image.repository=REGISTRY/drl",
+        "scripts/kind-up.sh",
+        "scripts/kind-deploy.sh",
+    ):
         assert hint in message
 
 
@@ -1582,8 +1908,10 @@ def render_with(template: str, values: dict | None = None, tmp_path: Path | None
     return [d for d in yaml.safe_load_all(files["drl/templates/zz-probe.yaml"]) if d]
 
 
-SCALER = ('{{ include "drl.scalerJob" (dict "ctx" . "phase" "grow" "hook" "pre-upgrade" "args" '
-          '(list "apply" "--workers" "4" "--job-size" "2" "--hand-in-timeout" "120")) }}')
+SCALER = (
+    '{{ include "drl.scalerJob" (dict "ctx" . "phase" "grow" "hook" "pre-upgrade" "args" '
+    '(list "apply" "--workers" "4" "--job-size" "2" "--hand-in-timeout" "120")) }}'
+)
 
 
 @pytest.mark.parametrize("name", ["default", "learners", "pod-extras", "existing-secret", "custom"])
@@ -1597,21 +1925,36 @@ def test_the_scaler_hook_job_runs_like_the_trainer_as_the_orchestrators_scaler_j
     values = VALUE_SETS[name]
     [job] = render_with(SCALER, values, tmp_path)
     trainer_job = find(render(values), "Job", "drl-trainer")
-    expected = manifests.scaler_job({**trainer_job, "metadata": {**trainer_job["metadata"], "namespace": NAMESPACE}},
-                                    "drl-scaler-grow", ["apply", "--workers", "4", "--job-size", "2",
-                                                        "--hand-in-timeout", "120"], 300)
+    expected = manifests.scaler_job(
+        {**trainer_job, "metadata": {**trainer_job["metadata"], "namespace": NAMESPACE}},
+        "drl-scaler-grow",
+        ["apply", "--workers", "4", "--job-size", "2", "--hand-in-timeout", "120"],
+        300,
+    )
     assert job["metadata"]["name"] == "drl-scaler-grow"
     assert job["metadata"]["labels"]["app.kubernetes.io/component"] == "scaler"
     assert job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "scaler"
     assert job["metadata"]["annotations"] == {
-        "helm.sh/hook": "pre-upgrade", "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded,hook-failed",
-        "helm.sh/hook-output-log-policy": "hook-failed"}
+        "helm.sh/hook": "pre-upgrade",
+        "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded,hook-failed",
+        "helm.sh/hook-output-log-policy": "hook-failed",
+    }
     assert job["spec"]["template"]["spec"] == expected["spec"]["template"]["spec"]
     assert job["spec"]["podFailurePolicy"] == expected["spec"]["podFailurePolicy"]
     assert (job["spec"]["backoffLimit"], job["spec"]["activeDeadlineSeconds"]) == (2, 300)
     [container] = job["spec"]["template"]["spec"]["containers"]
-    assert container["command"] == ["python", "-m", "orchestrator.backends.kubernetes.scaler", "apply", "--workers", "4",
-                                    "--job-size", "2", "--hand-in-timeout", "120"]
+    assert container["command"] == [
+        "python",
+        "-m",
+        "orchestrator.backends.kubernetes.scaler",
+        "apply",
+        "--workers",
+        "4",
+        "--job-size",
+        "2",
+        "--hand-in-timeout",
+        "120",
+    ]
     assert not {"DRL_LEARNER_RANK", "MASTER_ADDR", "MASTER_PORT"} & set(env_of(container))
     for version in K8S_VERSIONS:
         kubernetes_validate.validate(job, version, strict=True)
@@ -1684,9 +2027,11 @@ def test_volume_claims_carry_no_version_labels_and_the_statefulsets_name_them():
 
 
 def test_the_configuration_diff_names_the_keys_that_changed(tmp_path):
-    probe = ('{{- $d := include "drl.configDiff" (dict "old" (fromJson .Values.config.old) '
-             '"new" (fromJson .Values.config.new)) | trim | splitList "\\n" | compact }}'
-             'kind: Diff\nkeys: {{ toJson $d }}\n')
+    probe = (
+        '{{- $d := include "drl.configDiff" (dict "old" (fromJson .Values.config.old) '
+        '"new" (fromJson .Values.config.new)) | trim | splitList "\\n" | compact }}'
+        "kind: Diff\nkeys: {{ toJson $d }}\n"
+    )
 
     def diff(old: dict, new: dict) -> list[str]:
         values = {"config": {"old": json.dumps(old), "new": json.dumps(new)}}
@@ -1698,11 +2043,25 @@ def test_the_configuration_diff_names_the_keys_that_changed(tmp_path):
     assert diff({"sac": {"lr": 1}}, {"sac": 5}) == ["sac"]
 
 
-@pytest.mark.parametrize("quantity, milli", [
-    ("500m", 500), ("1", 1000), ("0.5", 500), ("2", 2000), ("1.5", 1500), ("256Mi", 256 * 2**20 * 1000),
-    ("1Gi", 2**30 * 1000), ("10Gi", 10 * 2**30 * 1000), ("1G", 10**12), ("100k", 10**8), ("0", 0),
-    ("1e3", ""), ("-1", ""), ("lots", ""),
-])
+@pytest.mark.parametrize(
+    "quantity, milli",
+    [
+        ("500m", 500),
+        ("1", 1000),
+        ("0.5", 500),
+        ("2", 2000),
+        ("1.5", 1500),
+        ("256Mi", 256 * 2**20 * 1000),
+        ("1Gi", 2**30 * 1000),
+        ("10Gi", 10 * 2**30 * 1000),
+        ("1G", 10**12),
+        ("100k", 10**8),
+        ("0", 0),
+        ("1e3", ""),
+        ("-1", ""),
+        ("lots", ""),
+    ],
+)
 def test_the_quota_check_reads_quantities_in_thousandths(quantity, milli, tmp_path):
     """drl.milliQuantity, which the ResourceQuota check compares with: exact integers, and "" (check skipped) for
     what it does not parse."""

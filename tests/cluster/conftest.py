@@ -60,8 +60,10 @@ KUBERNETES_VERSION = "v1.34.12"
 EXIT_CODE = "kwok.drl.dev/exit-code"
 DELAY = "kwok.drl.dev/delay"
 HOLD_SCALERS = "-hold-scalers"
-RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
-              "pod-security.kubernetes.io/enforce-version": "latest"}
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
 PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
 
 
@@ -100,8 +102,9 @@ def _no_route_off(netns: str) -> None:
     names = [line.split(":", 2)[1].strip().split("@")[0] for line in links.stdout.splitlines() if line.strip()]
     assert names == ["lo"], f"namespace {netns} has links {names}; it must have only lo"
     for family in ("-4", "-6"):
-        routes = subprocess.run(["ip", "-n", netns, family, "route", "show", "table", "all"], capture_output=True,
-                                text=True, check=True).stdout.splitlines()
+        routes = subprocess.run(
+            ["ip", "-n", netns, family, "route", "show", "table", "all"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
         for route in filter(str.strip, routes):
             words = route.split()
             assert words[0] != "default" and "default" not in words[:2], f"{netns} has a default route: {route}"
@@ -115,8 +118,13 @@ def _sweep_stale() -> None:
     for line in listed.splitlines():
         m = re.fullmatch(r"drl-k8s-(t(\d+))", line.split()[0]) if line.strip() else None
         if m and int(m.group(2)) != os.getpid() and not Path(f"/proc/{m.group(2)}").exists():
-            subprocess.run(["bash", str(SCRIPT), "down", m.group(1)], capture_output=True, text=True, timeout=60,
-                           env={**os.environ, "DRL_CLUSTER_DIR": f"/nonexistent/drl-cluster-{m.group(1)}"})
+            subprocess.run(
+                ["bash", str(SCRIPT), "down", m.group(1)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={**os.environ, "DRL_CLUSTER_DIR": f"/nonexistent/drl-cluster-{m.group(1)}"},
+            )
 
 
 class Cluster:
@@ -137,59 +145,102 @@ class Cluster:
     def env(self, env: dict | None = None, kubeconfig: str | os.PathLike | None = None) -> dict:
         base = {k: v for k, v in os.environ.items() if k not in PROXY_VARS}
         helm = self.state / "helm"
-        base.update({
-            "KUBECONFIG": str(kubeconfig or self.kubeconfig),
-            "PATH": f"{self.tools / 'bin'}:{base.get('PATH', '/usr/bin:/bin')}",
-            "DRL_CLUSTER_NETNS": self.netns,
-            "KUBECACHEDIR": str(self.state / "kube-cache"),
-            "HELM_CACHE_HOME": str(helm / "cache"), "HELM_CONFIG_HOME": str(helm / "config"),
-            "HELM_DATA_HOME": str(helm / "data"),
-        })
+        base.update(
+            {
+                "KUBECONFIG": str(kubeconfig or self.kubeconfig),
+                "PATH": f"{self.tools / 'bin'}:{base.get('PATH', '/usr/bin:/bin')}",
+                "DRL_CLUSTER_NETNS": self.netns,
+                "KUBECACHEDIR": str(self.state / "kube-cache"),
+                "HELM_CACHE_HOME": str(helm / "cache"),
+                "HELM_CONFIG_HOME": str(helm / "config"),
+                "HELM_DATA_HOME": str(helm / "data"),
+            }
+        )
         base.update(env or {})
         return base
 
-    def run(self, argv, env: dict | None = None, input: str | None = None, timeout: float = 120,
-            check: bool = False, kubeconfig: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        argv,
+        env: dict | None = None,
+        input: str | None = None,
+        timeout: float = 120,
+        check: bool = False,
+        kubeconfig: str | os.PathLike | None = None,
+    ) -> subprocess.CompletedProcess:
         """Runs ``argv`` inside the namespace (``ip netns exec``) with ``KUBECONFIG`` (the admin's, or
         ``kubeconfig``) and the tools on ``PATH``, from the repository root; returns the CompletedProcess (text).
         ``check``: an AssertionError with the command's output when it exits non-zero."""
         argv = [str(a) for a in argv]
-        proc = subprocess.run(["ip", "netns", "exec", self.netns, *argv], env=self.env(env, kubeconfig),
-                              input=input, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        proc = subprocess.run(
+            ["ip", "netns", "exec", self.netns, *argv],
+            env=self.env(env, kubeconfig),
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=ROOT,
+        )
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
         return proc
 
-    def kubectl(self, *args, input: str | None = None, timeout: float = 60, check: bool = True,
-                kubeconfig: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
-        return self.run([self.tools / "bin" / "kubectl", *args], input=input, timeout=timeout, check=check,
-                        kubeconfig=kubeconfig)
+    def kubectl(
+        self,
+        *args,
+        input: str | None = None,
+        timeout: float = 60,
+        check: bool = True,
+        kubeconfig: str | os.PathLike | None = None,
+    ) -> subprocess.CompletedProcess:
+        return self.run(
+            [self.tools / "bin" / "kubectl", *args], input=input, timeout=timeout, check=check, kubeconfig=kubeconfig
+        )
 
     def kubectl_json(self, *args, kubeconfig: str | os.PathLike | None = None, timeout: float = 60):
         """``kubectl ARGS -o json``, parsed."""
         return json.loads(self.kubectl(*args, "-o", "json", kubeconfig=kubeconfig, timeout=timeout).stdout)
 
-    def helm(self, *args, input: str | None = None, timeout: float = 300, check: bool = True,
-             kubeconfig: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
-        return self.run([self.tools / "bin" / "helm", *args], input=input, timeout=timeout, check=check,
-                        kubeconfig=kubeconfig)
+    def helm(
+        self,
+        *args,
+        input: str | None = None,
+        timeout: float = 300,
+        check: bool = True,
+        kubeconfig: str | os.PathLike | None = None,
+    ) -> subprocess.CompletedProcess:
+        return self.run(
+            [self.tools / "bin" / "helm", *args], input=input, timeout=timeout, check=check, kubeconfig=kubeconfig
+        )
 
-    def orchestrate(self, *args, kubeconfig: str | os.PathLike | None = None, env: dict | None = None,
-                    input: str | None = None, timeout: float = 300, check: bool = True
-                    ) -> subprocess.CompletedProcess:
+    def orchestrate(
+        self,
+        *args,
+        kubeconfig: str | os.PathLike | None = None,
+        env: dict | None = None,
+        input: str | None = None,
+        timeout: float = 300,
+        check: bool = True,
+    ) -> subprocess.CompletedProcess:
         """``drl-orchestrate ARGS`` (the repository's ``.venv``) inside the namespace, as the admin or with
         ``kubeconfig`` (e.g. :meth:`kubeconfig_for`'s)."""
-        return self.run([ORCHESTRATE, *args], env=env, input=input, timeout=timeout, check=check,
-                        kubeconfig=kubeconfig)
+        return self.run([ORCHESTRATE, *args], env=env, input=input, timeout=timeout, check=check, kubeconfig=kubeconfig)
 
-    def apply(self, manifests, namespace: str | None = None, server_side: bool = False,
-              kubeconfig: str | os.PathLike | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    def apply(
+        self,
+        manifests,
+        namespace: str | None = None,
+        server_side: bool = False,
+        kubeconfig: str | os.PathLike | None = None,
+        check: bool = True,
+    ) -> subprocess.CompletedProcess:
         """``kubectl apply -f -`` of a YAML string, one object (dict) or a list of them."""
         if not isinstance(manifests, str):
             objs = manifests if isinstance(manifests, list) else [manifests]
             manifests = yaml.safe_dump_all(objs, sort_keys=False)
-        args = ["apply", "-f", "-"] + (["-n", namespace] if namespace else []) + (
-            ["--server-side"] if server_side else [])
+        args = (
+            ["apply", "-f", "-"] + (["-n", namespace] if namespace else []) + (["--server-side"] if server_side else [])
+        )
         return self.kubectl(*args, input=manifests, check=check, kubeconfig=kubeconfig)
 
     # -- namespaces and credentials -----------------------------------------------------------------------------
@@ -201,38 +252,41 @@ class Cluster:
         self._count += 1
         name = name or f"ns-{self._count}"
         if hold_scalers and not name.endswith(HOLD_SCALERS):
-            name = name[:63 - len(HOLD_SCALERS)].rstrip("-") + HOLD_SCALERS
+            name = name[: 63 - len(HOLD_SCALERS)].rstrip("-") + HOLD_SCALERS
         assert re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", name), f"not a namespace name: {name!r}"
-        self.apply({"apiVersion": "v1", "kind": "Namespace",
-                    "metadata": {"name": name, "labels": dict(labels or {})}})
+        self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(labels or {})}})
         self._made.add(name)
-        self.wait_for(f"the default ServiceAccount of {name}",
-                      lambda: self.kubectl("-n", name, "get", "serviceaccount", "default", check=False)
-                      .returncode == 0, timeout=30)
+        self.wait_for(
+            f"the default ServiceAccount of {name}",
+            lambda: self.kubectl("-n", name, "get", "serviceaccount", "default", check=False).returncode == 0,
+            timeout=30,
+        )
         return name
 
     def delete_namespace(self, name: str, wait: bool = False) -> None:
         """Deletes the namespace (its objects go with it; ``wait``: until it is gone) and the ClusterLogs that
         :meth:`serve_logs` made for it."""
-        self.kubectl("delete", "namespace", name, "--ignore-not-found", f"--wait={str(wait).lower()}",
-                     timeout=120, check=False)
+        self.kubectl(
+            "delete", "namespace", name, "--ignore-not-found", f"--wait={str(wait).lower()}", timeout=120, check=False
+        )
         self.kubectl("delete", "clusterlogs.kwok.x-k8s.io", f"drl-{name}", "--ignore-not-found", check=False)
         self._made.discard(name)
 
     def kubeconfig_for(self, serviceaccount: str, namespace: str, duration: str = "2h") -> Path:
         """A kubeconfig that authenticates as ServiceAccount ``namespace/serviceaccount`` (a token from
         ``kubectl create token``), with the namespace as its default; returns its path."""
-        token = self.kubectl("-n", namespace, "create", "token", serviceaccount, "--duration", duration
-                             ).stdout.strip()
+        token = self.kubectl("-n", namespace, "create", "token", serviceaccount, "--duration", duration).stdout.strip()
         admin = yaml.safe_load(self.kubeconfig.read_text())
         cluster = admin["clusters"][0]["cluster"]
         user = f"system:serviceaccount:{namespace}:{serviceaccount}"
-        config = {"apiVersion": "v1", "kind": "Config",
-                  "clusters": [{"name": self.name, "cluster": cluster}],
-                  "users": [{"name": user, "user": {"token": token}}],
-                  "contexts": [{"name": user, "context": {"cluster": self.name, "user": user,
-                                                          "namespace": namespace}}],
-                  "current-context": user}
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": self.name, "cluster": cluster}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": user, "context": {"cluster": self.name, "user": user, "namespace": namespace}}],
+            "current-context": user,
+        }
         path = self.state / "kubeconfigs" / f"{namespace}.{serviceaccount}.kubeconfig"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(config))
@@ -258,11 +312,11 @@ class Cluster:
             self.kubectl("-n", namespace, "annotate", "pod", pod, f"{EXIT_CODE}-", f"{DELAY}-")
             return
         extra = [f"{DELAY}={delay}"] if delay else []
-        self.kubectl("-n", namespace, "annotate", "--overwrite", "pod", pod, f"{EXIT_CODE}={int(exit_code)}",
-                     *extra)
+        self.kubectl("-n", namespace, "annotate", "--overwrite", "pod", pod, f"{EXIT_CODE}={int(exit_code)}", *extra)
 
-    def serve_logs(self, namespace: str, text: str, pod: str | None = None,
-                   containers: list[str] | None = None) -> Path:
+    def serve_logs(
+        self, namespace: str, text: str, pod: str | None = None, containers: list[str] | None = None
+    ) -> Path:
         """Serves ``text`` as the log of the containers (all, or ``containers``) of every pod in ``namespace``
         (kwok's ClusterLogs ``drl-<namespace>``), or of one ``pod`` (kwok's Logs); returns the file kwok reads,
         which this writes again on each call. ``kubectl logs`` of a pod nothing serves fails."""
@@ -274,12 +328,19 @@ class Cluster:
         path.write_text("".join(f"{now} stdout F {line}\n" for line in lines))
         spec = {"logs": [{"containers": list(containers or []), "logsFile": str(path), "follow": False}]}
         if pod is None:
-            obj = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs",
-                   "metadata": {"name": f"drl-{namespace}"},
-                   "spec": {"selector": {"matchNamespaces": [namespace]}, **spec}}
+            obj = {
+                "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                "kind": "ClusterLogs",
+                "metadata": {"name": f"drl-{namespace}"},
+                "spec": {"selector": {"matchNamespaces": [namespace]}, **spec},
+            }
         else:
-            obj = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
-                   "metadata": {"name": pod, "namespace": namespace}, "spec": spec}
+            obj = {
+                "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                "kind": "Logs",
+                "metadata": {"name": pod, "namespace": namespace},
+                "spec": spec,
+            }
         self.apply(obj)
         return path
 
@@ -326,11 +387,15 @@ def cluster(tmp_path_factory):
     reason = why_no_namespaces("the cluster tier", ("ip",))
     if reason:
         pytest.skip(f"cluster tier: {reason}")
-    tools = subprocess.run(["bash", str(TOOLS_SCRIPT), "--dir"], capture_output=True, text=True,
-                           check=True).stdout.strip()
+    tools = subprocess.run(
+        ["bash", str(TOOLS_SCRIPT), "--dir"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     if subprocess.run(["bash", str(TOOLS_SCRIPT), "--check", "control-plane"]).returncode != 0:
-        pytest.fail(f"cluster tier: the Kubernetes tools are not built in {tools}: run bash scripts/k8s-tools.sh "
-                    f"(about 20 minutes on a fresh machine; later runs reuse them)", pytrace=False)
+        pytest.fail(
+            f"cluster tier: the Kubernetes tools are not built in {tools}: run bash scripts/k8s-tools.sh "
+            f"(about 20 minutes on a fresh machine; later runs reuse them)",
+            pytrace=False,
+        )
     _sweep_stale()
     name = f"t{os.getpid()}"
     state = tmp_path_factory.mktemp("cluster")
@@ -341,16 +406,13 @@ def cluster(tmp_path_factory):
 
     atexit.register(down)
     try:
-        made = subprocess.run(["bash", str(SCRIPT), "net", name], env=env, capture_output=True, text=True,
-                              timeout=60)
+        made = subprocess.run(["bash", str(SCRIPT), "net", name], env=env, capture_output=True, text=True, timeout=60)
         assert made.returncode == 0, f"local-cluster.sh net failed:\n{made.stderr}"
         _no_route_off(f"drl-k8s-{name}")
         t0 = time.monotonic()
-        up = subprocess.run(["bash", str(SCRIPT), "up", name], env=env, capture_output=True, text=True,
-                            timeout=180)
+        up = subprocess.run(["bash", str(SCRIPT), "up", name], env=env, capture_output=True, text=True, timeout=180)
         if up.returncode != 0:
-            pytest.fail(f"cluster tier: local-cluster.sh up failed:\n{up.stderr}\n{_logs_tail(state)}",
-                        pytrace=False)
+            pytest.fail(f"cluster tier: local-cluster.sh up failed:\n{up.stderr}\n{_logs_tail(state)}", pytrace=False)
         made = Cluster(name, state, Path(tools))
         made.startup_s = time.monotonic() - t0
         yield made

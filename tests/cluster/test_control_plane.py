@@ -13,21 +13,33 @@ PAUSE = "registry.k8s.io/pause:3.10"
 
 
 def pod_manifest(name: str, privileged: bool = False, labels: dict | None = None) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}},
-            "spec": {"containers": [{"name": "main", "image": PAUSE,
-                                     "securityContext": {"privileged": privileged}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"containers": [{"name": "main", "image": PAUSE, "securityContext": {"privileged": privileged}}]},
+    }
 
 
 def job_manifest(name: str, labels: dict | None = None, restart: str = "Never", backoff: int = 0) -> dict:
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-            "spec": {"backoffLimit": backoff, "template": {
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "backoffLimit": backoff,
+            "template": {
                 "metadata": {"labels": labels or {}},
-                "spec": {"restartPolicy": restart, "containers": [{"name": "main", "image": PAUSE}]}}}}
+                "spec": {"restartPolicy": restart, "containers": [{"name": "main", "image": PAUSE}]},
+            },
+        },
+    }
 
 
 def condition(obj: dict, kind: str) -> dict | None:
-    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind
-                 and c["status"] == "True"), None)
+    return next(
+        (c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind and c["status"] == "True"), None
+    )
 
 
 def job_pod(cluster, namespace: str, job: str) -> dict | None:
@@ -37,15 +49,17 @@ def job_pod(cluster, namespace: str, job: str) -> dict | None:
 
 def test_namespace_has_no_route_off_the_machine(cluster):
     _no_route_off(cluster.netns)
-    probe = ("import socket, sys\n"
-             "def connect(addr):\n"
-             "    s = socket.socket(); s.settimeout(3)\n"
-             "    try:\n"
-             "        s.connect(addr); return 'connected'\n"
-             "    except OSError as e:\n"
-             "        return type(e).__name__ + ' ' + str(e.errno)\n"
-             "print(connect(('192.0.2.1', 80)))\n"      # TEST-NET-1: off the machine
-             "print(connect(('10.244.7.7', 8080)))\n")  # a pod address: local in the namespace
+    probe = (
+        "import socket, sys\n"
+        "def connect(addr):\n"
+        "    s = socket.socket(); s.settimeout(3)\n"
+        "    try:\n"
+        "        s.connect(addr); return 'connected'\n"
+        "    except OSError as e:\n"
+        "        return type(e).__name__ + ' ' + str(e.errno)\n"
+        "print(connect(('192.0.2.1', 80)))\n"  # TEST-NET-1: off the machine
+        "print(connect(('10.244.7.7', 8080)))\n"
+    )  # a pod address: local in the namespace
     out = cluster.run([sys.executable, "-c", probe], check=True).stdout.split("\n")
     assert out[0].startswith("OSError 101"), out  # ENETUNREACH: no route, nothing sent
     assert out[1].startswith("ConnectionRefusedError"), out  # ends at once on lo
@@ -66,8 +80,15 @@ def test_restricted_namespace_refuses_a_privileged_pod(cluster, make_namespace):
     assert refused.returncode != 0
     assert 'violates PodSecurity "restricted:latest"' in refused.stderr and "privileged" in refused.stderr
     # the same pod passes admission where no PodSecurity level is enforced
-    cluster.kubectl("-n", plain, "apply", "--dry-run=server", "-f", "-",
-                    input=__import__("yaml").safe_dump(pod_manifest("priv", privileged=True)))
+    cluster.kubectl(
+        "-n",
+        plain,
+        "apply",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input=__import__("yaml").safe_dump(pod_manifest("priv", privileged=True)),
+    )
     assert cluster.pod(restricted, "priv") is None
 
 
@@ -75,8 +96,11 @@ def test_job_pod_runs_on_a_node_and_ends_with_the_chosen_exit_code(cluster, name
     cluster.apply([job_manifest("ok"), job_manifest("bad")], namespace=namespace)
     pods = {}
     for job in ("ok", "bad"):
-        pods[job] = cluster.wait_for(f"pod of job {job} Ready", lambda job=job: (
-            (p := job_pod(cluster, namespace, job)) and condition(p, "Ready") and p), timeout=30)
+        pods[job] = cluster.wait_for(
+            f"pod of job {job} Ready",
+            lambda job=job: (p := job_pod(cluster, namespace, job)) and condition(p, "Ready") and p,
+            timeout=30,
+        )
         assert pods[job]["spec"]["nodeName"].startswith("kwok-node-")
         assert pods[job]["status"]["podIP"].startswith("10.244.")
         assert pods[job]["status"]["phase"] == "Running"
@@ -84,11 +108,13 @@ def test_job_pod_runs_on_a_node_and_ends_with_the_chosen_exit_code(cluster, name
     assert not condition(cluster.kubectl_json("-n", namespace, "get", "job", "ok"), "Complete")
     cluster.finish_pod(namespace, pods["ok"]["metadata"]["name"], 0)
     cluster.finish_pod(namespace, pods["bad"]["metadata"]["name"], 3)
-    ok = cluster.wait_for("job ok Complete", lambda: condition(
-        cluster.kubectl_json("-n", namespace, "get", "job", "ok"), "Complete"))
+    ok = cluster.wait_for(
+        "job ok Complete", lambda: condition(cluster.kubectl_json("-n", namespace, "get", "job", "ok"), "Complete")
+    )
     assert ok["reason"] == "CompletionsReached"
-    failed = cluster.wait_for("job bad Failed", lambda: condition(
-        cluster.kubectl_json("-n", namespace, "get", "job", "bad"), "Failed"))
+    failed = cluster.wait_for(
+        "job bad Failed", lambda: condition(cluster.kubectl_json("-n", namespace, "get", "job", "bad"), "Failed")
+    )
     assert failed["reason"] == "BackoffLimitExceeded"
     for job, code, phase in (("ok", 0, "Succeeded"), ("bad", 3, "Failed")):
         pod = cluster.pod(namespace, pods[job]["metadata"]["name"])
@@ -102,18 +128,24 @@ def test_scaler_pods_complete_by_themselves_unless_held(cluster, make_namespace)
     assert held.endswith("-hold-scalers")
     for ns in (free, held):
         cluster.apply(job_manifest("scaler", labels=scaler), namespace=ns)
-    done = cluster.wait_for("the scaler Job Complete", lambda: condition(
-        cluster.kubectl_json("-n", free, "get", "job", "scaler"), "Complete"), timeout=30)
+    done = cluster.wait_for(
+        "the scaler Job Complete",
+        lambda: condition(cluster.kubectl_json("-n", free, "get", "job", "scaler"), "Complete"),
+        timeout=30,
+    )
     assert done
     pod = job_pod(cluster, free, "scaler")
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
-    held_pod = cluster.wait_for("the held scaler pod Ready", lambda: (
-        (p := job_pod(cluster, held, "scaler")) and condition(p, "Ready") and p))
+    held_pod = cluster.wait_for(
+        "the held scaler pod Ready", lambda: (p := job_pod(cluster, held, "scaler")) and condition(p, "Ready") and p
+    )
     assert held_pod["status"]["phase"] == "Running"
     assert not condition(cluster.kubectl_json("-n", held, "get", "job", "scaler"), "Complete")
     cluster.finish_pod(held, held_pod["metadata"]["name"], 2)
-    assert cluster.wait_for("the held scaler Job Failed", lambda: condition(
-        cluster.kubectl_json("-n", held, "get", "job", "scaler"), "Failed"))
+    assert cluster.wait_for(
+        "the held scaler Job Failed",
+        lambda: condition(cluster.kubectl_json("-n", held, "get", "job", "scaler"), "Failed"),
+    )
 
 
 def test_pod_logs_only_where_served(cluster, namespace):
@@ -123,20 +155,23 @@ def test_pod_logs_only_where_served(cluster, namespace):
     unserved = cluster.kubectl("-n", namespace, "logs", "a", check=False)
     assert unserved.returncode != 0 and "no logs found" in unserved.stderr, unserved.stderr
 
-    cluster.serve_logs(namespace, "first line\n{\"workers\": 3}")
+    cluster.serve_logs(namespace, 'first line\n{"workers": 3}')
     for pod in ("a", "b"):
-        out = cluster.wait_for(f"log of {pod}", lambda pod=pod: cluster.kubectl(
-            "-n", namespace, "logs", pod, check=False).stdout)
-        assert out == "first line\n{\"workers\": 3}\n"
+        out = cluster.wait_for(
+            f"log of {pod}", lambda pod=pod: cluster.kubectl("-n", namespace, "logs", pod, check=False).stdout
+        )
+        assert out == 'first line\n{"workers": 3}\n'
     # one pod's own log wins over the namespace's; the API server's log endpoint returns the same
     cluster.serve_logs(namespace, "only b", pod="b")
-    assert cluster.wait_for("b's own log", lambda: cluster.kubectl(
-        "-n", namespace, "logs", "b", check=False).stdout == "only b\n")
+    assert cluster.wait_for(
+        "b's own log", lambda: cluster.kubectl("-n", namespace, "logs", "b", check=False).stdout == "only b\n"
+    )
     raw = cluster.kubectl("get", "--raw", f"/api/v1/namespaces/{namespace}/pods/b/log?container=main").stdout
     assert raw == "only b\n"
     cluster.stop_logs(namespace)
-    assert cluster.wait_for("a's log gone", lambda: cluster.kubectl(
-        "-n", namespace, "logs", "a", check=False).returncode != 0)
+    assert cluster.wait_for(
+        "a's log gone", lambda: cluster.kubectl("-n", namespace, "logs", "a", check=False).returncode != 0
+    )
 
 
 def test_three_nodes_ready_with_renewed_leases(cluster):
@@ -148,11 +183,14 @@ def test_three_nodes_ready_with_renewed_leases(cluster):
         assert not node["spec"].get("taints"), node["spec"]["taints"]
         alloc = node["status"]["allocatable"]
         assert (alloc["cpu"], alloc["memory"], alloc["pods"]) == ("4", "16Gi", "110")
+
     # Without kwok's --node-lease-duration-seconds the nodes go NotReady after 40 s: each has a 40 s lease, held by
     # kwok and renewed every 10 s (so later than 5 s after the lease was made means renewed at least once).
     def leases():
-        return {lease["metadata"]["name"]: lease
-                for lease in cluster.kubectl_json("-n", "kube-node-lease", "get", "leases")["items"]}
+        return {
+            lease["metadata"]["name"]: lease
+            for lease in cluster.kubectl_json("-n", "kube-node-lease", "get", "leases")["items"]
+        }
 
     assert sorted(leases()) == sorted(n["metadata"]["name"] for n in nodes)
     assert {lease["spec"]["leaseDurationSeconds"] for lease in leases().values()} == {40}
@@ -161,7 +199,9 @@ def test_three_nodes_ready_with_renewed_leases(cluster):
         def seconds(stamp: str) -> float:
             return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
-        return all(seconds(lease["spec"]["renewTime"]) - seconds(lease["metadata"]["creationTimestamp"]) > 5
-                   for lease in leases().values())
+        return all(
+            seconds(lease["spec"]["renewTime"]) - seconds(lease["metadata"]["creationTimestamp"]) > 5
+            for lease in leases().values()
+        )
 
     cluster.wait_for("every node lease renewed", renewed, timeout=30, interval=0.5)

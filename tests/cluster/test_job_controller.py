@@ -21,9 +21,28 @@ HOLD = "drl.dev/test-hold"
 @pytest.fixture(scope="module")
 def rendered() -> list[dict]:
     """The manifests of a 4-worker sac run as ``render --backend kubernetes`` writes them (no namespace)."""
-    proc = subprocess.run([ORCHESTRATE, "render", "--backend", "kubernetes", "--preset", "sac", "--workers", "4",
-                           "--namespace", "placeholder", "--image", "drl:test", "--run-name", RUN],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc = subprocess.run(
+        [
+            ORCHESTRATE,
+            "render",
+            "--backend",
+            "kubernetes",
+            "--preset",
+            "sac",
+            "--workers",
+            "4",
+            "--namespace",
+            "placeholder",
+            "--image",
+            "drl:test",
+            "--run-name",
+            RUN,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
     for doc in docs:
@@ -50,8 +69,10 @@ def rollout(rendered) -> dict:
 def start(cluster, namespace: str, rendered: list[dict], *jobs: dict) -> None:
     """Applies ``jobs`` with the ServiceAccount their pods run as (admission refuses pods without it)."""
     accounts = {job["spec"]["template"]["spec"]["serviceAccountName"] for job in jobs}
-    cluster.apply([d for d in rendered if d["kind"] == "ServiceAccount" and d["metadata"]["name"] in accounts]
-                  + list(jobs), namespace=namespace)
+    cluster.apply(
+        [d for d in rendered if d["kind"] == "ServiceAccount" and d["metadata"]["name"] in accounts] + list(jobs),
+        namespace=namespace,
+    )
 
 
 def job_state(cluster, namespace: str, name: str) -> dict:
@@ -59,8 +80,10 @@ def job_state(cluster, namespace: str, name: str) -> dict:
 
 
 def failed_condition(job: dict) -> dict | None:
-    return next((c for c in job.get("status", {}).get("conditions", []) if c["type"] == "Failed"
-                 and c["status"] == "True"), None)
+    return next(
+        (c for c in job.get("status", {}).get("conditions", []) if c["type"] == "Failed" and c["status"] == "True"),
+        None,
+    )
 
 
 def worker_pods(cluster, namespace: str, job: str) -> list[dict]:
@@ -68,8 +91,11 @@ def worker_pods(cluster, namespace: str, job: str) -> list[dict]:
 
 
 def ready(pod: dict) -> bool:
-    return pod["status"].get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp") and any(
-        c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+    return (
+        pod["status"].get("phase") == "Running"
+        and not pod["metadata"].get("deletionTimestamp")
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+    )
 
 
 def wait_workers(cluster, namespace: str, job: str, indexes: set[int]) -> dict[int, dict]:
@@ -88,17 +114,37 @@ def wait_workers(cluster, namespace: str, job: str, indexes: set[int]) -> dict[i
 def hold_and_delete(cluster, namespace: str, pod: str) -> None:
     """Deletes ``pod`` with a finalizer of the test's on it: kwok then keeps it Running and terminating, as a
     kubelet keeps a pod whose process has not yet ended in its grace period."""
-    cluster.kubectl("-n", namespace, "patch", "pod", pod, "--type=json",
-                    "-p", json.dumps([{"op": "add", "path": "/metadata/finalizers/-", "value": HOLD}]))
+    cluster.kubectl(
+        "-n",
+        namespace,
+        "patch",
+        "pod",
+        pod,
+        "--type=json",
+        "-p",
+        json.dumps([{"op": "add", "path": "/metadata/finalizers/-", "value": HOLD}]),
+    )
     cluster.kubectl("-n", namespace, "delete", "pod", pod, "--wait=false")
 
 
 def release(cluster, namespace: str, pod: str) -> None:
     held = cluster.pod(namespace, pod)
     position = held["metadata"]["finalizers"].index(HOLD)
-    cluster.kubectl("-n", namespace, "patch", "pod", pod, "--type=json", "-p", json.dumps([
-        {"op": "test", "path": f"/metadata/finalizers/{position}", "value": HOLD},
-        {"op": "remove", "path": f"/metadata/finalizers/{position}"}]))
+    cluster.kubectl(
+        "-n",
+        namespace,
+        "patch",
+        "pod",
+        pod,
+        "--type=json",
+        "-p",
+        json.dumps(
+            [
+                {"op": "test", "path": f"/metadata/finalizers/{position}", "value": HOLD},
+                {"op": "remove", "path": f"/metadata/finalizers/{position}"},
+            ]
+        ),
+    )
 
 
 def test_no_second_pod_for_an_index_until_the_first_has_failed(cluster, namespace, rendered, rollout):
@@ -139,7 +185,8 @@ def test_no_second_pod_for_an_index_until_the_first_has_failed(cluster, namespac
     after = wait_workers(cluster, namespace, name, {0, 1, 2, 3})
     assert after[1]["metadata"]["name"] != victim and cluster.pod(namespace, victim) is None
     assert {i: p["metadata"]["uid"] for i, p in after.items() if i != 1} == {
-        i: p["metadata"]["uid"] for i, p in pods.items() if i != 1}
+        i: p["metadata"]["uid"] for i, p in pods.items() if i != 1
+    }
     state = job_state(cluster, namespace, name)
     assert state["status"].get("failed") == 1 and not failed_condition(state)
     release(cluster, namespace, control_victim)
@@ -150,16 +197,25 @@ def test_scale_down_removes_the_highest_indexes(cluster, namespace, rendered, ro
     start(cluster, namespace, rendered, rollout)
     before = wait_workers(cluster, namespace, name, {0, 1, 2, 3})
     # as `drl-orchestrate scale` patches an elastic Indexed Job: completions and parallelism together
-    cluster.kubectl("-n", namespace, "patch", "job", name, "--type=merge",
-                    "-p", json.dumps({"spec": {"completions": 2, "parallelism": 2, "backoffLimit": 12}}))
+    cluster.kubectl(
+        "-n",
+        namespace,
+        "patch",
+        "job",
+        name,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"completions": 2, "parallelism": 2, "backoffLimit": 12}}),
+    )
     after = wait_workers(cluster, namespace, name, {0, 1})
     assert {i: p["metadata"]["uid"] for i, p in after.items()} == {i: before[i]["metadata"]["uid"] for i in (0, 1)}
     for i in (2, 3):
         assert cluster.pod(namespace, before[i]["metadata"]["name"]) is None
     for pod in after.values():
         cluster.finish_pod(namespace, pod["metadata"]["name"], 0)
-    done = cluster.wait_for("the Job complete", lambda: (
-        (j := job_state(cluster, namespace, name))["status"].get("succeeded") == 2 and j))
+    done = cluster.wait_for(
+        "the Job complete", lambda: (j := job_state(cluster, namespace, name))["status"].get("succeeded") == 2 and j
+    )
     assert done["status"]["completedIndexes"] == "0,1"
     assert not failed_condition(done)
 
@@ -192,8 +248,9 @@ def test_crash_loop_counts_against_backoff_limit(cluster, namespace, rendered, r
     # every worker crash-loops: at backoffLimit restarts in all the Job fails
     for pod in pods.values():
         cluster.finish_pod(namespace, pod["metadata"]["name"], 1, delay="100ms")
-    failed = cluster.wait_for("the Job failed", lambda: failed_condition(job_state(cluster, namespace, name)),
-                              timeout=30)
+    failed = cluster.wait_for(
+        "the Job failed", lambda: failed_condition(job_state(cluster, namespace, name)), timeout=30
+    )
     assert failed["reason"] == "BackoffLimitExceeded", failed
     cluster.wait_for("the Job's pods removed", lambda: not worker_pods(cluster, namespace, name), timeout=20)
 
@@ -201,17 +258,30 @@ def test_crash_loop_counts_against_backoff_limit(cluster, namespace, rendered, r
 def test_deleting_by_the_run_label_leaves_no_pods(cluster, namespace, rendered):
     """What ``delete`` does: every object of the run by its label, background propagation; the garbage collector
     and kwok's kubelet remove the pods within seconds (Job pods carry the Job controller's finalizer)."""
-    objects = [json.loads(json.dumps(d)) for d in rendered
-               if not (d["kind"] == "StatefulSet" and d["spec"].get("volumeClaimTemplates"))]
+    objects = [
+        json.loads(json.dumps(d))
+        for d in rendered
+        if not (d["kind"] == "StatefulSet" and d["spec"].get("volumeClaimTemplates"))
+    ]
     cluster.apply(objects, namespace=namespace)
     selector = f"drl.dev/run={RUN}"
-    running = cluster.wait_for("the run's pods Ready", lambda: (
-        (pods := cluster.pods(namespace, selector)) and len(pods) >= 7 and all(map(ready, pods)) and pods))
+    running = cluster.wait_for(
+        "the run's pods Ready",
+        lambda: (pods := cluster.pods(namespace, selector)) and len(pods) >= 7 and all(map(ready, pods)) and pods,
+    )
     kinds = sorted({d["kind"] for d in objects})
     assert {"Job", "StatefulSet"} <= set(kinds)
     assert {p["metadata"]["labels"]["app.kubernetes.io/component"] for p in running} >= {"rollout", "trainer"}
-    cluster.kubectl("-n", namespace, "delete", ",".join(k.lower() for k in kinds), "-l", selector,
-                    "--cascade=background", "--wait=false")
+    cluster.kubectl(
+        "-n",
+        namespace,
+        "delete",
+        ",".join(k.lower() for k in kinds),
+        "-l",
+        selector,
+        "--cascade=background",
+        "--wait=false",
+    )
     t0 = time.monotonic()
     cluster.wait_for("no pods of the run", lambda: not cluster.pods(namespace, selector), timeout=10, interval=0.1)
     assert time.monotonic() - t0 < 10

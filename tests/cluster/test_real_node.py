@@ -35,8 +35,14 @@ TESTBOX = "drl.local/testbox:1"
 NODE_ADDR = "10.250.0.2"
 NODE_BRIDGE = "drl-node"
 POD_BRIDGE = "cni0"
-KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
-                   "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
+KUBELET_SYSCTLS = (
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
 SHIM_SOCKETS = Path("/run/containerd/s")
 POD_LOG_LINKS = Path("/var/log/containers")
 CNI_RESULTS = Path("/var/lib/cni/results")
@@ -64,20 +70,25 @@ class RealNode(Cluster):
         self.uses_image_store = False
 
     def down(self) -> subprocess.CompletedProcess:
-        proc = subprocess.run(["bash", str(SCRIPT), "down", self.name], env=self.script_env, capture_output=True,
-                              text=True, timeout=180)
+        proc = subprocess.run(
+            ["bash", str(SCRIPT), "down", self.name], env=self.script_env, capture_output=True, text=True, timeout=180
+        )
         self.down_output = proc.stderr
         return proc
 
-    def pod_spec(self, name: str, args: list[str], restart: str = "Never", labels: dict | None = None,
-                 port: int | None = None) -> dict:
+    def pod_spec(
+        self, name: str, args: list[str], restart: str = "Never", labels: dict | None = None, port: int | None = None
+    ) -> dict:
         container = {"name": "main", "image": TESTBOX, "imagePullPolicy": "Never", "args": args}
         if port:
             container["ports"] = [{"containerPort": port, "name": "http"}]
             container["readinessProbe"] = {"tcpSocket": {"port": port}, "periodSeconds": 1}
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}},
-                "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": 1,
-                         "containers": [container]}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": labels or {}},
+            "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": 1, "containers": [container]},
+        }
 
     def wait_phase(self, namespace: str, pod: str, phases: tuple[str, ...], timeout: float = 60) -> dict:
         def probe():
@@ -110,17 +121,23 @@ def _iptables_lines() -> set[str]:
     """The machine's own (root namespace) iptables rules that name what a cluster makes: KUBE-/CNI- chains or
     the cluster's ranges."""
     out = set()
-    for proc in (subprocess.run(["iptables-save"], capture_output=True, text=True),
-                 subprocess.run(["ip6tables-save"], capture_output=True, text=True)):
+    for proc in (
+        subprocess.run(["iptables-save"], capture_output=True, text=True),
+        subprocess.run(["ip6tables-save"], capture_output=True, text=True),
+    ):
         assert proc.returncode == 0, f"{proc.args[0]} failed ({proc.returncode}): {proc.stderr}"
-        out |= {line for line in proc.stdout.splitlines()
-                if re.search(r"KUBE-|CNI-|10\.244\.|10\.96\.|10\.250\.", line)}
+        out |= {
+            line for line in proc.stdout.splitlines() if re.search(r"KUBE-|CNI-|10\.244\.|10\.96\.|10\.250\.", line)
+        }
     return out
 
 
 def _links(netns: str) -> list[dict]:
-    return json.loads(subprocess.run(["ip", "-n", netns, "-d", "-j", "link", "show"], capture_output=True,
-                                     text=True, check=True).stdout)
+    return json.loads(
+        subprocess.run(
+            ["ip", "-n", netns, "-d", "-j", "link", "show"], capture_output=True, text=True, check=True
+        ).stdout
+    )
 
 
 def _assert_no_route_off(netns: str) -> None:
@@ -138,19 +155,22 @@ def _assert_no_route_off(netns: str) -> None:
             assert kind == "bridge", f"{netns}: {name} is a {kind}, not a bridge"
             continue
         assert kind == "veth" and link.get("master") == POD_BRIDGE and "link_netnsid" in link, (
-            f"{netns} has a link that is not a pod's veth on {POD_BRIDGE}: {name} ({kind}, {link.get('master')})")
+            f"{netns} has a link that is not a pod's veth on {POD_BRIDGE}: {name} ({kind}, {link.get('master')})"
+        )
     ports = [link["ifname"] for link in links if link.get("master") == NODE_BRIDGE]
     assert not ports, f"the node's bridge {NODE_BRIDGE} has ports: {ports}"
     # a pod's veth carries only its link-local (IPv6) routes: it leads into that pod's namespace
     devices = {"lo", NODE_BRIDGE, POD_BRIDGE} | {link["ifname"] for link in links if link.get("master") == POD_BRIDGE}
     for family in ("-4", "-6"):
-        routes = subprocess.run(["ip", "-n", netns, family, "route", "show", "table", "all"], capture_output=True,
-                                text=True, check=True).stdout.splitlines()
+        routes = subprocess.run(
+            ["ip", "-n", netns, family, "route", "show", "table", "all"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
         for route in filter(str.strip, routes):
             words = route.split()
             assert "default" not in words[:3], f"{netns} has a default route: {route}"
             assert "dev" in words and words[words.index("dev") + 1] in devices, (
-                f"{netns} routes through something else than lo, its bridges and pods' veths: {route}")
+                f"{netns} routes through something else than lo, its bridges and pods' veths: {route}"
+            )
 
 
 def _processes_mentioning(*needles: str) -> list[str]:
@@ -176,7 +196,7 @@ def _live_kubelets() -> list[str]:
             stat = (proc / "stat").read_text() if proc.name.isdigit() else ""
         except OSError:
             continue
-        if stat and stat[stat.index("(") + 1:stat.rindex(")")] == "kubelet" and stat[stat.rindex(")") + 2] != "Z":
+        if stat and stat[stat.index("(") + 1 : stat.rindex(")")] == "kubelet" and stat[stat.rindex(")") + 2] != "Z":
             found.append(proc.name)
     return found
 
@@ -187,13 +207,16 @@ def real_node(tmp_path_factory):
     reason = why_no_namespaces("the real node", ("ip", "nsenter"))
     if reason:
         pytest.skip(f"real node: {reason}")
-    tools = subprocess.run(["bash", str(TOOLS_SCRIPT), "--dir"], capture_output=True, text=True,
-                           check=True).stdout.strip()
+    tools = subprocess.run(
+        ["bash", str(TOOLS_SCRIPT), "--dir"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     check = subprocess.run(["bash", str(TOOLS_SCRIPT), "--check", "all"], capture_output=True, text=True)
     if check.returncode != 0:
-        pytest.fail(f"real node: {check.stderr.strip()} (bash scripts/k8s-tools.sh: about 20 minutes for the "
-                    f"control plane and 10 for the node's tools on a fresh machine; later runs reuse them)",
-                    pytrace=False)
+        pytest.fail(
+            f"real node: {check.stderr.strip()} (bash scripts/k8s-tools.sh: about 20 minutes for the "
+            f"control plane and 10 for the node's tools on a fresh machine; later runs reuse them)",
+            pytrace=False,
+        )
     _sweep_stale_real(tmp_path_factory.getbasetemp().parent)
     name = f"n{os.getpid()}"
     state = tmp_path_factory.mktemp("real-node")
@@ -201,16 +224,19 @@ def real_node(tmp_path_factory):
     node = RealNode(name, state, Path(tools), env)
     atexit.register(node.down)
     try:
-        made = subprocess.run(["bash", str(SCRIPT), "net", name, "--node", "real"], env=env, capture_output=True,
-                              text=True, timeout=60)
+        made = subprocess.run(
+            ["bash", str(SCRIPT), "net", name, "--node", "real"], env=env, capture_output=True, text=True, timeout=60
+        )
         assert made.returncode == 0, f"local-cluster.sh net --node real failed:\n{made.stderr}"
         _assert_no_route_off(node.netns)
         t0 = time.monotonic()
-        up = subprocess.run(["bash", str(SCRIPT), "up", name, "--node", "real"], env=env, capture_output=True,
-                            text=True, timeout=300)
+        up = subprocess.run(
+            ["bash", str(SCRIPT), "up", name, "--node", "real"], env=env, capture_output=True, text=True, timeout=300
+        )
         if up.returncode != 0:
-            pytest.fail(f"real node: local-cluster.sh up --node real failed:\n{up.stderr}\n{_logs_tail(state)}",
-                        pytrace=False)
+            pytest.fail(
+                f"real node: local-cluster.sh up --node real failed:\n{up.stderr}\n{_logs_tail(state)}", pytrace=False
+            )
         node.startup_s = time.monotonic() - t0
         node.up_output = up.stderr
         node.uses_image_store = (state / "containerd" / "root").is_symlink()
@@ -230,11 +256,19 @@ def _sweep_stale_real(tmp_root: Path) -> None:
         m = re.fullmatch(r"drl-k8s-(n(\d+))", line.split()[0]) if line.strip() else None
         if not m or int(m.group(2)) == os.getpid() or Path(f"/proc/{m.group(2)}").exists():
             continue
-        states = [config.parent for config in tmp_root.glob("pytest-*/real-node*/kubelet-config.yaml")
-                  if f"cgroupRoot: /drl-k8s-{m.group(1)}\n" in config.read_text()]
+        states = [
+            config.parent
+            for config in tmp_root.glob("pytest-*/real-node*/kubelet-config.yaml")
+            if f"cgroupRoot: /drl-k8s-{m.group(1)}\n" in config.read_text()
+        ]
         state = states[0] if states else Path(f"/nonexistent/drl-cluster-{m.group(1)}")
-        subprocess.run(["bash", str(SCRIPT), "down", m.group(1), "--node", "real"], capture_output=True,
-                       text=True, timeout=180, env={**os.environ, "DRL_CLUSTER_DIR": str(state)})
+        subprocess.run(
+            ["bash", str(SCRIPT), "down", m.group(1), "--node", "real"],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, "DRL_CLUSTER_DIR": str(state)},
+        )
 
 
 @pytest.fixture
@@ -261,8 +295,13 @@ def test_node_is_ready_and_real(real_node):
 
 
 def test_pod_from_an_imported_image_runs_and_logs(real_node, ns):
-    real_node.apply([real_node.pod_spec("hello", ["echo", "hello from the real node"]),
-                     real_node.pod_spec("fails", ["fail", "3", "exit three"])], namespace=ns)
+    real_node.apply(
+        [
+            real_node.pod_spec("hello", ["echo", "hello from the real node"]),
+            real_node.pod_spec("fails", ["fail", "3", "exit three"]),
+        ],
+        namespace=ns,
+    )
     hello = real_node.wait_phase(ns, "hello", ("Succeeded", "Failed"))
     assert hello["status"]["phase"] == "Succeeded", hello["status"]
     assert hello["status"]["podIP"].startswith("10.244.0."), hello["status"]
@@ -274,27 +313,43 @@ def test_pod_from_an_imported_image_runs_and_logs(real_node, ns):
 
 
 def test_pod_reaches_a_service_by_its_dns_name(real_node, ns):
-    real_node.apply([
-        real_node.pod_spec("server", ["serve", "8080", f"hello from {ns}"], restart="Always",
-                           labels={"app": "echo"}, port=8080),
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo"},
-         "spec": {"selector": {"app": "echo"}, "ports": [{"port": 80, "targetPort": "http"}]}},
-    ], namespace=ns)
-    real_node.wait_for("the server Ready", lambda: any(
-        c["type"] == "Ready" and c["status"] == "True"
-        for c in (real_node.pod(ns, "server") or {}).get("status", {}).get("conditions", [])), timeout=60)
+    real_node.apply(
+        [
+            real_node.pod_spec(
+                "server", ["serve", "8080", f"hello from {ns}"], restart="Always", labels={"app": "echo"}, port=8080
+            ),
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "echo"},
+                "spec": {"selector": {"app": "echo"}, "ports": [{"port": 80, "targetPort": "http"}]},
+            },
+        ],
+        namespace=ns,
+    )
+    real_node.wait_for(
+        "the server Ready",
+        lambda: any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in (real_node.pod(ns, "server") or {}).get("status", {}).get("conditions", [])
+        ),
+        timeout=60,
+    )
     cluster_ip = real_node.kubectl_json("-n", ns, "get", "service", "echo")["spec"]["clusterIP"]
     fqdn = f"echo.{ns}.svc.cluster.local"
-    real_node.apply([real_node.pod_spec("client", ["get", fqdn, "80", "/", "30"]),
-                     real_node.pod_spec("short", ["get", "echo", "80", "/", "30"]),
-                     real_node.pod_spec("api", ["get", "kubernetes.default.svc.cluster.local", "443", "/", "30"])],
-                    namespace=ns)
+    real_node.apply(
+        [
+            real_node.pod_spec("client", ["get", fqdn, "80", "/", "30"]),
+            real_node.pod_spec("short", ["get", "echo", "80", "/", "30"]),
+            real_node.pod_spec("api", ["get", "kubernetes.default.svc.cluster.local", "443", "/", "30"]),
+        ],
+        namespace=ns,
+    )
     for pod in ("client", "short", "api"):
         done = real_node.wait_phase(ns, pod, ("Succeeded", "Failed"), timeout=90)
         log = real_node.kubectl("-n", ns, "logs", pod, check=False)
         assert done["status"]["phase"] == "Succeeded", f"{pod}: {log.stdout}{log.stderr}"
-    assert real_node.kubectl("-n", ns, "logs", "client").stdout == (
-        f"resolved {fqdn} {cluster_ip}\nhello from {ns}\n")
+    assert real_node.kubectl("-n", ns, "logs", "client").stdout == (f"resolved {fqdn} {cluster_ip}\nhello from {ns}\n")
     assert real_node.kubectl("-n", ns, "logs", "short").stdout == f"resolved echo {cluster_ip}\nhello from {ns}\n"
     # the API server through the Service kubernetes (10.96.0.1 -> the node's address): a plain HTTP request to
     # its TLS port gets Go's plain answer
@@ -310,8 +365,13 @@ def test_pod_reaches_a_service_by_its_dns_name(real_node, ns):
 
 
 def test_nothing_has_a_route_off_the_machine(real_node, ns):
-    real_node.apply([real_node.pod_spec("out", ["get", OFF_THE_MACHINE, "80", "/", "0"]),
-                     real_node.pod_spec("name", ["get", "example.com", "80", "/", "0"])], namespace=ns)
+    real_node.apply(
+        [
+            real_node.pod_spec("out", ["get", OFF_THE_MACHINE, "80", "/", "0"]),
+            real_node.pod_spec("name", ["get", "example.com", "80", "/", "0"]),
+        ],
+        namespace=ns,
+    )
     out = real_node.wait_phase(ns, "out", ("Succeeded", "Failed"), timeout=60)
     log = real_node.kubectl("-n", ns, "logs", "out", check=False).stdout
     assert out["status"]["phase"] == "Failed", log
@@ -321,12 +381,14 @@ def test_nothing_has_a_route_off_the_machine(real_node, ns):
     log = real_node.kubectl("-n", ns, "logs", "name", check=False).stdout
     assert name["status"]["phase"] == "Failed" and "Name or service not known" in log, log
     _assert_no_route_off(real_node.netns)
-    probe = ("import socket\n"
-             "s = socket.socket(); s.settimeout(3)\n"
-             "try:\n"
-             f"    s.connect(('{OFF_THE_MACHINE}', 80)); print('connected')\n"
-             "except OSError as e:\n"
-             "    print(type(e).__name__, e.errno)\n")
+    probe = (
+        "import socket\n"
+        "s = socket.socket(); s.settimeout(3)\n"
+        "try:\n"
+        f"    s.connect(('{OFF_THE_MACHINE}', 80)); print('connected')\n"
+        "except OSError as e:\n"
+        "    print(type(e).__name__, e.errno)\n"
+    )
     got = real_node.run([sys.executable, "-c", probe], check=True).stdout
     assert got.startswith("OSError 101"), got  # ENETUNREACH in the cluster's namespace itself
 
@@ -338,9 +400,19 @@ RUN = "local"
 # SAC on Pendulum-v1, 2 workers: about 20 s of training on 2 cores, so that the memory server's pod can be deleted
 # mid-run.
 RUN_VALUES = {
-    "workers": 2, "mode": "async", "steps": 10000, "runName": RUN,
-    "config": {"batch_transitions": 32, "random_steps": 300, "learning_starts": 300, "updates_per_transition": 0.5,
-               "eval_episodes": 1, "max_backlog_entries": 4, "publish_every_updates": 50},
+    "workers": 2,
+    "mode": "async",
+    "steps": 10000,
+    "runName": RUN,
+    "config": {
+        "batch_transitions": 32,
+        "random_steps": 300,
+        "learning_starts": 300,
+        "updates_per_transition": 0.5,
+        "eval_episodes": 1,
+        "max_backlog_entries": 4,
+        "publish_every_updates": 50,
+    },
 }
 MEMORY_FAULT_AT = 3000  # trainer env steps
 CHART_RUN_S = 600
@@ -376,11 +448,17 @@ def _job_states(node: RealNode, namespace: str, run: str = RUN) -> dict[str, str
     """{job: Complete | Failed | running (active/succeeded/failed)} of the run's Jobs."""
     out = {}
     for job in node.kubectl_json("-n", namespace, "get", "jobs", "-l", f"drl.dev/run={run}")["items"]:
-        done = [c["type"] for c in job["status"].get("conditions", []) if c["status"] == "True"
-                and c["type"] in ("Complete", "Failed")]
+        done = [
+            c["type"]
+            for c in job["status"].get("conditions", [])
+            if c["status"] == "True" and c["type"] in ("Complete", "Failed")
+        ]
         status = job["status"]
-        out[job["metadata"]["name"]] = done[0] if done else (
-            f"running ({status.get('active', 0)}/{status.get('succeeded', 0)}/{status.get('failed', 0)})")
+        out[job["metadata"]["name"]] = (
+            done[0]
+            if done
+            else (f"running ({status.get('active', 0)}/{status.get('succeeded', 0)}/{status.get('failed', 0)})")
+        )
     return out
 
 
@@ -390,9 +468,11 @@ def _read_summary(node: RealNode, namespace: str, fullname: str, run: str, folde
     also written to ``folder``."""
     keys = _secret(node, namespace, f"{fullname}-credentials")
     service = node.kubectl_json("-n", namespace, "get", "service", f"{fullname}-s3")["spec"]["clusterIP"]
-    read = node.run([sys.executable, "-c", READ_SUMMARY, "s3://drl/runs", f"http://{service}:9000", run],
-                    env={"AWS_ACCESS_KEY_ID": keys["s3-access-key"], "AWS_SECRET_ACCESS_KEY": keys["s3-secret-key"]},
-                    timeout=120)
+    read = node.run(
+        [sys.executable, "-c", READ_SUMMARY, "s3://drl/runs", f"http://{service}:9000", run],
+        env={"AWS_ACCESS_KEY_ID": keys["s3-access-key"], "AWS_SECRET_ACCESS_KEY": keys["s3-secret-key"]},
+        timeout=120,
+    )
     assert read.returncode == 0, f"the summary could not be read through the Service {service}:\n{read.stderr}"
     (folder / "summary.json").write_text(read.stdout)
     return json.loads(read.stdout)
@@ -424,12 +504,18 @@ def local_images(real_node):
         pytest.skip(f"real node: the chart's run needs the drl image: {prep.skip}")
     assert not prep.failure, f"real node: the drl image could not be made: {prep.failure}"
     t0 = time.monotonic()
-    done = subprocess.run(["bash", str(SCRIPT), "images", real_node.name, prep.images.drl, prep.images.s3],
-                          env=real_node.script_env, capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "images", real_node.name, prep.images.drl, prep.images.s3],
+        env=real_node.script_env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, f"local-cluster.sh images failed:\n{done.stderr}"
     seconds = time.monotonic() - t0
-    said = " ".join(line.removeprefix("node-images: ") for line in done.stderr.splitlines()
-                    if line.startswith("node-images: "))
+    said = " ".join(
+        line.removeprefix("node-images: ") for line in done.stderr.splitlines() if line.startswith("node-images: ")
+    )
     print(f"real node: the local profile's images in the node in {seconds:.0f} s ({said})")
     return seconds, said
 
@@ -443,8 +529,22 @@ def chart_run(real_node, local_images, tmp_path_factory):
     values = tmp_path_factory.mktemp("chart-run") / "run.yaml"
     values.write_text(yaml.safe_dump(RUN_VALUES))
     t0 = time.monotonic()
-    done = real_node.helm("install", RELEASE, "./helm", "-n", namespace, "-f", "helm/profiles/local.yaml", "-f",
-                          values, "--wait", "--timeout", "3m", timeout=240, check=False)
+    done = real_node.helm(
+        "install",
+        RELEASE,
+        "./helm",
+        "-n",
+        namespace,
+        "-f",
+        "helm/profiles/local.yaml",
+        "-f",
+        values,
+        "--wait",
+        "--timeout",
+        "3m",
+        timeout=240,
+        check=False,
+    )
     assert done.returncode == 0, f"helm install failed:\n{done.stderr}\n{_run_report(real_node, namespace)}"
     try:
         deleted_at = _wait_steps(real_node, namespace, RUN, "trainer", MEMORY_FAULT_AT)
@@ -454,18 +554,29 @@ def chart_run(real_node, local_images, tmp_path_factory):
         jobs = real_node.wait_for(
             "the trainer Job complete or failed",
             lambda: (lambda states: states if states.get(f"{RELEASE}-trainer") in ("Complete", "Failed") else None)(
-                _job_states(real_node, namespace)), timeout=CHART_RUN_S, interval=1)
+                _job_states(real_node, namespace)
+            ),
+            timeout=CHART_RUN_S,
+            interval=1,
+        )
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{_run_report(real_node, namespace)}") from None
     trained_s = time.monotonic() - t0
     assert jobs[f"{RELEASE}-trainer"] == "Complete", f"the trainer Job failed:\n{_run_report(real_node, namespace)}"
-    jobs = real_node.wait_for("the rollout and evaluator Jobs complete", lambda: (lambda states: states if all(
-        v in ("Complete", "Failed") for v in states.values()) else None)(_job_states(real_node, namespace)),
-                              timeout=120, interval=1)
+    jobs = real_node.wait_for(
+        "the rollout and evaluator Jobs complete",
+        lambda: (lambda states: states if all(v in ("Complete", "Failed") for v in states.values()) else None)(
+            _job_states(real_node, namespace)
+        ),
+        timeout=120,
+        interval=1,
+    )
     summary = _read_summary(real_node, namespace, RELEASE, RUN, tmp_path_factory.mktemp("chart-summary"))
-    print(f"real node: helm install to the trainer's end in {trained_s:.0f} s (the memory server's pod deleted at "
-          f"{deleted_at} steps); jobs {jobs}; exit {summary.get('exit_reason')}, "
-          f"{summary.get('transitions_produced')} transitions produced")
+    print(
+        f"real node: helm install to the trainer's end in {trained_s:.0f} s (the memory server's pod deleted at "
+        f"{deleted_at} steps); jobs {jobs}; exit {summary.get('exit_reason')}, "
+        f"{summary.get('transitions_produced')} transitions produced"
+    )
     trainer_log = real_node.kubectl("-n", namespace, "logs", f"job/{RELEASE}-trainer", check=False).stdout
     yield ChartRun(namespace, *local_images, trained_s, jobs, summary, deleted_at, trainer_log)
     real_node.delete_namespace(namespace)
@@ -476,7 +587,8 @@ def chart_run(real_node, local_images, tmp_path_factory):
 @pytest.mark.timeout(2400)
 def test_the_chart_trains_sac_pendulum_to_the_end_on_the_real_node(chart_run):
     assert chart_run.jobs == {f"{RELEASE}-{role}": "Complete" for role in ("trainer", "rollout", "evaluator")}, (
-        chart_run.jobs)
+        chart_run.jobs
+    )
     summary = chart_run.summary
     assert_balanced(summary)
     assert summary["run"] == RUN and summary["transitions_produced"] >= RUN_VALUES["steps"], summary
@@ -496,12 +608,14 @@ def test_a_deleted_memory_server_pod_comes_back_empty_and_the_run_recovers(chart
 
 
 def test_helm_test_passes_on_the_real_node(real_node, chart_run):
-    done = real_node.helm("test", RELEASE, "-n", chart_run.namespace, "--logs", "--timeout", "2m", check=False,
-                          timeout=180)
+    done = real_node.helm(
+        "test", RELEASE, "-n", chart_run.namespace, "--logs", "--timeout", "2m", check=False, timeout=180
+    )
     assert done.returncode == 0, f"helm test failed:\n{done.stdout}\n{done.stderr}"
     assert "healthy: trainer" in done.stdout, done.stdout
-    real_node.wait_for("the test pod deleted", lambda: real_node.pod(chart_run.namespace, f"{RELEASE}-test-run")
-                       is None, timeout=60)
+    real_node.wait_for(
+        "the test pod deleted", lambda: real_node.pod(chart_run.namespace, f"{RELEASE}-test-run") is None, timeout=60
+    )
 
 
 def test_helm_uninstall_leaves_nothing_on_the_real_node(real_node, chart_run):
@@ -518,15 +632,26 @@ UNINSTALLED: list[str] = []
 
 ORCHESTRATED = "orch"
 ORCHESTRATED_STEPS = 20000  # default SAC on Pendulum: about 2 minutes on 2 cores, long enough to scale mid-run
-STATUS_ROW = re.compile(r"^(drl-(?:[a-z0-9-]+-)?(?P<role>rollout|trainer|evaluator)(-(?P<index>\d+))?-\S+)\s+(?P=role)\s+"
-                        r"running\s+(?P<policy>\d+)\s+(?P<steps>[\d,]+)\s")
+STATUS_ROW = re.compile(
+    r"^(drl-(?:[a-z0-9-]+-)?(?P<role>rollout|trainer|evaluator)(-(?P<index>\d+))?-\S+)\s+(?P=role)\s+"
+    r"running\s+(?P<policy>\d+)\s+(?P<steps>[\d,]+)\s"
+)
 
 
 def _counting(node: RealNode, namespace: str, kubeconfig: Path | None, run: str = ORCHESTRATED) -> dict[str, int]:
     """{rollout-i / trainer / evaluator: env steps} of the running pods whose counters ``status`` read through
     the API server's pod proxy."""
-    status = node.orchestrate("status", run, "--backend", "kubernetes", "--namespace", namespace,
-                              kubeconfig=kubeconfig, check=False, timeout=60)
+    status = node.orchestrate(
+        "status",
+        run,
+        "--backend",
+        "kubernetes",
+        "--namespace",
+        namespace,
+        kubeconfig=kubeconfig,
+        check=False,
+        timeout=60,
+    )
     assert status.returncode == 0, status.stdout + status.stderr
     rows = {}
     for line in status.stdout.splitlines():
@@ -538,15 +663,24 @@ def _counting(node: RealNode, namespace: str, kubeconfig: Path | None, run: str 
 
 def _wait_steps(node: RealNode, namespace: str, run: str, role: str, least: int) -> int:
     """Waits until ``status`` shows ``role`` at ``least`` env steps or more; returns its count."""
-    return node.wait_for(f"{role} at {least} steps", lambda: (lambda n: n if n >= least else None)(
-        _counting(node, namespace, None, run).get(role, 0)), timeout=240, interval=1)
+    return node.wait_for(
+        f"{role} at {least} steps",
+        lambda: (lambda n: n if n >= least else None)(_counting(node, namespace, None, run).get(role, 0)),
+        timeout=240,
+        interval=1,
+    )
 
 
 def _wait_jobs_done(node: RealNode, namespace: str, run: str) -> dict[str, str]:
     """Waits until every Job of the run is Complete or Failed; returns their states."""
-    return node.wait_for("the run's Jobs done", lambda: (lambda states: states if all(
-        v in ("Complete", "Failed") for v in states.values()) else None)(_job_states(node, namespace, run)),
-                         timeout=CHART_RUN_S, interval=2)
+    return node.wait_for(
+        "the run's Jobs done",
+        lambda: (lambda states: states if all(v in ("Complete", "Failed") for v in states.values()) else None)(
+            _job_states(node, namespace, run)
+        ),
+        timeout=CHART_RUN_S,
+        interval=2,
+    )
 
 
 def _pod_pids(node: RealNode, pod: dict) -> list[int]:
@@ -565,8 +699,11 @@ def _live_pod(node: RealNode, namespace: str, run: str, component: str, index: i
     selector = f"drl.dev/run={run},app.kubernetes.io/component={component}"
     if index is not None:
         selector += f",batch.kubernetes.io/job-completion-index={index}"
-    live = [p for p in node.pods(namespace, selector) if not p["metadata"].get("deletionTimestamp")
-            and p["status"].get("phase") in ("Pending", "Running")]
+    live = [
+        p
+        for p in node.pods(namespace, selector)
+        if not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") in ("Pending", "Running")
+    ]
     return live[0] if live else None
 
 
@@ -580,28 +717,38 @@ def _delete_a_worker_slowly(node: RealNode, namespace: str, run: str, index: int
     the name of the replacement pod once it runs."""
     old, trainer = _live_pod(node, namespace, run, "rollout", index), _live_pod(node, namespace, run, "trainer")
     assert old and trainer, "no running worker or trainer pod to delete"
-    selector = (f"drl.dev/run={run},app.kubernetes.io/component=rollout,"
-                f"batch.kubernetes.io/job-completion-index={index}")
+    selector = f"drl.dev/run={run},app.kubernetes.io/component=rollout,batch.kubernetes.io/job-completion-index={index}"
     overlap = set()
     with held(_pod_pids(node, trainer)):
         node.kubectl("-n", namespace, "delete", "pod", old["metadata"]["name"], "--wait=false")
         until = time.monotonic() + SLOW_TERMINATION_S
         while time.monotonic() < until:
-            overlap |= {p["metadata"]["name"] for p in node.pods(namespace, selector)
-                        if p["metadata"]["uid"] != old["metadata"]["uid"]}
+            overlap |= {
+                p["metadata"]["name"]
+                for p in node.pods(namespace, selector)
+                if p["metadata"]["uid"] != old["metadata"]["uid"]
+            }
             time.sleep(0.5)
         still = node.pod(namespace, old["metadata"]["name"])
         assert still is not None and still["status"].get("phase") == "Running", (
-            f"the deleted worker ended while the trainer was held: its termination was not slow ({still})")
+            f"the deleted worker ended while the trainer was held: its termination was not slow ({still})"
+        )
     assert not overlap, f"a replacement of rollout-{index} started while its deleted pod terminated: {overlap}"
-    new = node.wait_for(f"the replacement of rollout-{index} running", lambda: (lambda p: p if p and p["status"].get(
-        "phase") == "Running" else None)(_live_pod(node, namespace, run, "rollout", index)), timeout=120, interval=1)
+    new = node.wait_for(
+        f"the replacement of rollout-{index} running",
+        lambda: (lambda p: p if p and p["status"].get("phase") == "Running" else None)(
+            _live_pod(node, namespace, run, "rollout", index)
+        ),
+        timeout=120,
+        interval=1,
+    )
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
     return new["metadata"]["name"]
 
 
-def test_the_orchestrator_runs_shows_live_status_scales_2_to_3_and_deletes_on_the_real_node(real_node, local_images,
-                                                                                           tmp_path):
+def test_the_orchestrator_runs_shows_live_status_scales_2_to_3_and_deletes_on_the_real_node(
+    real_node, local_images, tmp_path
+):
     """With only the orchestrator's own Role (the chart's rbac.create), in a PodSecurity restricted namespace:
     ``--profile local`` runs on the imported images, ``status`` shows the pods' live counters (their /metrics
     through the pod proxy), ``scale --workers 3`` runs the scaler Job and a third worker steps; then rollout-0's pod
@@ -614,28 +761,67 @@ def test_the_orchestrator_runs_shows_live_status_scales_2_to_3_and_deletes_on_th
     ns = real_node.namespace("orchestrated", labels=RESTRICTED)
     kubeconfig = with_orchestrator_role(real_node, ns)
     t0 = time.monotonic()
-    real_node.orchestrate("--backend", "kubernetes", "--namespace", ns, "--run-name", ORCHESTRATED, "--preset", "sac",
-                          "--profile", "local", "--workers", "2", "--steps", str(ORCHESTRATED_STEPS), "--mode",
-                          "async", "--detach", kubeconfig=kubeconfig, timeout=120)
+    real_node.orchestrate(
+        "--backend",
+        "kubernetes",
+        "--namespace",
+        ns,
+        "--run-name",
+        ORCHESTRATED,
+        "--preset",
+        "sac",
+        "--profile",
+        "local",
+        "--workers",
+        "2",
+        "--steps",
+        str(ORCHESTRATED_STEPS),
+        "--mode",
+        "async",
+        "--detach",
+        kubeconfig=kubeconfig,
+        timeout=120,
+    )
     try:
-        live = real_node.wait_for("status showing both workers' and the trainer's steps", lambda: (
-            lambda rows: rows if rows.get("rollout-0") and rows.get("rollout-1") and rows.get("trainer") else None)(
-            _counting(real_node, ns, kubeconfig)), timeout=240, interval=3)
+        live = real_node.wait_for(
+            "status showing both workers' and the trainer's steps",
+            lambda: (
+                lambda rows: rows if rows.get("rollout-0") and rows.get("rollout-1") and rows.get("trainer") else None
+            )(_counting(real_node, ns, kubeconfig)),
+            timeout=240,
+            interval=3,
+        )
         live_s = time.monotonic() - t0
-        scale = real_node.orchestrate("scale", ORCHESTRATED, "--workers", "3", "--backend", "kubernetes",
-                                      "--namespace", ns, kubeconfig=kubeconfig, check=False, timeout=240)
+        scale = real_node.orchestrate(
+            "scale",
+            ORCHESTRATED,
+            "--workers",
+            "3",
+            "--backend",
+            "kubernetes",
+            "--namespace",
+            ns,
+            kubeconfig=kubeconfig,
+            check=False,
+            timeout=240,
+        )
         assert scale.returncode == 0, scale.stderr
         assert f"drl: Job drl-{ORCHESTRATED}-rollout scaled to 3" in scale.stderr, scale.stderr
         [scaler] = real_node.kubectl_json("-n", ns, "get", "jobs", "-l", "app.kubernetes.io/component=scaler")["items"]
         assert scaler["status"].get("succeeded") == 1, scaler["status"]
-        third = real_node.wait_for("the third worker stepping", lambda: _counting(real_node, ns, kubeconfig).get(
-            "rollout-2"), timeout=180, interval=3)
+        third = real_node.wait_for(
+            "the third worker stepping",
+            lambda: _counting(real_node, ns, kubeconfig).get("rollout-2"),
+            timeout=180,
+            interval=3,
+        )
         replaced = _delete_a_worker_slowly(real_node, ns, ORCHESTRATED, index=0)
         states = _wait_jobs_done(real_node, ns, ORCHESTRATED)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{_run_report(real_node, ns)}") from None
     assert {k: v for k, v in states.items() if "scaler" not in k} == {
-        f"drl-{ORCHESTRATED}-{role}": "Complete" for role in ("trainer", "rollout", "evaluator")}, states
+        f"drl-{ORCHESTRATED}-{role}": "Complete" for role in ("trainer", "rollout", "evaluator")
+    }, states
     summary = _read_summary(real_node, ns, f"drl-{ORCHESTRATED}", ORCHESTRATED, tmp_path)
     assert summary["exit_reason"] == "steps_done" and summary["transitions_produced"] == ORCHESTRATED_STEPS, summary
     assert_balanced(summary)
@@ -644,14 +830,30 @@ def test_the_orchestrator_runs_shows_live_status_scales_2_to_3_and_deletes_on_th
     assert rollout.get("failed") == 1 and rollout.get("succeeded") == 3, rollout
     log = real_node.kubectl("-n", ns, "logs", replaced, check=False).stdout
     assert "rollout-0 continues after a restart" in log, log
-    print(f"real node: drl-orchestrate --profile local: live status after {live_s:.0f} s ({live}); the third "
-          f"worker stepping ({third} steps); the run done after {time.monotonic() - t0:.0f} s")
-    delete = real_node.orchestrate("delete", ORCHESTRATED, "--backend", "kubernetes", "--namespace", ns,
-                                   kubeconfig=kubeconfig, timeout=120)
+    print(
+        f"real node: drl-orchestrate --profile local: live status after {live_s:.0f} s ({live}); the third "
+        f"worker stepping ({third} steps); the run done after {time.monotonic() - t0:.0f} s"
+    )
+    delete = real_node.orchestrate(
+        "delete", ORCHESTRATED, "--backend", "kubernetes", "--namespace", ns, kubeconfig=kubeconfig, timeout=120
+    )
     assert f"deleted run {ORCHESTRATED}" in delete.stderr, delete.stderr
-    real_node.wait_for("nothing of the run left", lambda: not real_node.kubectl(
-        "-n", ns, "get", "all,secrets,configmaps,networkpolicies,roles,rolebindings,pvc", "-l",
-        f"drl.dev/run={ORCHESTRATED}", "-o", "name").stdout.split(), timeout=120)
+    real_node.wait_for(
+        "nothing of the run left",
+        lambda: (
+            not real_node.kubectl(
+                "-n",
+                ns,
+                "get",
+                "all,secrets,configmaps,networkpolicies,roles,rolebindings,pvc",
+                "-l",
+                f"drl.dev/run={ORCHESTRATED}",
+                "-o",
+                "name",
+            ).stdout.split()
+        ),
+        timeout=120,
+    )
     real_node.delete_namespace(ns)
 
 
@@ -666,17 +868,52 @@ def test_a_deleted_trainer_pod_is_replaced_and_the_run_resumes_from_its_checkpoi
     with every step counted once."""
     run = "ft"
     ns = real_node.namespace("trainer-fault", labels=RESTRICTED)
-    real_node.orchestrate("--backend", "kubernetes", "--namespace", ns, "--run-name", run, "--preset", "sac",
-                          "--profile", "local", "--workers", "2", "--mode", "async", "--steps",
-                          str(TRAINER_FAULT_STEPS), "--batch-transitions", "32", "--random-steps", "300",
-                          "--learning-starts", "300", "--updates-per-transition", "0.5", "--eval-episodes", "1",
-                          "--max-backlog-entries", "4", "--publish-every-updates", "50", "--detach", timeout=120)
+    real_node.orchestrate(
+        "--backend",
+        "kubernetes",
+        "--namespace",
+        ns,
+        "--run-name",
+        run,
+        "--preset",
+        "sac",
+        "--profile",
+        "local",
+        "--workers",
+        "2",
+        "--mode",
+        "async",
+        "--steps",
+        str(TRAINER_FAULT_STEPS),
+        "--batch-transitions",
+        "32",
+        "--random-steps",
+        "300",
+        "--learning-starts",
+        "300",
+        "--updates-per-transition",
+        "0.5",
+        "--eval-episodes",
+        "1",
+        "--max-backlog-entries",
+        "4",
+        "--publish-every-updates",
+        "50",
+        "--detach",
+        timeout=120,
+    )
     try:
         _wait_steps(real_node, ns, run, "trainer", TRAINER_FAULT_AT)
         old = _live_pod(real_node, ns, run, "trainer")
         real_node.kubectl("-n", ns, "delete", "pod", old["metadata"]["name"], "--wait=false")
-        new = real_node.wait_for("a new trainer pod", lambda: (lambda p: p if p and p["metadata"]["uid"] != old[
-            "metadata"]["uid"] else None)(_live_pod(real_node, ns, run, "trainer")), timeout=120, interval=1)
+        new = real_node.wait_for(
+            "a new trainer pod",
+            lambda: (lambda p: p if p and p["metadata"]["uid"] != old["metadata"]["uid"] else None)(
+                _live_pod(real_node, ns, run, "trainer")
+            ),
+            timeout=120,
+            interval=1,
+        )
         states = _wait_jobs_done(real_node, ns, run)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{_run_report(real_node, ns)}") from None
@@ -699,9 +936,27 @@ def test_the_uninstalled_releases_containers_are_gone_from_containerd(real_node)
     assert UNINSTALLED, "helm uninstall did not run"
     for ns in UNINSTALLED:
         in_namespace = f'labels."io.kubernetes.pod.namespace"=={ns}'
-        real_node.wait_for(f"containerd holding no container of {ns}", lambda in_namespace=in_namespace: not real_node.run(
-            ["ctr", "--address", real_node.state / "containerd" / "containerd.sock", "--namespace", "k8s.io",
-             "containers", "ls", "-q", in_namespace], check=True).stdout.split(), timeout=240, interval=2)
+        real_node.wait_for(
+            f"containerd holding no container of {ns}",
+            lambda in_namespace=in_namespace: (
+                not real_node.run(
+                    [
+                        "ctr",
+                        "--address",
+                        real_node.state / "containerd" / "containerd.sock",
+                        "--namespace",
+                        "k8s.io",
+                        "containers",
+                        "ls",
+                        "-q",
+                        in_namespace,
+                    ],
+                    check=True,
+                ).stdout.split()
+            ),
+            timeout=240,
+            interval=2,
+        )
 
 
 def test_down_leaves_nothing(real_node):
@@ -722,12 +977,16 @@ def test_down_leaves_nothing(real_node):
     left += [f"iptables rule {r}" for r in sorted(_iptables_lines() - real_node.iptables_before)]
     left += [f"shim socket {SHIM_SOCKETS / s}" for s in real_node.shim_sockets if (SHIM_SOCKETS / s).exists()]
     if POD_LOG_LINKS.is_dir():
-        left += [f"log link {p}" for p in POD_LOG_LINKS.iterdir() if p.is_symlink()
-                 and os.readlink(p).startswith(state)]
+        left += [
+            f"log link {p}" for p in POD_LOG_LINKS.iterdir() if p.is_symlink() and os.readlink(p).startswith(state)
+        ]
     if CNI_RESULTS.is_dir():
         left += [f"CNI cache {p}" for p in CNI_RESULTS.glob(f"drl-k8s-{real_node.name}-*")]
-        left += [f"CNI cache {p}" for p in CNI_RESULTS.glob("cni-loopback-*-lo")
-                 if p.name[len("cni-loopback-"):-len("-lo")] in real_node.sandboxes]
+        left += [
+            f"CNI cache {p}"
+            for p in CNI_RESULTS.glob("cni-loopback-*-lo")
+            if p.name[len("cni-loopback-") : -len("-lo")] in real_node.sandboxes
+        ]
     if not _live_kubelets() and not real_node.device_plugins_before:  # else another cluster's kubelet may own them
         left += [f"kubelet's file {p}" for p in (DEVICE_PLUGINS.iterdir() if DEVICE_PLUGINS.is_dir() else [])]
     changed = {k: v for k, v in _sysctls().items() if real_node.sysctls_before.get(k) != v}
@@ -739,6 +998,9 @@ def test_down_leaves_nothing(real_node):
     if (store / "owner").exists() and (store / "owner").read_text().strip() == state:
         left.append(f"the image store {store} still taken by this node")
     left += [f"mount {m}" for m in mounts if str(store) in m]
-    left += [f"container folder {p}" for p in (store / "root" / "io.containerd.grpc.v1.cri").glob("*/*")
-             if real_node.uses_image_store]
+    left += [
+        f"container folder {p}"
+        for p in (store / "root" / "io.containerd.grpc.v1.cri").glob("*/*")
+        if real_node.uses_image_store
+    ]
     assert not left, "left after down:\n" + "\n".join(left) + f"\n(down said: {real_node.down_output})"

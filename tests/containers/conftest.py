@@ -28,8 +28,17 @@ from tests.containers.node import TIER_LABEL, Podman
 HERE = Path(__file__).resolve().parent
 IMAGE_SH = ROOT / "scripts" / "image.sh"
 BASE = "localhost/drl-base:bookworm"
-INSTALL = ("podman", "runc", "debootstrap", "iptables", "netavark", "aardvark-dns", "catatonit", "conmon",
-           "fuse-overlayfs")
+INSTALL = (
+    "podman",
+    "runc",
+    "debootstrap",
+    "iptables",
+    "netavark",
+    "aardvark-dns",
+    "catatonit",
+    "conmon",
+    "fuse-overlayfs",
+)
 """What the tier installs with apt where podman is missing (held to ``tests/system_packages.py``)."""
 BUILD_TIMEOUT_S = 1200
 LOWEST_PRIORITY = ("nice", "-n", "19", *(("ionice", "-c", "3") if shutil.which("ionice") else ()))
@@ -108,8 +117,15 @@ class Preparation:
         with self._lock:
             if self._stopped:
                 raise RuntimeError("the session ended")
-            proc = subprocess.Popen([*LOWEST_PRIORITY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, cwd=ROOT, env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                [*LOWEST_PRIORITY, *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=ROOT,
+                env=env,
+                start_new_session=True,
+            )
             self._running.add(proc)
         try:
             out, err = proc.communicate(timeout=timeout)
@@ -153,27 +169,59 @@ class Preparation:
         _forget_older(tool, tag, time.monotonic() - started)
         labels = tool("image", "inspect", "--format", "{{json .Labels}}", tag).stdout
         base = BASE if BASE in labels else "python:3.11-slim"
-        self._build(tool, "--file", "tests/containers/s3.Containerfile", "--context", "tests/containers", "--tag", s3,
-                    "--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"MOTO_VERSION={moto}")
-        older_s3 = [t for t in tool("images", "--format", "{{.Repository}}:{{.Tag}}", "localhost/drl-s3-moto",
-                                   check=False).stdout.split() if t != s3]
+        self._build(
+            tool,
+            "--file",
+            "tests/containers/s3.Containerfile",
+            "--context",
+            "tests/containers",
+            "--tag",
+            s3,
+            "--build-arg",
+            f"BASE_IMAGE={base}",
+            "--build-arg",
+            f"MOTO_VERSION={moto}",
+        )
+        older_s3 = [
+            t
+            for t in tool(
+                "images", "--format", "{{.Repository}}:{{.Tag}}", "localhost/drl-s3-moto", check=False
+            ).stdout.split()
+            if t != s3
+        ]
         if older_s3:
             tool("rmi", *older_s3, check=False)
         # no network: the tests this overlaps make their own namespaces and bridges (tests/hosts)
-        ran = tool("run", "--rm", "--pull", "never", "--network", "none", "--read-only", "--user", "10001:10001", tag,
-                   "true", check=False)
+        ran = tool(
+            "run",
+            "--rm",
+            "--pull",
+            "never",
+            "--network",
+            "none",
+            "--read-only",
+            "--user",
+            "10001:10001",
+            tag,
+            "true",
+            check=False,
+        )
         if ran.returncode != 0:
             self.skip = f"containers tier: podman cannot run a container here: {ran.stderr.strip()[-300:]}"
             return
         self.podman, self.images = tool, Images(tag, base, s3)
 
     def _build(self, podman: Podman, *args: str) -> None:
-        done = self.run(["bash", str(IMAGE_SH), "--engine", "podman", "--if-missing", *args], BUILD_TIMEOUT_S,
-                        env=podman.env)
+        done = self.run(
+            ["bash", str(IMAGE_SH), "--engine", "podman", "--if-missing", *args], BUILD_TIMEOUT_S, env=podman.env
+        )
         if done.returncode != 0:
             raise RuntimeError(f"scripts/image.sh {' '.join(args)} failed:\n{done.stderr[-4000:]}")
-        self.said += [line.removeprefix("image.sh: ") for line in done.stderr.splitlines()
-                      if line.startswith("image.sh: ") and (" built " in line or "there already" in line)]
+        self.said += [
+            line.removeprefix("image.sh: ")
+            for line in done.stderr.splitlines()
+            if line.startswith("image.sh: ") and (" built " in line or "there already" in line)
+        ]
 
 
 PREPARATION = Preparation()
@@ -203,8 +251,10 @@ def pytest_terminal_summary(terminalreporter):
     if PREPARATION.seconds:
         outcome = PREPARATION.skip or PREPARATION.failure or "ready"
         built = "; ".join(PREPARATION.said) or "nothing built"
-        terminalreporter.write_line(f"containers tier: podman and the images {outcome} {PREPARATION.seconds:.0f} s "
-                                    f"after the tests were collected ({built})")
+        terminalreporter.write_line(
+            f"containers tier: podman and the images {outcome} {PREPARATION.seconds:.0f} s "
+            f"after the tests were collected ({built})"
+        )
 
 
 def _install(prep: Preparation) -> str:
@@ -229,9 +279,16 @@ def _sweep(podman: Podman) -> None:
     """Containers and networks an earlier session of the tier left (killed before its teardown), by label; those
     of a live session (its pid in the prefix) are left alone."""
     for kind in ("container", "network"):
-        listed = podman(kind, "ls", *(["--all"] if kind == "container" else []), "--filter",
-                        f"label={TIER_LABEL}", "--format", "{{.Name}}" if kind == "network" else "{{.Names}}",
-                        check=False).stdout.split()
+        listed = podman(
+            kind,
+            "ls",
+            *(["--all"] if kind == "container" else []),
+            "--filter",
+            f"label={TIER_LABEL}",
+            "--format",
+            "{{.Name}}" if kind == "network" else "{{.Names}}",
+            check=False,
+        ).stdout.split()
         stale = [n for n in listed if not _alive(n)]
         if stale:
             podman(kind, "rm", "--force", *stale, check=False)
@@ -263,8 +320,7 @@ def podman() -> Podman:
     if prep.skip:
         pytest.skip(prep.skip)
     assert not prep.failure, prep.failure
-    print(f"containers tier: podman and the images ready {prep.seconds:.0f} s after the session's tests were "
-          "collected")
+    print(f"containers tier: podman and the images ready {prep.seconds:.0f} s after the session's tests were collected")
     return prep.podman
 
 

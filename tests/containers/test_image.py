@@ -20,16 +20,34 @@ print(json.dumps(out))
 
 
 def tree_digests() -> dict[str, str]:
-    return {str(path.relative_to(ROOT)): hashlib.sha256(path.read_bytes()).hexdigest()
-            for name in PACKAGES for path in sorted((ROOT / name).rglob("*.py"))
-            if "__pycache__" not in path.parts}
+    return {
+        str(path.relative_to(ROOT)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for name in PACKAGES
+        for path in sorted((ROOT / name).rglob("*.py"))
+        if "__pycache__" not in path.parts
+    }
 
 
 def test_the_image_under_this_trees_tag_runs_this_trees_code(podman, images):
     """A build cache that kept an older layer (a RUN keyed by its text only) would leave the image under this
     tree's content tag with older code: every Python file of the project in the image is the one here."""
-    ran = podman("run", "--rm", "--pull", "never", "--network", "none", "--read-only", "--user", "10001:10001",
-                 images.drl, "python", "-I", "-c", DIGESTS, timeout=120)
+    ran = podman(
+        "run",
+        "--rm",
+        "--pull",
+        "never",
+        "--network",
+        "none",
+        "--read-only",
+        "--user",
+        "10001:10001",
+        images.drl,
+        "python",
+        "-I",
+        "-c",
+        DIGESTS,
+        timeout=120,
+    )
     inside, here = json.loads(ran.stdout), tree_digests()
     assert inside.keys() == here.keys(), (sorted(inside.keys() - here.keys()), sorted(here.keys() - inside.keys()))
     differ = sorted(path for path in here if inside[path] != here[path])

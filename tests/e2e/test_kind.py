@@ -49,33 +49,52 @@ pytestmark = [
 
 def script(name: str, *args: str, timeout: float, **env: str) -> subprocess.CompletedProcess:
     """Runs scripts/<name> for the test's cluster, release and namespace; output goes to the test's log."""
-    full_env = {**os.environ, "DRL_KIND_CLUSTER": CLUSTER, "DRL_RELEASE": RELEASE, "DRL_NAMESPACE": NAMESPACE,
-                **env}
+    full_env = {**os.environ, "DRL_KIND_CLUSTER": CLUSTER, "DRL_RELEASE": RELEASE, "DRL_NAMESPACE": NAMESPACE, **env}
     return subprocess.run(["bash", str(ROOT / "scripts" / name), *args], cwd=ROOT, env=full_env, timeout=timeout)
 
 
 def kubectl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["kubectl", "--context", CONTEXT, "--namespace", NAMESPACE, *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["kubectl", "--context", CONTEXT, "--namespace", NAMESPACE, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def release_jobs() -> dict[str, str]:
     """component -> Job name, for the Jobs of the release (read from its manifest, as kind-deploy.sh does)."""
-    manifest = subprocess.run(["helm", "get", "manifest", RELEASE, "--kube-context", CONTEXT,
-                               "--namespace", NAMESPACE], capture_output=True, text=True, timeout=60, check=True)
-    got = subprocess.run(["kubectl", "--context", CONTEXT, "--namespace", NAMESPACE, "get", "-f", "-", "-o", "json"],
-                         input=manifest.stdout, capture_output=True, text=True, timeout=60, check=True)
+    manifest = subprocess.run(
+        ["helm", "get", "manifest", RELEASE, "--kube-context", CONTEXT, "--namespace", NAMESPACE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    got = subprocess.run(
+        ["kubectl", "--context", CONTEXT, "--namespace", NAMESPACE, "get", "-f", "-", "-o", "json"],
+        input=manifest.stdout,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     data = json.loads(got.stdout)
     items = data.get("items", [data])
-    return {item["metadata"].get("labels", {}).get("app.kubernetes.io/component", ""): item["metadata"]["name"]
-            for item in items if item["kind"] == "Job"}
+    return {
+        item["metadata"].get("labels", {}).get("app.kubernetes.io/component", ""): item["metadata"]["name"]
+        for item in items
+        if item["kind"] == "Job"
+    }
 
 
 def diagnostics() -> str:
     """What the release's Jobs and pods look like, for a failure message."""
-    commands = (("get", "jobs,pods", "-o", "wide"),
-                ("describe", "jobs"),
-                ("logs", "-l", "app.kubernetes.io/part-of=drl", "--all-containers", "--prefix", "--tail", "40"))
+    commands = (
+        ("get", "jobs,pods", "-o", "wide"),
+        ("describe", "jobs"),
+        ("logs", "-l", "app.kubernetes.io/part-of=drl", "--all-containers", "--prefix", "--tail", "40"),
+    )
     parts = []
     for args in commands:
         proc = kubectl(*args)
@@ -122,20 +141,36 @@ def check_the_defaults(jobs: dict[str, str]) -> None:
 
 def helm_test() -> subprocess.CompletedProcess:
     """``helm test`` of the release; its pod is deleted when it passes (hook-succeeded)."""
-    return subprocess.run(["helm", "test", RELEASE, "--kube-context", CONTEXT, "--namespace", NAMESPACE,
-                           "--timeout", "5m"], capture_output=True, text=True, timeout=400)
+    return subprocess.run(
+        ["helm", "test", RELEASE, "--kube-context", CONTEXT, "--namespace", NAMESPACE, "--timeout", "5m"],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
 
 
 def test_tiny_sync_run_completes(cluster):
     try:
-        deploy = script("kind-deploy.sh", timeout=600, DRL_PRESET="sac", DRL_WORKERS=str(WORKERS),
-                        DRL_STEPS=str(STEPS), DRL_MODE="sync", DRL_FOLLOW="none")
+        deploy = script(
+            "kind-deploy.sh",
+            timeout=600,
+            DRL_PRESET="sac",
+            DRL_WORKERS=str(WORKERS),
+            DRL_STEPS=str(STEPS),
+            DRL_MODE="sync",
+            DRL_FOLLOW="none",
+        )
         assert deploy.returncode == 0, "scripts/kind-deploy.sh failed (its output is above)"
         jobs = release_jobs()
         assert {"trainer", "rollout", "evaluator"} <= set(jobs), jobs
 
-        wait = kubectl("wait", "--for=condition=complete", f"job/{jobs['trainer']}", f"--timeout={JOB_TIMEOUT_S}s",
-                       timeout=JOB_TIMEOUT_S + 60)
+        wait = kubectl(
+            "wait",
+            "--for=condition=complete",
+            f"job/{jobs['trainer']}",
+            f"--timeout={JOB_TIMEOUT_S}s",
+            timeout=JOB_TIMEOUT_S + 60,
+        )
         assert wait.returncode == 0, f"trainer Job not complete:\n{wait.stderr}\n{diagnostics()}"
 
         trainer_log = kubectl("logs", f"job/{jobs['trainer']}").stdout

@@ -13,8 +13,10 @@ from pathlib import Path
 def _run(args: list[str]) -> None:
     done = subprocess.run(args, capture_output=True, text=True, timeout=30)
     if done.returncode != 0:
-        raise AssertionError(f"{' '.join(args)} failed ({done.stderr.strip() or done.returncode}): this fault test "
-                             "needs to mount file systems (run it as root, or in a container with CAP_SYS_ADMIN)")
+        raise AssertionError(
+            f"{' '.join(args)} failed ({done.stderr.strip() or done.returncode}): this fault test "
+            "needs to mount file systems (run it as root, or in a container with CAP_SYS_ADMIN)"
+        )
 
 
 @contextmanager

@@ -24,8 +24,9 @@ def _stderr_summary(err: str) -> dict:
 def test_a_full_output_disk_ends_the_run_cleanly_and_keeps_the_newest_checkpoint(tmp_path):
     output = tmp_path / "disk"
     with small_disk(output, 64 * 1024):
-        run = Run(output, "full", ["--mode", "async", "--workers", "2", "--steps", "100000",
-                                   "--checkpoint-every-s", "1"])
+        run = Run(
+            output, "full", ["--mode", "async", "--workers", "2", "--steps", "100000", "--checkpoint-every-s", "1"]
+        )
         checkpoints = CheckpointStore(run_store(str(output), "full"), "full")
         try:
             run.wait_until("a checkpoint", lambda: len(checkpoints.sequences()) >= 1, timeout=120)
@@ -44,15 +45,19 @@ def test_a_full_output_disk_ends_the_run_cleanly_and_keeps_the_newest_checkpoint
         assert_balanced(summary)
         sequences = checkpoints.sequences()
         newest = checkpoints.latest()
-        assert newest is not None and newest[0].sequence == sequences[-1], \
+        assert newest is not None and newest[0].sequence == sequences[-1], (
             f"the newest checkpoint of {sequences} does not verify"
+        )
 
 
 def test_a_read_only_store_ends_the_run_with_one_line_naming_it(tmp_path):
     store = tmp_path / "store"
     open_store(str(store))
-    run = Run(tmp_path, "readonly", ["--mode", "async", "--workers", "2", "--steps", "8000", "--max-restarts", "1",
-                                     "--store", str(store)])
+    run = Run(
+        tmp_path,
+        "readonly",
+        ["--mode", "async", "--workers", "2", "--steps", "8000", "--max-restarts", "1", "--store", str(store)],
+    )
     try:
         run.wait_until("1,000 transitions consumed", lambda: run.consumed() >= 1000)
         with read_only(store):

@@ -37,9 +37,11 @@ def test_a_run_failed_by_a_killed_trainer_counts_what_it_committed_after_its_las
             run.proc.kill()
     assert run.proc.returncode == 1, err[-3000:]
     summary = read_summary(run.dir)
-    print(f"\ncommitted {committed}, status said {reported}; summary: produced {summary['transitions_produced']}, "
-          f"consumed {summary['transitions_consumed']}, unconsumed {summary['transitions_unconsumed']}, dropped "
-          f"{summary.get('dropped')}; {summary['exit_reason']}")
+    print(
+        f"\ncommitted {committed}, status said {reported}; summary: produced {summary['transitions_produced']}, "
+        f"consumed {summary['transitions_consumed']}, unconsumed {summary['transitions_unconsumed']}, dropped "
+        f"{summary.get('dropped')}; {summary['exit_reason']}"
+    )
     assert summary["exit_reason"].startswith("failed: trainer"), summary["exit_reason"]
     assert summary["transitions_consumed"] == committed
     assert_balanced(summary)
@@ -56,12 +58,14 @@ def test_a_memory_server_lost_after_the_trainer_ended_leaves_the_summary_the_tra
         run.wait_until("4,000 transitions consumed", lambda: run.consumed() >= 4000)
         evaluator = run.pid("evaluator")
         os.kill(evaluator, signal.SIGSTOP)
-        run.wait_until("the trainer exited 0", lambda: next(p for p in run.state()["processes"]
-                                                           if p["name"] == "trainer")["exit_code"] == 0, 120)
+        run.wait_until(
+            "the trainer exited 0",
+            lambda: next(p for p in run.state()["processes"] if p["name"] == "trainer")["exit_code"] == 0,
+            120,
+        )
         killed = memory_server_pid(run.dir)
         os.kill(killed, signal.SIGKILL)
-        run.wait_until("the memory server started again",
-                       lambda: memory_server_pid(run.dir) not in (None, killed), 60)
+        run.wait_until("the memory server started again", lambda: memory_server_pid(run.dir) not in (None, killed), 60)
         os.kill(evaluator, signal.SIGCONT)
         _, err = run.proc.communicate(timeout=300)
     finally:

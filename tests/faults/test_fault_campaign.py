@@ -32,8 +32,10 @@ def test_three_random_sigkills_the_run_ends_cleanly_and_its_summary_balances(tmp
     assert outcome.passed, describe(outcome)
 
 
-@pytest.mark.skipif(os.environ.get("DRL_FAULT_CAMPAIGN") != "1",
-                    reason="opt-in: set DRL_FAULT_CAMPAIGN=1 (20 runs with three SIGKILLs each, several minutes)")
+@pytest.mark.skipif(
+    os.environ.get("DRL_FAULT_CAMPAIGN") != "1",
+    reason="opt-in: set DRL_FAULT_CAMPAIGN=1 (20 runs with three SIGKILLs each, several minutes)",
+)
 def test_full_campaign_every_run_ends_cleanly_and_balances(tmp_path):
     runs = int(os.environ.get("DRL_FAULT_CAMPAIGN_RUNS", "20"))
     seed = int(os.environ.get("DRL_FAULT_CAMPAIGN_SEED", "100"))

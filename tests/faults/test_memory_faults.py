@@ -34,8 +34,9 @@ def _kill_mid_batch(run: ServiceRun, proc) -> int:
 
 
 @pytest.mark.parametrize("mode", ["async", pytest.param("sync", marks=FULL_TIER)])
-def test_trainer_sigkill_mid_batch_then_restart_counts_every_transition_once(tmp_path, redis_server, redis_client,
-                                                                             mode):
+def test_trainer_sigkill_mid_batch_then_restart_counts_every_transition_once(
+    tmp_path, redis_server, redis_client, mode
+):
     # One update per two transitions keeps the learner the bottleneck, so the trainer reads often, a few entries at a
     # time, for seconds: a learner ahead of the data reads every few tens of milliseconds and finishes the run in
     # well under a second, leaving few moments between a read and its commit to catch.
@@ -95,8 +96,13 @@ def test_backpressure_bounds_the_backlog_while_the_trainer_is_paused(tmp_path, r
         time.sleep(2.0)
         samples = []
         for _ in range(5):
-            samples.append((redis_client.xlen(run.keys.stream), int(redis_client.get(run.keys.backlog_bytes) or 0),
-                            redis_client.info("memory")["used_memory"]))
+            samples.append(
+                (
+                    redis_client.xlen(run.keys.stream),
+                    int(redis_client.get(run.keys.backlog_bytes) or 0),
+                    redis_client.info("memory")["used_memory"],
+                )
+            )
             time.sleep(0.5)
         largest_entry = max(len(f[b"h"]) + len(f[b"d"]) for _, f in redis_client.xrange(run.keys.stream))
         for entries, nbytes, _ in samples:
@@ -116,8 +122,11 @@ def test_backpressure_bounds_the_backlog_while_the_trainer_is_paused(tmp_path, r
 def test_rollout_worker_sigkill_then_restart_continues_its_numbering(tmp_path, redis_server, redis_client):
     run = ServiceRun(fast_config(steps=6000), redis_server.url, tmp_path)
     run.start_all()
-    run.wait_until(lambda: int(redis_client.hget(run.keys.produced, "rollout-1") or 0) >= 600, 120,
-                   "rollout-1 has produced 600 transitions")
+    run.wait_until(
+        lambda: int(redis_client.hget(run.keys.produced, "rollout-1") or 0) >= 600,
+        120,
+        "rollout-1 has produced 600 transitions",
+    )
     victim = run.procs["rollout-1"]
     victim.kill()
     victim.wait()

@@ -63,10 +63,10 @@ def _resume(tmp_path, name: str, steps: int) -> dict:
 
 def test_orchestrator_sigkilled_in_the_foreground_its_services_end_and_the_run_resumes(tmp_path):
     steps = 6000
-    run = Run(tmp_path, "fg-kill", ["--mode", "async", "--workers", "2", "--steps", str(steps),
-                                    "--checkpoint-every-s", "1"])
-    run.wait_until("a checkpoint and 1,500 transitions", lambda: run.consumed() >= 1500
-                   and _has_checkpoint(run.dir))
+    run = Run(
+        tmp_path, "fg-kill", ["--mode", "async", "--workers", "2", "--steps", str(steps), "--checkpoint-every-s", "1"]
+    )
+    run.wait_until("a checkpoint and 1,500 transitions", lambda: run.consumed() >= 1500 and _has_checkpoint(run.dir))
     # trainer, 2 workers, evaluator, their fork server, memory server: on a loaded machine the evaluator (or a
     # worker the trainer has not needed yet) can still be starting when 1,500 transitions are in
     run.wait_until("all six processes of the run", lambda: len(_left(run.dir)) == 6, timeout=60)
@@ -83,19 +83,46 @@ def test_orchestrator_sigkilled_in_the_foreground_its_services_end_and_the_run_r
 def test_orchestrator_sigkilled_detached_its_services_end_and_stop_ends_a_stopped_one(tmp_path):
     steps, name = 6000, "bg-kill"
     run_dir = tmp_path / name
-    started = subprocess.run([sys.executable, "-m", "orchestrator.cli", *SMALL, "--mode", "sync", "--workers", "2",
-                              "--steps", str(steps), "--sync-steps-per-iteration", "600", "--checkpoint-every-s", "1",
-                              "--output", str(tmp_path), "--run-name", name, "--detach"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=180)
+    started = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            *SMALL,
+            "--mode",
+            "sync",
+            "--workers",
+            "2",
+            "--steps",
+            str(steps),
+            "--sync-steps-per-iteration",
+            "600",
+            "--checkpoint-every-s",
+            "1",
+            "--output",
+            str(tmp_path),
+            "--run-name",
+            name,
+            "--detach",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert started.returncode == 0, started.stderr
-    _wait("a checkpoint and 1,200 transitions", lambda: _consumed(run_dir, name) >= 1200
-          and _has_checkpoint(run_dir), 180)
+    _wait(
+        "a checkpoint and 1,200 transitions", lambda: _consumed(run_dir, name) >= 1200 and _has_checkpoint(run_dir), 180
+    )
     state = json.loads((run_dir / "state.json").read_text())
     wedged = next(p["pid"] for p in state["processes"] if p["name"] == "rollout-1")
     os.kill(wedged, signal.SIGSTOP)
     os.kill(state["orchestrator_pid"], signal.SIGKILL)
-    took = _wait("every process but the stopped one to end", lambda: _left(run_dir) and all(
-        line.startswith(f"{wedged}:") for line in _left(run_dir)), ENDS_WITHIN_S)
+    took = _wait(
+        "every process but the stopped one to end",
+        lambda: _left(run_dir) and all(line.startswith(f"{wedged}:") for line in _left(run_dir)),
+        ENDS_WITHIN_S,
+    )
     print(f"\nthe orphaned processes ended {took:.1f} s after the orchestrator")
 
     shown = run_cli(["status", name, "--output", str(tmp_path)], timeout=60)

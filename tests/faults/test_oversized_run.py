@@ -16,15 +16,19 @@ from orchestrator.backends.local.launch import check_memory, memory_limit
 from tests.conftest import processes_mentioning, run_cli
 
 
-@pytest.mark.parametrize("flags, option", [
-    (["--replay-size", "1e11"], "--replay-size 100000000000"),
-    (["--sac.hidden", "200000,200000"], "--sac.hidden 200000,200000"),
-])
+@pytest.mark.parametrize(
+    "flags, option",
+    [
+        (["--replay-size", "1e11"], "--replay-size 100000000000"),
+        (["--sac.hidden", "200000,200000"], "--sac.hidden 200000,200000"),
+    ],
+)
 def test_an_oversized_run_is_refused_with_one_line_before_it_starts(tmp_path, flags, option):
     name = f"oversized-{flags[0].strip('-').replace('.', '-')}"
     started = time.monotonic()
-    shown = run_cli(["--preset", "sac", "--steps", "2000", *flags, "--output", str(tmp_path), "--run-name", name],
-                    timeout=120)
+    shown = run_cli(
+        ["--preset", "sac", "--steps", "2000", *flags, "--output", str(tmp_path), "--run-name", name], timeout=120
+    )
     took = time.monotonic() - started
     lines = shown.stderr.strip().splitlines()
     assert shown.returncode == EXIT_USAGE, shown.stderr[-3000:]
@@ -39,8 +43,21 @@ def test_an_oversized_run_is_refused_with_one_line_before_it_starts(tmp_path, fl
 def test_an_atari_replay_that_does_not_fit_is_refused(tmp_path):
     """A frame replay is sized by its frames (about 7.7 KiB a transition for 84x84 frames stacked 4 deep), not
     by whole stacks: 4 million transitions need about 29 GiB, more than this machine has; 100,000 fit."""
-    shown = run_cli(["--preset", "dqn", "--env", "ALE/Pong-v5", "--replay-size", "4000000", "--output",
-                     str(tmp_path), "--run-name", "atari-replay"], timeout=120)
+    shown = run_cli(
+        [
+            "--preset",
+            "dqn",
+            "--env",
+            "ALE/Pong-v5",
+            "--replay-size",
+            "4000000",
+            "--output",
+            str(tmp_path),
+            "--run-name",
+            "atari-replay",
+        ],
+        timeout=120,
+    )
     lines = shown.stderr.strip().splitlines()
     assert shown.returncode == EXIT_USAGE and len(lines) == 1, shown.stderr[-3000:]
     assert lines[0].startswith("drl-orchestrate: error: --replay-size 4000000 needs about 29."), lines[0]
@@ -55,12 +72,17 @@ def test_an_atari_replay_that_does_not_fit_is_refused(tmp_path):
 
 
 def test_the_limit_can_be_set_and_names_its_source(tmp_path):
-    shown = run_cli(["--preset", "sac", "--steps", "2000", "--output", str(tmp_path), "--run-name", "limited"],
-                    env={"DRL_RAM_LIMIT": "1M"}, timeout=120)
+    shown = run_cli(
+        ["--preset", "sac", "--steps", "2000", "--output", str(tmp_path), "--run-name", "limited"],
+        env={"DRL_RAM_LIMIT": "1M"},
+        timeout=120,
+    )
     assert shown.returncode == EXIT_USAGE, shown.stderr[-3000:]
     assert shown.stderr.strip().splitlines() == [
-        line for line in shown.stderr.strip().splitlines() if "--replay-size 1000000 needs about 34.3 MiB" in line
-        and "1.0 MiB of DRL_RAM_LIMIT" in line], shown.stderr
+        line
+        for line in shown.stderr.strip().splitlines()
+        if "--replay-size 1000000 needs about 34.3 MiB" in line and "1.0 MiB of DRL_RAM_LIMIT" in line
+    ], shown.stderr
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
@@ -80,8 +102,13 @@ def test_every_algorithm_counts_its_parameters_exactly():
     def numel(module) -> int:
         return sum(int(np.prod(p.shape)) for p in module.parameters())
 
-    for name, env in (("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("dqn", "CartPole-v1"),
-                      ("ppo", "CartPole-v1"), ("ppo", "Pendulum-v1")):
+    for name, env in (
+        ("sac", "Pendulum-v1"),
+        ("td3", "Pendulum-v1"),
+        ("dqn", "CartPole-v1"),
+        ("ppo", "CartPole-v1"),
+        ("ppo", "Pendulum-v1"),
+    ):
         builder, spec = get(name), space_spec(env)
         cfg = ExperimentConfig(algorithm=name, env=env)
         counts = builder.parameters(spec, cfg)
@@ -90,7 +117,10 @@ def test_every_algorithm_counts_its_parameters_exactly():
         assert counts is not None and counts.trained + counts.frozen == held, (name, env, counts, held)
         actor = builder.make_actor(spec, cfg, seed=0)
         weights = learner.policy_weights()
-        assert counts.acting == sum(int(np.prod(w.shape)) for k, w in weights.items()
-                                    if not k.startswith("norm.")), (name, env, counts)
+        assert counts.acting == sum(int(np.prod(w.shape)) for k, w in weights.items() if not k.startswith("norm.")), (
+            name,
+            env,
+            counts,
+        )
         assert actor is not None
     assert set(ALGORITHMS) >= {"sac", "td3", "dqn", "ppo"}

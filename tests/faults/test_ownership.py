@@ -28,16 +28,18 @@ def _balances(summary: dict, steps: int) -> None:
 
 def test_resume_of_a_running_run_is_refused_with_one_line_and_the_run_goes_on(tmp_path):
     steps = 5000
-    run = Run(tmp_path, "live", ["--mode", "async", "--workers", "2", "--steps", str(steps),
-                                 "--checkpoint-every-s", "1"])
+    run = Run(
+        tmp_path, "live", ["--mode", "async", "--workers", "2", "--steps", str(steps), "--checkpoint-every-s", "1"]
+    )
     run.wait_until("a checkpoint and 1,000 transitions", lambda: run.consumed() >= 1000 and _has_checkpoint(run))
     orchestrator = run.state()["orchestrator_pid"]
     trainer = run.pid("trainer")
     os.kill(trainer, signal.SIGSTOP)  # the run must still be running when the second orchestrator starts
     try:
         for extra in ([], ["--detach"]):
-            second = run_cli([*SMALL, "--resume", "live", "--output", str(tmp_path), "--steps", str(2 * steps),
-                              *extra], timeout=60)
+            second = run_cli(
+                [*SMALL, "--resume", "live", "--output", str(tmp_path), "--steps", str(2 * steps), *extra], timeout=60
+            )
             lines = second.stderr.strip().splitlines()
             assert second.returncode == 2, second.stderr[-3000:]
             assert len(lines) == 1 and "run 'live' is running" in lines[0] and str(orchestrator) in lines[0], lines
@@ -57,13 +59,41 @@ def test_a_second_orchestrator_of_a_run_on_the_same_memory_server_is_refused(tmp
     steps = 1_000_000
     first, other = tmp_path / "a", tmp_path / "b"
     first.mkdir()
-    run = Run(first, "shared", ["--mode", "async", "--workers", "2", "--steps", str(steps),
-                                "--checkpoint-every-s", "1", "--memory", redis_server.url])
+    run = Run(
+        first,
+        "shared",
+        [
+            "--mode",
+            "async",
+            "--workers",
+            "2",
+            "--steps",
+            str(steps),
+            "--checkpoint-every-s",
+            "1",
+            "--memory",
+            redis_server.url,
+        ],
+    )
     run.wait_until("a checkpoint and 1,000 transitions", lambda: run.consumed() >= 1000 and _has_checkpoint(run))
     (other / "shared").mkdir(parents=True)
     shutil.copy(run.dir / "config.json", other / "shared" / "config.json")
-    second = run_cli([*SMALL, "--resume", "shared", "--output", str(other), "--store", str(first), "--memory",
-                      redis_server.url, "--steps", str(2 * steps)], timeout=120)
+    second = run_cli(
+        [
+            *SMALL,
+            "--resume",
+            "shared",
+            "--output",
+            str(other),
+            "--store",
+            str(first),
+            "--memory",
+            redis_server.url,
+            "--steps",
+            str(2 * steps),
+        ],
+        timeout=120,
+    )
     assert second.returncode == 2, second.stderr[-3000:]
     last = second.stderr.strip().splitlines()[-1]
     assert "owned by another orchestrator" in last and str(run.proc.pid) in last, second.stderr[-2000:]
@@ -90,12 +120,21 @@ def test_a_second_trainer_of_a_run_waits_until_the_first_is_gone(tmp_path, redis
     # the run must not end while the second trainer starts up (its imports can take longer than the run's rest)
     workers = [proc.pid for name, proc in run.procs.items() if name.startswith("rollout")]
     with open(second_log, "ab") as log:
-        second = subprocess.Popen(list(workload.command), env={**os.environ, **workload.replica_env(0)}, stdout=log,
-                                  stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+        second = subprocess.Popen(
+            list(workload.command),
+            env={**os.environ, **workload.replica_env(0)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+        )
     try:
         with held(workers):
-            run.wait_until(lambda: any(s in second_log.read_text() for s in ("continuing: ", "claim is held by")),
-                           120, "the second trainer to start")
+            run.wait_until(
+                lambda: any(s in second_log.read_text() for s in ("continuing: ", "claim is held by")),
+                120,
+                "the second trainer to start",
+            )
         consumed = run.consumed()
         run.wait_until(lambda: run.consumed() >= consumed + 500, 120, "500 more transitions consumed")
         assert second.poll() is None, second_log.read_text()[-3000:]

@@ -16,8 +16,11 @@ def _waiting_for_next(run: ServiceRun, version: int) -> bool:
     """Every worker has handed in its share of iteration ``version`` (its iteration-end entry is in the stream, or
     the trainer took it), so it waits for the next version."""
     client = run.client()
-    ended = {k.decode()[len("end:"):] for k, v in client.hgetall(run.keys.consumer_state).items()
-             if k.startswith(b"end:") and int(v) >= version}
+    ended = {
+        k.decode()[len("end:") :]
+        for k, v in client.hgetall(run.keys.consumer_state).items()
+        if k.startswith(b"end:") and int(v) >= version
+    }
     for _, fields in client.xrange(run.keys.stream):
         header = experience_pb2.BatchHeader()
         header.ParseFromString(fields[b"h"])
@@ -27,8 +30,9 @@ def _waiting_for_next(run: ServiceRun, version: int) -> bool:
 
 
 def test_sync_workers_wait_out_a_deleted_newest_version_and_the_trainer_republishes_it(tmp_path, redis_server):
-    cfg = fast_config(mode="sync", workers=2, steps=6000, max_backlog_entries=200, updates_per_transition=0.25,
-                      sync_deadline_s=60)
+    cfg = fast_config(
+        mode="sync", workers=2, steps=6000, max_backlog_entries=200, updates_per_transition=0.25, sync_deadline_s=60
+    )
     run = ServiceRun(cfg, redis_server.url, tmp_path, run="policy-loss")
     client = run.client()
     try:
@@ -52,7 +56,8 @@ def test_sync_workers_wait_out_a_deleted_newest_version_and_the_trainer_republis
         assert acc["backlog_entries"] == 0, acc
         assert run.status("trainer")["exit_reason"] == "steps_done"
         assert f"policy version {newest} is missing from the store; publishing it again" in run.log_tail(
-            "trainer", 200_000)
+            "trainer", 200_000
+        )
         assert any(f"waiting for policy version {newest}" in run.log_tail(f"rollout-{i}", 200_000) for i in range(2))
     finally:
         for proc in run.procs.values():

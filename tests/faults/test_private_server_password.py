@@ -66,8 +66,12 @@ def test_the_private_server_refuses_clients_without_its_password_which_shows_now
     stopped = run_cli(["stop", "pw", "--output", str(tmp_path)], timeout=300)
     assert stopped.returncode == 0, stopped.stderr[-3000:]
     out, err = run.proc.communicate(timeout=120)
-    for text, where in ((out, "stdout"), (err, "stderr"), (shown.stdout + shown.stderr, "status"),
-                        (stopped.stdout + stopped.stderr, "stop")):
+    for text, where in (
+        (out, "stdout"),
+        (err, "stderr"),
+        (shown.stdout + shown.stderr, "status"),
+        (stopped.stdout + stopped.stderr, "stop"),
+    ):
         assert password not in text, f"the password is in the orchestrator's {where}"
     for path in run.dir.rglob("*"):
         if path.is_file() and path != secret_file:

@@ -58,24 +58,41 @@ def _stop_after_its_final_version(run: Run, trainer: int) -> None:
 
 def test_server_killed_after_the_trainers_final_version_the_run_still_ends(tmp_path):
     steps = 3000
-    run = Run(tmp_path, "server-at-trainer-exit", ["--mode", "sync", "--workers", "2", "--steps", str(steps),
-                                                   "--sync-steps-per-iteration", "600", "--checkpoint-every-s", "1"])
+    run = Run(
+        tmp_path,
+        "server-at-trainer-exit",
+        [
+            "--mode",
+            "sync",
+            "--workers",
+            "2",
+            "--steps",
+            str(steps),
+            "--sync-steps-per-iteration",
+            "600",
+            "--checkpoint-every-s",
+            "1",
+        ],
+    )
     try:
         run.wait_until("2,400 transitions consumed", lambda: run.consumed() >= 2400)
         trainer = run.pid("trainer")
         _stop_after_its_final_version(run, trainer)
         server = run.state()["memory_pid"]
         os.kill(server, signal.SIGKILL)
-        run.wait_until("the memory server started again", lambda: run.state()["memory_pid"] != server
-                       and _pings(run), timeout=30)
+        run.wait_until(
+            "the memory server started again", lambda: run.state()["memory_pid"] != server and _pings(run), timeout=30
+        )
         os.kill(trainer, signal.SIGCONT)
         ended = time.monotonic()
         try:
             summary, err = run.finish(timeout=ENDS_WITHIN_S)
         except subprocess.TimeoutExpired:
             evaluator = next(p for p in run.state()["processes"] if p["name"] == "evaluator")
-            raise AssertionError(f"the run did not end within {ENDS_WITHIN_S:.0f} s of the trainer's exit "
-                                 f"(evaluator exit code {evaluator['exit_code']})") from None
+            raise AssertionError(
+                f"the run did not end within {ENDS_WITHIN_S:.0f} s of the trainer's exit "
+                f"(evaluator exit code {evaluator['exit_code']})"
+            ) from None
         print(f"ended {time.monotonic() - ended:.1f} s after the trainer went on")
         _accounts_for_everything(summary, steps)
         assert summary["restarts"]["memory"] == 1, summary

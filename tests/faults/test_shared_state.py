@@ -25,9 +25,22 @@ def _wrong_types(c, k) -> list[str]:
     """Every key of the run but the stop flag (which stops the run by existing), overwritten with another type: a
     string where a hash, list or stream belongs, a hash where a string belongs."""
     strings = [k.backlog_bytes, k.room, k.epoch, k.policy, k.trainer_done, k.started_at]
-    others = [k.stream, k.freed, k.consumer_state, k.dead_letter, k.dead_letter_counts, k.produced, k.workers_done,
-              k.members, k.shares, k.floors, k.leases, k.status("trainer"), k.status("rollout-0"),
-              k.claim("trainer")]
+    others = [
+        k.stream,
+        k.freed,
+        k.consumer_state,
+        k.dead_letter,
+        k.dead_letter_counts,
+        k.produced,
+        k.workers_done,
+        k.members,
+        k.shares,
+        k.floors,
+        k.leases,
+        k.status("trainer"),
+        k.status("rollout-0"),
+        k.claim("trainer"),
+    ]
     for key in strings + others:
         pipe = c.pipeline(transaction=True)  # a service may write the key between a DEL and an HSET
         pipe.delete(key)
@@ -47,8 +60,13 @@ def _bad_values(c, k) -> list[str]:
         (k.backlog_bytes, lambda: c.set(k.backlog_bytes, "-100")),
         (k.room, lambda: c.set(k.room, "0")),
         (k.epoch, lambda: c.set(k.epoch, "garbage")),
-        (k.consumer_state, lambda: c.hset(k.consumer_state, mapping={"consumed": "abc", "seq:rollout-0": "-3",
-                                                                     "duplicates": "1e99", "end:rollout-1": "x"})),
+        (
+            k.consumer_state,
+            lambda: c.hset(
+                k.consumer_state,
+                mapping={"consumed": "abc", "seq:rollout-0": "-3", "duplicates": "1e99", "end:rollout-1": "x"},
+            ),
+        ),
         (k.produced, lambda: c.hset(k.produced, mapping={"rollout-0": "-1", "rollout-1": "9" * 30})),
         (k.members, lambda: c.hset(k.members, mapping={"rollout-9": "active", "rollout-0": "bogus", "x y": "1"})),
         (k.shares, lambda: c.hset(k.shares, mapping={"rollout-0": "abc", "rollout-1": "-5"})),
@@ -75,8 +93,19 @@ def _bad_values(c, k) -> list[str]:
 # Keys some reader surely meets before the run ends (others may be written over by their owner first, which is
 # also a repair: the trainer sets exp:room whenever it widens): each must be named in a log line.
 REPORTED = {
-    "types": ("stream", "backlog_bytes", "freed", "epoch", "consumer_state", "dead_letter",
-              "dead_letter_counts", "produced", "workers_done", "members", "shares"),
+    "types": (
+        "stream",
+        "backlog_bytes",
+        "freed",
+        "epoch",
+        "consumer_state",
+        "dead_letter",
+        "dead_letter_counts",
+        "produced",
+        "workers_done",
+        "members",
+        "shares",
+    ),
     "values": ("backlog_bytes", "consumer_state", "produced", "members"),
 }
 
@@ -160,8 +189,12 @@ def _accounting(run: ServiceRun) -> dict[str, int]:
     try:
         control = memory.control()
         state = memory.reader("accounting").load_state()
-        return {"produced": sum(control.produced().values()), "consumed": int(state.get("consumed", 0)),
-                "stale": int(state.get("stale", 0)), "unconsumed": control.unconsumed(),
-                "backlog_bytes": memory.reader("accounting").backlog_bytes()}
+        return {
+            "produced": sum(control.produced().values()),
+            "consumed": int(state.get("consumed", 0)),
+            "stale": int(state.get("stale", 0)),
+            "unconsumed": control.unconsumed(),
+            "backlog_bytes": memory.reader("accounting").backlog_bytes(),
+        }
     finally:
         memory.close()

@@ -45,8 +45,22 @@ def _rss_kib(pid: int) -> int | None:
 
 
 def test_resident_memory_stays_flat_after_warm_up(tmp_path):
-    run = Run(tmp_path, "soak", ["--mode", "async", "--workers", str(WORKERS), "--steps", "100000000",
-                                  "--replay-size", "200000", "--eval-episodes", "2"])
+    run = Run(
+        tmp_path,
+        "soak",
+        [
+            "--mode",
+            "async",
+            "--workers",
+            str(WORKERS),
+            "--steps",
+            "100000000",
+            "--replay-size",
+            "200000",
+            "--eval-episodes",
+            "2",
+        ],
+    )
     run.wait_until("every process started", lambda: len(run.state().get("processes", [])) == WORKERS + 2)
     started = time.monotonic()
     warm: dict[str, int] = {}
@@ -70,20 +84,25 @@ def test_resident_memory_stays_flat_after_warm_up(tmp_path):
     summary = read_summary(run.dir)
     assert_balanced(summary)
 
-    print(f"\nsoak: {WORKERS} workers, {SOAK_S:.0f} s, warm-up {WARMUP * SOAK_S:.0f} s; "
-          f"{summary['env_steps']:,} env steps, {summary['updates']:,} updates, restarts {summary['restarts']}")
-    print(f"{'role':<10} {'processes':>9} {'warm MiB (median)':>18} {'after MiB (median)':>19} "
-          f"{'largest growth':>15}")
+    print(
+        f"\nsoak: {WORKERS} workers, {SOAK_S:.0f} s, warm-up {WARMUP * SOAK_S:.0f} s; "
+        f"{summary['env_steps']:,} env steps, {summary['updates']:,} updates, restarts {summary['restarts']}"
+    )
+    print(f"{'role':<10} {'processes':>9} {'warm MiB (median)':>18} {'after MiB (median)':>19} {'largest growth':>15}")
     for role in ("trainer", "rollout", "evaluator"):
         names = [n for n in warm if roles.get(n) == role and n in peak]
         growth = max(peak[n] / warm[n] for n in names)
-        print(f"{role:<10} {len(names):>9} {statistics.median(warm[n] for n in names) / 1024:>18.1f} "
-              f"{statistics.median(peak[n] for n in names) / 1024:>19.1f} {100 * (growth - 1):>14.1f}%")
-    grown = {n: f"{warm[n] / 1024:.1f} -> {peak[n] / 1024:.1f} MiB" for n in peak
-             if n in warm and peak[n] > GROWTH * warm[n]}
+        print(
+            f"{role:<10} {len(names):>9} {statistics.median(warm[n] for n in names) / 1024:>18.1f} "
+            f"{statistics.median(peak[n] for n in names) / 1024:>19.1f} {100 * (growth - 1):>14.1f}%"
+        )
+    grown = {
+        n: f"{warm[n] / 1024:.1f} -> {peak[n] / 1024:.1f} MiB" for n in peak if n in warm and peak[n] > GROWTH * warm[n]
+    }
     assert not grown, f"resident memory grew by more than 10% after warm-up: {grown}"
     assert not any(restarts.values()), f"processes were restarted during the soak: {restarts}"
     assert summary["exit_reason"] == "stopped"
-    assert summary["transitions_produced"] == summary["transitions_consumed"] + summary["stale_dropped"] \
-        + sum(summary["dead_lettered"].values())
+    assert summary["transitions_produced"] == summary["transitions_consumed"] + summary["stale_dropped"] + sum(
+        summary["dead_lettered"].values()
+    )
     assert summary["transitions_unconsumed"] == 0

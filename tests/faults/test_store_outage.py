@@ -23,11 +23,30 @@ STEPS = 20_000  # about 8 s of this run without an outage: it must still be runn
 @FULL_TIER
 def test_run_completes_through_a_20s_s3_outage(tmp_path, s3_server):
     bucket = f"drl-{uuid.uuid4().hex[:8]}"
-    args = [*SMALL, "--mode", "async", "--steps", str(STEPS), "--publish-every-updates", "25",
-            "--output", str(tmp_path), "--run-name", "outage", "--store", f"s3://{bucket}/drl"]
+    args = [
+        *SMALL,
+        "--mode",
+        "async",
+        "--steps",
+        str(STEPS),
+        "--publish-every-updates",
+        "25",
+        "--output",
+        str(tmp_path),
+        "--run-name",
+        "outage",
+        "--store",
+        f"s3://{bucket}/drl",
+    ]
     env = {**os.environ, **s3_server.env}
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     log = tmp_path / "outage" / "logs" / "trainer.log"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (log.exists() and "trainer of run" in log.read_text()):
@@ -46,8 +65,11 @@ def test_run_completes_through_a_20s_s3_outage(tmp_path, s3_server):
     logs = "".join(p.read_text() for p in (tmp_path / "outage" / "logs").glob("*.log"))
     assert "S3 put" in logs or "S3 get" in logs, "the outage was never noticed: the test did not test it"
 
-    shown = run_cli(["evaluate", "--store", f"s3://{bucket}/drl", "--run", "outage", "--episodes", "2"],
-                    env=s3_server.env, timeout=120)
+    shown = run_cli(
+        ["evaluate", "--store", f"s3://{bucket}/drl", "--run", "outage", "--episodes", "2"],
+        env=s3_server.env,
+        timeout=120,
+    )
     assert shown.returncode == 0, shown.stderr
     result = json.loads(shown.stdout.strip().splitlines()[-1])
     assert result["version"] == summary["policy_version"] and len(result["returns"]) == 2

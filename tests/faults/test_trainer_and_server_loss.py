@@ -36,8 +36,14 @@ def _stop_past_its_checkpoint(run: ServiceRun, checkpoints: Path) -> None:
     raise AssertionError("never caught the trainer with committed entries beyond its newest checkpoint")
 
 
-@pytest.mark.parametrize("mode,first", [("async", "trainer"), pytest.param("async", "server", marks=FULL_TIER),
-                                        pytest.param("sync", "trainer", marks=FULL_TIER)])
+@pytest.mark.parametrize(
+    "mode,first",
+    [
+        ("async", "trainer"),
+        pytest.param("async", "server", marks=FULL_TIER),
+        pytest.param("sync", "trainer", marks=FULL_TIER),
+    ],
+)
 def test_trainer_and_memory_server_killed_together_the_run_finishes_and_balances(tmp_path, mode, first):
     server = RedisServer(tmp_path / "redis").start()
     port = server.port

@@ -34,8 +34,9 @@ class Twin:
         command, env = replica_launch(run.dir, name)
         self.log = run.dir.parent / f"twin-{name}.log"
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+            )
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -73,8 +74,7 @@ def _until(what: str, check, timeout: float = 120) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _twin_waits_and_run_counts_once(tmp_path, name: str, args: list[str], steps: int,
-                                    started_at: int = 300):
+def _twin_waits_and_run_counts_once(tmp_path, name: str, args: list[str], steps: int, started_at: int = 300):
     run = Run(tmp_path, f"twin-{name}-{args[1]}", ["--steps", str(steps), *args])
     if started_at:
         run.wait_until(f"{started_at:,} transitions consumed", lambda: run.consumed() >= started_at, timeout=180)
@@ -83,13 +83,13 @@ def _twin_waits_and_run_counts_once(tmp_path, name: str, args: list[str], steps:
     # the run's consumers are held while the twin starts up, so that the original cannot finish its part before
     # the twin asks for the identity (the twin's imports can take longer than that on a loaded machine): a
     # worker is held back by its full backlog, a learner by its group's next collective step
-    consumers = [p["pid"] for p in run.state()["processes"]
-                 if p["name"] != name and p["name"].startswith(("trainer", "learner"))]
+    consumers = [
+        p["pid"] for p in run.state()["processes"] if p["name"] != name and p["name"].startswith(("trainer", "learner"))
+    ]
     twin = Twin(run, name)
     try:
         with held(consumers):
-            run.wait_until("the twin to wait for the identity", lambda: "claim is held by" in twin.text(),
-                           timeout=120)
+            run.wait_until("the twin to wait for the identity", lambda: "claim is held by" in twin.text(), timeout=120)
     finally:
         summary, err, code = _finish(run, twin)
     text = twin.text()
@@ -107,7 +107,8 @@ def test_a_twin_rollout_worker_waits_and_every_transition_counts_once(tmp_path, 
 
 
 def test_a_twin_that_took_the_identity_before_the_original_started_keeps_it_and_nothing_counts_twice(
-        tmp_path, redis_server, redis_client):
+    tmp_path, redis_server, redis_client
+):
     """The other order: the twin of rollout-1 takes the identity before the original starts, so the original
     waits; the twin produces the whole share, and the original, taking the identity once the twin ended, finds
     the share done (its position) and sends nothing."""
@@ -135,22 +136,37 @@ def test_a_twin_that_took_the_identity_before_the_original_started_keeps_it_and_
 
 
 @FULL_TIER
-def test_a_twin_rollout_worker_of_a_second_shard_on_a_second_server_counts_nothing_twice(tmp_path, redis_server,
-                                                                                          redis_server_b):
-    _twin_waits_and_run_counts_once(tmp_path, "rollout-1", [
-        "--mode", "async", "--workers", "2", "--memory-shards", "2",
-        "--memory", f"{redis_server.url},{redis_server_b.url}"], 12000)
+def test_a_twin_rollout_worker_of_a_second_shard_on_a_second_server_counts_nothing_twice(
+    tmp_path, redis_server, redis_server_b
+):
+    _twin_waits_and_run_counts_once(
+        tmp_path,
+        "rollout-1",
+        [
+            "--mode",
+            "async",
+            "--workers",
+            "2",
+            "--memory-shards",
+            "2",
+            "--memory",
+            f"{redis_server.url},{redis_server_b.url}",
+        ],
+        12000,
+    )
 
 
 def test_a_twin_of_a_learner_in_a_group_of_two_waits_and_ends_with_the_run(tmp_path):
-    _, _, _, text = _twin_waits_and_run_counts_once(tmp_path, "learner-1", [
-        "--mode", "async", "--workers", "2", "--learners", "2", "--memory-shards", "2"], 8000)
+    _, _, _, text = _twin_waits_and_run_counts_once(
+        tmp_path, "learner-1", ["--mode", "async", "--workers", "2", "--learners", "2", "--memory-shards", "2"], 8000
+    )
     assert "nothing to do" in text, text[-3000:]
 
 
 def test_a_twin_evaluator_records_no_version_twice(tmp_path):
-    run, summary, _, _ = _twin_waits_and_run_counts_once(tmp_path, "evaluator", [
-        "--mode", "async", "--workers", "2", "--publish-every-updates", "25"], 12000)
+    run, summary, _, _ = _twin_waits_and_run_counts_once(
+        tmp_path, "evaluator", ["--mode", "async", "--workers", "2", "--publish-every-updates", "25"], 12000
+    )
     versions = [json.loads(line)["version"] for line in (run.dir / "evaluations.jsonl").read_text().splitlines()]
     assert versions and len(versions) == len(set(versions)), versions
     assert summary["evaluations"] == len(versions), summary
@@ -161,8 +177,9 @@ def test_a_worker_paused_past_its_lease_is_superseded_by_its_twin_and_counts_not
     SIGCONTed, rollout-1 has its next write refused and exits with ``EXIT_SUPERSEDED``, which the orchestrator
     does not restart; the twin finishes the share."""
     steps = 8000
-    run = Run(tmp_path, "twin-paused", ["--mode", "async", "--workers", "2", "--steps", str(steps),
-                                        "--hang-timeout-s", "600"])
+    run = Run(
+        tmp_path, "twin-paused", ["--mode", "async", "--workers", "2", "--steps", str(steps), "--hang-timeout-s", "600"]
+    )
     run.wait_until("1,000 transitions consumed", lambda: run.consumed() >= 1000, timeout=180)
     original = run.pid("rollout-1")
     os.kill(original, signal.SIGSTOP)
@@ -175,8 +192,9 @@ def test_a_worker_paused_past_its_lease_is_superseded_by_its_twin_and_counts_not
         os.kill(original, signal.SIGCONT)
     summary, err, code = _finish(run, twin)
     assert code == 0, twin.text()[-3000:]
-    assert f"rollout-1 was superseded by another process with its identity (exit code {EXIT_SUPERSEDED})" in err, \
-        err[-3000:]
+    assert f"rollout-1 was superseded by another process with its identity (exit code {EXIT_SUPERSEDED})" in err, err[
+        -3000:
+    ]
     assert summary["restarts"]["rollout"] == 0, summary["restarts"]
     _accounts_for_everything(summary, steps)
     assert summary["duplicates_dropped"] == 0, summary

@@ -50,8 +50,11 @@ def test_a_worker_and_the_memory_server_sigkilled_together_the_new_worker_proces
         time.sleep(1.0)
         server = RedisServer(tmp_path / "redis2", port=port).start()
         run.start("rollout", 0)
-        run.wait_until(lambda: run.log_tail("rollout-0", 100_000).count("control endpoint") == 2, 60,
-                       "the new rollout-0 process started")
+        run.wait_until(
+            lambda: run.log_tail("rollout-0", 100_000).count("control endpoint") == 2,
+            60,
+            "the new rollout-0 process started",
+        )
         time.sleep(1.0)
         os.kill(run.procs["trainer"].pid, signal.SIGCONT)
         run.wait_all(timeout=180)
@@ -98,16 +101,19 @@ def test_memory_server_and_trainer_lost_after_a_worker_exited_the_orchestrator_w
     are SIGKILLed within a second, with no checkpoint written: the restarted trainer knows nothing of rollout-1,
     whose done marker went with the server. The orchestrator writes the marker back, and the trainer counts
     rollout-1's transitions as lost instead of waiting for its final entry for ever."""
-    run = Run(tmp_path, "done-lost", ["--mode", "async", "--workers", "2", "--steps", "30000",
-                                      "--checkpoint-every-s", "3600"])
+    run = Run(
+        tmp_path, "done-lost", ["--mode", "async", "--workers", "2", "--steps", "30000", "--checkpoint-every-s", "3600"]
+    )
     try:
         run.wait_until("1,500 transitions consumed", lambda: run.consumed() >= 1500)
         from tests.conftest import run_cli
 
         down = run_cli(["scale", run.name, "--workers", "1", "--output", str(tmp_path)], timeout=180)
         assert down.returncode == 0, down.stderr[-2000:]
-        run.wait_until("rollout-1 exited 0", lambda: any(p["name"] == "rollout-1" and p.get("exit_code") == 0
-                                                         for p in run.state()["processes"]))
+        run.wait_until(
+            "rollout-1 exited 0",
+            lambda: any(p["name"] == "rollout-1" and p.get("exit_code") == 0 for p in run.state()["processes"]),
+        )
         time.sleep(1.5)
         port = run.state()["memory_url"].rsplit(":", 1)[1].split("/")[0]
         server = [line for line in processes_mentioning(f"127.0.0.1:{port}") if "server" in line]

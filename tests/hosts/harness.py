@@ -41,8 +41,9 @@ def node_of(index: int) -> str:
 
 
 class HostRun(ServiceRun):
-    def __init__(self, hosts: Hosts, cfg: ExperimentConfig, workdir: Path, run: str = "hosts",
-                 node_memory_url: str | None = None):
+    def __init__(
+        self, hosts: Hosts, cfg: ExperimentConfig, workdir: Path, run: str = "hosts", node_memory_url: str | None = None
+    ):
         self.hosts = hosts
         self.workdir = workdir
         self.password = new_password()
@@ -50,13 +51,19 @@ class HostRun(ServiceRun):
         self.server = self._memory_server().start()
         self.s3 = S3Server(workdir, host=hosts.address["store"], port=S3_PORT, launcher=hosts.command("store", []))
         self.store_url = f"s3://drl-{run}/runs"
-        super().__init__(cfg, self.server.url, workdir, run=run, store_url=self.store_url,
-                         learner_address=hosts.address["learner"])
+        super().__init__(
+            cfg, self.server.url, workdir, run=run, store_url=self.store_url, learner_address=hosts.address["learner"]
+        )
         self.node_memory_url = node_memory_url
 
     def _memory_server(self) -> RedisServer:
-        return RedisServer(self.workdir / "redis", port=MEMORY_PORT, host=self.hosts.address["memory"],
-                           launcher=self.hosts.command("memory", []), password=self.password)
+        return RedisServer(
+            self.workdir / "redis",
+            port=MEMORY_PORT,
+            host=self.hosts.address["memory"],
+            launcher=self.hosts.command("memory", []),
+            password=self.password,
+        )
 
     def client(self) -> redis.Redis:
         return redis.Redis.from_url(self.server.url, password=self.password, socket_timeout=10)
@@ -68,12 +75,16 @@ class HostRun(ServiceRun):
         workload = self.workloads[role]
         name = workload.replica_name(index)
         host = self.host_of(role, index)
-        env = {**os.environ, **self.s3.env, **workload.replica_env(index), "DRL_MEMORY_PASSWORD": self.password,
-               "DRL_CACHE_DIR": str(self.workdir / f"cache-{host}")}
+        env = {
+            **os.environ,
+            **self.s3.env,
+            **workload.replica_env(index),
+            "DRL_MEMORY_PASSWORD": self.password,
+            "DRL_CACHE_DIR": str(self.workdir / f"cache-{host}"),
+        }
         if host.startswith("node-") and self.node_memory_url:
             env["DRL_MEMORY_URL"] = self.node_memory_url
-        proc = self.hosts.popen(host, list(workload.command), env, self.run_dir / "logs" / f"{name}.log",
-                                cwd=str(ROOT))
+        proc = self.hosts.popen(host, list(workload.command), env, self.run_dir / "logs" / f"{name}.log", cwd=str(ROOT))
         self.procs[name] = proc
         return proc
 
@@ -90,8 +101,13 @@ class HostRun(ServiceRun):
     def accounts(self) -> dict:
         """Where every transition went, from the memory server's authoritative counters (as a local run's
         summary counts them): produced = consumed + unconsumed + drops, duplicates and dead letters apart."""
-        memory = open_memory(self.server.url, self.run, retry_s=5.0, shards=self.cfg.memory_shards,
-                             env={"DRL_MEMORY_PASSWORD": self.password})
+        memory = open_memory(
+            self.server.url,
+            self.run,
+            retry_s=5.0,
+            shards=self.cfg.memory_shards,
+            env={"DRL_MEMORY_PASSWORD": self.password},
+        )
         try:
             control = memory.control()
             return tally(control.ledger(), control.produced(), control.unconsumed(), control.dead_letters())

@@ -105,11 +105,18 @@ class Hosts:
         """``argv`` run on host ``name``."""
         return ["ip", "netns", "exec", self.ns(name), *argv]
 
-    def popen(self, name: str, argv: list[str], env: dict[str, str], log: Path, cwd: str | None = None,
-              ) -> subprocess.Popen:
+    def popen(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        log: Path,
+        cwd: str | None = None,
+    ) -> subprocess.Popen:
         with open(log, "ab") as out:
-            return subprocess.Popen(self.command(name, argv), env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    cwd=cwd, start_new_session=True)
+            return subprocess.Popen(
+                self.command(name, argv), env=env, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True
+            )
 
     def cut(self, name: str) -> None:
         sh("ip", "link", "set", self._outer[name], "down")
@@ -125,8 +132,21 @@ class Hosts:
     def cap(self, name: str, mbit: float) -> None:
         """Both directions of the host's link limited to ``mbit`` Mbit/s (tbf: a 64 KiB bucket, 50 ms of queue)."""
         for tc, dev in self._ends(name):
-            sh(*tc, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{mbit}mbit", "burst", "64kb",
-               "latency", "50ms")
+            sh(
+                *tc,
+                "qdisc",
+                "replace",
+                "dev",
+                dev,
+                "root",
+                "tbf",
+                "rate",
+                f"{mbit}mbit",
+                "burst",
+                "64kb",
+                "latency",
+                "50ms",
+            )
 
     def qdisc(self, name: str) -> str:
         """The queueing disciplines on both ends of the host's link, as ``tc`` shows them."""

@@ -39,7 +39,8 @@ class DelayProxy:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._accept, self.listen[0], self.listen[1], reuse_address=True))
+            asyncio.start_server(self._accept, self.listen[0], self.listen[1], reuse_address=True)
+        )
         self._ready.set()
         try:
             self._loop.run_forever()
@@ -57,8 +58,7 @@ class DelayProxy:
             client_w.close()
             return
         self.connections += 1
-        await asyncio.gather(self._pipe(client_r, server_w), self._pipe(server_r, client_w),
-                             return_exceptions=True)
+        await asyncio.gather(self._pipe(client_r, server_w), self._pipe(server_r, client_w), return_exceptions=True)
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         queue: asyncio.Queue = asyncio.Queue()

@@ -38,8 +38,9 @@ def test_a_run_across_hosts_completes_with_every_transition_consumed(hosts, tmp_
         acc = finish(run)
         assert acc["consumed"] == STEPS and acc["duplicates"] == 0
         assert run.status("trainer")["exit_reason"] == "steps_done"
-        assert (tmp_path / "cache-node-a").is_dir() and (tmp_path / "cache-node-b").is_dir(), \
+        assert (tmp_path / "cache-node-a").is_dir() and (tmp_path / "cache-node-b").is_dir(), (
             "each node keeps its own policy cache"
+        )
         for i in range(4):
             assert float(run.status(f"rollout-{i}")["policy_sync_ms_p99"]) > 0, "no policy sync measured"
     finally:
@@ -57,8 +58,7 @@ def test_a_node_cut_off_for_30s_comes_back_and_nothing_is_lost_or_counted_twice(
     not consumed; nothing is dropped) and go on after the heal. SYNC: the trainer trains without them at the
     iteration's deadline and takes them back when they return."""
     steps = 12000
-    run = HostRun(hosts, fast_config(mode=mode, workers=4, steps=steps, sync_deadline_s=8), tmp_path,
-                  run=f"cut-{mode}")
+    run = HostRun(hosts, fast_config(mode=mode, workers=4, steps=steps, sync_deadline_s=8), tmp_path, run=f"cut-{mode}")
     try:
         run.start_all()
         run.wait_until(lambda: run.consumed() >= 2000, 120, "2000 transitions consumed")
@@ -119,8 +119,13 @@ def test_added_latency_between_the_nodes_and_memory_slows_nothing_into_loss(host
     ``rtt_ms`` each way (``tests.hosts.proxy``); the learner host reaches it directly."""
     address = hosts.gateway
     with DelayProxy((address, PROXY_PORT), (hosts.address["memory"], MEMORY_PORT), rtt_ms) as proxy:
-        run = HostRun(hosts, fast_config(workers=4, steps=6000), tmp_path, run=f"latency-{rtt_ms}",
-                      node_memory_url=f"redis://{address}:{PROXY_PORT}/0")
+        run = HostRun(
+            hosts,
+            fast_config(workers=4, steps=6000),
+            tmp_path,
+            run=f"latency-{rtt_ms}",
+            node_memory_url=f"redis://{address}:{PROXY_PORT}/0",
+        )
         try:
             run.start_all()
             acc = finish(run)

@@ -9,10 +9,24 @@ import time
 
 import torch
 
-print(json.dumps({"argv": sys.argv[1:], "main": __name__, "ppid": os.getppid(), "session_leader": os.getsid(0) == os.getpid(),
-                  "nice": os.nice(0), "cwd": os.getcwd(), "probe": os.environ.get("PROBE"),
-                  "stray": os.environ.get("STRAY"), "threads": torch.get_num_threads(),
-                  "stdin": sys.stdin.read(), "argv0": os.path.basename(sys.argv[0])}), flush=True)
+print(
+    json.dumps(
+        {
+            "argv": sys.argv[1:],
+            "main": __name__,
+            "ppid": os.getppid(),
+            "session_leader": os.getsid(0) == os.getpid(),
+            "nice": os.nice(0),
+            "cwd": os.getcwd(),
+            "probe": os.environ.get("PROBE"),
+            "stray": os.environ.get("STRAY"),
+            "threads": torch.get_num_threads(),
+            "stdin": sys.stdin.read(),
+            "argv0": os.path.basename(sys.argv[0]),
+        }
+    ),
+    flush=True,
+)
 print("to stderr", file=sys.stderr)
 if sys.argv[1] == "wait":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(5))

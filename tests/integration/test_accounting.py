@@ -14,8 +14,7 @@ from tests.harness import assert_balanced
 
 
 def test_a_run_stopped_while_its_trainer_is_paused_counts_what_it_left_in_the_stream(tmp_path):
-    run = Run(tmp_path, "left", ["--mode", "async", "--workers", "2", "--steps", "40000",
-                                 "--max-backlog-entries", "6"])
+    run = Run(tmp_path, "left", ["--mode", "async", "--workers", "2", "--steps", "40000", "--max-backlog-entries", "6"])
     run.wait_until("1,000 transitions consumed", lambda: run.consumed() >= 1000)
     trainer = run.pid("trainer")
     os.kill(trainer, signal.SIGSTOP)
@@ -39,8 +38,22 @@ def test_a_run_stopped_while_its_trainer_is_paused_counts_what_it_left_in_the_st
 
 
 def test_a_run_that_reaches_its_target_early_balances_with_what_it_did_not_train_on(tmp_path):
-    run = Run(tmp_path, "early", ["--mode", "async", "--workers", "2", "--steps", "60000",
-                                  "--target-return", "-1700", "--publish-every-updates", "20"])
+    run = Run(
+        tmp_path,
+        "early",
+        [
+            "--mode",
+            "async",
+            "--workers",
+            "2",
+            "--steps",
+            "60000",
+            "--target-return",
+            "-1700",
+            "--publish-every-updates",
+            "20",
+        ],
+    )
     summary, _ = run.finish(timeout=300)
     assert summary["exit_reason"].startswith("target_reached"), summary["exit_reason"]
     assert summary["transitions_produced"] < 60000

@@ -26,9 +26,28 @@ def _run(tmp_path, run: str, args: list[str]) -> dict:
 
 def test_ppo_iterations_with_vectorised_envs_and_merged_statistics(tmp_path):
     run = "ppo-pendulum"
-    summary = _run(tmp_path, run, ["--preset", "ppo", "--env", "Pendulum-v1", "--workers", "2",
-                                   "--envs-per-worker", "3", "--steps", "1536", "--sync-steps-per-iteration", "512",
-                                   "--ppo.epochs", "2", "--ppo.minibatches", "4"])
+    summary = _run(
+        tmp_path,
+        run,
+        [
+            "--preset",
+            "ppo",
+            "--env",
+            "Pendulum-v1",
+            "--workers",
+            "2",
+            "--envs-per-worker",
+            "3",
+            "--steps",
+            "1536",
+            "--sync-steps-per-iteration",
+            "512",
+            "--ppo.epochs",
+            "2",
+            "--ppo.minibatches",
+            "4",
+        ],
+    )
     config = json.loads((tmp_path / run / "config.json").read_text())
     assert config["ppo"]["normalize_obs"] is True
     assert summary["transitions_consumed"] == 1536
@@ -42,17 +61,39 @@ def test_ppo_iterations_with_vectorised_envs_and_merged_statistics(tmp_path):
 
 @pytest.mark.parametrize("mode", [pytest.param("sync", marks=FULL_TIER), "async"])
 def test_dqn_nstep_with_worker_priorities(tmp_path, mode):
-    summary = _run(tmp_path, f"dqn-{mode}", ["--preset", "dqn", "--workers", "2", "--envs-per-worker", "3",
-                                             "--mode", mode, "--steps", "3000", "--prioritized", "true",
-                                             "--worker-priorities", "true", "--learning-starts", "500"])
+    summary = _run(
+        tmp_path,
+        f"dqn-{mode}",
+        [
+            "--preset",
+            "dqn",
+            "--workers",
+            "2",
+            "--envs-per-worker",
+            "3",
+            "--mode",
+            mode,
+            "--steps",
+            "3000",
+            "--prioritized",
+            "true",
+            "--worker-priorities",
+            "true",
+            "--learning-starts",
+            "500",
+        ],
+    )
     assert summary["transitions_consumed"] == 3000
     assert summary["updates"] == (3000 - 500) // 2  # updates_per_transition 0.5
 
 
 @pytest.mark.parametrize("preset", ["sac", pytest.param("td3", marks=FULL_TIER)])
 def test_prioritized_replay_runs(tmp_path, preset):
-    summary = _run(tmp_path, f"{preset}-per", ["--preset", preset, "--workers", "2", "--mode", "async",
-                                               "--steps", "1500", "--prioritized", "true"])
+    summary = _run(
+        tmp_path,
+        f"{preset}-per",
+        ["--preset", preset, "--workers", "2", "--mode", "async", "--steps", "1500", "--prioritized", "true"],
+    )
     assert summary["transitions_consumed"] == 1500
     assert summary["updates"] == 500
 
@@ -66,10 +107,32 @@ def test_appo_consumes_fixed_segments_once_and_reports_the_policy_lag(tmp_path):
     from orchestrator.status import lag_line
 
     run = "appo-cartpole"
-    summary = _run(tmp_path, run, ["--preset", "appo", "--env", "CartPole-v1", "--workers", "4",
-                                   "--envs-per-worker", "2", "--steps", "4096", "--appo.segment", "16",
-                                   "--appo.batch-size", "128", "--appo.epochs", "2", "--appo.minibatches", "2",
-                                   "--publish-every-updates", "4"])
+    summary = _run(
+        tmp_path,
+        run,
+        [
+            "--preset",
+            "appo",
+            "--env",
+            "CartPole-v1",
+            "--workers",
+            "4",
+            "--envs-per-worker",
+            "2",
+            "--steps",
+            "4096",
+            "--appo.segment",
+            "16",
+            "--appo.batch-size",
+            "128",
+            "--appo.epochs",
+            "2",
+            "--appo.minibatches",
+            "2",
+            "--publish-every-updates",
+            "4",
+        ],
+    )
     assert summary["mode"] == "async" and summary["transitions_consumed"] == 4096
     assert summary["updates"] == 4096 // 128 * 2 * 2
     lag = summary["policy_lag"]
@@ -85,9 +148,28 @@ def test_appo_drops_and_counts_segments_older_than_the_lag_limit(tmp_path):
     --max-policy-lag 1 the segments collected more than one version before the newest are dropped and counted, the rest
     trained, and the summary still balances (drops count as consumed)."""
     run = "appo-lag"
-    summary = _run(tmp_path, run, ["--preset", "appo", "--env", "CartPole-v1", "--workers", "4", "--steps", "4096",
-                                   "--appo.segment", "16", "--appo.batch-size", "64", "--max-policy-lag", "1",
-                                   "--publish-every-updates", "1"])
+    summary = _run(
+        tmp_path,
+        run,
+        [
+            "--preset",
+            "appo",
+            "--env",
+            "CartPole-v1",
+            "--workers",
+            "4",
+            "--steps",
+            "4096",
+            "--appo.segment",
+            "16",
+            "--appo.batch-size",
+            "64",
+            "--max-policy-lag",
+            "1",
+            "--publish-every-updates",
+            "1",
+        ],
+    )
     lag = summary["policy_lag"]
     assert lag["dropped"] > 0 and lag["max"] <= 1
     assert lag["dropped"] + sum(lag["histogram"].values()) + 64 > summary["transitions_consumed"]

@@ -17,8 +17,11 @@ def _closed_port() -> int:
 
 
 CASES = {
-    "unknown_preset": (["--preset", "nope"], {},
-                       "unknown preset 'nope'; accepted: appo, appo-atari, dqn, dqn-atari, ppo, ppo-atari, sac, sac-lunar, td3"),
+    "unknown_preset": (
+        ["--preset", "nope"],
+        {},
+        "unknown preset 'nope'; accepted: appo, appo-atari, dqn, dqn-atari, ppo, ppo-atari, sac, sac-lunar, td3",
+    ),
     "unknown_env": (["--env", "Pendulum-v9"], {}, "unknown environment id 'Pendulum-v9'; did you mean"),
     "unknown_mode": (["--mode", "sometimes"], {}, "invalid choice: 'sometimes' (choose from 'sync', 'async')"),
     "zero_workers": (["--workers", "0"], {}, "--workers must be a positive integer, got 0"),
@@ -26,22 +29,40 @@ CASES = {
     "non_integer_workers": (["--workers", "two"], {}, "--workers expects int, got 'two'"),
     "unreachable_memory": (["--memory", f"redis://127.0.0.1:{_closed_port()}/0"], {}, "is unreachable"),
     "bad_memory_scheme": (["--memory", "http://127.0.0.1:1/"], {}, "is not valid"),
-    "missing_server_binary": ([], {"DRL_REDIS_SERVER": "/nonexistent/valkey-server"},
-                              "DRL_REDIS_SERVER=/nonexistent/valkey-server is not an executable file"),
+    "missing_server_binary": (
+        [],
+        {"DRL_REDIS_SERVER": "/nonexistent/valkey-server"},
+        "DRL_REDIS_SERVER=/nonexistent/valkey-server is not an executable file",
+    ),
     "discrete_env_for_sac": (["--env", "CartPole-v1"], {}, "algorithm sac needs continuous (Box) actions"),
-    "missing_config_file": (["--config", "/nonexistent/drl.json"], {}, "config file /nonexistent/drl.json does not exist"),
+    "missing_config_file": (
+        ["--config", "/nonexistent/drl.json"],
+        {},
+        "config file /nonexistent/drl.json does not exist",
+    ),
     "unknown_flag": (["--wrokers", "2"], {}, "unrecognized arguments: --wrokers 2"),
     "ppo_async": (["--preset", "ppo", "--mode", "async"], {}, "ppo is on-policy and runs only in --mode sync"),
-    "continuous_env_for_dqn": (["--preset", "dqn", "--env", "Pendulum-v1"], {},
-                               "algorithm dqn needs discrete actions, but Pendulum-v1 has Box"),
-    "worker_priorities_for_sac": (["--prioritized", "true", "--worker-priorities", "true"], {},
-                                  "--worker-priorities: sac's rollout workers have no value estimate"),
+    "continuous_env_for_dqn": (
+        ["--preset", "dqn", "--env", "Pendulum-v1"],
+        {},
+        "algorithm dqn needs discrete actions, but Pendulum-v1 has Box",
+    ),
+    "worker_priorities_for_sac": (
+        ["--prioritized", "true", "--worker-priorities", "true"],
+        {},
+        "--worker-priorities: sac's rollout workers have no value estimate",
+    ),
     "prioritized_ppo": (["--preset", "ppo", "--prioritized", "true"], {}, "--prioritized applies to replay-based"),
-    **{f"observations_{env}": (["--preset", "dqn", "--env", env], {"DRL_PLUGINS": "tests.plugins.odd_spaces"},
-                               f"environment {env!r}: observation space {space!r} is not supported; drl takes Box "
-                               "observations of at most 3 dimensions (a vector, an HxW, HxWxC or CxHxW image) and "
-                               "Discrete ones")
-       for env, space in ODD_SPACES.items()},
+    **{
+        f"observations_{env}": (
+            ["--preset", "dqn", "--env", env],
+            {"DRL_PLUGINS": "tests.plugins.odd_spaces"},
+            f"environment {env!r}: observation space {space!r} is not supported; drl takes Box "
+            "observations of at most 3 dimensions (a vector, an HxW, HxWxC or CxHxW image) and "
+            "Discrete ones",
+        )
+        for env, space in ODD_SPACES.items()
+    },
 }
 
 
@@ -77,14 +98,17 @@ def test_run_name_already_used_on_the_memory_server(tmp_path, redis_server, redi
     assert redis_client.get("drl:{taken}:policy") == b"3", "existing data must be left alone"
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["evaluate", "--run", "ghost"], "no run 'ghost' in"),
-    (["evaluate", "--run", "ghost", "--episodes", "0"], "--episodes must be a positive integer, got 0"),
-    (["evaluate"], "the following arguments are required: --run"),
-    (["--resume", "ghost"], "no run 'ghost' to resume"),
-    (["--resume", "ghost", "--config", "x.json"], "--config cannot be combined with it"),
-    (["--store", "gs://bucket/x"], "store URL scheme 'gs' is not supported"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["evaluate", "--run", "ghost"], "no run 'ghost' in"),
+        (["evaluate", "--run", "ghost", "--episodes", "0"], "--episodes must be a positive integer, got 0"),
+        (["evaluate"], "the following arguments are required: --run"),
+        (["--resume", "ghost"], "no run 'ghost' to resume"),
+        (["--resume", "ghost", "--config", "x.json"], "--config cannot be combined with it"),
+        (["--store", "gs://bucket/x"], "store URL scheme 'gs' is not supported"),
+    ],
+)
 def test_bad_evaluate_resume_and_store_input(tmp_path, args, expected):
     if args[0] == "evaluate":
         args = [*args, "--store", str(tmp_path)]

@@ -17,14 +17,31 @@ from services.rollout.worker import RolloutWorker
 from tests.conftest import ROOT, read_summary, run_cli
 from tests.harness import ServiceRun, fast_config
 
-SMALL = ["--sac.hidden", "16,16", "--sac.batch-size", "32", "--eval-episodes", "1", "--learning-starts", "300",
-         "--random-steps", "300", "--updates-per-transition", "0.25", "--workers", "2"]
+SMALL = [
+    "--sac.hidden",
+    "16,16",
+    "--sac.batch-size",
+    "32",
+    "--eval-episodes",
+    "1",
+    "--learning-starts",
+    "300",
+    "--random-steps",
+    "300",
+    "--updates-per-transition",
+    "0.25",
+    "--workers",
+    "2",
+]
 
 
 def test_trainer_sigkill_resumes_from_its_checkpoint_with_counters_continuing(tmp_path, redis_server, redis_client):
     steps = 20_000  # about 4,000 updates: the trainer is killed well before it has done them all
-    run = ServiceRun(fast_config(steps=steps, checkpoint_every_s=0.5, publish_every_updates=20,
-                                 updates_per_transition=0.2), redis_server.url, tmp_path)
+    run = ServiceRun(
+        fast_config(steps=steps, checkpoint_every_s=0.5, publish_every_updates=20, updates_per_transition=0.2),
+        redis_server.url,
+        tmp_path,
+    )
     checkpoints = CheckpointStore(run_store(str(tmp_path / "store"), run.run), run.run)
     run.start_all()
     run.wait_until(lambda: len(checkpoints.sequences()) >= 2 and run.consumed() > 3000, 120, "two checkpoints")
@@ -47,8 +64,13 @@ def test_trainer_sigkill_resumes_from_its_checkpoint_with_counters_continuing(tm
 
 def test_resume_continues_a_stopped_run(tmp_path):
     args = [*SMALL, "--steps", "20000", "--output", str(tmp_path), "--run-name", "again", "--checkpoint-every-s", "1"]
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     evaluations = tmp_path / "again" / "evaluations.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not evaluations.exists() or len(evaluations.read_text().splitlines()) < 2):
@@ -71,7 +93,7 @@ def test_resume_continues_a_stopped_run(tmp_path):
     assert summary["updates"] >= done.updates
     assert summary["policy_version"] > first["policy_version"]
     after = evaluations.read_text().splitlines()
-    assert after[:len(before)] == before and len(after) > len(before), "evaluations were not appended"
+    assert after[: len(before)] == before and len(after) > len(before), "evaluations were not appended"
     assert json.loads(after[-1])["version"] > json.loads(before[-1])["version"]
 
     again = run_cli(["--resume", "again", "--output", str(tmp_path)], timeout=60)

@@ -22,12 +22,16 @@ NAMES = ["trainer", "rollout-0", "rollout-1", "evaluator"]
 
 
 def start_detached(tmp_path, run: str, *flags: str):
-    proc = run_cli(["--workers", "2", "--eval-episodes", "1", "--output", str(tmp_path), "--run-name", run,
-                    "--detach", *flags], timeout=120)
+    proc = run_cli(
+        ["--workers", "2", "--eval-episodes", "1", "--output", str(tmp_path), "--run-name", run, "--detach", *flags],
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == run
-    assert f"drl-orchestrate status {run} --output {tmp_path} / drl-orchestrate stop {run} --output {tmp_path}" \
-        in proc.stderr, "the printed commands work when copied"
+    assert (
+        f"drl-orchestrate status {run} --output {tmp_path} / drl-orchestrate stop {run} --output {tmp_path}"
+        in proc.stderr
+    ), "the printed commands work when copied"
     state = read_state(tmp_path / run)
     assert state is not None and state.detached and pid_alive(state.orchestrator_pid)
     return state
@@ -42,8 +46,9 @@ def wait_for_ports(tmp_path, run: str, timeout: float = 60.0):
         if all(ports.values()) and all(get_status(port) is not None for port in ports.values()):
             return state
         time.sleep(0.3)
-    raise AssertionError(f"control ports not all known: {ports}; log: "
-                         f"{(tmp_path / run / 'orchestrator.log').read_text()[-2000:]}")
+    raise AssertionError(
+        f"control ports not all known: {ports}; log: {(tmp_path / run / 'orchestrator.log').read_text()[-2000:]}"
+    )
 
 
 def test_detached_run_status_health_and_stop(tmp_path):

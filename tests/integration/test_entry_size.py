@@ -30,8 +30,9 @@ def _entries(entry: int) -> int:
 
 
 def _finished_run(tmp_path, redis_server, fill_ms: float, run: str, **changes) -> ServiceRun:
-    cfg = fast_config(workers=1, steps=STEPS, random_steps=STEPS, batch_transitions=BATCH, entry_fill_ms=fill_ms,
-                      **changes)
+    cfg = fast_config(
+        workers=1, steps=STEPS, random_steps=STEPS, batch_transitions=BATCH, entry_fill_ms=fill_ms, **changes
+    )
     sr = ServiceRun(cfg, redis_server.url, tmp_path, run=run)
     sr.start_all()
     sr.wait_all(timeout=180)
@@ -98,12 +99,14 @@ def _backlog_when_trainer_stops(tmp_path, redis_server, fill_ms: float, run: str
 
 def test_the_backlog_holds_about_what_fixed_size_entries_would(tmp_path, redis_server):
     cfg = fast_config(batch_transitions=BATCH)
-    fixed_entries, fixed_transitions, _ = _backlog_when_trainer_stops(tmp_path / "fixed", redis_server, 0,
-                                                                       "backlog-fixed")
+    fixed_entries, fixed_transitions, _ = _backlog_when_trainer_stops(
+        tmp_path / "fixed", redis_server, 0, "backlog-fixed"
+    )
     assert (fixed_entries, fixed_transitions) == (cfg.max_backlog_entries, cfg.max_backlog_entries * BATCH)
 
-    grown_entries, grown_transitions, _ = _backlog_when_trainer_stops(tmp_path / "grown", redis_server, 60_000,
-                                                                       "backlog-grown")
+    grown_entries, grown_transitions, _ = _backlog_when_trainer_stops(
+        tmp_path / "grown", redis_server, 60_000, "backlog-grown"
+    )
     assert grown_entries < cfg.max_backlog_entries
     slack = cfg.max_backlog_entries * HEADER_ALLOWANCE_BYTES // _layout_bytes()
     assert fixed_transitions <= grown_transitions <= fixed_transitions + slack + 2 * BATCH

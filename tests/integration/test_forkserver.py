@@ -17,7 +17,7 @@ import pytest
 from drl.process import pid_alive
 from tests.conftest import ROOT
 
-DRIVER = r'''
+DRIVER = r"""
 import json, os, signal, sys, time
 from orchestrator.backends.local.forkserver import ForkedProcess, Launcher
 launcher = Launcher(enabled=sys.argv[1] == "fork")
@@ -37,16 +37,21 @@ if sys.argv[2] == "wait":
     child.terminate()
 print(json.dumps({"code": child.wait(30), "me": os.getpid()}), flush=True)
 launcher.close()
-'''
+"""
 
 
 def _drive(tmp_path, how: str, code: str, threads: str = "1", after: str = "0"):
     log = tmp_path / f"{how}.log"
     cwd = tmp_path / "cwd"
     cwd.mkdir(exist_ok=True)
-    proc = subprocess.Popen([sys.executable, "-c", DRIVER, how, code, threads, str(cwd), str(log), after],
-                            cwd=ROOT, env={**os.environ, "STRAY": "from the orchestrator", "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, how, code, threads, str(cwd), str(log), after],
+        cwd=ROOT,
+        env={**os.environ, "STRAY": "from the orchestrator", "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return proc, log
 
 
@@ -70,9 +75,19 @@ def test_a_forked_service_sees_what_a_popen_started_one_sees(tmp_path, threads):
         assert text.splitlines()[1] == "to stderr"
     assert {**forked[2], "ppid": 0} == {**popened[2], "ppid": 0}, "a forked service differs from a Popen-started one"
     seen = forked[2]
-    assert seen == {**seen, "argv": ["7", "x"], "main": "__main__", "session_leader": True, "nice": 3, "probe": "seen",
-                    "stray": None, "threads": int(threads), "stdin": "", "argv0": "forkserver_probe.py",
-                    "cwd": str(tmp_path / "cwd")}
+    assert seen == {
+        **seen,
+        "argv": ["7", "x"],
+        "main": "__main__",
+        "session_leader": True,
+        "nice": 3,
+        "probe": "seen",
+        "stray": None,
+        "threads": int(threads),
+        "stdin": "",
+        "argv0": "forkserver_probe.py",
+        "cwd": str(tmp_path / "cwd"),
+    }
 
 
 def test_a_forked_service_is_signalled_and_reaped_like_a_popen_one(tmp_path):
@@ -102,19 +117,27 @@ def test_a_forked_service_ends_with_its_orchestrator(tmp_path):
 def test_a_service_whose_import_time_environment_differs_is_started_as_a_new_process(tmp_path):
     """Search paths and thread pools are read while modules are imported: the server's imports would not be the
     service's, so it is not forked. Plugins are not: a service loads its own after it starts, so it is forked."""
-    code = ("import os, sys\n"
-            "from orchestrator.backends.local.forkserver import ForkedProcess, Launcher\n"
-            "launcher = Launcher()\n"
-            "launcher.warm({**os.environ, 'OMP_NUM_THREADS': '1'})\n"
-            "command = [sys.executable, '-m', 'tests.integration.forkserver_probe', '0']\n"
-            "kinds = []\n"
-            "for extra in ({}, {'OMP_NUM_THREADS': '3'}, {'DRL_PLUGINS': 'x'}, {'PYTHONPATH': '/nowhere'}):\n"
-            "    with open(sys.argv[1], 'ab') as log:\n"
-            "        child = launcher.start(command, {**os.environ, 'OMP_NUM_THREADS': '1', **extra}, log)\n"
-            "    kinds.append(isinstance(child, ForkedProcess))\n"
-            "    assert child.wait(60) == 0\n"
-            "print(kinds)\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "log")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import os, sys\n"
+        "from orchestrator.backends.local.forkserver import ForkedProcess, Launcher\n"
+        "launcher = Launcher()\n"
+        "launcher.warm({**os.environ, 'OMP_NUM_THREADS': '1'})\n"
+        "command = [sys.executable, '-m', 'tests.integration.forkserver_probe', '0']\n"
+        "kinds = []\n"
+        "for extra in ({}, {'OMP_NUM_THREADS': '3'}, {'DRL_PLUGINS': 'x'}, {'PYTHONPATH': '/nowhere'}):\n"
+        "    with open(sys.argv[1], 'ab') as log:\n"
+        "        child = launcher.start(command, {**os.environ, 'OMP_NUM_THREADS': '1', **extra}, log)\n"
+        "    kinds.append(isinstance(child, ForkedProcess))\n"
+        "    assert child.wait(60) == 0\n"
+        "print(kinds)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "log")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "[True, True, True, False]"

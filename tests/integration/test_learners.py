@@ -16,8 +16,22 @@ from orchestrator.backends.local.common import latest_checkpoint_meta
 from tests.conftest import read_summary, run_cli
 from tests.harness import assert_balanced
 
-SAC = ["--preset", "sac", "--env", "Pendulum-v1", "--sac.hidden", "16,16", "--sac.batch-size", "32",
-       "--eval-episodes", "1", "--learning-starts", "300", "--updates-per-transition", "0.25"]
+SAC = [
+    "--preset",
+    "sac",
+    "--env",
+    "Pendulum-v1",
+    "--sac.hidden",
+    "16,16",
+    "--sac.batch-size",
+    "32",
+    "--eval-episodes",
+    "1",
+    "--learning-starts",
+    "300",
+    "--updates-per-transition",
+    "0.25",
+]
 PPO = ["--preset", "ppo", "--env", "CartPole-v1", "--ppo.epochs", "2", "--eval-episodes", "1"]
 
 
@@ -26,12 +40,31 @@ def processes(run_dir) -> dict[str, dict]:
     return {p["name"]: p for p in state["processes"]}
 
 
-@pytest.mark.parametrize("args, mode, steps", [(SAC, "async", 6000), (PPO, "sync", 4096)], ids=["sac-async",
-                                                                                               "ppo-sync"])
+@pytest.mark.parametrize(
+    "args, mode, steps", [(SAC, "async", 6000), (PPO, "sync", 4096)], ids=["sac-async", "ppo-sync"]
+)
 def test_two_learners_count_every_transition_once_and_only_the_trainer_publishes(tmp_path, args, mode, steps):
     run = f"group-{mode}"
-    proc = run_cli([*args, "--mode", mode, "--workers", "4", "--learners", "2", "--memory-shards", "2",
-                    "--steps", str(steps), "--output", str(tmp_path), "--run-name", run], timeout=300)
+    proc = run_cli(
+        [
+            *args,
+            "--mode",
+            mode,
+            "--workers",
+            "4",
+            "--learners",
+            "2",
+            "--memory-shards",
+            "2",
+            "--steps",
+            str(steps),
+            "--output",
+            str(tmp_path),
+            "--run-name",
+            run,
+        ],
+        timeout=300,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     summary = read_summary(tmp_path / run)
     assert_balanced(summary)
@@ -81,12 +114,34 @@ def test_a_sigkilled_learner_and_its_group_come_back_and_every_transition_counts
     from tests.faults.test_supervision import Run, _accounts_for_everything
 
     steps = 6000
-    run = Run(tmp_path, "kill-learner", ["--mode", "async", "--workers", "4", "--learners", "2", "--memory-shards",
-                                         "2", "--steps", str(steps), "--checkpoint-every-s", "1",
-                                         "--publish-every-updates", "25"])
-    run.wait_until("2,000 transitions and a checkpoint of each learner", lambda: run.consumed() >= 1000
-                   and any((run.dir / "checkpoints").glob("c*/manifest.json"))
-                   and any((run.dir / "learners" / "1" / "checkpoints").glob("c*/manifest.json")))
+    run = Run(
+        tmp_path,
+        "kill-learner",
+        [
+            "--mode",
+            "async",
+            "--workers",
+            "4",
+            "--learners",
+            "2",
+            "--memory-shards",
+            "2",
+            "--steps",
+            str(steps),
+            "--checkpoint-every-s",
+            "1",
+            "--publish-every-updates",
+            "25",
+        ],
+    )
+    run.wait_until(
+        "2,000 transitions and a checkpoint of each learner",
+        lambda: (
+            run.consumed() >= 1000
+            and any((run.dir / "checkpoints").glob("c*/manifest.json"))
+            and any((run.dir / "learners" / "1" / "checkpoints").glob("c*/manifest.json"))
+        ),
+    )
     os.kill(run.pid("learner-1"), signal.SIGKILL)
     summary, err = run.finish()
     _accounts_for_everything(summary, steps)

@@ -23,11 +23,13 @@ RUN = "mem"
 
 def _arrays(n: int, obs_dim: int = 3, obs_dtype=np.float32) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(n)
-    return {"obs": rng.standard_normal((n, obs_dim)).astype(obs_dtype),
-            "action": rng.uniform(-2, 2, (n, 1)).astype(np.float32),
-            "reward": rng.standard_normal(n).astype(np.float32),
-            "next_obs": rng.standard_normal((n, obs_dim)).astype(obs_dtype),
-            "terminated": np.zeros(n, dtype=np.uint8)}
+    return {
+        "obs": rng.standard_normal((n, obs_dim)).astype(obs_dtype),
+        "action": rng.uniform(-2, 2, (n, 1)).astype(np.float32),
+        "reward": rng.standard_normal(n).astype(np.float32),
+        "next_obs": rng.standard_normal((n, obs_dim)).astype(obs_dtype),
+        "terminated": np.zeros(n, dtype=np.uint8),
+    }
 
 
 def _entry(worker: str, seq: int, n: int = 8, run: str = RUN, **arrays_kw) -> tuple[bytes, bytes]:
@@ -72,15 +74,19 @@ def test_n_producer_processes_are_consumed_exactly_once(tmp_path, redis_server, 
     while trainer.ledger.consumed < workers * entries * n:
         for h in trainer.channels.read(count=16, block_ms=200):
             seen.setdefault(h.worker_id, []).append(h.seq)
-        assert any(p.is_alive() for p in procs) or redis_client.xlen(Keys(RUN).stream) or \
-            trainer.ledger.consumed == workers * entries * n
+        assert (
+            any(p.is_alive() for p in procs)
+            or redis_client.xlen(Keys(RUN).stream)
+            or trainer.ledger.consumed == workers * entries * n
+        )
     for p in procs:
         p.join(30)
         assert p.exitcode == 0
     assert trainer.ledger.consumed == workers * entries * n
     assert trainer.ledger.duplicates == 0
-    assert {w: sorted(s) for w, s in seen.items()} == {f"rollout-{i}": list(range(1, entries + 1))
-                                                        for i in range(workers)}
+    assert {w: sorted(s) for w, s in seen.items()} == {
+        f"rollout-{i}": list(range(1, entries + 1)) for i in range(workers)
+    }
     assert redis_client.xlen(Keys(RUN).stream) == 0
     assert int(redis_client.get(Keys(RUN).backlog_bytes) or 0) == 0
     assert redis_client.hget(Keys(RUN).consumer_state, seq_field("rollout-2")) == str(entries).encode()
@@ -169,8 +175,15 @@ def test_each_kind_of_bad_entry_is_dead_lettered_and_counted(tmp_path, redis_ser
     while redis_client.xlen(keys.stream):
         trainer.channels.read(count=3, block_ms=100)
     counts = {k.decode(): int(v) for k, v in redis_client.hgetall(keys.dead_letter_counts).items()}
-    assert counts == {"bad_entry": 1, "bad_header": 2, "truncated": 1, "wrong_dtype": 1, "wrong_shape": 1,
-                      "foreign_run": 1, "unknown_worker": 1}
+    assert counts == {
+        "bad_entry": 1,
+        "bad_header": 2,
+        "truncated": 1,
+        "wrong_dtype": 1,
+        "wrong_shape": 1,
+        "foreign_run": 1,
+        "unknown_worker": 1,
+    }
     assert trainer.ledger.dead_letters == len(bad)
     assert trainer.ledger.consumed == 8, "the good entry after the bad ones was lost"
     letters = redis_client.xrange(keys.dead_letter)
@@ -251,8 +264,7 @@ def test_every_append_reads_the_workers_share_accepted_or_refused(redis_server, 
     assert reply.appended and reply.share == 4200
 
 
-def test_a_held_back_producer_waits_blocked_and_wakes_when_a_commit_frees_room(redis_server, redis_client,
-                                                                               monkeypatch):
+def test_a_held_back_producer_waits_blocked_and_wakes_when_a_commit_frees_room(redis_server, redis_client, monkeypatch):
     """No polling: with a 10 s fallback, the refused producer asks once and then waits until the commit's token
     wakes it. Tokens from commits that nobody waited for were cleared by the refusal, so they wake no one."""
     monkeypatch.setattr(stream, "BACKPRESSURE_FIRST_WAIT_S", 10.0)
@@ -296,8 +308,9 @@ def test_sync_iteration_never_mixes_policy_versions(tmp_path, redis_server, redi
     keys = Keys(RUN)
     trainer = _trainer(tmp_path, redis_server.url, workers=1, mode="sync")
     for seq, version in ((1, 1), (2, 0), (3, 1)):
-        header = experience_pb2.BatchHeader(run=RUN, worker_id="rollout-0", seq=seq, policy_version=version,
-                                            produced_total=seq * 8)
+        header = experience_pb2.BatchHeader(
+            run=RUN, worker_id="rollout-0", seq=seq, policy_version=version, produced_total=seq * 8
+        )
         h, d = codec.encode(header, _arrays(8))
         redis_client.xadd(keys.stream, {"h": h, "d": d})
     accepted = []
@@ -337,16 +350,16 @@ def test_a_worker_that_returns_with_a_larger_share_is_awaited_again(tmp_path, re
     assert trainer.membership.all_finished() and trainer.ledger.consumed == 48
 
 
-def test_after_a_data_loss_the_trainer_never_lowers_a_count_a_worker_raised_first(tmp_path, redis_server,
-                                                                                  redis_client):
+def test_after_a_data_loss_the_trainer_never_lowers_a_count_a_worker_raised_first(tmp_path, redis_server, redis_client):
     """Workers notice a server restart at their next append and go on appending, which raises their
     ``produced`` counts, before the trainer notices at its next read; its restore must not write its older
     counts over theirs (the run's summary adds them up: 4,792 of 6,000 transitions in one such race). It puts
     back its widened limits too."""
     keys = Keys(RUN)
     trainer = _trainer(tmp_path, redis_server.url, workers=2)
-    producers = {w: Producer(redis_client, keys, w, max_entries=32, max_bytes=1 << 20)
-                 for w in ("rollout-0", "rollout-1")}
+    producers = {
+        w: Producer(redis_client, keys, w, max_entries=32, max_bytes=1 << 20) for w in ("rollout-0", "rollout-1")
+    }
     for worker, producer in producers.items():
         for seq in (1, 2):
             producer.send(seq, *_entry(worker, seq), seq * 8)

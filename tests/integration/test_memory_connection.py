@@ -32,8 +32,15 @@ from tests.memory_servers import (
 
 PASSWORD = "pw-" + uuid.uuid4().hex[:12]
 ACL_USER = "drl-rollout"
-ENV_VARS = ("DRL_MEMORY_URL", "DRL_MEMORY_USERNAME", "DRL_MEMORY_PASSWORD", "DRL_MEMORY_PASSWORD_FILE",
-            "DRL_MEMORY_TLS_CA", "DRL_MEMORY_TLS_CERT", "DRL_MEMORY_TLS_KEY")
+ENV_VARS = (
+    "DRL_MEMORY_URL",
+    "DRL_MEMORY_USERNAME",
+    "DRL_MEMORY_PASSWORD",
+    "DRL_MEMORY_PASSWORD_FILE",
+    "DRL_MEMORY_TLS_CA",
+    "DRL_MEMORY_TLS_CERT",
+    "DRL_MEMORY_TLS_KEY",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -51,8 +58,10 @@ def certs(tmp_path_factory):
 def _tls_binary() -> str:
     binary = find_tls_server_binary()
     if binary is None:
-        pytest.fail("no TLS-capable valkey-server/redis-server: run scripts/setup.sh --test "
-                    "(it installs Debian's redis-server), or set DRL_TLS_REDIS_SERVER")
+        pytest.fail(
+            "no TLS-capable valkey-server/redis-server: run scripts/setup.sh --test "
+            "(it installs Debian's redis-server), or set DRL_TLS_REDIS_SERVER"
+        )
     return binary
 
 
@@ -116,6 +125,7 @@ def _stream_works(client: redis.Redis) -> None:
 
 # --- TLS -----------------------------------------------------------------------------------------------------------
 
+
 def test_tls_with_ca_and_client_certificate_connects(tls, certs, clean_env):
     assert tls.url.startswith("rediss://")
     _tls_env(clean_env, certs)
@@ -149,6 +159,7 @@ def test_tls_file_that_does_not_exist_is_named(tls, certs, clean_env, tmp_path):
 
 
 # --- password --------------------------------------------------------------------------------------------------------
+
 
 def test_password_from_env(protected, clean_env):
     clean_env.setenv("DRL_MEMORY_PASSWORD", PASSWORD)
@@ -190,6 +201,7 @@ def test_missing_password_is_refused(protected):
 
 # --- ACL user --------------------------------------------------------------------------------------------------------
 
+
 def test_acl_user_and_password(acl, clean_env):
     clean_env.setenv("DRL_MEMORY_USERNAME", ACL_USER)
     clean_env.setenv("DRL_MEMORY_PASSWORD", PASSWORD)
@@ -208,6 +220,7 @@ def test_acl_user_with_wrong_password_is_refused(acl, clean_env):
 
 
 # --- URL forms and databases -----------------------------------------------------------------------------------------
+
 
 def test_unix_socket_url_selects_the_database(unix):
     key = f"drl:test:{uuid.uuid4().hex}"
@@ -242,8 +255,10 @@ def test_tcp_url_selects_the_database(redis_server):
         db0.close()
 
 
-@pytest.mark.parametrize("url", ["redis://u:secret@h:1/0", "redis://:secret@h:1/0", "rediss://user:secret@h/2",
-                                 "unix://:secret@/tmp/x.sock?db=1"])
+@pytest.mark.parametrize(
+    "url",
+    ["redis://u:secret@h:1/0", "redis://:secret@h:1/0", "rediss://user:secret@h/2", "unix://:secret@/tmp/x.sock?db=1"],
+)
 def test_redact_hides_the_password(url):
     shown = redact(url)
     assert "secret" not in shown
@@ -310,9 +325,11 @@ def test_connect_gives_up_after_its_wait(tmp_path):
 
 # --- CLI -------------------------------------------------------------------------------------------------------------
 
+
 def test_cli_refuses_a_password_in_the_memory_url(protected, tmp_path):
-    proc = run_cli(["--memory", f"redis://:secret@127.0.0.1:{protected.port}/0", "--output", str(tmp_path)],
-                   timeout=120)
+    proc = run_cli(
+        ["--memory", f"redis://:secret@127.0.0.1:{protected.port}/0", "--output", str(tmp_path)], timeout=120
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -336,14 +353,38 @@ def _cmdlines_with(marker: bytes) -> list[str]:
 
 def test_tiny_run_over_tls_with_password(tls_password, certs, tmp_path):
     run = "tls-password"
-    env = {"DRL_MEMORY_URL": tls_password.url, "DRL_MEMORY_PASSWORD": PASSWORD,
-           "DRL_MEMORY_TLS_CA": str(certs["ca"]), "DRL_MEMORY_TLS_CERT": str(certs["client_cert"]),
-           "DRL_MEMORY_TLS_KEY": str(certs["client_key"])}
-    args = ["--workers", "1", "--steps", "300", "--random-steps", "300", "--learning-starts", "200",
-            "--eval-episodes", "1", "--output", str(tmp_path), "--run-name", run]
+    env = {
+        "DRL_MEMORY_URL": tls_password.url,
+        "DRL_MEMORY_PASSWORD": PASSWORD,
+        "DRL_MEMORY_TLS_CA": str(certs["ca"]),
+        "DRL_MEMORY_TLS_CERT": str(certs["client_cert"]),
+        "DRL_MEMORY_TLS_KEY": str(certs["client_key"]),
+    }
+    args = [
+        "--workers",
+        "1",
+        "--steps",
+        "300",
+        "--random-steps",
+        "300",
+        "--learning-starts",
+        "200",
+        "--eval-episodes",
+        "1",
+        "--output",
+        str(tmp_path),
+        "--run-name",
+        run,
+    ]
     assert not any(PASSWORD in a for a in args)
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=ROOT, env={**os.environ, **env},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     leaks: list[str] = []
     deadline = time.monotonic() + 240
     try:

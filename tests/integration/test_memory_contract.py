@@ -50,9 +50,14 @@ def _memories(request, kind: str):
 
     if kind == "inproc":
         name = f"contract-{uuid.uuid4().hex[:8]}"
-        yield Memory("inproc", run, lambda: keep(inproc.open_inproc(name, run)), lambda: inproc.wipe(name),
-                     lambda other: keep(inproc.open_inproc(name, other)),
-                     lambda shards: keep(inproc.open_inproc(name, run, shards=shards)))
+        yield Memory(
+            "inproc",
+            run,
+            lambda: keep(inproc.open_inproc(name, run)),
+            lambda: inproc.wipe(name),
+            lambda other: keep(inproc.open_inproc(name, other)),
+            lambda shards: keep(inproc.open_inproc(name, run, shards=shards)),
+        )
         inproc.discard(name)
     else:
         import redis
@@ -75,9 +80,14 @@ def _memories(request, kind: str):
                 client.flushdb()
             time.sleep(0.002)
 
-        yield Memory(kind, run, lambda: keep(open_memory(server.url, run)), lose_data,
-                     lambda other: keep(open_memory(server.url, other)),
-                     lambda shards: keep(open_memory(",".join(urls), run, shards=shards)))
+        yield Memory(
+            kind,
+            run,
+            lambda: keep(open_memory(server.url, run)),
+            lose_data,
+            lambda other: keep(open_memory(server.url, other)),
+            lambda shards: keep(open_memory(",".join(urls), run, shards=shards)),
+        )
         for client in clients:
             client.flushdb()
             client.close()
@@ -160,6 +170,7 @@ class Background:
 
 # -- the experience stream: order, back-pressure, widening -------------------------------------------------------
 
+
 def test_entries_are_read_in_append_order_with_their_bytes_untouched(mem):
     backend = mem.open()
     reader = backend.reader("trainer-0")
@@ -210,8 +221,9 @@ def test_the_byte_limit_counts_the_bytes_already_waiting(mem):
     reader = mem.open().reader("trainer-0")
     one = size(*entry("rollout-0", 1))
     writer = mem.open().writer("rollout-0", max_entries=100, max_bytes=2 * one)
-    assert send(writer, "rollout-0", 1).appended and send(writer, "rollout-0", 2).appended, \
+    assert send(writer, "rollout-0", 1).appended and send(writer, "rollout-0", 2).appended, (
         "entries up to exactly max_bytes were refused"
+    )
     held = Background(lambda: send(writer, "rollout-0", 3))
     assert not held.done(QUIET_S)
     consume(reader, count=1)
@@ -273,13 +285,20 @@ def test_an_admitted_append_still_reports_the_stop_flag(mem):
 
 # -- the append's reply, retained entries, data loss ---------------------------------------------------------------
 
+
 def test_the_reply_carries_version_stop_watermark_epoch_widening_and_share(mem):
     reader = mem.open().reader("trainer-0")
     control = mem.open().control()
     writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
     first = send(writer, "rollout-0", 1)
-    assert (first.appended, first.policy_version, first.stop, first.watermark, first.widening, first.share) == \
-        (True, -1, False, 0, 1, None)
+    assert (first.appended, first.policy_version, first.stop, first.watermark, first.widening, first.share) == (
+        True,
+        -1,
+        False,
+        0,
+        1,
+        None,
+    )
     assert isinstance(first.epoch, bytes) and first.epoch
     mem.open().announcements().announce(4)
     control.register({"rollout-0": "active"}, {"rollout-0": 1200})
@@ -357,7 +376,9 @@ def test_after_a_data_loss_a_writer_reports_its_floor_the_highest_watermark_it_w
     mem.lose_data()
     send(writer, "rollout-0", 6)
     assert writer.resent == 2
-    assert reader.recovery.floors() == {"rollout-0": (3, 3 * 8)}, "the floor is the watermark seen, with its produced total"
+    assert reader.recovery.floors() == {"rollout-0": (3, 3 * 8)}, (
+        "the floor is the watermark seen, with its produced total"
+    )
     assert idle.wait_consumed(1, timeout=0.3, should_stop=lambda: False) is False
     assert "rollout-1" not in reader.recovery.floors(), "a writer that was never told a watermark has no floor"
 
@@ -395,8 +416,9 @@ def test_a_commit_after_a_data_loss_is_stored_and_the_next_read_finds_the_reset(
     assert reader.resets == 0 and resets == []
     assert reader.load_state() == {"consumed": "8", "seq:rollout-0": "1"}
     assert reader.backlog() == 2, "the new entry and the re-sent one"
-    assert reader.backlog_bytes() == size(*entry("rollout-0", 1)) + size(*entry("rollout-0", 2)), \
+    assert reader.backlog_bytes() == size(*entry("rollout-0", 1)) + size(*entry("rollout-0", 2)), (
         "acknowledging an entry the server lost released another's bytes"
+    )
     assert sorted(seqs(reader.read(10, None))) == [("rollout-0", 1), ("rollout-0", 2)]
     assert reader.resets == 1 and resets == [1]
 
@@ -414,8 +436,12 @@ def test_rewrite_puts_back_state_raises_produced_restores_widening_and_announces
     announcements = mem.open().announcements()
     control = mem.open().control()
     writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
-    reader = backend.reader("trainer-0", on_reset=lambda: reader.recovery.rewrite(
-        {"consumed": 32, "seq:rollout-0": "2", "seq:rollout-1": "2"}, {"rollout-0": 16, "rollout-1": 16}, 4, 7))
+    reader = backend.reader(
+        "trainer-0",
+        on_reset=lambda: reader.recovery.rewrite(
+            {"consumed": 32, "seq:rollout-0": "2", "seq:rollout-1": "2"}, {"rollout-0": 16, "rollout-1": 16}, 4, 7
+        ),
+    )
     for seq in (1, 2):
         send(writer, "rollout-0", seq)
     mem.lose_data()
@@ -489,6 +515,7 @@ def test_a_restarted_writer_continues_its_numbering(mem):
 
 # -- reading: blocking, pending entries first, reclaim -------------------------------------------------------------
 
+
 def test_read_returns_at_once_or_waits_for_an_append_up_to_block_ms(mem):
     reader = mem.open().reader("trainer-0")
     writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
@@ -534,8 +561,9 @@ def test_reclaim_takes_entries_idle_at_another_reader(mem):
     claimed = alive.reclaim(200)
     assert seqs(claimed) == [("rollout-0", 1), ("rollout-0", 2), ("rollout-0", 3)]
     assert alive.reclaim(200) == [], "entries just claimed were idle again at once"
-    assert seqs(mem.open().reader("trainer-0").read(10, None)) == seqs(claimed), \
+    assert seqs(mem.open().reader("trainer-0").read(10, None)) == seqs(claimed), (
         "reclaimed entries did not become the claiming reader's own pending ones"
+    )
     assert mem.open().reader("trainer-old").read(10, None) == [], "the dead reader kept entries it lost"
 
 
@@ -554,6 +582,7 @@ def test_reclaim_takes_at_most_count_entries_oldest_first(mem):
 
 # -- commit: acknowledgements, bytes, state, dead letters ----------------------------------------------------------
 
+
 def test_commit_acknowledges_deletes_releases_bytes_and_stores_state_in_one_step(mem):
     reader = mem.open().reader("trainer-0")
     control = mem.open().control()
@@ -563,8 +592,11 @@ def test_commit_acknowledges_deletes_releases_bytes_and_stores_state_in_one_step
     got = reader.read(10, None)
     sizes = [size(f[b"h"], f[b"d"]) for _, f in got]
     (good_id, good), (bad_id, bad), (third_id, _) = got
-    reader.commit([(good_id, sizes[0]), (bad_id, sizes[1])], {"consumed": 8, "seq:rollout-0": "1,2"},
-                  dead=[(bad_id, bad, "foreign_run", "run 'x' is not this run")])
+    reader.commit(
+        [(good_id, sizes[0]), (bad_id, sizes[1])],
+        {"consumed": 8, "seq:rollout-0": "1,2"},
+        dead=[(bad_id, bad, "foreign_run", "run 'x' is not this run")],
+    )
     assert reader.backlog() == 1 and reader.backlog_bytes() == sizes[2]
     assert control.dead_letters() == {"foreign_run": 1}
     assert reader.load_state() == {"consumed": "8", "seq:rollout-0": "1,2"}
@@ -574,8 +606,11 @@ def test_commit_acknowledges_deletes_releases_bytes_and_stores_state_in_one_step
     assert reader.backlog_bytes() == sizes[2], "acknowledging a deleted entry again released its bytes twice"
     assert reader.load_state() == {"consumed": "9", "seq:rollout-0": "1,2"}, "state fields are merged, not replaced"
 
-    reader.commit([], {}, dead=[(b"0-1", {b"x": b"1"}, "bad_entry", "no header"),
-                                (b"0-2", {b"h": b"\xff"}, "bad_entry", "undecodable")])
+    reader.commit(
+        [],
+        {},
+        dead=[(b"0-1", {b"x": b"1"}, "bad_entry", "no header"), (b"0-2", {b"h": b"\xff"}, "bad_entry", "undecodable")],
+    )
     assert control.dead_letters() == {"foreign_run": 1, "bad_entry": 2}
     assert reader.backlog() == 1
     reader.commit([(third_id, sizes[2])], {})
@@ -606,6 +641,7 @@ def test_the_ledger_is_the_committed_state_and_unconsumed_leaves_out_what_it_too
 
 # -- shards: several experience streams of one run --------------------------------------------------------------
 
+
 def test_each_shard_is_a_stream_of_its_own_and_the_ledger_adds_them_up(sharded):
     """Worker i appends to shard i mod S; a shard's reader sees only its workers' entries, commits only its own
     state, and is held back by nothing of another shard; the run's ledger and unconsumed count add up every
@@ -614,28 +650,38 @@ def test_each_shard_is_a_stream_of_its_own_and_the_ledger_adds_them_up(sharded):
     assert backend.shards == 2
     readers = [backend.reader("trainer-0", shard=s) for s in (0, 1)]
     control = sharded.open_sharded(2).control()
-    writers = {w: sharded.open_sharded(2).writer(w, max_entries=2, max_bytes=1 << 20)
-               for w in ("rollout-0", "rollout-1", "rollout-2")}
+    writers = {
+        w: sharded.open_sharded(2).writer(w, max_entries=2, max_bytes=1 << 20)
+        for w in ("rollout-0", "rollout-1", "rollout-2")
+    }
     for worker, seq in (("rollout-0", 1), ("rollout-1", 1), ("rollout-2", 1), ("rollout-1", 2)):
         assert send(writers[worker], worker, seq).appended
     assert [r.backlog() for r in readers] == [2, 2]
     got = readers[0].read(10, None)
     assert seqs(got) == [("rollout-0", 1), ("rollout-2", 1)]
-    readers[0].commit([(eid, size(f[b"h"], f[b"d"])) for eid, f in got],
-                      {"consumed": 16, "updates": 3, "seq:rollout-0": "1", "seq:rollout-2": "1"})
+    readers[0].commit(
+        [(eid, size(f[b"h"], f[b"d"])) for eid, f in got],
+        {"consumed": 16, "updates": 3, "seq:rollout-0": "1", "seq:rollout-2": "1"},
+    )
     assert sharded.open_sharded(2).reader("trainer-0", shard=1).backlog() == 2
     held = Background(lambda: send(writers["rollout-1"], "rollout-1", 3))
     assert not held.done(QUIET_S), "shard 1 holds two entries, its limit: the third must wait"
     assert send(writers["rollout-0"], "rollout-0", 2).appended, "shard 1's full backlog held back shard 0"
     got = readers[1].read(10, None)
     assert seqs(got) == [("rollout-1", 1), ("rollout-1", 2)]
-    readers[1].commit([(eid, size(f[b"h"], f[b"d"])) for eid, f in got],
-                      {"consumed": 16, "updates": 3, "seq:rollout-1": "2"})
+    readers[1].commit(
+        [(eid, size(f[b"h"], f[b"d"])) for eid, f in got], {"consumed": 16, "updates": 3, "seq:rollout-1": "2"}
+    )
     assert held.value.appended
     assert readers[0].load_state() == {"consumed": "16", "updates": "3", "seq:rollout-0": "1", "seq:rollout-2": "1"}
     assert readers[1].load_state() == {"consumed": "16", "updates": "3", "seq:rollout-1": "2"}
-    assert control.ledger() == {"consumed": "32", "updates": "3", "seq:rollout-0": "1", "seq:rollout-2": "1",
-                                "seq:rollout-1": "2"}
+    assert control.ledger() == {
+        "consumed": "32",
+        "updates": "3",
+        "seq:rollout-0": "1",
+        "seq:rollout-2": "1",
+        "seq:rollout-1": "2",
+    }
     assert control.unconsumed() == 16, "rollout-0's seq 2 on shard 0 and rollout-1's seq 3 on shard 1"
     assert sharded.open().control().unconsumed() == 8, "a one-shard view sees shard 0 alone"
     with pytest.raises(ValueError, match="shard 2 of a run with 2"):
@@ -666,8 +712,9 @@ def test_every_shard_resets_after_a_data_loss(sharded):
     sharded.lose_data()
     assert reader.read(10, None) == [] and reader.resets == 1
     assert send(writer, "rollout-1", 2).appended
-    assert sorted(seqs(reader.read(10, None))) == [("rollout-1", 1), ("rollout-1", 2)], \
+    assert sorted(seqs(reader.read(10, None))) == [("rollout-1", 1), ("rollout-1", 2)], (
         "the writer re-sends what it kept (seq 1: its reply never carried the watermark; the trainer drops the copy)"
+    )
     assert sharded.open_sharded(2).reader("trainer-0", shard=0).backlog() == 0
 
 
@@ -691,15 +738,25 @@ def test_values_the_server_cannot_store_are_refused_as_a_memory_backend_error(me
 
 def test_values_are_returned_as_the_server_stores_them(mem):
     control, reader = mem.open().control(), mem.open().reader("trainer-0")
-    control.write_status("trainer", {"s": "é", "b": b"raw", "i": 10 ** 20, "f": 0.1 + 0.2, "big": 1e20, "none": None,
-                                     "np": np.float64(2.5)})
-    assert control.status("trainer") == {"s": "é", "b": "raw", "i": "100000000000000000000",
-                                         "f": "0.30000000000000004", "big": "1e+20", "none": "", "np": "2.5"}
+    control.write_status(
+        "trainer",
+        {"s": "é", "b": b"raw", "i": 10**20, "f": 0.1 + 0.2, "big": 1e20, "none": None, "np": np.float64(2.5)},
+    )
+    assert control.status("trainer") == {
+        "s": "é",
+        "b": "raw",
+        "i": "100000000000000000000",
+        "f": "0.30000000000000004",
+        "big": "1e+20",
+        "none": "",
+        "np": "2.5",
+    }
     reader.commit([], {"consumed": 8, "rate": 2.5, "seq:rollout-0": b"3,5"})
     assert reader.load_state() == {"consumed": "8", "rate": "2.5", "seq:rollout-0": "3,5"}
 
 
 # -- announcements -------------------------------------------------------------------------------------------------
+
 
 def test_announcements_are_seen_by_every_service_and_wake_waiters(mem):
     trainer, worker = mem.open().announcements(), mem.open().announcements()
@@ -730,6 +787,7 @@ def test_announcements_are_seen_by_every_service_and_wake_waiters(mem):
 
 # -- run control ---------------------------------------------------------------------------------------------------
 
+
 def test_the_stop_flag(mem):
     control, other = mem.open().control(), mem.open().control()
     assert control.stop_reason() is None
@@ -747,8 +805,7 @@ def test_members_and_shares_register_together_and_only_new_keeps_registered_work
     assert control.shares() == {"rollout-0": 500, "rollout-1": 500}
     assert control.share("rollout-1") == 500 and control.share("rollout-7") is None
 
-    control.register({"rollout-1": "retired", "rollout-2": "active"}, {"rollout-1": 1, "rollout-2": 300},
-                     only_new=True)
+    control.register({"rollout-1": "retired", "rollout-2": "active"}, {"rollout-1": 1, "rollout-2": 300}, only_new=True)
     assert control.members() == {"rollout-0": "active", "rollout-1": "active", "rollout-2": "active"}
     assert control.shares() == {"rollout-0": 500, "rollout-1": 500, "rollout-2": 300}
 
@@ -778,8 +835,11 @@ def test_snapshot_reads_produced_shares_and_members_together(mem):
     control.register({"rollout-0": "active", "rollout-1": "retired"}, {"rollout-0": 64, "rollout-1": 8})
     send(writer, "rollout-0", 1)
     send(writer, "rollout-0", 2)
-    assert control.snapshot() == ({"rollout-0": 16}, {"rollout-0": 64, "rollout-1": 8},
-                                  {"rollout-0": "active", "rollout-1": "retired"})
+    assert control.snapshot() == (
+        {"rollout-0": 16},
+        {"rollout-0": 64, "rollout-1": 8},
+        {"rollout-0": "active", "rollout-1": "retired"},
+    )
 
 
 def test_done_markers(mem):
@@ -804,8 +864,12 @@ def test_status_fields(mem):
     other.write_status("trainer", {"role": "trainer", "updates": 10, "transitions_per_s": 2.5})
     other.write_status("trainer", {"updates": 12, "control_port": 5055})
     other.write_status("rollout-0", {"role": "rollout", "produced": 64})
-    assert control.status("trainer") == {"role": "trainer", "updates": "12", "transitions_per_s": "2.5",
-                                         "control_port": "5055"}
+    assert control.status("trainer") == {
+        "role": "trainer",
+        "updates": "12",
+        "transitions_per_s": "2.5",
+        "control_port": "5055",
+    }
     both = control.statuses(["trainer", "rollout-0", "evaluator"])
     assert both["trainer"] == control.status("trainer")
     assert both["rollout-0"] == {"role": "rollout", "produced": "64"}
@@ -949,6 +1013,7 @@ def test_describe_names_the_server(mem):
 
 # -- many threads at once ------------------------------------------------------------------------------------------
 
+
 def test_concurrent_writers_and_a_reader_count_every_entry_once_in_order(mem):
     workers, entries = 3, 30
     reader = mem.open().reader("trainer-0")
@@ -973,6 +1038,7 @@ def test_concurrent_writers_and_a_reader_count_every_entry_once_in_order(mem):
 
 
 # -- Redis only: a refusal by the server --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("use", ["writer", "reader", "announcements"])
 def test_a_key_of_the_wrong_type_is_repaired_or_ignored_on_redis(use, redis_server, redis_client, caplog):
@@ -1005,6 +1071,7 @@ def test_a_key_of_the_wrong_type_is_repaired_or_ignored_on_redis(use, redis_serv
 
 
 # -- the in-process implementation itself --------------------------------------------------------------------------
+
 
 def test_in_process_backends_share_a_server_by_name_only():
     run = "shared"

@@ -39,9 +39,29 @@ def scrape_trainer(log, proc, timeout=120):
 
 def test_tiny_run_is_observable(tmp_path):
     run = "observed"
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "--preset", "sac", "--steps", "1500",
-                             "--workers", "2", "--eval-episodes", "1", "--output", str(tmp_path), "--run-name", run],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "--preset",
+            "sac",
+            "--steps",
+            "1500",
+            "--workers",
+            "2",
+            "--eval-episodes",
+            "1",
+            "--output",
+            str(tmp_path),
+            "--run-name",
+            run,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         families = scrape_trainer(tmp_path / run / "logs" / "trainer.log", proc)
     finally:
@@ -50,15 +70,24 @@ def test_tiny_run_is_observable(tmp_path):
     (sample,) = families["drl_env_steps"].samples
     assert sample.labels == {"run": run, "role": "trainer", "id": "trainer"}
     assert 0 <= sample.value <= 1500
-    assert {"drl_updates", "drl_backlog", "drl_policy_version", "drl_transitions_per_s",
-            "drl_restarts"} <= set(families)
+    assert {"drl_updates", "drl_backlog", "drl_policy_version", "drl_transitions_per_s", "drl_restarts"} <= set(
+        families
+    )
     assert "[########################] 100% 1,500/1,500 steps" in err
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    expected = {"trainer": {"learner/critic_loss", "learner/alpha", "learner/entropy", "memory/backlog",
-                            "throughput/transitions_per_s", "throughput/updates_per_s"},
-                "evaluator": {"eval/mean_return", "eval/mean_return_by_wall_s"}}
+    expected = {
+        "trainer": {
+            "learner/critic_loss",
+            "learner/alpha",
+            "learner/entropy",
+            "memory/backlog",
+            "throughput/transitions_per_s",
+            "throughput/updates_per_s",
+        },
+        "evaluator": {"eval/mean_return", "eval/mean_return_by_wall_s"},
+    }
     for role, tags in expected.items():
         events = EventAccumulator(str(tmp_path / run / "tensorboard" / role))
         events.Reload()

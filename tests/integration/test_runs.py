@@ -13,16 +13,49 @@ import pytest
 
 from tests.conftest import ROOT, processes_mentioning, read_summary, run_cli
 
-SUMMARY_KEYS = {"run", "preset", "env", "mode", "workers", "env_steps", "updates", "policy_version",
-                "transitions_produced", "transitions_consumed", "duplicates_dropped", "best_eval_return",
-                "last_eval_return", "wall_seconds", "exit_reason"}
+SUMMARY_KEYS = {
+    "run",
+    "preset",
+    "env",
+    "mode",
+    "workers",
+    "env_steps",
+    "updates",
+    "policy_version",
+    "transitions_produced",
+    "transitions_consumed",
+    "duplicates_dropped",
+    "best_eval_return",
+    "last_eval_return",
+    "wall_seconds",
+    "exit_reason",
+}
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_two_worker_run_accounts_for_every_transition(tmp_path, mode):
     run = f"tiny-{mode}"
-    proc = run_cli(["--preset", "sac", "--env", "Pendulum-v1", "--workers", "2", "--steps", "2000", "--mode", mode,
-                    "--eval-episodes", "2", "--output", str(tmp_path), "--run-name", run], timeout=300)
+    proc = run_cli(
+        [
+            "--preset",
+            "sac",
+            "--env",
+            "Pendulum-v1",
+            "--workers",
+            "2",
+            "--steps",
+            "2000",
+            "--mode",
+            mode,
+            "--eval-episodes",
+            "2",
+            "--output",
+            str(tmp_path),
+            "--run-name",
+            run,
+        ],
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / run
     summary = read_summary(run_dir)
@@ -44,9 +77,27 @@ def test_two_worker_run_accounts_for_every_transition(tmp_path, mode):
 
 def test_external_memory_url_is_used(tmp_path, redis_server, redis_client):
     run = "external-memory"
-    proc = run_cli(["--workers", "1", "--steps", "300", "--random-steps", "300", "--learning-starts", "200",
-                    "--eval-episodes", "1", "--memory", redis_server.url, "--output", str(tmp_path),
-                    "--run-name", run], timeout=300)
+    proc = run_cli(
+        [
+            "--workers",
+            "1",
+            "--steps",
+            "300",
+            "--random-steps",
+            "300",
+            "--learning-starts",
+            "200",
+            "--eval-episodes",
+            "1",
+            "--memory",
+            redis_server.url,
+            "--output",
+            str(tmp_path),
+            "--run-name",
+            run,
+        ],
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not (tmp_path / run / "redis").exists(), "a private server was started although --memory was given"
     assert redis_client.hget(f"drl:{{{run}}}:produced", "rollout-0") == b"300"
@@ -54,9 +105,26 @@ def test_external_memory_url_is_used(tmp_path, redis_server, redis_client):
 
 
 def _start(tmp_path, run, steps="200000", extra=()):
-    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "--workers", "2", "--steps", steps, *extra,
-                             "--output", str(tmp_path), "--run-name", run], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "--workers",
+            "2",
+            "--steps",
+            steps,
+            *extra,
+            "--output",
+            str(tmp_path),
+            "--run-name",
+            run,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_until_running(tmp_path, run, proc, timeout=120):
@@ -80,8 +148,11 @@ def _rollout_pids(run_dir) -> dict[int, int]:
         processes = json.loads((run_dir / "state.json").read_text())["processes"]
     except (OSError, ValueError, KeyError):
         return {}
-    return {int(p["name"].rpartition("-")[2]): p["pid"] for p in processes
-            if p["role"] == "rollout" and p["exit_code"] is None and pid_alive(p["pid"])}
+    return {
+        int(p["name"].rpartition("-")[2]): p["pid"]
+        for p in processes
+        if p["role"] == "rollout" and p["exit_code"] is None and pid_alive(p["pid"])
+    }
 
 
 def test_ctrl_c_stops_every_process(tmp_path):

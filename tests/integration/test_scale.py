@@ -13,8 +13,20 @@ from tests.harness import FULL_TIER, wait_until
 STEPS = 25_000
 """Scaling follows the run's progress and the new worker's first entry, not the clock, so that the scale down comes
 well before the end on a fast machine too; the one worker left collects the rest."""
-SMALL = ["--sac.hidden", "16,16", "--sac.batch-size", "32", "--updates-per-transition", "0.25", "--eval-episodes", "1",
-         "--workers", "2", "--steps", str(STEPS)]
+SMALL = [
+    "--sac.hidden",
+    "16,16",
+    "--sac.batch-size",
+    "32",
+    "--updates-per-transition",
+    "0.25",
+    "--eval-episodes",
+    "1",
+    "--workers",
+    "2",
+    "--steps",
+    str(STEPS),
+]
 
 
 def _wait_for(run_dir, what: str, check, timeout: float = 120) -> None:
@@ -36,12 +48,14 @@ def _summary(run_dir, timeout=240):
 @pytest.mark.parametrize("mode", ["async", pytest.param("sync", marks=FULL_TIER)])
 def test_scale_up_and_down_during_a_run_loses_nothing(tmp_path, mode):
     run = f"scale-{mode}"
-    started = run_cli([*SMALL, "--mode", mode, "--output", str(tmp_path), "--run-name", run, "--detach"],
-                      timeout=120)
+    started = run_cli([*SMALL, "--mode", mode, "--output", str(tmp_path), "--run-name", run, "--detach"], timeout=120)
     assert started.returncode == 0, started.stderr[-2000:]
     run_dir = tmp_path / run
-    _wait_for(run_dir, "2,000 transitions consumed", lambda c: int(
-        c.hget(f"drl:{{{run}}}:status:trainer", "transitions_consumed") or 0) >= 2000)
+    _wait_for(
+        run_dir,
+        "2,000 transitions consumed",
+        lambda c: int(c.hget(f"drl:{{{run}}}:status:trainer", "transitions_consumed") or 0) >= 2000,
+    )
     up = run_cli(["scale", run, "--workers", "3", "--output", str(tmp_path)], timeout=180)
     assert up.returncode == 0, up.stderr[-2000:]
     assert "rollout-2" in up.stderr

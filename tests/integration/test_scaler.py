@@ -34,8 +34,7 @@ def hashes(client, keys) -> tuple[dict, dict, set]:
     def read(key):
         return {k.decode(): v.decode() for k, v in client.hgetall(key).items()}
 
-    return (read(keys.members), {k: int(v) for k, v in read(keys.shares).items()},
-            set(read(keys.workers_done)))
+    return (read(keys.members), {k: int(v) for k, v in read(keys.shares).items()}, set(read(keys.workers_done)))
 
 
 def produce(client, keys, name: str, total: int, done: bool = False) -> None:
@@ -78,8 +77,7 @@ def test_scale_down_then_up_keeps_the_shares_summing_to_the_steps(redis_client, 
     assert up["returning"] == ["rollout-1", "rollout-2"]
     left = STEPS - 2500 - 1200 - 1100
     assert up["remaining"] == left == 7200
-    assert shares == {"rollout-0": 2500 + 1800, "rollout-1": 1200 + 1800, "rollout-2": 1100 + 1800,
-                      "rollout-3": 1800}
+    assert shares == {"rollout-0": 2500 + 1800, "rollout-1": 1200 + 1800, "rollout-2": 1100 + 1800, "rollout-3": 1800}
     assert sum(shares.values()) == STEPS
     assert set(members.values()) == {"active"} and len(members) == 4
     assert done == set(), "returning workers must not look finished"
@@ -150,15 +148,30 @@ def test_an_ended_run_is_not_scaled(redis_client, keys):
 def pod_env(redis_server, **extra) -> dict[str, str]:
     """The variables a scaler pod gets (the trainer's): a partial configuration as the chart writes it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRL_")}
-    env.update({"DRL_CONFIG": json.dumps({"preset": "sac", "workers": 3, "steps": STEPS, "run_name": RUN}),
-                "DRL_RUN": RUN, "DRL_RUN_DIR": "/tmp/unused", "DRL_MEMORY_URL": redis_server.url,
-                "DRL_STORE": "s3://drl/runs", "DRL_STEPS_DONE": "0", "PYTHONUNBUFFERED": "1", **extra})
+    env.update(
+        {
+            "DRL_CONFIG": json.dumps({"preset": "sac", "workers": 3, "steps": STEPS, "run_name": RUN}),
+            "DRL_RUN": RUN,
+            "DRL_RUN_DIR": "/tmp/unused",
+            "DRL_MEMORY_URL": redis_server.url,
+            "DRL_STORE": "s3://drl/runs",
+            "DRL_STEPS_DONE": "0",
+            "PYTHONUNBUFFERED": "1",
+            **extra,
+        }
+    )
     return env
 
 
 def run_scaler(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.backends.kubernetes.scaler", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.backends.kubernetes.scaler", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
 
 
 def test_scaler_module_as_the_pod_runs_it(redis_server, redis_client, keys):
@@ -167,8 +180,11 @@ def test_scaler_module_as_the_pod_runs_it(redis_server, redis_client, keys):
     env = pod_env(redis_server)
     retire = run_scaler(["retire", "--workers", "2"], env)
     assert retire.returncode == 0, retire.stderr
-    assert json.loads(retire.stdout.strip().splitlines()[-1]) == {"phase": "retire", "workers": 2,
-                                                                   "retired": ["rollout-2"]}
+    assert json.loads(retire.stdout.strip().splitlines()[-1]) == {
+        "phase": "retire",
+        "workers": 2,
+        "retired": ["rollout-2"],
+    }
     apply = run_scaler(["apply", "--workers", "2", "--job-size", "2", "--hand-in-timeout", "10"], env)
     assert apply.returncode == 0, apply.stderr
     result = json.loads(apply.stdout.strip().splitlines()[-1])
@@ -177,13 +193,16 @@ def test_scaler_module_as_the_pod_runs_it(redis_server, redis_client, keys):
     assert "drl-scaler: 2 rollout workers share the 9,000 steps left" in apply.stderr
 
 
-@pytest.mark.parametrize("args, env_change, code, expected", [
-    (["apply", "--workers", "0", "--job-size", "2"], {}, 2, "--workers must be a positive integer, got 0"),
-    (["apply", "--workers", "2"], {}, 2, "apply needs --job-size C"),
-    (["grow", "--workers", "2"], {}, 2, "invalid choice: 'grow'"),
-    (["retire", "--workers", "2"], {"DRL_CONFIG": ""}, 2, "DRL_CONFIG must be set"),
-    (["retire", "--workers", "2"], {"DRL_CONFIG": "{"}, 2, "DRL_CONFIG is not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "args, env_change, code, expected",
+    [
+        (["apply", "--workers", "0", "--job-size", "2"], {}, 2, "--workers must be a positive integer, got 0"),
+        (["apply", "--workers", "2"], {}, 2, "apply needs --job-size C"),
+        (["grow", "--workers", "2"], {}, 2, "invalid choice: 'grow'"),
+        (["retire", "--workers", "2"], {"DRL_CONFIG": ""}, 2, "DRL_CONFIG must be set"),
+        (["retire", "--workers", "2"], {"DRL_CONFIG": "{"}, 2, "DRL_CONFIG is not valid JSON"),
+    ],
+)
 def test_scaler_bad_input_is_one_line_and_exit_2(redis_server, args, env_change, code, expected):
     done = run_scaler(args, pod_env(redis_server, **env_change))
     assert done.returncode == code

@@ -37,20 +37,37 @@ def live(redis_server, redis_client):
 
 
 def _add(k: Keys, args=None):
-    keys = [k.stream, k.policy, k.stop, k.produced, k.backlog_bytes, k.consumer_state, k.epoch, k.freed, k.room,
-            k.shares, k.leases]
+    keys = [
+        k.stream,
+        k.policy,
+        k.stop,
+        k.produced,
+        k.backlog_bytes,
+        k.consumer_state,
+        k.epoch,
+        k.freed,
+        k.room,
+        k.shares,
+        k.leases,
+    ]
     return keys, args or [100, 1 << 20, b"h", b"dd", "rollout-0", 40, "seq:rollout-0", "token", 1]
 
 
 def _commit(k: Keys, entry_id: bytes, args=None):
     keys = [k.stream, k.backlog_bytes, k.consumer_state, k.freed, k.dead_letter, k.dead_letter_counts, k.leases]
-    return keys, ["trainer", 1, *(args or ["trainer", 1, entry_id, 13, 1, "bad_header", 2, "h", "x", "reason", "r",
-                                           "consumed", 16])]
+    return keys, [
+        "trainer",
+        1,
+        *(args or ["trainer", 1, entry_id, 13, 1, "bad_header", 2, "h", "x", "reason", "r", "consumed", 16]),
+    ]
 
 
 CASES = {
-    "add: stream of the wrong type": ("add", lambda c, k: (c.rename(k.stream, k.stream + "x"), c.set(k.stream, "t")),
-                                      None),
+    "add: stream of the wrong type": (
+        "add",
+        lambda c, k: (c.rename(k.stream, k.stream + "x"), c.set(k.stream, "t")),
+        None,
+    ),
     "add: byte count not a count": ("add", lambda c, k: c.set(k.backlog_bytes, "-5"), None),
     "add: room out of range": ("add", lambda c, k: c.set(k.room, "0"), None),
     "add: produced field garbage": ("add", lambda c, k: c.hset(k.produced, "rollout-0", "lots"), None),
@@ -69,8 +86,7 @@ CASES = {
     "raise: produced a string": ("raise", lambda c, k: (c.delete(k.produced), c.set(k.produced, "x")), None),
     "raise: bad count": ("raise", None, ["rollout-0", "1e5"]),
     "done: produced garbage": ("done", lambda c, k: c.hset(k.produced, "rollout-0", "-1"), None),
-    "done: workers done a string": ("done", lambda c, k: (c.delete(k.workers_done), c.set(k.workers_done, "x")),
-                                    None),
+    "done: workers done a string": ("done", lambda c, k: (c.delete(k.workers_done), c.set(k.workers_done, "x")), None),
     "register: members a string": ("register", lambda c, k: (c.delete(k.members), c.set(k.members, "x")), None),
     "register: bad state": ("register", None, [0, 1, 0, 0, "rollout-3", "sleeping"]),
 }
@@ -146,8 +162,12 @@ def test_a_write_with_an_older_epoch_is_refused_whole_and_a_newer_one_takes_the_
     assert client.hget(k.leases, "rollout-0") == b"7"
     keys, args = _add(k, [100, 1 << 20, b"h", b"dd", "rollout-0", 56, "seq:rollout-0", "t", ""])
     assert add(keys=keys, args=args)[0] == 1, "an unfenced write is not checked"
-    assert client.register_script(STATUS)(keys=[k.status("evaluator"), k.leases],
-                                          args=["evaluator", 3, "policy_version", 7]) == 0
+    assert (
+        client.register_script(STATUS)(
+            keys=[k.status("evaluator"), k.leases], args=["evaluator", 3, "policy_version", 7]
+        )
+        == 0
+    )
     assert client.hget(k.status("evaluator"), "policy_version") == b"7"
     client.delete(k.leases)
     assert client.register_script(TAKE)(keys=[k.leases], args=["trainer", 1]) == 0
@@ -161,8 +181,8 @@ def test_a_new_epoch_is_above_the_held_one_and_the_servers_clock(live):
     first = new_epoch(keys=[k.leases], args=["rollout-3"])
     assert first >= now_ms and client.hget(k.leases, "rollout-3") == str(first).encode()
     assert new_epoch(keys=[k.leases], args=["rollout-3"]) > first
-    client.hset(k.leases, "rollout-3", 10 ** 14)
-    assert new_epoch(keys=[k.leases], args=["rollout-3"]) == 10 ** 14 + 1
+    client.hset(k.leases, "rollout-3", 10**14)
+    assert new_epoch(keys=[k.leases], args=["rollout-3"]) == 10**14 + 1
     client.hset(k.leases, "rollout-3", "x")
     before = _snapshot(client, k)
     with pytest.raises(redis.ResponseError, match="^UNSOUNDKEY "):

@@ -20,8 +20,22 @@ from tests.faults.test_supervision import Run, _accounts_for_everything
 from tests.harness import FULL_TIER, assert_balanced
 from tests.integration.test_memory_contract import consume, send
 
-SMALL = ["--preset", "sac", "--env", "Pendulum-v1", "--sac.hidden", "16,16", "--sac.batch-size", "32",
-         "--eval-episodes", "1", "--learning-starts", "300", "--updates-per-transition", "0.25"]
+SMALL = [
+    "--preset",
+    "sac",
+    "--env",
+    "Pendulum-v1",
+    "--sac.hidden",
+    "16,16",
+    "--sac.batch-size",
+    "32",
+    "--eval-episodes",
+    "1",
+    "--learning-starts",
+    "300",
+    "--updates-per-transition",
+    "0.25",
+]
 
 
 def produced_by_worker(run_dir) -> dict[str, int]:
@@ -37,8 +51,24 @@ def shard_counters(tmp_path, run: str) -> dict[int, dict[str, int]]:
 @pytest.mark.parametrize("mode", ["async", pytest.param("sync", marks=FULL_TIER)])
 def test_a_run_over_two_shards_counts_every_transition_once_per_shard(tmp_path, mode):
     steps, run = 6000, f"shards-{mode}"
-    proc = run_cli([*SMALL, "--mode", mode, "--workers", "3", "--memory-shards", "2", "--steps", str(steps),
-                    "--output", str(tmp_path), "--run-name", run], timeout=300)
+    proc = run_cli(
+        [
+            *SMALL,
+            "--mode",
+            mode,
+            "--workers",
+            "3",
+            "--memory-shards",
+            "2",
+            "--steps",
+            str(steps),
+            "--output",
+            str(tmp_path),
+            "--run-name",
+            run,
+        ],
+        timeout=300,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     summary = read_summary(tmp_path / run)
     assert_balanced(summary)
@@ -55,11 +85,28 @@ def test_a_run_over_two_shards_counts_every_transition_once_per_shard(tmp_path, 
 
 def test_a_sigkilled_trainer_resumes_both_shards_from_their_committed_state(tmp_path):
     steps = 6000
-    run = Run(tmp_path, "kill-trainer-shards", ["--mode", "async", "--workers", "3", "--memory-shards", "2",
-                                                 "--steps", str(steps), "--checkpoint-every-s", "1",
-                                                 "--publish-every-updates", "25"])
-    run.wait_until("a checkpoint and 2,000 transitions", lambda: run.consumed() >= 2000
-                   and any((run.dir / "checkpoints").glob("c*/manifest.json")))
+    run = Run(
+        tmp_path,
+        "kill-trainer-shards",
+        [
+            "--mode",
+            "async",
+            "--workers",
+            "3",
+            "--memory-shards",
+            "2",
+            "--steps",
+            str(steps),
+            "--checkpoint-every-s",
+            "1",
+            "--publish-every-updates",
+            "25",
+        ],
+    )
+    run.wait_until(
+        "a checkpoint and 2,000 transitions",
+        lambda: run.consumed() >= 2000 and any((run.dir / "checkpoints").glob("c*/manifest.json")),
+    )
     os.kill(run.pid("trainer"), signal.SIGKILL)
     summary, _ = run.finish()
     _accounts_for_everything(summary, steps)
@@ -105,8 +152,11 @@ def test_shards_on_two_servers_keep_their_keys_there_and_the_runs_totals_whole(t
 
     reader = backend.reader("trainer-0", shard=1)
     first, second = reader.read(10, None)
-    reader.commit([(first[0], 100), (second[0], 100)], {"consumed": 8, "seq:rollout-1": 1},
-                  dead=[(second[0], second[1], "undecodable", "planted")])
+    reader.commit(
+        [(first[0], 100), (second[0], 100)],
+        {"consumed": 8, "seq:rollout-1": 1},
+        dead=[(second[0], second[1], "undecodable", "planted")],
+    )
     assert b.hget("drl:{spread}:dlq:counts", "undecodable") == b"1" and not a.exists("drl:{spread}:dlq:counts")
     assert control.dead_letters() == {"undecodable": 1}
     assert control.ledger()["consumed"] == "8" and control.unconsumed() == 8, "rollout-0's entry on server a"
@@ -136,8 +186,26 @@ def test_more_servers_than_shards_is_refused_in_one_line(two_servers):
 def test_a_run_with_its_shards_on_two_servers_counts_every_transition_once(tmp_path, two_servers, mode):
     urls, (a, b) = two_servers
     steps, run = 4000, f"servers-{mode}"
-    proc = run_cli([*SMALL, "--mode", mode, "--workers", "3", "--memory-shards", "2", "--memory", urls,
-                    "--steps", str(steps), "--output", str(tmp_path), "--run-name", run], timeout=300)
+    proc = run_cli(
+        [
+            *SMALL,
+            "--mode",
+            mode,
+            "--workers",
+            "3",
+            "--memory-shards",
+            "2",
+            "--memory",
+            urls,
+            "--steps",
+            str(steps),
+            "--output",
+            str(tmp_path),
+            "--run-name",
+            run,
+        ],
+        timeout=300,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     summary = read_summary(tmp_path / run)
     assert_balanced(summary)
@@ -161,10 +229,32 @@ def test_the_second_server_losing_its_data_mid_run_loses_and_doubles_nothing(tmp
 
     urls, (a, b) = two_servers
     steps, run = 8000, "servers-loss"
-    args = [*SMALL, "--mode", "async", "--workers", "3", "--memory-shards", "2", "--memory", urls,
-            "--steps", str(steps), "--output", str(tmp_path), "--run-name", run, "--max-backlog-entries", "4"]
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    args = [
+        *SMALL,
+        "--mode",
+        "async",
+        "--workers",
+        "3",
+        "--memory-shards",
+        "2",
+        "--memory",
+        urls,
+        "--steps",
+        str(steps),
+        "--output",
+        str(tmp_path),
+        "--run-name",
+        run,
+        "--max-backlog-entries",
+        "4",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     state_key = f"drl:{{{run}}}:s1:trainer:state"
     deadline = time.monotonic() + 120
     while int(b.hget(state_key, "consumed") or 0) < 600 and time.monotonic() < deadline and proc.poll() is None:

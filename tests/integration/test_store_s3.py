@@ -62,8 +62,9 @@ def test_retention_keeps_the_newest_versions_on_s3(s3_env):
     assert not [k for k in store.list("policies/") if "v00000000" in k or "v00000002" in k]
     checkpoints = CheckpointStore(store, "r")
     for i in range(4):
-        checkpoints.save({"x": np.full(3, i, dtype=np.float32)}, {"i": i}, algorithm="sac", policy_version=i,
-                         env_steps=i, updates=i)
+        checkpoints.save(
+            {"x": np.full(3, i, dtype=np.float32)}, {"i": i}, algorithm="sac", policy_version=i, env_steps=i, updates=i
+        )
         checkpoints.retain(2)
     assert checkpoints.sequences() == [3, 4]
     manifest, tensors, meta = checkpoints.latest()

@@ -104,17 +104,25 @@ def consume(reader: Consumer, state: dict, count: int = 100) -> list:
 
 # -- the append's reply -----------------------------------------------------------------------------------------
 
+
 def test_the_reply_reads_what_it_passes_on_as_written_and_reports_nothing(redis_client, keys, reports):
     producer = writer(redis_client, keys)
     first = send(producer, 1)
-    assert (first.appended, first.policy_version, first.stop, first.watermark, first.widening, first.share) == \
-        (True, -1, False, 0, 1, None)
+    assert (first.appended, first.policy_version, first.stop, first.watermark, first.widening, first.share) == (
+        True,
+        -1,
+        False,
+        0,
+        1,
+        None,
+    )
     redis_client.set(keys.policy, "-1")
     redis_client.hset(keys.shares, "rollout-0", "7")
     redis_client.hset(keys.consumer_state, "seq:rollout-0", "2,5")
     reply = send(producer, 2)
-    assert (reply.policy_version, reply.watermark, reply.share) == (-1, 2, 7), \
+    assert (reply.policy_version, reply.watermark, reply.share) == (-1, 2, 7), (
         "a watermark at the highest seq sent is the writer's own"
+    )
     assert reply.epoch == first.epoch
     assert reports() == []
 
@@ -138,6 +146,7 @@ def test_the_reply_reads_unsound_values_others_wrote_as_absent_and_names_each(re
 
 # -- waiting for consumption --------------------------------------------------------------------------------------
 
+
 def test_waiting_for_consumption_keeps_the_epoch_and_resends_nothing(redis_client, keys, reports):
     reader = Consumer(redis_client, keys)
     producer = writer(redis_client, keys)
@@ -158,11 +167,11 @@ def test_waiting_for_consumption_ignores_an_unsound_watermark(redis_client, keys
     for seq in (1, 2):
         send(producer, seq)
     redis_client.hset(keys.consumer_state, "seq:rollout-0", "7")
-    assert producer.wait_consumed(2, timeout=0.1, should_stop=lambda: False) is False, \
+    assert producer.wait_consumed(2, timeout=0.1, should_stop=lambda: False) is False, (
         "a watermark beyond what this writer sent ended the wait"
+    )
     assert producer.retained() == 2
-    assert reported(reports(), keys.consumer_state, "field seq:rollout-0 is not a watermark of this writer",
-                    "ignored")
+    assert reported(reports(), keys.consumer_state, "field seq:rollout-0 is not a watermark of this writer", "ignored")
     redis_client.delete(keys.consumer_state)
     redis_client.set(keys.consumer_state, "not a hash")
     assert producer.wait_consumed(2, timeout=0.1, should_stop=lambda: False) is False
@@ -180,6 +189,7 @@ def test_waiting_for_consumption_repairs_an_epoch_of_the_wrong_type(redis_client
 
 
 # -- the reader: resets and repairs ------------------------------------------------------------------------------
+
 
 def test_every_data_loss_is_one_reset(redis_client, keys):
     calls: list[int] = []
@@ -210,8 +220,9 @@ def test_a_repaired_state_is_a_reset_and_a_repaired_stream_is_found_as_a_lost_gr
 def test_a_state_loaded_with_unsound_fields_is_written_again_at_the_next_commit_only(redis_client, keys, reports):
     calls: list[int] = []
     reader = Consumer(redis_client, keys, on_reset=lambda: calls.append(1))
-    redis_client.hset(keys.consumer_state, mapping={"consumed": "many", "updates": "4", b"note\xff": b"\xfe",
-                                                    b"seq:\xff": b"x"})
+    redis_client.hset(
+        keys.consumer_state, mapping={"consumed": "many", "updates": "4", b"note\xff": b"\xfe", b"seq:\xff": b"x"}
+    )
     assert reader.load_state() == {"updates": "4", "note\ufffd": "\ufffd"}
     lines = reports()
     assert reported(lines, keys.consumer_state, "field consumed is not a count or watermark", "left out")
@@ -238,17 +249,24 @@ def test_a_state_of_the_wrong_type_loads_as_empty_and_is_written_again(redis_cli
 
 # -- commit: dead letters ---------------------------------------------------------------------------------------
 
+
 def test_a_dead_letter_keeps_the_entrys_fields_and_says_why_in_at_most_1000_bytes(redis_client, keys):
     reader = Consumer(redis_client, keys)
     fields = {b"h": b"\xff\x01", b"d": b"data", "decoded": "dropped"}
     reader.commit([], {}, dead=[(b"17-3", fields, "bad_entry", "é" + "x" * 1500)])
     ((_, letter),) = redis_client.xrange(keys.dead_letter)
-    assert letter == {b"h": b"\xff\x01", b"d": b"data", b"reason": ("é" + "x" * 998).encode(),
-                      b"kind": b"bad_entry", b"source_id": b"17-3"}
+    assert letter == {
+        b"h": b"\xff\x01",
+        b"d": b"data",
+        b"reason": ("é" + "x" * 998).encode(),
+        b"kind": b"bad_entry",
+        b"source_id": b"17-3",
+    }
     assert redis_client.hgetall(keys.dead_letter_counts) == {b"bad_entry": b"1"}
 
 
 # -- rewrite, settle, widening ----------------------------------------------------------------------------------
+
 
 def test_rewrite_repairs_the_keys_it_writes_and_announces_version_0(redis_client, keys, reports):
     reader = Consumer(redis_client, keys)
@@ -260,8 +278,10 @@ def test_rewrite_repairs_the_keys_it_writes_and_announces_version_0(redis_client
     assert redis_client.hgetall(keys.consumer_state) == {b"consumed": b"5", b"seq:rollout-0": b"2"}
     assert redis_client.hgetall(keys.produced) == {b"rollout-0": b"16"}
     assert (redis_client.get(keys.room), redis_client.get(keys.policy)) == (b"2", b"0")
-    assert sorted(reports()) == sorted(line(key, "checked before a rewrite", "repaired (deleted)")
-                                       for key in (keys.consumer_state, keys.produced, keys.room, keys.policy))
+    assert sorted(reports()) == sorted(
+        line(key, "checked before a rewrite", "repaired (deleted)")
+        for key in (keys.consumer_state, keys.produced, keys.room, keys.policy)
+    )
 
 
 class Interfering(redis.Redis):
@@ -281,8 +301,9 @@ class Interfering(redis.Redis):
         return super().pipeline(transaction, shard_hint)
 
 
-def test_rewrite_repairs_a_key_changed_again_before_its_write_a_bounded_number_of_times(redis_server, redis_client,
-                                                                                      keys):
+def test_rewrite_repairs_a_key_changed_again_before_its_write_a_bounded_number_of_times(
+    redis_server, redis_client, keys
+):
     client = Interfering.from_url(redis_server.url)
     client.key = keys.consumer_state
     reader = Consumer(client, keys)
@@ -316,10 +337,13 @@ def test_a_stream_of_the_wrong_type_counts_no_entries_and_is_repaired(redis_clie
 
 # -- reads by others than the trainer ---------------------------------------------------------------------------
 
+
 def test_the_committed_state_read_by_others_leaves_out_what_is_unsound(redis_client, keys, reports):
     assert committed_state(redis_client, keys) == {}
-    redis_client.hset(keys.consumer_state, mapping={"consumed": "8", "seq:rollout-0": "1,3", "lost": "-2",
-                                                    b"note\xff": b"\xfe", b"seq:\xff": b"x"})
+    redis_client.hset(
+        keys.consumer_state,
+        mapping={"consumed": "8", "seq:rollout-0": "1,3", "lost": "-2", b"note\xff": b"\xfe", b"seq:\xff": b"x"},
+    )
     assert committed_state(redis_client, keys) == {"consumed": "8", "seq:rollout-0": "1,3", "note\ufffd": "\ufffd"}
     lines = reports()
     assert reported(lines, keys.consumer_state, "field lost is not a count or watermark", "left out")
@@ -383,8 +407,11 @@ def test_reads_of_keys_of_the_wrong_type_name_the_key_and_read_as_nothing(redis_
     for call, value, named in [
         (lambda: backlog_transitions(redis_client, keys, state={}), 0, [keys.stream]),
         (lambda: committed_state(redis_client, keys), {}, [keys.consumer_state]),
-        (lambda: producer_position(redis_client, keys, "rollout-0"), (0, 0),
-         [keys.consumer_state, keys.stream, keys.produced, keys.floors]),
+        (
+            lambda: producer_position(redis_client, keys, "rollout-0"),
+            (0, 0),
+            [keys.consumer_state, keys.stream, keys.produced, keys.floors],
+        ),
         (reader.floors, {}, [keys.floors]),
         (reader.backlog_bytes, 0, [keys.backlog_bytes]),
     ]:
@@ -420,8 +447,9 @@ def test_waiting_for_consumption_resends_after_a_data_loss_and_waits_on_for_the_
     while not waiting.done(0.01) and time.monotonic() < deadline:
         entries = reader.read(10, 100)
         got += seqs(entries)
-        reader.commit([(eid, len(f[b"h"]) + len(f[b"d"])) for eid, f in entries],
-                      {"seq:rollout-0": str(max(got))} if got else {})
+        reader.commit(
+            [(eid, len(f[b"h"]) + len(f[b"d"])) for eid, f in entries], {"seq:rollout-0": str(max(got))} if got else {}
+        )
     assert waiting.value is True, "the wait ended before the re-sent entries were consumed"
     assert sorted(got) == [1, 2, 3] and producer.resent == 3, "a re-send waits for room like any append"
 
@@ -457,6 +485,7 @@ def test_reclaim_takes_64_entries_at_a_time_unless_told(redis_client, keys):
 
 
 # -- retrying within the caller's time ---------------------------------------------------------------------------
+
 
 class Unreachable(redis.Redis):
     """A client that loses its server on demand, as a lost connection does: every command naming one of the keys in
@@ -494,8 +523,9 @@ class NoRetries:
         raise AssertionError(f"retried after {seconds} s, past the caller's retry time")
 
 
-def test_a_call_that_loses_the_server_gives_up_within_its_retry_time_and_names_what_it_did(redis_server, keys,
-                                                                                             monkeypatch):
+def test_a_call_that_loses_the_server_gives_up_within_its_retry_time_and_names_what_it_did(
+    redis_server, keys, monkeypatch
+):
     client = Unreachable.from_url(redis_server.url)
     reader = Consumer(client, keys, retry_s=0)
     producer = Producer(client, keys, "rollout-0", 10, 1 << 20, retry_s=0)
@@ -550,6 +580,7 @@ def test_a_writer_whose_wait_for_room_fails_waits_out_its_timeout_and_tries_agai
     assert held.value.appended
     assert 0 < producer.waited_s <= time.perf_counter() - started
     assert client.waits and all(waited == [keys.freed] for waited, _ in client.waits), "a wait not on Keys.freed"
-    assert [timeout for _, timeout in client.waits] == [min(0.5, 0.05 * 2 ** i) for i in range(len(client.waits))], \
+    assert [timeout for _, timeout in client.waits] == [min(0.5, 0.05 * 2**i) for i in range(len(client.waits))], (
         "the wait's timeout starts at 50 ms and doubles with each refusal in a row, up to 0.5 s"
+    )
     client.close()

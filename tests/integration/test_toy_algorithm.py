@@ -21,7 +21,7 @@ from tests.conftest import ROOT, read_summary, run_cli
 PLUGIN = "tests.plugins.toy_algorithm"
 ENV = {"DRL_PLUGINS": PLUGIN, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
-WITHOUT_SERVICES = r'''
+WITHOUT_SERVICES = r"""
 import numpy as np
 from drl._proto import experience_pb2
 from drl.algorithms import ALGORITHMS, check_spaces, get, load_plugins, make_actor, wire_extras
@@ -86,22 +86,54 @@ assert learning.metrics == {"toy_action": 0.25, "toy_mark": 0.25}, learning.metr
 tensors, meta = learning.state(with_replay=True)
 assert "replay.toy_mark" in tensors and "learner.action" in tensors
 print("ok")
-'''
+"""
 
 
 def test_toy_plugin_reaches_every_layer_but_the_services():
-    proc = subprocess.run([sys.executable, "-c", WITHOUT_SERVICES], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, **ENV}, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", WITHOUT_SERVICES],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **ENV},
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "ok"
 
 
 def test_toy_algorithm_runs_end_to_end(tmp_path):
     run = "toy-pendulum"
-    proc = run_cli(["--algorithm", "toy", "--env", "Pendulum-v1", "--workers", "2", "--steps", "2000",
-                    "--toy.action", "0.25", "--toy.batch-size", "8", "--random-steps", "0",
-                    "--learning-starts", "400", "--updates-per-transition", "0.25", "--eval-episodes", "1",
-                    "--output", str(tmp_path), "--run-name", run], timeout=300, env=ENV)
+    proc = run_cli(
+        [
+            "--algorithm",
+            "toy",
+            "--env",
+            "Pendulum-v1",
+            "--workers",
+            "2",
+            "--steps",
+            "2000",
+            "--toy.action",
+            "0.25",
+            "--toy.batch-size",
+            "8",
+            "--random-steps",
+            "0",
+            "--learning-starts",
+            "400",
+            "--updates-per-transition",
+            "0.25",
+            "--eval-episodes",
+            "1",
+            "--output",
+            str(tmp_path),
+            "--run-name",
+            run,
+        ],
+        timeout=300,
+        env=ENV,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = read_summary(tmp_path / run)
     assert summary["algorithm"] == "toy" and summary["exit_reason"] == "steps_done"

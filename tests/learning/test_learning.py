@@ -38,8 +38,18 @@ from tests.conftest import read_summary, run_cli
 from tests.harness import FULL_TIER
 
 PER = ["--prioritized", "true", "--worker-priorities", "true"]
-IMPALA = ["--appo.clip", "0", "--appo.epochs", "1", "--appo.minibatches", "1", "--appo.vtrace-lambda", "1",
-          "--appo.lr", "5e-4"]
+IMPALA = [
+    "--appo.clip",
+    "0",
+    "--appo.epochs",
+    "1",
+    "--appo.minibatches",
+    "1",
+    "--appo.vtrace-lambda",
+    "1",
+    "--appo.lr",
+    "5e-4",
+]
 GROUP = ["--learners", "2", "--memory-shards", "2"]
 CASES = {
     "sac-pendulum-sync": ("sac", "Pendulum-v1", "sync", 2, [], -200.0, 20_000),
@@ -53,16 +63,31 @@ CASES = {
     "ppo-minatar-breakout-sync": ("ppo", "MinAtar/Breakout-v1", "sync", 2, [], 5.0, 150_000),
     "dqn-minatar-breakout-async-prioritized": ("dqn", "MinAtar/Breakout-v1", "async", 2, PER, 4.0, 60_000),
     "appo-cartpole-async": ("appo", "CartPole-v1", "async", 4, [], 475.0, 150_000),
-    "appo-cartpole-async-8-workers-lag-2": ("appo", "CartPole-v1", "async", 8, ["--max-policy-lag", "2"], 475.0,
-                                            150_000),
+    "appo-cartpole-async-8-workers-lag-2": (
+        "appo",
+        "CartPole-v1",
+        "async",
+        8,
+        ["--max-policy-lag", "2"],
+        475.0,
+        150_000,
+    ),
     "impala-cartpole-async": ("appo", "CartPole-v1", "async", 4, IMPALA, 475.0, 300_000),
     "appo-minatar-breakout-async": ("appo", "MinAtar/Breakout-v1", "async", 2, [], 5.0, 150_000),
     "ppo-cartpole-sync-2-learners": ("ppo", "CartPole-v1", "sync", 4, GROUP, 475.0, 150_000),
     "sac-pendulum-async-2-learners": ("sac", "Pendulum-v1", "async", 4, GROUP, -200.0, 20_000),
 }
-OPT_IN = {"sac-pendulum-sync", "sac-pendulum-async-bfloat16", "td3-pendulum-sync", "dqn-cartpole-sync",
-          "dqn-cartpole-async-prioritized", "ppo-minatar-breakout-sync", "impala-cartpole-async",
-          "appo-minatar-breakout-async", "sac-pendulum-async-2-learners"}
+OPT_IN = {
+    "sac-pendulum-sync",
+    "sac-pendulum-async-bfloat16",
+    "td3-pendulum-sync",
+    "dqn-cartpole-sync",
+    "dqn-cartpole-async-prioritized",
+    "ppo-minatar-breakout-sync",
+    "impala-cartpole-async",
+    "appo-minatar-breakout-async",
+    "sac-pendulum-async-2-learners",
+}
 """Cases of the opt-in tier (``DRL_TESTS_FULL=1``), to keep the suite within its time budget. Every suite learns
 with each algorithm once and in each mode: sac, td3 and appo ASYNC, ppo SYNC, and dqn once, on images, ASYNC
 (frames through the frame replay, prioritized, worker priorities). The opt-in cases are the other mode of sac,
@@ -80,9 +105,30 @@ stream of two workers) and sac (ASYNC) in the opt-in tier."""
 def test_preset_reaches_target(tmp_path, case):
     preset, env, mode, workers, extra, target, budget = CASES[case]
     run = f"learn-{case}"
-    proc = run_cli(["--preset", preset, "--env", env, "--workers", str(workers), "--mode", mode, "--seed", "0",
-                    "--steps", str(budget), "--target-return", str(target), "--output", str(tmp_path),
-                    "--run-name", run, *extra], timeout=900)
+    proc = run_cli(
+        [
+            "--preset",
+            preset,
+            "--env",
+            env,
+            "--workers",
+            str(workers),
+            "--mode",
+            mode,
+            "--seed",
+            "0",
+            "--steps",
+            str(budget),
+            "--target-return",
+            str(target),
+            "--output",
+            str(tmp_path),
+            "--run-name",
+            run,
+            *extra,
+        ],
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = read_summary(tmp_path / run)
     config = json.loads((tmp_path / run / "config.json").read_text())

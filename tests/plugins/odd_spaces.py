@@ -7,8 +7,9 @@ import gymnasium as gym
 import numpy as np
 
 SPACES = {
-    "DictObs-v0": gym.spaces.Dict({"position": gym.spaces.Box(-1, 1, (2,), np.float32),
-                                   "mode": gym.spaces.Discrete(3)}),
+    "DictObs-v0": gym.spaces.Dict(
+        {"position": gym.spaces.Box(-1, 1, (2,), np.float32), "mode": gym.spaces.Discrete(3)}
+    ),
     "TupleObs-v0": gym.spaces.Tuple((gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(3))),
     "Box4dObs-v0": gym.spaces.Box(0, 255, (2, 3, 8, 8), np.uint8),
 }

@@ -27,8 +27,9 @@ MARK = "toy_mark"
 class ToyConfig:
     """A constant policy and a learner that only counts: the smallest algorithm drl can run."""
 
-    action: float = opt(0.0, "The action the policy always takes (clipped to a Box's bounds; an index for "
-                             "discrete actions).")
+    action: float = opt(
+        0.0, "The action the policy always takes (clipped to a Box's bounds; an index for discrete actions)."
+    )
     batch_size: int = opt(16, "Transitions per (trivial) update.")
 
     def problems(self, prefix: str) -> list[str]:

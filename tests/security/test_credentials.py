@@ -52,14 +52,18 @@ def run_pids(run: str) -> dict[int, str]:
 
 def file_leaks(root: Path, secrets: list[str]) -> list[str]:
     """Files under root (recursively, binary files too) that hold one of the secrets."""
-    return [str(p) for p in sorted(root.rglob("*")) if p.is_file() and any(s.encode() in p.read_bytes()
-                                                                           for s in secrets)]
+    return [
+        str(p) for p in sorted(root.rglob("*")) if p.is_file() and any(s.encode() in p.read_bytes() for s in secrets)
+    ]
 
 
 def object_leaks(objects: list[dict], secrets: list[str], allowed_kinds=("Secret",)) -> list[str]:
     """Kubernetes objects, other than those of ``allowed_kinds``, whose YAML holds one of the secrets."""
-    return [f"{o.get('kind')}/{o.get('metadata', {}).get('name')}" for o in objects
-            if o.get("kind") not in allowed_kinds and any(s in yaml.safe_dump(o) for s in secrets)]
+    return [
+        f"{o.get('kind')}/{o.get('metadata', {}).get('name')}"
+        for o in objects
+        if o.get("kind") not in allowed_kinds and any(s in yaml.safe_dump(o) for s in secrets)
+    ]
 
 
 @pytest.fixture
@@ -72,14 +76,41 @@ def test_secrets_stay_out_of_argv_files_store_and_configmaps(tmp_path, s3_server
     bucket = f"drl-{uuid.uuid4().hex[:8]}"
     store_url = f"s3://{bucket}/drl"
     values = list(secrets.values())
-    env = {**s3_server.env, "AWS_SECRET_ACCESS_KEY": secrets["s3"], "DRL_MEMORY_PASSWORD": secrets["password"],
-           "DRL_CACHE_DIR": str(tmp_path / "cache")}
+    env = {
+        **s3_server.env,
+        "AWS_SECRET_ACCESS_KEY": secrets["s3"],
+        "DRL_MEMORY_PASSWORD": secrets["password"],
+        "DRL_CACHE_DIR": str(tmp_path / "cache"),
+    }
     with started(password_server(tmp_path / "valkey", secrets["password"])) as server:
-        args = ["--workers", "1", "--steps", "300", "--random-steps", "300", "--learning-starts", "200",
-                "--eval-episodes", "1", "--memory", server.url, "--store", store_url, "--output", str(tmp_path / "runs"),
-                "--run-name", run]
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=ROOT, env={**os.environ, **env},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        args = [
+            "--workers",
+            "1",
+            "--steps",
+            "300",
+            "--random-steps",
+            "300",
+            "--learning-starts",
+            "200",
+            "--eval-episodes",
+            "1",
+            "--memory",
+            server.url,
+            "--store",
+            store_url,
+            "--output",
+            str(tmp_path / "runs"),
+            "--run-name",
+            run,
+        ]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", *args],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         seen: dict[int, str] = {}
         leaked: dict[int, str] = {}
         deadline = time.monotonic() + 240
@@ -112,8 +143,23 @@ def test_secrets_stay_out_of_argv_files_store_and_configmaps(tmp_path, s3_server
     assert "config.json" in keys and "evaluations.jsonl" in keys, keys
     assert not [k for k in keys if any(s.encode() in store.get(k) for s in values)]
 
-    rendered = run_cli(["render", "--memory", "redis://drl-valkey:6379/0", "--store", store_url, "--workers", "1",
-                        "--steps", "300", "--run-name", run], timeout=120, env=env)
+    rendered = run_cli(
+        [
+            "render",
+            "--memory",
+            "redis://drl-valkey:6379/0",
+            "--store",
+            store_url,
+            "--workers",
+            "1",
+            "--steps",
+            "300",
+            "--run-name",
+            run,
+        ],
+        timeout=120,
+        env=env,
+    )
     assert rendered.returncode == 0, rendered.stderr
     objects = [o for o in yaml.safe_load_all(rendered.stdout) if o]
     secret_objects = [o for o in objects if o.get("kind") == "Secret"]

@@ -43,23 +43,49 @@ from services.telemetry import Telemetry
 FUZZ = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 DEEP = st.integers(1, 200_000).map(lambda n: "[" * n)  # nesting that blows Python's recursion limit
 
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True),
-                      st.text(max_size=20))
-json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=4) |
-                          st.dictionaries(st.text(max_size=10), inner, max_size=4), max_leaves=12)
+json_leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True), st.text(max_size=20)
+)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
 
 
 # -- policy manifests and weights ------------------------------------------------------------------------------
 
+
 def _manifest_dicts():
-    int_ish = st.one_of(st.integers(-(2**65), 2**65), st.integers(0, 2**64).map(str), st.text(max_size=5), st.none(),
-                        st.floats(allow_nan=True))
-    obj = st.fixed_dictionaries({}, optional={"name": st.sampled_from(["policy.safetensors", "x", ""]),
-                                              "sha256": st.text(max_size=64), "size": int_ish})
-    return st.fixed_dictionaries({}, optional={
-        "run": st.sampled_from(["r", "other", ""]) | st.integers(), "version": int_ish, "algorithm": json_leaf,
-        "env_steps": int_ish, "updates": int_ish, "created_at": int_ish, "objects": st.lists(obj, max_size=3) | json_value,
-        "observation_space": json_leaf, "colour": json_value})
+    int_ish = st.one_of(
+        st.integers(-(2**65), 2**65),
+        st.integers(0, 2**64).map(str),
+        st.text(max_size=5),
+        st.none(),
+        st.floats(allow_nan=True),
+    )
+    obj = st.fixed_dictionaries(
+        {},
+        optional={
+            "name": st.sampled_from(["policy.safetensors", "x", ""]),
+            "sha256": st.text(max_size=64),
+            "size": int_ish,
+        },
+    )
+    return st.fixed_dictionaries(
+        {},
+        optional={
+            "run": st.sampled_from(["r", "other", ""]) | st.integers(),
+            "version": int_ish,
+            "algorithm": json_leaf,
+            "env_steps": int_ish,
+            "updates": int_ish,
+            "created_at": int_ish,
+            "objects": st.lists(obj, max_size=3) | json_value,
+            "observation_space": json_leaf,
+            "colour": json_value,
+        },
+    )
 
 
 def _check_manifest(raw: bytes) -> None:
@@ -101,8 +127,9 @@ def lying_safetensors(draw):
         end = draw(st.integers(0, 64) | st.integers(0, 2**64 - 1) | st.just(start + 4 * int(np.prod(shape[:2] or [1]))))
         tensors[f"t{i}"] = {"dtype": draw(st.sampled_from(DTYPES)), "shape": shape, "data_offsets": [start, end]}
     if draw(st.booleans()):
-        tensors["__metadata__"] = draw(st.dictionaries(st.text(max_size=5), st.text(max_size=5) | st.integers(),
-                                                       max_size=2))
+        tensors["__metadata__"] = draw(
+            st.dictionaries(st.text(max_size=5), st.text(max_size=5) | st.integers(), max_size=2)
+        )
     data = draw(st.binary(max_size=64))
     length = draw(st.none() | st.integers(0, 2**64 - 1))
     return safetensors_blob(tensors, data, length)
@@ -143,6 +170,7 @@ def test_weights_round_trip_still_parses():
 
 # -- checkpoints ---------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def scratch():
     path = Path(tempfile.mkdtemp(prefix="drl-fuzz-"))
@@ -151,17 +179,22 @@ def scratch():
 
 
 @FUZZ
-@given(blob=st.binary(max_size=100) | lying_safetensors(),
-       meta=st.none() | st.text(max_size=30) | json_value.map(json.dumps) | DEEP,
-       manifest=st.none() | st.binary(max_size=100) | _manifest_dicts().map(lambda d: json.dumps(d).encode()))
+@given(
+    blob=st.binary(max_size=100) | lying_safetensors(),
+    meta=st.none() | st.text(max_size=30) | json_value.map(json.dumps) | DEEP,
+    manifest=st.none() | st.binary(max_size=100) | _manifest_dicts().map(lambda d: json.dumps(d).encode()),
+)
 def test_checkpoint_with_consistent_checksum_but_bad_content_is_skipped(scratch, blob, meta, manifest):
     """A checkpoint whose checksum matches but whose tensors, meta or manifest do not parse is skipped
     (``latest`` falls back), never raised to the trainer."""
     shutil.rmtree(scratch / "r", ignore_errors=True)
     store = run_store(str(scratch), "r")
     if manifest is None:
-        data = {"run": "r", "sequence": "1",
-                "objects": [{"name": TENSORS, "sha256": hashlib.sha256(blob).hexdigest(), "size": str(len(blob))}]}
+        data = {
+            "run": "r",
+            "sequence": "1",
+            "objects": [{"name": TENSORS, "sha256": hashlib.sha256(blob).hexdigest(), "size": str(len(blob))}],
+        }
         if meta is not None:
             data["meta_json"] = meta
         manifest = json.dumps(data).encode()
@@ -180,7 +213,9 @@ CONFIG_KEYS = sorted(json.loads(ExperimentConfig().to_json()))
 
 
 def _config_dicts():
-    block = st.dictionaries(st.sampled_from(["lr", "gamma", "hidden", "tau", "batch_size", "x"]), json_value, max_size=3)
+    block = st.dictionaries(
+        st.sampled_from(["lr", "gamma", "hidden", "tau", "batch_size", "x"]), json_value, max_size=3
+    )
     return st.dictionaries(st.sampled_from(CONFIG_KEYS + ["colour"]), json_value | block, max_size=5)
 
 
@@ -210,11 +245,19 @@ def test_config_file(scratch, raw):
 
 
 @FUZZ
-@given(st.text(max_size=200).filter(lambda t: "\0" not in t) | DEEP |
-       _config_dicts().map(lambda d: json.dumps({"preset": "sac", "env": "Pendulum-v1", **d})))
+@given(
+    st.text(max_size=200).filter(lambda t: "\0" not in t)
+    | DEEP
+    | _config_dicts().map(lambda d: json.dumps({"preset": "sac", "env": "Pendulum-v1", **d}))
+)
 def test_drl_config_variable(text):
-    env = {"DRL_CONFIG": text or "x", "DRL_RUN": "r", "DRL_RUN_DIR": "/nonexistent", "DRL_MEMORY_URL": "redis://x",
-           "DRL_STORE": "/nonexistent"}
+    env = {
+        "DRL_CONFIG": text or "x",
+        "DRL_RUN": "r",
+        "DRL_RUN_DIR": "/nonexistent",
+        "DRL_MEMORY_URL": "redis://x",
+        "DRL_STORE": "/nonexistent",
+    }
     with mock.patch.dict(os.environ, env):
         try:
             ctx = ServiceContext.from_env("trainer")
@@ -224,6 +267,7 @@ def test_drl_config_variable(text):
 
 
 # -- trainer state read back from Redis ------------------------------------------------------------------------
+
 
 @FUZZ
 @given(st.text(max_size=60) | st.lists(st.integers(-(2**70), 2**70), max_size=6).map(lambda xs: ",".join(map(str, xs))))
@@ -239,6 +283,7 @@ def test_watermark_field(text):
 
 
 # -- control service: requests off the wire, status hashes -----------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def control_server():
@@ -261,16 +306,23 @@ def test_control_requests_of_random_bytes(control_server, method, raw):
         (control_pb2.ServiceStatus if method == "GetStatus" else control_pb2.StopReply).FromString(reply)
     except grpc.RpcError as exc:
         assert exc.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT), exc
-    status = channel.unary_unary("/drl.v1.Control/GetStatus", request_serializer=None,
-                                 response_deserializer=control_pb2.ServiceStatus.FromString)(b"", timeout=5)
+    status = channel.unary_unary(
+        "/drl.v1.Control/GetStatus", request_serializer=None, response_deserializer=control_pb2.ServiceStatus.FromString
+    )(b"", timeout=5)
     assert status.state in ("running", "stopping")
 
 
 @FUZZ
-@given(st.dictionaries(st.text(max_size=15) | st.sampled_from(["role", "policy_version", "env_steps", "produced",
-                                                              "uptime_s", "transitions_per_s", "restarts", "state"]),
-                       st.text(max_size=30) | st.sampled_from(["1e400", "nan", "-inf", "9" * 40, "rollout"]),
-                       max_size=8))
+@given(
+    st.dictionaries(
+        st.text(max_size=15)
+        | st.sampled_from(
+            ["role", "policy_version", "env_steps", "produced", "uptime_s", "transitions_per_s", "restarts", "state"]
+        ),
+        st.text(max_size=30) | st.sampled_from(["1e400", "nan", "-inf", "9" * 40, "rollout"]),
+        max_size=8,
+    )
+)
 def test_status_hash_fields(fields):
     """A status hash as read from Redis (any text) becomes a ServiceStatus without raising."""
     message = status_message({"id": "rollout-0", **fields})
@@ -280,20 +332,37 @@ def test_status_hash_fields(fields):
 
 # -- files of a run: state.json, evaluations.jsonl -------------------------------------------------------------
 
+
 def _state_dicts():
-    process = st.dictionaries(st.sampled_from(["name", "role", "pid", "control_port", "log", "exit_code", "last_status",
-                                               "restarts", "x"]), json_value, max_size=6)
-    valid_process = st.fixed_dictionaries({"name": st.just("trainer"), "role": st.just("trainer"),
-                                           "pid": st.integers(0, 2**31 - 1)})
-    return st.fixed_dictionaries({"run": st.just("r"), "orchestrator_pid": st.integers(0, 2**40),
-                                  "memory_url": st.just("redis://127.0.0.1:1/0")},
-                                 optional={"processes": st.lists(valid_process | process, max_size=3) | json_value,
-                                           "started_at": json_leaf, "state": json_leaf})
+    process = st.dictionaries(
+        st.sampled_from(["name", "role", "pid", "control_port", "log", "exit_code", "last_status", "restarts", "x"]),
+        json_value,
+        max_size=6,
+    )
+    valid_process = st.fixed_dictionaries(
+        {"name": st.just("trainer"), "role": st.just("trainer"), "pid": st.integers(0, 2**31 - 1)}
+    )
+    return st.fixed_dictionaries(
+        {
+            "run": st.just("r"),
+            "orchestrator_pid": st.integers(0, 2**40),
+            "memory_url": st.just("redis://127.0.0.1:1/0"),
+        },
+        optional={
+            "processes": st.lists(valid_process | process, max_size=3) | json_value,
+            "started_at": json_leaf,
+            "state": json_leaf,
+        },
+    )
 
 
 @FUZZ
-@given(st.binary(max_size=200) | DEEP.map(str.encode) | _state_dicts().map(lambda d: json.dumps(d).encode()) |
-       json_value.map(lambda v: json.dumps(v).encode()))
+@given(
+    st.binary(max_size=200)
+    | DEEP.map(str.encode)
+    | _state_dicts().map(lambda d: json.dumps(d).encode())
+    | json_value.map(lambda v: json.dumps(v).encode())
+)
 def test_state_file(scratch, raw):
     run_dir = scratch / "runs" / "r"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -312,10 +381,16 @@ def test_state_file(scratch, raw):
 
 
 @FUZZ
-@given(st.lists(st.binary(max_size=80) | json_value.map(json.dumps).map(str.encode) |
-                st.fixed_dictionaries({"env_steps": json_leaf | st.just(10**400), "wall_seconds": json_leaf,
-                                       "mean_return": json_leaf}).map(lambda d: json.dumps(d).encode()),
-                max_size=5))
+@given(
+    st.lists(
+        st.binary(max_size=80)
+        | json_value.map(json.dumps).map(str.encode)
+        | st.fixed_dictionaries(
+            {"env_steps": json_leaf | st.just(10**400), "wall_seconds": json_leaf, "mean_return": json_leaf}
+        ).map(lambda d: json.dumps(d).encode()),
+        max_size=5,
+    )
+)
 def test_evaluations_jsonl(scratch, lines):
     run_dir = scratch / "plot" / "r"
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -31,9 +31,24 @@ def tls_s3(tmp_path_factory):
     certs = make_certs(workdir / "certs")
     port = free_port()
     log = open(workdir / "s3.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port),
-                             "-c", str(certs["server_cert"]), "-k", str(certs["server_key"])],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-c",
+            str(certs["server_cert"]),
+            "-k",
+            str(certs["server_key"]),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     endpoint = f"https://127.0.0.1:{port}"
     context = ssl.create_default_context(cafile=str(certs["ca"]))
     deadline = time.monotonic() + 30
@@ -45,7 +60,8 @@ def tls_s3(tmp_path_factory):
             if time.monotonic() > deadline or proc.poll() is not None:
                 proc.kill()
                 raise RuntimeError(
-                    f"moto https server did not start: {(workdir / 's3.log').read_text()[-2000:]}") from None
+                    f"moto https server did not start: {(workdir / 's3.log').read_text()[-2000:]}"
+                ) from None
             time.sleep(0.1)
     yield {"endpoint": endpoint, "certs": certs}
     proc.kill()
@@ -54,8 +70,13 @@ def tls_s3(tmp_path_factory):
 
 
 def _env(tls_s3, ca=None) -> dict[str, str]:
-    env = {"AWS_ACCESS_KEY_ID": "tls-key", "AWS_SECRET_ACCESS_KEY": "tls-secret", "AWS_REGION": "us-east-1",
-           "DRL_S3_ENDPOINT": tls_s3["endpoint"], "DRL_STORE_RETRY_S": "300"}
+    env = {
+        "AWS_ACCESS_KEY_ID": "tls-key",
+        "AWS_SECRET_ACCESS_KEY": "tls-secret",
+        "AWS_REGION": "us-east-1",
+        "DRL_S3_ENDPOINT": tls_s3["endpoint"],
+        "DRL_STORE_RETRY_S": "300",
+    }
     if ca is not None:
         env["DRL_S3_CA"] = str(ca)
     return env
@@ -67,6 +88,7 @@ def use_env(monkeypatch):
         monkeypatch.delenv("DRL_S3_CA", raising=False)
         for key, value in env.items():
             monkeypatch.setenv(key, value)
+
     return apply
 
 
@@ -105,8 +127,11 @@ def test_ca_file_that_does_not_exist_is_named(tls_s3, use_env, tmp_path):
 
 def test_cli_without_the_ca_is_one_line_exit_2(tls_s3, tmp_path):
     run = "tls-no-ca"
-    proc = run_cli(["--store", "s3://drl-tls-cli/x", "--steps", "1000", "--output", str(tmp_path), "--run-name", run],
-                   timeout=120, env={**_env(tls_s3), "DRL_S3_CA": ""})
+    proc = run_cli(
+        ["--store", "s3://drl-tls-cli/x", "--steps", "1000", "--output", str(tmp_path), "--run-name", run],
+        timeout=120,
+        env={**_env(tls_s3), "DRL_S3_CA": ""},
+    )
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("drl-orchestrate: error: "), proc.stderr
@@ -118,9 +143,28 @@ def test_tiny_run_through_the_cli_with_an_https_store(tls_s3, use_env, tmp_path)
     run = "tls-run"
     bucket = f"drl-{uuid.uuid4().hex[:8]}"
     env = {**_env(tls_s3, ca=tls_s3["certs"]["ca"]), "DRL_CACHE_DIR": str(tmp_path / "cache")}
-    proc = run_cli(["--workers", "1", "--steps", "300", "--random-steps", "300", "--learning-starts", "200",
-                    "--eval-episodes", "1", "--store", f"s3://{bucket}/drl", "--output", str(tmp_path),
-                    "--run-name", run], timeout=300, env=env)
+    proc = run_cli(
+        [
+            "--workers",
+            "1",
+            "--steps",
+            "300",
+            "--random-steps",
+            "300",
+            "--learning-starts",
+            "200",
+            "--eval-episodes",
+            "1",
+            "--store",
+            f"s3://{bucket}/drl",
+            "--output",
+            str(tmp_path),
+            "--run-name",
+            run,
+        ],
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = read_summary(tmp_path / run)
     assert summary["exit_reason"] == "steps_done" and summary["transitions_consumed"] == 300, summary

@@ -43,10 +43,11 @@ def test_memory_url_that_answers_http(tmp_path, s3_server, web_server, target):
     hostport = s3_server.endpoint.split("://")[1] if target == "s3" else web_server
     run = f"wrong-memory-{target}"
     started = time.monotonic()
-    proc = run_cli(["--memory", f"redis://{hostport}/0", "--steps", "1000", "--output", str(tmp_path),
-                    "--run-name", run], timeout=120)
-    _check_one_line_exit_2(proc, started, [f"redis://{hostport}/0", "does not speak the Redis protocol"], run,
-                           tmp_path)
+    proc = run_cli(
+        ["--memory", f"redis://{hostport}/0", "--steps", "1000", "--output", str(tmp_path), "--run-name", run],
+        timeout=120,
+    )
+    _check_one_line_exit_2(proc, started, [f"redis://{hostport}/0", "does not speak the Redis protocol"], run, tmp_path)
     assert not (tmp_path / run).exists(), "nothing may be written before the checks pass"
 
 
@@ -60,6 +61,9 @@ def test_s3_endpoint_that_is_something_else(tmp_path, s3_server, redis_server, w
     run = f"wrong-s3-{target}"
     env = {**s3_server.env, "DRL_S3_ENDPOINT": endpoint}
     started = time.monotonic()
-    proc = run_cli(["--store", "s3://drl-wrong/x", "--steps", "1000", "--output", str(tmp_path), "--run-name", run],
-                   timeout=120, env=env)
+    proc = run_cli(
+        ["--store", "s3://drl-wrong/x", "--steps", "1000", "--output", str(tmp_path), "--run-name", run],
+        timeout=120,
+        env=env,
+    )
     _check_one_line_exit_2(proc, started, [endpoint, expected], run, tmp_path)

@@ -10,8 +10,12 @@ DROPS = [n for n in COUNTERS if n not in ("consumed", "duplicates")]
 
 
 def test_a_run_that_left_transitions_in_the_stream_balances_with_them():
-    acc = tally({"consumed": "90", "stale": "4", "duplicates": "7", "updates": "12"},
-                {"rollout-0": 60, "rollout-1": 40}, unconsumed=6, dead_letters={"undecodable": 2})
+    acc = tally(
+        {"consumed": "90", "stale": "4", "duplicates": "7", "updates": "12"},
+        {"rollout-0": 60, "rollout-1": 40},
+        unconsumed=6,
+        dead_letters={"undecodable": 2},
+    )
     assert (acc["produced"], acc["consumed"], acc["unconsumed"], acc["duplicates"]) == (100, 90, 6, 7)
     assert acc["dropped"] == {n: (4 if n == "stale" else 0) for n in DROPS}
     assert acc["dead_lettered"] == {"undecodable": 2} and acc["updates"] == 12
@@ -22,8 +26,7 @@ def test_a_run_that_left_transitions_in_the_stream_balances_with_them():
 
 def test_a_resumed_run_counts_the_steps_its_checkpoint_accounted_for():
     resumed = {"consumed": 500, "stale": 20, "duplicates": 9}
-    acc = tally({"consumed": "900", "stale": "20"}, {"rollout-0": 400}, unconsumed=0, dead_letters={},
-                resumed=resumed)
+    acc = tally({"consumed": "900", "stale": "20"}, {"rollout-0": 400}, unconsumed=0, dead_letters={}, resumed=resumed)
     assert acc["produced"] == 400 + 520, "the checkpoint's counters without its duplicates"
     assert balanced(acc)
     assert tally({}, {"rollout-0": 400}, 0, {}, resumed=resumed)["consumed"] == 500, "the ledger starts there"
@@ -38,8 +41,9 @@ def test_counters_missing_from_a_ledger_read_as_their_default():
 
 
 def test_the_kept_ledger_raises_the_produced_counts_it_holds():
-    ledger, produced = with_kept_ledger({"consumed": 30, "produced:rollout-0": "20", "produced:rollout-1": 5},
-                                        {"rollout-0": 12, "rollout-1": 9})
+    ledger, produced = with_kept_ledger(
+        {"consumed": 30, "produced:rollout-0": "20", "produced:rollout-1": 5}, {"rollout-0": 12, "rollout-1": 9}
+    )
     assert ledger == {"consumed": "30", "produced:rollout-0": "20", "produced:rollout-1": "5"}
     assert produced == {"rollout-0": 20, "rollout-1": 9}, "raised, never lowered"
     _, produced = with_kept_ledger({"produced:rollout-2": "0", "produced:rollout-3": ""}, {})

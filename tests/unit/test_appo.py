@@ -52,8 +52,9 @@ def test_vtrace_by_hand():
 
 def test_vtrace_truncates_rho_and_c_separately():
     ratio = col(3.0, 3.0)
-    out = vtrace(np.log(ratio), col(1, 1), col(0, 0), col(0, 0), col(0, 0), col(0, 1), gamma=1.0, rho_bar=2.0,
-                 c_bar=0.5)
+    out = vtrace(
+        np.log(ratio), col(1, 1), col(0, 0), col(0, 0), col(0, 0), col(0, 1), gamma=1.0, rho_bar=2.0, c_bar=0.5
+    )
     # delta = rho * r = 2; v_1 = 2; v_0 = 2 + 1 * c(=0.5) * 2
     assert out.targets[:, 0].tolist() == pytest.approx([3.0, 2.0])
     assert out.rho[:, 0].tolist() == pytest.approx([2.0, 2.0])
@@ -125,10 +126,15 @@ def test_a_cut_stops_corrections_from_crossing_episodes():
 
 
 def segment(n: int, obs: float, action: int = 0, logp: float = np.log(0.5), terminated_at=None, truncated_at=None):
-    seg = {"obs": np.full((n, 4), obs, np.float32), "action": np.full(n, action, np.int64),
-           "reward": np.ones(n, np.float32), "next_obs": np.full((n, 4), obs, np.float32),
-           "terminated": np.zeros(n, np.uint8), "truncated": np.zeros(n, np.uint8),
-           "behaviour_logp": np.full(n, logp, np.float32)}
+    seg = {
+        "obs": np.full((n, 4), obs, np.float32),
+        "action": np.full(n, action, np.int64),
+        "reward": np.ones(n, np.float32),
+        "next_obs": np.full((n, 4), obs, np.float32),
+        "terminated": np.zeros(n, np.uint8),
+        "truncated": np.zeros(n, np.uint8),
+        "behaviour_logp": np.full(n, logp, np.float32),
+    }
     if terminated_at is not None:
         seg["terminated"][terminated_at] = 1
     if truncated_at is not None:
@@ -148,12 +154,19 @@ def test_learner_targets_follow_vtrace_with_the_learners_own_values_and_ratios(c
     v = v.numpy().astype(np.float64)
     log_ratio = logp - np.log(0.5)
     grid = lambda a, b: np.array([[a, b], [a, b], [a, 0.0]])  # noqa: E731 (two columns, the second 2 long)
-    expected = vtrace(grid(log_ratio[0], log_ratio[1]), np.array([[1, 1], [1, 1], [1, 0.0]]),
-                      grid(v[0], v[1]), grid(v[0], v[1]), np.array([[0, 0], [0, 1], [0, 0.0]]),
-                      np.array([[0, 0], [1, 1], [1, 1.0]]), 0.9)
+    expected = vtrace(
+        grid(log_ratio[0], log_ratio[1]),
+        np.array([[1, 1], [1, 1], [1, 0.0]]),
+        grid(v[0], v[1]),
+        grid(v[0], v[1]),
+        np.array([[0, 0], [0, 1], [0, 0.0]]),
+        np.array([[0, 0], [1, 1], [1, 1.0]]),
+        0.9,
+    )
     assert data["return"].tolist() == pytest.approx([*expected.targets[:, 0], *expected.targets[:2, 1]], rel=1e-5)
-    assert data["advantage"].tolist() == pytest.approx([*expected.advantages[:, 0], *expected.advantages[:2, 1]],
-                                                       rel=1e-5)
+    assert data["advantage"].tolist() == pytest.approx(
+        [*expected.advantages[:, 0], *expected.advantages[:2, 1]], rel=1e-5
+    )
 
 
 @pytest.mark.parametrize("whole", [False, True])
@@ -172,20 +185,26 @@ def test_minibatches_are_shuffled_rows_or_whole_segments(cartpole, whole):
     assert learner.batch_size == cfg.batch_size, "the queue's batch size changed"
 
 
-def _policy_grad(cartpole, log_ratio: float, advantage: float, clip: float, proximal: bool = False,
-                 other_log_ratio: float = 0.0) -> float:
+def _policy_grad(
+    cartpole, log_ratio: float, advantage: float, clip: float, proximal: bool = False, other_log_ratio: float = 0.0
+) -> float:
     """The policy loss's gradient norm on one row whose ratio is exp(``log_ratio``) to the policy the
     configuration takes it to (behaviour or proximal), the other log-probability off by ``other_log_ratio``."""
-    cfg = APPOConfig(hidden=(8,), clip=clip, proximal=proximal, vf_coef=0.0, ent_coef=0.0,
-                     normalize_advantages=False)
+    cfg = APPOConfig(hidden=(8,), clip=clip, proximal=proximal, vf_coef=0.0, ent_coef=0.0, normalize_advantages=False)
     learner = APPOLearner(cartpole, cfg, seed=0)
     obs = torch.full((1, 4), 0.3)
     with torch.no_grad():
         logp = learner.policy.log_prob(learner.policy.dist(obs), torch.zeros(1, dtype=torch.int64))
     taken, other = logp - log_ratio, logp - other_log_ratio
-    mb = {"obs": obs, "action": torch.zeros(1, dtype=torch.int64),
-          "behaviour_logp": other if proximal else taken, "proximal_logp": taken if proximal else other,
-          "advantage": torch.tensor([advantage]), "return": torch.zeros(1), "rho": torch.ones(1)}
+    mb = {
+        "obs": obs,
+        "action": torch.zeros(1, dtype=torch.int64),
+        "behaviour_logp": other if proximal else taken,
+        "proximal_logp": taken if proximal else other,
+        "advantage": torch.tensor([advantage]),
+        "return": torch.zeros(1),
+        "rho": torch.ones(1),
+    }
     total, _ = learner.loss(mb)
     learner.opt.zero_grad()
     total.backward()
@@ -210,14 +229,20 @@ def test_proximal_log_probabilities_are_the_learners_before_the_batch(cartpole):
     log-probability under the learner's policy as the batch began, not the behaviour policy's."""
     learner = APPOLearner(cartpole, APPOConfig(hidden=(8,), proximal=True), seed=0)
     rng = np.random.default_rng(3)
-    seg = {"obs": rng.standard_normal((5, 4)).astype(np.float32), "action": rng.integers(0, 2, 5),
-           "reward": np.ones(5, np.float32), "next_obs": rng.standard_normal((5, 4)).astype(np.float32),
-           "terminated": np.zeros(5, np.uint8), "truncated": np.zeros(5, np.uint8),
-           "behaviour_logp": np.full(5, -0.1, np.float32)}
+    seg = {
+        "obs": rng.standard_normal((5, 4)).astype(np.float32),
+        "action": rng.integers(0, 2, 5),
+        "reward": np.ones(5, np.float32),
+        "next_obs": rng.standard_normal((5, 4)).astype(np.float32),
+        "terminated": np.zeros(5, np.uint8),
+        "truncated": np.zeros(5, np.uint8),
+        "behaviour_logp": np.full(5, -0.1, np.float32),
+    }
     data = learner.prepare([seg])
     with torch.no_grad():
-        expected = learner.policy.log_prob(learner.policy.dist(torch.as_tensor(seg["obs"])),
-                                           torch.as_tensor(seg["action"]))
+        expected = learner.policy.log_prob(
+            learner.policy.dist(torch.as_tensor(seg["obs"])), torch.as_tensor(seg["action"])
+        )
     assert data["proximal_logp"].tolist() == pytest.approx(expected.tolist(), rel=1e-5)
     assert data["behaviour_logp"].tolist() == pytest.approx([-0.1] * 5)
     assert data["rho"].tolist() == pytest.approx(np.minimum(1.0, np.exp(expected.numpy() + 0.1)).tolist(), rel=1e-5)
@@ -251,10 +276,16 @@ def test_learning_moves_toward_rewarded_actions(cartpole):
         actor.load(learner.policy_weights())
         obs = rng.standard_normal((64, 4)).astype(np.float32)
         action = actor.act(obs)
-        seg = {"obs": obs, "action": action, "reward": action.astype(np.float32), "next_obs": obs,
-               "terminated": np.ones(64, np.uint8), "truncated": np.zeros(64, np.uint8),
-               "behaviour_logp": actor.recorded["behaviour_logp"]}
-        learner.train([{k: v[i:i + 16] for k, v in seg.items()} for i in range(0, 64, 16)])
+        seg = {
+            "obs": obs,
+            "action": action,
+            "reward": action.astype(np.float32),
+            "next_obs": obs,
+            "terminated": np.ones(64, np.uint8),
+            "truncated": np.zeros(64, np.uint8),
+            "behaviour_logp": actor.recorded["behaviour_logp"],
+        }
+        learner.train([{k: v[i : i + 16] for k, v in seg.items()} for i in range(0, 64, 16)])
     actor.load(learner.policy_weights())
     assert actor.act(rng.standard_normal((200, 4)).astype(np.float32), deterministic=True).mean() > 0.95
 
@@ -286,8 +317,7 @@ class RecordingLearner:
 
 
 def _queue(max_lag: int = 0) -> QueueLearning:
-    cfg = replace(ExperimentConfig(), algorithm="appo", mode="async", steps=100, random_steps=0,
-                  max_policy_lag=max_lag)
+    cfg = replace(ExperimentConfig(), algorithm="appo", mode="async", steps=100, random_steps=0, max_policy_lag=max_lag)
     return QueueLearning(RecordingLearner(), cfg)
 
 
@@ -349,8 +379,15 @@ def test_worker_entries_are_fixed_length_segments_with_behaviour_log_probabiliti
     from drl.algorithms import get
     from drl.memory import codec
 
-    cfg = replace(ExperimentConfig(), algorithm="appo", env="CartPole-v1", mode="async", random_steps=0,
-                  envs_per_worker=3, **{"appo.segment": 5, "appo.hidden": (8,)})
+    cfg = replace(
+        ExperimentConfig(),
+        algorithm="appo",
+        env="CartPole-v1",
+        mode="async",
+        random_steps=0,
+        envs_per_worker=3,
+        **{"appo.segment": 5, "appo.hidden": (8,)},
+    )
     algorithm = get("appo")
     rows = algorithm.entry_transitions(cfg)
     envs = VecEnv(cfg.env, 3, seed=0)
@@ -369,16 +406,20 @@ def test_worker_entries_are_fixed_length_segments_with_behaviour_log_probabiliti
     for arrays in sent:
         assert arrays["env_index"].tolist() == [0, 1, 2] * 5
         with torch.no_grad():
-            expected = learner.policy.log_prob(learner.policy.dist(torch.as_tensor(arrays["obs"])),
-                                               torch.as_tensor(arrays["action"])).numpy()
+            expected = learner.policy.log_prob(
+                learner.policy.dist(torch.as_tensor(arrays["obs"])), torch.as_tensor(arrays["action"])
+            ).numpy()
         assert arrays["behaviour_logp"] == pytest.approx(expected, abs=1e-5)
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"mode": "sync"}, "runs in --mode async"),
-    ({"random_steps": 100}, "--random-steps must be 0 for appo"),
-    ({"prioritized": True}, "--prioritized applies to replay-based algorithms"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"mode": "sync"}, "runs in --mode async"),
+        ({"random_steps": 100}, "--random-steps must be 0 for appo"),
+        ({"prioritized": True}, "--prioritized applies to replay-based algorithms"),
+    ],
+)
 def test_appo_refuses_what_it_cannot_do(change, message):
     from drl.presets import get_preset
 
@@ -408,9 +449,17 @@ def test_image_segments_train_through_the_shared_encoder():
     segs = []
     for i in range(2):
         rows = slice(10 * i, 10 * i + 10)
-        segs.append({"obs": obs[rows], "action": action[rows], "reward": rng.random(10).astype(np.float32),
-                     "next_obs": obs[20 + 10 * i:30 + 10 * i], "terminated": np.zeros(10, np.uint8),
-                     "truncated": np.zeros(10, np.uint8), "behaviour_logp": actor.recorded["behaviour_logp"][rows]})
+        segs.append(
+            {
+                "obs": obs[rows],
+                "action": action[rows],
+                "reward": rng.random(10).astype(np.float32),
+                "next_obs": obs[20 + 10 * i : 30 + 10 * i],
+                "terminated": np.zeros(10, np.uint8),
+                "truncated": np.zeros(10, np.uint8),
+                "behaviour_logp": actor.recorded["behaviour_logp"][rows],
+            }
+        )
     before = {k: v.copy() for k, v in learner.policy_weights().items()}
     metrics = learner.train(segs)
     assert learner.updates == 2 and np.isfinite(metrics["policy_loss"])

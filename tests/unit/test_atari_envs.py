@@ -20,8 +20,15 @@ pytest.importorskip("minatar", reason="the atari extra: pip install -e '.[atari]
 def gymnasium_chain(env_id: str, terminal_on_life_loss: bool, clip: bool) -> gym.Env:
     """The preprocessing built by hand from gymnasium's wrappers, as its documentation composes them."""
     check_env_id(env_id)
-    env = AtariPreprocessing(gym.make(env_id, frameskip=1), noop_max=30, frame_skip=4, screen_size=84,
-                             terminal_on_life_loss=terminal_on_life_loss, grayscale_obs=True, scale_obs=False)
+    env = AtariPreprocessing(
+        gym.make(env_id, frameskip=1),
+        noop_max=30,
+        frame_skip=4,
+        screen_size=84,
+        terminal_on_life_loss=terminal_on_life_loss,
+        grayscale_obs=True,
+        scale_obs=False,
+    )
     if clip:
         env = ClipReward(env, -1, 1)
     return FrameStackObservation(env, 4)
@@ -121,8 +128,13 @@ def test_the_step_that_ends_a_game_carries_its_real_score_across_the_training_ep
 @pytest.mark.parametrize("env_id, actions", [("ALE/Pong-v5", 6), ("ALE/Breakout-v5", 4)])
 def test_ale_spec_is_a_uint8_stack_of_four_84x84_frames(env_id, actions):
     spec = space_spec(env_id)
-    assert (spec.obs_shape, spec.obs_dtype, spec.frame_stack, spec.frame_shape, spec.image) == \
-        ((4, 84, 84), "|u1", 4, (84, 84), True)
+    assert (spec.obs_shape, spec.obs_dtype, spec.frame_stack, spec.frame_shape, spec.image) == (
+        (4, 84, 84),
+        "|u1",
+        4,
+        (84, 84),
+        True,
+    )
     assert spec.discrete_actions == actions
     env = make_env(env_id)
     obs, _ = env.reset(seed=0)
@@ -133,8 +145,13 @@ def test_ale_spec_is_a_uint8_stack_of_four_84x84_frames(env_id, actions):
 @pytest.mark.parametrize("env_id, channels", [("MinAtar/Breakout-v1", 4), ("MinAtar/SpaceInvaders-v1", 6)])
 def test_minatar_spec_is_one_uint8_frame_of_10x10xc(env_id, channels):
     spec = space_spec(env_id)
-    assert (spec.obs_shape, spec.obs_dtype, spec.frame_stack, spec.frame_shape, spec.image) == \
-        ((10, 10, channels), "|u1", 1, (10, 10, channels), True)
+    assert (spec.obs_shape, spec.obs_dtype, spec.frame_stack, spec.frame_shape, spec.image) == (
+        (10, 10, channels),
+        "|u1",
+        1,
+        (10, 10, channels),
+        True,
+    )
 
 
 def check_frame_log_invariant(env: gym.Env, k: int, steps: int, seed: int) -> int:
@@ -212,8 +229,19 @@ def test_evaluate_video_records_a_minatar_game(tmp_path, capsys):
     weights = make_learner(cfg.algorithm, space_spec(env_id), cfg, seed=0).policy_weights()
     PolicyStore(store, "mini").publish(1, weights, algorithm=cfg.algorithm, env_steps=0, updates=0)
     with pytest.raises(SystemExit) as exit_info:
-        main(["evaluate", "--store", str(tmp_path / "store"), "--run", "mini", "--episodes", "2",
-              "--video", str(tmp_path / "videos")])
+        main(
+            [
+                "evaluate",
+                "--store",
+                str(tmp_path / "store"),
+                "--run",
+                "mini",
+                "--episodes",
+                "2",
+                "--video",
+                str(tmp_path / "videos"),
+            ]
+        )
     out, err = capsys.readouterr()
     assert exit_info.value.code == 0, err
     result = json.loads(out.strip().splitlines()[-1])

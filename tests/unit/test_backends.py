@@ -27,17 +27,26 @@ def test_both_backends_implement_every_verb_of_the_protocol():
             assert list(ours.parameters) == list(inspect.signature(getattr(Backend, verb)).parameters), (name, verb)
 
 
-@pytest.mark.parametrize("backend, call, expected", [
-    ("local", lambda b: b.render(ExperimentConfig(), Deployment()), "render prints Kubernetes manifests; --backend "
-                                                                    "local has none"),
-    ("local", lambda b: b.delete("r1", Deployment()), "a local run's files stay in its folder in --output"),
-    ("local", lambda b: b.check(Deployment(image="drl:2")), "--image applies to --backend kubernetes only"),
-    ("kubernetes", lambda b: b.stop("r1", Deployment(namespace="ns"), 60.0), "drl-orchestrate delete r1 "
-                                                                              "--namespace ns"),
-    ("kubernetes", lambda b: b.check(Deployment(output="runs")), "--output applies to local runs"),
-    ("kubernetes", lambda b: b.check(Deployment(), resume=True), "--resume applies to local runs"),
-    ("kubernetes", lambda b: b.status(None, Deployment()), "needs the run's name"),
-])
+@pytest.mark.parametrize(
+    "backend, call, expected",
+    [
+        (
+            "local",
+            lambda b: b.render(ExperimentConfig(), Deployment()),
+            "render prints Kubernetes manifests; --backend local has none",
+        ),
+        ("local", lambda b: b.delete("r1", Deployment()), "a local run's files stay in its folder in --output"),
+        ("local", lambda b: b.check(Deployment(image="drl:2")), "--image applies to --backend kubernetes only"),
+        (
+            "kubernetes",
+            lambda b: b.stop("r1", Deployment(namespace="ns"), 60.0),
+            "drl-orchestrate delete r1 --namespace ns",
+        ),
+        ("kubernetes", lambda b: b.check(Deployment(output="runs")), "--output applies to local runs"),
+        ("kubernetes", lambda b: b.check(Deployment(), resume=True), "--resume applies to local runs"),
+        ("kubernetes", lambda b: b.status(None, Deployment()), "needs the run's name"),
+    ],
+)
 def test_what_a_backend_cannot_do_is_one_clear_user_error(backend, call, expected):
     with pytest.raises(UserError) as error:
         call(BACKENDS[backend])
@@ -92,30 +101,44 @@ def cli(argv) -> int:
     return exit_info.value.code
 
 
-@pytest.mark.parametrize("argv, backend, call", [
-    (["status"], "local", ("status", None, Deployment())),
-    (["status", "r1", "--output", "out"], "local", ("status", "r1", Deployment(output="out"))),
-    (["status", "r1", "--namespace", "ns"], "kubernetes", ("status", "r1", Deployment(namespace="ns"))),
-    (["status", "r1", "--namespace", "ns", "--backend", "local"], "local",
-     ("status", "r1", Deployment(backend="local", namespace="ns"))),
-    (["stop", "r1", "--timeout", "9"], "local", ("stop", "r1", Deployment(), 9.0)),
-    (["stop", "r1", "--namespace", "ns"], "kubernetes", ("stop", "r1", Deployment(namespace="ns"), 300.0)),
-    (["scale", "r1", "--workers", "3"], "local", ("scale", "r1", 3, Deployment(), 120.0)),
-    (["scale", "r1", "--workers", "3", "--backend", "kubernetes"], "kubernetes",
-     ("scale", "r1", 3, Deployment(backend="kubernetes"), 120.0)),
-    (["delete", "r1"], "kubernetes", ("delete", "r1", Deployment())),
-    (["delete", "r1", "--backend", "local"], "local", ("delete", "r1", Deployment(backend="local"))),
-    (["--workers", "3", "--steps", "3000", "--detach"], "local", ("run", 3, Deployment(detach=True), False)),
-    (["--workers", "3", "--steps", "3000", "--namespace", "ns"], "local", ("run", 3, Deployment(namespace="ns"),
-                                                                          False)),
-    (["--workers", "3", "--steps", "3000", "--backend", "kubernetes"], "kubernetes",
-     ("run", 3, Deployment(backend="kubernetes"), False)),
-    (["render", "--run-name", "x"], "kubernetes", ("render", "x", Deployment())),
-])
+@pytest.mark.parametrize(
+    "argv, backend, call",
+    [
+        (["status"], "local", ("status", None, Deployment())),
+        (["status", "r1", "--output", "out"], "local", ("status", "r1", Deployment(output="out"))),
+        (["status", "r1", "--namespace", "ns"], "kubernetes", ("status", "r1", Deployment(namespace="ns"))),
+        (
+            ["status", "r1", "--namespace", "ns", "--backend", "local"],
+            "local",
+            ("status", "r1", Deployment(backend="local", namespace="ns")),
+        ),
+        (["stop", "r1", "--timeout", "9"], "local", ("stop", "r1", Deployment(), 9.0)),
+        (["stop", "r1", "--namespace", "ns"], "kubernetes", ("stop", "r1", Deployment(namespace="ns"), 300.0)),
+        (["scale", "r1", "--workers", "3"], "local", ("scale", "r1", 3, Deployment(), 120.0)),
+        (
+            ["scale", "r1", "--workers", "3", "--backend", "kubernetes"],
+            "kubernetes",
+            ("scale", "r1", 3, Deployment(backend="kubernetes"), 120.0),
+        ),
+        (["delete", "r1"], "kubernetes", ("delete", "r1", Deployment())),
+        (["delete", "r1", "--backend", "local"], "local", ("delete", "r1", Deployment(backend="local"))),
+        (["--workers", "3", "--steps", "3000", "--detach"], "local", ("run", 3, Deployment(detach=True), False)),
+        (
+            ["--workers", "3", "--steps", "3000", "--namespace", "ns"],
+            "local",
+            ("run", 3, Deployment(namespace="ns"), False),
+        ),
+        (
+            ["--workers", "3", "--steps", "3000", "--backend", "kubernetes"],
+            "kubernetes",
+            ("run", 3, Deployment(backend="kubernetes"), False),
+        ),
+        (["render", "--run-name", "x"], "kubernetes", ("render", "x", Deployment())),
+    ],
+)
 def test_cli_dispatches_each_verb_to_the_fake_backend_by_lookup(fakes, argv, backend, call):
     assert cli(argv) == 0
     other = next(name for name in fakes if name != backend)
     assert fakes[other].calls == []
     checked, called = fakes[backend].calls
     assert checked[0] == "check" and called == call
-

@@ -14,9 +14,15 @@ from drl.errors import UserError
 
 
 def run(side: str, seconds: float | None, crashed: bool = False, seed: int = 0) -> dict:
-    return {"side": side, "env": "CartPole-v1", "seed": seed, "crashed": crashed,
-            "reached": seconds is not None and not crashed, "time_to_score_s": seconds,
-            "env_steps": None if seconds is None else 1000}
+    return {
+        "side": side,
+        "env": "CartPole-v1",
+        "seed": seed,
+        "crashed": crashed,
+        "reached": seconds is not None and not crashed,
+        "time_to_score_s": seconds,
+        "env_steps": None if seconds is None else 1000,
+    }
 
 
 def test_crashed_baseline_is_no_comparison_never_met():
@@ -52,11 +58,17 @@ def test_not_reached_is_infinite_in_the_median():
 def test_not_reached_numerator_fails_and_not_reached_baseline_bounds_the_ratio():
     assert bench.compare(math.inf, 100.0, 0.5, strict=False) == {"ratio": None, "bound": None, "verdict": "not met"}
     assert bench.compare(math.inf, math.inf, 0.5, strict=False, budget_s=300.0)["verdict"] == "not met"
-    assert bench.compare(30.0, math.inf, 0.5, strict=False, budget_s=300.0) == {"ratio": 0.1, "bound": "at most",
-                                                                               "verdict": "met"}
+    assert bench.compare(30.0, math.inf, 0.5, strict=False, budget_s=300.0) == {
+        "ratio": 0.1,
+        "bound": "at most",
+        "verdict": "met",
+    }
     # 200 s against a baseline still unscored at 300 s: at most 0.667, which a longer budget might bring under 0.5
     assert bench.compare(200.0, math.inf, 0.5, strict=False, budget_s=300.0) == {
-        "ratio": 0.667, "bound": "at most", "verdict": "no comparison"}
+        "ratio": 0.667,
+        "bound": "at most",
+        "verdict": "no comparison",
+    }
     runs = [run("appo", 30.0), run("ppo", 40.0), run("rllib", None)]
     assert bench.env_verdicts(runs, workers=4, budget_s=300.0)["appo_over_rllib"]["ratio"] == 0.1
     v = bench.env_verdicts([run("appo", None), run("ppo", 80.0), run("rllib", 90.0)], workers=4)
@@ -81,16 +93,37 @@ def test_rllib_process_that_fails_is_a_crash(tmp_path):
     failing = tmp_path / "python"
     failing.write_text("#!/bin/sh\necho 'ImportError: no ray' >&2\nexit 1\n")
     failing.chmod(0o755)
-    args = bench.parse(["--envs", "CartPole-v1", "--seeds", "0", "--sides", "rllib", "--rllib-python", str(failing),
-                        "--time-budget", "5"])
+    args = bench.parse(
+        [
+            "--envs",
+            "CartPole-v1",
+            "--seeds",
+            "0",
+            "--sides",
+            "rllib",
+            "--rllib-python",
+            str(failing),
+            "--time-budget",
+            "5",
+        ]
+    )
     result = bench.run_rllib("CartPole-v1", 0, args)
     assert result["crashed"] and result["exit_code"] == 1 and result["time_to_score_s"] is None
     assert bench.run_seconds(result) is None
 
 
-@pytest.mark.parametrize("argv", [["--envs", "Pong"], ["--sides", "appo,sac"], ["--sides", "ppo,ppo"],
-                                  ["--seeds", "a"], ["--workers", "0"], ["--time-budget", "-1"],
-                                  ["--sides", "rllib", "--rllib-python", "/nonexistent/python"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--envs", "Pong"],
+        ["--sides", "appo,sac"],
+        ["--sides", "ppo,ppo"],
+        ["--seeds", "a"],
+        ["--workers", "0"],
+        ["--time-budget", "-1"],
+        ["--sides", "rllib", "--rllib-python", "/nonexistent/python"],
+    ],
+)
 def test_bad_input_is_a_user_error(argv):
     with pytest.raises(UserError):
         bench.parse(argv)
@@ -99,8 +132,12 @@ def test_bad_input_is_a_user_error(argv):
 def test_bad_input_exits_with_one_line(tmp_path):
     import subprocess
 
-    proc = subprocess.run([sys.executable, "-m", "bench.appo_time_to_score", "--envs", "Pong"], capture_output=True,
-                          text=True, cwd=bench.REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.appo_time_to_score", "--envs", "Pong"],
+        capture_output=True,
+        text=True,
+        cwd=bench.REPO,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "unknown or no env Pong" in proc.stderr
 
@@ -110,11 +147,23 @@ def test_report_section_shows_the_crash_and_no_verdict(tmp_path):
 
     runs = [run("appo", 40.0), run("ppo", 90.0), run("rllib", None, crashed=True)]
     per_env = {"CartPole-v1": bench.env_verdicts(runs, workers=4)}
-    line = {"per_env": per_env, "goal_met": bench.overall(per_env), "goal": "appo/ppo < 1, appo/rllib <= 0.5",
-            "runs": [{**r, "load_at_start": 1.0} for r in runs], "envs": ["CartPole-v1"], "seeds": [0],
-            "sides": list(bench.SIDES), "workers": 4, "targets": {"CartPole-v1": 475.0},
-            "budgets_s": {"CartPole-v1": 300.0}, "budgets_env_steps": {"CartPole-v1": 500000}, "rllib": None,
-            "command": "python -m bench.appo_time_to_score", "machine": {"logical_cpus": 2}, "versions": {}}
+    line = {
+        "per_env": per_env,
+        "goal_met": bench.overall(per_env),
+        "goal": "appo/ppo < 1, appo/rllib <= 0.5",
+        "runs": [{**r, "load_at_start": 1.0} for r in runs],
+        "envs": ["CartPole-v1"],
+        "seeds": [0],
+        "sides": list(bench.SIDES),
+        "workers": 4,
+        "targets": {"CartPole-v1": 475.0},
+        "budgets_s": {"CartPole-v1": 300.0},
+        "budgets_env_steps": {"CartPole-v1": 500000},
+        "rllib": None,
+        "command": "python -m bench.appo_time_to_score",
+        "machine": {"logical_cpus": 2},
+        "versions": {},
+    }
     text = report(tmp_path, {"appo_time_to_score": line})
     assert "could not render" not in text
     headline, _, met, _, status = summary(text, "appo_time_to_score")

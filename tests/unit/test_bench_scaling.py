@@ -41,9 +41,17 @@ def test_alternating_windows_take_turns_with_the_other_side_frozen(monkeypatch):
 
 
 def run(workers: int, rate: float, raw: float) -> dict:
-    return {"workers": workers, "rate": rate, "produced_rate": rate, "raw": {"rate": raw, "cpu_us_per_step": 40.0},
-            "raw_parallel": {"rate": raw * min(workers, 2)}, "system_cpu_us_per_step": 60.0, "startup_s": 1.0,
-            "transitions_per_entry": 100.0, "cpu_share": {role: 0.1 for role in scaling.CpuMeter.ROLES}}
+    return {
+        "workers": workers,
+        "rate": rate,
+        "produced_rate": rate,
+        "raw": {"rate": raw, "cpu_us_per_step": 40.0},
+        "raw_parallel": {"rate": raw * min(workers, 2)},
+        "system_cpu_us_per_step": 60.0,
+        "startup_s": 1.0,
+        "transitions_per_entry": 100.0,
+        "cpu_share": {role: 0.1 for role in scaling.CpuMeter.ROLES},
+    }
 
 
 def test_the_goal_is_judged_on_the_alternating_ratio_where_there_is_one():

@@ -9,8 +9,13 @@ from bench.verdicts import combined, time_verdict
 
 
 def run(side: str, seed: int, seconds: float | None, exit_code=0) -> dict:
-    return {"side": side, "seed": seed, "reached": seconds is not None and exit_code in (0, "budget"),
-            "exit_code": exit_code, "time_to_score_s": seconds}
+    return {
+        "side": side,
+        "seed": seed,
+        "reached": seconds is not None and exit_code in (0, "budget"),
+        "exit_code": exit_code,
+        "time_to_score_s": seconds,
+    }
 
 
 def sides(drl: list[dict], sb3: list[dict]) -> dict:
@@ -23,8 +28,13 @@ def test_a_crashed_baseline_is_no_comparison_never_met():
 
 
 def test_a_baseline_killed_past_its_timeout_is_no_comparison():
-    _, met, _ = time_verdict(sides([run("drl", 0, 10.0), run("drl", 1, 12.0)],
-                              [run("sb3", 0, 30.0), run("sb3", 1, None, exit_code="timeout")]), "ratio", 0.5)
+    _, met, _ = time_verdict(
+        sides(
+            [run("drl", 0, 10.0), run("drl", 1, 12.0)], [run("sb3", 0, 30.0), run("sb3", 1, None, exit_code="timeout")]
+        ),
+        "ratio",
+        0.5,
+    )
     assert met is None
 
 
@@ -50,10 +60,12 @@ def test_a_goal_in_seconds_needs_only_drl():
 
 
 def atari_results(peer_rate: float | None, raw_rate: float | None = 1000.0, drl_rate: float | None = 900.0):
-    rows = [{"workers": 1, "repeat": 0, "side": "raw", "rate": raw_rate},
-            {"workers": 1, "repeat": 0, "side": "sf", "rate": peer_rate},
-            {"workers": 1, "repeat": 0, "side": "sf-sampler", "rate": peer_rate},
-            {"workers": 1, "repeat": 0, "side": "drl", "rate": drl_rate}]
+    rows = [
+        {"workers": 1, "repeat": 0, "side": "raw", "rate": raw_rate},
+        {"workers": 1, "repeat": 0, "side": "sf", "rate": peer_rate},
+        {"workers": 1, "repeat": 0, "side": "sf-sampler", "rate": peer_rate},
+        {"workers": 1, "repeat": 0, "side": "drl", "rate": drl_rate},
+    ]
     return summarise([1], rows, n_cores=2, peer="sf")
 
 
@@ -78,14 +90,22 @@ def test_each_verdict_says_why_in_words_a_reader_can_act_on():
     assert time_verdict(crashed, "ratio", 0.5) == (None, False, "drl failed: drl seed 0 (exit 1), drl seed 1 (exit -9)")
     assert time_verdict(sides([], [run("sb3", 0, 5.0)]), "ratio", 0.5) == (None, False, "drl failed: no runs")
     lost = sides([run("drl", 0, 1.0)], [run("sb3", 0, None, exit_code=1), run("sb3", 1, None, exit_code="timeout")])
-    assert time_verdict(lost, "ratio", 0.5)[2] == \
-        "no comparison: the baseline failed: sb3 seed 0 (exit 1), sb3 seed 1 (exit timeout)"
-    assert time_verdict(sides([run("drl", 0, 1.0)], []), "ratio", 0.5)[2] == \
-        "no comparison: the baseline failed: no sb3 runs"
-    assert time_verdict(sides([run("drl", 0, None)], [run("sb3", 0, 1.0)]), "ratio", 0.5)[2] == \
-        "drl did not reach the target"
-    assert time_verdict(sides([run("drl", 0, 1.0)], [run("sb3", 0, None, exit_code="budget")]), "ratio", 0.5)[2] == \
-        "sb3 did not reach the target within its budget; drl did"
+    assert (
+        time_verdict(lost, "ratio", 0.5)[2]
+        == "no comparison: the baseline failed: sb3 seed 0 (exit 1), sb3 seed 1 (exit timeout)"
+    )
+    assert (
+        time_verdict(sides([run("drl", 0, 1.0)], []), "ratio", 0.5)[2]
+        == "no comparison: the baseline failed: no sb3 runs"
+    )
+    assert (
+        time_verdict(sides([run("drl", 0, None)], [run("sb3", 0, 1.0)]), "ratio", 0.5)[2]
+        == "drl did not reach the target"
+    )
+    assert (
+        time_verdict(sides([run("drl", 0, 1.0)], [run("sb3", 0, None, exit_code="budget")]), "ratio", 0.5)[2]
+        == "sb3 did not reach the target within its budget; drl did"
+    )
     assert time_verdict(sides([run("drl", 0, 360.0)], []), "seconds", 360) == (None, True, "drl median 360.0 s")
 
 

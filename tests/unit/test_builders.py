@@ -97,10 +97,14 @@ def test_dqn_annotates_its_priorities_with_worker_priorities(cartpole):
     actor = make_actor("dqn", cartpole, cfg, seed=0)
     rng = np.random.default_rng(0)
     actor.load({k: rng.standard_normal(v.shape).astype(np.float32) for k, v in actor.weights.items()})
-    arrays = {"obs": rng.standard_normal((5, 4)).astype(np.float32), "action": rng.integers(0, 2, 5),
-              "reward": rng.standard_normal(5).astype(np.float32),
-              "next_obs": rng.standard_normal((5, 4)).astype(np.float32), "terminated": np.zeros(5, np.uint8),
-              "nsteps": np.array([3, 3, 2, 1, 3], np.uint8)}
+    arrays = {
+        "obs": rng.standard_normal((5, 4)).astype(np.float32),
+        "action": rng.integers(0, 2, 5),
+        "reward": rng.standard_normal(5).astype(np.float32),
+        "next_obs": rng.standard_normal((5, 4)).astype(np.float32),
+        "terminated": np.zeros(5, np.uint8),
+        "nsteps": np.array([3, 3, 2, 1, 3], np.uint8),
+    }
     assert actor.annotates == ("priority",)
     annotated = actor.annotate(arrays)
     assert list(annotated) == ["priority"] and annotated["priority"].dtype == np.float32
@@ -115,26 +119,36 @@ def test_learning_kind_follows_the_algorithm(pendulum, cartpole):
     for name, spec in (("sac", pendulum), ("td3", pendulum), ("dqn", cartpole)):
         learning = get(name).make_learning(spec, cfg_for(name, replay_size=100), 0)
         assert isinstance(learning, ReplayLearning) and not isinstance(learning.replay, PrioritizedReplay)
-    learning = get("dqn").make_learning(cartpole, cfg_for("dqn", replay_size=100, prioritized=True,
-                                                          worker_priorities=True), 0)
+    learning = get("dqn").make_learning(
+        cartpole, cfg_for("dqn", replay_size=100, prioritized=True, worker_priorities=True), 0
+    )
     assert isinstance(learning.replay, PrioritizedReplay)
     assert "nsteps" in learning.replay.data and "priority" not in learning.replay.data
     assert type(learning.learner) is type(make_learner("dqn", cartpole, cfg_for("dqn"), 0))
 
 
-@pytest.mark.parametrize("changes, expected", [
-    ({"algorithm": "ppo", "mode": "async", "random_steps": 5, "prioritized": True, "worker_priorities": True},
-     "ppo is on-policy and runs only in --mode sync (it has no off-policy correction for the policy lag of async "
-     "collection); --random-steps must be 0 for ppo: it learns only from its own policy's actions (got 5); "
-     "--prioritized applies to replay-based algorithms; ppo trains on each iteration's rollout; "
-     "--worker-priorities: ppo's rollout workers have no value estimate to compute priorities with (supported: "
-     "dqn); the trainer gives new transitions the largest priority instead"),
-    ({"algorithm": "ppo", "worker_priorities": True, "random_steps": 0},
-     "--worker-priorities needs --prioritized true"),
-    ({"worker_priorities": True, "prioritized": True},
-     "--worker-priorities: sac's rollout workers have no value estimate to compute priorities with (supported: "
-     "dqn); the trainer gives new transitions the largest priority instead"),
-])
+@pytest.mark.parametrize(
+    "changes, expected",
+    [
+        (
+            {"algorithm": "ppo", "mode": "async", "random_steps": 5, "prioritized": True, "worker_priorities": True},
+            "ppo is on-policy and runs only in --mode sync (it has no off-policy correction for the policy lag of async "
+            "collection); --random-steps must be 0 for ppo: it learns only from its own policy's actions (got 5); "
+            "--prioritized applies to replay-based algorithms; ppo trains on each iteration's rollout; "
+            "--worker-priorities: ppo's rollout workers have no value estimate to compute priorities with (supported: "
+            "dqn); the trainer gives new transitions the largest priority instead",
+        ),
+        (
+            {"algorithm": "ppo", "worker_priorities": True, "random_steps": 0},
+            "--worker-priorities needs --prioritized true",
+        ),
+        (
+            {"worker_priorities": True, "prioritized": True},
+            "--worker-priorities: sac's rollout workers have no value estimate to compute priorities with (supported: "
+            "dqn); the trainer gives new transitions the largest priority instead",
+        ),
+    ],
+)
 def test_algorithm_checks_keep_their_messages(changes, expected):
     with pytest.raises(UserError) as info:
         replace(ExperimentConfig(), **changes).validate()

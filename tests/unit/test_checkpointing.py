@@ -32,11 +32,17 @@ def _trained(cfg, updates: int = 3):
     learning = _learning(cfg)
     rng = np.random.default_rng(0)
     n = 64
-    learning.add("rollout-0", 1, {"obs": rng.standard_normal((n, 3)).astype(np.float32),
-                                  "action": rng.uniform(-2, 2, (n, 1)).astype(np.float32),
-                                  "reward": rng.standard_normal(n).astype(np.float32),
-                                  "next_obs": rng.standard_normal((n, 3)).astype(np.float32),
-                                  "terminated": np.zeros(n, dtype=np.uint8)})
+    learning.add(
+        "rollout-0",
+        1,
+        {
+            "obs": rng.standard_normal((n, 3)).astype(np.float32),
+            "action": rng.uniform(-2, 2, (n, 1)).astype(np.float32),
+            "reward": rng.standard_normal(n).astype(np.float32),
+            "next_obs": rng.standard_normal((n, 3)).astype(np.float32),
+            "terminated": np.zeros(n, dtype=np.uint8),
+        },
+    )
     for _ in range(updates):
         learning.update(consumed=n)
     return learning
@@ -70,8 +76,17 @@ def test_the_committed_state_wins_over_the_checkpoint(tmp_path):
     checkpoints = _checkpoints(tmp_path, cfg)
     checkpoints.save(_trained(cfg), Ledger(consumed=64), 1)
     fresh, ledger = _learning(cfg), Ledger()
-    checkpoints.restore(fresh, ledger, committed={"consumed": "200", "duplicates": "5", "updates": "40",
-                                                  "seq:rollout-0": "7,9", "produced:rollout-0": "300"})
+    checkpoints.restore(
+        fresh,
+        ledger,
+        committed={
+            "consumed": "200",
+            "duplicates": "5",
+            "updates": "40",
+            "seq:rollout-0": "7,9",
+            "produced:rollout-0": "300",
+        },
+    )
     assert ledger.consumed == 200 and ledger.duplicates == 5 and fresh.learner.updates == 40
     assert ledger.seqs.watermark == {"rollout-0": 7} and ledger.produced == {"rollout-0": 300}
 
@@ -103,16 +118,26 @@ def test_a_checkpoint_keeps_the_workers_watermarks_for_a_memory_server_lost_with
     cfg = fast_config(learning_starts=0)
     checkpoints = _checkpoints(tmp_path, cfg)
     ledger = Ledger(consumed=64, lost=3)
-    ledger.load({"seq:rollout-0": "7,9", "totals:rollout-0": "56,9:8:72", "produced:rollout-0": "72",
-                 "final:rollout-0": "9", "end:rollout-0": "2"})
+    ledger.load(
+        {
+            "seq:rollout-0": "7,9",
+            "totals:rollout-0": "56,9:8:72",
+            "produced:rollout-0": "72",
+            "final:rollout-0": "9",
+            "end:rollout-0": "2",
+        }
+    )
     checkpoints.save(_trained(cfg), ledger, 1)
     restored = Ledger()
     checkpoints.restore(_learning(cfg), restored, committed={})
     assert restored.counters() == ledger.counters()
     assert restored.seqs.watermark == {"rollout-0": 7} and set(restored.seqs.above["rollout-0"]) == {9}
     assert restored.seqs.mark_total == {"rollout-0": 56}
-    assert (restored.produced, restored.final_seq, restored.iteration_end) == ({"rollout-0": 72}, {"rollout-0": 9},
-                                                                               {"rollout-0": 2})
+    assert (restored.produced, restored.final_seq, restored.iteration_end) == (
+        {"rollout-0": 72},
+        {"rollout-0": 9},
+        {"rollout-0": 2},
+    )
 
 
 def test_a_resumed_session_takes_the_counters_but_not_the_old_sessions_watermarks(tmp_path):

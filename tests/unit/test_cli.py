@@ -44,12 +44,26 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path, argv):
 
     run_dir = tmp_path / "r1"
     run_dir.mkdir()
-    write_state(run_dir, RunState(run="r1", orchestrator_pid=2 ** 22 + 12345, memory_url="redis://127.0.0.1:1/0",
-                                  state="finished", exit_reason="steps_done"))
+    write_state(
+        run_dir,
+        RunState(
+            run="r1",
+            orchestrator_pid=2**22 + 12345,
+            memory_url="redis://127.0.0.1:1/0",
+            state="finished",
+            exit_reason="steps_done",
+        ),
+    )
     read_end, write_end = os.pipe()
     os.close(read_end)
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *[a.format(tmp=tmp_path) for a in argv]],
-                          stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *[a.format(tmp=tmp_path) for a in argv]],
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     os.close(write_end)
     assert proc.stderr == "" and proc.returncode == 141, proc.stderr
 
@@ -88,8 +102,7 @@ def test_every_commands_help_is_plain_text_and_explains_every_option(command, mo
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", capture)
     with pytest.raises(_Parsed):
         main([command])
-    unexplained = [a.option_strings or a.dest for a in parsers[-1]._actions
-                   if a.help in (None, "", argparse.SUPPRESS)]
+    unexplained = [a.option_strings or a.dest for a in parsers[-1]._actions if a.help in (None, "", argparse.SUPPRESS)]
     assert not unexplained
 
 
@@ -103,8 +116,9 @@ def test_stop_errors_suggest_only_what_stop_can_do(tmp_path, capsys, argv):
 def test_evaluate_finds_runs_in_output_like_status_stop_scale_and_plot(tmp_path, capsys):
     code, _, err = cli(["evaluate", "--run", "ghost", "--output", str(tmp_path)], capsys)
     assert code == 2 and f"no run 'ghost' in {tmp_path}" in err, err
-    code, _, err = cli(["evaluate", "--run", "ghost", "--output", str(tmp_path), "--store", str(tmp_path / "s")],
-                       capsys)
+    code, _, err = cli(
+        ["evaluate", "--run", "ghost", "--output", str(tmp_path), "--store", str(tmp_path / "s")], capsys
+    )
     assert code == 2 and f"no run 'ghost' in {tmp_path / 's'}" in err, err
 
 
@@ -114,5 +128,6 @@ def test_a_detached_runs_follow_up_commands_name_its_output(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     assert follow_up("r1", "runs") == "drl-orchestrate status r1 / drl-orchestrate stop r1"
     assert follow_up("r1", str(tmp_path / "runs")) == "drl-orchestrate status r1 / drl-orchestrate stop r1"
-    assert follow_up("r1", "my runs") == ("drl-orchestrate status r1 --output 'my runs' / "
-                                          "drl-orchestrate stop r1 --output 'my runs'")
+    assert follow_up("r1", "my runs") == (
+        "drl-orchestrate status r1 --output 'my runs' / drl-orchestrate stop r1 --output 'my runs'"
+    )

@@ -54,8 +54,9 @@ def make_header(**overrides) -> experience_pb2.BatchHeader:
 
 
 def entry(spec: SpaceSpec = PENDULUM, n: int = 4, header=None, arrays=None) -> dict[bytes, bytes]:
-    h, d = codec.encode(header if header is not None else make_header(),
-                        arrays if arrays is not None else make_arrays(spec, n))
+    h, d = codec.encode(
+        header if header is not None else make_header(), arrays if arrays is not None else make_arrays(spec, n)
+    )
     return {b"h": h, b"d": d}
 
 
@@ -75,8 +76,10 @@ def decode_error(fields, spec: SpaceSpec = PENDULUM, run: str = RUN) -> codec.De
 
 # -- round trips ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("spec", [PENDULUM, BOX_ACTIONS, IMAGES, DISCRETE],
-                         ids=["pendulum", "box-actions", "uint8-images", "discrete"])
+
+@pytest.mark.parametrize(
+    "spec", [PENDULUM, BOX_ACTIONS, IMAGES, DISCRETE], ids=["pendulum", "box-actions", "uint8-images", "discrete"]
+)
 @pytest.mark.parametrize("n", [1, 5])
 def test_round_trip(spec, n):
     arrays = make_arrays(spec, n, seed=n)
@@ -152,14 +155,19 @@ def test_decoded_arrays_are_views_of_the_blob():
 
 # -- rejections -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fields", [
-    {},
-    {b"h": b""},
-    {b"d": b""},
-    {"h": b"x", "d": b"y"},
-    {b"h": "text", b"d": b""},
-    {b"h": b"", b"d": None},
-], ids=["empty", "no-d", "no-h", "str-keys", "str-h", "none-d"])
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {b"h": b""},
+        {b"d": b""},
+        {"h": b"x", "d": b"y"},
+        {b"h": "text", b"d": b""},
+        {b"h": b"", b"d": None},
+    ],
+    ids=["empty", "no-d", "no-h", "str-keys", "str-h", "none-d"],
+)
 def test_missing_fields_are_bad_entry(fields):
     assert decode_error(fields).kind == "bad_entry"
 
@@ -345,6 +353,7 @@ def test_any_truncation_of_a_valid_entry_is_rejected(n, seed, cut):
 
 # -- what a dead letter says: its kind (counted) and its reason (kept with it) ----------------------------------
 
+
 def test_each_refusal_names_its_kind_and_reason_exactly():
     cases = [
         ({b"h": b"x"}, "bad_entry", "entry lacks the h and d fields"),
@@ -391,9 +400,12 @@ def test_each_refusal_of_the_arrays_names_its_kind_and_reason_exactly():
     del missing["terminated"]
     cases = [
         (reheader(fields, count=0), "bad_header", "empty batch"),
-        (entry(arrays=missing), "wrong_shape",
-         "arrays ['obs', 'action', 'reward', 'next_obs'], expected ['action', 'next_obs', 'obs', 'reward', "
-         "'terminated']"),
+        (
+            entry(arrays=missing),
+            "wrong_shape",
+            "arrays ['obs', 'action', 'reward', 'next_obs'], expected ['action', 'next_obs', 'obs', 'reward', "
+            "'terminated']",
+        ),
         (entry(arrays=doubles), "wrong_dtype", "obs has dtype <f8, expected <f4"),
         (entry(arrays=wide), "wrong_shape", "obs has shape (4, 4), expected (4, 3)"),
         ({b"h": fields[b"h"], b"d": fields[b"d"][:-1]}, "truncated", "terminated needs 4 bytes at 128, blob has 131"),
@@ -419,8 +431,11 @@ def test_an_entry_without_arrays_says_it_holds_no_transitions():
 def test_optional_wire_fields_follow_the_fixed_ones_and_may_not_replace_them():
     layout = codec.expected_layout(PENDULUM, {"logp": ("<f4", ())})
     assert list(layout) == [*codec.FIELDS, "logp"]
-    with pytest.raises(ValueError, match=r"^optional wire fields \['obs'\] would replace fields every transition "
-                                         r"has$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^optional wire fields \['obs'\] would replace fields every transition "
+        r"has$",
+    ):
         codec.expected_layout(PENDULUM, {"obs": ("<f4", ()), "logp": ("<f4", ())})
     with pytest.raises(ValueError, match=r"\['frames'\]"):
         codec.expected_layout(PENDULUM, {"frames": ("|u1", ())})
@@ -434,9 +449,14 @@ FRAMES = SpaceSpec((4, 6, 5), "|u1", (), "<i8", 3, frame_stack=4)
 def frame_entry(n: int, table_rows: int, top: int) -> dict[bytes, bytes]:
     """``n`` transitions whose stacks index frames 0 to ``top`` of a table of ``table_rows`` frames."""
     index = (np.arange(n * 4).reshape(n, 4) % (top + 1)).astype("<u4")
-    arrays = {"obs": index, "action": np.zeros(n, dtype="<i8"), "reward": np.zeros(n, dtype="<f4"),
-              "next_obs": index, "terminated": np.zeros(n, dtype="|u1"),
-              "frames": np.zeros((table_rows, 6, 5), dtype="|u1")}
+    arrays = {
+        "obs": index,
+        "action": np.zeros(n, dtype="<i8"),
+        "reward": np.zeros(n, dtype="<f4"),
+        "next_obs": index,
+        "terminated": np.zeros(n, dtype="|u1"),
+        "frames": np.zeros((table_rows, 6, 5), dtype="|u1"),
+    }
     return entry(header=make_header(), arrays=arrays)
 
 
@@ -455,6 +475,7 @@ def test_an_index_past_the_frame_table_is_bad_index():
 
 # -- compressed entries: every way their data can be wrong, and the bound on what they expand into -----------------
 
+
 def compressed(kind: str, n: int = 16, **changes) -> tuple[dict[bytes, bytes], int]:
     """A compressed entry of zeros, smaller than its raw size (header fields changed by ``changes``), and its raw
     size."""
@@ -471,8 +492,11 @@ def test_compressed_refusals_name_their_kind_and_reason_exactly(kind, monkeypatc
     assert codec.decode(fields, RUN, LAYOUT).count == 16
     cases = [
         (reheader(fields, compression="brotli"), "bad_header", "compression 'brotli' unknown (known: zstd, lz4)"),
-        (reheader(fields, raw_nbytes=raw + 1), "truncated",
-         f"{kind} data decompresses to {raw} bytes, header says {raw + 1}"),
+        (
+            reheader(fields, raw_nbytes=raw + 1),
+            "truncated",
+            f"{kind} data decompresses to {raw} bytes, header says {raw + 1}",
+        ),
     ]
     for bad, error, reason in cases:
         err = decode_error(bad)
@@ -483,8 +507,10 @@ def test_compressed_refusals_name_their_kind_and_reason_exactly(kind, monkeypatc
     assert codec.decode(fields, RUN, LAYOUT).count == 16, "an entry of exactly the limit once decompressed is taken"
     monkeypatch.setattr(codec, "MAX_ENTRY_BYTES", raw - 1)
     err = decode_error(fields)
-    assert (err.kind, str(err)) == ("too_large", f"too_large: entry of {raw} bytes once decompressed exceeds the "
-                                                 f"limit of {raw - 1}")
+    assert (err.kind, str(err)) == (
+        "too_large",
+        f"too_large: entry of {raw} bytes once decompressed exceeds the limit of {raw - 1}",
+    )
 
 
 @pytest.mark.parametrize("kind, module", [("zstd", "zstandard"), ("lz4", "lz4.frame")])
@@ -523,8 +549,10 @@ def test_a_small_entry_that_expands_beyond_its_raw_size_is_refused_without_expan
     if kind == "lz4":
         assert str(err) == "truncated: lz4 data does not decompress: more data than raw_nbytes, or a truncated frame"
     else:
-        assert str(err) == f"truncated: zstd data does not decompress: the frame holds {len(bomb)} bytes, more than " \
-                           f"raw_nbytes"
+        assert (
+            str(err) == f"truncated: zstd data does not decompress: the frame holds {len(bomb)} bytes, more than "
+            f"raw_nbytes"
+        )
 
 
 def test_a_zstd_frame_that_does_not_state_its_size_decodes_within_its_raw_size():

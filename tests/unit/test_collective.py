@@ -57,8 +57,13 @@ def replay_batch(spec, step: int) -> dict[str, torch.Tensor]:
         action = torch.randint(0, spec.discrete_actions, (n,), generator=g)
     else:
         action = torch.rand(n, *spec.act_shape, generator=g) * 4 - 2
-    return {"obs": torch.randn(n, obs_dim, generator=g), "action": action, "reward": torch.randn(n, generator=g),
-            "next_obs": torch.randn(n, obs_dim, generator=g), "terminated": (torch.rand(n, generator=g) < 0.1).float()}
+    return {
+        "obs": torch.randn(n, obs_dim, generator=g),
+        "action": action,
+        "reward": torch.randn(n, generator=g),
+        "next_obs": torch.randn(n, obs_dim, generator=g),
+        "terminated": (torch.rand(n, generator=g) < 0.1).float(),
+    }
 
 
 def rollout(spec, step: int) -> list[dict[str, np.ndarray]]:
@@ -66,11 +71,17 @@ def rollout(spec, step: int) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(200 + step)
     out = []
     for _ in range(2 * SIZE):
-        out.append({"obs": rng.normal(1.0, 2.0, size=(16, 4)).astype(np.float32), "action": rng.integers(0, 2, 16),
-                    "reward": rng.normal(size=16).astype(np.float32),
-                    "next_obs": rng.normal(1.0, 2.0, size=(16, 4)).astype(np.float32),
-                    "terminated": rng.random(16) < 0.1, "truncated": np.zeros(16, bool),
-                    "behaviour_logp": np.log(rng.uniform(0.3, 0.7, 16)).astype(np.float32)})
+        out.append(
+            {
+                "obs": rng.normal(1.0, 2.0, size=(16, 4)).astype(np.float32),
+                "action": rng.integers(0, 2, 16),
+                "reward": rng.normal(size=16).astype(np.float32),
+                "next_obs": rng.normal(1.0, 2.0, size=(16, 4)).astype(np.float32),
+                "terminated": rng.random(16) < 0.1,
+                "truncated": np.zeros(16, bool),
+                "behaviour_logp": np.log(rng.uniform(0.3, 0.7, 16)).astype(np.float32),
+            }
+        )
     return out
 
 
@@ -85,7 +96,7 @@ def feed(learner, algorithm: str, spec, part: int | None) -> None:
     for step in range(STEPS):
         if algorithm in ("ppo", "appo"):
             segments = rollout(spec, step)
-            learner.train(segments if part is None else segments[2 * part:2 * part + 2])
+            learner.train(segments if part is None else segments[2 * part : 2 * part + 2])
             continue
         if algorithm == "sac":
             after, now = sac_noise(step, int(np.prod(spec.act_shape)))
@@ -107,8 +118,9 @@ def run_rank(rank: int, port: int, out: str) -> None:
         other = make_learner("sac", space_spec(env), cfg, seed=20 + rank)
         broadcast_learner(group, other)
         assert group.broadcast_int(100 + rank) == 100
-        np.savez(Path(out) / f"broadcast-{rank}.npz", log_alpha=other.log_alpha.detach().numpy(),
-                 **other.policy_weights())
+        np.savez(
+            Path(out) / f"broadcast-{rank}.npz", log_alpha=other.log_alpha.detach().numpy(), **other.policy_weights()
+        )
         n, mean, var = group_moments(group, torch.full((3, 2), float(rank + 1)))
         np.savez(Path(out) / f"moments-{rank}.npz", n=n, mean=mean.numpy(), var=var.numpy())
     finally:

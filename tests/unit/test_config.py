@@ -28,25 +28,28 @@ def test_config_is_frozen():
         ExperimentConfig().workers = 3
 
 
-@pytest.mark.parametrize("changes, fragment", [
-    ({"workers": 0}, "--workers"),
-    ({"steps": -5}, "--steps"),
-    ({"envs_per_worker": 0}, "--envs-per-worker"),
-    ({"replay_size": 0}, "--replay-size"),
-    ({"random_steps": -1}, "--random-steps"),
-    ({"learning_starts": -1}, "--learning-starts"),
-    ({"updates_per_transition": 0.0}, "--updates-per-transition"),
-    ({"sync_deadline_s": -1.0}, "--sync-deadline-s"),
-    ({"mode": "turbo"}, "--mode must be one of sync, async, got 'turbo'"),
-    ({"algorithm": "a2c"}, "--algorithm must be one of"),
-    ({"env": ""}, "--env"),
-    ({"run_name": "bad/name"}, "--run-name"),
-    ({"run_name": "has space"}, "--run-name"),
-    ({"workers": 10, "steps": 5}, "exceeds"),
-    ({"sac.hidden": ()}, "--sac.hidden"),
-    ({"sac.hidden": (64, 0)}, "--sac.hidden"),
-    ({"sac.batch_size": 0}, "--sac.batch-size"),
-])
+@pytest.mark.parametrize(
+    "changes, fragment",
+    [
+        ({"workers": 0}, "--workers"),
+        ({"steps": -5}, "--steps"),
+        ({"envs_per_worker": 0}, "--envs-per-worker"),
+        ({"replay_size": 0}, "--replay-size"),
+        ({"random_steps": -1}, "--random-steps"),
+        ({"learning_starts": -1}, "--learning-starts"),
+        ({"updates_per_transition": 0.0}, "--updates-per-transition"),
+        ({"sync_deadline_s": -1.0}, "--sync-deadline-s"),
+        ({"mode": "turbo"}, "--mode must be one of sync, async, got 'turbo'"),
+        ({"algorithm": "a2c"}, "--algorithm must be one of"),
+        ({"env": ""}, "--env"),
+        ({"run_name": "bad/name"}, "--run-name"),
+        ({"run_name": "has space"}, "--run-name"),
+        ({"workers": 10, "steps": 5}, "exceeds"),
+        ({"sac.hidden": ()}, "--sac.hidden"),
+        ({"sac.hidden": (64, 0)}, "--sac.hidden"),
+        ({"sac.batch_size": 0}, "--sac.batch-size"),
+    ],
+)
 def test_validate_rejects(changes, fragment):
     cfg = replace(ExperimentConfig(), **changes)
     with pytest.raises(ConfigError) as info:
@@ -73,13 +76,21 @@ def test_replace_accepts_dotted_nested_keys():
     assert cfg.sac.hidden == SACConfig().hidden
 
 
-@pytest.mark.parametrize("cfg", [
-    ExperimentConfig(),
-    ExperimentConfig(workers=4, mode="async", target_return=-200.5, run_name="r1",
-                     sac=SACConfig(hidden=(32, 16, 8), lr=0.01, target_entropy=-3.0)),
-    get_preset("sac"),
-    get_preset("sac", "HalfCheetah-v5"),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        ExperimentConfig(),
+        ExperimentConfig(
+            workers=4,
+            mode="async",
+            target_return=-200.5,
+            run_name="r1",
+            sac=SACConfig(hidden=(32, 16, 8), lr=0.01, target_entropy=-3.0),
+        ),
+        get_preset("sac"),
+        get_preset("sac", "HalfCheetah-v5"),
+    ],
+)
 def test_json_round_trip(cfg):
     text = cfg.to_json()
     back = ExperimentConfig.from_json(text)
@@ -97,34 +108,40 @@ def test_from_json_accepts_partial_objects():
     assert cfg.env == ExperimentConfig().env
 
 
-@pytest.mark.parametrize("text", [
-    '{"wrokers": 4}',
-    '{"sac": {"learning_rate": 0.1}}',
-    '{"workers": 2, "extra": null}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"wrokers": 4}',
+        '{"sac": {"learning_rate": 0.1}}',
+        '{"workers": 2, "extra": null}',
+    ],
+)
 def test_from_json_rejects_unknown_keys(text):
     with pytest.raises(ConfigError, match="unknown configuration key"):
         ExperimentConfig.from_json(text)
 
 
-@pytest.mark.parametrize("text", [
-    '{"workers": "four"}',
-    '{"workers": 1.5}',
-    '{"workers": null}',
-    '{"workers": [1]}',
-    '{"steps": {"n": 1}}',
-    '{"env": 5}',
-    '{"mode": ["sync"]}',
-    '{"target_return": "high"}',
-    '{"sac": 3}',
-    '{"sac": {"hidden": 5}}',
-    '{"sac": {"hidden": "a,b"}}',
-    '{"sac": {"hidden": [1.5]}}',
-    '{"sac": {"lr": "fast"}}',
-    '[]',
-    '"text"',
-    '{not json',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"workers": "four"}',
+        '{"workers": 1.5}',
+        '{"workers": null}',
+        '{"workers": [1]}',
+        '{"steps": {"n": 1}}',
+        '{"env": 5}',
+        '{"mode": ["sync"]}',
+        '{"target_return": "high"}',
+        '{"sac": 3}',
+        '{"sac": {"hidden": 5}}',
+        '{"sac": {"hidden": "a,b"}}',
+        '{"sac": {"hidden": [1.5]}}',
+        '{"sac": {"lr": "fast"}}',
+        "[]",
+        '"text"',
+        "{not json",
+    ],
+)
 def test_from_json_rejects_wrong_types(text):
     with pytest.raises(ConfigError):
         ExperimentConfig.from_json(text)
@@ -138,6 +155,7 @@ def test_every_option_is_documented():
 
 
 # -- orchestrator.cli.resolve_config --------------------------------------------------------------------
+
 
 def test_no_flags_gives_the_preset():
     assert resolve_config([]) == get_preset("sac")
@@ -162,8 +180,9 @@ def test_flags_override_only_what_was_given():
 
 
 def test_flag_values_are_coerced():
-    cfg = resolve_config(["--steps", "1e5", "--target-return", "-150", "--replay-size", "50_000",
-                          "--sac.target-entropy", "none"])
+    cfg = resolve_config(
+        ["--steps", "1e5", "--target-return", "-150", "--replay-size", "50_000", "--sac.target-entropy", "none"]
+    )
     assert cfg.steps == 100_000 and isinstance(cfg.steps, int)
     assert cfg.target_return == -150.0
     assert cfg.replay_size == 50_000
@@ -188,15 +207,18 @@ def test_config_file_is_applied_and_flags_override_it(tmp_path):
     assert both.sac.hidden == (16, 16)
 
 
-@pytest.mark.parametrize("content", [
-    None,
-    "{not json",
-    "[1, 2]",
-    '{"wrokers": 3}',
-    '{"workers": "many"}',
-    '{"workers": 0}',
-    b"\xff\xfe\x00garbage",
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        None,
+        "{not json",
+        "[1, 2]",
+        '{"wrokers": 3}',
+        '{"workers": "many"}',
+        '{"workers": 0}',
+        b"\xff\xfe\x00garbage",
+    ],
+)
 def test_bad_config_file_is_a_user_error(tmp_path, content):
     path = tmp_path / "exp.json"
     if isinstance(content, bytes):
@@ -217,26 +239,32 @@ def test_unknown_preset_is_a_user_error():
         resolve_config(["--preset", "nope"])
 
 
-@pytest.mark.parametrize("argv", [
-    ["--no-such-flag", "1"],
-    ["--workers"],
-    ["--mode", "turbo"],
-    ["--algorithm", "a2c"],
-    ["positional"],
-    ["--e", "Pendulum-v1"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--no-such-flag", "1"],
+        ["--workers"],
+        ["--mode", "turbo"],
+        ["--algorithm", "a2c"],
+        ["positional"],
+        ["--e", "Pendulum-v1"],
+    ],
+)
 def test_bad_command_line_is_a_user_error_not_an_exit(argv):
     with pytest.raises(UserError):
         resolve_config(argv)
 
 
-@pytest.mark.parametrize("argv", [
-    ["--workers", "four"],
-    ["--workers", "0"],
-    ["--steps", "2.5"],
-    ["--sac.hidden", "32,x"],
-    ["--run-name", "a b"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--workers", "four"],
+        ["--workers", "0"],
+        ["--steps", "2.5"],
+        ["--sac.hidden", "32,x"],
+        ["--run-name", "a b"],
+    ],
+)
 def test_bad_flag_values_are_config_errors(argv):
     with pytest.raises(ConfigError):
         resolve_config(argv)
@@ -249,6 +277,7 @@ def test_help_shows_preset_defaults():
 
 
 # -- edge cases that once slipped through ----
+
 
 @pytest.mark.parametrize("argv", [["--workers", "1e999"], ["--steps=-1e400"]])
 def test_overflowing_integer_flag_is_a_config_error(argv):
@@ -354,8 +383,9 @@ def test_an_algorithm_not_registered_has_no_block_and_is_no_choice():
 def test_a_plugin_algorithm_named_like_an_option_is_refused(monkeypatch):
     from drl.algorithms import ALGORITHMS, Algorithm
 
-    monkeypatch.setitem(ALGORITHMS, "workers", type("Workers", (Algorithm,), {"name": "workers",
-                                                                             "config": ToyConfig})())
+    monkeypatch.setitem(
+        ALGORITHMS, "workers", type("Workers", (Algorithm,), {"name": "workers", "config": ToyConfig})()
+    )
     with pytest.raises(ConfigError, match="algorithm 'workers' is named like the option --workers"):
         ExperimentConfig()
 

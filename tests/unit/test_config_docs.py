@@ -42,8 +42,9 @@ def _doc() -> str:
 
 
 def _option_row(name: str) -> re.Match | None:
-    return re.search(rf"^\| `{re.escape(gen.flag(name))}` \| `{re.escape(name)}` \| [^|]+ \| `([^`]*)` \|",
-                     _doc(), re.MULTILINE)
+    return re.search(
+        rf"^\| `{re.escape(gen.flag(name))}` \| `{re.escape(name)}` \| [^|]+ \| `([^`]*)` \|", _doc(), re.MULTILINE
+    )
 
 
 def test_committed_doc_is_current():
@@ -102,14 +103,16 @@ def test_every_drl_variable_in_the_code_is_documented():
 def test_variable_scan_finds_new_names(tmp_path, monkeypatch):
     """A variable only the code knows is reported, naming the file that reads it."""
     (tmp_path / "drl").mkdir()
-    (tmp_path / "drl" / "x.py").write_text('import os\nos.environ.get("DRL_BRAND_NEW")\n'
-                                           '"""the DRL_MEMORY_* family"""\n')
+    (tmp_path / "drl" / "x.py").write_text(
+        'import os\nos.environ.get("DRL_BRAND_NEW")\n"""the DRL_MEMORY_* family"""\n'
+    )
     monkeypatch.setattr(gen, "ROOT", tmp_path)
     assert gen.undocumented_variables() == {"DRL_BRAND_NEW": ["drl/x.py"]}
 
 
 def test_check_fails_when_a_help_text_changes(tmp_path, monkeypatch, capsys):
     """A changed help string makes the committed page stale, and --check says so with exit code 1."""
+
     def drifted():
         for name, tp, default, doc, choices in iter_options():
             yield name, tp, default, doc + (" (changed)" if name == "workers" else ""), choices

@@ -22,9 +22,18 @@ from services.control import listen_address, serve
 from services.telemetry import Telemetry
 from tests.conftest import ROOT
 
-TRAINER_FIELDS = {"role": "trainer", "state": "running", "exit_reason": "", "policy_version": 7, "env_steps": 4000,
-                  "transitions_consumed": 4000, "updates": 3000, "transitions_per_s": 512.5, "backlog": 3,
-                  "critic_loss": 0.25}
+TRAINER_FIELDS = {
+    "role": "trainer",
+    "state": "running",
+    "exit_reason": "",
+    "policy_version": 7,
+    "env_steps": 4000,
+    "transitions_consumed": 4000,
+    "updates": 3000,
+    "transitions_per_s": 512.5,
+    "backlog": 3,
+    "critic_loss": 0.25,
+}
 
 
 @pytest.fixture
@@ -76,8 +85,17 @@ def test_a_closed_port_is_no_answer_not_an_error():
 
 
 def test_status_message_maps_each_roles_counters():
-    worker = status_message({"role": "rollout", "id": "rollout-1", "produced": 640, "policy_version": 2,
-                             "uptime_s": 10.0, "seq": 10, "episode_return": ""})
+    worker = status_message(
+        {
+            "role": "rollout",
+            "id": "rollout-1",
+            "produced": 640,
+            "policy_version": 2,
+            "uptime_s": 10.0,
+            "seq": 10,
+            "episode_return": "",
+        }
+    )
     assert (worker.env_steps, worker.transitions_per_s, worker.policy_version) == (640, 64.0, 2)
     assert worker.fields["produced"] == "640" and worker.fields["seq"] == "10"
     fresh = status_message({"role": "evaluator", "id": "evaluator"})
@@ -87,12 +105,15 @@ def test_status_message_maps_each_roles_counters():
     assert status_message({"role": "trainer", "state": "running"}, stopping=True).state == "stopping"
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({}, ("127.0.0.1", 0)),
-    ({"DRL_CONTROL_PORT": "50051"}, ("127.0.0.1", 50051)),
-    ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, ("0.0.0.0", 0)),
-    ({"DRL_CONTROL_HOST": "0.0.0.0", "DRL_CONTROL_PORT": ""}, ("0.0.0.0", 0)),
-])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({}, ("127.0.0.1", 0)),
+        ({"DRL_CONTROL_PORT": "50051"}, ("127.0.0.1", 50051)),
+        ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, ("0.0.0.0", 0)),
+        ({"DRL_CONTROL_HOST": "0.0.0.0", "DRL_CONTROL_PORT": ""}, ("0.0.0.0", 0)),
+    ],
+)
 def test_listen_address(monkeypatch, env, expected):
     for var in ("DRL_CONTROL_PORT", "DRL_CONTROL_HOST", "KUBERNETES_SERVICE_HOST"):
         monkeypatch.delenv(var, raising=False)
@@ -120,11 +141,25 @@ def test_grpc_stubs_are_current(tmp_path):
 
 
 def sample_state() -> RunState:
-    return RunState(run="r1", orchestrator_pid=4242, memory_url="redis://user:secret@127.0.0.1:6379/0",
-                    started_at=1700000000.5, detached=True,
-                    processes=[ProcessState("trainer", "trainer", 11, 40001, "/runs/r1/logs/trainer.log"),
-                               ProcessState("rollout-0", "rollout", 12, None, "/runs/r1/logs/rollout-0.log",
-                                            exit_code=0, last_status={"produced": "640"})])
+    return RunState(
+        run="r1",
+        orchestrator_pid=4242,
+        memory_url="redis://user:secret@127.0.0.1:6379/0",
+        started_at=1700000000.5,
+        detached=True,
+        processes=[
+            ProcessState("trainer", "trainer", 11, 40001, "/runs/r1/logs/trainer.log"),
+            ProcessState(
+                "rollout-0",
+                "rollout",
+                12,
+                None,
+                "/runs/r1/logs/rollout-0.log",
+                exit_code=0,
+                last_status={"produced": "640"},
+            ),
+        ],
+    )
 
 
 def test_state_file_round_trip_without_password(tmp_path):
@@ -157,15 +192,28 @@ def test_state_file_missing_and_unknown_fields(tmp_path):
 def test_pid_alive():
     assert pid_alive(os.getpid())
     assert not pid_alive(0)
-    assert not pid_alive(2 ** 22 + 12345)
+    assert not pid_alive(2**22 + 12345)
 
 
 def test_status_table_aligns_and_marks_unknowns():
-    rows = [Row("trainer", "trainer", "running", 12, 123456, 512.25, 0, ""),
-            Row("rollout-0", "rollout", "exited (0)", 11, 61728, None, None, ""),
-            Row("evaluator", "evaluator", "unreachable", -1, None, None, 1, "RuntimeError: " + "x" * 100)]
+    rows = [
+        Row("trainer", "trainer", "running", 12, 123456, 512.25, 0, ""),
+        Row("rollout-0", "rollout", "exited (0)", 11, 61728, None, None, ""),
+        Row("evaluator", "evaluator", "unreachable", -1, None, None, 1, "RuntimeError: " + "x" * 100),
+    ]
     lines = format_table(rows).splitlines()
-    assert lines[0].split() == ["NAME", "ROLE", "STATE", "POLICY", "ENV", "STEPS", "RATE/S", "RESTARTS", "LAST", "ERROR"]
+    assert lines[0].split() == [
+        "NAME",
+        "ROLE",
+        "STATE",
+        "POLICY",
+        "ENV",
+        "STEPS",
+        "RATE/S",
+        "RESTARTS",
+        "LAST",
+        "ERROR",
+    ]
     assert lines[1].split() == ["trainer", "trainer", "running", "12", "123,456", "512.2", "0", "-"]
     assert lines[2].split() == ["rollout-0", "rollout", "exited", "(0)", "11", "61,728", "-", "-", "-"]
     assert lines[3].split()[:7] == ["evaluator", "evaluator", "unreachable", "-", "-", "-", "1"]
@@ -176,12 +224,23 @@ def test_status_table_aligns_and_marks_unknowns():
 
 def test_local_rows_ask_live_services_and_describe_the_others(endpoint):
     telemetry, port = endpoint
-    state = RunState(run="r1", orchestrator_pid=os.getpid(), memory_url="redis://127.0.0.1:1/0",
-                     processes=[ProcessState("trainer", "trainer", os.getpid(), port),
-                                ProcessState("rollout-0", "rollout", 2 ** 22 + 12345, 1, exit_code=0,
-                                             last_status={"role": "rollout", "produced": "640",
-                                                          "policy_version": "3"}),
-                                ProcessState("evaluator", "evaluator", os.getpid(), port)])
+    state = RunState(
+        run="r1",
+        orchestrator_pid=os.getpid(),
+        memory_url="redis://127.0.0.1:1/0",
+        processes=[
+            ProcessState("trainer", "trainer", os.getpid(), port),
+            ProcessState(
+                "rollout-0",
+                "rollout",
+                2**22 + 12345,
+                1,
+                exit_code=0,
+                last_status={"role": "rollout", "produced": "640", "policy_version": "3"},
+            ),
+            ProcessState("evaluator", "evaluator", os.getpid(), port),
+        ],
+    )
     trainer, worker, evaluator = local_rows(state)
     assert (trainer.state, trainer.policy_version, trainer.env_steps, trainer.rate) == ("running", 7, 4000, 512.5)
     assert (worker.state, worker.env_steps, worker.policy_version) == ("exited (0)", 640, 3)
@@ -189,8 +248,13 @@ def test_local_rows_ask_live_services_and_describe_the_others(endpoint):
 
 
 def test_status_and_stop_of_unknown_runs_are_one_line_and_exit_2(tmp_path, capsys):
-    for argv in (["status", "nosuch", "--output", str(tmp_path)], ["status", "--output", str(tmp_path)],
-                 ["stop", "nosuch", "--output", str(tmp_path)], ["stop"], ["status", "--namespace", "ns"]):
+    for argv in (
+        ["status", "nosuch", "--output", str(tmp_path)],
+        ["status", "--output", str(tmp_path)],
+        ["stop", "nosuch", "--output", str(tmp_path)],
+        ["stop"],
+        ["status", "--namespace", "ns"],
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2, argv

@@ -25,8 +25,10 @@ from drl.presets import get_preset
 from tests.unit.test_sac_fast_update import assert_same, run_both
 
 HAS_CUDA = torch.cuda.is_available()
-CUDA = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device: torch.cuda.is_available() is False on this "
-                                               "machine (these tests run on a GPU machine)")
+CUDA = pytest.mark.skipif(
+    not HAS_CUDA,
+    reason="needs a CUDA device: torch.cuda.is_available() is False on this machine (these tests run on a GPU machine)",
+)
 
 CASES = {
     "sac": ("Pendulum-v1", dict(sac=SACConfig(hidden=(32, 32), batch_size=64))),
@@ -51,10 +53,13 @@ def replay_batch(spec, n: int, seed: int) -> dict[str, torch.Tensor]:
     else:
         low, high = spec.action_bounds()
         action = torch.as_tensor(rng.uniform(low, high, size=(n, *spec.act_shape)).astype(np.float32))
-    return {"obs": torch.as_tensor(rng.normal(size=(n, obs_dim)).astype(np.float32)), "action": action,
-            "reward": torch.as_tensor(rng.normal(size=n).astype(np.float32)),
-            "next_obs": torch.as_tensor(rng.normal(size=(n, obs_dim)).astype(np.float32)),
-            "terminated": torch.as_tensor((rng.random(n) < 0.1).astype(np.float32))}
+    return {
+        "obs": torch.as_tensor(rng.normal(size=(n, obs_dim)).astype(np.float32)),
+        "action": action,
+        "reward": torch.as_tensor(rng.normal(size=n).astype(np.float32)),
+        "next_obs": torch.as_tensor(rng.normal(size=(n, obs_dim)).astype(np.float32)),
+        "terminated": torch.as_tensor((rng.random(n) < 0.1).astype(np.float32)),
+    }
 
 
 def segments(spec, seed: int, count: int = 4, length: int = 16) -> list[dict[str, np.ndarray]]:
@@ -62,12 +67,17 @@ def segments(spec, seed: int, count: int = 4, length: int = 16) -> list[dict[str
     obs_dim = int(np.prod(spec.obs_shape))
     out = []
     for _ in range(count):
-        out.append({"obs": rng.normal(size=(length, obs_dim)).astype(np.float32),
-                    "action": rng.integers(0, spec.discrete_actions, length),
-                    "reward": rng.normal(size=length).astype(np.float32),
-                    "next_obs": rng.normal(size=(length, obs_dim)).astype(np.float32),
-                    "terminated": rng.random(length) < 0.05, "truncated": np.zeros(length, bool),
-                    "behaviour_logp": np.log(np.full(length, 0.5, np.float32))})
+        out.append(
+            {
+                "obs": rng.normal(size=(length, obs_dim)).astype(np.float32),
+                "action": rng.integers(0, spec.discrete_actions, length),
+                "reward": rng.normal(size=length).astype(np.float32),
+                "next_obs": rng.normal(size=(length, obs_dim)).astype(np.float32),
+                "terminated": rng.random(length) < 0.05,
+                "truncated": np.zeros(length, bool),
+                "behaviour_logp": np.log(np.full(length, 0.5, np.float32)),
+            }
+        )
     return out
 
 
@@ -172,10 +182,21 @@ def test_checkpoints_move_between_the_gpu_and_the_cpu(algorithm):
     train(back, algorithm, spec, steps=1)
 
 
-@pytest.mark.parametrize("name, rank, visible, placed", [
-    ("cuda", 0, 4, "cuda:0"), ("cuda", 3, 4, "cuda:3"), ("auto", 1, 2, "cuda:1"), ("cuda", 2, 2, "cuda:0"),
-    ("cuda:1", 1, 4, "cuda:2"), ("cuda:3", 1, 4, "cuda:0"), ("cuda", 5, 1, "cuda:0"),
-    ("cpu", 1, 4, "cpu"), ("auto", 1, 0, "auto"), ("cuda", 1, 0, "cuda")])
+@pytest.mark.parametrize(
+    "name, rank, visible, placed",
+    [
+        ("cuda", 0, 4, "cuda:0"),
+        ("cuda", 3, 4, "cuda:3"),
+        ("auto", 1, 2, "cuda:1"),
+        ("cuda", 2, 2, "cuda:0"),
+        ("cuda:1", 1, 4, "cuda:2"),
+        ("cuda:3", 1, 4, "cuda:0"),
+        ("cuda", 5, 1, "cuda:0"),
+        ("cpu", 1, 4, "cpu"),
+        ("auto", 1, 0, "auto"),
+        ("cuda", 1, 0, "cuda"),
+    ],
+)
 def test_each_learner_of_a_group_takes_its_own_gpu(name, rank, visible, placed):
     """NCCL takes one GPU per learner: learner r takes the r-th visible device after the named one; a pod given
     one GPU sees it as cuda:0; without a GPU the name is left for ``resolve`` to judge."""

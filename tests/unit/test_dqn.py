@@ -38,9 +38,14 @@ TARGET = [[7.0, 0.0, 0.0, 0.0], [5.0, 0.0, 0.0, 0.0]]
 
 
 def batch(**over) -> dict[str, torch.Tensor]:
-    b = {"obs": torch.tensor([[1.0, 0, 0, 0], [0.5, 0, 0, 0]]), "action": torch.tensor([1, 0]),
-         "reward": torch.tensor([1.0, 2.0]), "next_obs": torch.tensor([[1.0, 0, 0, 0], [1.0, 0, 0, 0]]),
-         "terminated": torch.tensor([0.0, 1.0]), "nsteps": torch.tensor([3.0, 2.0])}
+    b = {
+        "obs": torch.tensor([[1.0, 0, 0, 0], [0.5, 0, 0, 0]]),
+        "action": torch.tensor([1, 0]),
+        "reward": torch.tensor([1.0, 2.0]),
+        "next_obs": torch.tensor([[1.0, 0, 0, 0], [1.0, 0, 0, 0]]),
+        "terminated": torch.tensor([0.0, 1.0]),
+        "nsteps": torch.tensor([3.0, 2.0]),
+    }
     b.update(over)
     return b
 
@@ -92,8 +97,14 @@ def test_importance_weights_scale_the_loss(spec):
 
 def test_target_network_is_copied_every_k_updates(spec):
     lrn = DQNLearner(spec, DQNConfig(hidden=(8,), target_update_every=2), seed=0)
-    b = {"obs": torch.randn(8, 4), "action": torch.randint(0, 2, (8,)), "reward": torch.randn(8),
-         "next_obs": torch.randn(8, 4), "terminated": torch.zeros(8), "nsteps": torch.ones(8)}
+    b = {
+        "obs": torch.randn(8, 4),
+        "action": torch.randint(0, 2, (8,)),
+        "reward": torch.randn(8),
+        "next_obs": torch.randn(8, 4),
+        "terminated": torch.zeros(8),
+        "nsteps": torch.ones(8),
+    }
     lrn.update(b)
     assert not all(torch.equal(p, t) for p, t in zip(lrn.q.parameters(), lrn.q_target.parameters()))
     lrn.update(b)
@@ -102,8 +113,14 @@ def test_target_network_is_copied_every_k_updates(spec):
 
 def test_checkpoint_round_trip(spec):
     a = DQNLearner(spec, DQNConfig(hidden=(8,)), seed=0)
-    b_ = {"obs": torch.randn(8, 4), "action": torch.randint(0, 2, (8,)), "reward": torch.randn(8),
-          "next_obs": torch.randn(8, 4), "terminated": torch.zeros(8), "nsteps": torch.ones(8)}
+    b_ = {
+        "obs": torch.randn(8, 4),
+        "action": torch.randint(0, 2, (8,)),
+        "reward": torch.randn(8),
+        "next_obs": torch.randn(8, 4),
+        "terminated": torch.zeros(8),
+        "nsteps": torch.ones(8),
+    }
     a.update(b_)
     tensors, meta = a.state()
     b = DQNLearner(spec, DQNConfig(hidden=(8,)), seed=1)
@@ -137,7 +154,7 @@ def test_actor_priorities_are_td_errors_of_its_network(spec):
     arrays = {k: v.numpy() for k, v in batch().items()}
     # own network: max_a Q(s') = 2; first: |2 - (1 + 0.729 * 2)| = 0.458; second terminated: |0.5 - 2| = 1.5
     assert actor.priorities(arrays).tolist() == pytest.approx([0.458, 1.5], rel=1e-5)
-    assert math.isclose(0.9 ** 3, 0.729)
+    assert math.isclose(0.9**3, 0.729)
 
 
 def test_actor_greedy_actions_match_the_learners_network(spec):
@@ -158,10 +175,14 @@ MINATAR = SpaceSpec((10, 10, 4), "|u1", (), "<i8", 3, frame_stack=1)
 def image_batch(spec: SpaceSpec, n: int, seed: int = 0) -> dict[str, torch.Tensor]:
     rng = np.random.default_rng(seed)
     frames = lambda: torch.from_numpy(rng.integers(0, 256, (n, *spec.obs_shape), dtype=np.uint8))  # noqa: E731
-    return {"obs": frames(), "action": torch.from_numpy(rng.integers(0, spec.discrete_actions, n)),
-            "reward": torch.from_numpy(rng.normal(size=n).astype(np.float32)), "next_obs": frames(),
-            "terminated": torch.from_numpy((rng.random(n) < 0.2).astype(np.float32)),
-            "nsteps": torch.full((n,), 3.0)}
+    return {
+        "obs": frames(),
+        "action": torch.from_numpy(rng.integers(0, spec.discrete_actions, n)),
+        "reward": torch.from_numpy(rng.normal(size=n).astype(np.float32)),
+        "next_obs": frames(),
+        "terminated": torch.from_numpy((rng.random(n) < 0.2).astype(np.float32)),
+        "nsteps": torch.full((n,), 3.0),
+    }
 
 
 @pytest.mark.parametrize("spec", [MINATAR, ATARI], ids=["minatar", "atari"])
@@ -196,9 +217,10 @@ def test_image_actor_acts_greedily_on_the_learners_q_network(spec, encoder):
     arrays = {k: v.numpy() for k, v in batch.items()}
     with torch.no_grad():
         next_q = learner.q(batch["next_obs"]).max(1).values.numpy()
-    target = arrays["reward"] + 0.9 ** 3 * (1 - arrays["terminated"]) * next_q
-    np.testing.assert_allclose(actor.priorities(arrays), np.abs(q[np.arange(24), arrays["action"]] - target),
-                               rtol=1e-4, atol=1e-5)
+    target = arrays["reward"] + 0.9**3 * (1 - arrays["terminated"]) * next_q
+    np.testing.assert_allclose(
+        actor.priorities(arrays), np.abs(q[np.arange(24), arrays["action"]] - target), rtol=1e-4, atol=1e-5
+    )
     with pytest.raises(ValueError, match="do not fit"):
         actor.load({k: v for k, v in learner.policy_weights().items() if k != "head.bias"})
 

@@ -28,7 +28,7 @@ def test_step_into_writes_the_rows_step_returns_across_episode_ends():
     for _ in range(210):  # Pendulum truncates at 200 steps: every env resets once
         expected = a.step(_actions(rng_a, 3))
         b.step_into(_actions(rng_b, 3), buffer.arrays, buffer.n)
-        got = {k: v[buffer.n:buffer.n + 3] for k, v in buffer.arrays.items()}
+        got = {k: v[buffer.n : buffer.n + 3] for k, v in buffer.arrays.items()}
         buffer.n += 3
         for name in FIELDS:
             np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
@@ -102,8 +102,19 @@ def _worker(seed: int, least: int = 8, most: int = 12, folder=None):
     actor.load({k: (0.1 * rng.standard_normal(s)).astype(np.float32) for k, s in actor.shapes.items()})
     entry = EntryBuffer(codec.expected_layout(envs.spec), most + 3)
     write = StepInto(envs, entry) if folder is None else Folding(envs, entry, folder)
-    worker.__dict__.update(envs=envs, actor=actor, version=0, random_steps=0, stepped=0, total=10**9, stop=False,
-                           entry=entry, write=write, fill=EntryFill(least, most, fill_s=1e9), compression="")
+    worker.__dict__.update(
+        envs=envs,
+        actor=actor,
+        version=0,
+        random_steps=0,
+        stepped=0,
+        total=10**9,
+        stop=False,
+        entry=entry,
+        write=write,
+        fill=EntryFill(least, most, fill_s=1e9),
+        compression="",
+    )
     worker.sent = []
 
     def flush(iteration_end=False, last=False):
@@ -171,8 +182,15 @@ class FakeProducer:
         from drl.memory import AppendReply
 
         self.entries.append((seq, h, d))
-        return AppendReply(appended=True, policy_version=0, stop=False, watermark=0, epoch=b"e",
-                           widening=self.widening, share=self.share)
+        return AppendReply(
+            appended=True,
+            policy_version=0,
+            stop=False,
+            watermark=0,
+            epoch=b"e",
+            widening=self.widening,
+            share=self.share,
+        )
 
 
 def test_a_worker_lets_its_entries_grow_with_the_room_its_appends_report_fake_producer():
@@ -181,18 +199,30 @@ def test_a_worker_lets_its_entries_grow_with_the_room_its_appends_report_fake_pr
     from drl.config import replace
     from drl.memory.backlog import backlog_limits
     from drl.presets import get_preset
+
     worker = _worker(1, least=64, most=256)
     cfg = replace(get_preset("sac", "Pendulum-v1"), envs_per_worker=3)
     limits = backlog_limits(cfg, codec.expected_layout(worker.envs.spec))
     assert (limits.most, limits.most_in(4)) == (256, 1024)
     del worker.flush
-    worker.__dict__.update(cfg=cfg, limits=limits, widening=1, segment_rows=0, producer=FakeProducer(widening=4),
-                           seq=0, produced=0, ctx=SimpleNamespace(run="r", name="rollout-0"), report=lambda: None)
+    worker.__dict__.update(
+        cfg=cfg,
+        limits=limits,
+        widening=1,
+        segment_rows=0,
+        producer=FakeProducer(widening=4),
+        seq=0,
+        produced=0,
+        ctx=SimpleNamespace(run="r", name="rollout-0"),
+        report=lambda: None,
+    )
     worker.collect(300, hand_in=False)
     assert worker.fill.most == 1024 and worker.widening == 4
     worker.collect(2000)
-    sizes = [codec.decode({b"h": h, b"d": d}, "r", codec.expected_layout(worker.envs.spec)).header.count
-             for _, h, d in worker.producer.entries]
+    sizes = [
+        codec.decode({b"h": h, b"d": d}, "r", codec.expected_layout(worker.envs.spec)).header.count
+        for _, h, d in worker.producer.entries
+    ]
     assert sizes[0] <= 256 + 2 and max(sizes) > 256, sizes
     assert all(size <= 1024 + 2 for size in sizes) and sum(sizes) == 2300
 
@@ -214,10 +244,20 @@ def _async_worker(least: int, most: int, total: int, assigned: dict):
     worker = _worker(2, least=least, most=most)
     cfg = replace(get_preset("sac", "Pendulum-v1"), envs_per_worker=3, batch_transitions=least)
     del worker.flush
-    worker.__dict__.update(cfg=cfg, limits=backlog_limits(cfg, codec.expected_layout(worker.envs.spec)), widening=1,
-                           producer=FakeProducer(widening=1), seq=0, produced=0, total=total, segment_rows=0,
-                           batch_transitions=least, _share_read_at=0, ctx=SimpleNamespace(run="r", name="rollout-0"),
-                           report=lambda: None)
+    worker.__dict__.update(
+        cfg=cfg,
+        limits=backlog_limits(cfg, codec.expected_layout(worker.envs.spec)),
+        widening=1,
+        producer=FakeProducer(widening=1),
+        seq=0,
+        produced=0,
+        total=total,
+        segment_rows=0,
+        batch_transitions=least,
+        _share_read_at=0,
+        ctx=SimpleNamespace(run="r", name="rollout-0"),
+        report=lambda: None,
+    )
 
     def refresh_share():
         assigned["reads"] += 1

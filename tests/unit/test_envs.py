@@ -10,11 +10,14 @@ from drl.envs import check_env_id
 from drl.errors import UserError
 
 
-@pytest.mark.parametrize("env_id, module, install", [
-    ("ALE/Pong-v5", "ale_py", "pip install 'drl[atari]'"),
-    ("MinAtar/Breakout-v1", "minatar", "pip install 'drl[atari]'"),
-    ("Humanoid-v9", "mujoco", "pip install 'gymnasium[mujoco]'"),
-])
+@pytest.mark.parametrize(
+    "env_id, module, install",
+    [
+        ("ALE/Pong-v5", "ale_py", "pip install 'drl[atari]'"),
+        ("MinAtar/Breakout-v1", "minatar", "pip install 'drl[atari]'"),
+        ("Humanoid-v9", "mujoco", "pip install 'gymnasium[mujoco]'"),
+    ],
+)
 def test_an_id_of_a_family_that_is_not_installed_names_its_package(monkeypatch, env_id, module, install):
     monkeypatch.setitem(sys.modules, module, None)  # as if not installed, whatever this machine has
     with pytest.raises(UserError) as error:

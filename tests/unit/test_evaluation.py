@@ -10,10 +10,13 @@ from drl.algorithms.sac import SACActor, SACConfig
 from drl.envs import space_spec
 
 
-@pytest.mark.parametrize("env_id,make", [
-    ("Pendulum-v1", lambda spec: SACActor(spec, SACConfig(hidden=(16, 16)), seed=0)),
-    ("CartPole-v1", lambda spec: DQNActor(spec, DQNConfig(hidden=(16, 16)), seed=0)),
-])
+@pytest.mark.parametrize(
+    "env_id,make",
+    [
+        ("Pendulum-v1", lambda spec: SACActor(spec, SACConfig(hidden=(16, 16)), seed=0)),
+        ("CartPole-v1", lambda spec: DQNActor(spec, DQNConfig(hidden=(16, 16)), seed=0)),
+    ],
+)
 def test_side_by_side_episodes_equal_single_ones(env_id, make):
     actor = make(space_spec(env_id))
     together = run_episodes(env_id, actor, 4, seed=7)

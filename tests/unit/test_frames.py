@@ -85,7 +85,7 @@ def test_entries_round_trip_the_wire_bit_exactly(env_id):
     layout = codec.expected_layout(envs.spec, {"truncated": ("|u1", ()), "env_index": ("<u2", ())})
     assert list(layout)[-1] == frames.TABLE and layout["obs"] == ("<u4", (envs.spec.frame_stack,))
     for part in range(4):
-        rows = {k: np.concatenate([s[k] for s in serial[part * 10:(part + 1) * 10]]) for k in serial[0]}
+        rows = {k: np.concatenate([s[k] for s in serial[part * 10 : (part + 1) * 10]]) for k in serial[0]}
         packed = frames.pack(rows, envs.frames)
         header = experience_pb2.BatchHeader(run="r", worker_id="rollout-0", seq=part + 1)
         h, d = codec.encode(header, packed)
@@ -94,10 +94,11 @@ def test_entries_round_trip_the_wire_bit_exactly(env_id):
         assert len(batch.arrays[frames.TABLE]) < 30 + 3 * (envs.spec.frame_stack + 4)
         rebuilt = frames.expand(batch.arrays)
         for name in ("obs", "next_obs"):
-            expect = np.concatenate([s[name] for s in whole[part * 10:(part + 1) * 10]])
+            expect = np.concatenate([s[name] for s in whole[part * 10 : (part + 1) * 10]])
             np.testing.assert_array_equal(rebuilt[name], expect)
-        np.testing.assert_array_equal(rebuilt["reward"], np.concatenate(
-            [s["reward"] for s in whole[part * 10:(part + 1) * 10]]))
+        np.testing.assert_array_equal(
+            rebuilt["reward"], np.concatenate([s["reward"] for s in whole[part * 10 : (part + 1) * 10]])
+        )
 
 
 def test_a_stack_never_mixes_two_episodes():
@@ -167,11 +168,13 @@ def test_the_log_refuses_frames_it_no_longer_holds():
 
 
 def _entry(envs, serial, lo, hi, seq):
-    rows = {k: np.concatenate([s[k] for s in serial[lo:hi]]) for k in ("obs", "action", "reward", "next_obs",
-                                                                        "terminated")}
+    rows = {
+        k: np.concatenate([s[k] for s in serial[lo:hi]]) for k in ("obs", "action", "reward", "next_obs", "terminated")
+    }
     layout = codec.expected_layout(envs.spec)
-    h, d = codec.encode(experience_pb2.BatchHeader(run="r", worker_id="rollout-0", seq=seq),
-                        frames.pack(rows, envs.frames))
+    h, d = codec.encode(
+        experience_pb2.BatchHeader(run="r", worker_id="rollout-0", seq=seq), frames.pack(rows, envs.frames)
+    )
     return codec.decode({b"h": h, b"d": d}, "r", layout).arrays
 
 
@@ -205,9 +208,9 @@ def test_frame_replay_rebuilds_stacks_and_drops_what_it_overwrote(kind):
         assert 0 < len(replay) <= 60
         batch = replay.sample(64)
         assert batch["obs"].dtype == torch.uint8 and batch["obs"].shape == (64, 4, 6, 5)
-        expect_obs = np.concatenate([s["obs"] for s in whole[max(0, lo - 40):lo + 10]])
-        expect_next = np.concatenate([s["next_obs"] for s in whole[max(0, lo - 40):lo + 10]])
-        reward = np.concatenate([s["reward"] for s in whole[max(0, lo - 40):lo + 10]])
+        expect_obs = np.concatenate([s["obs"] for s in whole[max(0, lo - 40) : lo + 10]])
+        expect_next = np.concatenate([s["next_obs"] for s in whole[max(0, lo - 40) : lo + 10]])
+        reward = np.concatenate([s["reward"] for s in whole[max(0, lo - 40) : lo + 10]])
         for obs, nxt, r in zip(batch["obs"].numpy(), batch["next_obs"].numpy(), batch["reward"].numpy()):
             match = np.flatnonzero((expect_obs == obs).all(axis=(1, 2, 3)) & (expect_next == nxt).all(axis=(1, 2, 3)))
             assert len(match), "a sampled transition is not one the env gave"

@@ -18,16 +18,19 @@ MEMBERS = {"rollout-0", "rollout-1"}
 
 def _arrays(n: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(n)
-    return {"obs": rng.standard_normal((n, 3)).astype(np.float32),
-            "action": rng.uniform(-2, 2, (n, 1)).astype(np.float32),
-            "reward": rng.standard_normal(n).astype(np.float32),
-            "next_obs": rng.standard_normal((n, 3)).astype(np.float32),
-            "terminated": np.zeros(n, dtype=np.uint8)}
+    return {
+        "obs": rng.standard_normal((n, 3)).astype(np.float32),
+        "action": rng.uniform(-2, 2, (n, 1)).astype(np.float32),
+        "reward": rng.standard_normal(n).astype(np.float32),
+        "next_obs": rng.standard_normal((n, 3)).astype(np.float32),
+        "terminated": np.zeros(n, dtype=np.uint8),
+    }
 
 
 def _entry(worker: str, seq: int, n: int = 4, version: int = 0, **flags) -> tuple[bytes, dict]:
-    header = experience_pb2.BatchHeader(run=RUN, worker_id=worker, seq=seq, policy_version=version,
-                                        produced_total=seq * n, **flags)
+    header = experience_pb2.BatchHeader(
+        run=RUN, worker_id=worker, seq=seq, policy_version=version, produced_total=seq * n, **flags
+    )
     h, d = codec.encode(header, _arrays(n))
     return f"{worker}-{seq}".encode(), {b"h": h, b"d": d}
 
@@ -57,8 +60,10 @@ def test_entries_are_accepted_once_and_duplicates_are_counted_not_taken():
 
 def test_a_sync_iteration_drops_other_versions_as_stale_but_keeps_their_progress():
     ingest, ledger, _ = _ingest()
-    intake = ingest.take([_entry("rollout-0", 1, version=1), _entry("rollout-0", 2, version=0, final=True,
-                                                                    iteration_end=True)], sync_version=1)
+    intake = ingest.take(
+        [_entry("rollout-0", 1, version=1), _entry("rollout-0", 2, version=0, final=True, iteration_end=True)],
+        sync_version=1,
+    )
     assert [b.header.seq for b in intake.accepted] == [1]
     assert (ledger.consumed, ledger.stale) == (4, 4)
     assert ledger.final_seq == {"rollout-0": 2} and ledger.produced == {"rollout-0": 8}
@@ -71,8 +76,9 @@ def test_bad_and_foreign_entries_are_dead_lettered_with_their_kind_and_never_sto
     eid, good = _entry("rollout-0", 2)
     truncated = dict(good)
     truncated[b"d"] = good[b"d"][:-3]
-    intake = ingest.take([(b"x", {b"h": b"junk", b"d": b""}), (b"t", truncated), _entry("rollout-9", 1),
-                          _entry("rollout-0", 1)])
+    intake = ingest.take(
+        [(b"x", {b"h": b"junk", b"d": b""}), (b"t", truncated), _entry("rollout-9", 1), _entry("rollout-0", 1)]
+    )
     assert [kind for _, _, kind, _ in intake.dead] == ["bad_header", "truncated", "unknown_worker"]
     assert ledger.dead_letters == 3 and ledger.consumed == 4
     assert ledger.seqs.watermark["rollout-0"] == 2, "a truncated entry of a known worker must count as seen"
@@ -82,8 +88,9 @@ def test_bad_and_foreign_entries_are_dead_lettered_with_their_kind_and_never_sto
 
 def test_the_ledger_round_trips_through_the_committed_state():
     ingest, ledger, _ = _ingest()
-    ingest.take([_entry("rollout-0", 1), _entry("rollout-0", 3, final=True),
-                 _entry("rollout-1", 1, iteration_end=True)])
+    ingest.take(
+        [_entry("rollout-0", 1), _entry("rollout-0", 3, final=True), _entry("rollout-1", 1, iteration_end=True)]
+    )
     fields = ledger.fields(ledger.known_workers(), updates=17)
     assert fields["seq:rollout-0"] == "1,3" and fields["final:rollout-0"] == 3 and fields["updates"] == 17
     assert fields["end:rollout-1"] == 0 and fields["produced:rollout-1"] == 4
@@ -118,12 +125,14 @@ def test_seqs_below_a_writers_floor_never_seen_are_declared_lost_with_their_tran
     assert moved == {"rollout-0"}
     assert ledger.lost == 8, "seqs 3 and 5 (4 transitions each) were never seen"
     assert ledger.seqs.watermark["rollout-0"] == 5 and set(ledger.seqs.above["rollout-0"]) == {7}
-    assert ingest.settle({"rollout-0": (5, 20)}, {}, NOTHING_IN_STREAM) == set() and ledger.lost == 8, \
+    assert ingest.settle({"rollout-0": (5, 20)}, {}, NOTHING_IN_STREAM) == set() and ledger.lost == 8, (
         "a floor counted twice"
+    )
     ingest.take([_entry("rollout-0", 6)])
     assert ledger.seqs.watermark["rollout-0"] == 7
-    assert ingest.settle({"rollout-9": (3, 12)}, {}, NOTHING_IN_STREAM) == set(), \
+    assert ingest.settle({"rollout-9": (3, 12)}, {}, NOTHING_IN_STREAM) == set(), (
         "a floor of a worker outside the run was taken"
+    )
 
 
 def test_the_totals_round_trip_so_a_restored_ledger_counts_a_later_gap_exactly():
@@ -154,8 +163,9 @@ def test_a_floor_stops_below_an_entry_still_in_the_stream_which_then_arrives_and
 def test_a_done_worker_whose_entries_never_arrive_is_finished_with_the_rest_counted_lost():
     ingest, ledger, _ = _ingest()
     ingest.take([_entry("rollout-0", 1), _entry("rollout-0", 3)])
-    assert ingest.settle({}, {"rollout-0": 6 * 4}, lambda workers: {"rollout-0": [(4, 4, 16)]}) == set(), \
+    assert ingest.settle({}, {"rollout-0": 6 * 4}, lambda workers: {"rollout-0": [(4, 4, 16)]}) == set(), (
         "a done worker's entry still in the stream will arrive; nothing is settled before it did"
+    )
     moved = ingest.settle({}, {"rollout-0": 6 * 4}, NOTHING_IN_STREAM)
     assert moved == {"rollout-0"}
     assert ledger.lost == 4 * 4, "seq 2 and everything after seq 3 (its total was 24) never arrived"
@@ -173,6 +183,7 @@ def test_a_done_worker_the_ledger_saw_through_its_final_entry_settles_nothing():
 
 
 # -- SeqTracker's floors and closes, by hand (each transition counted once, each loss counted once) -------------
+
 
 def tracker_with(worker: str, entries: list[tuple[int, int, int]]):
     """A tracker that saw ``(seq, count, total)`` entries of ``worker``."""
@@ -236,6 +247,7 @@ def test_totals_survive_a_dump_and_load():
 
 # -- Ingest.settle: what floors and done markers say can never arrive ------------------------------------------
 
+
 def nothing_in_stream(workers):
     return {}
 
@@ -270,16 +282,19 @@ def test_floors_and_done_markers_of_strangers_and_floors_below_the_watermark_are
     ingest, ledger, asked = _ingest()
     ingest.take([_entry("rollout-0", 1), _entry("rollout-0", 2)])
     calls = []
-    assert ingest.settle({"rollout-9": (3, 12), "rollout-0": (2, 8)}, {"rollout-9": 40},
-                         lambda w: calls.append(w) or {}) == set()
+    assert (
+        ingest.settle({"rollout-9": (3, 12), "rollout-0": (2, 8)}, {"rollout-9": 40}, lambda w: calls.append(w) or {})
+        == set()
+    )
     assert calls == [] and ledger.lost == 0 and "rollout-9" in asked
 
 
 def test_a_done_writer_whose_entries_never_all_arrived_is_closed_with_its_loss():
     ingest, ledger, _ = _ingest()
     ingest.take([_entry("rollout-1", 1), _entry("rollout-1", 3)])
-    assert ingest.settle({}, {"rollout-1": 20}, lambda w: {"rollout-1": [(4, 4, 16)]}) == set(), \
+    assert ingest.settle({}, {"rollout-1": 20}, lambda w: {"rollout-1": [(4, 4, 16)]}) == set(), (
         "an entry of it is still in the stream: wait for it"
+    )
     assert ingest.settle({}, {"rollout-1": 20}, nothing_in_stream) == {"rollout-1"}
     assert ledger.lost == 12, "20 produced, 8 seen"
     assert ledger.final_seq["rollout-1"] == 3 and ledger.produced["rollout-1"] == 20
@@ -294,6 +309,7 @@ def test_a_done_writer_that_delivered_everything_needs_no_settling():
 
 
 # -- Feed: read, ingest, hand over, commit, on the in-process memory backend (a real ExperienceReader) ---------
+
 
 class FakeLearning:
     """Records what the feed hands over; stands in for ``drl.training.learning`` (our own interface)."""
@@ -365,6 +381,7 @@ def test_a_done_writer_never_seen_is_closed_with_everything_it_produced_lost():
 
 # -- SeqTracker: the edges of floors, closes, dumps and loads ---------------------------------------------------
 
+
 def test_a_worker_the_tracker_never_saw_dumps_as_watermark_zero_with_total_zero():
     """Writers read the dump as their watermark: a worker with nothing taken yet is at 0, with 0 produced."""
     from drl.training.ingest import SeqTracker
@@ -421,6 +438,7 @@ def test_a_loaded_state_without_totals_does_not_count_its_seqs_above_a_zero_wate
 
 # -- Ledger and Ledgers -----------------------------------------------------------------------------------------
 
+
 def test_known_workers_include_those_seen_only_in_dead_letters_or_only_produced():
     ingest, ledger, _ = _ingest()
     _, good = _entry("rollout-1", 1)
@@ -443,6 +461,7 @@ def test_ledgers_of_two_shards_route_each_worker_to_its_shard_and_sum_the_counte
 
 
 # -- Ingest.take: what each entry does to the ledger ------------------------------------------------------------
+
 
 def _truncated(worker: str, seq: int) -> tuple[bytes, dict]:
     eid, good = _entry(worker, seq)
@@ -490,6 +509,7 @@ def test_the_produced_count_keeps_the_highest_total_whatever_the_order_of_arriva
 
 
 # -- Ingest.settle: which floors and done markers are looked at, and what they count -----------------------------
+
 
 def test_a_floor_of_a_member_the_ledger_never_saw_declares_everything_up_to_it_lost():
     ingest, ledger, _ = _ingest()
@@ -584,6 +604,7 @@ def test_a_done_writer_still_in_the_stream_does_not_hold_back_the_others():
 
 
 # -- Feed on the in-process memory backend: reclaiming, waiting, sync reads, settling, and its clock -------------
+
 
 @pytest.fixture
 def memory():

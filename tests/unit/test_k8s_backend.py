@@ -37,11 +37,17 @@ INDEX = "batch.kubernetes.io/job-completion-index"
 class FakeKubeApi:
     """Same methods as KubeApi. ``pods``/``jobs`` are lists of states, one per poll (the last one repeats)."""
 
-    def __init__(self, pods: list[list[PodState]] | None = None, jobs: dict[str, list[JobState]] | None = None,
-                 logs: dict[str, list[str]] | None = None, fail_create: dict[str, KubeError] | None = None,
-                 fail_list: dict[int, KubeError] | None = None, version: tuple[int, int] | None = (1, 35),
-                 storage_classes: list[tuple[str, bool]] | KubeError | None = None,
-                 events: list[list[EventState]] | KubeError | None = None):
+    def __init__(
+        self,
+        pods: list[list[PodState]] | None = None,
+        jobs: dict[str, list[JobState]] | None = None,
+        logs: dict[str, list[str]] | None = None,
+        fail_create: dict[str, KubeError] | None = None,
+        fail_list: dict[int, KubeError] | None = None,
+        version: tuple[int, int] | None = (1, 35),
+        storage_classes: list[tuple[str, bool]] | KubeError | None = None,
+        events: list[list[EventState]] | KubeError | None = None,
+    ):
         self.version = version
         self.classes = [("standard", True)] if storage_classes is None else storage_classes
         self.events = events or [[]]
@@ -93,8 +99,9 @@ class FakeKubeApi:
         self.deleted_pods.append(name)
         return True
 
-    def delete_by_label(self, namespace: str, selector: str, kinds: tuple[str, ...] = RUN_KINDS,
-                        propagation: str = "Background") -> list[tuple[str, str]]:
+    def delete_by_label(
+        self, namespace: str, selector: str, kinds: tuple[str, ...] = RUN_KINDS, propagation: str = "Background"
+    ) -> list[tuple[str, str]]:
         key, value = selector.split("=")
         out = []
         for kind in kinds:
@@ -131,8 +138,11 @@ class FakeKubeApi:
 
     def list_names(self, kind: str, namespace: str, selector: str) -> list[str]:
         key, value = selector.split("=")
-        return [name for (k, ns, name), obj in self.objects.items()
-                if k == kind and ns == namespace and obj["metadata"]["labels"].get(key) == value]
+        return [
+            name
+            for (k, ns, name), obj in self.objects.items()
+            if k == kind and ns == namespace and obj["metadata"]["labels"].get(key) == value
+        ]
 
     def list_jobs(self, namespace: str, selector: str) -> list[dict]:
         """The created Jobs with a status of their scripted state (uid: the Job's name)."""
@@ -141,8 +151,10 @@ class FakeKubeApi:
             job = json.loads(json.dumps(self.objects[("Job", namespace, name)]))
             state = self.job_status(namespace, name)
             job["metadata"]["uid"] = f"uid-{name}"
-            job["status"] = {"succeeded": state.succeeded,
-                             "conditions": [{"type": c.type, "status": c.status} for c in state.conditions]}
+            job["status"] = {
+                "succeeded": state.succeeded,
+                "conditions": [{"type": c.type, "status": c.status} for c in state.conditions],
+            }
             out.append(job)
         return out
 
@@ -151,9 +163,20 @@ class FakeKubeApi:
         return iter(self.logs.get(name, []))
 
 
-def pod(name: str, component: str, *, phase: str = "Running", ready: bool = True, reason: str = "",
-        restarts: int = 0, state: str = "running", exit_code: int | None = None, last_exit_code: int | None = None,
-        index: int | None = None, pod_reason: str = "") -> PodState:
+def pod(
+    name: str,
+    component: str,
+    *,
+    phase: str = "Running",
+    ready: bool = True,
+    reason: str = "",
+    restarts: int = 0,
+    state: str = "running",
+    exit_code: int | None = None,
+    last_exit_code: int | None = None,
+    index: int | None = None,
+    pod_reason: str = "",
+) -> PodState:
     labels = k8s.labels(RUN, component)
     if component in k8s.ROLES:
         labels["batch.kubernetes.io/job-name"] = f"drl-{RUN}-{component}"
@@ -163,9 +186,12 @@ def pod(name: str, component: str, *, phase: str = "Running", ready: bool = True
 
 
 def healthy(workers: int = 2) -> list[PodState]:
-    return ([pod("drl-r1-redis-0", "redis"), pod("drl-r1-s3-0", "s3"), pod("drl-r1-trainer-abc", "trainer"),
-             pod("drl-r1-evaluator-def", "evaluator")]
-            + [pod(f"drl-r1-rollout-{i}-x{i}", "rollout", index=i) for i in range(workers)])
+    return [
+        pod("drl-r1-redis-0", "redis"),
+        pod("drl-r1-s3-0", "s3"),
+        pod("drl-r1-trainer-abc", "trainer"),
+        pod("drl-r1-evaluator-def", "evaluator"),
+    ] + [pod(f"drl-r1-rollout-{i}-x{i}", "rollout", index=i) for i in range(workers)]
 
 
 COMPLETE = JobState("drl-r1-trainer", succeeded=1, conditions=(JobCondition("Complete"),))
@@ -179,8 +205,18 @@ def objects():
 
 def start(fake: FakeKubeApi, objects: list[dict], detach: bool = False, **options) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    code = run_kubernetes(RUN, objects, namespace=NS, detach=detach, api=fake, out=out, err=err,
-                          sleep=fake.sleep, clock=fake.clock, **options)
+    code = run_kubernetes(
+        RUN,
+        objects,
+        namespace=NS,
+        detach=detach,
+        api=fake,
+        out=out,
+        err=err,
+        sleep=fake.sleep,
+        clock=fake.clock,
+        **options,
+    )
     return code, out.getvalue(), err.getvalue()
 
 
@@ -188,13 +224,25 @@ def test_backend_with_fake_kube_api_creates_every_object_of_the_contract_once_in
     fake = FakeKubeApi(jobs={"drl-r1-trainer": [COMPLETE]})
     code, _, _ = start(fake, objects)
     assert code == 0
-    assert sorted(fake.created) == sorted({
-        ("ServiceAccount", "drl-r1"), ("Role", "drl-r1"), ("RoleBinding", "drl-r1"),
-        ("Secret", "drl-r1-credentials"), ("ConfigMap", "drl-r1-config"),
-        ("Service", "drl-r1-redis"), ("StatefulSet", "drl-r1-redis"),
-        ("Service", "drl-r1-s3"), ("StatefulSet", "drl-r1-s3"),
-        ("NetworkPolicy", "drl-r1-redis"), ("NetworkPolicy", "drl-r1-s3"), ("NetworkPolicy", "drl-r1-roles"),
-        ("Job", "drl-r1-trainer"), ("Job", "drl-r1-rollout"), ("Job", "drl-r1-evaluator")})
+    assert sorted(fake.created) == sorted(
+        {
+            ("ServiceAccount", "drl-r1"),
+            ("Role", "drl-r1"),
+            ("RoleBinding", "drl-r1"),
+            ("Secret", "drl-r1-credentials"),
+            ("ConfigMap", "drl-r1-config"),
+            ("Service", "drl-r1-redis"),
+            ("StatefulSet", "drl-r1-redis"),
+            ("Service", "drl-r1-s3"),
+            ("StatefulSet", "drl-r1-s3"),
+            ("NetworkPolicy", "drl-r1-redis"),
+            ("NetworkPolicy", "drl-r1-s3"),
+            ("NetworkPolicy", "drl-r1-roles"),
+            ("Job", "drl-r1-trainer"),
+            ("Job", "drl-r1-rollout"),
+            ("Job", "drl-r1-evaluator"),
+        }
+    )
     order = [kind for kind, _ in fake.created]
     position = {kind: [i for i, k in enumerate(order) if k == kind] for kind in set(order)}
     assert max(position["ServiceAccount"] + position["Role"]) < min(position["RoleBinding"])
@@ -226,8 +274,10 @@ def test_backend_with_fake_kube_api_an_attached_run_ends_on_a_signal_even_with_s
     finally:
         signal.signal(signal.SIGINT, previous)
     assert code == 130
-    assert f"drl: interrupted; run {RUN} goes on in the cluster (remove it with: drl-orchestrate delete {RUN} " \
-           f"--namespace {NS})" in err
+    assert (
+        f"drl: interrupted; run {RUN} goes on in the cluster (remove it with: drl-orchestrate delete {RUN} "
+        f"--namespace {NS})" in err
+    )
     assert fake.tick == 3 and not fake.deleted
 
 
@@ -242,11 +292,22 @@ def test_backend_with_fake_kube_api_detach_returns_at_once(objects):
 
 
 def test_backend_with_fake_kube_api_waits_until_pods_are_ready(objects):
-    pending = [pod(p.name, p.component, phase="Pending", ready=False, state="waiting", reason="ContainerCreating",
-                   index=int(p.annotations[INDEX]) if INDEX in p.annotations else None) for p in healthy()]
+    pending = [
+        pod(
+            p.name,
+            p.component,
+            phase="Pending",
+            ready=False,
+            state="waiting",
+            reason="ContainerCreating",
+            index=int(p.annotations[INDEX]) if INDEX in p.annotations else None,
+        )
+        for p in healthy()
+    ]
     half = healthy()[:3] + pending[3:]
-    fake = FakeKubeApi(pods=[pending, half, healthy(), healthy()],
-                       jobs={"drl-r1-trainer": [ACTIVE, ACTIVE, ACTIVE, COMPLETE]})
+    fake = FakeKubeApi(
+        pods=[pending, half, healthy(), healthy()], jobs={"drl-r1-trainer": [ACTIVE, ACTIVE, ACTIVE, COMPLETE]}
+    )
     code, _, err = start(fake, objects)
     assert code == 0
     lines = err.splitlines()
@@ -255,7 +316,7 @@ def test_backend_with_fake_kube_api_waits_until_pods_are_ready(objects):
     assert "(+3 more)" in waiting[0]
     ready = [i for i, line in enumerate(lines) if line == "drl: all 6 pods of run r1 are ready"]
     assert len(ready) == 1
-    assert any("waiting for pods: 3/6 ready" in line for line in lines[:ready[0]])
+    assert any("waiting for pods: 3/6 ready" in line for line in lines[: ready[0]])
     assert "drl: run r1 finished: Job drl-r1-trainer complete" in err
 
 
@@ -269,14 +330,30 @@ def test_backend_with_fake_kube_api_counts_finished_workers_as_ready(objects):
 
 def test_backend_with_fake_kube_api_replaces_a_crash_looping_rollout_pod(objects):
     pods = healthy(4)
-    pods[4] = pod("drl-r1-rollout-0-x0", "rollout", ready=False, state="waiting", reason="CrashLoopBackOff",
-                  restarts=2, last_exit_code=1, index=0)
+    pods[4] = pod(
+        "drl-r1-rollout-0-x0",
+        "rollout",
+        ready=False,
+        state="waiting",
+        reason="CrashLoopBackOff",
+        restarts=2,
+        last_exit_code=1,
+        index=0,
+    )
     pods[5] = pod("drl-r1-rollout-1-x1", "rollout", restarts=4, last_exit_code=137, index=1)
     pods[6] = pod("drl-r1-rollout-2-x2", "rollout", restarts=1, last_exit_code=1, index=2)
-    pods[7] = pod("drl-r1-rollout-3-x3", "rollout", phase="Failed", ready=False, state="terminated", exit_code=1,
-                  index=3)
-    pods[2] = pod("drl-r1-trainer-abc", "trainer", ready=False, state="waiting", reason="CrashLoopBackOff",
-                  restarts=2, last_exit_code=1)
+    pods[7] = pod(
+        "drl-r1-rollout-3-x3", "rollout", phase="Failed", ready=False, state="terminated", exit_code=1, index=3
+    )
+    pods[2] = pod(
+        "drl-r1-trainer-abc",
+        "trainer",
+        ready=False,
+        state="waiting",
+        reason="CrashLoopBackOff",
+        restarts=2,
+        last_exit_code=1,
+    )
     fake = FakeKubeApi(pods=[pods, pods, pods], jobs={"drl-r1-trainer": [ACTIVE, ACTIVE, COMPLETE]})
     code, _, err = start(fake, objects)
     assert code == 0
@@ -296,24 +373,38 @@ def test_backend_with_fake_kube_api_restart_threshold_is_configurable(objects):
 
 def test_backend_with_fake_kube_api_reports_a_failed_trainer_job(objects):
     crashing = healthy()
-    crashing[2] = pod("drl-r1-trainer-abc", "trainer", ready=False, state="waiting", reason="CrashLoopBackOff",
-                      restarts=6, last_exit_code=3)
-    failed = JobState("drl-r1-trainer", failed=1, conditions=(
-        JobCondition("Failed", "True", "BackoffLimitExceeded", "Job has reached the specified backoff limit"),))
+    crashing[2] = pod(
+        "drl-r1-trainer-abc",
+        "trainer",
+        ready=False,
+        state="waiting",
+        reason="CrashLoopBackOff",
+        restarts=6,
+        last_exit_code=3,
+    )
+    failed = JobState(
+        "drl-r1-trainer",
+        failed=1,
+        conditions=(
+            JobCondition("Failed", "True", "BackoffLimitExceeded", "Job has reached the specified backoff limit"),
+        ),
+    )
     fake = FakeKubeApi(pods=[healthy(), crashing, []], jobs={"drl-r1-trainer": [ACTIVE, ACTIVE, failed]})
     code, _, err = start(fake, objects)
     assert code == 1
     last = err.strip().splitlines()
-    assert ("drl-orchestrate: run r1 failed: trainer Job drl-r1-trainer failed (BackoffLimitExceeded: Job has "
-            "reached the specified backoff limit); last exit code 3; see kubectl -n team-a logs job/drl-r1-trainer"
-            ) in last
+    assert (
+        "drl-orchestrate: run r1 failed: trainer Job drl-r1-trainer failed (BackoffLimitExceeded: Job has "
+        "reached the specified backoff limit); last exit code 3; see kubectl -n team-a logs job/drl-r1-trainer"
+    ) in last
     assert not fake.deleted_pods, "a crash-looping trainer is not replaced: its Job restarts it"
 
 
 def test_backend_with_fake_kube_api_reports_a_failed_trainer_pod_exit_1(objects):
     pods = healthy()
-    pods[2] = pod("drl-r1-trainer-abc", "trainer", phase="Failed", ready=False, state="terminated", exit_code=1,
-                  reason="Error")
+    pods[2] = pod(
+        "drl-r1-trainer-abc", "trainer", phase="Failed", ready=False, state="terminated", exit_code=1, reason="Error"
+    )
     fake = FakeKubeApi(pods=[healthy(), pods], logs={"drl-r1-trainer-abc": ["trainer ERROR boom"]})
     code, out, err = start(fake, objects)
     assert code == 1
@@ -323,8 +414,15 @@ def test_backend_with_fake_kube_api_reports_a_failed_trainer_pod_exit_1(objects)
 
 def test_backend_with_fake_kube_api_evicted_trainer_pod_does_not_end_the_run(objects):
     evicted = healthy()
-    evicted[2] = pod("drl-r1-trainer-abc", "trainer", phase="Failed", ready=False, state="terminated",
-                     exit_code=137, pod_reason="Evicted")
+    evicted[2] = pod(
+        "drl-r1-trainer-abc",
+        "trainer",
+        phase="Failed",
+        ready=False,
+        state="terminated",
+        exit_code=137,
+        pod_reason="Evicted",
+    )
     fake = FakeKubeApi(pods=[evicted, healthy()], jobs={"drl-r1-trainer": [ACTIVE, COMPLETE]})
     assert start(fake, objects)[0] == 0
 
@@ -339,8 +437,9 @@ def test_backend_with_fake_kube_api_reports_a_failed_rollout_job(objects):
 
 def test_backend_with_fake_kube_api_fails_on_an_image_that_cannot_be_pulled(objects):
     pods = healthy()
-    pods[2] = pod("drl-r1-trainer-abc", "trainer", phase="Pending", ready=False, state="waiting",
-                  reason="ImagePullBackOff")
+    pods[2] = pod(
+        "drl-r1-trainer-abc", "trainer", phase="Pending", ready=False, state="waiting", reason="ImagePullBackOff"
+    )
     fake = FakeKubeApi(pods=[pods])
     code, _, err = start(fake, objects, image_error_grace_s=30)
     assert code == 1
@@ -351,8 +450,9 @@ def test_backend_with_fake_kube_api_fails_on_an_image_that_cannot_be_pulled(obje
 
 def test_backend_with_fake_kube_api_succeeds_and_prints_the_trainers_log(objects):
     lines = ["trainer INFO restored nothing", "trainer INFO published v1", "trainer INFO finished: steps_done"]
-    fake = FakeKubeApi(pods=[healthy(), healthy()], jobs={"drl-r1-trainer": [ACTIVE, COMPLETE]},
-                       logs={"drl-r1-trainer-abc": lines})
+    fake = FakeKubeApi(
+        pods=[healthy(), healthy()], jobs={"drl-r1-trainer": [ACTIVE, COMPLETE]}, logs={"drl-r1-trainer-abc": lines}
+    )
     code, out, err = start(fake, objects)
     assert code == 0
     assert out.splitlines() == lines
@@ -364,8 +464,11 @@ def test_backend_with_fake_kube_api_succeeds_and_prints_the_trainers_log(objects
 def test_backend_with_fake_kube_api_follows_the_trainer_again_after_a_restart(objects):
     restarted = healthy()
     restarted[2] = pod("drl-r1-trainer-abc", "trainer", restarts=1, last_exit_code=1)
-    fake = FakeKubeApi(pods=[healthy(), restarted, restarted], jobs={"drl-r1-trainer": [ACTIVE, ACTIVE, COMPLETE]},
-                       logs={"drl-r1-trainer-abc": ["line"]})
+    fake = FakeKubeApi(
+        pods=[healthy(), restarted, restarted],
+        jobs={"drl-r1-trainer": [ACTIVE, ACTIVE, COMPLETE]},
+        logs={"drl-r1-trainer-abc": ["line"]},
+    )
     code, out, _ = start(fake, objects)
     assert code == 0
     assert fake.log_requests == [("drl-r1-trainer-abc", "trainer")] * 2
@@ -378,8 +481,11 @@ def test_backend_with_fake_kube_api_follows_rank_0_of_a_group_of_learners():
     objects = k8s.manifests(ExperimentConfig(workers=2, learners=2, memory_shards=2), RUN, namespace=NS, env={})
     pods = healthy()
     pods[2:3] = [pod("drl-r1-trainer-1-xyz", "trainer", index=1), pod("drl-r1-trainer-0-abc", "trainer", index=0)]
-    fake = FakeKubeApi(pods=[pods, pods], jobs={"drl-r1-trainer": [ACTIVE, COMPLETE]},
-                       logs={"drl-r1-trainer-0-abc": ["rank 0"], "drl-r1-trainer-1-xyz": ["rank 1"]})
+    fake = FakeKubeApi(
+        pods=[pods, pods],
+        jobs={"drl-r1-trainer": [ACTIVE, COMPLETE]},
+        logs={"drl-r1-trainer-0-abc": ["rank 0"], "drl-r1-trainer-1-xyz": ["rank 1"]},
+    )
     code, out, err = start(fake, objects)
     assert code == 0, err
     assert fake.log_requests == [("drl-r1-trainer-0-abc", "trainer")]
@@ -388,9 +494,14 @@ def test_backend_with_fake_kube_api_follows_rank_0_of_a_group_of_learners():
 
 
 def test_backend_with_fake_kube_api_rides_out_api_errors(objects):
-    fake = FakeKubeApi(pods=[healthy()], jobs={"drl-r1-trainer": [ACTIVE, ACTIVE, ACTIVE, COMPLETE]},
-                       fail_list={0: KubeError(0, "Unreachable", "connection refused"),
-                                  1: KubeError(503, "Service Unavailable", "etcd")})
+    fake = FakeKubeApi(
+        pods=[healthy()],
+        jobs={"drl-r1-trainer": [ACTIVE, ACTIVE, ACTIVE, COMPLETE]},
+        fail_list={
+            0: KubeError(0, "Unreachable", "connection refused"),
+            1: KubeError(503, "Service Unavailable", "etcd"),
+        },
+    )
     code, _, err = start(fake, objects)
     assert code == 0
     assert err.count("warning: Kubernetes API call failed") == 1
@@ -405,8 +516,11 @@ def test_backend_with_fake_kube_api_gives_up_after_a_long_api_outage(objects):
 
 def test_backend_with_fake_kube_api_existing_run_is_refused_and_nothing_is_left_behind(objects):
     fake = FakeKubeApi(fail_create={"drl-r1-config": KubeError(409, "Conflict", "configmaps already exists")})
-    with pytest.raises(UserError, match=r"ConfigMap drl-r1-config in namespace team-a already exists: run 'r1' is "
-                                        r"there already; remove it with drl-orchestrate delete r1 --namespace team-a"):
+    with pytest.raises(
+        UserError,
+        match=r"ConfigMap drl-r1-config in namespace team-a already exists: run 'r1' is "
+        r"there already; remove it with drl-orchestrate delete r1 --namespace team-a",
+    ):
         start(fake, objects)
     assert not fake.objects
     assert [(k, n) for k, n, _ in fake.deleted] == list(reversed(fake.created))
@@ -440,8 +554,23 @@ def test_backend_with_fake_kube_api_through_the_cli(monkeypatch, capsys):
     fake = FakeKubeApi()
     monkeypatch.setattr("orchestrator.backends.kubernetes.api.KubeApi", lambda: fake)
     with pytest.raises(SystemExit) as exit_info:
-        main(["--backend", "kubernetes", "--run-name", RUN, "--namespace", NS, "--workers", "3", "--steps", "3000",
-              "--image", "registry.example/drl:2", "--detach"])
+        main(
+            [
+                "--backend",
+                "kubernetes",
+                "--run-name",
+                RUN,
+                "--namespace",
+                NS,
+                "--workers",
+                "3",
+                "--steps",
+                "3000",
+                "--image",
+                "registry.example/drl:2",
+                "--detach",
+            ]
+        )
     assert exit_info.value.code == 0, capsys.readouterr().err
     assert len(fake.created) == 15
     rollout = fake.objects[("Job", NS, "drl-r1-rollout")]
@@ -454,8 +583,14 @@ def test_backend_with_fake_kube_api_through_the_cli(monkeypatch, capsys):
     assert "deleted run r1 in namespace team-a" in capsys.readouterr().err
 
 
-REPLACEMENT_CASES = [((1, 35), True), ((1, 34), True), ((1, 29), True), (None, True), ((1, 28), False),
-                     ((1, 27), False)]
+REPLACEMENT_CASES = [
+    ((1, 35), True),
+    ((1, 34), True),
+    ((1, 29), True),
+    (None, True),
+    ((1, 28), False),
+    ((1, 27), False),
+]
 
 
 def replacement_policies(created: dict) -> dict[str, str | None]:
@@ -472,8 +607,11 @@ def test_backend_with_fake_kube_api_sets_pod_replacement_policy_where_the_server
     code, _, err = start(fake, objects, detach=True)
     assert code == 0
     expected = "Failed" if has_field else None
-    assert replacement_policies(fake.objects) == \
-        {"drl-r1-trainer": expected, "drl-r1-rollout": expected, "drl-r1-evaluator": None}
+    assert replacement_policies(fake.objects) == {
+        "drl-r1-trainer": expected,
+        "drl-r1-rollout": expected,
+        "drl-r1-evaluator": None,
+    }
     assert ("has no podReplacementPolicy" in err) is not has_field
     if not has_field:
         assert f"Kubernetes {version[0]}.{version[1]} has no podReplacementPolicy" in err
@@ -482,13 +620,27 @@ def test_backend_with_fake_kube_api_sets_pod_replacement_policy_where_the_server
 
 
 @pytest.mark.parametrize("version, has_field", REPLACEMENT_CASES)
-def test_backend_with_fake_kube_api_through_the_cli_asks_the_server_its_version(monkeypatch, capsys, version,
-                                                                              has_field):
+def test_backend_with_fake_kube_api_through_the_cli_asks_the_server_its_version(
+    monkeypatch, capsys, version, has_field
+):
     fake = FakeKubeApi(version=version)
     monkeypatch.setattr("orchestrator.backends.kubernetes.api.KubeApi", lambda: fake)
     with pytest.raises(SystemExit) as exit_info:
-        main(["--backend", "kubernetes", "--run-name", RUN, "--namespace", NS, "--workers", "3", "--steps", "3000",
-              "--detach"])
+        main(
+            [
+                "--backend",
+                "kubernetes",
+                "--run-name",
+                RUN,
+                "--namespace",
+                NS,
+                "--workers",
+                "3",
+                "--steps",
+                "3000",
+                "--detach",
+            ]
+        )
     assert exit_info.value.code == 0, capsys.readouterr().err
     assert replacement_policies(fake.objects)["drl-r1-rollout"] == ("Failed" if has_field else None)
 
@@ -499,8 +651,11 @@ def test_manifests_for_a_server_version_and_render_for_a_current_one():
         assert k8s.has_pod_replacement_policy(version) is has_field, version
         objects = k8s.manifests(cfg, RUN, namespace=NS, env={}, kube_version=version)
         expected = "Failed" if has_field else None
-        assert [o["spec"].get("podReplacementPolicy") for o in objects if o["kind"] == "Job"] == \
-            [expected, expected, None], version
+        assert [o["spec"].get("podReplacementPolicy") for o in objects if o["kind"] == "Job"] == [
+            expected,
+            expected,
+            None,
+        ], version
     current = k8s.manifests(cfg, RUN, namespace=NS, env={})
     old = k8s.for_server(k8s.manifests(cfg, RUN, namespace=NS, env={}), (1, 28))
     assert [o["kind"] for o in old] == [o["kind"] for o in current]
@@ -513,20 +668,25 @@ def test_manifests_for_a_server_version_and_render_for_a_current_one():
 
 def test_backend_with_fake_kube_api_kube_run_can_be_driven_directly(objects):
     fake = FakeKubeApi(pods=[healthy()], jobs={"drl-r1-trainer": [COMPLETE]})
-    watcher = KubeRun(fake, RUN, NS, objects, out=io.StringIO(), err=io.StringIO(), sleep=fake.sleep,
-                      clock=fake.clock)
+    watcher = KubeRun(fake, RUN, NS, objects, out=io.StringIO(), err=io.StringIO(), sleep=fake.sleep, clock=fake.clock)
     assert watcher.poll() is True
 
 
 # -- the real wrapper, against the official client's classes (no cluster) -----------------------------------
+
 
 def test_kube_api_names_only_methods_the_official_client_has():
     from kubernetes import client
 
     from orchestrator.backends.kubernetes.api import KINDS
 
-    classes = {"core": client.CoreV1Api, "apps": client.AppsV1Api, "batch": client.BatchV1Api,
-               "rbac": client.RbacAuthorizationV1Api, "networking": client.NetworkingV1Api}
+    classes = {
+        "core": client.CoreV1Api,
+        "apps": client.AppsV1Api,
+        "batch": client.BatchV1Api,
+        "rbac": client.RbacAuthorizationV1Api,
+        "networking": client.NetworkingV1Api,
+    }
     for kind, (group, suffix) in KINDS.items():
         for verb in ("create", "list", "delete"):
             assert hasattr(classes[group], f"{verb}_namespaced_{suffix}"), (kind, verb)
@@ -549,6 +709,7 @@ class _Recorder:
             if isinstance(result, Exception):
                 raise result
             return result
+
         return call
 
 
@@ -572,8 +733,13 @@ def test_kube_api_over_a_fake_client_creates_lists_deletes_and_reports_errors():
     conflict.body = '{"kind": "Status", "message": "configmaps \\"drl-r1-config\\" already exists"}'
     gone = ApiException(status=404, reason="Not Found")
     listing = V1ConfigMapList(items=[V1ConfigMap(metadata=V1ObjectMeta(name="drl-r1-config"))])
-    api, rec = _wrapper({"create_namespaced_config_map": conflict, "list_namespaced_config_map": listing,
-                         "delete_namespaced_secret": gone})
+    api, rec = _wrapper(
+        {
+            "create_namespaced_config_map": conflict,
+            "list_namespaced_config_map": listing,
+            "delete_namespaced_secret": gone,
+        }
+    )
     obj = {"kind": "StatefulSet", "metadata": {"name": "x", "namespace": "ns"}}
     api.create(obj)
     assert rec.calls[-1] == ("create_namespaced_stateful_set", ("ns", obj), {})
@@ -591,17 +757,29 @@ def test_kube_api_over_a_fake_client_creates_lists_deletes_and_reports_errors():
 def test_kube_api_over_a_fake_client_lists_warning_events_and_storage_classes():
     from kubernetes import client as c
 
-    event = c.CoreV1Event(metadata=c.V1ObjectMeta(name="e1"), reason="FailedCreate", message=QUOTA + "\n", count=3,
-                          involved_object=c.V1ObjectReference(kind="Job", name="drl-r1-rollout", uid="u1"))
-    classes = c.V1StorageClassList(items=[
-        c.V1StorageClass(metadata=c.V1ObjectMeta(name="slow"), provisioner="p"),
-        c.V1StorageClass(metadata=c.V1ObjectMeta(
-            name="fast", annotations={"storageclass.kubernetes.io/is-default-class": "true"}), provisioner="p")])
-    api, rec = _wrapper({"list_namespaced_event": c.CoreV1EventList(items=[event]),
-                         "list_storage_class": classes})
+    event = c.CoreV1Event(
+        metadata=c.V1ObjectMeta(name="e1"),
+        reason="FailedCreate",
+        message=QUOTA + "\n",
+        count=3,
+        involved_object=c.V1ObjectReference(kind="Job", name="drl-r1-rollout", uid="u1"),
+    )
+    classes = c.V1StorageClassList(
+        items=[
+            c.V1StorageClass(metadata=c.V1ObjectMeta(name="slow"), provisioner="p"),
+            c.V1StorageClass(
+                metadata=c.V1ObjectMeta(
+                    name="fast", annotations={"storageclass.kubernetes.io/is-default-class": "true"}
+                ),
+                provisioner="p",
+            ),
+        ]
+    )
+    api, rec = _wrapper({"list_namespaced_event": c.CoreV1EventList(items=[event]), "list_storage_class": classes})
     api.groups["storage"] = rec
-    assert api.list_events("ns", "FailedCreate") == [EventState("Job", "drl-r1-rollout", "u1", "FailedCreate", QUOTA,
-                                                                3)]
+    assert api.list_events("ns", "FailedCreate") == [
+        EventState("Job", "drl-r1-rollout", "u1", "FailedCreate", QUOTA, 3)
+    ]
     assert rec.calls[-1] == ("list_namespaced_event", ("ns",), {"field_selector": "type=Warning,reason=FailedCreate"})
     assert api.storage_classes() == [("slow", False), ("fast", True)]
 
@@ -612,28 +790,53 @@ def test_kube_api_over_a_fake_client_reads_pod_and_job_states_from_client_object
     from orchestrator.backends.kubernetes.api import _pod_state
 
     crash = c.V1Pod(
-        metadata=c.V1ObjectMeta(name="drl-r1-rollout-0-x", labels=k8s.labels(RUN, "rollout"),
-                                annotations={INDEX: "0"}),
+        metadata=c.V1ObjectMeta(name="drl-r1-rollout-0-x", labels=k8s.labels(RUN, "rollout"), annotations={INDEX: "0"}),
         status=c.V1PodStatus(
             phase="Running",
             conditions=[c.V1PodCondition(type="Ready", status="False")],
-            container_statuses=[c.V1ContainerStatus(
-                name="rollout", ready=False, restart_count=3, image="drl", image_id="", started=False,
-                state=c.V1ContainerState(waiting=c.V1ContainerStateWaiting(reason="CrashLoopBackOff",
-                                                                          message="back-off 40s")),
-                last_state=c.V1ContainerState(terminated=c.V1ContainerStateTerminated(exit_code=1,
-                                                                                     reason="Error")))]))
+            container_statuses=[
+                c.V1ContainerStatus(
+                    name="rollout",
+                    ready=False,
+                    restart_count=3,
+                    image="drl",
+                    image_id="",
+                    started=False,
+                    state=c.V1ContainerState(
+                        waiting=c.V1ContainerStateWaiting(reason="CrashLoopBackOff", message="back-off 40s")
+                    ),
+                    last_state=c.V1ContainerState(terminated=c.V1ContainerStateTerminated(exit_code=1, reason="Error")),
+                )
+            ],
+        ),
+    )
     state = _pod_state(crash)
     assert state.component == "rollout" and state.annotations[INDEX] == "0" and not state.ready
-    assert state.container("rollout") == ContainerState("rollout", False, 3, "waiting", "CrashLoopBackOff",
-                                                        "back-off 40s", None, 1)
-    pending = c.V1Pod(metadata=c.V1ObjectMeta(name="p"), status=c.V1PodStatus(
-        phase="Pending", conditions=[c.V1PodCondition(type="PodScheduled", status="False", reason="Unschedulable",
-                                                      message="0/3 nodes are available: 3 Insufficient cpu.")]))
+    assert state.container("rollout") == ContainerState(
+        "rollout", False, 3, "waiting", "CrashLoopBackOff", "back-off 40s", None, 1
+    )
+    pending = c.V1Pod(
+        metadata=c.V1ObjectMeta(name="p"),
+        status=c.V1PodStatus(
+            phase="Pending",
+            conditions=[
+                c.V1PodCondition(
+                    type="PodScheduled",
+                    status="False",
+                    reason="Unschedulable",
+                    message="0/3 nodes are available: 3 Insufficient cpu.",
+                )
+            ],
+        ),
+    )
     state = _pod_state(pending)
     assert (state.phase, state.reason, state.containers) == ("Pending", "Unschedulable", ())
-    job = c.V1Job(status=c.V1JobStatus(failed=7, conditions=[
-        c.V1JobCondition(type="Failed", status="True", reason="BackoffLimitExceeded", message="limit")]))
+    job = c.V1Job(
+        status=c.V1JobStatus(
+            failed=7,
+            conditions=[c.V1JobCondition(type="Failed", status="True", reason="BackoffLimitExceeded", message="limit")],
+        )
+    )
     api, _ = _wrapper({"read_namespaced_job": job})
     status = api.job_status("ns", "drl-r1-trainer")
     assert status.failed == 7 and status.condition("Failed").reason == "BackoffLimitExceeded"
@@ -652,20 +855,26 @@ def test_kube_api_over_a_fake_client_pod_log_yields_lines_across_chunks():
 
     api, rec = _wrapper({"read_namespaced_pod_log": Response()})
     assert list(api.pod_log("ns", "p", "trainer")) == ["trainer INFO a", "trainer INFO b", "tail without newline"]
-    assert rec.calls[-1] == ("read_namespaced_pod_log", ("p", "ns"),
-                             {"container": "trainer", "follow": True, "_preload_content": False})
+    assert rec.calls[-1] == (
+        "read_namespaced_pod_log",
+        ("p", "ns"),
+        {"container": "trainer", "follow": True, "_preload_content": False},
+    )
     assert Response.released
 
 
-@pytest.mark.parametrize("major, minor, git_version, expected", [
-    ("1", "29", "v1.29.3", (1, 29)),
-    ("1", "29+", "v1.29.3-eks-adc7111", (1, 29)),
-    ("1", "28+", "v1.28.15-gke.1", (1, 28)),
-    ("", "", "v1.30.2-gke.1587003", (1, 30)),
-    ("1", "", "1.34.0", (1, 34)),
-    (None, None, None, None),
-    ("", "", "unknown", None),
-])
+@pytest.mark.parametrize(
+    "major, minor, git_version, expected",
+    [
+        ("1", "29", "v1.29.3", (1, 29)),
+        ("1", "29+", "v1.29.3-eks-adc7111", (1, 29)),
+        ("1", "28+", "v1.28.15-gke.1", (1, 28)),
+        ("", "", "v1.30.2-gke.1587003", (1, 30)),
+        ("1", "", "1.34.0", (1, 34)),
+        (None, None, None, None),
+        ("", "", "unknown", None),
+    ],
+)
 def test_kube_version_reads_what_providers_report(major, minor, git_version, expected):
     from orchestrator.backends.kubernetes.api import kube_version
 
@@ -695,12 +904,32 @@ def test_kube_api_server_version_over_a_fake_client():
         return api
 
     assert hasattr(client.VersionApi, "get_code")
-    assert api_with(client.VersionInfo(major="1", minor="28+", git_version="v1.28.9-eks-1", build_date="",
-                                       compiler="", git_commit="", git_tree_state="", go_version="",
-                                       platform="")).server_version() == (1, 28)
-    emulating = client.VersionInfo(major="1", minor="33", git_version="v1.33.0", emulation_major="1",
-                                   emulation_minor="31", build_date="", compiler="", git_commit="",
-                                   git_tree_state="", go_version="", platform="")
+    assert api_with(
+        client.VersionInfo(
+            major="1",
+            minor="28+",
+            git_version="v1.28.9-eks-1",
+            build_date="",
+            compiler="",
+            git_commit="",
+            git_tree_state="",
+            go_version="",
+            platform="",
+        )
+    ).server_version() == (1, 28)
+    emulating = client.VersionInfo(
+        major="1",
+        minor="33",
+        git_version="v1.33.0",
+        emulation_major="1",
+        emulation_minor="31",
+        build_date="",
+        compiler="",
+        git_commit="",
+        git_tree_state="",
+        go_version="",
+        platform="",
+    )
     assert api_with(emulating).server_version() == (1, 31), "the version it emulates is what it offers"
     assert api_with(ApiException(status=403, reason="Forbidden")).server_version() is None
     assert api_with(MaxRetryError(None, "/version")).server_version() is None
@@ -717,7 +946,8 @@ def test_kube_api_without_configuration_is_one_clear_error(monkeypatch, tmp_path
     (tmp_path / "config").write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{name: k, cluster: {server: 'https://k:6443'}}]\n"
         "users: [{name: u, user: {token: t}}]\n"
-        "contexts: [{name: c, context: {cluster: k, user: u, namespace: team-b}}]\n")
+        "contexts: [{name: c, context: {cluster: k, user: u, namespace: team-b}}]\n"
+    )
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "config"))
     assert default_namespace() == "team-b"
     api = KubeApi()
@@ -727,15 +957,23 @@ def test_kube_api_without_configuration_is_one_clear_error(monkeypatch, tmp_path
 # -- storage, and pods that cannot be scheduled or created (tests/cluster/test_orchestrator.py: the same on a
 # real control plane) ---------------------------------------------------------------------------------------
 
-INSUFFICIENT = "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: 3 No preemption " \
-               "victims found for incoming pod."
-QUOTA = ('Error creating: pods "drl-r1-rollout-1-abcde" is forbidden: exceeded quota: q, requested: requests.cpu=500m, '
-         'used: requests.cpu=3500m, limited: requests.cpu=4')
+INSUFFICIENT = (
+    "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: 3 No preemption "
+    "victims found for incoming pod."
+)
+QUOTA = (
+    'Error creating: pods "drl-r1-rollout-1-abcde" is forbidden: exceeded quota: q, requested: requests.cpu=500m, '
+    "used: requests.cpu=3500m, limited: requests.cpu=4"
+)
 
 
 def unschedulable(name: str, component: str, message: str = INSUFFICIENT, index: int | None = None) -> PodState:
-    return dataclasses.replace(pod(name, component, phase="Pending", ready=False, state="waiting", index=index),
-                               reason="Unschedulable", message=message, containers=())
+    return dataclasses.replace(
+        pod(name, component, phase="Pending", ready=False, state="waiting", index=index),
+        reason="Unschedulable",
+        message=message,
+        containers=(),
+    )
 
 
 def test_storage_check_with_fake_kube_api_refuses_a_pvc_no_class_binds_before_creating_anything(objects):
@@ -756,8 +994,9 @@ def test_storage_check_with_fake_kube_api_refuses_a_pvc_no_class_binds_before_cr
 
 
 def test_storage_check_with_fake_kube_api_goes_on_where_storage_classes_cannot_be_listed(objects):
-    fake = FakeKubeApi(storage_classes=KubeError(403, "Forbidden", "storageclasses is forbidden"),
-                       jobs={"drl-r1-trainer": [COMPLETE]})
+    fake = FakeKubeApi(
+        storage_classes=KubeError(403, "Forbidden", "storageclasses is forbidden"), jobs={"drl-r1-trainer": [COMPLETE]}
+    )
     code, _, err = start(fake, objects)
     assert code == 0 and len(fake.created) == len(objects)
     assert "StorageClasses cannot be listed (403)" in err
@@ -770,10 +1009,12 @@ def test_backend_with_fake_kube_api_reports_unschedulable_pods_at_once_and_gives
     assert code == 1
     lines = err.splitlines()
     report = [line for line in lines if "cannot be scheduled" in line]
-    assert report[0] == (f"drl: 2 pods (drl-r1-rollout-0-x0, drl-r1-rollout-1-x1) cannot be scheduled: {INSUFFICIENT} "
-                         "(the pods request more than the nodes have free: lower the requests (--profile small, "
-                         "--resources ROLE.requests.cpu=...; the chart: -f helm/profiles/small.yaml), run fewer "
-                         "--workers, or add nodes)")
+    assert report[0] == (
+        f"drl: 2 pods (drl-r1-rollout-0-x0, drl-r1-rollout-1-x1) cannot be scheduled: {INSUFFICIENT} "
+        "(the pods request more than the nodes have free: lower the requests (--profile small, "
+        "--resources ROLE.requests.cpu=...; the chart: -f helm/profiles/small.yaml), run fewer "
+        "--workers, or add nodes)"
+    )
     assert lines.index(report[0]) < 3, "reported on the first look, not after the timeout"
     assert lines[-2].startswith("drl-orchestrate: run r1 failed: it cannot start: 2 pods (drl-r1-rollout-0-x0")
     assert "(for 60 s; --pending-timeout 60)" in lines[-2]
@@ -789,8 +1030,10 @@ def test_backend_with_fake_kube_api_waits_for_ever_with_pending_timeout_0_and_re
 
 
 def test_backend_with_fake_kube_api_reports_a_pvc_that_no_class_binds(objects):
-    message = "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes " \
-              "are available: 3 Preemption is not helpful for scheduling."
+    message = (
+        "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes "
+        "are available: 3 Preemption is not helpful for scheduling."
+    )
     pods = [p for p in healthy() if p.component != "s3"] + [unschedulable("drl-r1-s3-0", "s3", message)]
     fake = FakeKubeApi(pods=[pods], storage_classes=KubeError(403, "Forbidden", "no"))
     code, _, err = start(fake, objects, pending_timeout_s=30)
@@ -806,21 +1049,28 @@ def test_backend_with_fake_kube_api_reports_pods_the_job_controller_cannot_creat
     fake = FakeKubeApi(pods=[present], events=[[event]])
     code, _, err = start(fake, objects, pending_timeout_s=40)
     assert code == 1
-    assert f"drl: Job drl-r1-rollout cannot create its pods: {QUOTA} (the namespace's ResourceQuota has no room " \
-           f"for it (kubectl -n {NS} describe resourcequota)" in err
+    assert (
+        f"drl: Job drl-r1-rollout cannot create its pods: {QUOTA} (the namespace's ResourceQuota has no room "
+        f"for it (kubectl -n {NS} describe resourcequota)" in err
+    )
     assert len([line for line in err.splitlines() if line.startswith("drl: Job drl-r1-rollout cannot")]) == 1
     assert "run r1 failed: it cannot start: Job drl-r1-rollout cannot create its pods" in err
 
 
-@pytest.mark.parametrize("event, pods", [
-    (EventState("Job", "drl-r1-rollout", "uid-of-an-earlier-run", "FailedCreate", QUOTA), healthy(2)[:5]),
-    (EventState("Job", "drl-r1-rollout", "uid-drl-r1-rollout", "FailedCreate", QUOTA), healthy(2)),
-    (EventState("StatefulSet", "drl-r1-s3", "", "FailedCreate", QUOTA), healthy(2)),
-    (EventState("Job", "drl-other-rollout", "", "FailedCreate", QUOTA), healthy(2)[:5]),
-], ids=["earlier-object-of-that-name", "pods-created-since", "statefulset-has-its-pod", "another-run"])
+@pytest.mark.parametrize(
+    "event, pods",
+    [
+        (EventState("Job", "drl-r1-rollout", "uid-of-an-earlier-run", "FailedCreate", QUOTA), healthy(2)[:5]),
+        (EventState("Job", "drl-r1-rollout", "uid-drl-r1-rollout", "FailedCreate", QUOTA), healthy(2)),
+        (EventState("StatefulSet", "drl-r1-s3", "", "FailedCreate", QUOTA), healthy(2)),
+        (EventState("Job", "drl-other-rollout", "", "FailedCreate", QUOTA), healthy(2)[:5]),
+    ],
+    ids=["earlier-object-of-that-name", "pods-created-since", "statefulset-has-its-pod", "another-run"],
+)
 def test_backend_with_fake_kube_api_ignores_failed_creates_that_are_over_or_not_its_own(objects, event, pods):
-    fake = FakeKubeApi(pods=[pods] * 8 + [healthy()], events=[[event]],
-                       jobs={"drl-r1-trainer": [ACTIVE] * 9 + [COMPLETE]})
+    fake = FakeKubeApi(
+        pods=[pods] * 8 + [healthy()], events=[[event]], jobs={"drl-r1-trainer": [ACTIVE] * 9 + [COMPLETE]}
+    )
     code, _, err = start(fake, objects, pending_timeout_s=20)
     assert code == 0 and "cannot create" not in err, err
 

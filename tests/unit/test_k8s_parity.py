@@ -27,18 +27,26 @@ ROLES = ("trainer", "rollout", "evaluator")
 PLACES = {"DRL_RUN_DIR", "DRL_MEMORY_URL", "DRL_STORE", "MASTER_ADDR", "MASTER_PORT"}
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 CASES = {
-    "sac-3-workers": ({"preset": "sac", "workers": 3, "config": {"trainer_threads": 2}},
-                      lambda: replace(get_preset("sac"), workers=3, trainer_threads=2)),
-    "ppo-cartpole": ({"preset": "ppo", "env": "CartPole-v1", "workers": 4, "mode": "sync"},
-                     lambda: replace(get_preset("ppo", "CartPole-v1"), workers=4)),
-    "dqn-async-prioritized": ({"preset": "dqn", "workers": 2, "mode": "async",
-                               "config": {"prioritized": True, "worker_priorities": True}},
-                              lambda: replace(get_preset("dqn"), workers=2, mode="async", prioritized=True,
-                                              worker_priorities=True)),
-    "appo-lag-bound": ({"preset": "appo", "workers": 8, "config": {"max_policy_lag": 20, "appo": {"segment": 64}}},
-                       lambda: replace(get_preset("appo"), workers=8, max_policy_lag=20, **{"appo.segment": 64})),
-    "sac-2-learners-2-shards": ({"preset": "sac", "workers": 4, "trainer": {"learners": 2}, "memory": {"shards": 2}},
-                                lambda: replace(get_preset("sac"), workers=4, learners=2, memory_shards=2)),
+    "sac-3-workers": (
+        {"preset": "sac", "workers": 3, "config": {"trainer_threads": 2}},
+        lambda: replace(get_preset("sac"), workers=3, trainer_threads=2),
+    ),
+    "ppo-cartpole": (
+        {"preset": "ppo", "env": "CartPole-v1", "workers": 4, "mode": "sync"},
+        lambda: replace(get_preset("ppo", "CartPole-v1"), workers=4),
+    ),
+    "dqn-async-prioritized": (
+        {"preset": "dqn", "workers": 2, "mode": "async", "config": {"prioritized": True, "worker_priorities": True}},
+        lambda: replace(get_preset("dqn"), workers=2, mode="async", prioritized=True, worker_priorities=True),
+    ),
+    "appo-lag-bound": (
+        {"preset": "appo", "workers": 8, "config": {"max_policy_lag": 20, "appo": {"segment": 64}}},
+        lambda: replace(get_preset("appo"), workers=8, max_policy_lag=20, **{"appo.segment": 64}),
+    ),
+    "sac-2-learners-2-shards": (
+        {"preset": "sac", "workers": 4, "trainer": {"learners": 2}, "memory": {"shards": 2}},
+        lambda: replace(get_preset("sac"), workers=4, learners=2, memory_shards=2),
+    ),
 }
 # Where a role runs on Kubernetes: each workload of the plan is one Job (the trainer's K replicas, its group of
 # learners, are the completion indexes of one Indexed Job).
@@ -46,8 +54,14 @@ K8S_ROLE = {"trainer": "trainer", "rollout": "rollout", "evaluator": "evaluator"
 
 
 def local_roles(cfg: ExperimentConfig) -> dict[str, tuple[list[str], dict[str, str]]]:
-    workloads = plan(cfg, run=RUN, run_dir=f"/runs/{RUN}", memory_url="redis://127.0.0.1:1/0",
-                     store_url="/runs", python=sys.executable)
+    workloads = plan(
+        cfg,
+        run=RUN,
+        run_dir=f"/runs/{RUN}",
+        memory_url="redis://127.0.0.1:1/0",
+        store_url="/runs",
+        python=sys.executable,
+    )
     return {w.role: (list(w.command), w.replica_env(w.first_index)) for w in workloads}
 
 
@@ -100,8 +114,17 @@ def test_render_and_chart_agree_on_kubernetes_only_variables():
     for role in ROLES:
         r_env, c_env = rendered[role][1], charted[role][1]
         assert set(r_env) == set(c_env), role
-        for var in ("DRL_HEARTBEAT_FILE", "DRL_CACHE_DIR", "HOME", "PYTHONUNBUFFERED", "OMP_NUM_THREADS",
-                    "DRL_CONTROL_HOST", "DRL_CONTROL_PORT", "DRL_METRICS_HOST", "DRL_METRICS_PORT"):
+        for var in (
+            "DRL_HEARTBEAT_FILE",
+            "DRL_CACHE_DIR",
+            "HOME",
+            "PYTHONUNBUFFERED",
+            "OMP_NUM_THREADS",
+            "DRL_CONTROL_HOST",
+            "DRL_CONTROL_PORT",
+            "DRL_METRICS_HOST",
+            "DRL_METRICS_PORT",
+        ):
             assert r_env[var].get("value") == c_env[var].get("value"), f"{role}: {var}"
         for var in ("DRL_MEMORY_PASSWORD", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
             assert r_env[var]["valueFrom"]["secretKeyRef"]["key"] == c_env[var]["valueFrom"]["secretKeyRef"]["key"]
@@ -120,13 +143,19 @@ def test_render_and_chart_agree_on_pod_replacement_policy(case, kube_version):
 
     def policies(docs: list[dict]) -> dict[str, str | None]:
         assert not [d for d in docs if d["kind"] == "Job" and "podFailurePolicy" in d["spec"]]
-        return {d["metadata"]["labels"]["app.kubernetes.io/component"]: d["spec"].get("podReplacementPolicy")
-                for d in docs if d["kind"] == "Job"}
+        return {
+            d["metadata"]["labels"]["app.kubernetes.io/component"]: d["spec"].get("podReplacementPolicy")
+            for d in docs
+            if d["kind"] == "Job"
+        }
 
     expected = None if kube_version == (1, 28) else "Failed"
     group = expected_cfg().learners > 1
-    assert policies(rendered) == policies(charted) == \
-        {"trainer": expected if group else None, "rollout": expected, "evaluator": None}
+    assert (
+        policies(rendered)
+        == policies(charted)
+        == {"trainer": expected if group else None, "rollout": expected, "evaluator": None}
+    )
 
 
 def test_render_and_chart_run_a_group_of_learners_as_one_indexed_trainer_job_with_a_headless_service():
@@ -149,8 +178,9 @@ def test_render_and_chart_run_a_group_of_learners_as_one_indexed_trainer_job_wit
         labels = spec["template"]["metadata"]["labels"]
         assert service["spec"]["selector"].items() <= labels.items(), where
         assert service["spec"]["selector"]["app.kubernetes.io/component"] == "trainer", where
-        assert service["spec"]["ports"] == [{"name": "rendezvous", "port": 29500, "targetPort": 29500,
-                                             "protocol": "TCP"}], where
+        assert service["spec"]["ports"] == [
+            {"name": "rendezvous", "port": 29500, "targetPort": 29500, "protocol": "TCP"}
+        ], where
         env = {e["name"]: e for e in pod["containers"][0]["env"]}
         assert env["MASTER_ADDR"]["value"] == f"{job['metadata']['name']}-0.{service['metadata']['name']}", where
         assert env["MASTER_PORT"]["value"] == "29500", where

@@ -24,13 +24,34 @@ from orchestrator.plan import plan
 from tests.conftest import ROOT
 
 KUBE_VERSIONS = sorted({major_minor(v) for v in all_versions()}, key=lambda v: tuple(map(int, v.split("."))))[-3:]
-FLAGS = ["--preset", "sac", "--workers", "32", "--steps", "50000", "--sac.lr", "0.001", "--run-name", "r1",
-         "--namespace", "team-a"]
-SECRETS = {"DRL_MEMORY_PASSWORD": "memory-pass-1234", "AWS_ACCESS_KEY_ID": "AKIAEXTERNAL",
-           "AWS_SECRET_ACCESS_KEY": "external-secret-5678"}
+FLAGS = [
+    "--preset",
+    "sac",
+    "--workers",
+    "32",
+    "--steps",
+    "50000",
+    "--sac.lr",
+    "0.001",
+    "--run-name",
+    "r1",
+    "--namespace",
+    "team-a",
+]
+SECRETS = {
+    "DRL_MEMORY_PASSWORD": "memory-pass-1234",
+    "AWS_ACCESS_KEY_ID": "AKIAEXTERNAL",
+    "AWS_SECRET_ACCESS_KEY": "external-secret-5678",
+}
 EXTERNAL = ["--memory", "redis://valkey.example:6380/1", "--store", "s3://bucket/prefix"]
-LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
-          "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by", "drl.dev/run")
+LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/part-of",
+    "app.kubernetes.io/managed-by",
+    "drl.dev/run",
+)
 
 
 def render(capsys, args: list[str]) -> tuple[int, str, str]:
@@ -65,13 +86,23 @@ def objects(capsys, monkeypatch):
 
 def test_render_is_a_yaml_stream_of_the_contracts_objects(objects):
     names = {(o["kind"], o["metadata"]["name"]) for o in objects}
-    assert names == {("ServiceAccount", "drl-r1"), ("Role", "drl-r1"), ("RoleBinding", "drl-r1"),
-                     ("Secret", "drl-r1-credentials"), ("ConfigMap", "drl-r1-config"),
-                     ("Service", "drl-r1-redis"), ("StatefulSet", "drl-r1-redis"),
-                     ("Service", "drl-r1-s3"), ("StatefulSet", "drl-r1-s3"),
-                     ("Job", "drl-r1-trainer"), ("Job", "drl-r1-rollout"), ("Job", "drl-r1-evaluator"),
-                     ("NetworkPolicy", "drl-r1-redis"), ("NetworkPolicy", "drl-r1-s3"),
-                     ("NetworkPolicy", "drl-r1-roles")}
+    assert names == {
+        ("ServiceAccount", "drl-r1"),
+        ("Role", "drl-r1"),
+        ("RoleBinding", "drl-r1"),
+        ("Secret", "drl-r1-credentials"),
+        ("ConfigMap", "drl-r1-config"),
+        ("Service", "drl-r1-redis"),
+        ("StatefulSet", "drl-r1-redis"),
+        ("Service", "drl-r1-s3"),
+        ("StatefulSet", "drl-r1-s3"),
+        ("Job", "drl-r1-trainer"),
+        ("Job", "drl-r1-rollout"),
+        ("Job", "drl-r1-evaluator"),
+        ("NetworkPolicy", "drl-r1-redis"),
+        ("NetworkPolicy", "drl-r1-s3"),
+        ("NetworkPolicy", "drl-r1-roles"),
+    }
     assert len(objects) == len(names)
     assert all(o["metadata"]["namespace"] == "team-a" for o in objects)
 
@@ -128,28 +159,43 @@ def test_rollout_job_is_indexed_with_one_completion_per_worker(objects):
     assert spec["parallelism"] == spec["completions"] == 32
     assert spec["template"]["spec"]["restartPolicy"] == "OnFailure"
     index = env_of(spec["template"]["spec"]["containers"][0])["DRL_WORKER_INDEX"]
-    assert index["valueFrom"]["fieldRef"]["fieldPath"] == \
-        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert (
+        index["valueFrom"]["fieldRef"]["fieldPath"]
+        == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    )
     assert find(objects, "Job", "drl-r1-trainer")["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
 
 
-def test_render_assumes_a_current_cluster_the_indexed_jobs_replace_a_pod_only_once_it_has_failed(objects,
-                                                                                                 group_objects):
+def test_render_assumes_a_current_cluster_the_indexed_jobs_replace_a_pod_only_once_it_has_failed(
+    objects, group_objects
+):
     """`render` reads no cluster, so it renders for a current one (as `helm template` does): the rollout Job and a
     group's Indexed trainer Job carry ``podReplacementPolicy: Failed``; no Job a ``podFailurePolicy`` (which
     ``restartPolicy: OnFailure`` forbids)."""
     for docs, trainer in ((objects, None), (group_objects, "Failed")):
         jobs = {o["metadata"]["name"]: o["spec"] for o in docs if o["kind"] == "Job"}
-        assert {name: spec.get("podReplacementPolicy") for name, spec in jobs.items()} == \
-            {"drl-r1-trainer": trainer, "drl-r1-rollout": "Failed", "drl-r1-evaluator": None}
+        assert {name: spec.get("podReplacementPolicy") for name, spec in jobs.items()} == {
+            "drl-r1-trainer": trainer,
+            "drl-r1-rollout": "Failed",
+            "drl-r1-evaluator": None,
+        }
         assert not [name for name, spec in jobs.items() if "podFailurePolicy" in spec]
 
 
 def test_containers_run_the_plans_commands_and_environment(objects):
     """What the local backend would start, with the contract's Kubernetes-only differences."""
     cfg = resolve_config(FLAGS)
-    workloads = {w.role: w for w in plan(cfg, run="r1", run_dir=k8s.RUN_DIR, memory_url="redis://drl-r1-redis:6379/0",
-                                         store_url="s3://drl/runs", python="python")}
+    workloads = {
+        w.role: w
+        for w in plan(
+            cfg,
+            run="r1",
+            run_dir=k8s.RUN_DIR,
+            memory_url="redis://drl-r1-redis:6379/0",
+            store_url="s3://drl/runs",
+            python="python",
+        )
+    }
     for role, workload in workloads.items():
         container = find(objects, "Job", f"drl-r1-{role}")["spec"]["template"]["spec"]["containers"][0]
         assert container["command"] == ["python", "-m", f"services.{role}"]
@@ -159,8 +205,10 @@ def test_containers_run_the_plans_commands_and_environment(objects):
         for name, value in workload.env.items():
             if name != "DRL_CONFIG":
                 assert env[name] == {"name": name, "value": value}, (role, name)
-        assert env["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "drl-r1-credentials",
-                                                                           "key": "redis-password"}
+        assert env["DRL_MEMORY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+            "name": "drl-r1-credentials",
+            "key": "redis-password",
+        }
         assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["key"] == "s3-access-key"
         assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "s3-secret-key"
         assert env["DRL_S3_ENDPOINT"]["value"] == "http://drl-r1-s3:9000"
@@ -180,8 +228,9 @@ def test_pods_follow_the_security_contract(objects):
         assert pod["automountServiceAccountToken"] is False
         assert pod["serviceAccountName"] == "drl-r1"
         assert pod["securityContext"]["runAsNonRoot"] is True
-        assert pod["securityContext"]["runAsUser"] == (10001 if obj["kind"] == "Job" else
-                                                      {"redis": 999, "s3": 1000}[pod["containers"][0]["name"]])
+        assert pod["securityContext"]["runAsUser"] == (
+            10001 if obj["kind"] == "Job" else {"redis": 999, "s3": 1000}[pod["containers"][0]["name"]]
+        )
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         assert all(set(v) == {"name", "emptyDir"} for v in pod["volumes"])
         for c in pod["containers"]:
@@ -202,8 +251,9 @@ def test_pods_follow_the_security_contract(objects):
 
 def test_role_grants_only_get_on_the_runs_configmap(objects):
     role = find(objects, "Role", "drl-r1")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["drl-r1-config"],
-                              "verbs": ["get"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["drl-r1-config"], "verbs": ["get"]}
+    ]
     assert find(objects, "ServiceAccount", "drl-r1")["automountServiceAccountToken"] is False
     binding = find(objects, "RoleBinding", "drl-r1")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "drl-r1", "namespace": "team-a"}]
@@ -224,8 +274,11 @@ def selects(selector: dict, pod_labels: dict) -> bool:
 
 
 def test_network_policies_admit_only_the_runs_pods_to_redis_and_the_s3_server(objects):
-    pods = {o["metadata"]["labels"]["app.kubernetes.io/component"]: o["spec"]["template"]["metadata"]["labels"]
-            for o in objects if o["kind"] in ("Job", "StatefulSet")}
+    pods = {
+        o["metadata"]["labels"]["app.kubernetes.io/component"]: o["spec"]["template"]["metadata"]["labels"]
+        for o in objects
+        if o["kind"] in ("Job", "StatefulSet")
+    }
     for server, port in (("redis", 6379), ("s3", 9000)):
         spec = find(objects, "NetworkPolicy", f"drl-r1-{server}")["spec"]
         assert [c for c, labels in pods.items() if selects(spec["podSelector"], labels)] == [server]
@@ -239,14 +292,21 @@ def test_network_policies_admit_only_the_runs_pods_to_redis_and_the_s3_server(ob
 
 def test_network_policy_of_the_roles_admits_the_run_and_its_orchestrator_and_limits_egress(objects):
     spec = find(objects, "NetworkPolicy", "drl-r1-roles")["spec"]
-    pods = {o["metadata"]["labels"]["app.kubernetes.io/component"]: o["spec"]["template"]["metadata"]["labels"]
-            for o in objects if o["kind"] in ("Job", "StatefulSet")}
-    assert sorted(c for c, labels in pods.items() if selects(spec["podSelector"], labels)) == \
-        ["evaluator", "rollout", "trainer"]
+    pods = {
+        o["metadata"]["labels"]["app.kubernetes.io/component"]: o["spec"]["template"]["metadata"]["labels"]
+        for o in objects
+        if o["kind"] in ("Job", "StatefulSet")
+    }
+    assert sorted(c for c, labels in pods.items() if selects(spec["podSelector"], labels)) == [
+        "evaluator",
+        "rollout",
+        "trainer",
+    ]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     run_pods = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "drl", "drl.dev/run": "r1"}}}
-    assert spec["ingress"] == [{"from": [run_pods, k8s.ORCHESTRATOR_PODS],
-                                "ports": [{"protocol": "TCP", "port": 50051}]}], "and nobody on the metrics port"
+    assert spec["ingress"] == [
+        {"from": [run_pods, k8s.ORCHESTRATOR_PODS], "ports": [{"protocol": "TCP", "port": 50051}]}
+    ], "and nobody on the metrics port"
     dns, redis, s3 = spec["egress"]
     assert dns == {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
     for rule, server, port in ((redis, "redis", 6379), (s3, "s3", 9000)):
@@ -284,10 +344,13 @@ def test_network_policies_equal_the_charts_defaults(external, learners, monkeypa
     urls = {"memory_url": "redis://valkey.example:6380/1", "store_url": "s3://bucket/prefix"} if external else {}
     ours = k8s.manifests(ExperimentConfig(learners=learners, memory_shards=learners), "r1", env=env, **urls)
     group = {"trainer": {"learners": learners}, "memory": {"shards": learners}}
-    theirs = render_chart({**(CHART_EXTERNAL if external else {}), **group, "runName": "r1",
-                           "fullnameOverride": "drl-r1"})
-    policies = [{(d["metadata"]["name"], json.dumps(d["spec"], sort_keys=True))
-                 for d in docs if d["kind"] == "NetworkPolicy"} for docs in (ours, theirs)]
+    theirs = render_chart(
+        {**(CHART_EXTERNAL if external else {}), **group, "runName": "r1", "fullnameOverride": "drl-r1"}
+    )
+    policies = [
+        {(d["metadata"]["name"], json.dumps(d["spec"], sort_keys=True)) for d in docs if d["kind"] == "NetworkPolicy"}
+        for docs in (ours, theirs)
+    ]
     assert policies[0] == policies[1]
     assert ("drl-r1-trainer-group" in {name for name, _ in policies[0]}) == (learners > 1)
 
@@ -324,19 +387,29 @@ def charted_defaults(values: dict | None = None) -> list[dict]:
 def test_data_servers_equal_the_charts_defaults():
     """The run's own Valkey and S3 server (StatefulSet and Service) are the same objects from render as from
     the chart with its default values: images, commands, probes, security, volumes and claims."""
-    ours = {(o["kind"], o["metadata"]["name"]): without_helm(o) for o in k8s.manifests(ExperimentConfig(), "r1",
-                                                                                          env={})}
+    ours = {
+        (o["kind"], o["metadata"]["name"]): without_helm(o) for o in k8s.manifests(ExperimentConfig(), "r1", env={})
+    }
     theirs = {(d["kind"], d["metadata"]["name"]): without_helm(d) for d in charted_defaults()}
-    for key in (("StatefulSet", "drl-r1-redis"), ("Service", "drl-r1-redis"), ("StatefulSet", "drl-r1-s3"),
-                ("Service", "drl-r1-s3")):
+    for key in (
+        ("StatefulSet", "drl-r1-redis"),
+        ("Service", "drl-r1-redis"),
+        ("StatefulSet", "drl-r1-s3"),
+        ("Service", "drl-r1-s3"),
+    ):
         assert ours[key] == theirs[key], key
 
 
-@pytest.mark.parametrize("cfg, values", [
-    (ExperimentConfig(), {}),
-    (ExperimentConfig(device="cuda", learners=2, memory_shards=2),
-     {"trainer": {"learners": 2, "gpu": {"enabled": True}}, "memory": {"shards": 2}}),
-])
+@pytest.mark.parametrize(
+    "cfg, values",
+    [
+        (ExperimentConfig(), {}),
+        (
+            ExperimentConfig(device="cuda", learners=2, memory_shards=2),
+            {"trainer": {"learners": 2, "gpu": {"enabled": True}}, "memory": {"shards": 2}},
+        ),
+    ],
+)
 def test_resources_security_and_volumes_of_the_jobs_equal_the_charts_defaults(cfg, values):
     """Beyond commands and environment (test_k8s_parity.py), the drl roles' pods are the chart's: resources (a
     GPU per trainer pod), security contexts, probes, ports and volumes."""
@@ -345,12 +418,26 @@ def test_resources_security_and_volumes_of_the_jobs_equal_the_charts_defaults(cf
     assert set(ours) == set(theirs)
     for name in ours:
         pod, chart_pod = ours[name]["spec"]["template"]["spec"], theirs[name]["spec"]["template"]["spec"]
-        for key in ("securityContext", "volumes", "restartPolicy", "automountServiceAccountToken",
-                    "serviceAccountName", "enableServiceLinks"):
+        for key in (
+            "securityContext",
+            "volumes",
+            "restartPolicy",
+            "automountServiceAccountToken",
+            "serviceAccountName",
+            "enableServiceLinks",
+        ):
             assert pod.get(key) == chart_pod.get(key), (name, key)
         [c], [chart_c] = pod["containers"], chart_pod["containers"]
-        for key in ("resources", "securityContext", "ports", "startupProbe", "livenessProbe", "readinessProbe",
-                    "volumeMounts", "imagePullPolicy"):
+        for key in (
+            "resources",
+            "securityContext",
+            "ports",
+            "startupProbe",
+            "livenessProbe",
+            "readinessProbe",
+            "volumeMounts",
+            "imagePullPolicy",
+        ):
             assert c.get(key) == chart_c.get(key), (name, key)
 
 
@@ -368,8 +455,9 @@ def test_a_group_of_learners_is_an_indexed_trainer_job_with_a_headless_service(g
     """``--learners 2``: the plan's learner workload folds into the trainer Job (K pods, rank = completion index),
     whose pods find rank 0 at ``drl-r1-trainer-0.drl-r1-trainer-group:29500``; nothing else changes."""
     names = {(o["kind"], o["metadata"]["name"]) for o in group_objects}
-    assert names - {("Service", "drl-r1-trainer-group"), ("NetworkPolicy", "drl-r1-trainer-group")} == \
-        {(o["kind"], o["metadata"]["name"]) for o in rendered_without_group()}
+    assert names - {("Service", "drl-r1-trainer-group"), ("NetworkPolicy", "drl-r1-trainer-group")} == {
+        (o["kind"], o["metadata"]["name"]) for o in rendered_without_group()
+    }
     assert not [o for o in group_objects if "learner" in o["metadata"]["name"]]
     job = find(group_objects, "Job", "drl-r1-trainer")["spec"]
     assert (job["completionMode"], job["completions"], job["parallelism"]) == ("Indexed", 2, 2)
@@ -377,8 +465,10 @@ def test_a_group_of_learners_is_an_indexed_trainer_job_with_a_headless_service(g
     pod = job["template"]["spec"]
     assert pod["subdomain"] == "drl-r1-trainer-group" and pod["restartPolicy"] == "OnFailure"
     env = env_of(pod["containers"][0])
-    assert env["DRL_LEARNER_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == \
-        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert (
+        env["DRL_LEARNER_RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
+        == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    )
     assert env["MASTER_ADDR"]["value"] == "drl-r1-trainer-0.drl-r1-trainer-group"
     assert env["MASTER_PORT"]["value"] == "29500"
     order = [e["name"] for e in pod["containers"][0]["env"]]
@@ -396,8 +486,9 @@ def test_a_group_of_learners_is_an_indexed_trainer_job_with_a_headless_service(g
         assert "subdomain" not in other["spec"]
         assert not {"DRL_LEARNER_RANK", "MASTER_ADDR", "MASTER_PORT"} & set(env_of(other["spec"]["containers"][0]))
     created = [(o["kind"], o["metadata"]["name"]) for o in group_objects]
-    assert created.index(("Service", "drl-r1-trainer-group")) < created.index(("Job", "drl-r1-trainer")), \
+    assert created.index(("Service", "drl-r1-trainer-group")) < created.index(("Job", "drl-r1-trainer")), (
         "the pods' DNS names exist before the pods"
+    )
     assert k8s.expected_pods(group_objects)["trainer"] == 2
     data = json.loads(find(group_objects, "ConfigMap", "drl-r1-config")["data"]["config.json"])
     assert (resolve(data).learners, resolve(data).memory_shards) == (2, 2)
@@ -419,10 +510,15 @@ def test_the_trainer_pods_of_a_group_admit_one_another_on_every_port(group_objec
     """gloo and NCCL connect the ranks on ports they pick at run time: the group's NetworkPolicy opens the trainer
     pods to one another (ingress, and egress where the roles' egress is limited), and to nobody else."""
     policy = find(group_objects, "NetworkPolicy", "drl-r1-trainer-group")["spec"]
-    trainers = {"podSelector": {"matchLabels": find(group_objects, "Service", "drl-r1-trainer-group")["spec"][
-        "selector"]}}
-    assert policy == {**trainers, "policyTypes": ["Ingress", "Egress"], "ingress": [{"from": [trainers]}],
-                      "egress": [{"to": [trainers]}]}
+    trainers = {
+        "podSelector": {"matchLabels": find(group_objects, "Service", "drl-r1-trainer-group")["spec"]["selector"]}
+    }
+    assert policy == {
+        **trainers,
+        "policyTypes": ["Ingress", "Egress"],
+        "ingress": [{"from": [trainers]}],
+        "egress": [{"to": [trainers]}],
+    }
 
 
 def test_a_gpu_device_gives_each_trainer_pod_one_gpu(capsys, monkeypatch):
@@ -470,7 +566,10 @@ def test_external_memory_and_store_omit_redis_and_the_s3_server(capsys, monkeypa
     objs = rendered(capsys, FLAGS + EXTERNAL)
     assert not [o for o in objs if o["kind"] in ("StatefulSet", "Service")]
     assert find(objs, "Secret", "drl-r1-credentials")["stringData"] == {
-        "redis-password": "memory-pass-1234", "s3-access-key": "AKIAEXTERNAL", "s3-secret-key": "external-secret-5678"}
+        "redis-password": "memory-pass-1234",
+        "s3-access-key": "AKIAEXTERNAL",
+        "s3-secret-key": "external-secret-5678",
+    }
     for role in k8s.ROLES:
         env = env_of(find(objs, "Job", f"drl-r1-{role}")["spec"]["template"]["spec"]["containers"][0])
         assert env["DRL_MEMORY_URL"]["value"] == "redis://valkey.example:6380/1"
@@ -498,24 +597,32 @@ def test_generated_credentials_differ_between_renders(capsys, monkeypatch):
     assert all(first[k] != second[k] for k in first)
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--store", "/tmp/drl-store"], "--store '/tmp/drl-store' is a local directory, which pods cannot share"),
-    (["--store", "file:///tmp/drl-store"], "is a local directory, which pods cannot share"),
-    (["--namespace", "Team_A"], "--namespace must be a DNS label"),
-    (["--namespace", "team-"], "--namespace must be a DNS label"),
-    (["--run-name", "Run_1"], "--run-name on Kubernetes must be lowercase letters"),
-    (["--run-name", "r" * 41], "at most 40 characters"),
-    (["--memory", "unix:///tmp/valkey.sock"], "cannot be reached from pods"),
-    (["--memory", "redis://a:6379/0,unix:///tmp/b.sock", "--memory-shards", "2"],
-     "--memory 'unix:///tmp/b.sock' cannot be reached from pods"),
-    (["--memory", "redis://:pw@host:6379/0"], "the memory URL must not carry a password"),
-    (["--store", "s3://bucket/prefix"], "needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
-    (["--backend", "local"], "render prints Kubernetes manifests; --backend local has none"),
-    (["--backend", "nomad"], "invalid choice: 'nomad'"),
-    (["--workers", "0"], "--workers must be a positive integer, got 0"),
-    (["--resume", "r1"], "--resume applies to local runs"),
-    (["--learners", "2"], "--learners 2 needs --memory-shards 2 or more: each learner reads whole experience streams"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--store", "/tmp/drl-store"], "--store '/tmp/drl-store' is a local directory, which pods cannot share"),
+        (["--store", "file:///tmp/drl-store"], "is a local directory, which pods cannot share"),
+        (["--namespace", "Team_A"], "--namespace must be a DNS label"),
+        (["--namespace", "team-"], "--namespace must be a DNS label"),
+        (["--run-name", "Run_1"], "--run-name on Kubernetes must be lowercase letters"),
+        (["--run-name", "r" * 41], "at most 40 characters"),
+        (["--memory", "unix:///tmp/valkey.sock"], "cannot be reached from pods"),
+        (
+            ["--memory", "redis://a:6379/0,unix:///tmp/b.sock", "--memory-shards", "2"],
+            "--memory 'unix:///tmp/b.sock' cannot be reached from pods",
+        ),
+        (["--memory", "redis://:pw@host:6379/0"], "the memory URL must not carry a password"),
+        (["--store", "s3://bucket/prefix"], "needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
+        (["--backend", "local"], "render prints Kubernetes manifests; --backend local has none"),
+        (["--backend", "nomad"], "invalid choice: 'nomad'"),
+        (["--workers", "0"], "--workers must be a positive integer, got 0"),
+        (["--resume", "r1"], "--resume applies to local runs"),
+        (
+            ["--learners", "2"],
+            "--learners 2 needs --memory-shards 2 or more: each learner reads whole experience streams",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(capsys, monkeypatch, args, expected):
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(var, raising=False)
@@ -527,14 +634,17 @@ def test_bad_input_is_one_line_and_exit_2(capsys, monkeypatch, args, expected):
     assert expected in lines[0]
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--backend", "kubernetes", "--store", "/tmp/drl-store"], "is a local directory, which pods cannot share"),
-    (["--backend", "kubernetes", "--namespace", "a.b"], "--namespace must be a DNS label"),
-    (["--namespace", "x"], "--namespace applies to --backend kubernetes only"),
-    (["delete", "Bad_Run"], "RUN on Kubernetes must be lowercase letters"),
-    (["delete", "r1", "--namespace", "UPPER"], "--namespace must be a DNS label"),
-    (["delete"], "the following arguments are required: RUN"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--backend", "kubernetes", "--store", "/tmp/drl-store"], "is a local directory, which pods cannot share"),
+        (["--backend", "kubernetes", "--namespace", "a.b"], "--namespace must be a DNS label"),
+        (["--namespace", "x"], "--namespace applies to --backend kubernetes only"),
+        (["delete", "Bad_Run"], "RUN on Kubernetes must be lowercase letters"),
+        (["delete", "r1", "--namespace", "UPPER"], "--namespace must be a DNS label"),
+        (["delete"], "the following arguments are required: RUN"),
+    ],
+)
 def test_bad_run_and_delete_input_is_one_line_and_exit_2(capsys, args, expected):
     with pytest.raises(SystemExit) as exit_info:
         main([*args, "--steps", "1000"] if args[0] != "delete" else args)
@@ -548,14 +658,34 @@ def test_help_lists_the_deployment_flags_and_subcommands(capsys):
         main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for flag in ("--backend {local,kubernetes}", "--namespace NS", "--image IMAGE", "--s3-image IMAGE", "--detach",
-                 "  render ", "  delete RUN"):
+    for flag in (
+        "--backend {local,kubernetes}",
+        "--namespace NS",
+        "--image IMAGE",
+        "--s3-image IMAGE",
+        "--detach",
+        "  render ",
+        "  delete RUN",
+    ):
         assert flag in out, flag
 
 
 def test_deployment_flags_stay_out_of_the_configuration(capsys):
-    cfg = resolve_config(["--backend", "kubernetes", "--namespace", "ns", "--image", "x:1", "--s3-image", "s3:1",
-                          "--detach", "--workers", "3"])
+    cfg = resolve_config(
+        [
+            "--backend",
+            "kubernetes",
+            "--namespace",
+            "ns",
+            "--image",
+            "x:1",
+            "--s3-image",
+            "s3:1",
+            "--detach",
+            "--workers",
+            "3",
+        ]
+    )
     assert cfg == replace(resolve_config([]), workers=3)
     assert not {"backend", "namespace", "image", "s3_image", "detach"} & set(json.loads(cfg.to_json()))
 
@@ -566,8 +696,10 @@ def test_image_flag_and_default_run_name(capsys):
     assert run.startswith("sac-pendulum-v1-sync-") and len(run) <= k8s.MAX_RUN_LEN
     assert k8s.check_run_name(run) == run
     for role in k8s.ROLES:
-        assert find(objs, "Job", f"drl-{run}-{role}")["spec"]["template"]["spec"]["containers"][0]["image"] == \
-            "registry.example/drl:1.2"
+        assert (
+            find(objs, "Job", f"drl-{run}-{role}")["spec"]["template"]["spec"]["containers"][0]["image"]
+            == "registry.example/drl:1.2"
+        )
 
 
 def test_s3_image_flag_picks_the_s3_servers_image_and_store_an_external_one(capsys, monkeypatch):
@@ -608,24 +740,26 @@ def test_manifests_is_callable_without_the_cli():
 
 
 def test_render_and_local_runs_do_not_import_the_kubernetes_client(tmp_path):
-    (tmp_path / "config").write_text("current-context: c\n"
-                                     "contexts: [{name: c, context: {namespace: from-kubeconfig}}]\n")
-    code = ("import sys, io, contextlib\n"
-            "from orchestrator.cli import main, resolve_config\n"
-            "import orchestrator.backends.local.run\n"
-            "resolve_config(['--workers', '2'])\n"
-            "out = io.StringIO()\n"
-            "with contextlib.redirect_stdout(out):\n"
-            "    try:\n"
-            "        main(['render', '--run-name', 'x'])\n"
-            "    except SystemExit as e:\n"
-            "        assert e.code == 0, e.code\n"
-            "assert 'namespace: from-kubeconfig' in out.getvalue()\n"
-            "loaded = sorted(m for m in sys.modules if m == 'kubernetes' or m.startswith('kubernetes.'))\n"
-            "assert not loaded, loaded\n")
+    (tmp_path / "config").write_text(
+        "current-context: c\ncontexts: [{name: c, context: {namespace: from-kubeconfig}}]\n"
+    )
+    code = (
+        "import sys, io, contextlib\n"
+        "from orchestrator.cli import main, resolve_config\n"
+        "import orchestrator.backends.local.run\n"
+        "resolve_config(['--workers', '2'])\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    try:\n"
+        "        main(['render', '--run-name', 'x'])\n"
+        "    except SystemExit as e:\n"
+        "        assert e.code == 0, e.code\n"
+        "assert 'namespace: from-kubeconfig' in out.getvalue()\n"
+        "loaded = sorted(m for m in sys.modules if m == 'kubernetes' or m.startswith('kubernetes.'))\n"
+        "assert not loaded, loaded\n"
+    )
     env = {**os.environ, "KUBECONFIG": f"{tmp_path / 'missing'}:{tmp_path / 'config'}"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env=env)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -677,15 +811,22 @@ def test_s3_storage_emptydir_or_a_size_and_a_class(objects, capsys):
             kubernetes_validate.validate(obj, version, strict=True)
 
 
-@pytest.mark.parametrize("values", [
-    {"s3": {"persistence": {"enabled": False}}},
-    {"s3": {"persistence": {"size": "20Gi", "storageClass": "fast-ssd"}}},
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"s3": {"persistence": {"enabled": False}}},
+        {"s3": {"persistence": {"size": "20Gi", "storageClass": "fast-ssd"}}},
+    ],
+)
 def test_s3_storage_options_make_the_charts_s3_server(values):
     persistence = values["s3"]["persistence"]
     storage = persistence.get("size", "emptydir") if persistence.get("enabled", True) else "emptydir"
-    ours = {(o["kind"], o["metadata"]["name"]): without_helm(o) for o in k8s.manifests(
-        ExperimentConfig(), "r1", env={}, s3_storage=storage, s3_storage_class=persistence.get("storageClass", ""))}
+    ours = {
+        (o["kind"], o["metadata"]["name"]): without_helm(o)
+        for o in k8s.manifests(
+            ExperimentConfig(), "r1", env={}, s3_storage=storage, s3_storage_class=persistence.get("storageClass", "")
+        )
+    }
     theirs = {(d["kind"], d["metadata"]["name"]): without_helm(d) for d in charted_defaults(values)}
     assert ours[("StatefulSet", "drl-r1-s3")] == theirs[("StatefulSet", "drl-r1-s3")]
 
@@ -694,8 +835,18 @@ def test_profile_small_and_resources_set_requests_and_limits(objects, capsys):
     assert resources_by_component(objects) == {c: k8s.RESOURCES[c] for c in k8s.RESOURCE_ROLES}
     objs = rendered(capsys, FLAGS + ["--profile", "small"])
     assert resources_by_component(objs) == SMALL
-    objs = rendered(capsys, FLAGS + ["--profile", "small", "--resources", "rollout.requests.cpu=250m,rollout.limits."
-                                     "memory=2Gi", "--resources", "trainer.limits.cpu=3"])
+    objs = rendered(
+        capsys,
+        FLAGS
+        + [
+            "--profile",
+            "small",
+            "--resources",
+            "rollout.requests.cpu=250m,rollout.limits.memory=2Gi",
+            "--resources",
+            "trainer.limits.cpu=3",
+        ],
+    )
     got = resources_by_component(objs)
     assert got["rollout"] == {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
     assert got["trainer"]["limits"] == {"cpu": "3", "memory": "4Gi"}
@@ -718,13 +869,20 @@ def test_the_small_profile_fits_a_node_of_2_cpus():
 
 def test_resources_like_the_charts_values():
     """--resources ROLE.KIND.RES=Q sets what the chart's ROLE.resources.KIND.RES sets."""
-    settings = ("trainer.requests.cpu=2,trainer.limits.memory=12Gi", "rollout.limits.cpu=2", "s3.requests.memory=512Mi",
-                "redis.requests.cpu=500m,redis.limits.cpu=500m", "evaluator.requests.memory=1Gi")
-    values = {"trainer": {"resources": {"requests": {"cpu": "2"}, "limits": {"memory": "12Gi"}}},
-              "rollout": {"resources": {"limits": {"cpu": "2"}}},
-              "s3": {"resources": {"requests": {"memory": "512Mi"}}},
-              "redis": {"resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "500m"}}},
-              "evaluator": {"resources": {"requests": {"memory": "1Gi"}}}}
+    settings = (
+        "trainer.requests.cpu=2,trainer.limits.memory=12Gi",
+        "rollout.limits.cpu=2",
+        "s3.requests.memory=512Mi",
+        "redis.requests.cpu=500m,redis.limits.cpu=500m",
+        "evaluator.requests.memory=1Gi",
+    )
+    values = {
+        "trainer": {"resources": {"requests": {"cpu": "2"}, "limits": {"memory": "12Gi"}}},
+        "rollout": {"resources": {"limits": {"cpu": "2"}}},
+        "s3": {"resources": {"requests": {"memory": "512Mi"}}},
+        "redis": {"resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "500m"}}},
+        "evaluator": {"resources": {"requests": {"memory": "1Gi"}}},
+    }
     ours = k8s.manifests(ExperimentConfig(), "r1", env={}, resources=k8s.resources_for("", settings))
     assert resources_by_component(ours) == resources_by_component(charted_defaults(values))
     assert resources_by_component(ours) != resources_by_component(charted_defaults())
@@ -737,8 +895,7 @@ def test_the_small_profile_is_the_charts_helm_profiles_small_yaml():
     values = yaml.safe_load(path.read_text())
     assert {c: values[c]["resources"] for c in k8s.RESOURCE_ROLES} == SMALL == k8s.PROFILES["small"]
     chart = resources_by_component(charted_defaults(values))
-    ours = resources_by_component(k8s.manifests(ExperimentConfig(), "r1", env={},
-                                                resources=k8s.resources_for("small")))
+    ours = resources_by_component(k8s.manifests(ExperimentConfig(), "r1", env={}, resources=k8s.resources_for("small")))
     assert chart == ours
 
 
@@ -751,9 +908,16 @@ def test_the_local_profile_is_the_charts_helm_profiles_local_yaml():
     values = yaml.safe_load(path.read_text())
     assert {c: values[c]["resources"] for c in k8s.RESOURCE_ROLES} == SMALL == k8s.PROFILES["local"]
     deployment = Deployment(profile="local")
-    ours = {(o["kind"], o["metadata"]["name"]): without_helm(o) for o in k8s.manifests(
-        ExperimentConfig(), "r1", env={}, resources=k8s.resources_for("local"),
-        **KubernetesBackend.images_and_storage(deployment))}
+    ours = {
+        (o["kind"], o["metadata"]["name"]): without_helm(o)
+        for o in k8s.manifests(
+            ExperimentConfig(),
+            "r1",
+            env={},
+            resources=k8s.resources_for("local"),
+            **KubernetesBackend.images_and_storage(deployment),
+        )
+    }
     theirs = {(d["kind"], d["metadata"]["name"]): without_helm(d) for d in charted_defaults(values)}
     for key in (("StatefulSet", "drl-r1-redis"), ("StatefulSet", "drl-r1-s3")):
         assert ours[key] == theirs[key], key
@@ -761,9 +925,14 @@ def test_the_local_profile_is_the_charts_helm_profiles_local_yaml():
     for name in ("drl-r1-trainer", "drl-r1-rollout", "drl-r1-evaluator"):
         [c], [chart_c] = (objs[("Job", name)]["spec"]["template"]["spec"]["containers"] for objs in (ours, theirs))
         assert {k: c[k] for k in ("image", "imagePullPolicy", "resources")} == {
-            k: chart_c[k] for k in ("image", "imagePullPolicy", "resources")}, name
-    images = {c["image"]: c["imagePullPolicy"] for o in ours.values() if o["kind"] in ("Job", "StatefulSet")
-              for c in o["spec"]["template"]["spec"]["containers"]}
+            k: chart_c[k] for k in ("image", "imagePullPolicy", "resources")
+        }, name
+    images = {
+        c["image"]: c["imagePullPolicy"]
+        for o in ours.values()
+        if o["kind"] in ("Job", "StatefulSet")
+        for c in o["spec"]["template"]["spec"]["containers"]
+    }
     assert images == {image: "Never" for image in k8s.LOCAL_IMAGES.values()}
 
 
@@ -776,33 +945,48 @@ def test_the_local_profiles_images_and_storage_give_way_to_the_flags(capsys):
     redis = find(objs, "StatefulSet", "drl-r1-redis")["spec"]["template"]["spec"]["containers"][0]
     assert redis["image"] == k8s.LOCAL_IMAGES["redis"]
     default = rendered(capsys, FLAGS)
-    assert {c["imagePullPolicy"] for o in default if o["kind"] in ("Job", "StatefulSet")
-            for c in o["spec"]["template"]["spec"]["containers"]} == {"IfNotPresent"}
+    assert {
+        c["imagePullPolicy"]
+        for o in default
+        if o["kind"] in ("Job", "StatefulSet")
+        for c in o["spec"]["template"]["spec"]["containers"]
+    } == {"IfNotPresent"}
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--s3-storage", "lots"], "--s3-storage must be emptydir (no PVC: checkpoints are lost with the S3 server's pod) "
-                               "or the size of its PVC, such as 10Gi, got 'lots'"),
-    (["--s3-storage", "0"], "--s3-storage must be emptydir"),
-    (["--s3-storage", "emptydir", "--s3-storage-class", "fast"], "--s3-storage emptydir has none"),
-    (["--s3-storage-class", "Fast_SSD"], "--s3-storage-class must name a StorageClass"),
-    (["--profile", "tiny"], "argument --profile: invalid choice: 'tiny' (choose from 'default', 'small', 'local')"),
-    (["--resources", "worker.requests.cpu=1"], "the role must be one of trainer, rollout, evaluator, redis, s3"),
-    (["--resources", "rollout.request.cpu=1"], "set requests or limits of cpu or memory"),
-    (["--resources", "rollout.requests.gpu=1"], "set requests or limits of cpu or memory"),
-    (["--resources", "rollout.cpu=1"], "--resources takes ROLE.requests|limits.cpu|memory=QUANTITY"),
-    (["--resources", "rollout.requests.cpu"], "--resources takes ROLE.requests|limits.cpu|memory=QUANTITY"),
-    (["--resources", "rollout.requests.cpu=half"], "'half' is not a positive Kubernetes quantity"),
-    (["--resources", "rollout.requests.cpu=-1"], "'-1' is not a positive Kubernetes quantity"),
-    (["--resources", "rollout.requests.memory=1.5m"], "memory must be a whole number of bytes"),
-    (["--resources", "rollout.requests.cpu=2"], "rollout's cpu request 2 is above its limit 1; raise "
-                                                "rollout.limits.cpu or lower rollout.requests.cpu (--resources)"),
-    (["--profile", "small", "--resources", "trainer.limits.memory=768Mi"], "trainer's memory request 1Gi is above "
-                                                                           "its limit 768Mi"),
-    (["--resources", "trainer.limits.memory=1536Mi"], "trainer's memory request 2Gi is above its limit 1536Mi"),
-    (["--pending-timeout", "-1"], "--pending-timeout must be 0 (wait for ever) or more seconds, got '-1'"),
-    (["--pending-timeout", "soon"], "--pending-timeout takes seconds, got 'soon'"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (
+            ["--s3-storage", "lots"],
+            "--s3-storage must be emptydir (no PVC: checkpoints are lost with the S3 server's pod) "
+            "or the size of its PVC, such as 10Gi, got 'lots'",
+        ),
+        (["--s3-storage", "0"], "--s3-storage must be emptydir"),
+        (["--s3-storage", "emptydir", "--s3-storage-class", "fast"], "--s3-storage emptydir has none"),
+        (["--s3-storage-class", "Fast_SSD"], "--s3-storage-class must name a StorageClass"),
+        (["--profile", "tiny"], "argument --profile: invalid choice: 'tiny' (choose from 'default', 'small', 'local')"),
+        (["--resources", "worker.requests.cpu=1"], "the role must be one of trainer, rollout, evaluator, redis, s3"),
+        (["--resources", "rollout.request.cpu=1"], "set requests or limits of cpu or memory"),
+        (["--resources", "rollout.requests.gpu=1"], "set requests or limits of cpu or memory"),
+        (["--resources", "rollout.cpu=1"], "--resources takes ROLE.requests|limits.cpu|memory=QUANTITY"),
+        (["--resources", "rollout.requests.cpu"], "--resources takes ROLE.requests|limits.cpu|memory=QUANTITY"),
+        (["--resources", "rollout.requests.cpu=half"], "'half' is not a positive Kubernetes quantity"),
+        (["--resources", "rollout.requests.cpu=-1"], "'-1' is not a positive Kubernetes quantity"),
+        (["--resources", "rollout.requests.memory=1.5m"], "memory must be a whole number of bytes"),
+        (
+            ["--resources", "rollout.requests.cpu=2"],
+            "rollout's cpu request 2 is above its limit 1; raise "
+            "rollout.limits.cpu or lower rollout.requests.cpu (--resources)",
+        ),
+        (
+            ["--profile", "small", "--resources", "trainer.limits.memory=768Mi"],
+            "trainer's memory request 1Gi is above its limit 768Mi",
+        ),
+        (["--resources", "trainer.limits.memory=1536Mi"], "trainer's memory request 2Gi is above its limit 1536Mi"),
+        (["--pending-timeout", "-1"], "--pending-timeout must be 0 (wait for ever) or more seconds, got '-1'"),
+        (["--pending-timeout", "soon"], "--pending-timeout takes seconds, got 'soon'"),
+    ],
+)
 def test_bad_storage_and_resources_are_one_line_and_exit_2(capsys, args, expected):
     code, out, err = render(capsys, FLAGS + args)
     assert code == 2 and out == ""
@@ -818,8 +1002,16 @@ def test_s3_storage_with_an_external_store_is_refused(capsys, monkeypatch):
     assert code == 2 and "--s3-storage and --s3-storage-class apply to the run's own S3 server" in err
 
 
-@pytest.mark.parametrize("flag", [["--s3-storage", "emptydir"], ["--s3-storage-class", "fast"], ["--profile", "small"],
-                                  ["--resources", "rollout.requests.cpu=250m"], ["--pending-timeout", "30"]])
+@pytest.mark.parametrize(
+    "flag",
+    [
+        ["--s3-storage", "emptydir"],
+        ["--s3-storage-class", "fast"],
+        ["--profile", "small"],
+        ["--resources", "rollout.requests.cpu=250m"],
+        ["--pending-timeout", "30"],
+    ],
+)
 def test_kubernetes_only_flags_are_refused_for_local_runs_and_stay_out_of_the_configuration(capsys, flag):
     with pytest.raises(SystemExit) as exit_info:
         main([*flag, "--workers", "1", "--steps", "1000"])

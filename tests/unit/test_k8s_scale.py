@@ -28,24 +28,44 @@ def scaler_ok(args: list[str]) -> tuple[bool, list[str]]:
     """What a scaler pod prints for ``args``: progress on stderr, the JSON result last."""
     workers = int(args[args.index("--workers") + 1])
     if args[0] == "retire":
-        return True, ["drl-scaler: retired rollout-2", json.dumps({"phase": "retire", "workers": workers,
-                                                                    "retired": ["rollout-2"]})]
+        return True, [
+            "drl-scaler: retired rollout-2",
+            json.dumps({"phase": "retire", "workers": workers, "retired": ["rollout-2"]}),
+        ]
     size = int(args[args.index("--job-size") + 1])
     names = [f"rollout-{i}" for i in range(workers)]
     grows = workers > size
-    return True, [f"drl-scaler: {workers} rollout workers share the 9,000 steps left",
-                  json.dumps({"phase": "apply", "workers": workers, "job_size": workers,
-                              "collecting": names[:min(size, workers)], "added": names[size:] if grows else [],
-                              "returning": [], "remaining": 9000, "warnings": []})]
+    return True, [
+        f"drl-scaler: {workers} rollout workers share the 9,000 steps left",
+        json.dumps(
+            {
+                "phase": "apply",
+                "workers": workers,
+                "job_size": workers,
+                "collecting": names[: min(size, workers)],
+                "added": names[size:] if grows else [],
+                "returning": [],
+                "remaining": 9000,
+                "warnings": [],
+            }
+        ),
+    ]
 
 
 class FakeScaleApi(FakeKubeApi):
     """The fake with a run's Jobs in it; a created scaler Job runs at once as ``behaviour(args)`` says."""
 
-    def __init__(self, workers: int = 3, behaviour=scaler_ok, fail_patch: KubeError | None = None,
-                 trainer_conditions: tuple = (), metrics: dict[str, str] | None = None,
-                 run_pods: list[PodState] | None = None, unreadable: tuple[str, ...] = (),
-                 no_scaler_pod: bool = False):
+    def __init__(
+        self,
+        workers: int = 3,
+        behaviour=scaler_ok,
+        fail_patch: KubeError | None = None,
+        trainer_conditions: tuple = (),
+        metrics: dict[str, str] | None = None,
+        run_pods: list[PodState] | None = None,
+        unreadable: tuple[str, ...] = (),
+        no_scaler_pod: bool = False,
+    ):
         super().__init__()
         self.unreadable = unreadable  # the phases (retire, apply) whose scaler pod's log the API refuses
         self.no_scaler_pod = no_scaler_pod
@@ -102,15 +122,27 @@ class FakeScaleApi(FakeKubeApi):
         for name, (ok, _) in self.scalers.items() if not self.no_scaler_pod else ():
             labels = {**k8s.labels(RUN, "scaler"), "batch.kubernetes.io/job-name": name}
             code = 0 if ok else 2
-            pods.append(PodState(f"{name}-x", "Succeeded" if ok else "Failed", labels, {}, False, False, "", "",
-                                 (ContainerState("scaler", False, 0, "terminated", "", "", code),)))
+            pods.append(
+                PodState(
+                    f"{name}-x",
+                    "Succeeded" if ok else "Failed",
+                    labels,
+                    {},
+                    False,
+                    False,
+                    "",
+                    "",
+                    (ContainerState("scaler", False, 0, "terminated", "", "", code),),
+                )
+            )
         return pods
 
     def pod_log(self, namespace: str, name: str, container: str, follow: bool = True):
         self.log_requests.append((name, container))
         if self.phases[name.removesuffix("-x")] in self.unreadable:
-            raise KubeError(502, "Bad Gateway", "Get \"https://10.0.0.7:10250/containerLogs/...\": dial tcp: "
-                                                "connection refused")
+            raise KubeError(
+                502, "Bad Gateway", 'Get "https://10.0.0.7:10250/containerLogs/...": dial tcp: connection refused'
+            )
         return iter(self.scalers[name.removesuffix("-x")][1])
 
     def pod_metrics(self, namespace: str, name: str, port: int, timeout: float = 5.0) -> str:
@@ -124,13 +156,17 @@ def scale(fake: FakeScaleApi, workers: int, tokens=("ab12c", "cd34e", "ef56a")) 
     err = io.StringIO()
     tokens = iter(tokens)
     code = KubeScale(fake, RUN, NS, err=err, sleep=fake.sleep, clock=fake.clock, token=lambda: next(tokens)).scale(
-        workers)
+        workers
+    )
     return code, err.getvalue()
 
 
 def scaler_jobs(fake: FakeScaleApi) -> list[dict]:
-    return [o for (kind, _, _), o in fake.objects.items()
-            if kind == "Job" and o["metadata"]["labels"]["app.kubernetes.io/component"] == "scaler"]
+    return [
+        o
+        for (kind, _, _), o in fake.objects.items()
+        if kind == "Job" and o["metadata"]["labels"]["app.kubernetes.io/component"] == "scaler"
+    ]
 
 
 def test_scale_down_with_fake_kube_api_retires_then_patches_then_applies():
@@ -143,8 +179,18 @@ def test_scale_down_with_fake_kube_api_retires_then_patches_then_applies():
     assert rollout["completions"] == rollout["parallelism"] == 1 and rollout["backoffLimit"] == 6
     commands = [job["spec"]["template"]["spec"]["containers"][0]["command"] for job in scaler_jobs(fake)]
     assert commands[0] == ["python", "-m", "orchestrator.backends.kubernetes.scaler", "retire", "--workers", "1"]
-    assert commands[1] == ["python", "-m", "orchestrator.backends.kubernetes.scaler", "apply", "--workers", "1", "--job-size", "1",
-                           "--hand-in-timeout", "120"]
+    assert commands[1] == [
+        "python",
+        "-m",
+        "orchestrator.backends.kubernetes.scaler",
+        "apply",
+        "--workers",
+        "1",
+        "--job-size",
+        "1",
+        "--hand-in-timeout",
+        "120",
+    ]
     assert "scaling run r1 from 3 to 1 rollout workers" in err
     assert "drl: retired rollout-2" in err
     assert "run r1 collects the 9,000 steps left with 1 rollout workers: rollout-0" in err
@@ -166,8 +212,9 @@ def test_scale_with_fake_kube_api_rescales_the_rollout_jobs_backoff_limit_with_t
     assert fake.objects[("Job", NS, "drl-r1-rollout")]["spec"]["backoffLimit"] == 12
     code, err = scale(fake, 32)
     assert code == 0, err
-    assert fake.patches == [("drl-r1-rollout", {"spec": {"completions": 32, "parallelism": 32,
-                                                         "backoffLimit": 6 * 32}})]
+    assert fake.patches == [
+        ("drl-r1-rollout", {"spec": {"completions": 32, "parallelism": 32, "backoffLimit": 6 * 32}})
+    ]
     assert "Job drl-r1-rollout scaled to 32 (completions and parallelism; backoffLimit 192)" in err
 
 
@@ -187,8 +234,19 @@ def test_scale_with_fake_kube_api_keeps_the_charts_backoff_limit_per_worker():
 
 def test_scale_up_with_fake_kube_api_and_nothing_left_leaves_the_job_alone():
     def nothing_left(args):
-        return True, [json.dumps({"phase": "apply", "workers": 5, "job_size": 2, "collecting": [], "added": [],
-                                  "remaining": 0, "warnings": []})]
+        return True, [
+            json.dumps(
+                {
+                    "phase": "apply",
+                    "workers": 5,
+                    "job_size": 2,
+                    "collecting": [],
+                    "added": [],
+                    "remaining": 0,
+                    "warnings": [],
+                }
+            )
+        ]
 
     fake = FakeScaleApi(workers=2, behaviour=nothing_left)
     code, err = scale(fake, 5)
@@ -205,22 +263,29 @@ def test_scale_up_with_fake_kube_api_and_an_unreadable_result_fails_and_changes_
     code, err = scale(fake, 4)
     assert code == 1 and fake.patches == []
     last = err.strip().splitlines()[-1]
-    assert last.startswith("drl-orchestrate: scaling run r1 failed: the scaler Job drl-r1-scaler-ab12c (apply) "
-                           "completed, but its result cannot be read: the log of pod drl-r1-scaler-ab12c-x cannot be "
-                           "read (502 Bad Gateway: ")
-    assert ("; the rollout Job is unchanged at 2 workers; the new workers' shares may already be registered in the "
-            "run's memory server; run the same scale again (drl-orchestrate scale r1 --workers 4 --namespace "
-            "team-a): every step is safe to repeat; see kubectl -n team-a logs job/drl-r1-scaler-ab12c") in last
+    assert last.startswith(
+        "drl-orchestrate: scaling run r1 failed: the scaler Job drl-r1-scaler-ab12c (apply) "
+        "completed, but its result cannot be read: the log of pod drl-r1-scaler-ab12c-x cannot be "
+        "read (502 Bad Gateway: "
+    )
+    assert (
+        "; the rollout Job is unchanged at 2 workers; the new workers' shares may already be registered in the "
+        "run's memory server; run the same scale again (drl-orchestrate scale r1 --workers 4 --namespace "
+        "team-a): every step is safe to repeat; see kubectl -n team-a logs job/drl-r1-scaler-ab12c"
+    ) in last
     assert "nothing left to produce" not in err
     fake.unreadable = ()
     assert scale(fake, 4, tokens=("0a0a0",))[0] == 0, "running it again finishes"
     assert fake.patches[-1][1]["spec"]["completions"] == 4
 
 
-@pytest.mark.parametrize("lines, why", [
-    (["drl-scaler: 4 rollout workers share the 9,000 steps left"], "its log holds no result line"),
-    (["{not json"], "its result line is not JSON"),
-])
+@pytest.mark.parametrize(
+    "lines, why",
+    [
+        (["drl-scaler: 4 rollout workers share the 9,000 steps left"], "its log holds no result line"),
+        (["{not json"], "its result line is not JSON"),
+    ],
+)
 def test_scale_with_fake_kube_api_and_no_result_in_the_log_fails(lines, why):
     fake = FakeScaleApi(workers=2, behaviour=lambda args: (True, lines))
     code, err = scale(fake, 4)
@@ -250,14 +315,26 @@ def test_scale_with_fake_kube_api_gives_up_on_a_scaler_pod_that_cannot_be_schedu
 
         def list_pods(self, namespace, selector):
             labels = {**k8s.labels(RUN, "scaler"), "batch.kubernetes.io/job-name": next(iter(self.scalers))}
-            return [PodState("drl-r1-scaler-ab12c-x", "Pending", labels, {}, False, False, "Unschedulable",
-                             "0/3 nodes are available: 3 Insufficient memory.")]
+            return [
+                PodState(
+                    "drl-r1-scaler-ab12c-x",
+                    "Pending",
+                    labels,
+                    {},
+                    False,
+                    False,
+                    "Unschedulable",
+                    "0/3 nodes are available: 3 Insufficient memory.",
+                )
+            ]
 
     fake = Stuck(workers=2)
     code, err = scale(fake, 4)
     assert code == 1 and fake.patches == []
-    assert ("the scaler pod of Job drl-r1-scaler-ab12c cannot start: it cannot be scheduled: 0/3 nodes are available: "
-            "3 Insufficient memory.; the rollout Job is unchanged at 2 workers") in err
+    assert (
+        "the scaler pod of Job drl-r1-scaler-ab12c cannot start: it cannot be scheduled: 0/3 nodes are available: "
+        "3 Insufficient memory.; the rollout Job is unchanged at 2 workers"
+    ) in err
 
 
 def test_scaler_job_with_fake_kube_api_runs_like_the_trainer_and_is_valid():
@@ -277,8 +354,9 @@ def test_scaler_job_with_fake_kube_api_runs_like_the_trainer_and_is_valid():
         assert container["image"] == trainer_container["image"]
         assert container["env"] == trainer_container["env"]
         env = {e["name"]: e for e in container["env"]}
-        assert env["DRL_MEMORY_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "drl-r1-credentials",
-                                                                            "key": "redis-password"}}
+        assert env["DRL_MEMORY_PASSWORD"]["valueFrom"] == {
+            "secretKeyRef": {"name": "drl-r1-credentials", "key": "redis-password"}
+        }
         assert env["DRL_CONFIG"]["valueFrom"]["configMapKeyRef"]["name"] == "drl-r1-config"
         assert env["DRL_MEMORY_URL"]["value"] == "redis://drl-r1-redis:6379/0"
         assert container["securityContext"] == trainer_container["securityContext"]
@@ -292,13 +370,25 @@ def test_scaler_job_with_fake_kube_api_runs_like_the_trainer_and_is_valid():
 
 
 def test_scaler_job_from_a_job_as_the_cluster_returns_it_leaves_out_controller_fields():
-    trainer = json.loads(json.dumps(next(o for o in k8s.manifests(ExperimentConfig(), RUN, namespace=NS, env={})
-                                         if o["metadata"]["name"] == "drl-r1-trainer")))
+    trainer = json.loads(
+        json.dumps(
+            next(
+                o
+                for o in k8s.manifests(ExperimentConfig(), RUN, namespace=NS, env={})
+                if o["metadata"]["name"] == "drl-r1-trainer"
+            )
+        )
+    )
     trainer["metadata"].update({"uid": "1234", "resourceVersion": "99", "creationTimestamp": "2025-01-01T00:00:00Z"})
     trainer["spec"]["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": "1234"}}
-    trainer["spec"]["template"]["metadata"]["labels"].update({"batch.kubernetes.io/controller-uid": "1234",
-                                                              "batch.kubernetes.io/job-name": "drl-r1-trainer",
-                                                              "controller-uid": "1234", "job-name": "drl-r1-trainer"})
+    trainer["spec"]["template"]["metadata"]["labels"].update(
+        {
+            "batch.kubernetes.io/controller-uid": "1234",
+            "batch.kubernetes.io/job-name": "drl-r1-trainer",
+            "controller-uid": "1234",
+            "job-name": "drl-r1-trainer",
+        }
+    )
     trainer["status"] = {"active": 1}
     job = k8s.scaler_job(trainer, "drl-r1-scaler-x", ["retire", "--workers", "1"], 300)
     kubernetes_validate.validate(job, KUBE_VERSIONS[-1], strict=True)
@@ -310,8 +400,11 @@ def test_scaler_job_of_a_group_of_learners_is_no_rank_of_the_group():
     """The trainer Job of ``--learners 2`` is Indexed: the scaler Job made from it is a plain one-pod Job, without
     the rank (its completion-index annotation would not exist), the rendezvous or the group's DNS subdomain."""
     cfg = ExperimentConfig(learners=2, memory_shards=2)
-    trainer = next(o for o in k8s.manifests(cfg, RUN, namespace=NS, env={})
-                   if o["kind"] == "Job" and o["metadata"]["name"] == "drl-r1-trainer")
+    trainer = next(
+        o
+        for o in k8s.manifests(cfg, RUN, namespace=NS, env={})
+        if o["kind"] == "Job" and o["metadata"]["name"] == "drl-r1-trainer"
+    )
     job = k8s.scaler_job(trainer, "drl-r1-scaler-x", ["retire", "--workers", "1"], 300)
     kubernetes_validate.validate(job, KUBE_VERSIONS[-1], strict=True)
     assert "completionMode" not in job["spec"] and "subdomain" not in job["spec"]["template"]["spec"]
@@ -330,17 +423,21 @@ def test_scale_with_fake_kube_api_reports_a_failed_scaler_job_with_exit_1():
     assert code == 1
     assert fake.patches == [], "nothing is patched after a failed retire"
     last = err.strip().splitlines()[-1]
-    assert last == ("drl-orchestrate: scaling run r1 failed: the scaler Job drl-r1-scaler-ab12c (retire) failed: "
-                    "run scale-k8s is stopping (stopped); nothing to scale; see kubectl -n team-a logs "
-                    "job/drl-r1-scaler-ab12c")
+    assert last == (
+        "drl-orchestrate: scaling run r1 failed: the scaler Job drl-r1-scaler-ab12c (retire) failed: "
+        "run scale-k8s is stopping (stopped); nothing to scale; see kubectl -n team-a logs "
+        "job/drl-r1-scaler-ab12c"
+    )
 
 
 def test_scale_with_fake_kube_api_reports_a_forbidden_patch_with_exit_1():
     fake = FakeScaleApi(workers=3, fail_patch=KubeError(403, "Forbidden", "jobs.batch is forbidden"))
     code, err = scale(fake, 2)
     assert code == 1
-    assert ("Job drl-r1-rollout cannot be scaled to 2: 403 Forbidden: jobs.batch is forbidden (the orchestrator "
-            "needs 'patch' on jobs); run the same scale again to finish it") in err
+    assert (
+        "Job drl-r1-rollout cannot be scaled to 2: 403 Forbidden: jobs.batch is forbidden (the orchestrator "
+        "needs 'patch' on jobs); run the same scale again to finish it"
+    ) in err
 
 
 def cli(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -350,17 +447,24 @@ def cli(argv: list[str], capsys) -> tuple[int, str, str]:
     return exit_info.value.code, out, err
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["scale", RUN, "--workers", "0", "--backend", "kubernetes", "--namespace", NS],
-     "--workers must be a positive integer, got 0"),
-    (["scale", RUN, "--workers", "two", "--backend", "kubernetes"], "invalid int value: 'two'"),
-    (["scale", "Bad_Run", "--workers", "2", "--backend", "kubernetes"], "RUN on Kubernetes must be lowercase"),
-    (["scale", RUN, "--workers", "2", "--namespace", "No"], "--namespace must be a DNS label"),
-    (["scale", RUN, "--backend", "kubernetes"], "the following arguments are required: --workers"),
-    (["scale", "other", "--workers", "2", "--backend", "kubernetes", "--namespace", NS],
-     "no run 'other' in namespace team-a"),
-    (["status", "--namespace", NS], "status of a Kubernetes run needs the run's name"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (
+            ["scale", RUN, "--workers", "0", "--backend", "kubernetes", "--namespace", NS],
+            "--workers must be a positive integer, got 0",
+        ),
+        (["scale", RUN, "--workers", "two", "--backend", "kubernetes"], "invalid int value: 'two'"),
+        (["scale", "Bad_Run", "--workers", "2", "--backend", "kubernetes"], "RUN on Kubernetes must be lowercase"),
+        (["scale", RUN, "--workers", "2", "--namespace", "No"], "--namespace must be a DNS label"),
+        (["scale", RUN, "--backend", "kubernetes"], "the following arguments are required: --workers"),
+        (
+            ["scale", "other", "--workers", "2", "--backend", "kubernetes", "--namespace", NS],
+            "no run 'other' in namespace team-a",
+        ),
+        (["status", "--namespace", NS], "status of a Kubernetes run needs the run's name"),
+    ],
+)
 def test_scale_bad_input_with_fake_kube_api_is_one_line_and_exit_2(argv, expected, monkeypatch, capsys):
     fake = FakeScaleApi()
 
@@ -401,6 +505,7 @@ def test_scale_through_the_cli_with_fake_kube_api(monkeypatch, capsys):
 
 # -- status -------------------------------------------------------------------------------------------------
 
+
 def metrics_page(role: str, name: str, state: str = "", **fields: float) -> str:
     """A /metrics page as services.metrics writes it, from a real Telemetry object."""
     from prometheus_client import generate_latest
@@ -415,31 +520,54 @@ def metrics_page(role: str, name: str, state: str = "", **fields: float) -> str:
 
 
 def test_snapshot_from_metrics_reads_back_the_status_fields():
-    snap = snapshot_from_metrics(metrics_page("trainer", "trainer", "running", env_steps=4000, policy_version=7,
-                                              transitions_per_s=512.5, updates=99))
+    snap = snapshot_from_metrics(
+        metrics_page(
+            "trainer", "trainer", "running", env_steps=4000, policy_version=7, transitions_per_s=512.5, updates=99
+        )
+    )
     assert snap["run"] == RUN and snap["role"] == "trainer" and snap["id"] == "trainer"
     assert snap["state"] == "running"
-    assert (snap["env_steps"], snap["policy_version"], snap["transitions_per_s"], snap["updates"]) == \
-        (4000, 7, 512.5, 99)
+    assert (snap["env_steps"], snap["policy_version"], snap["transitions_per_s"], snap["updates"]) == (
+        4000,
+        7,
+        512.5,
+        99,
+    )
 
 
 def test_status_with_fake_kube_api_reads_each_pods_metrics():
-    pods = [pod("drl-r1-trainer-abc", "trainer", restarts=1, last_exit_code=137),
-            pod("drl-r1-rollout-0-x0", "rollout", index=0),
-            pod("drl-r1-rollout-1-x1", "rollout", ready=False, state="waiting", reason="CrashLoopBackOff", restarts=4,
-                last_exit_code=1, index=1),
-            pod("drl-r1-evaluator-def", "evaluator", phase="Succeeded", ready=False, state="terminated",
-                exit_code=0),
-            pod("drl-r1-redis-0", "redis")]
-    pages = {"drl-r1-trainer-abc": metrics_page("trainer", "trainer", "running", env_steps=4000, policy_version=7,
-                                                transitions_per_s=512.5),
-             "drl-r1-rollout-0-x0": metrics_page("rollout", "rollout-0", produced=640, policy_version=6,
-                                                 uptime_s=10.0)}
+    pods = [
+        pod("drl-r1-trainer-abc", "trainer", restarts=1, last_exit_code=137),
+        pod("drl-r1-rollout-0-x0", "rollout", index=0),
+        pod(
+            "drl-r1-rollout-1-x1",
+            "rollout",
+            ready=False,
+            state="waiting",
+            reason="CrashLoopBackOff",
+            restarts=4,
+            last_exit_code=1,
+            index=1,
+        ),
+        pod("drl-r1-evaluator-def", "evaluator", phase="Succeeded", ready=False, state="terminated", exit_code=0),
+        pod("drl-r1-redis-0", "redis"),
+    ]
+    pages = {
+        "drl-r1-trainer-abc": metrics_page(
+            "trainer", "trainer", "running", env_steps=4000, policy_version=7, transitions_per_s=512.5
+        ),
+        "drl-r1-rollout-0-x0": metrics_page("rollout", "rollout-0", produced=640, policy_version=6, uptime_s=10.0),
+    }
     fake = FakeScaleApi(metrics=pages, run_pods=pods)
     rows = {r.name: r for r in status_rows(fake, RUN, NS)}
     trainer, worker = rows["drl-r1-trainer-abc"], rows["drl-r1-rollout-0-x0"]
-    assert (trainer.role, trainer.state, trainer.policy_version, trainer.env_steps, trainer.rate) == \
-        ("trainer", "running", 7, 4000, 512.5)
+    assert (trainer.role, trainer.state, trainer.policy_version, trainer.env_steps, trainer.rate) == (
+        "trainer",
+        "running",
+        7,
+        4000,
+        512.5,
+    )
     assert trainer.restarts == 1 and trainer.last_error == "last exit code 137"
     assert (worker.role, worker.state, worker.env_steps, worker.policy_version) == ("rollout", "running", 640, 6)
     assert worker.rate == pytest.approx(64.0, rel=0.2)
@@ -456,16 +584,25 @@ def test_status_with_fake_kube_api_reads_each_pods_metrics():
 
 def test_status_through_the_cli_with_fake_kube_api(monkeypatch, capsys):
     pods = [pod("drl-r1-trainer-abc", "trainer"), pod("drl-r1-rollout-0-x0", "rollout", index=0)]
-    pages = {"drl-r1-trainer-abc": metrics_page("trainer", "trainer", "running", env_steps=1234,
-                                                policy_version=3)}
+    pages = {"drl-r1-trainer-abc": metrics_page("trainer", "trainer", "running", env_steps=1234, policy_version=3)}
     fake = FakeScaleApi(metrics=pages, run_pods=pods)
     monkeypatch.setattr("orchestrator.backends.kubernetes.api.KubeApi", lambda: fake)
     code, out, err = cli(["status", RUN, "--backend", "kubernetes", "--namespace", NS], capsys)
     assert code == 0, err
     lines = out.strip().splitlines()
     assert lines[0] == "run r1: Kubernetes namespace team-a, 2 pods"
-    assert lines[1].split() == ["NAME", "ROLE", "STATE", "POLICY", "ENV", "STEPS", "RATE/S", "RESTARTS", "LAST",
-                                "ERROR"]
+    assert lines[1].split() == [
+        "NAME",
+        "ROLE",
+        "STATE",
+        "POLICY",
+        "ENV",
+        "STEPS",
+        "RATE/S",
+        "RESTARTS",
+        "LAST",
+        "ERROR",
+    ]
     assert lines[2].split()[:5] == ["drl-r1-rollout-0-x0", "rollout", "running", "-", "-"]
     assert lines[3].split()[:5] == ["drl-r1-trainer-abc", "trainer", "running", "3", "1,234"]
 
@@ -477,6 +614,7 @@ def test_status_of_a_run_without_pods_with_fake_kube_api_is_exit_2():
 
 # -- the metrics page through the real client (kubernetes 36), served over real HTTP -------------------------
 
+
 class _ProxyHandler(http.server.BaseHTTPRequestHandler):
     """The API server's pod proxy as the client sees it: ``/api/v1/namespaces/NS/pods/NAME:PORT/proxy/PATH``."""
 
@@ -486,8 +624,9 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 (http.server's name)
         path = urllib.parse.unquote(self.path)
         type(self).paths.append(path)
-        status, content_type, body = self.pages.get(path, (404, "application/json",
-                                                                 b'{"kind": "Status", "message": "pods not found"}'))
+        status, content_type, body = self.pages.get(
+            path, (404, "application/json", b'{"kind": "Status", "message": "pods not found"}')
+        )
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -533,24 +672,34 @@ def test_the_installed_kubernetes_client_returns_the_repr_of_a_text_body(proxy_s
 
     server, handler = proxy_server
     page = metrics_page("trainer", "trainer", "running", env_steps=4000, policy_version=7)
-    handler.pages["/api/v1/namespaces/team-a/pods/drl-r1-trainer-abc:9090/proxy/metrics"] = \
-        (200, PROMETHEUS_TEXT, page.encode())
+    handler.pages["/api/v1/namespaces/team-a/pods/drl-r1-trainer-abc:9090/proxy/metrics"] = (
+        200,
+        PROMETHEUS_TEXT,
+        page.encode(),
+    )
     core = real_kube_api(server).groups["core"]
-    raw = core.connect_get_namespaced_pod_proxy_with_path(name="drl-r1-trainer-abc:9090", namespace="team-a",
-                                                          path="metrics")
+    raw = core.connect_get_namespaced_pod_proxy_with_path(
+        name="drl-r1-trainer-abc:9090", namespace="team-a", path="metrics"
+    )
     assert kubernetes.__version__.split(".")[0] == "36"
     assert raw.startswith("b'") and raw != page
 
 
 def test_pod_metrics_with_the_real_client_decodes_the_page_and_status_with_fake_kube_api_shows_its_counters(
-        proxy_server):
+    proxy_server,
+):
     server, handler = proxy_server
-    page = metrics_page("trainer", "trainer", "running", env_steps=4000, policy_version=7,
-                        transitions_per_s=512.5) + "# é\n"
+    page = (
+        metrics_page("trainer", "trainer", "running", env_steps=4000, policy_version=7, transitions_per_s=512.5)
+        + "# é\n"
+    )
     base = "/api/v1/namespaces/team-a/pods"
     handler.pages[f"{base}/drl-r1-trainer-abc:9090/proxy/metrics"] = (200, PROMETHEUS_TEXT, page.encode())
     handler.pages[f"{base}/drl-r1-rollout-0-x0:9090/proxy/metrics"] = (
-        503, "application/json", b'{"kind": "Status", "message": "error trying to reach service: dial tcp"}')
+        503,
+        "application/json",
+        b'{"kind": "Status", "message": "error trying to reach service: dial tcp"}',
+    )
     api = real_kube_api(server)
     assert api.pod_metrics(NS, "drl-r1-trainer-abc", 9090) == page
     assert handler.paths[-1] == f"{base}/drl-r1-trainer-abc:9090/proxy/metrics"

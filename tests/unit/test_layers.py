@@ -13,8 +13,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ("drl", "services", "orchestrator")
-FORBIDDEN_IN_ALGORITHMS = {"redis", "grpc", "kubernetes", "minio", "socket", "subprocess", "multiprocessing",
-                           "services", "orchestrator", "drl.memory", "drl.store", "torch.distributed"}
+FORBIDDEN_IN_ALGORITHMS = {
+    "redis",
+    "grpc",
+    "kubernetes",
+    "minio",
+    "socket",
+    "subprocess",
+    "multiprocessing",
+    "services",
+    "orchestrator",
+    "drl.memory",
+    "drl.store",
+    "torch.distributed",
+}
 NEVER = {"pickle", "cloudpickle", "dill", "marshal", "shelve"}
 SERVICES = ("trainer", "rollout", "evaluator")
 REDIS_IMPLEMENTATION = ROOT / "drl" / "memory" / "redis"
@@ -95,8 +107,23 @@ def test_no_pickle_anywhere_in_shipped_code():
 
 
 FLOORS = (
-    ("core", ("drl.core", "drl.errors", "drl.fields", "drl.device", "drl.envs", "drl.atari", "drl.frames",
-              "drl.naming", "drl.process", "drl.status", "drl.tensorboard", "drl._proto")),
+    (
+        "core",
+        (
+            "drl.core",
+            "drl.errors",
+            "drl.fields",
+            "drl.device",
+            "drl.envs",
+            "drl.atari",
+            "drl.frames",
+            "drl.naming",
+            "drl.process",
+            "drl.status",
+            "drl.tensorboard",
+            "drl._proto",
+        ),
+    ),
     ("memory and store", ("drl.memory", "drl.store")),
     ("acting and training", ("drl.acting", "drl.training")),
     ("algorithms", ("drl.algorithms",)),
@@ -187,15 +214,21 @@ def test_the_floor_rule_refuses_a_learner_importing_training_and_the_core_import
 
 def test_the_floor_rule_reads_imports_that_run_and_skips_those_for_the_type_checker(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from drl.config import X\n"
-                      "else:\n    from drl.training import replay\n"
-                      "def f():\n    from drl import config\n")
+    module.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from drl.config import X\n"
+        "else:\n    from drl.training import replay\n"
+        "def f():\n    from drl import config\n"
+    )
     assert _library_imports(module) == {"drl.training", "drl.config"}
 
 
 def _longest_class(folder: str) -> tuple[int, str]:
-    sizes = [(n.end_lineno - n.lineno + 1, f"{p.relative_to(ROOT)}:{n.name}") for p in _python(folder)
-             for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.ClassDef)]
+    sizes = [
+        (n.end_lineno - n.lineno + 1, f"{p.relative_to(ROOT)}:{n.name}")
+        for p in _python(folder)
+        for n in ast.walk(ast.parse(p.read_text()))
+        if isinstance(n, ast.ClassDef)
+    ]
     return max(sizes)
 
 

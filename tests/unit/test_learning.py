@@ -34,9 +34,13 @@ def transitions(spec, n: int, rng: np.random.Generator, extras: dict | None = No
         action = rng.integers(0, spec.discrete_actions, n).astype(np.int64)
     else:
         action = rng.uniform(-2, 2, (n, *spec.act_shape)).astype(np.float32)
-    out = {"obs": obs, "action": action, "reward": rng.standard_normal(n).astype(np.float32),
-           "next_obs": rng.standard_normal((n, *spec.obs_shape)).astype(np.float32),
-           "terminated": (rng.random(n) < 0.05).astype(np.uint8)}
+    out = {
+        "obs": obs,
+        "action": action,
+        "reward": rng.standard_normal(n).astype(np.float32),
+        "next_obs": rng.standard_normal((n, *spec.obs_shape)).astype(np.float32),
+        "terminated": (rng.random(n) < 0.05).astype(np.uint8),
+    }
     for name, (dtype, shape) in (extras or {}).items():
         out[name] = rng.integers(1, 4, (n, *shape)).astype(dtype)
     return out
@@ -49,8 +53,14 @@ class OldTrainerReplay:
     def __init__(self, learner, spec, cfg, extras):
         self.learner, self.cfg = learner, cfg
         if cfg.prioritized:
-            self.replay = PrioritizedReplay(spec, cfg.replay_size, seed=cfg.seed + 1, extras=extras,
-                                            alpha=cfg.priority_alpha, beta=cfg.priority_beta)
+            self.replay = PrioritizedReplay(
+                spec,
+                cfg.replay_size,
+                seed=cfg.seed + 1,
+                extras=extras,
+                alpha=cfg.priority_alpha,
+                beta=cfg.priority_beta,
+            )
         else:
             self.replay = ReplayBuffer(spec, cfg.replay_size, seed=cfg.seed + 1, extras=extras)
         self.consumed = 0
@@ -75,8 +85,11 @@ class OldTrainerReplay:
         tensors, learner_meta = self.learner.state()
         tensors = {f"learner.{k}": v for k, v in tensors.items()}
         tensors["rng.torch"] = torch.get_rng_state().numpy()
-        meta = {"learner": learner_meta, "replay_rng": self.replay.rng.bit_generator.state,
-                "counters": {"consumed": self.consumed}}
+        meta = {
+            "learner": learner_meta,
+            "replay_rng": self.replay.rng.bit_generator.state,
+            "counters": {"consumed": self.consumed},
+        }
         if self.cfg.checkpoint_replay:
             arrays, meta["replay"] = self.replay.dump()
             tensors.update({f"replay.{k}": v for k, v in arrays.items()})
@@ -127,8 +140,14 @@ def _replay_runs(spec, cfg, extras, entries):
 
 
 def test_uniform_replay_gives_the_trainers_updates_and_weights(pendulum):
-    cfg = replace(ExperimentConfig(), steps=600, learning_starts=100, updates_per_transition=0.5, replay_size=300,
-                  **{"sac.hidden": (16, 16), "sac.batch_size": 32})
+    cfg = replace(
+        ExperimentConfig(),
+        steps=600,
+        learning_starts=100,
+        updates_per_transition=0.5,
+        replay_size=300,
+        **{"sac.hidden": (16, 16), "sac.batch_size": 32},
+    )
     rng = np.random.default_rng(1)
     entries = [transitions(pendulum, 64, rng) for _ in range(8)]
     old, new, consumed = _replay_runs(pendulum, cfg, {}, entries)
@@ -139,9 +158,18 @@ def test_uniform_replay_gives_the_trainers_updates_and_weights(pendulum):
 
 
 def test_prioritized_replay_gives_the_trainers_updates_weights_and_priorities(cartpole):
-    cfg = replace(ExperimentConfig(), algorithm="dqn", env="CartPole-v1", steps=1000, learning_starts=64,
-                  prioritized=True, worker_priorities=True, priority_alpha=0.7, priority_beta=0.3,
-                  **{"dqn.hidden": (16,), "dqn.batch_size": 16})
+    cfg = replace(
+        ExperimentConfig(),
+        algorithm="dqn",
+        env="CartPole-v1",
+        steps=1000,
+        learning_starts=64,
+        prioritized=True,
+        worker_priorities=True,
+        priority_alpha=0.7,
+        priority_beta=0.3,
+        **{"dqn.hidden": (16,), "dqn.batch_size": 16},
+    )
     extras = {**NSTEP_FIELDS, "priority": ("<f4", ())}
     rng = np.random.default_rng(2)
     entries = [transitions(cartpole, 40, rng, extras) for _ in range(6)]
@@ -154,8 +182,9 @@ def test_prioritized_replay_gives_the_trainers_updates_weights_and_priorities(ca
 
 
 def test_owed_waits_for_learning_starts_and_a_batch(pendulum):
-    cfg = replace(ExperimentConfig(), learning_starts=50, updates_per_transition=2.0,
-                  **{"sac.hidden": (8,), "sac.batch_size": 80})
+    cfg = replace(
+        ExperimentConfig(), learning_starts=50, updates_per_transition=2.0, **{"sac.hidden": (8,), "sac.batch_size": 80}
+    )
     learning = ReplayLearning(make_learner("sac", pendulum, cfg, seed=0), pendulum, cfg)
     rng = np.random.default_rng(3)
     learning.add("rollout-0", 1, transitions(pendulum, 60, rng))
@@ -166,9 +195,17 @@ def test_owed_waits_for_learning_starts_and_a_batch(pendulum):
 
 
 def test_prioritized_beta_rises_and_td_errors_become_priorities(cartpole):
-    cfg = replace(ExperimentConfig(), algorithm="dqn", env="CartPole-v1", steps=400, learning_starts=0,
-                  prioritized=True, priority_alpha=0.5, priority_beta=0.4,
-                  **{"dqn.hidden": (8,), "dqn.batch_size": 8})
+    cfg = replace(
+        ExperimentConfig(),
+        algorithm="dqn",
+        env="CartPole-v1",
+        steps=400,
+        learning_starts=0,
+        prioritized=True,
+        priority_alpha=0.5,
+        priority_beta=0.4,
+        **{"dqn.hidden": (8,), "dqn.batch_size": 8},
+    )
     learning = ReplayLearning(make_learner("dqn", cartpole, cfg, seed=0), cartpole, cfg, keep=NSTEP_FIELDS)
     learning.add("rollout-0", 1, transitions(cartpole, 32, np.random.default_rng(4), NSTEP_FIELDS))
     for consumed, beta in ((100, 0.4 + 0.6 * 0.25), (400, 1.0), (800, 1.0)):
@@ -181,8 +218,16 @@ def test_prioritized_beta_rises_and_td_errors_become_priorities(cartpole):
 
 
 def test_replay_checkpoint_keys_are_the_trainers_and_round_trip(cartpole):
-    cfg = replace(ExperimentConfig(), algorithm="dqn", env="CartPole-v1", steps=1000, learning_starts=32,
-                  prioritized=True, checkpoint_replay=True, **{"dqn.hidden": (8,), "dqn.batch_size": 8})
+    cfg = replace(
+        ExperimentConfig(),
+        algorithm="dqn",
+        env="CartPole-v1",
+        steps=1000,
+        learning_starts=32,
+        prioritized=True,
+        checkpoint_replay=True,
+        **{"dqn.hidden": (8,), "dqn.batch_size": 8},
+    )
     extras = dict(NSTEP_FIELDS)
     rng = np.random.default_rng(5)
     entries = [transitions(cartpole, 24, rng, extras) for _ in range(3)]
@@ -201,9 +246,10 @@ def test_replay_checkpoint_keys_are_the_trainers_and_round_trip(cartpole):
     assert again.learner.updates == new.learner.updates
     assert again.size() == new.size()
     for name, column in new.replay.data.items():
-        np.testing.assert_array_equal(again.replay.data[name][:again.size()], column[:new.size()], err_msg=name)
-    np.testing.assert_allclose(again.replay.tree.leaves(np.arange(again.size())),
-                               new.replay.tree.leaves(np.arange(new.size())), rtol=1e-4)  # float32, eps again
+        np.testing.assert_array_equal(again.replay.data[name][: again.size()], column[: new.size()], err_msg=name)
+    np.testing.assert_allclose(
+        again.replay.tree.leaves(np.arange(again.size())), new.replay.tree.leaves(np.arange(new.size())), rtol=1e-4
+    )  # float32, eps again
     assert again.replay.rng.bit_generator.state == new.replay.rng.bit_generator.state
 
 
@@ -241,8 +287,11 @@ class RecordingLearner:
 
 def _entry(start: int, envs: list[int]) -> dict[str, np.ndarray]:
     n = len(envs)
-    return {"reward": np.arange(start, start + n, dtype=np.float32), "env_index": np.array(envs, np.uint16),
-            "truncated": np.zeros(n, np.uint8)}
+    return {
+        "reward": np.arange(start, start + n, dtype=np.float32),
+        "env_index": np.array(envs, np.uint16),
+        "truncated": np.zeros(n, np.uint8),
+    }
 
 
 def test_rollout_trains_once_per_iteration_on_segments_by_worker_seq_and_env():
@@ -255,7 +304,7 @@ def test_rollout_trains_once_per_iteration_on_segments_by_worker_seq_and_env():
     with pytest.raises(RuntimeError):
         learning.update(8)
     learning.end_iteration(consumed=28)
-    (segments, progress), = learning.learner.calls
+    ((segments, progress),) = learning.learner.calls
     assert progress == (28 - 8) / 100
     assert [s["reward"].tolist() for s in segments] == [[0, 10, 12], [1, 11, 13], [100, 101]]
     assert all(set(s) == {"reward", "env_index", "truncated"} for s in segments)
@@ -272,8 +321,14 @@ def test_rollout_progress_never_goes_below_zero():
 
 
 def test_rollout_gives_the_trainers_ppo_weights(cartpole):
-    cfg = replace(ExperimentConfig(), algorithm="ppo", env="CartPole-v1", steps=512, random_steps=0,
-                  **{"ppo.hidden": (8,), "ppo.epochs": 2, "ppo.minibatches": 4})
+    cfg = replace(
+        ExperimentConfig(),
+        algorithm="ppo",
+        env="CartPole-v1",
+        steps=512,
+        random_steps=0,
+        **{"ppo.hidden": (8,), "ppo.epochs": 2, "ppo.minibatches": 4},
+    )
     rng = np.random.default_rng(7)
     fields = {**TRAJECTORY_FIELDS}
     entries = []
@@ -295,8 +350,14 @@ def test_rollout_gives_the_trainers_ppo_weights(cartpole):
 
 
 def test_rollout_checkpoint_has_the_learner_only(cartpole):
-    cfg = replace(ExperimentConfig(), algorithm="ppo", env="CartPole-v1", random_steps=0, checkpoint_replay=True,
-                  **{"ppo.hidden": (8,)})
+    cfg = replace(
+        ExperimentConfig(),
+        algorithm="ppo",
+        env="CartPole-v1",
+        random_steps=0,
+        checkpoint_replay=True,
+        **{"ppo.hidden": (8,)},
+    )
     learning = RolloutLearning(make_learner("ppo", cartpole, cfg, seed=0), cfg)
     tensors, meta = learning.state(with_replay=True)
     assert tensors and all(k.startswith("learner.") for k in tensors)

@@ -14,12 +14,30 @@ from services.telemetry import TELEMETRY
 @pytest.fixture
 def telemetry():
     """The process-wide telemetry with a trainer's identity and fields, put back afterwards."""
-    saved = (TELEMETRY.role, TELEMETRY.name, TELEMETRY.run, TELEMETRY.restarts, dict(TELEMETRY.ports),
-             TELEMETRY.fields())
+    saved = (
+        TELEMETRY.role,
+        TELEMETRY.name,
+        TELEMETRY.run,
+        TELEMETRY.restarts,
+        dict(TELEMETRY.ports),
+        TELEMETRY.fields(),
+    )
     TELEMETRY.role, TELEMETRY.name, TELEMETRY.run, TELEMETRY.restarts = "trainer", "trainer", "run-m", 2
-    TELEMETRY.update({"state": "running", "env_steps": 1500, "updates": 500, "transitions_per_s": 812.5,
-                      "backlog": 3, "policy_version": 7, "critic_loss": 0.25, "alpha": 0.1,
-                      "last_eval_return": -900.5, "exit_reason": "", "episode_return": ""})
+    TELEMETRY.update(
+        {
+            "state": "running",
+            "env_steps": 1500,
+            "updates": 500,
+            "transitions_per_s": 812.5,
+            "backlog": 3,
+            "policy_version": 7,
+            "critic_loss": 0.25,
+            "alpha": 0.1,
+            "last_eval_return": -900.5,
+            "exit_reason": "",
+            "episode_return": "",
+        }
+    )
     yield TELEMETRY
     TELEMETRY.role, TELEMETRY.name, TELEMETRY.run, TELEMETRY.restarts = saved[:4]
     TELEMETRY.ports.clear()
@@ -40,10 +58,17 @@ def test_metrics_page_shows_the_telemetry_snapshot(telemetry, monkeypatch):
     assert port > 0 and telemetry.ports["metrics_port"] == port
     families = scrape(port)
     snap = telemetry.snapshot()
-    numeric = {k: v for k, v in snap.items()
-               if isinstance(v, (int, float)) and k not in ("metrics_port", "uptime_s")}
-    assert {"env_steps", "updates", "transitions_per_s", "backlog", "policy_version", "restarts", "critic_loss",
-            "last_eval_return"} <= set(numeric)
+    numeric = {k: v for k, v in snap.items() if isinstance(v, (int, float)) and k not in ("metrics_port", "uptime_s")}
+    assert {
+        "env_steps",
+        "updates",
+        "transitions_per_s",
+        "backlog",
+        "policy_version",
+        "restarts",
+        "critic_loss",
+        "last_eval_return",
+    } <= set(numeric)
     for field, value in numeric.items():
         family = families[f"drl_{field}"]
         (sample,) = family.samples
@@ -127,7 +152,13 @@ def test_the_policy_lag_is_a_prometheus_histogram(telemetry, monkeypatch):
     assert family.type == "histogram"
     buckets = {s.labels["le"]: s.value for s in family.samples if s.name == "drl_policy_lag_bucket"}
     assert (buckets["0"], buckets["2"], buckets["4"], buckets["32"], buckets["64"], buckets["+Inf"]) == (
-        60, 60, 90, 90, 100, 100)
+        60,
+        60,
+        90,
+        90,
+        100,
+        100,
+    )
     samples = {s.name: s.value for s in family.samples}
     assert samples["drl_policy_lag_count"] == 100 and samples["drl_policy_lag_sum"] == 3 * 30 + 40 * 10
     assert families["drl_lag_dropped"].samples[0].value == 7

@@ -11,9 +11,14 @@ from drl.training.replay import PrioritizedReplay, ReplayBuffer, SumTree
 
 
 def step(i: int, reward: float, terminated=False, truncated=False, envs=1) -> dict[str, np.ndarray]:
-    return {"obs": np.full((envs, 1), i, np.float32), "action": np.full((envs, 1), i, np.float32),
-            "reward": np.full(envs, reward, np.float32), "next_obs": np.full((envs, 1), i + 1, np.float32),
-            "terminated": np.full(envs, terminated, np.uint8), "truncated": np.full(envs, truncated, np.uint8)}
+    return {
+        "obs": np.full((envs, 1), i, np.float32),
+        "action": np.full((envs, 1), i, np.float32),
+        "reward": np.full(envs, reward, np.float32),
+        "next_obs": np.full((envs, 1), i + 1, np.float32),
+        "terminated": np.full(envs, terminated, np.uint8),
+        "truncated": np.full(envs, truncated, np.uint8),
+    }
 
 
 def test_nstep_folds_full_windows_and_drains_at_episode_end():
@@ -86,9 +91,13 @@ def spec():
 
 
 def rows(n: int, start: int = 0) -> dict[str, np.ndarray]:
-    return {"obs": np.arange(start, start + n, dtype=np.float32)[:, None].repeat(3, 1),
-            "action": np.zeros((n, 1), np.float32), "reward": np.arange(start, start + n, dtype=np.float32),
-            "next_obs": np.zeros((n, 3), np.float32), "terminated": np.zeros(n, np.uint8)}
+    return {
+        "obs": np.arange(start, start + n, dtype=np.float32)[:, None].repeat(3, 1),
+        "action": np.zeros((n, 1), np.float32),
+        "reward": np.arange(start, start + n, dtype=np.float32),
+        "next_obs": np.zeros((n, 3), np.float32),
+        "terminated": np.zeros(n, np.uint8),
+    }
 
 
 def test_importance_weights_by_hand(spec):
@@ -147,8 +156,14 @@ def test_replay_keeps_the_extras_it_is_told_with_their_shapes(spec):
         assert replay.data["nsteps"].shape == (4,) and replay.data["hint"].shape == (4, 2)
         assert replay.data["nsteps"].dtype == replay.data["hint"].dtype == np.float32
         assert "priority" not in replay.data
-        replay.add(rows(2) | {"nsteps": np.array([3, 1], np.uint8), "hint": np.ones((2, 2), np.float32),
-                             "priority": np.array([1.0, 2.0], np.float32)})
+        replay.add(
+            rows(2)
+            | {
+                "nsteps": np.array([3, 1], np.uint8),
+                "hint": np.ones((2, 2), np.float32),
+                "priority": np.array([1.0, 2.0], np.float32),
+            }
+        )
         batch = replay.sample(8)
         assert set(batch) >= {"nsteps", "hint"} and "priority" not in batch
         assert batch["hint"].shape == (8, 2)

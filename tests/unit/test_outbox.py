@@ -74,8 +74,9 @@ def test_a_data_loss_queues_the_unconsumed_again_ahead_of_new_entries_and_report
 
 
 def test_floors_are_read_from_their_text_and_malformed_ones_left_out():
-    assert parse_floors({"rollout-0": "12,340", "rollout-1": "x,1", "rollout-2": "3", "rollout-3": "4,5,6"}) == \
-        {"rollout-0": (12, 340)}
+    assert parse_floors({"rollout-0": "12,340", "rollout-1": "x,1", "rollout-2": "3", "rollout-3": "4,5,6"}) == {
+        "rollout-0": (12, 340)
+    }
     assert format_floor((12, 340)) == "12,340"
 
 

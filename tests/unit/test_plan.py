@@ -14,8 +14,14 @@ MEMORY_URL = f"redis://trainer:{SECRET}@valkey.example:6380/2"
 
 @pytest.fixture(params=[2, 5], ids=["2-workers", "5-workers"])
 def cfg(request):
-    return ExperimentConfig(workers=request.param, mode="async", trainer_threads=3, run_name="r",
-                            target_return=-150.0, sac=SACConfig(hidden=(32, 32), lr=0.01))
+    return ExperimentConfig(
+        workers=request.param,
+        mode="async",
+        trainer_threads=3,
+        run_name="r",
+        target_return=-150.0,
+        sac=SACConfig(hidden=(32, 32), lr=0.01),
+    )
 
 
 def make_plan(cfg, memory_url=MEMORY_URL, **kw):
@@ -28,8 +34,7 @@ def by_role(workloads):
 
 def test_roles_and_replicas(cfg):
     workloads = make_plan(cfg)
-    assert [(w.role, w.replicas) for w in workloads] == [("trainer", 1), ("rollout", cfg.workers),
-                                                          ("evaluator", 1)]
+    assert [(w.role, w.replicas) for w in workloads] == [("trainer", 1), ("rollout", cfg.workers), ("evaluator", 1)]
 
 
 def test_commands_run_the_service_modules(cfg):
@@ -83,8 +88,9 @@ def test_single_rollout_worker_is_still_indexed():
     assert rollout.replica_name(0) == "rollout-0"
 
 
-@pytest.mark.parametrize("memory_url", [MEMORY_URL, f"rediss://:{SECRET}@host:6379/0",
-                                        f"unix:///tmp/valkey.sock?password={SECRET}"])
+@pytest.mark.parametrize(
+    "memory_url", [MEMORY_URL, f"rediss://:{SECRET}@host:6379/0", f"unix:///tmp/valkey.sock?password={SECRET}"]
+)
 def test_credentials_never_appear_in_process_arguments(cfg, memory_url):
     for w in make_plan(cfg, memory_url=memory_url):
         joined = " ".join(w.command)
@@ -106,7 +112,8 @@ def test_a_group_of_learners_is_the_trainers_replicas(cfg):
     assert [trainer.replica_name(i) for i in trainer.indices()] == ["trainer", "learner-1", "learner-2"]
     assert [trainer.replica_role(i) for i in trainer.indices()] == ["trainer", "learner", "learner"]
     assert [trainer.replica_env(i)["DRL_LEARNER_RANK"] for i in trainer.indices()] == ["0", "1", "2"]
-    assert {(trainer.replica_env(i)["MASTER_ADDR"], trainer.replica_env(i)["MASTER_PORT"])
-            for i in trainer.indices()} == {("10.0.0.5", "29500")}
+    assert {
+        (trainer.replica_env(i)["MASTER_ADDR"], trainer.replica_env(i)["MASTER_PORT"]) for i in trainer.indices()
+    } == {("10.0.0.5", "29500")}
     alone = by_role(make_plan(cfg))["trainer"]
     assert alone.replicas == 1 and alone.replica_name(0) == "trainer" and "DRL_LEARNER_RANK" not in alone.env

@@ -22,8 +22,18 @@ def make_run(output, name, algorithm="sac", mode="async", workers=2, evaluations
     lines = []
     for i in range(evaluations):
         wall = 10.0 * i if resumed_at is None or i < resumed_at else 10.0 * (i - resumed_at)
-        lines.append(json.dumps({"version": i, "env_steps": 1000 * i, "wall_seconds": wall,
-                                 "mean_return": -1200.0 + 150 * i, "std_return": 20.0, "returns": []}))
+        lines.append(
+            json.dumps(
+                {
+                    "version": i,
+                    "env_steps": 1000 * i,
+                    "wall_seconds": wall,
+                    "mean_return": -1200.0 + 150 * i,
+                    "std_return": 20.0,
+                    "returns": [],
+                }
+            )
+        )
     (run_dir / "evaluations.jsonl").write_text("\n".join(lines) + "\n")
     return run_dir
 
@@ -70,8 +80,10 @@ def test_label_and_resumed_wall_clock(tmp_path):
 
 def test_label_of_a_scaled_run_shows_its_worker_counts(tmp_path):
     run_dir = make_run(tmp_path, "r", workers=2)
-    history = [{"wall_seconds": t, "env_steps": steps, "workers": n} for t, steps, n in ((0.0, 0, 2), (6.0, 900, 3),
-                                                                                          (9.0, 1500, 1))]
+    history = [
+        {"wall_seconds": t, "env_steps": steps, "workers": n}
+        for t, steps, n in ((0.0, 0, 2), (6.0, 900, 3), (9.0, 1500, 1))
+    ]
     (run_dir / "summary.json").write_text(json.dumps({"workers": 1, "workers_history": history}))
     assert read_curve(tmp_path, "r").label == "r (sac, async, 2 -> 3 -> 1 workers)"
     (run_dir / "summary.json").write_text(json.dumps({"workers": 2, "workers_history": history[:1]}))
@@ -85,8 +97,11 @@ def test_bad_runs_are_one_line_and_exit_2(tmp_path, capsys, case):
     make_run(tmp_path, "a")
     if case == "no_evaluations":
         make_run(tmp_path, "empty", evaluations=0)
-    argv = {"missing": ["plot", "nope"], "no_evaluations": ["plot", "empty"],
-            "missing_compare": ["plot", "a", "--compare", "nope"]}[case]
+    argv = {
+        "missing": ["plot", "nope"],
+        "no_evaluations": ["plot", "empty"],
+        "missing_compare": ["plot", "a", "--compare", "nope"],
+    }[case]
     assert run_main([*argv, "--output", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("drl-orchestrate: error: ") and "\n" not in err
@@ -109,8 +124,10 @@ def test_progress_is_a_fixed_width_bar():
     progress.show(steps=2_500, version=3, updates=400, last_eval=-900.0, best_eval=-850.0, backlog=1)
     progress.show(steps=5_000, version=4, updates=900, last_eval=None, best_eval=None, backlog=0)
     first, second = stream.getvalue().splitlines()
-    assert first.startswith(bar(0.25) + "  25% 2,500/10,000 steps | 250 steps/s | 0:00:30 left | eval -900.0 "
-                                        "(best -850.0) | policy v3 | 400 updates | backlog 1 | 0:00:10 elapsed")
+    assert first.startswith(
+        bar(0.25) + "  25% 2,500/10,000 steps | 250 steps/s | 0:00:30 left | eval -900.0 "
+        "(best -850.0) | policy v3 | 400 updates | backlog 1 | 0:00:10 elapsed"
+    )
     assert second.startswith(bar(0.5) + "  50% 5,000/10,000 steps")
     assert first.index("%") == second.index("%")
 
@@ -139,9 +156,9 @@ def screen(text: str) -> list[str]:
                 rows[row] = rows[row][:col]
             elif code == "J":
                 rows[row] = rows[row][:col]
-                del rows[row + 1:]
+                del rows[row + 1 :]
         else:
-            rows[row] = rows[row][:col].ljust(col) + token + rows[row][col + len(token):]
+            rows[row] = rows[row][:col].ljust(col) + token + rows[row][col + len(token) :]
             col += len(token)
     return [r for r in rows if r]
 
@@ -159,8 +176,16 @@ def test_progress_on_a_terminal_shows_the_useful_fields_whatever_its_width(monke
     rows = screen(stream.getvalue())
     assert 1 <= len(rows) <= 2 and all(len(row) < columns for row in rows), rows
     shown = " ".join(rows)
-    fields = ["123,457/1,000,000 steps", "steps/s", "left", "eval -1234.5 (best -1000.0)", "policy v3",
-              "401 updates", "backlog 1", "elapsed"]
+    fields = [
+        "123,457/1,000,000 steps",
+        "steps/s",
+        "left",
+        "eval -1234.5 (best -1000.0)",
+        "policy v3",
+        "401 updates",
+        "backlog 1",
+        "elapsed",
+    ]
     for field in fields if columns > 80 else fields[:-1]:  # with numbers this long, 80 columns cut the last one
         assert field in shown, (field, rows)
     progress.note("drl: a message")

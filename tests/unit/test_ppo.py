@@ -38,9 +38,14 @@ def test_gae_by_hand():
 
 
 def segment(n: int, obs_value: float, truncated_at: int | None = None) -> dict[str, np.ndarray]:
-    seg = {"obs": np.full((n, 4), obs_value, np.float32), "action": np.zeros(n, np.int64),
-           "reward": np.ones(n, np.float32), "next_obs": np.full((n, 4), obs_value, np.float32),
-           "terminated": np.zeros(n, np.uint8), "truncated": np.zeros(n, np.uint8)}
+    seg = {
+        "obs": np.full((n, 4), obs_value, np.float32),
+        "action": np.zeros(n, np.int64),
+        "reward": np.ones(n, np.float32),
+        "next_obs": np.full((n, 4), obs_value, np.float32),
+        "terminated": np.zeros(n, np.uint8),
+        "truncated": np.zeros(n, np.uint8),
+    }
     if truncated_at is not None:
         seg["truncated"][truncated_at] = 1
     return seg
@@ -58,8 +63,7 @@ def test_segments_are_cut_at_their_ends_and_truncations(cartpole):
     # segment 1: step 0 is truncated (cut, bootstrapped), steps 1-2 run to the segment's end
     expected = [d0, d0 + g * lam * d0, d0, d1 + g * lam * d1, d1]
     assert data["advantage"].tolist() == pytest.approx(expected, rel=1e-5)
-    assert data["return"].tolist() == pytest.approx([a + v for a, v in zip(expected, [v0] * 3 + [v1] * 2)],
-                                                    rel=1e-5)
+    assert data["return"].tolist() == pytest.approx([a + v for a, v in zip(expected, [v0] * 3 + [v1] * 2)], rel=1e-5)
 
 
 def test_clipped_surrogate_by_hand(cartpole):
@@ -68,8 +72,14 @@ def test_clipped_surrogate_by_hand(cartpole):
     action = torch.tensor([0, 1])
     with torch.no_grad():
         logp = learner.policy.log_prob(learner.policy.dist(obs), action)
-    mb = {"obs": obs, "action": action, "old_logp": logp - np.log(1.5), "advantage": torch.tensor([1.0, -1.0]),
-          "return": torch.zeros(2), "old_value": torch.zeros(2)}
+    mb = {
+        "obs": obs,
+        "action": action,
+        "old_logp": logp - np.log(1.5),
+        "advantage": torch.tensor([1.0, -1.0]),
+        "return": torch.zeros(2),
+        "old_value": torch.zeros(2),
+    }
     total, stats = learner.loss(mb)
     # ratio 1.5; standardised advantages +-1/sqrt(2) (std of [1, -1] is sqrt(2)):
     # A > 0: max(-A 1.5, -A 1.2) = -1.2 A; A < 0: max(-A 1.5, -A 1.2) = -1.5 A -> mean 0.15 / sqrt(2)
@@ -87,8 +97,14 @@ def test_value_loss_and_entropy_terms(cartpole):
         dist = learner.policy.dist(obs)
         logp = learner.policy.log_prob(dist, action)
         value = learner.value(obs)
-    mb = {"obs": obs, "action": action, "old_logp": logp, "advantage": torch.tensor([1.0, 2.0, 3.0, 4.0]),
-          "return": value + 2.0, "old_value": value}
+    mb = {
+        "obs": obs,
+        "action": action,
+        "old_logp": logp,
+        "advantage": torch.tensor([1.0, 2.0, 3.0, 4.0]),
+        "return": value + 2.0,
+        "old_value": value,
+    }
     total, stats = learner.loss(mb)
     assert stats["value_loss"].item() == pytest.approx(0.5 * 4.0, rel=1e-5)
     assert stats["policy_loss"].item() == pytest.approx(0.0, abs=1e-6)  # ratio 1, standardised advantages
@@ -98,9 +114,14 @@ def test_value_loss_and_entropy_terms(cartpole):
 def test_train_improves_the_surrogate_and_counts_steps(cartpole):
     learner = PPOLearner(cartpole, CFG, seed=0)
     rng = np.random.default_rng(0)
-    seg = {"obs": rng.normal(size=(64, 4)).astype(np.float32), "action": rng.integers(0, 2, 64),
-           "reward": rng.normal(size=64).astype(np.float32), "next_obs": rng.normal(size=(64, 4)).astype(np.float32),
-           "terminated": np.zeros(64, np.uint8), "truncated": np.zeros(64, np.uint8)}
+    seg = {
+        "obs": rng.normal(size=(64, 4)).astype(np.float32),
+        "action": rng.integers(0, 2, 64),
+        "reward": rng.normal(size=64).astype(np.float32),
+        "next_obs": rng.normal(size=(64, 4)).astype(np.float32),
+        "terminated": np.zeros(64, np.uint8),
+        "truncated": np.zeros(64, np.uint8),
+    }
     before = learner.policy_weights()
     metrics = learner.train([seg], progress=0.5)
     assert learner.updates == CFG.epochs * CFG.minibatches
@@ -130,8 +151,14 @@ def test_statistics_travel_with_the_policy(pendulum):
     learner = PPOLearner(pendulum, cfg, seed=0)
     rng = np.random.default_rng(1)
     obs = rng.normal(5, 3, size=(50, 3)).astype(np.float32)
-    seg = {"obs": obs, "action": rng.normal(size=(50, 1)).astype(np.float32), "reward": np.ones(50, np.float32),
-           "next_obs": obs, "terminated": np.zeros(50, np.uint8), "truncated": np.zeros(50, np.uint8)}
+    seg = {
+        "obs": obs,
+        "action": rng.normal(size=(50, 1)).astype(np.float32),
+        "reward": np.ones(50, np.float32),
+        "next_obs": obs,
+        "terminated": np.zeros(50, np.uint8),
+        "truncated": np.zeros(50, np.uint8),
+    }
     learner.train([seg])
     weights = learner.policy_weights()
     np.testing.assert_allclose(weights["norm.mean"], obs.astype(np.float64).mean(0), rtol=1e-6)
@@ -204,8 +231,9 @@ def test_flat_parameters_train_as_separate_ones(cartpole):
         torch.nn.utils.clip_grad_norm_([*policy.parameters(), *value.parameters()], a.cfg.max_grad_norm)
         opt.step()
     assert float(a.flat.param.grad.abs().sum()) > 0
-    for mine, theirs in zip([*a.policy.parameters(), *a.value.parameters()],
-                            [*policy.parameters(), *value.parameters()]):
+    for mine, theirs in zip(
+        [*a.policy.parameters(), *a.value.parameters()], [*policy.parameters(), *value.parameters()]
+    ):
         np.testing.assert_allclose(mine.detach().numpy(), theirs.detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
@@ -225,9 +253,10 @@ def test_checkpoint_with_per_parameter_optimizer_state_resumes(cartpole):
     b.load_state(tensors, meta)
     moments = torch.cat([opt.state[p]["exp_avg"].reshape(-1) for p in [*policy.parameters(), *value.parameters()]])
     np.testing.assert_allclose(b.opt.state[b.flat.param]["exp_avg"].numpy(), moments.numpy())
-    np.testing.assert_allclose(b.flat.param.detach().numpy(),
-                               torch.cat([p.detach().reshape(-1) for p in [*policy.parameters(),
-                                                                           *value.parameters()]]).numpy())
+    np.testing.assert_allclose(
+        b.flat.param.detach().numpy(),
+        torch.cat([p.detach().reshape(-1) for p in [*policy.parameters(), *value.parameters()]]).numpy(),
+    )
     b.train([segment(16, 0.3)])
     assert b.updates > 1
 
@@ -249,8 +278,7 @@ def test_actor_matches_the_learners_policy_and_samples_its_distribution(cartpole
             sampled = actor.act(np.repeat(obs[:1], 20_000, 0))
             assert (sampled == 1).mean() == pytest.approx(probs[0, 1], abs=0.015)
         else:
-            np.testing.assert_allclose(actor.act(obs, deterministic=True), np.clip(out, -2, 2), rtol=1e-5,
-                                       atol=1e-5)
+            np.testing.assert_allclose(actor.act(obs, deterministic=True), np.clip(out, -2, 2), rtol=1e-5, atol=1e-5)
             noise = actor.act(np.repeat(obs[:1], 20_000, 0))[:, 0] - out[0, 0]
             assert noise.std() == pytest.approx(np.exp(-0.5), rel=0.03)
 
@@ -259,12 +287,14 @@ def test_acting_processes_do_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys, services.rollout.worker, services.evaluator.evaluator\n"
-            "from drl.algorithms import make_actor\nfrom drl.config import ExperimentConfig\n"
-            "from drl.envs import space_spec\n"
-            "for a, e in (('sac', 'Pendulum-v1'), ('td3', 'Pendulum-v1'), ('ppo', 'CartPole-v1'), "
-            "('dqn', 'CartPole-v1')):\n    make_actor(a, space_spec(e), ExperimentConfig(), 0)\n"
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys, services.rollout.worker, services.evaluator.evaluator\n"
+        "from drl.algorithms import make_actor\nfrom drl.config import ExperimentConfig\n"
+        "from drl.envs import space_spec\n"
+        "for a, e in (('sac', 'Pendulum-v1'), ('td3', 'Pendulum-v1'), ('ppo', 'CartPole-v1'), "
+        "('dqn', 'CartPole-v1')):\n    make_actor(a, space_spec(e), ExperimentConfig(), 0)\n"
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -277,11 +307,19 @@ IMAGE_CFG = PPOConfig(epochs=2, minibatches=4, lr=1e-3)
 def image_segment(spec: SpaceSpec, n: int, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     obs = rng.integers(0, 2, (n + 1, *spec.obs_shape), dtype=np.uint8) * 255
-    action = rng.integers(0, spec.discrete_actions, n) if spec.discrete_actions else \
-        rng.normal(size=(n, *spec.act_shape)).astype(np.float32)
-    return {"obs": obs[:-1], "action": action, "next_obs": obs[1:],
-            "reward": rng.normal(size=n).astype(np.float32), "terminated": (rng.random(n) < 0.05).astype(np.uint8),
-            "truncated": np.zeros(n, np.uint8)}
+    action = (
+        rng.integers(0, spec.discrete_actions, n)
+        if spec.discrete_actions
+        else rng.normal(size=(n, *spec.act_shape)).astype(np.float32)
+    )
+    return {
+        "obs": obs[:-1],
+        "action": action,
+        "next_obs": obs[1:],
+        "reward": rng.normal(size=n).astype(np.float32),
+        "terminated": (rng.random(n) < 0.05).astype(np.uint8),
+        "truncated": np.zeros(n, np.uint8),
+    }
 
 
 @pytest.mark.parametrize("spec", [MINATAR, ATARI], ids=["minatar", "atari"])

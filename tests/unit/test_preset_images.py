@@ -15,8 +15,12 @@ def test_dqn_atari_holds_cleanrls_values():
     cfg = get_preset("dqn-atari")
     assert isinstance(cfg, ExperimentConfig) and cfg.validate() is cfg
     assert (cfg.algorithm, cfg.env, cfg.preset) == ("dqn", "ALE/Pong-v5", "dqn-atari")
-    assert (cfg.steps, cfg.replay_size, cfg.learning_starts, cfg.updates_per_transition) == \
-        (10_000_000, 1_000_000, 80_000, 0.25)
+    assert (cfg.steps, cfg.replay_size, cfg.learning_starts, cfg.updates_per_transition) == (
+        10_000_000,
+        1_000_000,
+        80_000,
+        0.25,
+    )
     d = cfg.dqn
     assert (d.encoder, d.lr, d.gamma, d.batch_size, d.n_step) == ("nature", 1e-4, 0.99, 32, 3)
     assert d.target_update_every / cfg.updates_per_transition == 1000  # CleanRL: every 1,000 env steps
@@ -46,8 +50,12 @@ def test_dqn_and_ppo_pick_image_settings_by_env_id_without_creating_it(name, mon
     block = getattr(minatar, name)
     assert (minatar.preset, minatar.env, block.encoder) == (name, "MinAtar/Breakout-v1", "minatar")
     if name == "dqn":
-        assert (minatar.replay_size, block.batch_size, block.target_update_every, block.eps_end) == \
-            (100_000, 32, 1_000, 0.1)
+        assert (minatar.replay_size, block.batch_size, block.target_update_every, block.eps_end) == (
+            100_000,
+            32,
+            1_000,
+            0.1,
+        )
     atari = get_preset(name, "ALE/Breakout-v5")  # the -atari values under the preset's own name
     assert atari == dataclasses.replace(get_preset(f"{name}-atari", "ALE/Breakout-v5"), preset=name)
     assert get_preset("dqn", "ALE/Pong-ram-v5").dqn.encoder == "auto"  # RAM bytes are a vector

@@ -32,7 +32,8 @@ def test_committed_proto_code_is_current(tmp_path):
     assert {p.relative_to(tmp_path).as_posix() for p in returned} == set(fresh)
     assert set(fresh) == set(committed), (
         f"{HINT}; only generated: {sorted(set(fresh) - set(committed))}, "
-        f"only committed: {sorted(set(committed) - set(fresh))}")
+        f"only committed: {sorted(set(committed) - set(fresh))}"
+    )
     differing = sorted(name for name in fresh if fresh[name] != committed[name])
     assert not differing, f"{HINT}; differing files: {differing}"
 

@@ -59,8 +59,7 @@ print(json.dumps({"threads": len(after), "ports": [control_port, metrics_port],
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts context switches through Linux's /proc")
 def test_endpoint_threads_stay_asleep_while_the_main_loop_computes():
-    out = subprocess.run([sys.executable, "-c", SCRIPT, "2.0"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-c", SCRIPT, "2.0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert all(result["ports"]) and result["threads"] >= 2

@@ -37,6 +37,7 @@ def transitions(spec: SpaceSpec, start: int, n: int) -> dict[str, np.ndarray]:
 
 # -- ReplayBuffer ---------------------------------------------------------------------------------------
 
+
 def test_add_fills_then_wraps_around():
     buf = ReplayBuffer(PENDULUM, capacity=10, seed=0)
     assert len(buf) == 0
@@ -117,6 +118,7 @@ def test_sampling_is_reproducible_by_seed():
 
 # -- SeqTracker -----------------------------------------------------------------------------------------
 
+
 def test_new_sequences_are_not_seen_and_repeats_are():
     t = SeqTracker()
     assert t.seen("w0", 1) is False
@@ -168,9 +170,9 @@ def test_bounded_reordering_keeps_above_small():
     rng = random.Random(0)
     seqs = list(range(1, 5001))
     for start in range(0, len(seqs), 8):
-        chunk = seqs[start:start + 8]
+        chunk = seqs[start : start + 8]
         rng.shuffle(chunk)
-        seqs[start:start + 8] = chunk
+        seqs[start : start + 8] = chunk
     t = SeqTracker()
     for seq in seqs:
         assert t.seen("w", seq) is False

@@ -22,8 +22,9 @@ def spec():
     return space_spec("Pendulum-v1")
 
 
-def synthetic_batch(n: int = 32, seed: int = 0, reward: float | None = None,
-                    terminated: float | None = None) -> dict[str, torch.Tensor]:
+def synthetic_batch(
+    n: int = 32, seed: int = 0, reward: float | None = None, terminated: float | None = None
+) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     obs = torch.rand(n, 3, generator=g) * 2 - 1
     return {
@@ -31,8 +32,9 @@ def synthetic_batch(n: int = 32, seed: int = 0, reward: float | None = None,
         "action": torch.rand(n, 1, generator=g) * 4 - 2,
         "reward": torch.full((n,), reward) if reward is not None else torch.randn(n, generator=g),
         "next_obs": torch.rand(n, 3, generator=g) * 2 - 1,
-        "terminated": (torch.full((n,), terminated) if terminated is not None
-                       else (torch.rand(n, generator=g) < 0.1).float()),
+        "terminated": (
+            torch.full((n,), terminated) if terminated is not None else (torch.rand(n, generator=g) < 0.1).float()
+        ),
     }
 
 
@@ -85,8 +87,9 @@ def test_critic_learns_a_constant_terminal_target(spec):
     """reward 1 and terminated 1 make the Q target exactly 1, whatever the actor and temperature do."""
     learner = SACLearner(spec, CFG, seed=1)
     first = learner.update(synthetic_batch(seed=0, reward=1.0, terminated=1.0))["critic_loss"]
-    losses = [learner.update(synthetic_batch(seed=i % 8, reward=1.0, terminated=1.0))["critic_loss"]
-              for i in range(300)]
+    losses = [
+        learner.update(synthetic_batch(seed=i % 8, reward=1.0, terminated=1.0))["critic_loss"] for i in range(300)
+    ]
     final = float(np.mean(losses[-10:]))
     assert first > 0.1, f"initial critic loss {first} is already small; the test would prove nothing"
     assert final < 0.05, f"critic loss {first:.3f} -> {final:.4f} after 300 updates"
@@ -142,8 +145,7 @@ def test_loading_wrong_shaped_weights_raises_value_error(spec):
     actor = SACActor(spec, CFG, seed=0)
     weights = SACLearner(spec, CFG, seed=0).policy_weights()
     name = next(iter(weights))
-    bad = dict(weights, **{name: np.zeros((*weights[name].shape[:-1], weights[name].shape[-1] + 1),
-                                          dtype=np.float32)})
+    bad = dict(weights, **{name: np.zeros((*weights[name].shape[:-1], weights[name].shape[-1] + 1), dtype=np.float32)})
     with pytest.raises(ValueError):
         actor.load(bad)
 

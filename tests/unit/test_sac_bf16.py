@@ -18,10 +18,13 @@ SPEC = space_spec("LunarLanderContinuous-v3")
 def _batch(n: int, seed: int) -> dict[str, torch.Tensor]:
     rng = np.random.default_rng(seed)
     obs = rng.standard_normal((n, 8)).astype(np.float32)
-    return {"obs": torch.from_numpy(obs), "next_obs": torch.from_numpy(obs + 0.1),
-            "action": torch.from_numpy(rng.uniform(-1, 1, (n, 2)).astype(np.float32)),
-            "reward": torch.from_numpy(rng.standard_normal(n).astype(np.float32)),
-            "terminated": torch.from_numpy((rng.random(n) < 0.05).astype(np.float32))}
+    return {
+        "obs": torch.from_numpy(obs),
+        "next_obs": torch.from_numpy(obs + 0.1),
+        "action": torch.from_numpy(rng.uniform(-1, 1, (n, 2)).astype(np.float32)),
+        "reward": torch.from_numpy(rng.standard_normal(n).astype(np.float32)),
+        "terminated": torch.from_numpy((rng.random(n) < 0.05).astype(np.float32)),
+    }
 
 
 def _after_updates(matmul: str, updates: int = 3) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[dict]]:
@@ -71,4 +74,5 @@ def test_only_wide_products_are_rounded():
 
 def test_an_unknown_precision_is_refused():
     assert SACConfig(matmul="float16").problems("--sac.") == [
-        "--sac.matmul must be one of float32, bfloat16, got 'float16'"]
+        "--sac.matmul must be one of float32, bfloat16, got 'float16'"
+    ]

@@ -92,8 +92,12 @@ class Reference:
             for net, target in zip(self.q, self.q_target):
                 for p, tp in zip(net.parameters(), target.parameters()):
                     tp.lerp_(p, self.cfg.tau)
-        metrics = {"critic_loss": critic_loss.item(), "actor_loss": actor_loss.item(), "alpha": float(alpha),
-                   "entropy": -logp.mean().item()}
+        metrics = {
+            "critic_loss": critic_loss.item(),
+            "actor_loss": actor_loss.item(),
+            "alpha": float(alpha),
+            "entropy": -logp.mean().item(),
+        }
         return metrics, td_errors
 
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -124,20 +128,23 @@ def learner_tensors(learner: SACLearner) -> dict[str, torch.Tensor]:
     out.update({f"critic.{k}": v for k, v in learner.critic.state_dict().items()})
     out.update({f"critic_target.{k}": v for k, v in learner.critic_target.state_dict().items()})
     out["log_alpha"] = learner.log_alpha.detach()
-    for prefix, opt, flat, module in (("actor_opt", learner.actor_opt, learner._actor_flat, learner.actor),
-                                      ("critic_opt", learner.critic_opt, learner._critic_flat, learner.critic)):
+    for prefix, opt, flat, module in (
+        ("actor_opt", learner.actor_opt, learner._actor_flat, learner.actor),
+        ("critic_opt", learner.critic_opt, learner._critic_flat, learner.critic),
+    ):
         for slot in ("exp_avg", "exp_avg_sq"):
             moment = opt.state[flat.param][slot]
             for key, p in module.named_parameters():
                 offset = flat.offsets[id(p)]
-                out[f"{prefix}.{key}.{slot}"] = moment[offset:offset + p.numel()].view_as(p)
+                out[f"{prefix}.{key}.{slot}"] = moment[offset : offset + p.numel()].view_as(p)
             if prefix == "actor_opt":
                 out[f"alpha_opt.{slot}"] = moment[flat.offsets[id(learner.log_alpha)]]
     return out
 
 
-def batch(n: int, seed: int, weighted: bool = False, dtype=torch.float32, device: str = "cpu"
-          ) -> dict[str, torch.Tensor]:
+def batch(
+    n: int, seed: int, weighted: bool = False, dtype=torch.float32, device: str = "cpu"
+) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     out = {
         "obs": torch.rand(n, 3, generator=g) * 2 - 1,

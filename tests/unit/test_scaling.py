@@ -57,8 +57,13 @@ def test_local_scale_up_adds_fresh_names_after_the_highest_index():
     plan = plan_shares(s, steps=STEPS, steps_done=0, workers=5, margin=MARGIN, next_index=3)
     assert plan.added == ("rollout-3", "rollout-4")
     assert plan.remaining == STEPS - 6000
-    assert plan.shares == {"rollout-0": 1000 + 1200, "rollout-1": 2000 + 1200, "rollout-2": 3000 + 1200,
-                           "rollout-3": 1200, "rollout-4": 1200}
+    assert plan.shares == {
+        "rollout-0": 1000 + 1200,
+        "rollout-1": 2000 + 1200,
+        "rollout-2": 3000 + 1200,
+        "rollout-3": 1200,
+        "rollout-4": 1200,
+    }
     assert promised(s, plan.shares) == STEPS
 
 
@@ -82,8 +87,9 @@ def test_a_finishing_worker_keeps_its_share_and_a_new_one_takes_over():
 
 def test_exited_local_workers_count_with_what_they_produced():
     s = three_workers((4000, 1000, 1000))
-    plan = plan_shares(s, steps=STEPS, steps_done=0, workers=2, margin=MARGIN, next_index=3,
-                       alive={"rollout-1", "rollout-2"})
+    plan = plan_shares(
+        s, steps=STEPS, steps_done=0, workers=2, margin=MARGIN, next_index=3, alive={"rollout-1", "rollout-2"}
+    )
     assert plan.remaining == STEPS - 6000 and set(plan.shares) == {"rollout-1", "rollout-2"}
 
 
@@ -116,23 +122,31 @@ def test_indexed_scale_down_removes_every_index_beyond_the_count():
 
 
 def test_indexed_scale_down_to_one_then_up_brings_retired_names_back_with_what_they_produced():
-    after_down = Snapshot({"rollout-0": 2000, "rollout-1": 1500, "rollout-2": 1500},
-                          {"rollout-0": 9000, "rollout-1": 1500, "rollout-2": 1500},
-                          {"rollout-0": "active", "rollout-1": "retired", "rollout-2": "retired"})
+    after_down = Snapshot(
+        {"rollout-0": 2000, "rollout-1": 1500, "rollout-2": 1500},
+        {"rollout-0": 9000, "rollout-1": 1500, "rollout-2": 1500},
+        {"rollout-0": "active", "rollout-1": "retired", "rollout-2": "retired"},
+    )
     plan = plan_indexed_shares(after_down, steps=STEPS, steps_done=0, workers=4, margin=MARGIN)
     assert plan.collecting == ("rollout-0",)
     assert plan.added == ("rollout-1", "rollout-2", "rollout-3")
     assert plan.retired == ()
     assert plan.remaining == STEPS - 5000
-    assert plan.shares == {"rollout-0": 2000 + 1750, "rollout-1": 1500 + 1750, "rollout-2": 1500 + 1750,
-                           "rollout-3": 1750}
+    assert plan.shares == {
+        "rollout-0": 2000 + 1750,
+        "rollout-1": 1500 + 1750,
+        "rollout-2": 1500 + 1750,
+        "rollout-3": 1750,
+    }
     assert sum(plan.shares.values()) == STEPS
 
 
 def test_indexed_scale_up_keeps_finishing_workers_and_retired_names_beyond_the_count():
-    s = Snapshot({"rollout-0": 3995, "rollout-1": 1000, "rollout-5": 700},
-                 {"rollout-0": 4000, "rollout-1": 4000, "rollout-5": 700},
-                 {"rollout-0": "active", "rollout-1": "active", "rollout-5": "retired"})
+    s = Snapshot(
+        {"rollout-0": 3995, "rollout-1": 1000, "rollout-5": 700},
+        {"rollout-0": 4000, "rollout-1": 4000, "rollout-5": 700},
+        {"rollout-0": "active", "rollout-1": "active", "rollout-5": "retired"},
+    )
     plan = plan_indexed_shares(s, steps=STEPS, steps_done=0, workers=3, margin=MARGIN)
     assert plan.finishing == ("rollout-0",) and plan.collecting == ("rollout-1",)
     assert plan.added == ("rollout-2",) and plan.retired == ("rollout-5",)
@@ -149,8 +163,11 @@ def test_indexed_same_count_is_idempotent():
 
 
 def test_indexed_with_only_finishing_workers_left_gives_them_the_steps_left():
-    s = Snapshot({"rollout-0": 3990, "rollout-1": 1000}, {"rollout-0": 4000, "rollout-1": 8000},
-                 {"rollout-0": "active", "rollout-1": "retired"})
+    s = Snapshot(
+        {"rollout-0": 3990, "rollout-1": 1000},
+        {"rollout-0": 4000, "rollout-1": 8000},
+        {"rollout-0": "active", "rollout-1": "retired"},
+    )
     plan = plan_indexed_shares(s, steps=STEPS, steps_done=0, workers=1, margin=MARGIN)
     assert plan.collecting == ("rollout-0",) and plan.finishing == ()
     assert plan.shares == {"rollout-0": STEPS - 1000, "rollout-1": 1000}

@@ -38,8 +38,11 @@ class Run:
 
     def go(self) -> dict:
         trainer = Trainer(self.ctx("trainer"))
-        services = [trainer, *(RolloutWorker(self.ctx("rollout", i)) for i in range(self.cfg.workers)),
-                    Evaluator(self.ctx("evaluator"))]
+        services = [
+            trainer,
+            *(RolloutWorker(self.ctx("rollout", i)) for i in range(self.cfg.workers)),
+            Evaluator(self.ctx("evaluator")),
+        ]
         threads = [threading.Thread(target=self._guard, args=(s.run,), daemon=True) for s in services]
         for t in threads:
             t.start()
@@ -50,10 +53,15 @@ class Run:
         assert not any(t.is_alive() for t in threads), "a service loop did not end"
         control = open_memory(self.url, self.run).control()
         try:
-            return {"trainer": trainer, "produced": sum(control.produced().values()),
-                    "status": control.status("trainer"), "unconsumed": control.unconsumed(),
-                    "done": control.workers_done(),
-                    "evaluator": control.status("evaluator"), "trainer_done": control.trainer_done()}
+            return {
+                "trainer": trainer,
+                "produced": sum(control.produced().values()),
+                "status": control.status("trainer"),
+                "unconsumed": control.unconsumed(),
+                "done": control.workers_done(),
+                "evaluator": control.status("evaluator"),
+                "trainer_done": control.trainer_done(),
+            }
         finally:
             inproc.discard(self.name)
 
@@ -84,9 +92,18 @@ def test_an_async_sac_run_of_threads_consumes_every_transition_once(tmp_path):
 
 
 def test_a_sync_ppo_run_of_threads_trains_once_per_iteration(tmp_path):
-    cfg = fast_config(algorithm="ppo", env="CartPole-v1", mode="sync", workers=2, steps=2048, random_steps=0,
-                      learning_starts=0, sync_steps_per_iteration=512, envs_per_worker=2,
-                      ppo=PPOConfig(hidden=(16, 16), epochs=2, minibatches=2))
+    cfg = fast_config(
+        algorithm="ppo",
+        env="CartPole-v1",
+        mode="sync",
+        workers=2,
+        steps=2048,
+        random_steps=0,
+        learning_starts=0,
+        sync_steps_per_iteration=512,
+        envs_per_worker=2,
+        ppo=PPOConfig(hidden=(16, 16), epochs=2, minibatches=2),
+    )
     result = Run(cfg, tmp_path).go()
     _balanced(result, 2048)
     trainer = result["trainer"]
@@ -95,9 +112,19 @@ def test_a_sync_ppo_run_of_threads_trains_once_per_iteration(tmp_path):
 
 
 def test_an_async_dqn_run_folds_n_steps_and_sends_worker_priorities(tmp_path):
-    cfg = fast_config(algorithm="dqn", env="CartPole-v1", workers=2, steps=3000, random_steps=300,
-                      learning_starts=300, updates_per_transition=0.05, prioritized=True, worker_priorities=True,
-                      envs_per_worker=2, dqn=DQNConfig(hidden=(16, 16), batch_size=32, n_step=3))
+    cfg = fast_config(
+        algorithm="dqn",
+        env="CartPole-v1",
+        workers=2,
+        steps=3000,
+        random_steps=300,
+        learning_starts=300,
+        updates_per_transition=0.05,
+        prioritized=True,
+        worker_priorities=True,
+        envs_per_worker=2,
+        dqn=DQNConfig(hidden=(16, 16), batch_size=32, n_step=3),
+    )
     result = Run(cfg, tmp_path).go()
     _balanced(result, 3000)
     replay = result["trainer"].learning.replay

@@ -30,10 +30,21 @@ def test_shard_zero_keeps_the_run_keys_and_others_have_their_own_experience_keys
 
 
 def test_merged_states_sum_the_counts_and_keep_each_workers_fields():
-    merged = merge_states([{"consumed": "10", "duplicates": "1", "updates": "4", "seq:rollout-0": "3"},
-                           {"consumed": "5", "lost": "2", "updates": "6", "seq:rollout-1": "1,3"}, {}])
-    assert merged == {"consumed": "15", "duplicates": "1", "lost": "2", "updates": "6", "seq:rollout-0": "3",
-                      "seq:rollout-1": "1,3"}
+    merged = merge_states(
+        [
+            {"consumed": "10", "duplicates": "1", "updates": "4", "seq:rollout-0": "3"},
+            {"consumed": "5", "lost": "2", "updates": "6", "seq:rollout-1": "1,3"},
+            {},
+        ]
+    )
+    assert merged == {
+        "consumed": "15",
+        "duplicates": "1",
+        "lost": "2",
+        "updates": "6",
+        "seq:rollout-0": "3",
+        "seq:rollout-1": "1,3",
+    }
     assert merge_states([]) == {}
 
 

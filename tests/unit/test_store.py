@@ -41,6 +41,7 @@ def folder(version: int) -> str:
 
 # -- LocalStore -----------------------------------------------------------------------------------------
 
+
 def test_put_get_list_delete(store):
     store.put("a/b/one.bin", b"1")
     store.put("a/b/two.bin", b"22")
@@ -116,10 +117,12 @@ def test_store_directory_that_cannot_be_created_is_a_user_error(tmp_path):
 
 # -- PolicyStore ----------------------------------------------------------------------------------------
 
+
 def test_publish_then_load_returns_identical_weights(policies):
     published = weights(1)
-    manifest = policies.publish(3, published, algorithm="sac", env_steps=1234, updates=56,
-                                observation_space="Box(3)", action_space="Box(1)")
+    manifest = policies.publish(
+        3, published, algorithm="sac", env_steps=1234, updates=56, observation_space="Box(3)", action_space="Box(1)"
+    )
 
     loaded_manifest, loaded = policies.load(3)
 
@@ -233,6 +236,7 @@ def test_retain_with_fewer_versions_than_keep_deletes_nothing(policies):
 
 
 # -- edge cases that once slipped through ----
+
 
 @pytest.mark.parametrize("key", ["", "."])
 def test_degenerate_keys_are_rejected_and_nothing_leaks_outside_the_root(tmp_path, key):

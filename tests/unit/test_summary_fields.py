@@ -8,12 +8,22 @@ from drl.training.accounting import count_fields, eval_fields, tally
 
 
 def test_the_transition_fields_name_each_figure_of_the_accounts():
-    acc = tally({"consumed": "90", "stale": "4", "lost": "3", "duplicates": "7"},
-                {"rollout-0": 60, "rollout-1": 45}, unconsumed=8, dead_letters={"truncated": 2})
+    acc = tally(
+        {"consumed": "90", "stale": "4", "lost": "3", "duplicates": "7"},
+        {"rollout-0": 60, "rollout-1": 45},
+        unconsumed=8,
+        dead_letters={"truncated": 2},
+    )
     assert count_fields(acc) == {
-        "env_steps": 105, "transitions_produced": 105, "transitions_consumed": 90, "transitions_unconsumed": 8,
-        "duplicates_dropped": 7, "stale_dropped": 4, "dead_lettered": {"truncated": 2},
-        "dropped": {"stale": 4, "dead_letters": 0, "lost": 3}}
+        "env_steps": 105,
+        "transitions_produced": 105,
+        "transitions_consumed": 90,
+        "transitions_unconsumed": 8,
+        "duplicates_dropped": 7,
+        "stale_dropped": 4,
+        "dead_lettered": {"truncated": 2},
+        "dropped": {"stale": 4, "dead_letters": 0, "lost": 3},
+    }
 
 
 def test_accounts_without_a_stale_drop_report_none_dropped_as_stale():

@@ -18,14 +18,19 @@ def test_each_program_a_tier_calls_is_among_its_needs():
     missing = []
     for tier, (needs, _, code) in sp.TIERS.items():
         declared = {n.tool for n in needs}
-        missing += [f"{tier}: {tool} ({where})" for tool, where in sp.called_tools(code).items()
-                    if tool not in declared]
+        missing += [
+            f"{tier}: {tool} ({where})" for tool, where in sp.called_tools(code).items() if tool not in declared
+        ]
     assert not missing, f"programs called but not declared in tests/system_packages.py: {missing}"
 
 
 def test_each_need_is_on_a_fresh_machine_or_in_the_tiers_install_list():
-    lacking = [f"{tier}: {n.tool} needs Debian's {n.package}" for tier, (needs, installs, _) in sp.TIERS.items()
-               for n in needs if n.package not in sp.FRESH_MACHINE and n.package not in installs]
+    lacking = [
+        f"{tier}: {n.tool} needs Debian's {n.package}"
+        for tier, (needs, installs, _) in sp.TIERS.items()
+        for n in needs
+        if n.package not in sp.FRESH_MACHINE and n.package not in installs
+    ]
     assert not lacking, f"no install list brings these on a fresh machine: {lacking}"
 
 
@@ -53,7 +58,7 @@ def _packages_of(tools: set[str]) -> dict[str, str]:
         if path is None:
             continue
         for p in (path, os.path.realpath(path)):
-            for candidate in ([p, p.removeprefix("/usr")] if p.startswith("/usr/") else [p]):
+            for candidate in [p, p.removeprefix("/usr")] if p.startswith("/usr/") else [p]:
                 paths.setdefault(candidate, tool)
     done = subprocess.run(["dpkg", "-S", *paths], capture_output=True, text=True)
     found: dict[str, str] = {}

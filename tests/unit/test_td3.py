@@ -28,8 +28,9 @@ def spec():
     return space_spec("Pendulum-v1")
 
 
-def synthetic_batch(n: int = 32, seed: int = 0, reward: float | None = None,
-                    terminated: float | None = None) -> dict[str, torch.Tensor]:
+def synthetic_batch(
+    n: int = 32, seed: int = 0, reward: float | None = None, terminated: float | None = None
+) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     obs = torch.rand(n, 3, generator=g) * 2 - 1
     return {
@@ -37,8 +38,9 @@ def synthetic_batch(n: int = 32, seed: int = 0, reward: float | None = None,
         "action": torch.rand(n, 1, generator=g) * 4 - 2,
         "reward": torch.full((n,), reward) if reward is not None else torch.randn(n, generator=g),
         "next_obs": torch.rand(n, 3, generator=g) * 2 - 1,
-        "terminated": (torch.full((n,), terminated) if terminated is not None
-                       else (torch.rand(n, generator=g) < 0.1).float()),
+        "terminated": (
+            torch.full((n,), terminated) if terminated is not None else (torch.rand(n, generator=g) < 0.1).float()
+        ),
     }
 
 
@@ -114,6 +116,7 @@ def test_same_seed_same_updates(spec):
 
 def test_target_policy_smoothing_draws_clipped_noise(spec):
     """With noise clipped to zero the target ignores the RNG; with noise it depends on it."""
+
     def critic_loss(cfg: TD3Config, torch_seed: int) -> float:
         learner = TD3Learner(spec, cfg, seed=0)
         torch.manual_seed(torch_seed)
@@ -129,8 +132,9 @@ def test_critic_learns_a_constant_terminal_target(spec):
     """reward 1 and terminated 1 make the Q target exactly 1, whatever the actor does."""
     learner = TD3Learner(spec, CFG, seed=1)
     first = learner.update(synthetic_batch(seed=0, reward=1.0, terminated=1.0))["critic_loss"]
-    losses = [learner.update(synthetic_batch(seed=i % 8, reward=1.0, terminated=1.0))["critic_loss"]
-              for i in range(300)]
+    losses = [
+        learner.update(synthetic_batch(seed=i % 8, reward=1.0, terminated=1.0))["critic_loss"] for i in range(300)
+    ]
     final = float(np.mean(losses[-10:]))
     assert first > 0.1, f"initial critic loss {first} is already small; the test would prove nothing"
     assert final < 0.05, f"critic loss {first:.3f} -> {final:.4f} after 300 updates"
@@ -250,8 +254,7 @@ def test_loading_wrong_shaped_weights_raises_value_error(spec):
     actor = TD3Actor(spec, CFG, seed=0)
     weights = TD3Learner(spec, CFG, seed=0).policy_weights()
     name = next(iter(weights))
-    bad = dict(weights, **{name: np.zeros((*weights[name].shape[:-1], weights[name].shape[-1] + 1),
-                                          dtype=np.float32)})
+    bad = dict(weights, **{name: np.zeros((*weights[name].shape[:-1], weights[name].shape[-1] + 1), dtype=np.float32)})
     with pytest.raises(ValueError):
         actor.load(bad)
 
@@ -281,18 +284,21 @@ def test_registry_builds_td3(spec):
     assert isinstance(make_actor("td3", spec, cfg, seed=0), TD3Actor)
 
 
-@pytest.mark.parametrize("changes, fragment", [
-    ({"td3.hidden": ()}, "--td3.hidden"),
-    ({"td3.batch_size": 0}, "--td3.batch-size"),
-    ({"td3.policy_delay": 0}, "--td3.policy-delay"),
-    ({"td3.actor_lr": 0.0}, "--td3.actor-lr"),
-    ({"td3.critic_lr": float("nan")}, "--td3.critic-lr"),
-    ({"td3.exploration_noise": -0.1}, "--td3.exploration-noise"),
-    ({"td3.target_noise": -1.0}, "--td3.target-noise"),
-    ({"td3.noise_clip": float("inf")}, "--td3.noise-clip"),
-    ({"td3.tau": 0.0}, "--td3.tau"),
-    ({"td3.gamma": 1.5}, "--td3.gamma"),
-])
+@pytest.mark.parametrize(
+    "changes, fragment",
+    [
+        ({"td3.hidden": ()}, "--td3.hidden"),
+        ({"td3.batch_size": 0}, "--td3.batch-size"),
+        ({"td3.policy_delay": 0}, "--td3.policy-delay"),
+        ({"td3.actor_lr": 0.0}, "--td3.actor-lr"),
+        ({"td3.critic_lr": float("nan")}, "--td3.critic-lr"),
+        ({"td3.exploration_noise": -0.1}, "--td3.exploration-noise"),
+        ({"td3.target_noise": -1.0}, "--td3.target-noise"),
+        ({"td3.noise_clip": float("inf")}, "--td3.noise-clip"),
+        ({"td3.tau": 0.0}, "--td3.tau"),
+        ({"td3.gamma": 1.5}, "--td3.gamma"),
+    ],
+)
 def test_validate_rejects_bad_td3_values(changes, fragment):
     with pytest.raises(ConfigError) as info:
         replace(ExperimentConfig(algorithm="td3"), **changes).validate()
@@ -334,13 +340,19 @@ def test_clipped_double_q_target_loss_and_priorities_by_hand(spec):
 
     def critics(obs, action):
         seen["action"] = action.clone()
-        return obs[:, 0] * 0 + torch.tensor([1.0, 0.0], requires_grad=True), torch.tensor([2.0, 4.0],
-                                                                                          requires_grad=True)
+        return obs[:, 0] * 0 + torch.tensor([1.0, 0.0], requires_grad=True), torch.tensor(
+            [2.0, 4.0], requires_grad=True
+        )
 
     learner.critic.forward = critics
     learner.critic_opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
-    batch = {"obs": torch.zeros(2, 3), "action": torch.tensor([[2.0], [-1.0]]), "reward": torch.tensor([1.0, 1.0]),
-             "next_obs": torch.zeros(2, 3), "terminated": torch.tensor([0.0, 1.0])}
+    batch = {
+        "obs": torch.zeros(2, 3),
+        "action": torch.tensor([[2.0], [-1.0]]),
+        "reward": torch.tensor([1.0, 1.0]),
+        "next_obs": torch.zeros(2, 3),
+        "terminated": torch.tensor([0.0, 1.0]),
+    }
     metrics = learner.update(dict(batch))
     # y = r + 0.5 (1 - d) min(3, 2.5) = [2.25, 1]; actions rescaled from [-2, 2] to [-1, 1]
     assert seen["action"][:, 0].tolist() == [1.0, -0.5]

@@ -58,8 +58,9 @@ def _trainer_fake_reader(owed: list[int], **changes) -> Trainer:
     trainer.pub = SimpleNamespace(published_updates=0)
     iterations = iter(range(len(owed) + 1))
     trainer.should_stop = lambda force=False: "" if next(iterations) < len(owed) else "stopped"
-    feed = SimpleNamespace(read=lambda count, block_ms, sync_version=None: [],
-                           read_paced=lambda pace, count, block_ms=100: [1])
+    feed = SimpleNamespace(
+        read=lambda count, block_ms, sync_version=None: [], read_paced=lambda pace, count, block_ms=100: [1]
+    )
     trainer.channels = Channels([Channel(0, reader, ledger, feed, pace, widening)])
     trainer.group, trainer.rank, trainer.size = SOLO, 0, 1
     trainer.widening, trainer.pace = widening, pace

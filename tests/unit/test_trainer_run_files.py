@@ -66,9 +66,15 @@ def test_only_a_pod_writes_them():
 def test_the_accounts_balance_with_every_drop_and_duplicates_apart():
     control = FakeControl(LEDGER, {"rollout-0": 500, "rollout-1": 500}, unconsumed=28, dead={"corrupt": 1})
     acc = run_files.accounts(control)
-    assert acc == {"produced": 1000, "consumed": 900, "unconsumed": 28, "duplicates": 7,
-                   "dead_lettered": {"corrupt": 1}, "updates": 55,
-                   "dropped": {"stale": 40, "dead_letters": 0, "lost": 32}}
+    assert acc == {
+        "produced": 1000,
+        "consumed": 900,
+        "unconsumed": 28,
+        "duplicates": 7,
+        "dead_lettered": {"corrupt": 1},
+        "updates": 55,
+        "dropped": {"stale": 40, "dead_letters": 0, "lost": 32},
+    }
     assert acc["produced"] == acc["consumed"] + acc["unconsumed"] + sum(acc["dropped"].values())
 
 
@@ -81,8 +87,9 @@ def test_summary_json_holds_the_local_summarys_keys_and_balances(tmp_path):
     s = store(tmp_path)
     s.put("evaluations.jsonl", b'{"mean_return": -900.5}\nnot json\n{"mean_return": -400.0}\n')
     control = FakeControl(LEDGER, {"rollout-0": 500, "rollout-1": 500}, unconsumed=28)
-    written = run_files.write_summary(s, control, CFG, "run-1", {"updates": 60, "policy_version": 4}, 12.345, 0,
-                                      "steps_done")
+    written = run_files.write_summary(
+        s, control, CFG, "run-1", {"updates": 60, "policy_version": 4}, 12.345, 0, "steps_done"
+    )
     assert json.loads(s.get("summary.json")) == written
     assert_balanced(written)
     assert written["transitions_produced"] == written["env_steps"] == 1000
@@ -110,8 +117,9 @@ def test_a_stopped_run_waits_for_its_workers_to_be_done_before_counting(tmp_path
 
     assert run_files.wait_for_workers(control, 10.0, clock=lambda: next(ticks), sleep=sleep)
     assert len(slept) == 3
-    assert not run_files.wait_for_workers(FakeControl(members=("rollout-0",)), 2.0, clock=lambda: next(ticks),
-                                          sleep=lambda s: None)
+    assert not run_files.wait_for_workers(
+        FakeControl(members=("rollout-0",)), 2.0, clock=lambda: next(ticks), sleep=lambda s: None
+    )
 
 
 def test_without_the_memory_servers_counters_no_summary_is_written(tmp_path, caplog):
@@ -124,8 +132,9 @@ def test_without_the_memory_servers_counters_no_summary_is_written(tmp_path, cap
 
 @pytest.mark.parametrize("reason", ["stopped", "target_reached"])
 def test_a_run_that_ended_early_is_summarised_for_its_reason(tmp_path, reason):
-    control = FakeControl(LEDGER, {"rollout-0": 500, "rollout-1": 500}, unconsumed=28, members=("rollout-0",),
-                          done={"rollout-0": 500})
+    control = FakeControl(
+        LEDGER, {"rollout-0": 500, "rollout-1": 500}, unconsumed=28, members=("rollout-0",), done={"rollout-0": 500}
+    )
     written = run_files.write_summary(store(tmp_path), control, CFG, "run-1", {}, 1.0, 0, reason)
     assert written["exit_reason"] == reason
     assert_balanced(written)

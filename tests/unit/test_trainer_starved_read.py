@@ -71,7 +71,7 @@ def test_a_starved_read_tells_the_pace_what_it_got_and_over_what_time():
     feed.pace.after_read = lambda got_bytes, since_s, full: seen.append((got_bytes, since_s, full))
     feed.read_at = time.monotonic() - 0.2
     feed.read_starved()
-    (got, since, full), = seen
+    ((got, since, full),) = seen
     assert got == 1000 and full and 0.2 <= since < 0.3
 
 

@@ -42,6 +42,6 @@ class APPOActor(PPOActor):
         noise = self.rng.standard_normal(out.shape, dtype=np.float32)
         action = (out + np.exp(log_std) * noise).astype(np.float32)
         z = (action.astype(np.float64) - out) / np.exp(log_std)
-        logp = -0.5 * (z ** 2 + LOG_2PI) - log_std
+        logp = -0.5 * (z**2 + LOG_2PI) - log_std
         self.recorded = {BEHAVIOUR_LOGP: logp.sum(1).astype(np.float32)}
         return action.reshape(-1, *self.spec.act_shape)

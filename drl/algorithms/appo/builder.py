@@ -50,14 +50,17 @@ class APPOBuilder(PPOBuilder):
         policy's own, with its probability."""
         found = []
         if cfg.mode != "async":
-            found.append(f"{self.name} runs in --mode async (it corrects for the policy lag of asynchronous "
-                         "collection; for SYNC iterations use --algorithm ppo)")
+            found.append(
+                f"{self.name} runs in --mode async (it corrects for the policy lag of asynchronous "
+                "collection; for SYNC iterations use --algorithm ppo)"
+            )
         if cfg.random_steps:
-            found.append(f"--random-steps must be 0 for {self.name}: it learns from its own policy's actions and "
-                         f"their probabilities (got {cfg.random_steps})")
+            found.append(
+                f"--random-steps must be 0 for {self.name}: it learns from its own policy's actions and "
+                f"their probabilities (got {cfg.random_steps})"
+            )
         if cfg.prioritized:
-            found.append(f"--prioritized applies to replay-based algorithms; {self.name} consumes each segment "
-                         "once")
+            found.append(f"--prioritized applies to replay-based algorithms; {self.name} consumes each segment once")
         return found + super(PPOBuilder, self).problems(cfg)
 
 

@@ -89,14 +89,31 @@ class APPOLearner(PPOLearner):
             return out
 
         log_ratio = logp_t.cpu().numpy().astype(np.float64) - cat[BEHAVIOUR_LOGP].astype(np.float64)
-        v = vtrace(grid(log_ratio), grid(cat["reward"]), grid(value), grid(next_value), grid(terminated),
-                   grid(cut, 1.0), cfg.gamma, cfg.rho_bar, cfg.c_bar, cfg.vtrace_lambda)
+        v = vtrace(
+            grid(log_ratio),
+            grid(cat["reward"]),
+            grid(value),
+            grid(next_value),
+            grid(terminated),
+            grid(cut, 1.0),
+            cfg.gamma,
+            cfg.rho_bar,
+            cfg.c_bar,
+            cfg.vtrace_lambda,
+        )
         proximal = {PROXIMAL_LOGP: logp_t.float()} if cfg.proximal else {}
-        return {"raw_obs": raw, "obs": obs, "action": action,
-                "behaviour_logp": self.tensor(cat[BEHAVIOUR_LOGP]), **proximal,
-                "advantage": self.tensor(v.advantages[steps, column]), "return": self.tensor(v.targets[steps, column]),
-                "old_value": self.tensor(value), "rho": self.tensor(v.rho[steps, column]),
-                "column": torch.as_tensor(column)}
+        return {
+            "raw_obs": raw,
+            "obs": obs,
+            "action": action,
+            "behaviour_logp": self.tensor(cat[BEHAVIOUR_LOGP]),
+            **proximal,
+            "advantage": self.tensor(v.advantages[steps, column]),
+            "return": self.tensor(v.targets[steps, column]),
+            "old_value": self.tensor(value),
+            "rho": self.tensor(v.rho[steps, column]),
+            "column": torch.as_tensor(column),
+        }
 
     @property
     def OLD_LOGP(self) -> str:  # noqa: N802 (PPO's constant, chosen per configuration here)

@@ -32,9 +32,18 @@ class VTrace:
     """The truncated importance weights rho_s."""
 
 
-def vtrace(log_ratio: np.ndarray, reward: np.ndarray, value: np.ndarray, next_value: np.ndarray,
-           terminated: np.ndarray, cut: np.ndarray, gamma: float, rho_bar: float = 1.0, c_bar: float = 1.0,
-           lam: float = 1.0) -> VTrace:
+def vtrace(
+    log_ratio: np.ndarray,
+    reward: np.ndarray,
+    value: np.ndarray,
+    next_value: np.ndarray,
+    terminated: np.ndarray,
+    cut: np.ndarray,
+    gamma: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    lam: float = 1.0,
+) -> VTrace:
     """V-trace over (T, B) arrays; ``log_ratio`` is log pi(a_s|x_s) - log mu(a_s|x_s)."""
     ratio = np.exp(np.asarray(log_ratio, np.float64))
     rho = np.minimum(rho_bar, ratio)

@@ -61,12 +61,14 @@ class DQNActor(ActorBase):
     def priorities(self, arrays: dict[str, np.ndarray]) -> np.ndarray:
         """|TD error| of each transition under this worker's copy of the online network (Ape-X's initial
         priorities: the trainer's target network is not needed for a first estimate)."""
-        q = np.take_along_axis(self.q_values(arrays["obs"]),
-                               np.asarray(arrays["action"]).astype(np.int64).reshape(-1, 1), 1)[:, 0]
+        q = np.take_along_axis(
+            self.q_values(arrays["obs"]), np.asarray(arrays["action"]).astype(np.int64).reshape(-1, 1), 1
+        )[:, 0]
         nsteps = np.asarray(arrays["nsteps"], np.float32) if "nsteps" in arrays else 1.0
         done = np.asarray(arrays["terminated"], np.float32)
-        target = (np.asarray(arrays["reward"], np.float32)
-                  + self.cfg.gamma ** nsteps * (1 - done) * self.q_values(arrays["next_obs"]).max(1))
+        target = np.asarray(arrays["reward"], np.float32) + self.cfg.gamma**nsteps * (1 - done) * self.q_values(
+            arrays["next_obs"]
+        ).max(1)
         return np.abs(q - target).astype(np.float32)
 
     def annotate(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -13,11 +13,18 @@ class DQNConfig:
     """Double DQN (van Hasselt et al. 2016) over n-step returns, with an epsilon-greedy acting policy whose
     epsilon falls linearly over the first part of each worker's share of the run."""
 
-    hidden: tuple[int, ...] = opt((256, 256), "Hidden layer sizes of the Q-network for vector observations "
-                                              "(image observations: --dqn.encoder and one linear layer).")
-    encoder: str = opt("auto", "Convolutional encoder for image observations: nature (Mnih et al. 2015), impala "
-                               "(Espeholt et al. 2018), minatar (Young and Tian 2019), or auto: nature for "
-                               "images of at least 36x36, minatar for smaller ones.", choices=ENCODERS)
+    hidden: tuple[int, ...] = opt(
+        (256, 256),
+        "Hidden layer sizes of the Q-network for vector observations "
+        "(image observations: --dqn.encoder and one linear layer).",
+    )
+    encoder: str = opt(
+        "auto",
+        "Convolutional encoder for image observations: nature (Mnih et al. 2015), impala "
+        "(Espeholt et al. 2018), minatar (Young and Tian 2019), or auto: nature for "
+        "images of at least 36x36, minatar for smaller ones.",
+        choices=ENCODERS,
+    )
     lr: float = opt(1e-4, "Adam learning rate.")
     gamma: float = opt(0.99, "Discount factor.")
     batch_size: int = opt(64, "Transitions per gradient update.")
@@ -31,6 +38,13 @@ class DQNConfig:
 
     def problems(self, prefix: str) -> list[str]:
         """What is wrong with these values, one message per problem (flags named with ``prefix``)."""
-        return problems(self, prefix, sizes=("hidden",), positive_int=("batch_size", "n_step", "target_update_every"),
-                        positive=("lr", "max_grad_norm"), unit=("gamma",),
-                        fraction=("eps_start", "eps_end", "eps_decay_fraction"), at_most={"n_step": 255})
+        return problems(
+            self,
+            prefix,
+            sizes=("hidden",),
+            positive_int=("batch_size", "n_step", "target_update_every"),
+            positive=("lr", "max_grad_norm"),
+            unit=("gamma",),
+            fraction=("eps_start", "eps_end", "eps_decay_fraction"),
+            at_most={"n_step": 255},
+        )

@@ -40,8 +40,12 @@ class PPOActor(ActorBase):
                 self.net.module.log_std.data.fill_(cfg.init_log_std)
         else:
             self.layers = len(cfg.hidden) + 1
-            self.shapes = {"norm.mean": (obs_dim,), "norm.var": (obs_dim,), "norm.count": (),
-                           **nx.mlp_shapes("body.", [obs_dim, *cfg.hidden, spec.discrete_actions or act_dim])}
+            self.shapes = {
+                "norm.mean": (obs_dim,),
+                "norm.var": (obs_dim,),
+                "norm.count": (),
+                **nx.mlp_shapes("body.", [obs_dim, *cfg.hidden, spec.discrete_actions or act_dim]),
+            }
             if not spec.discrete_actions:
                 self.shapes["log_std"] = (act_dim,)
             self.weights = nx.zeros(self.shapes)

@@ -8,8 +8,15 @@ from __future__ import annotations
 import numpy as np
 
 
-def gae(reward: np.ndarray, value: np.ndarray, next_value: np.ndarray, terminated: np.ndarray, cut: np.ndarray,
-        gamma: float, lam: float) -> np.ndarray:
+def gae(
+    reward: np.ndarray,
+    value: np.ndarray,
+    next_value: np.ndarray,
+    terminated: np.ndarray,
+    cut: np.ndarray,
+    gamma: float,
+    lam: float,
+) -> np.ndarray:
     """Generalised advantage estimates over concatenated segments."""
     delta = reward + gamma * (1.0 - terminated) * next_value - value
     adv = np.zeros_like(delta)

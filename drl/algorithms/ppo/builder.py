@@ -72,14 +72,19 @@ class PPOBuilder(Algorithm):
         the policy's own."""
         found = []
         if cfg.mode == "async":
-            found.append(f"{self.name} is on-policy and runs only in --mode sync (it has no off-policy "
-                         "correction for the policy lag of async collection)")
+            found.append(
+                f"{self.name} is on-policy and runs only in --mode sync (it has no off-policy "
+                "correction for the policy lag of async collection)"
+            )
         if cfg.random_steps:
-            found.append(f"--random-steps must be 0 for {self.name}: it learns only from its own policy's "
-                         f"actions (got {cfg.random_steps})")
+            found.append(
+                f"--random-steps must be 0 for {self.name}: it learns only from its own policy's "
+                f"actions (got {cfg.random_steps})"
+            )
         if cfg.prioritized:
-            found.append(f"--prioritized applies to replay-based algorithms; {self.name} trains on each "
-                         "iteration's rollout")
+            found.append(
+                f"--prioritized applies to replay-based algorithms; {self.name} trains on each iteration's rollout"
+            )
         return found + super().problems(cfg)
 
 

@@ -16,12 +16,18 @@ class PPOConfig:
     ``epochs`` passes over it in ``minibatches`` shuffled minibatches.
     """
 
-    hidden: tuple[int, ...] = opt((64, 64), "Hidden layer sizes (tanh) of policy and value networks for vector "
-                                            "observations (image observations: --ppo.encoder).")
-    encoder: str = opt("auto", "Convolutional encoder shared by policy and value for image observations: nature "
-                               "(Mnih et al. 2015), impala (Espeholt et al. 2018), minatar (Young and Tian 2019), "
-                               "or auto: nature for images of at least 36x36, minatar for smaller ones.",
-                       choices=ENCODERS)
+    hidden: tuple[int, ...] = opt(
+        (64, 64),
+        "Hidden layer sizes (tanh) of policy and value networks for vector "
+        "observations (image observations: --ppo.encoder).",
+    )
+    encoder: str = opt(
+        "auto",
+        "Convolutional encoder shared by policy and value for image observations: nature "
+        "(Mnih et al. 2015), impala (Espeholt et al. 2018), minatar (Young and Tian 2019), "
+        "or auto: nature for images of at least 36x36, minatar for smaller ones.",
+        choices=ENCODERS,
+    )
     lr: float = opt(3e-4, "Adam learning rate (falls linearly to 0 over the run with --ppo.anneal-lr).")
     anneal_lr: bool = opt(True, "Decay the learning rate linearly to 0 over the run's env steps.")
     gamma: float = opt(0.99, "Discount factor.")
@@ -32,13 +38,23 @@ class PPOConfig:
     ent_coef: float = opt(0.0, "Entropy bonus coefficient.")
     vf_coef: float = opt(0.5, "Value loss coefficient.")
     max_grad_norm: float = opt(0.5, "Gradient norm clipping.")
-    normalize_obs: bool = opt(False, "Standardise vector observations with running statistics merged at the "
-                                     "trainer and shipped with each policy version (image observations are "
-                                     "scaled by 1/255 in the encoder instead).")
+    normalize_obs: bool = opt(
+        False,
+        "Standardise vector observations with running statistics merged at the "
+        "trainer and shipped with each policy version (image observations are "
+        "scaled by 1/255 in the encoder instead).",
+    )
     init_log_std: float = opt(0.0, "Initial log standard deviation of the Gaussian policy (continuous actions).")
 
     def problems(self, prefix: str) -> list[str]:
         """What is wrong with these values, one message per problem (flags named with ``prefix``)."""
-        return problems(self, prefix, sizes=("hidden",), positive_int=("epochs", "minibatches"),
-                        positive=("lr", "clip", "max_grad_norm"), nonneg=("ent_coef", "vf_coef"),
-                        unit=("gamma",), fraction=("gae_lambda",))
+        return problems(
+            self,
+            prefix,
+            sizes=("hidden",),
+            positive_int=("epochs", "minibatches"),
+            positive=("lr", "clip", "max_grad_norm"),
+            nonneg=("ent_coef", "vf_coef"),
+            unit=("gamma",),
+            fraction=("gae_lambda",),
+        )

@@ -50,7 +50,7 @@ def shuffled_slices(rng: np.random.Generator, n: int, parts: int):
     size = max(1, n // parts)
     order = torch.from_numpy(rng.permutation(n))
     for start in range(0, n - size + 1, size):
-        yield order[start:start + size]
+        yield order[start : start + size]
 
 
 class PPOLearner:
@@ -73,8 +73,10 @@ class PPOLearner:
 
     def prepare(self, segments: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
         """One flat rollout with normalised observations, old log-probabilities, advantages and returns."""
-        cat = {k: np.concatenate([s[k] for s in segments]) for k in ("obs", "action", "reward", "next_obs",
-                                                                       "terminated", "truncated")}
+        cat = {
+            k: np.concatenate([s[k] for s in segments])
+            for k in ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+        }
         cut = np.concatenate([np.eye(1, len(s["reward"]), len(s["reward"]) - 1)[0] for s in segments])
         cut = np.maximum(cut, np.maximum(cat["terminated"], cat["truncated"]).astype(np.float64))
         raw, next_obs = self.observations(cat["obs"]), self.observations(cat["next_obs"])
@@ -94,10 +96,24 @@ class PPOLearner:
             next_value = torch.cat(next_values).cpu().numpy().astype(np.float64)
         cfg = self.cfg
         assert isinstance(cfg, PPOConfig)  # GAE's lambda is PPO's own: APPO's learner prepares its batches itself
-        adv = gae(cat["reward"].astype(np.float64), value, next_value, cat["terminated"].astype(np.float64), cut,
-                  cfg.gamma, cfg.gae_lambda)
-        return {"raw_obs": raw, "obs": obs, "action": action, "old_logp": old_logp,
-                "advantage": self.tensor(adv), "return": self.tensor(adv + value), "old_value": self.tensor(value)}
+        adv = gae(
+            cat["reward"].astype(np.float64),
+            value,
+            next_value,
+            cat["terminated"].astype(np.float64),
+            cut,
+            cfg.gamma,
+            cfg.gae_lambda,
+        )
+        return {
+            "raw_obs": raw,
+            "obs": obs,
+            "action": action,
+            "old_logp": old_logp,
+            "advantage": self.tensor(adv),
+            "return": self.tensor(adv + value),
+            "old_value": self.tensor(value),
+        }
 
     @property
     def obs_norm(self) -> ObsNorm:
@@ -146,9 +162,14 @@ class PPOLearner:
         entropy = self.policy.entropy(dist).mean()
         total = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
         with torch.no_grad():
-            stats = {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
-                     "entropy": entropy.detach(), "approx_kl": ((ratio - 1) - log_ratio).mean(),
-                     "clip_fraction": ((ratio - 1).abs() > cfg.clip).float().mean(), **self.more_stats(mb)}
+            stats = {
+                "policy_loss": policy_loss.detach(),
+                "value_loss": value_loss.detach(),
+                "entropy": entropy.detach(),
+                "approx_kl": ((ratio - 1) - log_ratio).mean(),
+                "clip_fraction": ((ratio - 1).abs() > cfg.clip).float().mean(),
+                **self.more_stats(mb),
+            }
         return total, stats
 
     def more_stats(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -188,7 +209,7 @@ class PPOLearner:
         stats_per_step: list[dict[str, torch.Tensor]] = []
         for _ in range(cfg.epochs):
             rows = list(self.minibatch_rows(data))
-            for idx in rows[:self.collective.min_int(len(rows))]:
+            for idx in rows[: self.collective.min_int(len(rows))]:
                 idx = idx.to(self.device, non_blocking=True)
                 total, stats = self.loss({k: v[idx] for k, v in data.items() if k not in self.WHOLE})
                 self.flat.zero_grad()
@@ -221,8 +242,12 @@ class PPOLearner:
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
         """Everything needed to continue training: tensors (networks, statistics, optimiser moments), meta."""
         tensors, optimizers = training_state(self._modules(), {"opt": self.opt})
-        return tensors, {"updates": self.updates, "iterations": self.iterations, "optimizers": optimizers,
-                         "rng": self.rng.bit_generator.state}
+        return tensors, {
+            "updates": self.updates,
+            "iterations": self.iterations,
+            "optimizers": optimizers,
+            "rng": self.rng.bit_generator.state,
+        }
 
     def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
         """Restores what ``state`` returned; raises ValueError when it does not fit these networks."""

@@ -100,8 +100,15 @@ class PolicyBase(nn.Module):
 
 
 class Policy(PolicyBase):
-    def __init__(self, obs_dim: int, act_dim: int, discrete: int, hidden: tuple[int, ...],
-                 normalize_obs: bool, init_log_std: float):
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        discrete: int,
+        hidden: tuple[int, ...],
+        normalize_obs: bool,
+        init_log_std: float,
+    ):
         super().__init__()
         self.discrete = discrete
         self.norm = ObsNorm(obs_dim, enabled=normalize_obs)
@@ -161,5 +168,7 @@ def networks(spec: SpaceSpec, cfg: PPOHyper) -> tuple[Policy | ImagePolicy, Valu
         policy = ImagePolicy(spec.obs_shape, act_dim, spec.discrete_actions, cfg.encoder, cfg.init_log_std)
         return policy, ValueHead(policy.encoder.features)
     obs_dim = int(np.prod(spec.obs_shape))
-    return (Policy(obs_dim, act_dim, spec.discrete_actions, cfg.hidden, cfg.normalize_obs, cfg.init_log_std),
-            ValueNet(obs_dim, cfg.hidden))
+    return (
+        Policy(obs_dim, act_dim, spec.discrete_actions, cfg.hidden, cfg.normalize_obs, cfg.init_log_std),
+        ValueNet(obs_dim, cfg.hidden),
+    )

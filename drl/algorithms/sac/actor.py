@@ -19,9 +19,13 @@ class SACActor(ActorBase):
         obs_dim, act_dim = int(np.prod(spec.obs_shape)), int(np.prod(spec.act_shape))
         self.layers = len(cfg.hidden)
         last = cfg.hidden[-1]
-        self.shapes = {**nx.mlp_shapes("trunk.", [obs_dim, *cfg.hidden]),
-                       "mean.weight": (act_dim, last), "mean.bias": (act_dim,),
-                       "log_std.weight": (act_dim, last), "log_std.bias": (act_dim,)}
+        self.shapes = {
+            **nx.mlp_shapes("trunk.", [obs_dim, *cfg.hidden]),
+            "mean.weight": (act_dim, last),
+            "mean.bias": (act_dim,),
+            "log_std.weight": (act_dim, last),
+            "log_std.bias": (act_dim,),
+        }
         self.weights = nx.zeros(self.shapes)
         low, high = spec.action_bounds()
         self.center, self.half = (high + low) / 2, (high - low) / 2

@@ -80,14 +80,16 @@ class _Products:
         product = torch.bmm(a.to(self.low), b.to(self.low))
         return product.float() if out is None else out.copy_(product)
 
-    def addmm(self, bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-              out: torch.Tensor | None = None) -> torch.Tensor:
+    def addmm(
+        self, bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if not self._wide(a, b):
             return torch.addmm(bias, a, b, out=out)
         return torch.add(torch.mm(a.to(self.low), b.to(self.low)), bias, out=out)
 
-    def baddbmm(self, bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-                out: torch.Tensor | None = None) -> torch.Tensor:
+    def baddbmm(
+        self, bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if not self._wide(a, b):
             return torch.baddbmm(bias, a, b, out=out)
         return torch.add(torch.bmm(a.to(self.low), b.to(self.low)), bias, out=out)
@@ -153,8 +155,9 @@ class SACLearner:
         self._head = (af.value(actor.mean.weight, (width, hidden)), af.value(actor.mean.bias, (width,)))
         self._head_grads = (af.grad(actor.mean.weight, (width, hidden)), af.grad(actor.mean.bias, (width,)))
         self._alpha_grad = af.grad(self.log_alpha, ())
-        self._critic_grads = [(cf.grad(w, w.shape), cf.grad(b, b.shape))
-                              for w, b in zip(self.critic.weights, self.critic.biases)]
+        self._critic_grads = [
+            (cf.grad(w, w.shape), cf.grad(b, b.shape)) for w, b in zip(self.critic.weights, self.critic.biases)
+        ]
         self._ws: _Workspace | None = None
         self._p = _Products(MATMUL_DTYPES[cfg.matmul])
 
@@ -224,9 +227,17 @@ class SACLearner:
         self._critic_backward([x.expand(2, *x.shape), *outputs], grad_q.unsqueeze(-1), ws)
         return obs, h[n:], sampled[n:], log_prob[n:], std_noise[n:], squashed[n:], alpha, twice_loss
 
-    def _actor_gradients(self, obs: torch.Tensor, h: torch.Tensor, action: torch.Tensor, logp: torch.Tensor,
-                         std_noise: torch.Tensor, squashed: torch.Tensor, alpha: float,
-                         twice_critic_loss: torch.Tensor) -> dict[str, float]:
+    def _actor_gradients(
+        self,
+        obs: torch.Tensor,
+        h: torch.Tensor,
+        action: torch.Tensor,
+        logp: torch.Tensor,
+        std_noise: torch.Tensor,
+        squashed: torch.Tensor,
+        alpha: float,
+        twice_critic_loss: torch.Tensor,
+    ) -> dict[str, float]:
         """Writes the actor's and the temperature's gradients (with the critics after their step); metrics."""
         n, act_dim = obs.shape[0], self._act_dim
         ws = self._ws
@@ -263,8 +274,12 @@ class SACLearner:
 
         critic_loss, logp_sum, q_min_sum = torch.stack([twice_critic_loss / 2, logp.sum(), q_min_sum]).tolist()
         self._alpha_grad.fill_(-(logp_sum / n + self.target_entropy))
-        return {"critic_loss": critic_loss, "actor_loss": (alpha * logp_sum - q_min_sum) / n, "alpha": alpha,
-                "entropy": -logp_sum / n}
+        return {
+            "critic_loss": critic_loss,
+            "actor_loss": (alpha * logp_sum - q_min_sum) / n,
+            "alpha": alpha,
+            "entropy": -logp_sum / n,
+        }
 
     def _noise(self, mean: torch.Tensor, n: int) -> torch.Tensor:
         """The policy's standard normal noise for s' (rows :n) and s (rows n:), drawn in that order."""
@@ -315,7 +330,7 @@ class SACLearner:
         weights = self.critic.weights
         for i in range(len(weights) - 1, 0, -1):
             grad = self._input_grad(grad, weights[i], ws.critic_grad[i - 1]).mul_(outputs[i - 1].sign_())
-        return self._p.bmm(grad, weights[0][:, self._obs_dim:].transpose(1, 2)).sum(0)
+        return self._p.bmm(grad, weights[0][:, self._obs_dim :].transpose(1, 2)).sum(0)
 
     def _input_grad(self, grad: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """``grad @ weight^T`` per critic into ``out``; with one output column (the Q layer) a broadcast product,

@@ -70,8 +70,9 @@ class TD3Learner:
 
         with torch.no_grad():
             next_mean = self.actor_target(next_obs)
-            noise = (torch.randn_like(next_mean) * self.cfg.target_noise).clamp(-self.cfg.noise_clip,
-                                                                                 self.cfg.noise_clip)
+            noise = (torch.randn_like(next_mean) * self.cfg.target_noise).clamp(
+                -self.cfg.noise_clip, self.cfg.noise_clip
+            )
             next_action = (next_mean + noise).clamp(-1.0, 1.0)
             q1_t, q2_t = self.critic_target(next_obs, next_action)
             target = reward + self.cfg.gamma * (1.0 - done) * torch.min(q1_t, q2_t)
@@ -102,12 +103,15 @@ class TD3Learner:
                         tp.lerp_(p, self.cfg.tau)
             self.actor_updates += 1
             self.last_actor_loss = actor_loss.item()
-        return {"critic_loss": critic_loss.item(), "actor_loss": self.last_actor_loss,
-                "q": q1.detach().mean().item()}
+        return {"critic_loss": critic_loss.item(), "actor_loss": self.last_actor_loss, "q": q1.detach().mean().item()}
 
     def _modules(self) -> dict:
-        return {"actor": self.actor, "critic": self.critic, "actor_target": self.actor_target,
-                "critic_target": self.critic_target}
+        return {
+            "actor": self.actor,
+            "critic": self.critic,
+            "actor_target": self.actor_target,
+            "critic_target": self.critic_target,
+        }
 
     def _optimizers(self) -> dict:
         return {"actor_opt": self.actor_opt, "critic_opt": self.critic_opt}
@@ -115,8 +119,12 @@ class TD3Learner:
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
         """Everything needed to continue training: tensors (networks, optimiser moments) and JSON-able meta."""
         tensors, optimizers = training_state(self._modules(), self._optimizers())
-        return tensors, {"updates": self.updates, "actor_updates": self.actor_updates,
-                         "last_actor_loss": self.last_actor_loss, "optimizers": optimizers}
+        return tensors, {
+            "updates": self.updates,
+            "actor_updates": self.actor_updates,
+            "last_actor_loss": self.last_actor_loss,
+            "optimizers": optimizers,
+        }
 
     def load_state(self, tensors: dict[str, np.ndarray], meta: dict) -> None:
         """Restores what ``state`` returned; raises ValueError when it does not fit these networks."""

@@ -24,8 +24,19 @@ from drl.memory.redis.scripts import NEW_EPOCH
 from drl.memory.redis.stream import Consumer, Producer
 from drl.naming import memory_servers
 
-__all__ = ["Announcer", "Consumer", "Keys", "Producer", "RedisMemory", "RedisRunControl", "connect", "entry_size",
-           "redact", "retrying", "seq_field"]
+__all__ = [
+    "Announcer",
+    "Consumer",
+    "Keys",
+    "Producer",
+    "RedisMemory",
+    "RedisRunControl",
+    "connect",
+    "entry_size",
+    "redact",
+    "retrying",
+    "seq_field",
+]
 
 
 class RedisMemory:
@@ -38,8 +49,14 @@ class RedisMemory:
     version, stop flag, shares), which ``Announcer`` and ``RedisRunControl`` write to every server. The rest of
     the run's control state (membership, done markers, status, claims) lives on the first server only."""
 
-    def __init__(self, clients: redis.Redis | list[redis.Redis], run: str, retry_s: float = RETRY_S, url: str = "",
-                 shards: int = 1):
+    def __init__(
+        self,
+        clients: redis.Redis | list[redis.Redis],
+        run: str,
+        retry_s: float = RETRY_S,
+        url: str = "",
+        shards: int = 1,
+    ):
         self.clients = list(clients) if isinstance(clients, (list, tuple)) else [clients]
         self.client, self.run, self.retry_s, self.url = self.clients[0], run, retry_s, url
         self.shards = max(1, shards)
@@ -47,12 +64,22 @@ class RedisMemory:
         self.keys = Keys(run)
         self.identity = Identity()
         if len(self.clients) > self.shards:
-            raise UserError(f"{len(self.clients)} memory servers for {self.shards} experience shard(s): each server "
-                            "holds whole shards (--memory-shards must be at least the number of memory URLs)")
+            raise UserError(
+                f"{len(self.clients)} memory servers for {self.shards} experience shard(s): each server "
+                "holds whole shards (--memory-shards must be at least the number of memory URLs)"
+            )
 
     @classmethod
-    def open(cls, url: str, run: str, wait_s: float = 0.0, retry_s: float = RETRY_S,
-             timeout: float = 5.0, env=None, shards: int = 1) -> "RedisMemory":
+    def open(
+        cls,
+        url: str,
+        run: str,
+        wait_s: float = 0.0,
+        retry_s: float = RETRY_S,
+        timeout: float = 5.0,
+        env=None,
+        shards: int = 1,
+    ) -> "RedisMemory":
         """Connects and checks each server of ``url`` (one URL or several separated by commas;
         ``connection.connect``: an unreachable one is waited for ``wait_s``; credentials from ``env``'s
         ``DRL_MEMORY_*`` variables, default this process's environment, the same for every server)."""
@@ -74,15 +101,25 @@ class RedisMemory:
         """Takes a new epoch for ``name`` in the run's ``leases`` on the first server (``scripts.NEW_EPOCH``: one
         number orders every process that ever took it) and fences this backend's writes as ``name`` with it."""
         script = self.client.register_script(NEW_EPOCH)
-        epoch = int(Guard(self.client, self.keys, self.retry_s).call(
-            lambda: script(keys=[self.keys.leases], args=[name]), "take identity", key=self.keys.leases))
+        epoch = int(
+            Guard(self.client, self.keys, self.retry_s).call(
+                lambda: script(keys=[self.keys.leases], args=[name]), "take identity", key=self.keys.leases
+            )
+        )
         self.identity.name, self.identity.epoch = name, epoch
         return epoch
 
     def writer(self, worker: str, max_entries: int, max_bytes: int) -> Producer:
         shard = self.shard_map.of(worker)
-        return Producer(self.server_of(shard), Keys(self.run, shard), worker, max_entries, max_bytes,
-                        retry_s=self.retry_s, epoch=self.identity.of(worker))
+        return Producer(
+            self.server_of(shard),
+            Keys(self.run, shard),
+            worker,
+            max_entries,
+            max_bytes,
+            retry_s=self.retry_s,
+            epoch=self.identity.of(worker),
+        )
 
     def reader(self, name: str, on_reset: Callable[[], None] | None = None, shard: int = 0) -> Consumer:
         """The reader of ``shard``, fenced as this backend's identity when one was taken (a trainer or learner
@@ -90,15 +127,27 @@ class RedisMemory:
         if not 0 <= shard < self.shards:
             raise ValueError(f"shard {shard} of a run with {self.shards} shard(s)")
         taken = self.identity.epoch
-        return Consumer(self.server_of(shard), Keys(self.run, shard), consumer=name, on_reset=on_reset,
-                        retry_s=self.retry_s, identity=None if taken is None else (self.identity.name, taken))
+        return Consumer(
+            self.server_of(shard),
+            Keys(self.run, shard),
+            consumer=name,
+            on_reset=on_reset,
+            retry_s=self.retry_s,
+            identity=None if taken is None else (self.identity.name, taken),
+        )
 
     def announcements(self) -> Announcer:
         return Announcer(self.client, self.keys, retry_s=self.retry_s, mirrors=tuple(self.clients[1:]))
 
     def control(self) -> RedisRunControl:
-        return RedisRunControl(self.client, self.keys, retry_s=self.retry_s, shards=self.shards,
-                               servers=tuple(self.clients), identity=self.identity)
+        return RedisRunControl(
+            self.client,
+            self.keys,
+            retry_s=self.retry_s,
+            shards=self.shards,
+            servers=tuple(self.clients),
+            identity=self.identity,
+        )
 
     def describe(self) -> str:
         return redact(self.url) if self.url else repr(self.client)

@@ -33,8 +33,9 @@ class Announcer:
     ends it.
     """
 
-    def __init__(self, client: redis.Redis, keys: Keys, retry_s: float = RETRY_S,
-                 mirrors: tuple[redis.Redis, ...] = ()):
+    def __init__(
+        self, client: redis.Redis, keys: Keys, retry_s: float = RETRY_S, mirrors: tuple[redis.Redis, ...] = ()
+    ):
         self.client = client
         self.mirrors = mirrors
         self.keys = keys

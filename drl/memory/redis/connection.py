@@ -64,8 +64,11 @@ def credentials_from_env(env: Mapping[str, str] | None = None) -> dict:
             raise UserError(f"DRL_MEMORY_PASSWORD_FILE {path} cannot be read: {exc.strerror}") from None
     if bool(env.get("DRL_MEMORY_TLS_CERT")) != bool(env.get("DRL_MEMORY_TLS_KEY")):
         raise UserError("DRL_MEMORY_TLS_CERT and DRL_MEMORY_TLS_KEY go together: set both for a client certificate")
-    for var, key in (("DRL_MEMORY_TLS_CA", "ssl_ca_certs"), ("DRL_MEMORY_TLS_CERT", "ssl_certfile"),
-                     ("DRL_MEMORY_TLS_KEY", "ssl_keyfile")):
+    for var, key in (
+        ("DRL_MEMORY_TLS_CA", "ssl_ca_certs"),
+        ("DRL_MEMORY_TLS_CERT", "ssl_certfile"),
+        ("DRL_MEMORY_TLS_KEY", "ssl_keyfile"),
+    ):
         if env.get(var):
             if not Path(env[var]).is_file():
                 raise UserError(f"{var}={env[var]} is not a readable file")
@@ -98,8 +101,9 @@ def _connect(url: str, timeout: float, env: Mapping[str, str] | None = None) -> 
     shown = redact(url)
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme not in SCHEMES:
-        raise UserError(f"memory URL {shown} is not valid; accepted: redis://HOST:PORT/DB, rediss://HOST:PORT/DB, "
-                        "unix:///PATH?db=N")
+        raise UserError(
+            f"memory URL {shown} is not valid; accepted: redis://HOST:PORT/DB, rediss://HOST:PORT/DB, unix:///PATH?db=N"
+        )
     path = urlsplit(url).path.strip("/") if scheme != "unix" else ""
     if path and not path.isdigit():
         raise UserError(f"memory URL {shown}: the database index must be a number, got {path!r}")
@@ -107,8 +111,9 @@ def _connect(url: str, timeout: float, env: Mapping[str, str] | None = None) -> 
     if scheme != "rediss":
         kwargs = {k: v for k, v in kwargs.items() if not k.startswith("ssl_")}
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=max(timeout, 30.0),
-                                      health_check_interval=30, **kwargs)
+        client = redis.Redis.from_url(
+            url, socket_connect_timeout=timeout, socket_timeout=max(timeout, 30.0), health_check_interval=30, **kwargs
+        )
     except (ValueError, TypeError) as exc:
         raise UserError(f"memory URL {shown} is not valid: {exc}") from None
     try:
@@ -120,15 +125,18 @@ def _connect(url: str, timeout: float, env: Mapping[str, str] | None = None) -> 
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
         hint = ""
         if scheme == "rediss" and ("EOF" in str(exc) or "certificate" in str(exc).lower()):
-            hint = " (TLS handshake failed: check DRL_MEMORY_TLS_CA, and whether the server wants a client " \
-                   "certificate in DRL_MEMORY_TLS_CERT/_KEY)"
+            hint = (
+                " (TLS handshake failed: check DRL_MEMORY_TLS_CA, and whether the server wants a client "
+                "certificate in DRL_MEMORY_TLS_CERT/_KEY)"
+            )
         raise _Unreachable(f"memory server {shown} is unreachable or not a Redis server: {exc}{hint}") from None
     except redis.ResponseError as exc:
         raise UserError(f"memory server {shown} does not behave like a Redis server with streams: {exc}") from None
     except redis.RedisError as exc:  # e.g. InvalidResponse: something else (HTTP, S3, ...) answers on that port
         client.close()
-        raise UserError(f"memory server {shown} does not speak the Redis protocol (is this the right port?): "
-                        f"{exc}") from None
+        raise UserError(
+            f"memory server {shown} does not speak the Redis protocol (is this the right port?): {exc}"
+        ) from None
     return client
 
 
@@ -156,7 +164,7 @@ def retrying(fn: Callable, what: str, within: float = RETRY_S, base: float = 0.0
             if str(exc).startswith(HANDLED_HERE):
                 raise
             if str(exc).startswith(FENCED):
-                raise Superseded(f"{what}: the memory server refused it: {str(exc)[len(FENCED):]}") from None
+                raise Superseded(f"{what}: the memory server refused it: {str(exc)[len(FENCED) :]}") from None
             raise MemoryBackendError(f"{what}: the memory server refused it: {exc}") from exc
         except redis.DataError as exc:
             raise MemoryBackendError(f"{what}: the memory server cannot store it: {exc}") from exc

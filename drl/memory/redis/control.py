@@ -29,8 +29,15 @@ class RedisRunControl:
     flag and the shares are written to every server, produced counts (each worker's highest) and dead letters
     are gathered from all of them, and each shard's ledger and backlog are read on its own server."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, retry_s: float = RETRY_S, shards: int = 1,
-                 servers: tuple[redis.Redis, ...] = (), identity: Identity | None = None):
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        retry_s: float = RETRY_S,
+        shards: int = 1,
+        servers: tuple[redis.Redis, ...] = (),
+        identity: Identity | None = None,
+    ):
         self.client, self.keys, self.retry_s = client, keys, retry_s
         self.identity = identity or Identity()
         self.shards = max(1, shards)
@@ -79,12 +86,14 @@ class RedisRunControl:
         return {k: v for k, v in self.guard.counts(raw, self.keys.shares).items() if worker(k)}
 
     def members(self) -> dict[str, str]:
-        return self._members(self._read(lambda: self.client.hgetall(self.keys.members), "HGETALL members",
-                                        self.keys.members, {}))
+        return self._members(
+            self._read(lambda: self.client.hgetall(self.keys.members), "HGETALL members", self.keys.members, {})
+        )
 
     def shares(self) -> dict[str, int]:
-        return self._shares(self._read(lambda: self.client.hgetall(self.keys.shares), "HGETALL shares",
-                                       self.keys.shares, {}))
+        return self._shares(
+            self._read(lambda: self.client.hgetall(self.keys.shares), "HGETALL shares", self.keys.shares, {})
+        )
 
     def share(self, worker: str) -> int | None:
         raw = self._read(lambda: self.client.hget(self.keys.shares, worker), "HGET share", self.keys.shares, None)
@@ -93,8 +102,14 @@ class RedisRunControl:
             self.guard.report(self.keys.shares, f"field {worker} is not a count", "ignored")
         return value
 
-    def register(self, members: dict[str, str], shares: dict[str, int], only_new: bool = False,
-                 forget_done: Iterable[str] = (), started_at: float | None = None) -> None:
+    def register(
+        self,
+        members: dict[str, str],
+        shares: dict[str, int],
+        only_new: bool = False,
+        forget_done: Iterable[str] = (),
+        started_at: float | None = None,
+    ) -> None:
         forget = list(forget_done)
         if not (members or shares or forget or started_at is not None):
             return
@@ -145,12 +160,12 @@ class RedisRunControl:
         """The marker and the worker's produced count (raised, never lowered) in one step."""
         keys = [self.keys.workers_done, self.keys.produced, self.keys.leases]
         epoch = self.identity.of(worker)
-        self._call(lambda: self._done(keys=keys, args=[worker, produced, "" if epoch is None else epoch]),
-                   "HSET done")
+        self._call(lambda: self._done(keys=keys, args=[worker, produced, "" if epoch is None else epoch]), "HSET done")
 
     def workers_done(self) -> dict[str, int]:
-        raw = self._read(lambda: self.client.hgetall(self.keys.workers_done), "HGETALL done", self.keys.workers_done,
-                         {})
+        raw = self._read(
+            lambda: self.client.hgetall(self.keys.workers_done), "HGETALL done", self.keys.workers_done, {}
+        )
         return self.guard.counts(raw, self.keys.workers_done)
 
     def forget_workers_done(self, workers: Iterable[str]) -> None:
@@ -204,8 +219,7 @@ class RedisRunControl:
 
     # -- summary and start
     def started_at(self) -> float | None:
-        raw = self._read(lambda: self.client.get(self.keys.started_at), "GET started_at", self.keys.started_at,
-                         None)
+        raw = self._read(lambda: self.client.get(self.keys.started_at), "GET started_at", self.keys.started_at, None)
         try:
             value = None if raw is None else float(raw)
         except ValueError:
@@ -222,16 +236,20 @@ class RedisRunControl:
         return self.guard.counts(raw, self.keys.produced)
 
     def produced(self) -> dict[str, int]:
-        return self._with_mirrored(self._produced(self._read(lambda: self.client.hgetall(self.keys.produced),
-                                                             "HGETALL produced", self.keys.produced, {})))
+        return self._with_mirrored(
+            self._produced(
+                self._read(lambda: self.client.hgetall(self.keys.produced), "HGETALL produced", self.keys.produced, {})
+            )
+        )
 
     def _with_mirrored(self, produced: dict[str, int]) -> dict[str, int]:
         """Each worker's highest count over every server: a worker's appends raise it on its shard's server, its
         done marker on the first."""
         key = self.keys.produced
         for client, guard in self.mirrors:
-            for name, value in guard.counts(guard.read(lambda client=client: client.hgetall(key), "HGETALL produced", key, {}),
-                                            key).items():
+            for name, value in guard.counts(
+                guard.read(lambda client=client: client.hgetall(key), "HGETALL produced", key, {}), key
+            ).items():
                 produced[name] = max(produced.get(name, 0), value)
         return produced
 
@@ -240,8 +258,9 @@ class RedisRunControl:
         key = self.keys.dead_letter_counts
         total: dict[str, int] = {}
         for client, guard in ((self.client, self.guard), *self.mirrors):
-            for kind, value in guard.counts(guard.read(lambda client=client: client.hgetall(key), "HGETALL dlq", key, {}),
-                                            key).items():
+            for kind, value in guard.counts(
+                guard.read(lambda client=client: client.hgetall(key), "HGETALL dlq", key, {}), key
+            ).items():
                 total[kind] = total.get(kind, 0) + value
         return total
 
@@ -263,15 +282,16 @@ class RedisRunControl:
         return merge_states(committed_state(self._server(keys), keys, self.retry_s) for keys in self._shard_keys())
 
     def has_data(self) -> bool:
-        return any(self._call(lambda client=client: client.exists(self.keys.policy, self.keys.stream), "EXISTS run")
-                   for client in self.servers)
+        return any(
+            self._call(lambda client=client: client.exists(self.keys.policy, self.keys.stream), "EXISTS run")
+            for client in self.servers
+        )
 
     def clear(self) -> None:
         claims = self.keys.claim("").encode()
 
         def _do(client) -> None:
-            stale = [k for k in client.scan_iter(match=f"{self.keys.prefix}*", count=1000)
-                     if not k.startswith(claims)]
+            stale = [k for k in client.scan_iter(match=f"{self.keys.prefix}*", count=1000) if not k.startswith(claims)]
             if stale:
                 client.delete(*stale)
 
@@ -282,11 +302,13 @@ class RedisRunControl:
     def claim(self, name: str, holder: str, ttl_s: float) -> str | None:
         ms = max(1, int(ttl_s * 1000))
         script = self.client.register_script(CLAIM)
-        other = self._call(lambda: script(keys=[self.keys.claim(name)], args=[holder, ms]), "claim",
-                           key=self.keys.claim(name))
+        other = self._call(
+            lambda: script(keys=[self.keys.claim(name)], args=[holder, ms]), "claim", key=self.keys.claim(name)
+        )
         return None if other is None else other.decode(errors="replace")
 
     def release(self, name: str, holder: str) -> None:
         script = self.client.register_script(RELEASE)
-        self._call(lambda: script(keys=[self.keys.claim(name)], args=[holder]), "release claim",
-                   key=self.keys.claim(name))
+        self._call(
+            lambda: script(keys=[self.keys.claim(name)], args=[holder]), "release claim", key=self.keys.claim(name)
+        )

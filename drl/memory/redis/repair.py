@@ -73,8 +73,19 @@ def watermark(raw: bytes | None) -> int | None:
     return int(raw.split(b",", 1)[0]) if raw is not None and _SEQS.fullmatch(raw) else None
 
 
-READ_BACK = ("seq", "produced", "end", "final", "consumed", "duplicates", "stale", "dead_letters", "updates", "lost",
-             "totals")
+READ_BACK = (
+    "seq",
+    "produced",
+    "end",
+    "final",
+    "consumed",
+    "duplicates",
+    "stale",
+    "dead_letters",
+    "updates",
+    "lost",
+    "totals",
+)
 """The fields of ``trainer:state`` that drl reads back (by name, or by the part before ``:``)."""
 
 
@@ -139,8 +150,7 @@ class Guard:
             self.report(key, why, f"repaired ({done}{gone})")
         return done
 
-    def call(self, fn: Callable, what: str, key: str | None = None,
-             on_repaired: Callable[[str], None] | None = None):
+    def call(self, fn: Callable, what: str, key: str | None = None, on_repaired: Callable[[str], None] | None = None):
         """``fn`` through ``retrying``; a refusal for an unsound key (``key``: the one a WRONGTYPE is about) is
         repaired and ``fn`` called again, up to ``ATTEMPTS`` times; ``on_repaired(key)`` runs after each repair."""
         for attempt in range(ATTEMPTS + 1):

@@ -81,7 +81,9 @@ fails is reported as ``UNSOUNDKEY <key> <why>`` before the script writes anythin
 keeps what it wrote), and the caller repairs that key (``drl.memory.redis.repair``) and calls again; a bad
 argument is ``BADARG``."""
 
-ADD = CHECKS + """
+ADD = (
+    CHECKS
+    + """
 if not typed(KEYS[1], 'stream') then return bad(KEYS[1], 'is not a stream') end
 if not typed(KEYS[4], 'hash') then return bad(KEYS[4], 'is not a hash') end
 if not typed(KEYS[5], 'string') then return bad(KEYS[5], 'is not a string') end
@@ -122,8 +124,11 @@ redis.call('INCRBY', KEYS[5], size)
 if total > had then redis.call('HSET', KEYS[4], ARGV[5], ARGV[6]) end
 return {1, v, s, m, e, r, share}
 """
+)
 
-COMMIT = CHECKS + """
+COMMIT = (
+    CHECKS
+    + """
 local who, epoch = ARGV[1], ARGV[2]
 table.remove(ARGV, 1)
 table.remove(ARGV, 1)
@@ -189,9 +194,12 @@ end
 if at <= #ARGV then redis.call('HSET', KEYS[3], unpack(ARGV, at)) end
 return freed
 """
+)
 
 
-RAISE = CHECKS + """
+RAISE = (
+    CHECKS
+    + """
 if not typed(KEYS[1], 'hash') then return bad(KEYS[1], 'is not a hash') end
 if #ARGV % 2 ~= 0 then return badarg('worker and count pairs') end
 for i = 1, #ARGV, 2 do
@@ -207,8 +215,11 @@ for i = 1, #ARGV, 2 do
 end
 return 0
 """
+)
 
-DONE = CHECKS + """
+DONE = (
+    CHECKS
+    + """
 if not typed(KEYS[1], 'hash') then return bad(KEYS[1], 'is not a hash') end
 if not typed(KEYS[2], 'hash') then return bad(KEYS[2], 'is not a hash') end
 local total = count(ARGV[2])
@@ -222,11 +233,14 @@ if total > had then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 0
 """
+)
 """A worker's done marker (``workers:done``) together with its produced count (``produced``, raised only), so that
 a count lost to a repair is back once the worker ends; fenced by the worker's epoch (ARGV[3], KEYS[3] the run's
 ``leases``)."""
 
-STATUS = CHECKS + """
+STATUS = (
+    CHECKS
+    + """
 if not typed(KEYS[1], 'hash') then return bad(KEYS[1], 'is not a hash') end
 if #ARGV < 4 or #ARGV % 2 ~= 0 then return badarg('identity, epoch and field pairs') end
 local fenced, take = fence(KEYS[2], ARGV[1], ARGV[2])
@@ -235,10 +249,13 @@ if take then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
 redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 return 0
 """
+)
 """A service's status fields (KEYS[1] ``status:<name>``) written as its identity ARGV[1] with its epoch ARGV[2]
 (KEYS[2] the run's ``leases``), then the field and value pairs."""
 
-NEW_EPOCH = CHECKS + """
+NEW_EPOCH = (
+    CHECKS
+    + """
 if not typed(KEYS[1], 'hash') then return bad(KEYS[1], 'is not a hash') end
 if ARGV[1] == nil or ARGV[1] == '' then return badarg('identity') end
 local held = redis.call('HGET', KEYS[1], ARGV[1])
@@ -249,21 +266,27 @@ local epoch = math.max(tonumber(held or '0') + 1, now)
 redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', epoch))
 return epoch
 """
+)
 """A new fencing epoch for identity ARGV[1] in KEYS[1] (the run's ``leases`` on the first server): above the one
 held, and at least the server's clock in milliseconds, so that an identity taken again after the server lost its
 data (and with it every epoch it held) still gets an epoch above that of any process that took it before."""
 
-TAKE = CHECKS + """
+TAKE = (
+    CHECKS
+    + """
 local fenced, take = fence(KEYS[1], ARGV[1], ARGV[2])
 if fenced then return fenced end
 if take then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 return 0
 """
+)
 """Raises identity ARGV[1]'s lease in KEYS[1] (a shard's ``leases``) to the epoch ARGV[2] it took on the run's
 first server, before the writer or reader of that shard reads anything; refused (``FENCED``) when a newer process
 took the identity already."""
 
-REGISTER = CHECKS + """
+REGISTER = (
+    CHECKS
+    + """
 if not typed(KEYS[1], 'hash') then return bad(KEYS[1], 'is not a hash') end
 if not typed(KEYS[2], 'hash') then return bad(KEYS[2], 'is not a hash') end
 if not typed(KEYS[3], 'string') then return bad(KEYS[3], 'is not a string') end
@@ -287,12 +310,15 @@ for i = first_forget, last do redis.call('HDEL', KEYS[4], ARGV[i]) end
 if #ARGV > last then redis.call('SET', KEYS[3], ARGV[#ARGV]) end
 return 0
 """
+)
 """Members, shares, forgotten done markers and the start time in one step, so that a restored server or a scaling
 step is never seen half done: KEYS ``workers:members``, ``workers:shares``, ``started_at``, ``workers:done``;
 ARGV ``only_new`` (1/0), the numbers of members, shares and forgotten workers, their pairs and names, then an
 optional start time."""
 
-REPAIR = CHECKS + """
+REPAIR = (
+    CHECKS
+    + """
 local key, want, rule = KEYS[1], ARGV[1], ARGV[2]
 local t = redis.call('TYPE', key)['ok']
 if t ~= 'none' and t ~= want then
@@ -338,6 +364,7 @@ if t == 'hash' then
 end
 return 'sound'
 """
+)
 """Repairs one key of a run (KEYS[1]; ARGV: the type it must have; what its values must be: ``count``,
 ``factor``, ``state`` (``sound_field``), ``floor``, ``bytes`` (recounted from the stream, KEYS[2]) or empty; how many of KEYS[2...] go with it),
 re-checking it first, so that a repair raced by another process's repair or by a sound write changes nothing.
@@ -380,20 +407,27 @@ class DirectScript:
             self._conn.disconnect()
             self._conn = None
 
-CLAIM = CHECKS + """
+
+CLAIM = (
+    CHECKS
+    + """
 if not typed(KEYS[1], 'string') then return bad(KEYS[1], 'is not a string') end
 local v = redis.call('GET', KEYS[1])
 if v and v ~= ARGV[1] and redis.call('PTTL', KEYS[1]) >= 0 then return v end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return false
 """
+)
 """Takes or extends a claim (KEYS[1]) for a holder (ARGV[1]) for ARGV[2] ms; returns the other holder that has it.
 drl always writes a claim with an expiry, so one without (written by something else) is taken over rather than
 waited on for ever."""
 
-RELEASE = CHECKS + """
+RELEASE = (
+    CHECKS
+    + """
 if not typed(KEYS[1], 'string') then return bad(KEYS[1], 'is not a string') end
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+)
 """Gives a claim (KEYS[1]) up if its holder is ARGV[1]."""

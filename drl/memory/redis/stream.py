@@ -54,8 +54,9 @@ def _headers(client: redis.Redis, keys: Keys, retry_s: float):
         yield header
 
 
-def backlog_transitions(client: redis.Redis, keys: Keys, retry_s: float = RETRY_S,
-                        state: dict[str, str] | None = None) -> int:
+def backlog_transitions(
+    client: redis.Redis, keys: Keys, retry_s: float = RETRY_S, state: dict[str, str] | None = None
+) -> int:
     """Transitions in entries still in the stream (unread or unacknowledged) that the trainer's committed state
     (or ``state``) has not taken, counted from their headers (``drl.memory.base.unseen_transitions``)."""
     if state is None:
@@ -83,8 +84,9 @@ def producer_position(client: redis.Redis, keys: Keys, worker_id: str, retry_s: 
     still in the stream and the produced hash, so that a restarted worker process continues its numbering
     instead of having every entry dropped as a duplicate."""
     guard = Guard(client, keys, retry_s)
-    raw = guard.read(lambda: client.hget(keys.consumer_state, seq_field(worker_id)), "HGET watermark",
-                     keys.consumer_state, None)
+    raw = guard.read(
+        lambda: client.hget(keys.consumer_state, seq_field(worker_id)), "HGET watermark", keys.consumer_state, None
+    )
     seq = 0
     if raw is not None and watermark(raw) is None:
         guard.report(keys.consumer_state, f"field {seq_field(worker_id)} is not a watermark", "ignored")
@@ -108,8 +110,9 @@ def producer_position(client: redis.Redis, keys: Keys, worker_id: str, retry_s: 
 def take_lease(client: redis.Redis, keys: Keys, who: str, epoch: int, retry_s: float = RETRY_S) -> None:
     """Raises ``who``'s lease in this shard's ``leases`` to ``epoch`` (``scripts.TAKE``), or raises
     ``drl.errors.Superseded`` when a newer process holds it already."""
-    Guard(client, keys, retry_s).call(lambda: client.register_script(TAKE)(keys=[keys.leases], args=[who, epoch]),
-                                      "take lease", key=keys.leases)
+    Guard(client, keys, retry_s).call(
+        lambda: client.register_script(TAKE)(keys=[keys.leases], args=[who, epoch]), "take lease", key=keys.leases
+    )
 
 
 class Producer(OutboxWriter):
@@ -120,8 +123,16 @@ class Producer(OutboxWriter):
     trainer's watermark for this worker covers its sequence number.
     """
 
-    def __init__(self, client: redis.Redis, keys: Keys, worker_id: str, max_entries: int, max_bytes: int,
-                 retry_s: float = RETRY_S, epoch: int | None = None):
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        worker_id: str,
+        max_entries: int,
+        max_bytes: int,
+        retry_s: float = RETRY_S,
+        epoch: int | None = None,
+    ):
         self.client = client
         self.keys = keys
         self.worker_id = worker_id
@@ -129,8 +140,19 @@ class Producer(OutboxWriter):
         self.max_bytes = max_bytes
         self.retry_s = retry_s
         self._add = DirectScript(client, ADD)
-        self._add_keys = [keys.stream, keys.policy, keys.stop, keys.produced, keys.backlog_bytes,
-                          keys.consumer_state, keys.epoch, keys.freed, keys.room, keys.shares, keys.leases]
+        self._add_keys = [
+            keys.stream,
+            keys.policy,
+            keys.stop,
+            keys.produced,
+            keys.backlog_bytes,
+            keys.consumer_state,
+            keys.epoch,
+            keys.freed,
+            keys.room,
+            keys.shares,
+            keys.leases,
+        ]
         self.fence = "" if epoch is None else str(epoch)
         self.outbox = Outbox()
         self.outbox.on_new_epoch = self._report_floor
@@ -143,8 +165,11 @@ class Producer(OutboxWriter):
     def _report_floor(self, floor: tuple[int, int]) -> None:
         """Tells the reader this writer's floor after a data loss (``ReaderRecovery.floors``)."""
         if floor[0] > 0:
-            self.guard.call(lambda: self.client.hset(self.keys.floors, self.worker_id, format_floor(floor)),
-                            "HSET floor", key=self.keys.floors)
+            self.guard.call(
+                lambda: self.client.hset(self.keys.floors, self.worker_id, format_floor(floor)),
+                "HSET floor",
+                key=self.keys.floors,
+            )
 
     def position(self) -> tuple[int, int]:
         return producer_position(self.client, self.keys, self.worker_id, self.retry_s)
@@ -161,8 +186,17 @@ class Producer(OutboxWriter):
         return self.outbox.drain(self._append, self._wait_for_room)
 
     def _append(self, item: Outgoing) -> AppendReply:
-        args = [self.max_entries, self.max_bytes, item.h, item.d, self.worker_id, item.produced_total,
-                seq_field(self.worker_id), secrets.token_hex(8), self.fence]
+        args = [
+            self.max_entries,
+            self.max_bytes,
+            item.h,
+            item.d,
+            self.worker_id,
+            item.produced_total,
+            seq_field(self.worker_id),
+            secrets.token_hex(8),
+            self.fence,
+        ]
         self._highest_seq = max(self._highest_seq, item.seq)
         return self._reply(self.guard.call(lambda: self._add(self._add_keys, args), "XADD"))
 
@@ -178,21 +212,29 @@ class Producer(OutboxWriter):
             policy = -1
         consumed = count(mark)
         if consumed is None or consumed > self._highest_seq:
-            self.guard.report(keys.consumer_state, f"field {seq_field(self.worker_id)} is beyond what this "
-                                                   "writer sent", "ignored")
+            self.guard.report(
+                keys.consumer_state, f"field {seq_field(self.worker_id)} is beyond what this writer sent", "ignored"
+            )
             consumed = 0
         assigned = count(share) if share else None
         if share and assigned is None:
             self.guard.report(keys.shares, f"field {self.worker_id} is not a count", "ignored")
-        return AppendReply(appended=bool(added), policy_version=policy, stop=bool(stop), watermark=consumed,
-                           epoch=epoch, widening=int(widening), share=assigned)
+        return AppendReply(
+            appended=bool(added),
+            policy_version=policy,
+            stop=bool(stop),
+            watermark=consumed,
+            epoch=epoch,
+            widening=int(widening),
+            share=assigned,
+        )
 
     def _wait_for_room(self, refusals: int) -> None:
         """Blocks until a commit frees an entry (a token on ``Keys.freed``) or a timeout passes. The refusal
         cleared the tokens nobody waited for, so a token means room freed since; the timeout, which doubles
         with each refusal in a row, covers a trainer that commits nothing (paused, dead) and the server's
         restarts."""
-        timeout = min(BACKPRESSURE_MAX_WAIT_S, BACKPRESSURE_FIRST_WAIT_S * 2 ** refusals)
+        timeout = min(BACKPRESSURE_MAX_WAIT_S, BACKPRESSURE_FIRST_WAIT_S * 2**refusals)
         started = time.perf_counter()
         try:
             self.client.blpop([self.keys.freed], timeout=timeout)
@@ -218,8 +260,11 @@ class Producer(OutboxWriter):
             epoch, raw = self.guard.call(fetch, "HGET watermark", key=self.keys.epoch)
             mark = None if isinstance(raw, redis.ResponseError) else watermark(raw or b"0")
             if mark is None or mark > max(last_seq, self._highest_seq):
-                self.guard.report(self.keys.consumer_state, f"field {seq_field(self.worker_id)} is not a "
-                                                            "watermark of this writer", "ignored")
+                self.guard.report(
+                    self.keys.consumer_state,
+                    f"field {seq_field(self.worker_id)} is not a watermark of this writer",
+                    "ignored",
+                )
                 mark = 0
             self.outbox.observe(mark, epoch)
             if self.outbox.queued and not self.outbox.drain(self._append, self._wait_for_room).appended:
@@ -245,9 +290,15 @@ class Consumer:
         library calls (through this name, not as part of the reading protocol)."""
         return self
 
-    def __init__(self, client: redis.Redis, keys: Keys, consumer: str = "trainer-0",
-                 on_reset: Callable[[], None] | None = None, retry_s: float = RETRY_S,
-                 identity: tuple[str, int] | None = None):
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        consumer: str = "trainer-0",
+        on_reset: Callable[[], None] | None = None,
+        retry_s: float = RETRY_S,
+        identity: tuple[str, int] | None = None,
+    ):
         self.client = client
         self.keys = keys
         self.consumer = consumer
@@ -266,8 +317,11 @@ class Consumer:
 
     def _ensure_group(self) -> bool:
         try:
-            self.guard.call(lambda: self.client.xgroup_create(self.keys.stream, GROUP, id="0", mkstream=True),
-                            "XGROUP CREATE", key=self.keys.stream)
+            self.guard.call(
+                lambda: self.client.xgroup_create(self.keys.stream, GROUP, id="0", mkstream=True),
+                "XGROUP CREATE",
+                key=self.keys.stream,
+            )
             return True
         except redis.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
@@ -311,8 +365,12 @@ class Consumer:
         return self._xread(">", count, block_ms)
 
     def _xread(self, start: str, count: int, block_ms: int | None) -> list[Entry]:
-        reply = self._call(lambda: self.client.xreadgroup(GROUP, self.consumer, {self.keys.stream: start},
-                                                          count=count, block=block_ms), "XREADGROUP")
+        reply = self._call(
+            lambda: self.client.xreadgroup(
+                GROUP, self.consumer, {self.keys.stream: start}, count=count, block=block_ms
+            ),
+            "XREADGROUP",
+        )
         if not reply:
             return []
         return [(eid, fields) for eid, fields in reply[0][1] if fields is not None]
@@ -322,16 +380,24 @@ class Consumer:
         claimed: list[Entry] = []
         start = "0-0"
         while len(claimed) < count:
-            reply = self._call(lambda start=start: self.client.xautoclaim(self.keys.stream, GROUP, self.consumer, min_idle_ms,
-                                                              start_id=start, count=count), "XAUTOCLAIM")
+            reply = self._call(
+                lambda start=start: self.client.xautoclaim(
+                    self.keys.stream, GROUP, self.consumer, min_idle_ms, start_id=start, count=count
+                ),
+                "XAUTOCLAIM",
+            )
             start, entries = reply[0], reply[1]
             claimed += [(eid, fields) for eid, fields in entries if fields is not None]
             if start in (b"0-0", "0-0"):
                 break
         return claimed
 
-    def commit(self, acks: Iterable[tuple[bytes, int]], state: dict[str, str | int],
-               dead: Iterable[tuple[bytes, dict, str, str]] = ()) -> None:
+    def commit(
+        self,
+        acks: Iterable[tuple[bytes, int]],
+        state: dict[str, str | int],
+        dead: Iterable[tuple[bytes, dict, str, str]] = (),
+    ) -> None:
         """In one transaction: dead-letter entries, acknowledge and delete entries, release their bytes, and
         record the consumer's state (counters and watermarks), so a crash leaves all of it or none."""
         acks = list(acks)
@@ -354,8 +420,15 @@ class Consumer:
                 args += [k, v]
         for key, value in plain(state).items():
             args += [key, value]
-        keys = [self.keys.stream, self.keys.backlog_bytes, self.keys.consumer_state, self.keys.freed,
-                self.keys.dead_letter, self.keys.dead_letter_counts, self.keys.leases]
+        keys = [
+            self.keys.stream,
+            self.keys.backlog_bytes,
+            self.keys.consumer_state,
+            self.keys.freed,
+            self.keys.dead_letter,
+            self.keys.dead_letter_counts,
+            self.keys.leases,
+        ]
         self._call(lambda: self._commit(keys=keys, args=args), "commit")
 
     def set_widening(self, factor: int) -> None:
@@ -436,8 +509,9 @@ class Consumer:
             if sound_state_field(field.decode(errors="replace"), value):
                 state[field.decode(errors="replace")] = value.decode(errors="replace")
             else:
-                self.guard.report(key, f"field {field.decode(errors='replace')} is not a count or watermark",
-                                  "left out")
+                self.guard.report(
+                    key, f"field {field.decode(errors='replace')} is not a count or watermark", "left out"
+                )
                 self._rewrite_due = True
         return state
 
@@ -468,11 +542,10 @@ class Consumer:
         return int(self.guard.call(lambda: self.client.xlen(self.keys.stream), "XLEN", key=self.keys.stream))
 
     def backlog_bytes(self) -> int:
-        raw = self.guard.read(lambda: self.client.get(self.keys.backlog_bytes), "GET bytes", self.keys.backlog_bytes,
-                              None)
+        raw = self.guard.read(
+            lambda: self.client.get(self.keys.backlog_bytes), "GET bytes", self.keys.backlog_bytes, None
+        )
         value = count(raw)
         if raw is not None and value is None:
             self.guard.report(self.keys.backlog_bytes, "is not a count", "read as 0")
         return value or 0
-
-

@@ -29,8 +29,10 @@ class KubernetesBackend:
 
     def check(self, deployment: Deployment, resume: bool = False) -> None:
         if resume:
-            raise UserError("--resume applies to local runs; on Kubernetes a restarted trainer resumes from its "
-                            "checkpoint by itself")
+            raise UserError(
+                "--resume applies to local runs; on Kubernetes a restarted trainer resumes from its "
+                "checkpoint by itself"
+            )
         if deployment.output:
             raise UserError("--output applies to local runs; a Kubernetes run is found by its name and --namespace")
         if deployment.namespace:
@@ -41,8 +43,9 @@ class KubernetesBackend:
         manifests.check_s3_storage(deployment.s3_storage, deployment.s3_storage_class)
         manifests.resources_for(deployment.profile, deployment.resources)
         if deployment.pending_timeout is not None and not deployment.pending_timeout >= 0:
-            raise UserError(f"--pending-timeout must be 0 (wait for ever) or more seconds, got "
-                            f"{deployment.pending_timeout:g}")
+            raise UserError(
+                f"--pending-timeout must be 0 (wait for ever) or more seconds, got {deployment.pending_timeout:g}"
+            )
 
     @staticmethod
     def namespace(deployment: Deployment) -> str:
@@ -55,15 +58,21 @@ class KubernetesBackend:
         manifests.check_memory_url(cfg.memory)
         manifests.check_store_url(cfg.store)
         if cfg.store and (deployment.s3_storage or deployment.s3_storage_class):
-            raise UserError("--s3-storage and --s3-storage-class apply to the run's own S3 server; with --store "
-                            "the run uses your S3 store instead")
+            raise UserError(
+                "--s3-storage and --s3-storage-class apply to the run's own S3 server; with --store "
+                "the run uses your S3 store instead"
+            )
         namespace = self.namespace(deployment)
         run = cfg.run_name or default_kubernetes_run_name(cfg.preset, cfg.env, cfg.mode)
         cfg = dataclasses.replace(cfg, run_name=run)
-        objects = manifests.manifests(cfg, run, namespace=namespace,
-                                      resources=manifests.resources_for(deployment.profile, deployment.resources),
-                                      s3_storage_class=deployment.s3_storage_class,
-                                      **self.images_and_storage(deployment))
+        objects = manifests.manifests(
+            cfg,
+            run,
+            namespace=namespace,
+            resources=manifests.resources_for(deployment.profile, deployment.resources),
+            s3_storage_class=deployment.s3_storage_class,
+            **self.images_and_storage(deployment),
+        )
         return cfg, namespace, objects
 
     @staticmethod
@@ -73,20 +82,31 @@ class KubernetesBackend:
         defaults."""
         if deployment.profile == manifests.LOCAL_PROFILE:
             local = manifests.LOCAL_IMAGES
-            return {"image": deployment.image or local["drl"], "redis_image": local["redis"],
-                    "s3_image": deployment.s3_image or local["s3"], "pull_policy": "Never",
-                    "s3_storage": deployment.s3_storage or manifests.S3_EMPTYDIR}
-        return {"image": deployment.image or manifests.DEFAULT_IMAGE,
-                "s3_image": deployment.s3_image or manifests.S3_IMAGE,
-                "s3_storage": deployment.s3_storage or manifests.S3_STORAGE}
+            return {
+                "image": deployment.image or local["drl"],
+                "redis_image": local["redis"],
+                "s3_image": deployment.s3_image or local["s3"],
+                "pull_policy": "Never",
+                "s3_storage": deployment.s3_storage or manifests.S3_EMPTYDIR,
+            }
+        return {
+            "image": deployment.image or manifests.DEFAULT_IMAGE,
+            "s3_image": deployment.s3_image or manifests.S3_IMAGE,
+            "s3_storage": deployment.s3_storage or manifests.S3_STORAGE,
+        }
 
     def run(self, cfg: ExperimentConfig, deployment: Deployment, resume: bool = False) -> int:
         from orchestrator.backends.kubernetes.run import run_kubernetes
 
         cfg, namespace, objects = self.objects(cfg, deployment)
-        print(f"drl: run {cfg.run_name} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, "
-              f"{cfg.steps:,} steps) -> Kubernetes namespace {namespace}", file=sys.stderr)
-        options: dict[str, Any] = {} if deployment.pending_timeout is None else {"pending_timeout_s": deployment.pending_timeout}
+        print(
+            f"drl: run {cfg.run_name} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, "
+            f"{cfg.steps:,} steps) -> Kubernetes namespace {namespace}",
+            file=sys.stderr,
+        )
+        options: dict[str, Any] = (
+            {} if deployment.pending_timeout is None else {"pending_timeout_s": deployment.pending_timeout}
+        )
         return run_kubernetes(cfg.run_name, objects, namespace=namespace, detach=deployment.detach, **options)
 
     def render(self, cfg: ExperimentConfig, deployment: Deployment) -> str:
@@ -96,15 +116,18 @@ class KubernetesBackend:
         from orchestrator.backends.kubernetes.status import show_status
 
         if run is None:
-            raise UserError("status of a Kubernetes run needs the run's name: drl-orchestrate status RUN "
-                            "--namespace NS")
+            raise UserError(
+                "status of a Kubernetes run needs the run's name: drl-orchestrate status RUN --namespace NS"
+            )
         manifests.check_run_name(run, "RUN")
         return show_status(run, self.namespace(deployment))
 
     def stop(self, run: str, deployment: Deployment, timeout: float) -> int:
-        raise UserError(f"a Kubernetes run cannot be stopped cleanly from outside the cluster yet; it ends with its "
-                        f"trainer, or remove it with drl-orchestrate delete {run} --namespace "
-                        f"{deployment.namespace or 'NS'}")
+        raise UserError(
+            f"a Kubernetes run cannot be stopped cleanly from outside the cluster yet; it ends with its "
+            f"trainer, or remove it with drl-orchestrate delete {run} --namespace "
+            f"{deployment.namespace or 'NS'}"
+        )
 
     def scale(self, run: str, workers: int, deployment: Deployment, timeout: float) -> int:
         from orchestrator.backends.kubernetes.scale import scale_run

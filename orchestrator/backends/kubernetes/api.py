@@ -33,8 +33,17 @@ KINDS = {
     "Event": ("core", "event"),
 }
 # The order `delete` removes a run in: what runs first, then what it uses.
-RUN_KINDS = ("Job", "StatefulSet", "Service", "NetworkPolicy", "RoleBinding", "Role", "ServiceAccount", "Secret",
-             "ConfigMap")
+RUN_KINDS = (
+    "Job",
+    "StatefulSet",
+    "Service",
+    "NetworkPolicy",
+    "RoleBinding",
+    "Role",
+    "ServiceAccount",
+    "Secret",
+    "ConfigMap",
+)
 
 
 class KubeError(Exception):
@@ -60,8 +69,13 @@ class ContainerState:
 
 
 # Waiting reasons of a container that do not pass by themselves: a pod showing one for a while fails.
-FATAL_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
-                 "CreateContainerError")
+FATAL_WAITING = (
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+)
 
 
 @dataclass(frozen=True)
@@ -117,8 +131,10 @@ class EventState:
     count: int = 1
 
 
-DEFAULT_CLASS_ANNOTATIONS = ("storageclass.kubernetes.io/is-default-class",
-                             "storageclass.beta.kubernetes.io/is-default-class")
+DEFAULT_CLASS_ANNOTATIONS = (
+    "storageclass.kubernetes.io/is-default-class",
+    "storageclass.beta.kubernetes.io/is-default-class",
+)
 
 
 def kubeconfig_path() -> str:
@@ -174,20 +190,28 @@ class KubeApi:
         try:
             from kubernetes import client, config
         except ImportError:
-            raise UserError("the kubernetes backend needs the kubernetes client: "
-                            "pip install 'drl[kubernetes]'") from None
+            raise UserError(
+                "the kubernetes backend needs the kubernetes client: pip install 'drl[kubernetes]'"
+            ) from None
         try:
             config.load_incluster_config()
         except config.ConfigException:
             try:
                 config.load_kube_config(kubeconfig_path())
             except (config.ConfigException, OSError) as exc:
-                raise UserError(f"no Kubernetes configuration: set KUBECONFIG or ~/.kube/config, or run inside a "
-                                f"cluster ({exc})") from None
+                raise UserError(
+                    f"no Kubernetes configuration: set KUBECONFIG or ~/.kube/config, or run inside a cluster ({exc})"
+                ) from None
         self.client = client
-        self.groups = {"core": client.CoreV1Api(), "apps": client.AppsV1Api(), "batch": client.BatchV1Api(),
-                       "rbac": client.RbacAuthorizationV1Api(), "networking": client.NetworkingV1Api(),
-                       "storage": client.StorageV1Api(), "version": client.VersionApi()}
+        self.groups = {
+            "core": client.CoreV1Api(),
+            "apps": client.AppsV1Api(),
+            "batch": client.BatchV1Api(),
+            "rbac": client.RbacAuthorizationV1Api(),
+            "networking": client.NetworkingV1Api(),
+            "storage": client.StorageV1Api(),
+            "version": client.VersionApi(),
+        }
 
     def _call(self, kind: str, verb: str, *args, **kwargs):
         group, suffix = KINDS[kind]
@@ -213,8 +237,13 @@ class KubeApi:
         """(name, is the default) of every StorageClass of the cluster: ``list`` on the cluster-scoped
         ``storageclasses``, which a namespaced Role cannot grant (then ``KubeError`` 403)."""
         items = self._invoke("storage", "list_storage_class").items
-        return [(item.metadata.name, any((item.metadata.annotations or {}).get(a) == "true"
-                                         for a in DEFAULT_CLASS_ANNOTATIONS)) for item in items]
+        return [
+            (
+                item.metadata.name,
+                any((item.metadata.annotations or {}).get(a) == "true" for a in DEFAULT_CLASS_ANNOTATIONS),
+            )
+            for item in items
+        ]
 
     def list_events(self, namespace: str, reason: str = "") -> list[EventState]:
         """The namespace's Warning events (of ``reason``, when given): ``list`` on ``events``."""
@@ -223,8 +252,16 @@ class KubeApi:
         out = []
         for e in items:
             involved = e.involved_object
-            out.append(EventState(involved.kind or "", involved.name or "", involved.uid or "", e.reason or "",
-                                  (e.message or "").strip(), e.count or 1))
+            out.append(
+                EventState(
+                    involved.kind or "",
+                    involved.name or "",
+                    involved.uid or "",
+                    e.reason or "",
+                    (e.message or "").strip(),
+                    e.count or 1,
+                )
+            )
         return out
 
     def server_version(self) -> tuple[int, int] | None:
@@ -257,8 +294,9 @@ class KubeApi:
     def delete_pod(self, namespace: str, name: str) -> bool:
         return self.delete("Pod", namespace, name)
 
-    def delete_by_label(self, namespace: str, selector: str, kinds: tuple[str, ...] = RUN_KINDS,
-                        propagation: str = "Background") -> list[tuple[str, str]]:
+    def delete_by_label(
+        self, namespace: str, selector: str, kinds: tuple[str, ...] = RUN_KINDS, propagation: str = "Background"
+    ) -> list[tuple[str, str]]:
         """Deletes every object of ``kinds`` matching ``selector``; returns (kind, name) of those deleted."""
         deleted = []
         for kind in kinds:
@@ -278,9 +316,13 @@ class KubeApi:
                 return None
             raise
         s = job.status
-        return JobState(name, s.active or 0, s.succeeded or 0, s.failed or 0,
-                        tuple(JobCondition(c.type, c.status, c.reason or "", c.message or "")
-                              for c in s.conditions or ()))
+        return JobState(
+            name,
+            s.active or 0,
+            s.succeeded or 0,
+            s.failed or 0,
+            tuple(JobCondition(c.type, c.status, c.reason or "", c.message or "") for c in s.conditions or ()),
+        )
 
     def list_jobs(self, namespace: str, selector: str) -> list[dict]:
         """Jobs as the plain dictionaries of their manifests (camelCase keys, as ``kubectl get -o json``)."""
@@ -304,8 +346,12 @@ class KubeApi:
         core = self.groups["core"]
         try:
             response = core.connect_get_namespaced_pod_proxy_with_path(
-                name=f"{name}:{port}", namespace=namespace, path="metrics", _request_timeout=timeout,
-                _preload_content=False)
+                name=f"{name}:{port}",
+                namespace=namespace,
+                path="metrics",
+                _request_timeout=timeout,
+                _preload_content=False,
+            )
         except self.client.exceptions.ApiException as exc:
             raise KubeError(exc.status or 0, exc.reason or "", _api_message(exc)) from None
         except HTTPError as exc:
@@ -323,8 +369,9 @@ class KubeApi:
 
         core = self.groups["core"]
         try:
-            response = core.read_namespaced_pod_log(name, namespace, container=container, follow=follow,
-                                                    _preload_content=False)
+            response = core.read_namespaced_pod_log(
+                name, namespace, container=container, follow=follow, _preload_content=False
+            )
         except self.client.exceptions.ApiException as exc:
             raise KubeError(exc.status or 0, exc.reason or "", _api_message(exc)) from None
         buffer = b""
@@ -351,8 +398,9 @@ class Api(Protocol):
     def server_version(self) -> tuple[int, int] | None: ...
     def delete(self, kind: str, namespace: str, name: str, propagation: str = "Background") -> bool: ...
     def delete_pod(self, namespace: str, name: str) -> bool: ...
-    def delete_by_label(self, namespace: str, selector: str, kinds: tuple[str, ...] = RUN_KINDS,
-                        propagation: str = "Background") -> list[tuple[str, str]]: ...
+    def delete_by_label(
+        self, namespace: str, selector: str, kinds: tuple[str, ...] = RUN_KINDS, propagation: str = "Background"
+    ) -> list[tuple[str, str]]: ...
     def list_pods(self, namespace: str, selector: str) -> list[PodState]: ...
     def job_status(self, namespace: str, name: str) -> JobState | None: ...
     def pod_log(self, namespace: str, name: str, container: str, follow: bool = True) -> Iterator[str]: ...
@@ -405,13 +453,32 @@ def _pod_state(pod) -> PodState:
         elif c.state and c.state.waiting:
             reason, message = c.state.waiting.reason or "", c.state.waiting.message or ""
         last = c.last_state.terminated if c.last_state else None
-        containers.append(ContainerState(c.name, bool(c.ready), c.restart_count or 0, state, reason, message, code,
-                                         last.exit_code if last else None))
+        containers.append(
+            ContainerState(
+                c.name,
+                bool(c.ready),
+                c.restart_count or 0,
+                state,
+                reason,
+                message,
+                code,
+                last.exit_code if last else None,
+            )
+        )
     ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or ())
     reason, message = status.reason or "", status.message or ""
     for c in status.conditions or ():
         if c.type == "PodScheduled" and c.status == "False":
             reason, message = c.reason or reason, c.message or message
     meta = pod.metadata
-    return PodState(meta.name, status.phase or "Unknown", dict(meta.labels or {}), dict(meta.annotations or {}),
-                    ready, meta.deletion_timestamp is not None, reason, message, tuple(containers))
+    return PodState(
+        meta.name,
+        status.phase or "Unknown",
+        dict(meta.labels or {}),
+        dict(meta.annotations or {}),
+        ready,
+        meta.deletion_timestamp is not None,
+        reason,
+        message,
+        tuple(containers),
+    )

@@ -141,18 +141,23 @@ def run_selector(run: str) -> str:
 
 # -- input checks ---------------------------------------------------------------------------------------
 
+
 def check_namespace(namespace: str) -> str:
     if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
-        raise UserError(f"--namespace must be a DNS label (lowercase letters, digits and '-', starting and ending "
-                        f"with a letter or digit, at most 63 characters), got {namespace!r}")
+        raise UserError(
+            f"--namespace must be a DNS label (lowercase letters, digits and '-', starting and ending "
+            f"with a letter or digit, at most 63 characters), got {namespace!r}"
+        )
     return namespace
 
 
 def check_run_name(run: str, what: str = "--run-name") -> str:
     """Run names become object names and label values; Kubernetes allows fewer characters than local runs."""
     if len(run) > MAX_RUN_LEN or not _DNS_LABEL.match(run):
-        raise UserError(f"{what} on Kubernetes must be lowercase letters, digits and '-', starting and ending "
-                        f"with a letter or digit, at most {MAX_RUN_LEN} characters, got {run!r}")
+        raise UserError(
+            f"{what} on Kubernetes must be lowercase letters, digits and '-', starting and ending "
+            f"with a letter or digit, at most {MAX_RUN_LEN} characters, got {run!r}"
+        )
     return run
 
 
@@ -163,14 +168,18 @@ def check_memory_url(url: str) -> None:
     from drl.memory import url_has_password
 
     if url_has_password(url):
-        raise UserError("the memory URL must not carry a password (it would show in the ConfigMap); put it in "
-                        "DRL_MEMORY_PASSWORD, which goes into the run's Secret")
+        raise UserError(
+            "the memory URL must not carry a password (it would show in the ConfigMap); put it in "
+            "DRL_MEMORY_PASSWORD, which goes into the run's Secret"
+        )
     for one in memory_servers(url):
         scheme = one.split("://", 1)[0] if "://" in one else ""
         if scheme not in ("redis", "rediss") or not urlsplit(one).hostname:
-            raise UserError(f"--memory {one!r} cannot be reached from pods; on Kubernetes use redis://HOST:PORT/DB "
-                            "or rediss://HOST:PORT/DB (several separated by commas), or leave it empty for the "
-                            "run's own Valkey")
+            raise UserError(
+                f"--memory {one!r} cannot be reached from pods; on Kubernetes use redis://HOST:PORT/DB "
+                "or rediss://HOST:PORT/DB (several separated by commas), or leave it empty for the "
+                "run's own Valkey"
+            )
 
 
 def check_store_url(url: str) -> None:
@@ -178,19 +187,37 @@ def check_store_url(url: str) -> None:
     if not url:
         return
     if url.startswith("file://") or "://" not in url:
-        raise UserError(f"--store {url!r} is a local directory, which pods cannot share; on Kubernetes use "
-                        "--store s3://BUCKET/PREFIX or leave it empty for the run's own S3 server")
+        raise UserError(
+            f"--store {url!r} is a local directory, which pods cannot share; on Kubernetes use "
+            "--store s3://BUCKET/PREFIX or leave it empty for the run's own S3 server"
+        )
     parts = urlsplit(url)
     if parts.scheme != "s3" or not parts.netloc:
-        raise UserError(f"--store {url!r} is not supported on Kubernetes; use s3://BUCKET/PREFIX or leave it empty "
-                        "for the run's own S3 server")
+        raise UserError(
+            f"--store {url!r} is not supported on Kubernetes; use s3://BUCKET/PREFIX or leave it empty "
+            "for the run's own S3 server"
+        )
     if "@" in parts.netloc:
         raise UserError("store URL must not carry credentials; use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
 
 
 _QUANTITY = re.compile(r"^(?P<number>[0-9]+(\.[0-9]*)?|\.[0-9]+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|)$")
-_SUFFIX: dict[str, Decimal | int] = {"": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_SUFFIX: dict[str, Decimal | int] = {
+    "": 1,
+    "m": Decimal("0.001"),
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
 
 
 def parse_quantity(text: str) -> Decimal | None:
@@ -224,8 +251,10 @@ def resource_settings(settings: tuple[str, ...] | list[str]) -> list[tuple[str, 
             value = value.strip()
             amount = parse_quantity(value)
             if amount is None or amount <= 0:
-                raise UserError(f"--resources {item!r}: {value!r} is not a positive Kubernetes quantity "
-                                f"(cpu: 500m, 1, 2.5; memory: 512Mi, 4Gi, 1G)")
+                raise UserError(
+                    f"--resources {item!r}: {value!r} is not a positive Kubernetes quantity "
+                    f"(cpu: 500m, 1, 2.5; memory: 512Mi, 4Gi, 1G)"
+                )
             if resource == "memory" and amount != amount.to_integral_value():
                 raise UserError(f"--resources {item!r}: memory must be a whole number of bytes (use Mi or Gi)")
             out.append((role, kind, resource, value))
@@ -248,8 +277,10 @@ def resources_for(profile: str = "", settings: tuple[str, ...] | list[str] = ())
             request, limit = spec["requests"].get(resource), spec["limits"].get(resource)
             low, high = (parse_quantity(request) if request else None), (parse_quantity(limit) if limit else None)
             if low is not None and high is not None and low > high:
-                raise UserError(f"{role}'s {resource} request {request} is above its limit {limit}; raise "
-                                f"{role}.limits.{resource} or lower {role}.requests.{resource} (--resources)")
+                raise UserError(
+                    f"{role}'s {resource} request {request} is above its limit {limit}; raise "
+                    f"{role}.limits.{resource} or lower {role}.requests.{resource} (--resources)"
+                )
     return out
 
 
@@ -262,16 +293,21 @@ def check_s3_storage(storage: str, storage_class: str = "") -> str:
     storage = storage.strip() or S3_STORAGE
     if storage.lower() == S3_EMPTYDIR:
         if storage_class:
-            raise UserError(f"--s3-storage-class names the class of the S3 server's PVC; --s3-storage "
-                            f"{S3_EMPTYDIR} has none")
+            raise UserError(
+                f"--s3-storage-class names the class of the S3 server's PVC; --s3-storage {S3_EMPTYDIR} has none"
+            )
         return S3_EMPTYDIR
     amount = parse_quantity(storage)
     if amount is None or amount <= 0 or amount != amount.to_integral_value():
-        raise UserError(f"--s3-storage must be {S3_EMPTYDIR} (no PVC: checkpoints are lost with the S3 server's pod) "
-                        f"or the size of its PVC, such as 10Gi, got {storage!r}")
+        raise UserError(
+            f"--s3-storage must be {S3_EMPTYDIR} (no PVC: checkpoints are lost with the S3 server's pod) "
+            f"or the size of its PVC, such as 10Gi, got {storage!r}"
+        )
     if storage_class and (len(storage_class) > 253 or not _DNS_SUBDOMAIN.match(storage_class)):
-        raise UserError(f"--s3-storage-class must name a StorageClass (lowercase letters, digits, '-' and '.'), "
-                        f"got {storage_class!r}")
+        raise UserError(
+            f"--s3-storage-class must name a StorageClass (lowercase letters, digits, '-' and '.'), "
+            f"got {storage_class!r}"
+        )
     return storage
 
 
@@ -289,15 +325,18 @@ def make_credentials(memory_url: str, store_url: str, env: dict[str, str] | None
                 with open(env["DRL_MEMORY_PASSWORD_FILE"]) as f:
                     password = f.read().strip()
             except OSError as exc:
-                raise UserError(f"DRL_MEMORY_PASSWORD_FILE {env['DRL_MEMORY_PASSWORD_FILE']} cannot be read: "
-                                f"{exc.strerror}") from None
+                raise UserError(
+                    f"DRL_MEMORY_PASSWORD_FILE {env['DRL_MEMORY_PASSWORD_FILE']} cannot be read: {exc.strerror}"
+                ) from None
     else:
         password = secrets.token_hex(24)
     if store_url:
         missing = [v for v in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if not env.get(v)]
         if missing:
-            raise UserError(f"--store {store_url} on Kubernetes needs {' and '.join(missing)} in the environment "
-                            "(they go into the run's Secret)")
+            raise UserError(
+                f"--store {store_url} on Kubernetes needs {' and '.join(missing)} in the environment "
+                "(they go into the run's Secret)"
+            )
         access, secret = env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]
     else:
         access, secret = "drl-" + secrets.token_hex(8), secrets.token_hex(24)
@@ -306,12 +345,25 @@ def make_credentials(memory_url: str, store_url: str, env: dict[str, str] | None
 
 # -- manifests ------------------------------------------------------------------------------------------
 
-def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, namespace: str = "default",
-              memory_url: str | None = None, store_url: str | None = None, credentials: Credentials | None = None,
-              env: dict[str, str] | None = None, redis_image: str = REDIS_IMAGE,
-              s3_image: str = S3_IMAGE, kube_version: tuple[int, int] | None = None,
-              resources: dict[str, dict] | None = None, s3_storage: str = S3_STORAGE,
-              s3_storage_class: str = "", pull_policy: str = PULL_POLICY) -> list[dict]:
+
+def manifests(
+    cfg: ExperimentConfig,
+    run: str,
+    *,
+    image: str = DEFAULT_IMAGE,
+    namespace: str = "default",
+    memory_url: str | None = None,
+    store_url: str | None = None,
+    credentials: Credentials | None = None,
+    env: dict[str, str] | None = None,
+    redis_image: str = REDIS_IMAGE,
+    s3_image: str = S3_IMAGE,
+    kube_version: tuple[int, int] | None = None,
+    resources: dict[str, dict] | None = None,
+    s3_storage: str = S3_STORAGE,
+    s3_storage_class: str = "",
+    pull_policy: str = PULL_POLICY,
+) -> list[dict]:
     """Every object of a run, in creation order: identity and access, configuration, data services, Jobs.
 
     ``memory_url``/``store_url`` default to the configuration's ``memory``/``store``; empty ones add the run's
@@ -343,19 +395,47 @@ def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, na
         s3_endpoint = f"http://{name}-s3:{S3_PORT}"
     else:
         s3_endpoint = env.get("DRL_S3_ENDPOINT", "")
-    ctx = _Context(run, name, namespace, image, s3_endpoint, builtin_store,
-                   {role: resources.get(role, RESOURCES[role]) for role in RESOURCE_ROLES}, pull_policy)
+    ctx = _Context(
+        run,
+        name,
+        namespace,
+        image,
+        s3_endpoint,
+        builtin_store,
+        {role: resources.get(role, RESOURCES[role]) for role in RESOURCE_ROLES},
+        pull_policy,
+    )
 
     objects = [
         _meta("v1", "ServiceAccount", name, ctx, "rbac", automountServiceAccountToken=False),
-        _meta("rbac.authorization.k8s.io/v1", "Role", name, ctx, "rbac",
-              rules=[{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [f"{name}-config"],
-                      "verbs": ["get"]}]),
-        _meta("rbac.authorization.k8s.io/v1", "RoleBinding", name, ctx, "rbac",
-              roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-              subjects=[{"kind": "ServiceAccount", "name": name, "namespace": namespace}]),
-        _meta("v1", "Secret", f"{name}-credentials", ctx, "credentials", type="Opaque",
-              stringData=credentials.string_data()),
+        _meta(
+            "rbac.authorization.k8s.io/v1",
+            "Role",
+            name,
+            ctx,
+            "rbac",
+            rules=[
+                {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [f"{name}-config"], "verbs": ["get"]}
+            ],
+        ),
+        _meta(
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding",
+            name,
+            ctx,
+            "rbac",
+            roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            subjects=[{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        ),
+        _meta(
+            "v1",
+            "Secret",
+            f"{name}-credentials",
+            ctx,
+            "credentials",
+            type="Opaque",
+            stringData=credentials.string_data(),
+        ),
         _meta("v1", "ConfigMap", f"{name}-config", ctx, "config", data={"config.json": cfg.to_json()}),
         *_network_policies(ctx, builtin_memory, builtin_store, group=cfg.learners > 1),
     ]
@@ -364,9 +444,17 @@ def manifests(cfg: ExperimentConfig, run: str, *, image: str = DEFAULT_IMAGE, na
     if builtin_store:
         objects += _s3(ctx, s3_image, "" if s3_storage == S3_EMPTYDIR else s3_storage, s3_storage_class)
     group = group_name(name)
-    workloads = plan(cfg, run=run, run_dir=RUN_DIR, memory_url=memory_url, store_url=store_url, python="python",
-                     learner_address=f"{name}-trainer-0.{group}", learner_port=RENDEZVOUS_PORT,
-                     trainer_writes_run_files=True)
+    workloads = plan(
+        cfg,
+        run=run,
+        run_dir=RUN_DIR,
+        memory_url=memory_url,
+        store_url=store_url,
+        python="python",
+        learner_address=f"{name}-trainer-0.{group}",
+        learner_port=RENDEZVOUS_PORT,
+        trainer_writes_run_files=True,
+    )
     if cfg.learners > 1:
         objects.append(_group_service(ctx))
     gpu = cfg.device.startswith("cuda")
@@ -413,8 +501,12 @@ class _Context:
 
 
 def _meta(api_version: str, kind: str, name: str, ctx: _Context, component: str, **body) -> dict:
-    return {"apiVersion": api_version, "kind": kind,
-            "metadata": {"name": name, "namespace": ctx.namespace, "labels": labels(ctx.run, component)}, **body}
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": ctx.namespace, "labels": labels(ctx.run, component)},
+        **body,
+    }
 
 
 def _secret_ref(ctx: _Context, key: str) -> dict:
@@ -425,49 +517,80 @@ def _container_env(ctx: _Context, workload: Workload) -> list[dict]:
     """The plan's variables (the configuration and the worker index by reference) with the contract's own
     inserted where docs/kubernetes.md lists them, so the order matches the chart's."""
     storage: list[dict] = [{"name": "DRL_S3_ENDPOINT", "value": ctx.s3_endpoint}] if ctx.s3_endpoint else []
-    storage += [{"name": "AWS_ACCESS_KEY_ID", "valueFrom": _secret_ref(ctx, "s3-access-key")},
-                {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": _secret_ref(ctx, "s3-secret-key")}]
+    storage += [
+        {"name": "AWS_ACCESS_KEY_ID", "valueFrom": _secret_ref(ctx, "s3-access-key")},
+        {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": _secret_ref(ctx, "s3-secret-key")},
+    ]
     if workload.role == "trainer" and ctx.builtin_store:
         storage.append({"name": "DRL_S3_CREATE_BUCKET", "value": "1"})
-    index = [{"name": workload.per_replica_env, "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}}] \
-        if workload.per_replica_env else []
-    after: dict[str, list[dict]] = {"DRL_MEMORY_URL": [{"name": "DRL_MEMORY_PASSWORD", "valueFrom": _secret_ref(ctx, "redis-password")}],
-             "DRL_STORE": storage, "DRL_STEPS_DONE": index}
+    index = (
+        [{"name": workload.per_replica_env, "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}}]
+        if workload.per_replica_env
+        else []
+    )
+    after: dict[str, list[dict]] = {
+        "DRL_MEMORY_URL": [{"name": "DRL_MEMORY_PASSWORD", "valueFrom": _secret_ref(ctx, "redis-password")}],
+        "DRL_STORE": storage,
+        "DRL_STEPS_DONE": index,
+    }
     out: list[dict] = []
     for key, value in workload.env.items():
         if key == "DRL_CONFIG":
-            out.append({"name": key, "valueFrom": {"configMapKeyRef": {"name": f"{ctx.name}-config",
-                                                                      "key": "config.json"}}})
+            out.append(
+                {"name": key, "valueFrom": {"configMapKeyRef": {"name": f"{ctx.name}-config", "key": "config.json"}}}
+            )
         else:
             out.append({"name": key, "value": value})
         out += after.pop(key, [])
     for rest in after.values():
         out += rest
-    out += [{"name": "DRL_HEARTBEAT_FILE", "value": HEARTBEAT_FILE},
-            {"name": "DRL_CACHE_DIR", "value": CACHE_DIR},
-            {"name": "HOME", "value": "/tmp"},
-            {"name": "DRL_CONTROL_HOST", "value": "0.0.0.0"},
-            {"name": "DRL_CONTROL_PORT", "value": str(CONTROL_PORT)},
-            {"name": "DRL_METRICS_HOST", "value": "0.0.0.0"},
-            {"name": "DRL_METRICS_PORT", "value": str(METRICS_PORT)}]
+    out += [
+        {"name": "DRL_HEARTBEAT_FILE", "value": HEARTBEAT_FILE},
+        {"name": "DRL_CACHE_DIR", "value": CACHE_DIR},
+        {"name": "HOME", "value": "/tmp"},
+        {"name": "DRL_CONTROL_HOST", "value": "0.0.0.0"},
+        {"name": "DRL_CONTROL_PORT", "value": str(CONTROL_PORT)},
+        {"name": "DRL_METRICS_HOST", "value": "0.0.0.0"},
+        {"name": "DRL_METRICS_PORT", "value": str(METRICS_PORT)},
+    ]
     return out
 
 
 def _security(uid: int = UID, gid: int = UID) -> tuple[dict, dict]:
-    pod = {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": gid, "fsGroup": gid,
-           "seccompProfile": {"type": "RuntimeDefault"}}
-    container = {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": gid, "allowPrivilegeEscalation": False,
-                 "readOnlyRootFilesystem": True, "privileged": False, "capabilities": {"drop": ["ALL"]},
-                 "seccompProfile": {"type": "RuntimeDefault"}}
+    pod = {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": gid,
+        "fsGroup": gid,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container = {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": gid,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     return pod, container
 
 
-def _pod_spec(ctx: _Context, containers: list[dict], volumes: dict[str, dict], restart: str | None,
-              pod_security: dict, **extra) -> dict:
+def _pod_spec(
+    ctx: _Context, containers: list[dict], volumes: dict[str, dict], restart: str | None, pod_security: dict, **extra
+) -> dict:
     spec = {"restartPolicy": restart} if restart else {}
-    return {**spec, **extra, "serviceAccountName": ctx.name, "automountServiceAccountToken": False,
-            "enableServiceLinks": False, "securityContext": pod_security, "containers": containers,
-            "volumes": [{"name": v, "emptyDir": source} for v, source in volumes.items()]}
+    return {
+        **spec,
+        **extra,
+        "serviceAccountName": ctx.name,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security,
+        "containers": containers,
+        "volumes": [{"name": v, "emptyDir": source} for v, source in volumes.items()],
+    }
 
 
 def _mounts(paths: dict[str, str]) -> list[dict]:
@@ -488,8 +611,12 @@ def _job(ctx: _Context, workload: Workload, gpu: bool = False) -> dict:
     if gpu:
         resources["limits"][GPU_RESOURCE] = 1
     container = {
-        "name": workload.role, "image": ctx.image, "imagePullPolicy": ctx.pull_policy,
-        "command": list(workload.command), "env": _container_env(ctx, workload), "resources": resources,
+        "name": workload.role,
+        "image": ctx.image,
+        "imagePullPolicy": ctx.pull_policy,
+        "command": list(workload.command),
+        "env": _container_env(ctx, workload),
+        "resources": resources,
         "securityContext": container_security,
         "ports": [{"name": "grpc", "containerPort": CONTROL_PORT}, {"name": "metrics", "containerPort": METRICS_PORT}],
         "startupProbe": {**probe, "periodSeconds": 5, "failureThreshold": 60},
@@ -499,33 +626,63 @@ def _job(ctx: _Context, workload: Workload, gpu: bool = False) -> dict:
     }
     spec: dict = {"completions": 1, "parallelism": 1, "backoffLimit": BACKOFF_LIMIT}
     if workload.per_replica_env:
-        spec = {"completionMode": "Indexed", "completions": workload.replicas, "parallelism": workload.replicas,
-                "backoffLimit": BACKOFF_LIMIT * workload.replicas, "podReplacementPolicy": POD_REPLACEMENT_POLICY}
+        spec = {
+            "completionMode": "Indexed",
+            "completions": workload.replicas,
+            "parallelism": workload.replicas,
+            "backoffLimit": BACKOFF_LIMIT * workload.replicas,
+            "podReplacementPolicy": POD_REPLACEMENT_POLICY,
+        }
     extra: dict[str, Any] = {"terminationGracePeriodSeconds": 60} if workload.role == "trainer" else {}
     if workload.role == "trainer" and workload.replicas > 1:
         extra["subdomain"] = group_name(ctx.name)
-    template = {"metadata": {"labels": labels(ctx.run, workload.role)},
-                "spec": _pod_spec(ctx, [container], volumes, "OnFailure", pod_security, **extra)}
-    return _meta("batch/v1", "Job", f"{ctx.name}-{workload.role}", ctx, workload.role,
-                 spec={**spec, "template": template})
+    template = {
+        "metadata": {"labels": labels(ctx.run, workload.role)},
+        "spec": _pod_spec(ctx, [container], volumes, "OnFailure", pod_security, **extra),
+    }
+    return _meta(
+        "batch/v1", "Job", f"{ctx.name}-{workload.role}", ctx, workload.role, spec={**spec, "template": template}
+    )
 
 
 def _selector(ctx: _Context, component: str) -> dict[str, str]:
-    return {k: v for k, v in labels(ctx.run, component).items()
-            if k in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")}
+    return {
+        k: v
+        for k, v in labels(ctx.run, component).items()
+        if k in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
+    }
 
 
 def _group_service(ctx: _Context) -> dict:
     """The headless Service of a group of learners: DNS records for every trainer pod, ready or not (so the
     rendezvous never waits for a readiness probe), of which rank 0's name is ``MASTER_ADDR``."""
-    return _meta("v1", "Service", group_name(ctx.name), ctx, "trainer",
-                 spec={"clusterIP": "None", "publishNotReadyAddresses": True, "selector": _selector(ctx, "trainer"),
-                       "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT,
-                                  "protocol": "TCP"}]})
+    return _meta(
+        "v1",
+        "Service",
+        group_name(ctx.name),
+        ctx,
+        "trainer",
+        spec={
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": _selector(ctx, "trainer"),
+            "ports": [
+                {"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT, "protocol": "TCP"}
+            ],
+        },
+    )
 
 
-def _stateful_set(ctx: _Context, component: str, container: dict, port: int, uid: int, gid: int,
-                  storage: str = "", storage_class: str = "") -> list[dict]:
+def _stateful_set(
+    ctx: _Context,
+    component: str,
+    container: dict,
+    port: int,
+    uid: int,
+    gid: int,
+    storage: str = "",
+    storage_class: str = "",
+) -> list[dict]:
     """A single-replica StatefulSet and its Service, with ``/data`` on an emptyDir (the pod's lifetime) or, with
     ``storage``, on a PVC of that size (of ``storage_class``, else the cluster's default class) that goes with
     the StatefulSet (the run's lifetime), as the chart's ``persistence`` does."""
@@ -535,74 +692,128 @@ def _stateful_set(ctx: _Context, component: str, container: dict, port: int, uid
     if component == "s3":
         pod_security["fsGroupChangePolicy"] = "OnRootMismatch"
     selector = _selector(ctx, component)
-    container = {**container, "imagePullPolicy": ctx.pull_policy, "resources": ctx.resources[component],
-                 "securityContext": container_security, "volumeMounts": _mounts({"data": "/data", "tmp": "/tmp"})}
-    service = _meta("v1", "Service", name, ctx, component,
-                    spec={"type": "ClusterIP", "selector": selector,
-                          "ports": [{"name": port_name, "port": port, "targetPort": port_name, "protocol": "TCP"}]})
+    container = {
+        **container,
+        "imagePullPolicy": ctx.pull_policy,
+        "resources": ctx.resources[component],
+        "securityContext": container_security,
+        "volumeMounts": _mounts({"data": "/data", "tmp": "/tmp"}),
+    }
+    service = _meta(
+        "v1",
+        "Service",
+        name,
+        ctx,
+        component,
+        spec={
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": port_name, "port": port, "targetPort": port_name, "protocol": "TCP"}],
+        },
+    )
     volumes: dict[str, dict] = {"tmp": {}} if storage else {"data": {}, "tmp": {}}
     spec: dict = {"replicas": 1, "serviceName": name, "selector": {"matchLabels": selector}}
     if storage:
         spec["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Delete", "whenScaled": "Retain"}
-    spec["template"] = {"metadata": {"labels": labels(ctx.run, component)},
-                        "spec": _pod_spec(ctx, [container], volumes, None, pod_security)}
+    spec["template"] = {
+        "metadata": {"labels": labels(ctx.run, component)},
+        "spec": _pod_spec(ctx, [container], volumes, None, pod_security),
+    }
     if storage:
-        spec["volumeClaimTemplates"] = [{
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "data", "labels": labels(ctx.run, component)},
-            "spec": {"accessModes": ["ReadWriteOnce"],
-                     **({"storageClassName": storage_class} if storage_class else {}),
-                     "resources": {"requests": {"storage": storage}}}}]
+        spec["volumeClaimTemplates"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data", "labels": labels(ctx.run, component)},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    **({"storageClassName": storage_class} if storage_class else {}),
+                    "resources": {"requests": {"storage": storage}},
+                },
+            }
+        ]
     return [service, _meta("apps/v1", "StatefulSet", name, ctx, component, spec=spec)]
 
 
 def _redis(ctx: _Context, image: str) -> list[dict]:
     """Valkey without persistence; the password reaches it on stdin, never in its arguments."""
     container = {
-        "name": "redis", "image": image,
-        "command": ["sh", "-c", f"exec valkey-server --port {REDIS_PORT} --dir /data --save '' --appendonly no - "
-                                " <<EOF\nrequirepass \"$VALKEY_PASSWORD\"\nEOF\n"],
+        "name": "redis",
+        "image": image,
+        "command": [
+            "sh",
+            "-c",
+            f"exec valkey-server --port {REDIS_PORT} --dir /data --save '' --appendonly no - "
+            ' <<EOF\nrequirepass "$VALKEY_PASSWORD"\nEOF\n',
+        ],
         "env": [{"name": "VALKEY_PASSWORD", "valueFrom": _secret_ref(ctx, "redis-password")}],
         "ports": [{"name": "redis", "containerPort": REDIS_PORT, "protocol": "TCP"}],
-        "livenessProbe": {"tcpSocket": {"port": "redis"}, "initialDelaySeconds": 5, "periodSeconds": 10,
-                          "timeoutSeconds": 5, "failureThreshold": 5},
-        "readinessProbe": {"exec": {"command": ["sh", "-c", f"valkey-cli -h 127.0.0.1 -p {REDIS_PORT} ping | "
-                                                            "grep -qE 'PONG|NOAUTH'"]},
-                           "initialDelaySeconds": 2, "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {
+            "tcpSocket": {"port": "redis"},
+            "initialDelaySeconds": 5,
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 5,
+        },
+        "readinessProbe": {
+            "exec": {"command": ["sh", "-c", f"valkey-cli -h 127.0.0.1 -p {REDIS_PORT} ping | grep -qE 'PONG|NOAUTH'"]},
+            "initialDelaySeconds": 2,
+            "periodSeconds": 5,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
     }
     return _stateful_set(ctx, "redis", container, REDIS_PORT, REDIS_UID, 1000)
 
 
-S3_IDENTITY = ('{"identities":[{"name":"drl","credentials":[{"accessKey":"%s","secretKey":"%s"}],'
-               '"actions":["Admin","Read","Write","List","Tagging"]}]}')
+S3_IDENTITY = (
+    '{"identities":[{"name":"drl","credentials":[{"accessKey":"%s","secretKey":"%s"}],'
+    '"actions":["Admin","Read","Write","List","Tagging"]}]}'
+)
 
 
 def _s3(ctx: _Context, image: str, storage: str = S3_STORAGE, storage_class: str = "") -> list[dict]:
     """The run's own S3 server: SeaweedFS in one process (``weed mini``) on port 9000, its one identity written
     from the Secret to a file at start (the keys are in no argument), checkpoints on a PVC of ``storage`` (of
     ``storage_class``), or on an emptyDir when ``storage`` is empty."""
-    script = (f"umask 077\nprintf '{S3_IDENTITY}' \"$S3_ACCESS_KEY\" \"$S3_SECRET_KEY\" > /tmp/s3.json\n"
-              f"exec weed mini -dir=/data -ip.bind=0.0.0.0 -s3.port={S3_PORT} -s3.config=/tmp/s3.json -webdav=false "
-              "-admin.ui=false\n")
+    script = (
+        f'umask 077\nprintf \'{S3_IDENTITY}\' "$S3_ACCESS_KEY" "$S3_SECRET_KEY" > /tmp/s3.json\n'
+        f"exec weed mini -dir=/data -ip.bind=0.0.0.0 -s3.port={S3_PORT} -s3.config=/tmp/s3.json -webdav=false "
+        "-admin.ui=false\n"
+    )
     container = {
-        "name": "s3", "image": image,
+        "name": "s3",
+        "image": image,
         "command": ["sh", "-c", script],
-        "env": [{"name": "S3_ACCESS_KEY", "valueFrom": _secret_ref(ctx, "s3-access-key")},
-                {"name": "S3_SECRET_KEY", "valueFrom": _secret_ref(ctx, "s3-secret-key")},
-                {"name": "HOME", "value": "/tmp"}],
+        "env": [
+            {"name": "S3_ACCESS_KEY", "valueFrom": _secret_ref(ctx, "s3-access-key")},
+            {"name": "S3_SECRET_KEY", "valueFrom": _secret_ref(ctx, "s3-secret-key")},
+            {"name": "HOME", "value": "/tmp"},
+        ],
         "ports": [{"name": "s3", "containerPort": S3_PORT, "protocol": "TCP"}],
-        "livenessProbe": {"tcpSocket": {"port": "s3"}, "initialDelaySeconds": 10, "periodSeconds": 10,
-                          "timeoutSeconds": 5, "failureThreshold": 6},
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "s3"}, "initialDelaySeconds": 5,
-                           "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {
+            "tcpSocket": {"port": "s3"},
+            "initialDelaySeconds": 10,
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 6,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/healthz", "port": "s3"},
+            "initialDelaySeconds": 5,
+            "periodSeconds": 5,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
     }
     return _stateful_set(ctx, "s3", container, S3_PORT, S3_UID, 1000, storage=storage, storage_class=storage_class)
 
 
 # An in-cluster drl-orchestrate's pods, by the labels docs/security.md asks them to carry: they may reach the
 # drl roles' control port.
-ORCHESTRATOR_PODS = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "drl",
-                                                     "app.kubernetes.io/component": "orchestrator"}}}
+ORCHESTRATOR_PODS = {
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "drl", "app.kubernetes.io/component": "orchestrator"}}
+}
 
 
 def _network_policies(ctx: _Context, builtin_memory: bool, builtin_store: bool, group: bool = False) -> list[dict]:
@@ -628,21 +839,36 @@ def _network_policies(ctx: _Context, builtin_memory: bool, builtin_store: bool, 
     def policy(suffix: str, spec: dict) -> dict:
         return _meta("networking.k8s.io/v1", "NetworkPolicy", f"{ctx.name}-{suffix}", ctx, "network", spec=spec)
 
-    servers = [(c, port) for c, port, builtin in (("redis", REDIS_PORT, builtin_memory),
-                                                   ("s3", S3_PORT, builtin_store)) if builtin]
-    out = [policy(c, {"podSelector": server(c), "policyTypes": ["Ingress"],
-                      "ingress": [{"from": [run_pods], "ports": [{"protocol": "TCP", "port": port}]}]})
-           for c, port in servers]
-    roles: dict[str, Any] = {"podSelector": {"matchLabels": run_pods["podSelector"]["matchLabels"],
-                             "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In",
-                                                   "values": list(ROLES)}]},
-             "policyTypes": ["Ingress"],
-             "ingress": [{"from": [run_pods, ORCHESTRATOR_PODS], "ports": [{"protocol": "TCP", "port": CONTROL_PORT}]}]}
+    servers = [
+        (c, port)
+        for c, port, builtin in (("redis", REDIS_PORT, builtin_memory), ("s3", S3_PORT, builtin_store))
+        if builtin
+    ]
+    out = [
+        policy(
+            c,
+            {
+                "podSelector": server(c),
+                "policyTypes": ["Ingress"],
+                "ingress": [{"from": [run_pods], "ports": [{"protocol": "TCP", "port": port}]}],
+            },
+        )
+        for c, port in servers
+    ]
+    roles: dict[str, Any] = {
+        "podSelector": {
+            "matchLabels": run_pods["podSelector"]["matchLabels"],
+            "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In", "values": list(ROLES)}],
+        },
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [run_pods, ORCHESTRATOR_PODS], "ports": [{"protocol": "TCP", "port": CONTROL_PORT}]}],
+    }
     if builtin_memory and builtin_store:
         roles["policyTypes"].append("Egress")
         roles["egress"] = [{"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]
-        roles["egress"] += [{"to": [{"podSelector": server(c)}], "ports": [{"protocol": "TCP", "port": port}]}
-                            for c, port in servers]
+        roles["egress"] += [
+            {"to": [{"podSelector": server(c)}], "ports": [{"protocol": "TCP", "port": port}]} for c, port in servers
+        ]
     out.append(policy("roles", roles))
     if group:
         trainers = {"podSelector": {"matchLabels": _selector(ctx, "trainer")}}
@@ -680,8 +906,10 @@ def to_yaml(objects: list[dict]) -> str:
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
 
     Dumper.add_representer(str, text)
-    return "".join("---\n" + yaml.dump(obj, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=1 << 16)
-                   for obj in objects)
+    return "".join(
+        "---\n" + yaml.dump(obj, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=1 << 16)
+        for obj in objects
+    )
 
 
 # -- the scaler Job (drl-orchestrate scale --backend kubernetes) -------------------------------------------
@@ -689,8 +917,12 @@ def to_yaml(objects: list[dict]) -> str:
 SCALER_COMPONENT = "scaler"
 SCALER_TTL_S = 3600
 SCALER_BACKOFF_LIMIT = 2
-_CONTROLLER_LABELS = ("batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "controller-uid",
-                      "job-name")
+_CONTROLLER_LABELS = (
+    "batch.kubernetes.io/controller-uid",
+    "batch.kubernetes.io/job-name",
+    "controller-uid",
+    "job-name",
+)
 
 
 def scaler_job_name(trainer_job: dict, token: str) -> str:
@@ -717,26 +949,48 @@ def scaler_job(trainer_job: dict, name: str, args: list[str], deadline_s: int) -
     pod = template["spec"]
     trainer = next((c for c in pod["containers"] if c["name"] == "trainer"), pod["containers"][0])
     component = {"app.kubernetes.io/component": SCALER_COMPONENT}
-    pod_labels = {k: v for k, v in ((template.get("metadata") or {}).get("labels") or {}).items()
-                  if k not in _CONTROLLER_LABELS}
-    container = {"name": SCALER_COMPONENT, "image": trainer["image"],
-                 "imagePullPolicy": trainer.get("imagePullPolicy", "IfNotPresent"),
-                 "command": ["python", "-m", "orchestrator.backends.kubernetes.scaler", *args],
-                 "resources": json.loads(json.dumps(RESOURCES[SCALER_COMPONENT]))}
+    pod_labels = {
+        k: v for k, v in ((template.get("metadata") or {}).get("labels") or {}).items() if k not in _CONTROLLER_LABELS
+    }
+    container = {
+        "name": SCALER_COMPONENT,
+        "image": trainer["image"],
+        "imagePullPolicy": trainer.get("imagePullPolicy", "IfNotPresent"),
+        "command": ["python", "-m", "orchestrator.backends.kubernetes.scaler", *args],
+        "resources": json.loads(json.dumps(RESOURCES[SCALER_COMPONENT])),
+    }
     for key in ("env", "envFrom", "securityContext", "volumeMounts"):
         if trainer.get(key):
             container[key] = trainer[key]
     if "env" in container:
         container["env"] = [e for e in container["env"] if e.get("name") not in GROUP_ENV]
     spec = {"restartPolicy": "Never", "containers": [container]}
-    for key in ("serviceAccountName", "automountServiceAccountToken", "enableServiceLinks", "securityContext",
-                "volumes", "imagePullSecrets"):
+    for key in (
+        "serviceAccountName",
+        "automountServiceAccountToken",
+        "enableServiceLinks",
+        "securityContext",
+        "volumes",
+        "imagePullSecrets",
+    ):
         if key in pod:
             spec[key] = pod[key]
-    return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name, "namespace": meta["namespace"], "labels": {**meta["labels"], **component}},
-            "spec": {"backoffLimit": SCALER_BACKOFF_LIMIT, "activeDeadlineSeconds": deadline_s,
-                     "ttlSecondsAfterFinished": SCALER_TTL_S,
-                     "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
-                         "containerName": SCALER_COMPONENT, "operator": "In", "values": [EXIT_USAGE]}}]},
-                     "template": {"metadata": {"labels": {**pod_labels, **component}}, "spec": spec}}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": meta["namespace"], "labels": {**meta["labels"], **component}},
+        "spec": {
+            "backoffLimit": SCALER_BACKOFF_LIMIT,
+            "activeDeadlineSeconds": deadline_s,
+            "ttlSecondsAfterFinished": SCALER_TTL_S,
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {"containerName": SCALER_COMPONENT, "operator": "In", "values": [EXIT_USAGE]},
+                    }
+                ]
+            },
+            "template": {"metadata": {"labels": {**pod_labels, **component}}, "spec": spec},
+        },
+    }

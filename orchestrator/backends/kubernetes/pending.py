@@ -38,16 +38,21 @@ class Problem:
 
 
 def unschedulable(pods: list[PodState]) -> list[Problem]:
-    return [Problem(f"pod {p.name}", "cannot be scheduled", p.message or p.reason)
-            for p in pods if p.phase == "Pending" and not p.deleting and p.reason == "Unschedulable"]
+    return [
+        Problem(f"pod {p.name}", "cannot be scheduled", p.message or p.reason)
+        for p in pods
+        if p.phase == "Pending" and not p.deleting and p.reason == "Unschedulable"
+    ]
 
 
 def _job_missing_pods(job: dict, pods: list[PodState]) -> bool:
     """Whether the Job has fewer active pods than it should run now (it is not finished or suspended)."""
     spec: dict[str, Any] = job.get("spec") or {}
     status: dict[str, Any] = job.get("status") or {}
-    if spec.get("suspend") or any(c.get("type") in ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget")
-                                  and c.get("status") == "True" for c in status.get("conditions") or ()):
+    if spec.get("suspend") or any(
+        c.get("type") in ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget") and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    ):
         return False
     name = job["metadata"]["name"]
     declared = spec.get("parallelism")
@@ -55,8 +60,11 @@ def _job_missing_pods(job: dict, pods: list[PodState]) -> bool:
     completions = spec.get("completions")
     succeeded = int(status.get("succeeded") or 0)
     wanted = parallelism if completions is None else min(parallelism, int(completions) - succeeded)
-    active = [p for p in pods if name in (p.labels.get(k) for k in JOB_NAME_LABELS)
-              and p.phase in ("Pending", "Running") and not p.deleting]
+    active = [
+        p
+        for p in pods
+        if name in (p.labels.get(k) for k in JOB_NAME_LABELS) and p.phase in ("Pending", "Running") and not p.deleting
+    ]
     return len(active) < wanted
 
 
@@ -67,10 +75,16 @@ def uncreatable(api: Api, namespace: str, run: str, pods: list[PodState]) -> lis
     if not events:
         return []
     selector = manifests.run_selector(run)
-    jobs = {j["metadata"]["name"]: j for j in api.list_jobs(namespace, selector)} \
-        if any(e.kind == "Job" for e in events) else {}
-    sets = set(api.list_names("StatefulSet", namespace, selector)) \
-        if any(e.kind == "StatefulSet" for e in events) else set()
+    jobs = (
+        {j["metadata"]["name"]: j for j in api.list_jobs(namespace, selector)}
+        if any(e.kind == "Job" for e in events)
+        else {}
+    )
+    sets = (
+        set(api.list_names("StatefulSet", namespace, selector))
+        if any(e.kind == "StatefulSet" for e in events)
+        else set()
+    )
     present = {p.name for p in pods if not p.deleting}
     found: dict[str, Problem] = {}
     for event in events:
@@ -82,8 +96,9 @@ def uncreatable(api: Api, namespace: str, run: str, pods: list[PodState]) -> lis
                 continue
         elif event.name not in sets or f"{event.name}-0" in present:
             continue
-        found[f"{event.kind} {event.name}"] = Problem(f"{event.kind} {event.name}", "cannot create its pods",
-                                                      event.message)
+        found[f"{event.kind} {event.name}"] = Problem(
+            f"{event.kind} {event.name}", "cannot create its pods", event.message
+        )
     return list(found.values())
 
 
@@ -91,16 +106,22 @@ def hint(message: str, namespace: str) -> str:
     """What to do about a scheduler's or a controller's message, or ""."""
     text = message.lower()
     if "exceeded quota" in text:
-        return (f"the namespace's ResourceQuota has no room for it (kubectl -n {namespace} describe resourcequota): "
-                "lower the requests and limits (--profile small, --resources ROLE.requests.cpu=...; the chart: "
-                "-f helm/profiles/small.yaml), run fewer --workers, or raise the quota")
+        return (
+            f"the namespace's ResourceQuota has no room for it (kubectl -n {namespace} describe resourcequota): "
+            "lower the requests and limits (--profile small, --resources ROLE.requests.cpu=...; the chart: "
+            "-f helm/profiles/small.yaml), run fewer --workers, or raise the quota"
+        )
     if "persistentvolumeclaim" in text:
-        return ("the S3 server's PVC is not bound (no default StorageClass, or none that provisions it): pass "
-                "--s3-storage-class NAME, or --s3-storage emptydir (policies and checkpoints are then lost with the "
-                "S3 server's pod); the chart: s3.persistence.storageClass or s3.persistence.enabled=false")
+        return (
+            "the S3 server's PVC is not bound (no default StorageClass, or none that provisions it): pass "
+            "--s3-storage-class NAME, or --s3-storage emptydir (policies and checkpoints are then lost with the "
+            "S3 server's pod); the chart: s3.persistence.storageClass or s3.persistence.enabled=false"
+        )
     if "insufficient" in text:
-        return ("the pods request more than the nodes have free: lower the requests (--profile small, --resources "
-                "ROLE.requests.cpu=...; the chart: -f helm/profiles/small.yaml), run fewer --workers, or add nodes")
+        return (
+            "the pods request more than the nodes have free: lower the requests (--profile small, --resources "
+            "ROLE.requests.cpu=...; the chart: -f helm/profiles/small.yaml), run fewer --workers, or add nodes"
+        )
     if "podsecurity" in text:
         return "the namespace's PodSecurity level refuses the pod"
     return ""

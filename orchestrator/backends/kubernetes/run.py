@@ -34,9 +34,11 @@ LOG_DRAIN_S = 10.0
 PENDING_TIMEOUT_S = manifests.PENDING_TIMEOUT_S  # --pending-timeout: a pod that cannot start ends a followed run
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 PULL_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
-IMAGE_HINT = ("; the drl image is published nowhere: build it (docker build -f docker/Dockerfile -t REGISTRY/drl:TAG "
-              ".), push it where the cluster pulls from and pass --image REGISTRY/drl:TAG (on kind: "
-              "scripts/kind-up.sh builds and loads drl:dev; --image drl:dev)")
+IMAGE_HINT = (
+    "; the drl image is published nowhere: build it (docker build -f docker/Dockerfile -t REGISTRY/drl:TAG "
+    ".), push it where the cluster pulls from and pass --image REGISTRY/drl:TAG (on kind: "
+    "scripts/kind-up.sh builds and loads drl:dev; --image drl:dev)"
+)
 
 
 def check_storage(api: Api, objects: list[dict], err: TextIO) -> None:
@@ -45,15 +47,23 @@ def check_storage(api: Api, objects: list[dict], err: TextIO) -> None:
     Pending for ever). Where the account may not list StorageClasses (cluster-scoped: a namespaced Role such as
     the chart's ``rbac.create`` cannot grant it), it says so and goes on: a PVC that stays unbound is then
     reported by the watcher, as the scheduler's "unbound immediate PersistentVolumeClaims"."""
-    claims = [(obj, template) for obj in objects if obj["kind"] == "StatefulSet"
-              for template in obj["spec"].get("volumeClaimTemplates") or ()]
+    claims = [
+        (obj, template)
+        for obj in objects
+        if obj["kind"] == "StatefulSet"
+        for template in obj["spec"].get("volumeClaimTemplates") or ()
+    ]
     if not claims:
         return
     try:
         classes = api.storage_classes()
     except KubeError as exc:
-        print(f"drl: StorageClasses cannot be listed ({exc.status or exc.reason}); a PVC that no class binds "
-              f"shows below as a pod that cannot be scheduled", file=err, flush=True)
+        print(
+            f"drl: StorageClasses cannot be listed ({exc.status or exc.reason}); a PVC that no class binds "
+            f"shows below as a pod that cannot be scheduled",
+            file=err,
+            flush=True,
+        )
         return
     names = [name for name, _ in classes]
     defaults = [name for name, default in classes if default]
@@ -63,14 +73,19 @@ def check_storage(api: Api, objects: list[dict], err: TextIO) -> None:
         size = template["spec"]["resources"]["requests"]["storage"]
         wanted = template["spec"].get("storageClassName")
         what = f"the {component} server's {size} PVC (StatefulSet {obj['metadata']['name']})"
-        options = ("pass --s3-storage-class NAME, or --s3-storage emptydir (no PVC: policies and checkpoints are "
-                   "lost with the S3 server's pod)")
+        options = (
+            "pass --s3-storage-class NAME, or --s3-storage emptydir (no PVC: policies and checkpoints are "
+            "lost with the S3 server's pod)"
+        )
         if wanted and wanted not in names:
-            raise UserError(f"StorageClass {wanted!r} of {what} does not exist ({have}); {options}; nothing was "
-                            f"created")
+            raise UserError(
+                f"StorageClass {wanted!r} of {what} does not exist ({have}); {options}; nothing was created"
+            )
         if not wanted and not defaults:
-            raise UserError(f"the cluster has no default StorageClass, so {what} would never be bound and its pod "
-                            f"would wait for ever ({have}); {options}; nothing was created")
+            raise UserError(
+                f"the cluster has no default StorageClass, so {what} would never be bound and its pod "
+                f"would wait for ever ({have}); {options}; nothing was created"
+            )
 
 
 class RunFailed(Exception):
@@ -98,8 +113,10 @@ def _create_error(obj: dict, exc: KubeError) -> str:
     run = meta["labels"][manifests.RUN_LABEL]
     where = f"{kind} {meta['name']} in namespace {meta['namespace']}"
     if exc.status == 409:
-        return (f"{where} already exists: run {run!r} is there already; remove it with drl-orchestrate delete "
-                f"{run} --namespace {meta['namespace']} or pick another --run-name")
+        return (
+            f"{where} already exists: run {run!r} is there already; remove it with drl-orchestrate delete "
+            f"{run} --namespace {meta['namespace']} or pick another --run-name"
+        )
     if exc.status == 403:
         return f"not allowed to create {where}: {exc.message}"
     if exc.status == 404:
@@ -167,8 +184,9 @@ class KubeRun:
             self._api_failing_since = now
             self.say(f"warning: Kubernetes API call failed ({exc}); retrying")
         elif now - self._api_failing_since > self.api_error_limit_s:
-            raise RunFailed(f"the Kubernetes API failed for {self.api_error_limit_s:.0f} s ({exc}); the run goes "
-                            f"on in the cluster")
+            raise RunFailed(
+                f"the Kubernetes API failed for {self.api_error_limit_s:.0f} s ({exc}); the run goes on in the cluster"
+            )
 
     def poll(self) -> bool:
         """One look at the run; True when the trainer's Job is complete, RunFailed when the run cannot end well."""
@@ -181,14 +199,17 @@ class KubeRun:
         failed = trainer.condition("Failed") if trainer is not None else None
         if failed is not None:
             code = f"; last exit code {self.last_trainer_code}" if self.last_trainer_code is not None else ""
-            raise RunFailed(f"trainer Job {self.name}-trainer failed ({failed.reason}: {failed.message}){code}; "
-                            f"{self._hint('trainer')}")
+            raise RunFailed(
+                f"trainer Job {self.name}-trainer failed ({failed.reason}: {failed.message}){code}; "
+                f"{self._hint('trainer')}"
+            )
         for role in ("rollout", "evaluator"):
             job = self.api.job_status(self.namespace, f"{self.name}-{role}")
             cond = job.condition("Failed") if job is not None else None
             if cond is not None:
-                raise RunFailed(f"{role} Job {self.name}-{role} failed ({cond.reason}: {cond.message}); "
-                                f"{self._hint(role)}")
+                raise RunFailed(
+                    f"{role} Job {self.name}-{role} failed ({cond.reason}: {cond.message}); {self._hint(role)}"
+                )
         self._replace_rollouts(pods)
         self._check_images(pods)
         self._check_pending(pods)
@@ -217,8 +238,9 @@ class KubeRun:
             longest = now - min(self.pending_since.values())
             if longest >= self.pending_timeout_s:
                 lines = "; ".join(line for _, line in pending.describe(found, self.namespace))
-                raise RunFailed(f"it cannot start: {lines} (for {longest:.0f} s; --pending-timeout "
-                                f"{self.pending_timeout_s:g})")
+                raise RunFailed(
+                    f"it cannot start: {lines} (for {longest:.0f} s; --pending-timeout {self.pending_timeout_s:g})"
+                )
 
     def _hint(self, role: str) -> str:
         return f"see kubectl -n {self.namespace} logs job/{self.name}-{role}"
@@ -240,8 +262,10 @@ class KubeRun:
                 self.last_trainer_code = codes[0]
             if pod.phase == "Failed" and pod.reason != "Evicted":
                 code = codes[0] if codes else "unknown"
-                raise RunFailed(f"trainer pod {pod.name} failed with exit code {code} "
-                                f"({pod.reason or (c.reason if c else '') or 'Failed'}); {self._hint('trainer')}")
+                raise RunFailed(
+                    f"trainer pod {pod.name} failed with exit code {code} "
+                    f"({pod.reason or (c.reason if c else '') or 'Failed'}); {self._hint('trainer')}"
+                )
 
     def _replace_rollouts(self, pods: list[PodState]) -> None:
         for pod in pods:
@@ -274,8 +298,10 @@ class KubeRun:
                     since = self.image_errors.setdefault(pod.name, now)
                     if now - since >= self.image_error_grace_s:
                         hint = IMAGE_HINT if c.reason in PULL_ERRORS else ""
-                        raise RunFailed(f"pod {pod.name} cannot start its container {c.name}: {c.reason}"
-                                        f"{': ' + c.message if c.message else ''}{hint}")
+                        raise RunFailed(
+                            f"pod {pod.name} cannot start its container {c.name}: {c.reason}"
+                            f"{': ' + c.message if c.message else ''}{hint}"
+                        )
         self.image_errors = {k: v for k, v in self.image_errors.items() if k in seen}
 
     def _report_readiness(self, pods: list[PodState]) -> None:
@@ -328,8 +354,7 @@ class _LogFollower:
             if key in self.done:
                 continue
             self.key = key
-            self.thread = threading.Thread(target=self._print, args=(pod.name, key), daemon=True,
-                                           name="trainer-log")
+            self.thread = threading.Thread(target=self._print, args=(pod.name, key), daemon=True, name="trainer-log")
             self.thread.start()
             return
 
@@ -367,9 +392,17 @@ def _interruptible() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def run_kubernetes(run: str, objects: list[dict], *, namespace: str, detach: bool = False,
-                   api: Api | None = None, out: TextIO | None = None, err: TextIO | None = None,
-                   **watch_options) -> int:
+def run_kubernetes(
+    run: str,
+    objects: list[dict],
+    *,
+    namespace: str,
+    detach: bool = False,
+    api: Api | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    **watch_options,
+) -> int:
     """Creates the run's objects and, unless ``detach``, watches it to the end; returns the exit code.
 
     The objects are fitted to the API server's version first (``manifests.for_server``): a server older than
@@ -379,9 +412,13 @@ def run_kubernetes(run: str, objects: list[dict], *, namespace: str, detach: boo
     api = api or default_api()
     version = api.server_version()
     if version is not None and not manifests.has_pod_replacement_policy(version):
-        print(f"drl: Kubernetes {version[0]}.{version[1]} has no podReplacementPolicy: a replaced pod may start "
-              f"while its predecessor is still terminating; the memory server's fencing keeps one writer per "
-              f"identity", file=err, flush=True)
+        print(
+            f"drl: Kubernetes {version[0]}.{version[1]} has no podReplacementPolicy: a replaced pod may start "
+            f"while its predecessor is still terminating; the memory server's fencing keeps one writer per "
+            f"identity",
+            file=err,
+            flush=True,
+        )
     objects = manifests.for_server(objects, version)
     check_storage(api, objects, err)
     create_objects(api, objects)
@@ -389,8 +426,11 @@ def run_kubernetes(run: str, objects: list[dict], *, namespace: str, detach: boo
     print(f"drl: created {len(objects)} objects of run {run} in namespace {namespace}", file=err, flush=True)
     removal = f"remove it with: drl-orchestrate delete {run} --namespace {namespace}"
     if detach:
-        print(f"drl: follow the trainer with: kubectl -n {namespace} logs -f job/{name}-trainer; {removal}",
-              file=err, flush=True)
+        print(
+            f"drl: follow the trainer with: kubectl -n {namespace} logs -f job/{name}-trainer; {removal}",
+            file=err,
+            flush=True,
+        )
         return 0
     watcher = KubeRun(api, run, namespace, objects, out=out, err=err, **watch_options)
     try:

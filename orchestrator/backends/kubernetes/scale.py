@@ -74,8 +74,7 @@ class KubeScale:
         try:
             jobs = self.api.list_jobs(self.namespace, manifests.run_selector(self.run))
         except KubeError as exc:
-            raise UserError(f"Jobs of run {self.run!r} in namespace {self.namespace} cannot be listed: {exc}") \
-                from None
+            raise UserError(f"Jobs of run {self.run!r} in namespace {self.namespace} cannot be listed: {exc}") from None
         out: dict[str, list[dict]] = {}
         for job in jobs:
             out.setdefault(job["metadata"]["labels"].get("app.kubernetes.io/component", ""), []).append(job)
@@ -83,16 +82,22 @@ class KubeScale:
 
     def where(self, step: str, workers: int, current: int) -> str:
         """What a failure at ``step`` leaves behind, and that running the same scale again is safe."""
-        again = f"run the same scale again (drl-orchestrate scale {self.run} --workers {workers} --namespace " \
-                f"{self.namespace}): every step is safe to repeat"
+        again = (
+            f"run the same scale again (drl-orchestrate scale {self.run} --workers {workers} --namespace "
+            f"{self.namespace}): every step is safe to repeat"
+        )
         if step == "retire":
             changed = f"workers {workers} and up may be marked retired in the run's memory server"
             return f"the rollout Job is unchanged at {current} workers; {changed}; {again}"
         if workers < current:
-            return (f"the rollout Job is at {workers} workers, but the shares of the steps left may not be "
-                    f"spread over them yet; {again}")
-        return (f"the rollout Job is unchanged at {current} workers; the new workers' shares may already be "
-                f"registered in the run's memory server; {again}")
+            return (
+                f"the rollout Job is at {workers} workers, but the shares of the steps left may not be "
+                f"spread over them yet; {again}"
+            )
+        return (
+            f"the rollout Job is unchanged at {current} workers; the new workers' shares may already be "
+            f"registered in the run's memory server; {again}"
+        )
 
     def scale(self, workers: int) -> int:
         """0 once the run collects with the new workers; UserError for what the user can fix (no such run, it
@@ -101,15 +106,21 @@ class KubeScale:
         jobs = self.jobs()
         trainer, rollout = (jobs.get(role, [None])[0] for role in ("trainer", "rollout"))
         if trainer is None or rollout is None:
-            raise UserError(f"no run {self.run!r} in namespace {self.namespace} (no trainer and rollout Jobs "
-                            f"labelled {manifests.run_selector(self.run)})")
+            raise UserError(
+                f"no run {self.run!r} in namespace {self.namespace} (no trainer and rollout Jobs "
+                f"labelled {manifests.run_selector(self.run)})"
+            )
         if _finished(trainer):
-            raise UserError(f"run {self.run} has ended (Job {trainer['metadata']['name']} "
-                            f"{_finished(trainer).lower()}); nothing to scale")
+            raise UserError(
+                f"run {self.run} has ended (Job {trainer['metadata']['name']} "
+                f"{_finished(trainer).lower()}); nothing to scale"
+            )
         busy = [j["metadata"]["name"] for j in jobs.get(manifests.SCALER_COMPONENT, []) if not _finished(j)]
         if busy:
-            raise UserError(f"run {self.run} is being scaled already (Job {busy[0]}); wait for it or delete it "
-                            f"(kubectl -n {self.namespace} delete job {busy[0]})")
+            raise UserError(
+                f"run {self.run} is being scaled already (Job {busy[0]}); wait for it or delete it "
+                f"(kubectl -n {self.namespace} delete job {busy[0]})"
+            )
         spec = rollout["spec"]
         if spec.get("completionMode") != "Indexed":
             raise UserError(f"Job {rollout['metadata']['name']} is not an Indexed Job; it cannot be scaled")
@@ -122,11 +133,29 @@ class KubeScale:
             if workers < current:
                 self.run_scaler(["retire", "--workers", str(workers)])
                 self.patch(workers)
-                result = self.run_scaler(["apply", "--workers", str(workers), "--job-size", str(workers),
-                                          "--hand-in-timeout", f"{self.hand_in_s:g}"])
+                result = self.run_scaler(
+                    [
+                        "apply",
+                        "--workers",
+                        str(workers),
+                        "--job-size",
+                        str(workers),
+                        "--hand-in-timeout",
+                        f"{self.hand_in_s:g}",
+                    ]
+                )
             else:
-                result = self.run_scaler(["apply", "--workers", str(workers), "--job-size", str(current),
-                                          "--hand-in-timeout", f"{self.hand_in_s:g}"])
+                result = self.run_scaler(
+                    [
+                        "apply",
+                        "--workers",
+                        str(workers),
+                        "--job-size",
+                        str(current),
+                        "--hand-in-timeout",
+                        f"{self.hand_in_s:g}",
+                    ]
+                )
                 if int(result.get("job_size", current)) != current:
                     self.patch(int(result["job_size"]))
         except ScaleFailed as exc:
@@ -144,8 +173,10 @@ class KubeScale:
         if names:
             returning = result.get("returning") or []
             back = f" ({', '.join(returning)} back with what they produced before)" if returning else ""
-            self.say(f"run {self.run} collects the {int(result.get('remaining', 0)):,} steps left with "
-                     f"{len(names)} rollout workers: {', '.join(names)}{back}")
+            self.say(
+                f"run {self.run} collects the {int(result.get('remaining', 0)):,} steps left with "
+                f"{len(names)} rollout workers: {', '.join(names)}{back}"
+            )
         else:
             self.say(f"run {self.run}: no worker gets a new share (nothing left to produce)")
 
@@ -159,8 +190,9 @@ class KubeScale:
             self.api.patch_job(self.namespace, self.rollout, {"spec": spec})
         except KubeError as exc:
             hint = " (the orchestrator needs 'patch' on jobs)" if exc.status == 403 else ""
-            raise ScaleFailed(f"Job {self.rollout} cannot be scaled to {workers}: {exc}{hint}; run the same scale "
-                              f"again to finish it") from None
+            raise ScaleFailed(
+                f"Job {self.rollout} cannot be scaled to {workers}: {exc}{hint}; run the same scale again to finish it"
+            ) from None
         self.say(f"Job {self.rollout} scaled to {workers} (completions and parallelism; backoffLimit {backoff})")
 
     def run_scaler(self, args: list[str]) -> dict:
@@ -193,8 +225,9 @@ class KubeScale:
             else:
                 stuck_since = None
             if self.clock() > deadline:
-                raise ScaleFailed(f"the scaler Job {name} ({args[0]}) did not finish within {limit + 30:.0f}s; "
-                                  f"{left}; {hint}")
+                raise ScaleFailed(
+                    f"the scaler Job {name} ({args[0]}) did not finish within {limit + 30:.0f}s; {left}; {hint}"
+                )
             self.sleep(self.poll_s)
         lines, unreadable = self._scaler_log(name)
         for line in lines:
@@ -211,8 +244,9 @@ class KubeScale:
             except ValueError as exc:
                 why = f"its result line is not JSON ({exc})"
         if why:
-            raise ScaleFailed(f"the scaler Job {name} ({args[0]}) completed, but its result cannot be read: {why}; "
-                              f"{left}; {hint}")
+            raise ScaleFailed(
+                f"the scaler Job {name} ({args[0]}) completed, but its result cannot be read: {why}; {left}; {hint}"
+            )
         return {}
 
     def _job_state(self, name: str) -> JobState | None:
@@ -227,8 +261,12 @@ class KubeScale:
             pods = self.api.list_pods(self.namespace, manifests.run_selector(self.run))
         except KubeError:
             return []
-        return [p for p in pods if p.component == manifests.SCALER_COMPONENT
-                and name in (p.labels.get("batch.kubernetes.io/job-name"), p.labels.get("job-name"))]
+        return [
+            p
+            for p in pods
+            if p.component == manifests.SCALER_COMPONENT
+            and name in (p.labels.get("batch.kubernetes.io/job-name"), p.labels.get("job-name"))
+        ]
 
     def _waiting_reason(self, name: str) -> str:
         for pod in self._scaler_pods(name):
@@ -245,8 +283,12 @@ class KubeScale:
             pods = self.api.list_pods(self.namespace, manifests.run_selector(self.run))
         except KubeError as exc:
             return [], f"its pod cannot be listed ({exc})"
-        pods = [p for p in pods if p.component == manifests.SCALER_COMPONENT
-                and name in (p.labels.get("batch.kubernetes.io/job-name"), p.labels.get("job-name"))]
+        pods = [
+            p
+            for p in pods
+            if p.component == manifests.SCALER_COMPONENT
+            and name in (p.labels.get("batch.kubernetes.io/job-name"), p.labels.get("job-name"))
+        ]
         done = [p for p in pods if p.phase in ("Succeeded", "Failed")] or pods
         if not done:
             return [], "its pod is gone (deleted before its log was read)"
@@ -263,6 +305,7 @@ class KubeScale:
         return errors[-1].removeprefix("drl-scaler: error: ") if errors else ""
 
 
-def scale_run(run: str, namespace: str, workers: int, *, api: Api | None = None, err: TextIO | None = None,
-              **options) -> int:
+def scale_run(
+    run: str, namespace: str, workers: int, *, api: Api | None = None, err: TextIO | None = None, **options
+) -> int:
     return KubeScale(api or default_api(), run, namespace, err=err or sys.stderr, **options).scale(workers)

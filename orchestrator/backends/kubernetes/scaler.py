@@ -118,13 +118,16 @@ class Scaler:
         late = self.wait_for_exit(sorted(leaving, key=worker_index), hand_in_s)
         warnings = []
         if late:
-            warnings.append(f"{', '.join(late)} did not report an exit within {hand_in_s:.0f}s; their share is "
-                            "what they produced so far (a late entry is still consumed, not lost)")
+            warnings.append(
+                f"{', '.join(late)} did not report an exit within {hand_in_s:.0f}s; their share is "
+                "what they produced so far (a late entry is still consumed, not lost)"
+            )
             self.say("warning: " + warnings[-1])
         self.check_running()
         snap = self.snapshot()
-        plan = scaling.plan_indexed_shares(snap, steps=self.cfg.steps, steps_done=self.steps_done, workers=workers,
-                                           margin=self.margin)
+        plan = scaling.plan_indexed_shares(
+            snap, steps=self.cfg.steps, steps_done=self.steps_done, workers=workers, margin=self.margin
+        )
         self.control.register({n: ACTIVE for n in plan.added}, plan.shares, forget_done=plan.added)
         returning = [n for n in plan.added if snap.members.get(n) == RETIRED]
         grows = workers > job_size and any(worker_index(n) >= job_size for n in plan.names)
@@ -133,21 +136,33 @@ class Scaler:
             self.say(f"{len(plan.names)} rollout workers share the {plan.remaining:,} steps left")
         else:
             self.say("nothing left to produce: no worker gets a new share")
-        return {"workers": workers, "job_size": size, "collecting": list(plan.collecting),
-                "added": list(plan.added), "returning": returning, "finishing": list(plan.finishing),
-                "retired": list(plan.retired), "remaining": plan.remaining, "shares": plan.shares,
-                "warnings": warnings}
+        return {
+            "workers": workers,
+            "job_size": size,
+            "collecting": list(plan.collecting),
+            "added": list(plan.added),
+            "returning": returning,
+            "finishing": list(plan.finishing),
+            "retired": list(plan.retired),
+            "remaining": plan.remaining,
+            "shares": plan.shares,
+            "warnings": warnings,
+        }
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise UserError(f"{message} (python -m orchestrator.backends.kubernetes.scaler {{retire,apply}} --workers N ...)")
+        raise UserError(
+            f"{message} (python -m orchestrator.backends.kubernetes.scaler {{retire,apply}} --workers N ...)"
+        )
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = _Parser(prog="python -m orchestrator.backends.kubernetes.scaler",
-                     description="Change a Kubernetes run's rollout membership and shares (started by "
-                                 "drl-orchestrate scale as a Job).")
+    parser = _Parser(
+        prog="python -m orchestrator.backends.kubernetes.scaler",
+        description="Change a Kubernetes run's rollout membership and shares (started by "
+        "drl-orchestrate scale as a Job).",
+    )
     parser.add_argument("phase", choices=("retire", "apply"))
     parser.add_argument("--workers", type=int, required=True, metavar="N")
     parser.add_argument("--job-size", type=int, metavar="C", help="the rollout Job's completions now (apply)")
@@ -168,8 +183,10 @@ def from_env(env: dict[str, str] | None = None) -> tuple[ExperimentConfig, str, 
     env = dict(os.environ if env is None else env)
     missing = [k for k in ("DRL_CONFIG", "DRL_RUN", "DRL_MEMORY_URL") if not env.get(k)]
     if missing:
-        raise UserError(f"environment variable(s) {', '.join(missing)} must be set (the scaler Job gets the "
-                        "trainer pod's environment)")
+        raise UserError(
+            f"environment variable(s) {', '.join(missing)} must be set (the scaler Job gets the "
+            "trainer pod's environment)"
+        )
     try:
         cfg = resolve(json.loads(env["DRL_CONFIG"]), "DRL_CONFIG")
     except json.JSONDecodeError as exc:

@@ -19,13 +19,22 @@ from orchestrator.backends.kubernetes.api import FATAL_WAITING, Api, KubeError, 
 from orchestrator.status import Row, format_lags, format_table, row_from_status
 
 METRICS_ROLES = ("trainer", "rollout", "evaluator")
-ABNORMAL = ("CrashLoopBackOff", "Error", "OOMKilled", "ContainerCannotRun", "DeadlineExceeded", "Evicted",
-            "Unschedulable") + FATAL_WAITING
+ABNORMAL = (
+    "CrashLoopBackOff",
+    "Error",
+    "OOMKilled",
+    "ContainerCannotRun",
+    "DeadlineExceeded",
+    "Evicted",
+    "Unschedulable",
+) + FATAL_WAITING
 
 
-NO_METRICS_HINT = ("no running pod's /metrics answered through the API server's pod proxy, so the table shows "
-                   "their Kubernetes states only; where NetworkPolicies are enforced the metrics port admits only "
-                   "the chart's networkPolicy.metricsFrom and apiServerCIDRs (docs/security.md)")
+NO_METRICS_HINT = (
+    "no running pod's /metrics answered through the API server's pod proxy, so the table shows "
+    "their Kubernetes states only; where NetworkPolicies are enforced the metrics port admits only "
+    "the chart's networkPolicy.metricsFrom and apiServerCIDRs (docs/security.md)"
+)
 
 
 def snapshot_from_metrics(text: str) -> dict:

@@ -20,8 +20,11 @@ class LocalBackend:
     name = "local"
 
     def check(self, deployment: Deployment, resume: bool = False) -> None:
-        given = [name for name in ("namespace", "image", "s3_image", "s3_storage", "s3_storage_class", "profile",
-                                   "resources") if getattr(deployment, name)]
+        given = [
+            name
+            for name in ("namespace", "image", "s3_image", "s3_storage", "s3_storage_class", "profile", "resources")
+            if getattr(deployment, name)
+        ]
         if deployment.pending_timeout is not None:
             given.append("pending_timeout")
         if given:
@@ -51,5 +54,7 @@ class LocalBackend:
         return scaling.scale(run, workers, deployment.output or DEFAULT_OUTPUT, timeout)
 
     def delete(self, run: str, deployment: Deployment) -> int:
-        raise UserError(f"delete removes a Kubernetes run's objects; a local run's files stay in its folder in "
-                        f"--output (end a running one with drl-orchestrate stop {run})")
+        raise UserError(
+            f"delete removes a Kubernetes run's objects; a local run's files stay in its folder in "
+            f"--output (end a running one with drl-orchestrate stop {run})"
+        )

@@ -27,8 +27,15 @@ class RunClaim(RunParts):
     """A part of ``LocalRun`` (``orchestrator.backends.local.run``): the run's claim and its start."""
 
     def prepare(self) -> tuple[str, str]:
-        self.launcher.warm({**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "DRL_RUN": self.run,
-                            "DRL_RUN_DIR": str(self.run_dir)})
+        self.launcher.warm(
+            {
+                **os.environ,
+                "OMP_NUM_THREADS": "1",
+                "PYTHONUNBUFFERED": "1",
+                "DRL_RUN": self.run,
+                "DRL_RUN_DIR": str(self.run_dir),
+            }
+        )
         if self.cfg.memory:
             memory_url = self.cfg.memory
         else:
@@ -38,8 +45,11 @@ class RunClaim(RunParts):
             self.memory_env = private_env(password_file)
             self.server = private_server(self.run_dir / "redis", password=password)
             memory_url = self.server.url
-        self.connect(open_memory(memory_url, self.run, retry_s=MEMORY_RETRY_S, env=self.memory_env,
-                                 shards=self.cfg.memory_shards))
+        self.connect(
+            open_memory(
+                memory_url, self.run, retry_s=MEMORY_RETRY_S, env=self.memory_env, shards=self.cfg.memory_shards
+            )
+        )
         self.memory_url = memory_url
         self.claim_run()
         (self.run_dir / STOP_REQUEST).unlink(missing_ok=True)
@@ -67,11 +77,16 @@ class RunClaim(RunParts):
                 self._claimed_at = time.monotonic()
                 return
             if time.monotonic() >= deadline or _alive_here(holder):
-                raise UserError(f"run {self.run!r} is owned by another orchestrator ({holder}) on the memory server "
-                                f"{self.memory.describe()}; one orchestrator owns a run at a time")
+                raise UserError(
+                    f"run {self.run!r} is owned by another orchestrator ({holder}) on the memory server "
+                    f"{self.memory.describe()}; one orchestrator owns a run at a time"
+                )
             if not noted:
-                print(f"drl: run {self.run} is claimed on the memory server by {holder}; waiting up to "
-                      f"{CLAIM_S:.0f} s for the claim of an orchestrator that died to expire", file=sys.stderr)
+                print(
+                    f"drl: run {self.run} is claimed on the memory server by {holder}; waiting up to "
+                    f"{CLAIM_S:.0f} s for the claim of an orchestrator that died to expire",
+                    file=sys.stderr,
+                )
                 noted = True
             time.sleep(0.5)
 

@@ -73,11 +73,15 @@ def policy_lag(trainer: dict) -> dict:
 
     try:
         pairs = parse_buckets(trainer["policy_lag"])
-        return {"policy_lag": {"histogram": {("inf" if b == float("inf") else str(int(b))): c for b, c in pairs},
-                               "mean": float(trainer.get("policy_lag_mean") or 0.0),
-                               "p95": int(float(trainer.get("policy_lag_p95") or 0)),
-                               "max": int(float(trainer.get("policy_lag_max") or 0)),
-                               "dropped": int(float(trainer.get("lag_dropped") or 0))}}
+        return {
+            "policy_lag": {
+                "histogram": {("inf" if b == float("inf") else str(int(b))): c for b, c in pairs},
+                "mean": float(trainer.get("policy_lag_mean") or 0.0),
+                "p95": int(float(trainer.get("policy_lag_p95") or 0)),
+                "max": int(float(trainer.get("policy_lag_max") or 0)),
+                "dropped": int(float(trainer.get("lag_dropped") or 0)),
+            }
+        }
     except ValueError:
         return {}
 
@@ -117,6 +121,7 @@ class Proc:
     restart_at: float | None = None
     workload: Workload | None = None
 
+
 class RunParts:
     """The state that ``LocalRun``'s parts share, and for the type checker the methods one part calls on another;
     every part derives from it, ``LocalRun`` from every part."""
@@ -143,8 +148,13 @@ class RunParts:
         self.stop_requested = False
         self._hand_in_deadline: float | None = None
         self._trainer_stopped = False
-        self.restarts = {"trainer": 0, "rollout": 0, "evaluator": 0, "memory": 0,
-                         **({"learner": 0} if cfg.learners > 1 else {})}
+        self.restarts = {
+            "trainer": 0,
+            "rollout": 0,
+            "evaluator": 0,
+            "memory": 0,
+            **({"learner": 0} if cfg.learners > 1 else {}),
+        }
         self.workers_history = [{"wall_seconds": 0.0, "env_steps": steps_done, "workers": cfg.workers}]
         self._membership: tuple[dict[str, str], dict[str, int]] = ({}, {})
         self.resume_counters: dict[str, int] = {}
@@ -156,6 +166,7 @@ class RunParts:
         self._done: dict[str, int] = {}
         self._final_version_owed = False  # the server was started again before the trainer exited 0
         self._done_read_at = 0.0
+
     @property
     def connected(self) -> bool:
         """Whether the run's memory is open (from ``open_memory_and_claim`` until ``cleanup``)."""
@@ -177,6 +188,7 @@ class RunParts:
         self._memory, self._control = memory, memory.control()
 
     if TYPE_CHECKING:
+
         def advance_stop(self) -> None: ...
         def failed(self) -> str | None: ...
         def hung(self, p: Proc, now: float) -> bool: ...
@@ -189,7 +201,6 @@ class RunParts:
         def take_scale_request(self) -> None: ...
         def trainer_finished(self) -> bool: ...
         def trainer_record(self) -> dict | None: ...
-
 
 
 def _alive_here(holder: str) -> bool:
@@ -241,8 +252,12 @@ def write_summary(run_dir: Path, summary: dict) -> bool:
         return True
     except OSError as exc:
         partial.unlink(missing_ok=True)
-        print(f"drl: the summary cannot be written to {run_dir / 'summary.json'} ({exc.strerror or exc}); here it "
-              f"is:\n{text}", file=sys.stderr, end="")
+        print(
+            f"drl: the summary cannot be written to {run_dir / 'summary.json'} ({exc.strerror or exc}); here it "
+            f"is:\n{text}",
+            file=sys.stderr,
+            end="",
+        )
         return False
 
 

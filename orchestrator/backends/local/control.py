@@ -94,8 +94,10 @@ def newest_run(output: Path) -> str:
         if isinstance(started, (int, float)) and not isinstance(started, bool):
             found.append((started, path.parent.name))
     if not found:
-        raise UserError(f"no local run in {output} (no */{STATE_FILE}); pass --output DIR, or RUN --namespace NS "
-                        "for a Kubernetes run")
+        raise UserError(
+            f"no local run in {output} (no */{STATE_FILE}); pass --output DIR, or RUN --namespace NS "
+            "for a Kubernetes run"
+        )
     return max(found)[1]
 
 
@@ -110,8 +112,10 @@ def show_local(run_dir: Path, state: RunState, stream=sys.stdout) -> None:
     elif orchestrator_alive(run_dir, state):
         what = f"running, orchestrator pid {state.orchestrator_pid}{', detached' if state.detached else ''}"
     else:
-        what = (f"orchestrator (pid {state.orchestrator_pid}) gone without a summary (drl-orchestrate stop "
-                f"{state.run} ends what it left running)")
+        what = (
+            f"orchestrator (pid {state.orchestrator_pid}) gone without a summary (drl-orchestrate stop "
+            f"{state.run} ends what it left running)"
+        )
     print(f"run {state.run}: {what}; started {_age(time.time() - state.started_at)} ago; {run_dir}", file=stream)
     rows = local_rows(state, run_dir)
     print(format_table(rows), file=stream)
@@ -141,8 +145,12 @@ def status(run: str | None, output: str) -> int:
 
 def stop(run: str, output: str, timeout: float) -> int:
     """Asks the run's orchestrator for a clean stop (``STOP_REQUEST``), waits for its summary and prints it."""
-    run_dir, state = find_local_run(run, output, f"is --output right? A Kubernetes run is not stopped from here; "
-                                                 f"drl-orchestrate delete {run} --namespace NS removes it")
+    run_dir, state = find_local_run(
+        run,
+        output,
+        f"is --output right? A Kubernetes run is not stopped from here; "
+        f"drl-orchestrate delete {run} --namespace NS removes it",
+    )
     summary_path = run_dir / "summary.json"
     if not summary_path.exists():
         if not orchestrator_alive(run_dir, state):
@@ -154,8 +162,11 @@ def stop(run: str, output: str, timeout: float) -> int:
         while not summary_path.exists():
             now = time.monotonic()
             if now - started > timeout:
-                print(f"drl-orchestrate: error: run {state.run} did not end within {timeout:.0f}s; see "
-                      f"{run_dir / 'orchestrator.log'}", file=sys.stderr)
+                print(
+                    f"drl-orchestrate: error: run {state.run} did not end within {timeout:.0f}s; see "
+                    f"{run_dir / 'orchestrator.log'}",
+                    file=sys.stderr,
+                )
                 return 1
             if not orchestrator_alive(run_dir, state):
                 time.sleep(0.5)
@@ -165,8 +176,11 @@ def stop(run: str, output: str, timeout: float) -> int:
             if now >= next_note:
                 current = read_state(run_dir) or state
                 left = [p.name for p in current.processes if pid_alive(p.pid)]
-                print(f"drl: waiting for run {state.run} to end ({now - started:.0f}s): still running: "
-                      f"{', '.join(left) or 'none'}", file=sys.stderr)
+                print(
+                    f"drl: waiting for run {state.run} to end ({now - started:.0f}s): still running: "
+                    f"{', '.join(left) or 'none'}",
+                    file=sys.stderr,
+                )
                 next_note = now + 5.0
             time.sleep(0.2)
     else:
@@ -197,10 +211,16 @@ def stop_orphaned(run_dir: Path, state: RunState) -> int:
     finally:
         lock.release()
     if not ended:
-        print(f"drl-orchestrate: error: the orchestrator of run {state.run} (pid {state.orchestrator_pid}) is "
-              f"not running and left no summary; see {run_dir / 'orchestrator.log'}", file=sys.stderr)
+        print(
+            f"drl-orchestrate: error: the orchestrator of run {state.run} (pid {state.orchestrator_pid}) is "
+            f"not running and left no summary; see {run_dir / 'orchestrator.log'}",
+            file=sys.stderr,
+        )
         return 1
-    print(f"drl: the orchestrator of run {state.run} (pid {state.orchestrator_pid}) was gone; ended what it left "
-          f"running: {', '.join(sorted(ended))}. It left no summary; drl-orchestrate --resume {state.run} continues "
-          "the run from its newest checkpoint", file=sys.stderr)
+    print(
+        f"drl: the orchestrator of run {state.run} (pid {state.orchestrator_pid}) was gone; ended what it left "
+        f"running: {', '.join(sorted(ended))}. It left no summary; drl-orchestrate --resume {state.run} continues "
+        "the run from its newest checkpoint",
+        file=sys.stderr,
+    )
     return 0

@@ -45,8 +45,7 @@ PR_SET_CHILD_SUBREAPER = 36
 PRELOAD = ("torch", "numpy", "gymnasium", "drl.algorithms", "drl.training.learning", "drl.envs")
 READY = "ready"
 INHERITED = ("DRL_RUN", "DRL_RUN_DIR")
-IMPORT_TIME = ("PYTHON", "TORCH", "CUDA", "NVIDIA", "MKL_", "OPENBLAS_", "GOTO", "KMP_", "OMP_", "LD_", "GYM",
-               "ALE_")
+IMPORT_TIME = ("PYTHON", "TORCH", "CUDA", "NVIDIA", "MKL_", "OPENBLAS_", "GOTO", "KMP_", "OMP_", "LD_", "GYM", "ALE_")
 """Prefixes of the variables that modules read while they are imported (search paths, thread pools, devices): a
 service whose environment differs from the server's in one of them is started as a new process. Plugins are not
 among them: a service loads its own after it starts (``drl.algorithms.load_plugins_or_exit``)."""
@@ -132,9 +131,15 @@ class Launcher:
             return
         server_env = {k: v for k, v in env.items() if not k.startswith("DRL_") or k in INHERITED}
         self.server_env = server_env
-        self.server = subprocess.Popen([self.python, "-m", __name__, env.get("DRL_RUN", "")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       stderr=subprocess.DEVNULL, env=server_env, start_new_session=True,
-                                       preexec_fn=lambda: _prctl(PR_SET_PDEATHSIG, signal.SIGTERM))
+        self.server = subprocess.Popen(
+            [self.python, "-m", __name__, env.get("DRL_RUN", "")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=server_env,
+            start_new_session=True,
+            preexec_fn=lambda: _prctl(PR_SET_PDEATHSIG, signal.SIGTERM),
+        )
 
     def _ensure(self, env: dict[str, str]) -> bool:
         if self.server is None:
@@ -177,16 +182,32 @@ class Launcher:
         print(f"drl: the fork server failed ({why}); starting services as new processes", file=sys.stderr)
         self.close()
 
-    def start(self, command: list[str], env: dict[str, str], log, nice: int = 0, die_with_parent: bool = True,
-              name: str = "", cwd: str | None = None):
+    def start(
+        self,
+        command: list[str],
+        env: dict[str, str],
+        log,
+        nice: int = 0,
+        die_with_parent: bool = True,
+        name: str = "",
+        cwd: str | None = None,
+    ):
         """A running child for ``command`` (a ``ForkedProcess``, or a ``Popen`` where it could not be forked);
         ``log`` is an open binary file for its stdout and stderr."""
         with self.lock:
             forkable = len(command) >= 3 and command[0] == self.python and command[1] == "-m"
             if forkable and self.failure is None and self._ensure(env) and self._same_imports(env):
-                request = {"module": command[2], "argv": command[3:], "env": env, "cwd": cwd or os.getcwd(),
-                           "log": log.name, "nice": nice, "parent": os.getpid(), "pdeathsig": die_with_parent,
-                           "name": name}
+                request = {
+                    "module": command[2],
+                    "argv": command[3:],
+                    "env": env,
+                    "cwd": cwd or os.getcwd(),
+                    "log": log.name,
+                    "nice": nice,
+                    "parent": os.getpid(),
+                    "pdeathsig": die_with_parent,
+                    "name": name,
+                }
                 try:
                     stdin = self._pipes()[0]
                     stdin.write(json.dumps(request).encode() + b"\n")
@@ -204,8 +225,16 @@ class Launcher:
                 if nice:
                     os.nice(nice)
 
-            return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, preexec_fn=before_exec, cwd=cwd)
+            return subprocess.Popen(
+                command,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=before_exec,
+                cwd=cwd,
+            )
 
     def close(self) -> None:
         if self.server is not None and self.server.poll() is None:
@@ -259,8 +288,9 @@ def _unbuffered(fd: int, errors: str):
     """A text stream on ``fd`` as ``PYTHONUNBUFFERED`` makes it: every write goes straight to the file."""
     import io
 
-    return io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8", errors=errors,
-                            line_buffering=True, write_through=True)
+    return io.TextIOWrapper(
+        io.FileIO(fd, "w", closefd=False), encoding="utf-8", errors=errors, line_buffering=True, write_through=True
+    )
 
 
 def become(request: dict) -> None:

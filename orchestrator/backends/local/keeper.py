@@ -33,10 +33,13 @@ class MemoryKeeper(RunParts):
                 self.write_back_final_version()
             return None
         if self.restarts["memory"] >= self.cfg.max_restarts:
-            return (f"failed: the memory server exited with code {code} after "
-                    f"{self.restarts['memory']} restarts (log: {server.log_path})")
-        print(f"drl: the memory server exited with code {code}; starting it again on port {server.port}",
-              file=sys.stderr)
+            return (
+                f"failed: the memory server exited with code {code} after "
+                f"{self.restarts['memory']} restarts (log: {server.log_path})"
+            )
+        print(
+            f"drl: the memory server exited with code {code}; starting it again on port {server.port}", file=sys.stderr
+        )
         self.restarts["memory"] += 1
         self.server = private_server(self.run_dir / "redis", port=server.port, password=server.password)
         if self.state is not None:

@@ -30,8 +30,18 @@ from orchestrator.backends.local.ownership import RunLock, end_orphans
 DEFAULT_OUTPUT = "runs"
 DETACHED_COMMAND = "_run-detached"
 DETACH_START_S = 120.0
-SUMMARY_KEYS = ("exit_reason", "env_steps", "updates", "policy_version", "transitions_produced",
-                "transitions_consumed", "duplicates_dropped", "best_eval_return", "last_eval_return", "wall_seconds")
+SUMMARY_KEYS = (
+    "exit_reason",
+    "env_steps",
+    "updates",
+    "policy_version",
+    "transitions_produced",
+    "transitions_consumed",
+    "duplicates_dropped",
+    "best_eval_return",
+    "last_eval_return",
+    "wall_seconds",
+)
 
 
 def store_url(cfg: ExperimentConfig) -> str:
@@ -58,8 +68,10 @@ def resume_point(cfg: ExperimentConfig, run: str) -> int:
         raise UserError(f"run {run!r} has no checkpoint in {store_url(cfg)} to resume from")
     done = int(latest[0].env_steps)
     if done >= cfg.steps:
-        raise UserError(f"run {run!r} already did {done:,} of its {cfg.steps:,} steps; pass --steps N with N > "
-                        f"{done} to train longer")
+        raise UserError(
+            f"run {run!r} already did {done:,} of its {cfg.steps:,} steps; pass --steps N with N > "
+            f"{done} to train longer"
+        )
     return done
 
 
@@ -77,8 +89,9 @@ def memory_limit() -> tuple[int, str] | None:
         try:
             return int(float(number) * _UNITS[unit]), RAM_LIMIT_VARIABLE
         except ValueError:
-            raise UserError(f"{RAM_LIMIT_VARIABLE} must be a size in bytes (e.g. 64G), got "
-                            f"{os.environ[RAM_LIMIT_VARIABLE]!r}") from None
+            raise UserError(
+                f"{RAM_LIMIT_VARIABLE} must be a size in bytes (e.g. 64G), got {os.environ[RAM_LIMIT_VARIABLE]!r}"
+            ) from None
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
@@ -112,9 +125,11 @@ def check_memory(cfg: ExperimentConfig) -> None:
         return
     biggest = max(needs, key=lambda n: n.bytes)
     rest = f" (the whole run about {_size(total)})" if total > biggest.bytes * 1.05 else ""
-    raise UserError(f"{biggest.option} {biggest.value} needs about {_size(biggest.bytes)} for {biggest.what}"
-                    f"{rest}, more than the {_size(limit[0])} of {limit[1]} on this machine; lower it (or set "
-                    f"{RAM_LIMIT_VARIABLE} to the bytes the run may use)")
+    raise UserError(
+        f"{biggest.option} {biggest.value} needs about {_size(biggest.bytes)} for {biggest.what}"
+        f"{rest}, more than the {_size(limit[0])} of {limit[1]} on this machine; lower it (or set "
+        f"{RAM_LIMIT_VARIABLE} to the bytes the run may use)"
+    )
 
 
 def check_output(output: str) -> None:
@@ -170,8 +185,11 @@ def end_previous(run_dir: Path, run: str) -> None:
         return
     ended = end_orphans(run_dir, state)
     if ended:
-        print(f"drl: ended what the previous orchestrator of run {run} (pid {state.orchestrator_pid}) left "
-              f"running: {', '.join(sorted(ended))}", file=sys.stderr)
+        print(
+            f"drl: ended what the previous orchestrator of run {run} (pid {state.orchestrator_pid}) left "
+            f"running: {', '.join(sorted(ended))}",
+            file=sys.stderr,
+        )
 
 
 def _start_locked(cfg: ExperimentConfig, run: str, run_dir: Path, lock: RunLock, resume: bool, detach: bool) -> int:
@@ -184,8 +202,11 @@ def _start_locked(cfg: ExperimentConfig, run: str, run_dir: Path, lock: RunLock,
     cfg = dataclasses.replace(cfg, run_name=run)
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
     what = f"resuming at {steps_done:,} of" if resume else "with"
-    print(f"drl: run {run} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, {what} "
-          f"{cfg.steps:,} steps) -> {run_dir}", file=sys.stderr)
+    print(
+        f"drl: run {run} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, {what} "
+        f"{cfg.steps:,} steps) -> {run_dir}",
+        file=sys.stderr,
+    )
     if detach:
         return start_detached(run, run_dir, steps_done, resume, cfg.output, lock)
     from orchestrator.backends.local.run import run_local
@@ -211,8 +232,9 @@ def follow_up(run: str, output: str) -> str:
     return f"drl-orchestrate status {shlex.quote(run)}{where} / drl-orchestrate stop {shlex.quote(run)}{where}"
 
 
-def start_detached(run: str, run_dir: Path, steps_done: int, resume: bool, output: str = DEFAULT_OUTPUT,
-                   lock: RunLock | None = None) -> int:
+def start_detached(
+    run: str, run_dir: Path, steps_done: int, resume: bool, output: str = DEFAULT_OUTPUT, lock: RunLock | None = None
+) -> int:
     """Starts the run's orchestrator as a child that outlives this command: its own session (no terminal
     signals), no parent-death signal, stdin closed, output to ``<run dir>/orchestrator.log``, the run's lock
     passed on (its open file, named by ``--lock-fd``). Returns once the child has written state.json for this
@@ -227,8 +249,15 @@ def start_detached(run: str, run_dir: Path, steps_done: int, resume: bool, outpu
         command += ["--lock-fd", str(lock.fd)]
     (run_dir / "state.json").unlink(missing_ok=True)
     with open(log_path, "ab") as log:
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True, cwd=os.getcwd(), pass_fds=(lock.fd,) if lock else ())
+        child = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=os.getcwd(),
+            pass_fds=(lock.fd,) if lock else (),
+        )
     deadline = time.monotonic() + DETACH_START_S
     while time.monotonic() < deadline:
         state = read_state(run_dir)
@@ -236,15 +265,23 @@ def start_detached(run: str, run_dir: Path, steps_done: int, resume: bool, outpu
             break
         if child.poll() is not None:
             tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
-            print(f"drl-orchestrate: error: the run ended at once (code {child.returncode}): "
-                  f"{tail[0] if tail else 'no output'} (log: {log_path})", file=sys.stderr)
+            print(
+                f"drl-orchestrate: error: the run ended at once (code {child.returncode}): "
+                f"{tail[0] if tail else 'no output'} (log: {log_path})",
+                file=sys.stderr,
+            )
             return 1
         time.sleep(0.1)
     else:
-        print(f"drl: the run's processes are not started after {DETACH_START_S:.0f}s; it goes on in the background",
-              file=sys.stderr)
-    print(f"drl: run {run} goes on in the background (orchestrator pid {child.pid}, log {log_path}); "
-          f"{follow_up(run, output)}", file=sys.stderr)
+        print(
+            f"drl: the run's processes are not started after {DETACH_START_S:.0f}s; it goes on in the background",
+            file=sys.stderr,
+        )
+    print(
+        f"drl: run {run} goes on in the background (orchestrator pid {child.pid}, log {log_path}); "
+        f"{follow_up(run, output)}",
+        file=sys.stderr,
+    )
     print(run)
     return 0
 
@@ -255,15 +292,17 @@ def run_detached(argv: list[str]) -> int:
     from orchestrator.backends.local.run import run_local
 
     if len(argv) < 2 or not argv[1].isdigit():
-        raise UserError(f"{DETACHED_COMMAND} is started by --detach: {DETACHED_COMMAND} RUN_DIR STEPS_DONE [--resume] "
-                        "[--lock-fd N]")
+        raise UserError(
+            f"{DETACHED_COMMAND} is started by --detach: {DETACHED_COMMAND} RUN_DIR STEPS_DONE [--resume] [--lock-fd N]"
+        )
     run_dir, steps_done = Path(argv[0]), int(argv[1])
     rest = argv[2:]
     lock = RunLock.inherit(run_dir, rest[rest.index("--lock-fd") + 1] if "--lock-fd" in rest[:-1] else None)
     try:
         cfg = ExperimentConfig.from_json((run_dir / "config.json").read_text())
-        code, summary = run_local(cfg, cfg.run_name, run_dir, steps_done=steps_done, resume="--resume" in rest,
-                                  detached=True)
+        code, summary = run_local(
+            cfg, cfg.run_name, run_dir, steps_done=steps_done, resume="--resume" in rest, detached=True
+        )
     finally:
         if lock is not None:
             lock.release()

@@ -49,9 +49,11 @@ class RunLock:
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
-            raise UserError(f"run {run!r} is running (orchestrator pid {holder or 'unknown'}); one orchestrator "
-                            f"owns a run at a time: see drl-orchestrate status {run}, end it with "
-                            f"drl-orchestrate stop {run}, then resume it") from None
+            raise UserError(
+                f"run {run!r} is running (orchestrator pid {holder or 'unknown'}); one orchestrator "
+                f"owns a run at a time: see drl-orchestrate status {run}, end it with "
+                f"drl-orchestrate stop {run}, then resume it"
+            ) from None
         lock = cls(run_dir, fd)
         lock.mark(os.getpid())
         return lock

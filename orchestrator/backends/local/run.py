@@ -54,9 +54,9 @@ class LocalRun(RunClaim, Spawning, LocalScaling, Stopping, Supervision, MemoryKe
     """One local run, made of its parts (see the module docstring); the state they share is ``RunParts``'."""
 
 
-
-def run_local(cfg: ExperimentConfig, run: str, run_dir: Path, steps_done: int = 0,
-              resume: bool = False, detached: bool = False) -> tuple[int, dict]:
+def run_local(
+    cfg: ExperimentConfig, run: str, run_dir: Path, steps_done: int = 0, resume: bool = False, detached: bool = False
+) -> tuple[int, dict]:
     """Runs a whole experiment; returns (exit code, summary). The summary is also written to summary.json."""
     job = LocalRun(cfg, run, run_dir, steps_done, resume)
 

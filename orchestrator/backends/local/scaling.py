@@ -50,8 +50,9 @@ class LocalScaling(RunParts):
         snap, alive = self.snapshot()
         removed = [p for p in self.procs if p.name in set(plan_removal(snap, workers, margin, alive))]
         if removed:
-            print(f"drl: stopping {', '.join(p.name for p in removed)}; they hand in what they collected",
-                  file=sys.stderr)
+            print(
+                f"drl: stopping {', '.join(p.name for p in removed)}; they hand in what they collected", file=sys.stderr
+            )
             self.control.register({p.name: RETIRED for p in removed}, {})
             self.refresh_state(force=True)
             for p in removed:
@@ -63,10 +64,22 @@ class LocalScaling(RunParts):
                 time.sleep(0.1)
             snap, alive = self.snapshot()
         first = max((worker_index(p.name) for p in self.procs if p.role == "rollout"), default=-1) + 1
-        plan = plan_shares(snap, steps=self.cfg.steps, steps_done=self.steps_done, workers=workers, margin=margin,
-                           next_index=first, alive=alive)
-        self.workers_history.append({"wall_seconds": round(time.time() - self.started, 2),
-                                     "env_steps": self.steps_done + sum(snap.produced.values()), "workers": workers})
+        plan = plan_shares(
+            snap,
+            steps=self.cfg.steps,
+            steps_done=self.steps_done,
+            workers=workers,
+            margin=margin,
+            next_index=first,
+            alive=alive,
+        )
+        self.workers_history.append(
+            {
+                "wall_seconds": round(time.time() - self.started, 2),
+                "env_steps": self.steps_done + sum(snap.produced.values()),
+                "workers": workers,
+            }
+        )
         if not plan.names:
             return []
         print(f"drl: {len(plan.names)} rollout workers share the {plan.remaining:,} steps left", file=sys.stderr)
@@ -116,12 +129,18 @@ def scale(run: str, workers: int, output: str, timeout: float) -> int:
             outcome = json.loads(result.read_text())
             if "error" in outcome:
                 raise UserError(f"run {state.run} refused to scale: {outcome['error']}")
-            print(f"drl: run {state.run} collects with {len(outcome['collecting'])} rollout workers: "
-                  f"{', '.join(outcome['collecting'])}", file=sys.stderr)
+            print(
+                f"drl: run {state.run} collects with {len(outcome['collecting'])} rollout workers: "
+                f"{', '.join(outcome['collecting'])}",
+                file=sys.stderr,
+            )
             return 0
         if not orchestrator_alive(run_dir, state):
             break
         time.sleep(0.2)
-    print(f"drl-orchestrate: error: run {state.run} did not reach {workers} rollout workers within "
-          f"{timeout:.0f}s; see {run_dir / 'orchestrator.log'}", file=sys.stderr)
+    print(
+        f"drl-orchestrate: error: run {state.run} did not reach {workers} rollout workers within "
+        f"{timeout:.0f}s; see {run_dir / 'orchestrator.log'}",
+        file=sys.stderr,
+    )
     return 1

@@ -15,19 +15,32 @@ class Spawning(RunParts):
     """A part of ``LocalRun`` (``orchestrator.backends.local.run``): starting the plan's processes, one replica at a time, and keeping ``state.json`` of them."""
 
     def spawn(self, memory_url: str, store_url: str, detached: bool = False) -> None:
-        self.workloads = {w.role: w for w in plan(self.cfg, run=self.run, run_dir=str(self.run_dir),
-                                                  memory_url=memory_url, store_url=store_url,
-                                                  python=sys.executable, steps_done=self.steps_done,
-                                                  learner_port=free_port() if self.cfg.learners > 1 else 0)}
+        self.workloads = {
+            w.role: w
+            for w in plan(
+                self.cfg,
+                run=self.run,
+                run_dir=str(self.run_dir),
+                memory_url=memory_url,
+                store_url=store_url,
+                python=sys.executable,
+                steps_done=self.steps_done,
+                learner_port=free_port() if self.cfg.learners > 1 else 0,
+            )
+        }
         self.register_workers()
         for workload in self.workloads.values():
             for i in workload.indices():
                 self.start(workload, i)
-        self.state = RunState(run=self.run, orchestrator_pid=os.getpid(), memory_url=self.memory_url,
-                              started_at=self.started, detached=detached,
-                              memory_pid=self.server.pid if self.server is not None else None,
-                              processes=[ProcessState(p.name, p.role, p.popen.pid, None, str(p.log))
-                                         for p in self.procs])
+        self.state = RunState(
+            run=self.run,
+            orchestrator_pid=os.getpid(),
+            memory_url=self.memory_url,
+            started_at=self.started,
+            detached=detached,
+            memory_pid=self.server.pid if self.server is not None else None,
+            processes=[ProcessState(p.name, p.role, p.popen.pid, None, str(p.log)) for p in self.procs],
+        )
         write_state(self.run_dir, self.state)
 
     def start(self, workload, index: int, restarts: int = 0) -> Proc:
@@ -43,15 +56,25 @@ class Spawning(RunParts):
                 self.control.forget_status_field(name, "control_port")
             except MemoryUnavailable:
                 pass
-        env = {**(self.memory_env or os.environ), **workload.replica_env(index), "DRL_CONTROL_PORT": "0",
-               "DRL_HEARTBEAT_FILE": str(heartbeat), "DRL_RESTARTS": str(restarts),
-               "DRL_ORCHESTRATOR_PID": str(os.getpid())}
+        env = {
+            **(self.memory_env or os.environ),
+            **workload.replica_env(index),
+            "DRL_CONTROL_PORT": "0",
+            "DRL_HEARTBEAT_FILE": str(heartbeat),
+            "DRL_RESTARTS": str(restarts),
+            "DRL_ORCHESTRATOR_PID": str(os.getpid()),
+        }
         with open(log_path, "ab") as log:
-            popen = self.launcher.start(list(workload.command), env, log,
-                                        nice=ROLLOUT_NICENESS if workload.role == "rollout" else 0,
-                                        name=f"drl-{name}")
-        proc = Proc(name, workload.replica_role(index), popen, log_path, heartbeat, restarts=restarts,
-                    workload=workload)
+            popen = self.launcher.start(
+                list(workload.command),
+                env,
+                log,
+                nice=ROLLOUT_NICENESS if workload.role == "rollout" else 0,
+                name=f"drl-{name}",
+            )
+        proc = Proc(
+            name, workload.replica_role(index), popen, log_path, heartbeat, restarts=restarts, workload=workload
+        )
         self.procs = [p for p in self.procs if p.name != name] + [proc]
         if self.state is not None:
             entry = self.state.process(name)

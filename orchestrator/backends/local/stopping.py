@@ -129,11 +129,21 @@ class Stopping(RunParts):
             waited = time.monotonic() - started
             running = [p for p in alive if p.popen.poll() is None]
             if waited >= STOP_FLAG_GRACE_S:
-                running = [p for p in running if flagged and p.role == "trainer" and waited < FINAL_CHECKPOINT_S
-                           and self.interrupts == interrupts and not self.hung(p, time.time())]
+                running = [
+                    p
+                    for p in running
+                    if flagged
+                    and p.role == "trainer"
+                    and waited < FINAL_CHECKPOINT_S
+                    and self.interrupts == interrupts
+                    and not self.hung(p, time.time())
+                ]
                 if running and not noted:
-                    print(f"drl: waiting up to {FINAL_CHECKPOINT_S - waited:.0f} s for the trainer's final "
-                          "checkpoint (Ctrl-C again to stop it at once)", file=sys.stderr)
+                    print(
+                        f"drl: waiting up to {FINAL_CHECKPOINT_S - waited:.0f} s for the trainer's final "
+                        "checkpoint (Ctrl-C again to stop it at once)",
+                        file=sys.stderr,
+                    )
                     noted = True
             if not running:
                 break

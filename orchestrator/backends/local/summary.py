@@ -41,8 +41,9 @@ class RunSummary(RunParts):
         if isinstance(kept, dict):
             ledger, produced_by = with_kept_ledger(kept, produced_by)
         unconsumed = self.control.unconsumed(ledger if isinstance(kept, dict) else None)
-        return tally(ledger, produced_by, unconsumed, self.control.dead_letters(), self.resume_counters,
-                     self.steps_done)
+        return tally(
+            ledger, produced_by, unconsumed, self.control.dead_letters(), self.resume_counters, self.steps_done
+        )
 
     def trainer_record(self) -> dict | None:
         """The meta of the checkpoint a trainer that exited 0 wrote at exit (its ledger and exit reason), read once:
@@ -61,10 +62,20 @@ class RunSummary(RunParts):
         try:
             acc = self.accounts()
         except (MemoryBackendError, ValueError) as exc:
-            print(f"drl: the run's counters cannot be read from the memory server ({exc}); the summary's "
-                  "transition counts are -1", file=sys.stderr)
-            acc = {"produced": -1, "consumed": -1, "unconsumed": -1, "duplicates": -1, "dead_lettered": {},
-                   "updates": -1, "dropped": {n: -1 for n in COUNTERS if n not in ("consumed", "duplicates")}}
+            print(
+                f"drl: the run's counters cannot be read from the memory server ({exc}); the summary's "
+                "transition counts are -1",
+                file=sys.stderr,
+            )
+            acc = {
+                "produced": -1,
+                "consumed": -1,
+                "unconsumed": -1,
+                "duplicates": -1,
+                "dead_lettered": {},
+                "updates": -1,
+                "dropped": {n: -1 for n in COUNTERS if n not in ("consumed", "duplicates")},
+            }
         problem = imbalance(acc) if acc["produced"] >= 0 else None
         if problem:
             print(f"drl: the run's accounts do not balance: {problem}", file=sys.stderr)
@@ -75,16 +86,24 @@ class RunSummary(RunParts):
         elif outcome == "finished" and self.stop_requested:
             reason = "stopped"
         return {
-            "run": self.run, "preset": self.cfg.preset, "algorithm": self.cfg.algorithm, "env": self.cfg.env,
-            "mode": self.cfg.mode, "workers": self.workers_history[-1]["workers"],
-            "workers_history": list(self.workers_history), "envs_per_worker": self.cfg.envs_per_worker,
-            "seed": self.cfg.seed, "steps_requested": self.cfg.steps,
+            "run": self.run,
+            "preset": self.cfg.preset,
+            "algorithm": self.cfg.algorithm,
+            "env": self.cfg.env,
+            "mode": self.cfg.mode,
+            "workers": self.workers_history[-1]["workers"],
+            "workers_history": list(self.workers_history),
+            "envs_per_worker": self.cfg.envs_per_worker,
+            "seed": self.cfg.seed,
+            "steps_requested": self.cfg.steps,
             "resumed_from_env_steps": self.steps_done,
             "updates": acc["updates"] if acc["updates"] >= 0 else int(t.get("updates") or 0),
             "policy_version": int(t.get("policy_version") or -1),
-            **count_fields(acc), **eval_fields(evals),
+            **count_fields(acc),
+            **eval_fields(evals),
             "restarts": dict(self.restarts),
-            "wall_seconds": round(time.time() - self.started, 2), "exit_reason": reason,
+            "wall_seconds": round(time.time() - self.started, 2),
+            "exit_reason": reason,
             **policy_lag(t),
         }
 

@@ -38,8 +38,7 @@ class Supervision(RunParts):
         for p in list(self.procs):
             code = p.popen.poll()
             if code is None and self.hung(p, now):
-                self.note(progress, f"drl: {p.name} gave no heartbeat for {self.cfg.hang_timeout_s:g} s; "
-                                    "killing it")
+                self.note(progress, f"drl: {p.name} gave no heartbeat for {self.cfg.hang_timeout_s:g} s; killing it")
                 p.popen.kill()
                 code = p.popen.wait()
             if code in (None, 0):
@@ -49,8 +48,11 @@ class Supervision(RunParts):
             if code == EXIT_SUPERSEDED:
                 if p.name not in self.superseded:
                     self.superseded.add(p.name)
-                    self.note(progress, f"drl: {p.name} was superseded by another process with its identity "
-                                        f"(exit code {code}); not restarting it (log: {p.log})")
+                    self.note(
+                        progress,
+                        f"drl: {p.name} was superseded by another process with its identity "
+                        f"(exit code {code}); not restarting it (log: {p.log})",
+                    )
                 continue
             if code == EXIT_USAGE:
                 reason = refusal(p.log)
@@ -58,12 +60,17 @@ class Supervision(RunParts):
                 return f"failed: {p.name} refused its input{said} (exit code 2; log: {p.log})"
             if p.restart_at is None:
                 if p.restarts >= self.cfg.max_restarts:
-                    return (f"failed: {p.name} exited with code {code} after {p.restarts} restarts "
-                            f"(--max-restarts {self.cfg.max_restarts}; log: {p.log})")
+                    return (
+                        f"failed: {p.name} exited with code {code} after {p.restarts} restarts "
+                        f"(--max-restarts {self.cfg.max_restarts}; log: {p.log})"
+                    )
                 p.restart_at = now + BACKOFF_S[min(p.restarts, len(BACKOFF_S) - 1)]
-                self.note(progress, f"drl: {p.name} exited with code {code}; restarting it in "
-                                    f"{p.restart_at - now:g} s (restart {p.restarts + 1} of at most "
-                                    f"{self.cfg.max_restarts}; log: {p.log})")
+                self.note(
+                    progress,
+                    f"drl: {p.name} exited with code {code}; restarting it in "
+                    f"{p.restart_at - now:g} s (restart {p.restarts + 1} of at most "
+                    f"{self.cfg.max_restarts}; log: {p.log})",
+                )
             elif now >= p.restart_at:
                 self.restarts[p.role] = self.restarts.get(p.role, 0) + 1
                 index = worker_index(p.name) if p.role in ("rollout", "learner") else 0
@@ -78,15 +85,18 @@ class Supervision(RunParts):
         if self.cfg.learners < 2:
             return None
         group = [p for p in self.procs if p.role in ("trainer", "learner")]
-        crashed = [p for p in group if p.popen.poll() not in (None, 0, EXIT_USAGE, EXIT_SUPERSEDED)
-                   and p.restart_at is None]
+        crashed = [
+            p for p in group if p.popen.poll() not in (None, 0, EXIT_USAGE, EXIT_SUPERSEDED) and p.restart_at is None
+        ]
         if not crashed:
             return None
         first = crashed[0]
         restarts = max(p.restarts for p in group)
         if restarts >= self.cfg.max_restarts:
-            return (f"failed: {first.name} exited with code {first.popen.poll()} after {restarts} restarts of the "
-                    f"learner group (--max-restarts {self.cfg.max_restarts}; log: {first.log})")
+            return (
+                f"failed: {first.name} exited with code {first.popen.poll()} after {restarts} restarts of the "
+                f"learner group (--max-restarts {self.cfg.max_restarts}; log: {first.log})"
+            )
         for p in group:
             if p.popen.poll() is None:
                 p.popen.kill()
@@ -94,9 +104,12 @@ class Supervision(RunParts):
         when = now + BACKOFF_S[min(restarts, len(BACKOFF_S) - 1)]
         for p in group:
             p.restart_at = when
-        self.note(progress, f"drl: {first.name} exited with code {first.popen.poll()}; restarting the learner group "
-                            f"({', '.join(p.name for p in group)}) in {when - now:g} s (restart {restarts + 1} of at "
-                            f"most {self.cfg.max_restarts}; log: {first.log})")
+        self.note(
+            progress,
+            f"drl: {first.name} exited with code {first.popen.poll()}; restarting the learner group "
+            f"({', '.join(p.name for p in group)}) in {when - now:g} s (restart {restarts + 1} of at "
+            f"most {self.cfg.max_restarts}; log: {first.log})",
+        )
         return None
 
     def hung(self, p: Proc, now: float) -> bool:
@@ -117,9 +130,15 @@ class Supervision(RunParts):
 
     def show(self, progress: Progress, force: bool = False) -> None:
         t, e = self.status("trainer"), self.status("evaluator")
-        progress.show(force=force, steps=int(t.get("env_steps") or 0), version=int(t.get("policy_version") or 0),
-                      updates=int(t.get("updates") or 0), last_eval=_float(e.get("last_eval_return")),
-                      best_eval=_float(e.get("best_eval_return")), backlog=int(t.get("backlog") or 0))
+        progress.show(
+            force=force,
+            steps=int(t.get("env_steps") or 0),
+            version=int(t.get("policy_version") or 0),
+            updates=int(t.get("updates") or 0),
+            last_eval=_float(e.get("last_eval_return")),
+            best_eval=_float(e.get("best_eval_return")),
+            backlog=int(t.get("backlog") or 0),
+        )
 
     def wait(self, progress: Progress) -> str:
         trainer_done_at = None
