@@ -631,7 +631,10 @@ UNINSTALLED: list[str] = []
 # -- drl-orchestrate --backend kubernetes --profile local on the real node -----------------------------------------
 
 ORCHESTRATED = "orch"
-ORCHESTRATED_STEPS = 20000  # default SAC on Pendulum: about 2 minutes on 2 cores, long enough to scale mid-run
+ORCHESTRATED_STEPS = 40000
+"""Default SAC on Pendulum, long enough that the scale-up and rollout-0's deletion both come mid-run: with 20,000 a
+quick run had rollout-0 finish its share about when its pod was deleted (it then exits 0 at once, and the slow
+termination the test needs never happens)."""
 STATUS_ROW = re.compile(
     r"^(drl-(?:[a-z0-9-]+-)?(?P<role>rollout|trainer|evaluator)(-(?P<index>\d+))?-\S+)\s+(?P=role)\s+"
     r"running\s+(?P<policy>\d+)\s+(?P<steps>[\d,]+)\s"
