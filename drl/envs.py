@@ -160,12 +160,40 @@ def family_of(env_id: str) -> EnvFamily | None:
     return next((f for f in FAMILIES if f.ids.match(env_id)), None)
 
 
+def import_env_module(env_id: str) -> str:
+    """For gymnasium's ``module:EnvId`` form, imports the module (which registers its ids, as ``gymnasium.make``
+    would import it) and returns ``EnvId``; other ids come back as they are. UserError when the module cannot be
+    imported."""
+    module, sep, name = env_id.partition(":")
+    if not sep:
+        return env_id
+    if not module or not name:
+        raise UserError(f"environment id {env_id!r}: the form is module:EnvId (a module that registers EnvId)")
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        raise UserError(
+            f"environment id {env_id!r}: module {module!r} cannot be imported ({type(exc).__name__}: {exc}); "
+            "it must be importable where every process of the run starts (PYTHONPATH, an installed package or "
+            "the image)"
+        ) from None
+    return name
+
+
+def frames_per_step(env_id: str) -> int:
+    """Emulator frames behind one agent step: Atari's frame skip for ``ALE/`` ids, else 1."""
+    family = family_of(import_env_module(env_id) if ":" in env_id else env_id)
+    return atari.FRAME_SKIP if family is not None and family.name.startswith("Atari") else 1
+
+
 def check_env_id(env_id: str) -> None:
     """Raises UserError when env_id is not a registered gymnasium id, naming close matches.
 
     An id of a family a package provides (ALE, MinAtar, MuJoCo) imports that package and registers its ids
-    first; when it is not installed, the message says what to install.
+    first; when it is not installed, the message says what to install. ``module:EnvId`` imports the module first
+    (``import_env_module``).
     """
+    given, env_id = env_id, import_env_module(env_id)
     family = family_of(env_id)
     if family is not None:
         try:
@@ -183,6 +211,10 @@ def check_env_id(env_id: str) -> None:
 
     close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see gymnasium.envs.registry for the ids"
+    if given != env_id:
+        hint = f" (module {given.partition(':')[0]!r} was imported but registers no such id){hint}"
+    else:
+        hint += "; an env of your own: module:EnvId, with the module registering EnvId (docs/custom-envs.md)"
     raise UserError(f"unknown environment id {env_id!r}{hint}")
 
 
@@ -192,6 +224,7 @@ def make_env(env_id: str, render_mode: str | None = None, evaluation: bool = Fal
         real score (``drl.atari``). Other ids are ``gymnasium.make``'s env, the same for both, and get a render mode
     only when one is asked for: an env class without that argument is still made for training."""
     check_env_id(env_id)
+    env_id = import_env_module(env_id)
     family = family_of(env_id)
     try:
         if family is not None and family.make is not None:
