@@ -7,7 +7,7 @@ environment variable, so nothing reaches a service except through its command an
 ``ExperimentConfig`` is a static class the type checker follows: the options every run has, then one typed block
 per built-in algorithm (its hyperparameter dataclass under its name). An algorithm a plugin registers
 (``drl.algorithms.load_plugins``, which the entry points call before they read a configuration) has its block in
-``plugins``, filled with its defaults when a configuration is made; it reads as ``cfg.<name>``, and in JSON, on
+``plugin_blocks``, filled with its defaults when a configuration is made; it reads as ``cfg.<name>``, and in JSON, on
 the command line (``--<name>.<field>``) and among ``--algorithm``'s values it is a block like the built-in ones.
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from drl import device
-from drl.algorithms import ALGORITHMS, Algorithm
+from drl.algorithms import ALGORITHMS, Algorithm, import_plugins, split_modules
 from drl.algorithms.appo.config import APPOConfig
 from drl.algorithms.dqn.config import DQNConfig
 from drl.algorithms.ppo.config import PPOConfig
@@ -37,7 +37,7 @@ from drl.fields import problems as check_ranges
 from drl.naming import memory_servers
 
 MODES = ("sync", "async")
-PLUGINS = "plugins"
+BLOCKS_FIELD = "plugin_blocks"
 """The field of ``ExperimentConfig`` holding the plugin algorithms' blocks (never a key of its JSON form)."""
 C = TypeVar("C")
 D = TypeVar("D")
@@ -75,7 +75,17 @@ class ExperimentConfig:
 
     preset: str = opt("sac", "Preset the run started from (informational once resolved).")
     algorithm: str = opt("sac", "Learning algorithm.", choices=_algorithm_names)
-    env: str = opt("Pendulum-v1", "Any registered gymnasium environment id.")
+    env: str = opt(
+        "Pendulum-v1",
+        "Any registered gymnasium environment id, or module:EnvId for an env of your own (gymnasium's form: every "
+        "process of the run imports the module, which registers EnvId; docs/custom-envs.md).",
+    )
+    plugins: str = opt(
+        "",
+        "Modules every process of the run imports before it reads its configuration (comma-separated): plugins "
+        "that register algorithms or environments. Kept in the run's configuration, so every service, evaluate, "
+        "a resumed run and every pod import the same ones; the modules in DRL_PLUGINS are imported too.",
+    )
     workers: int = opt(2, "Rollout worker processes.")
     envs_per_worker: int = opt(1, "Environments stepped together inside each rollout worker.")
     mode: str = opt(
@@ -135,7 +145,7 @@ class ExperimentConfig:
         1,
         "Experience streams on the memory server: rollout worker i appends to stream i mod "
         "this; each stream has its own backlog bounds and its own committed reader state, "
-        "and the trainer reads them all.",
+        "and the trainer reads them all. Not given, --learners N makes it N (each learner reads whole streams).",
     )
     max_backlog_entries: int = opt(16, "Stream entries waiting for the trainer before producers pause (back-pressure).")
     max_backlog_bytes: int = opt(
@@ -208,31 +218,31 @@ class ExperimentConfig:
     ppo: PPOConfig = _block("ppo")
     dqn: DQNConfig = _block("dqn")
     appo: APPOConfig = _block("appo")
-    plugins: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
+    plugin_blocks: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         """Gives every registered plugin algorithm its block (its defaults where none was given) and refuses a
         block no registered algorithm owns; the mapping is read-only, as the rest of the configuration."""
         algorithms = plugin_algorithms()
-        unknown = sorted(set(self.plugins) - set(algorithms))
+        unknown = sorted(set(self.plugin_blocks) - set(algorithms))
         if unknown:
             raise ConfigError(f"unknown configuration key(s): {', '.join(unknown)}")
-        blocks = {name: self.plugins.get(name, algorithm.config()) for name, algorithm in algorithms.items()}
-        object.__setattr__(self, PLUGINS, Blocks(blocks))
+        blocks = {name: self.plugin_blocks.get(name, algorithm.config()) for name, algorithm in algorithms.items()}
+        object.__setattr__(self, BLOCKS_FIELD, Blocks(blocks))
 
     if not TYPE_CHECKING:
 
         def __getattr__(self, name: str) -> Any:
             """A plugin algorithm's block as ``cfg.<name>``, as a built-in one reads (the checker sees only the
             typed fields)."""
-            blocks = self.__dict__.get(PLUGINS, {})
+            blocks = self.__dict__.get(BLOCKS_FIELD, {})
             if name in blocks:
                 return blocks[name]
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def blocks(self) -> dict[str, Any]:
         """Every algorithm's block by name, the built-in ones first, then the plugins'."""
-        return {**{name: getattr(self, name) for name in BLOCKS}, **self.plugins}
+        return {**{name: getattr(self, name) for name in BLOCKS}, **self.plugin_blocks}
 
     def validate(self) -> Self:
         """Checks values that need no environment or server; raises ConfigError with every problem found."""
@@ -318,8 +328,8 @@ class ExperimentConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form as a dict: every option, each algorithm's block (plugins' too) under its name."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != PLUGINS}
-        data.update(self.plugins)
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != BLOCKS_FIELD}
+        data.update(self.plugin_blocks)
         return {
             key: dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
             for key, value in data.items()
@@ -344,7 +354,7 @@ OPTIONS = frozenset(f.name for f in dataclasses.fields(ExperimentConfig))
 
 
 def plugin_algorithms() -> dict[str, Algorithm]:
-    """The registered algorithms whose blocks live in ``ExperimentConfig.plugins``, in registration order. A
+    """The registered algorithms whose blocks live in ``ExperimentConfig.plugin_blocks``, in registration order. A
     plugin algorithm named like an option would hide it, and is refused."""
     found = {name: algorithm for name, algorithm in ALGORITHMS.items() if name not in BLOCKS}
     taken = sorted(OPTIONS.intersection(found))
@@ -358,20 +368,20 @@ def plugin_algorithms() -> dict[str, Algorithm]:
 
 def block_types(cls: type) -> dict[str, Any]:
     """Every key of ``cls``'s JSON form with its type: its fields, and for ``ExperimentConfig`` the plugin
-    algorithms' blocks in place of ``plugins``."""
+    algorithms' blocks in place of ``plugin_blocks``."""
     hints = _hints(cls)
     types_ = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
     if cls is ExperimentConfig:
-        del types_[PLUGINS]
+        del types_[BLOCKS_FIELD]
         types_.update({name: algorithm.config for name, algorithm in plugin_algorithms().items()})
     return types_
 
 
 def _make(cls: type[D], values: dict[str, Any]) -> D:
-    """``cls(**values)``, an ``ExperimentConfig``'s plugin blocks gathered into ``plugins``."""
+    """``cls(**values)``, an ``ExperimentConfig``'s plugin blocks gathered into ``plugin_blocks``."""
     if cls is ExperimentConfig:
         plugins = {name: values.pop(name) for name in plugin_algorithms() if name in values}
-        values[PLUGINS] = plugins
+        values[BLOCKS_FIELD] = plugins
     return cls(**values)
 
 
@@ -448,10 +458,23 @@ def coerce(tp: Any, value: Any, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported type {tp}")
 
 
+def import_named_plugins(data: Any, where: str = "the configuration") -> None:
+    """Imports the plugins a configuration's JSON form names (its ``plugins``), before anything in it is read:
+    their algorithms' blocks and presets, and their environments, are then known."""
+    if not isinstance(data, dict) or not data.get("plugins"):
+        return
+    if not isinstance(data["plugins"], str):
+        raise ConfigError(f"{where}: plugins expects a comma-separated str, got {data['plugins']!r}")
+    import_plugins(split_modules(data["plugins"]), f"{where}'s plugins")
+
+
 def from_dict(cls: type[D], data: dict, prefix: str = "") -> D:
-    """Builds a config dataclass from a dict, refusing unknown keys and wrong types."""
+    """Builds a config dataclass from a dict, refusing unknown keys and wrong types (an ``ExperimentConfig``'s
+    plugins imported first: ``import_named_plugins``)."""
     if not isinstance(data, dict):
         raise ConfigError(f"configuration {prefix or 'root'} must be an object")
+    if cls is ExperimentConfig:
+        import_named_plugins(data)
     known = block_types(cls)
     unknown = sorted(set(data) - set(known))
     if unknown:
@@ -472,9 +495,9 @@ def replace(cfg: C, **changes: Any) -> C:
     for head, sub in nested.items():
         flat[head] = replace(getattr(cfg, head), **sub)
     if isinstance(cfg, ExperimentConfig):
-        plugins = {name: flat.pop(name) for name in cfg.plugins if name in flat}
+        plugins = {name: flat.pop(name) for name in cfg.plugin_blocks if name in flat}
         if plugins:
-            flat[PLUGINS] = {**cfg.plugins, **plugins}
+            flat[BLOCKS_FIELD] = {**cfg.plugin_blocks, **plugins}
     return dataclasses.replace(cfg, **flat)  # type: ignore[type-var]
 
 
@@ -486,7 +509,7 @@ def iter_options(cls: type = ExperimentConfig, prefix: str = "") -> Iterator[Opt
     ``ExperimentConfig``'s plugin blocks come after the built-in ones."""
     hints = _hints(cls)
     for f in dataclasses.fields(cls):
-        if cls is ExperimentConfig and f.name == PLUGINS:
+        if cls is ExperimentConfig and f.name == BLOCKS_FIELD:
             continue
         tp = hints[f.name]
         if dataclasses.is_dataclass(tp):

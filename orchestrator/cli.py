@@ -31,8 +31,17 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from drl.algorithms import load_plugins_or_exit
-from drl.config import ConfigError, ExperimentConfig, coerce, from_dict, iter_options, merge, replace
+from drl.algorithms import import_plugins, load_plugins_or_exit, split_modules
+from drl.config import (
+    ConfigError,
+    ExperimentConfig,
+    coerce,
+    from_dict,
+    import_named_plugins,
+    iter_options,
+    merge,
+    replace,
+)
 from drl.errors import EXIT_USAGE, UserError
 from drl.presets import PRESETS, get_preset
 from orchestrator.backends import BACKENDS, Backend, Deployment
@@ -248,6 +257,7 @@ def resolve_config(argv: list[str]) -> ExperimentConfig:
     pre.add_argument("--config")
     pre.add_argument("--resume")
     pre.add_argument("--output")
+    pre.add_argument("--plugins")
     known, _ = pre.parse_known_args(argv)
     resume = getattr(known, "resume", None)
     if resume and getattr(known, "config", None):
@@ -258,6 +268,9 @@ def resolve_config(argv: list[str]) -> ExperimentConfig:
             raise UserError(f"no run {resume!r} to resume: {saved} does not exist (is --output right?)")
         known.config = str(saved)
     file_data = _read_config_file(Path(known.config)) if getattr(known, "config", None) else {}
+    if getattr(known, "plugins", None):
+        import_plugins(split_modules(known.plugins), "--plugins")
+    import_named_plugins(file_data, f"config file {getattr(known, 'config', '')}")
     preset_name = getattr(known, "preset", None) or file_data.get("preset") or "sac"
     base = get_preset(str(preset_name), getattr(known, "env", None) or file_data.get("env"))
     parser = build_parser(base)
@@ -276,6 +289,8 @@ def resolve_config(argv: list[str]) -> ExperimentConfig:
         args["memory"] = os.environ["DRL_MEMORY_URL"]
     types = _option_types()
     changes = {name: coerce(types[name], value, _flag(name)) for name, value in args.items()}
+    if "learners" in changes and "memory_shards" not in changes and "memory_shards" not in file_data:
+        changes["memory_shards"] = max(changes["learners"], cfg.memory_shards)
     return replace(cfg, **changes).validate()
 
 

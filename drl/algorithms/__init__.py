@@ -2,11 +2,12 @@
 
 Nothing here touches processes, Redis or files; services compose these pieces through each algorithm's builder
 (``drl.algorithms.base.Algorithm``). The built-in algorithms register when this package is imported; importing
-it reads no environment and imports nothing from outside drl. The plugins, the modules named in ``DRL_PLUGINS``
-(comma-separated) and those of the ``drl.algorithms`` entry-point group, each of which calls ``register`` when
-imported, are loaded by the entry points (``load_plugins_or_exit``: the command line, each service, the in-cluster
-scaler) before they read a configuration; every process of a run inherits the environment, so a plugin named
-there is known to the command line, the trainer, the workers and the evaluator alike.
+it reads no environment and imports nothing from outside drl. The plugins, each of which calls
+``register`` when imported, come from three places: the run's ``--plugins`` (kept in its configuration and imported
+whenever a configuration that names them is read, so the command line, every service, ``evaluate``, a resumed run
+and every pod import the same ones), the modules named in ``DRL_PLUGINS`` (comma-separated) and those of the
+``drl.algorithms`` entry-point group; the last two are loaded by the entry points (``load_plugins_or_exit``: the
+command line, each service, the in-cluster scaler) before they read a configuration.
 """
 
 from __future__ import annotations
@@ -48,12 +49,14 @@ __all__ = [
     "RolloutLearner",
     "check_spaces",
     "get",
+    "import_plugins",
     "load_plugins",
     "load_plugins_or_exit",
     "make_actor",
     "make_learner",
     "opt",
     "register",
+    "split_modules",
     "wire_extras",
 ]
 
@@ -92,22 +95,35 @@ def make_actor(algorithm: str, spec: SpaceSpec, cfg: ExperimentConfig, seed: int
     return get(algorithm).make_actor(spec, cfg, seed)
 
 
-def plugin_modules(environ: dict[str, str] | None = None) -> list[str]:
-    """The plugin modules named in ``DRL_PLUGINS``, in order."""
-    text = (os.environ if environ is None else environ).get(PLUGINS_VARIABLE, "")
+def split_modules(text: str) -> list[str]:
+    """The module names of a comma-separated list (``--plugins``, ``DRL_PLUGINS``), in order."""
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
-def load_plugins(modules: list[str] | None = None) -> None:
-    """Imports the plugin modules (``DRL_PLUGINS`` when None) and the ``drl.algorithms`` entry points; raises
-    UserError naming the one that cannot be imported."""
-    for name in plugin_modules() if modules is None else modules:
+def plugin_modules(environ: dict[str, str] | None = None) -> list[str]:
+    """The plugin modules named in ``DRL_PLUGINS``, in order."""
+    return split_modules((os.environ if environ is None else environ).get(PLUGINS_VARIABLE, ""))
+
+
+def import_plugins(modules: list[str], named_by: str) -> None:
+    """Imports ``modules`` (each registers what it brings when imported; one already imported is not imported
+    again); UserError naming the one that cannot be imported and where it was named (``named_by``)."""
+    for name in modules:
         try:
             importlib.import_module(name)
         except Exception as exc:
             raise UserError(
-                f"{PLUGINS_VARIABLE} names {name!r}, which cannot be imported: {type(exc).__name__}: {exc}"
+                f"{named_by} names {name!r}, which cannot be imported: {type(exc).__name__}: {exc} (a plugin "
+                "must be importable where every process of the run starts: PYTHONPATH, an installed package or "
+                "the image)"
             ) from exc
+
+
+def load_plugins(modules: list[str] | None = None) -> None:
+    """Imports the plugin modules (``DRL_PLUGINS`` when None) and the ``drl.algorithms`` entry points; raises
+    UserError naming the one that cannot be imported. A configuration's own ``plugins`` are imported when it
+    is read (``drl.config``)."""
+    import_plugins(plugin_modules() if modules is None else modules, PLUGINS_VARIABLE)
     from importlib.metadata import entry_points
 
     for point in entry_points(group=ENTRY_POINT_GROUP):

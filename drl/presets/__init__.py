@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from drl.config import ConfigError, ExperimentConfig, from_dict, merge
+from drl.config import ConfigError, ExperimentConfig, from_dict, import_named_plugins, merge
 from drl.errors import UserError
 from drl.presets.appo import appo, appo_atari
 from drl.presets.atari import dqn_atari, ppo_atari
@@ -44,5 +44,6 @@ def resolve(data: dict, where: str = "configuration") -> ExperimentConfig:
     for key in ("preset", "env"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ConfigError(f"{where}: {key} expects str, got {data[key]!r}")
+    import_named_plugins(data, where)
     base = get_preset(data.get("preset") or "sac", data.get("env"))
     return from_dict(ExperimentConfig, merge(base.to_dict(), data, where)).validate()

@@ -69,7 +69,7 @@ pods waiting in ImagePullBackOff while Helm reports success. */}}
 {{- $own.pullPolicy | default .ctx.Values.image.pullPolicy -}}
 {{- end -}}
 
-{{/* The experiment configuration the ConfigMap holds: preset, env (when set), workers, mode (when set), steps (when set),
+{{/* The experiment configuration the ConfigMap holds: preset, env (when set), plugins (when set), workers, mode (when set), steps (when set),
 seed, run_name, learners and memory_shards (when above 1) and the config overrides (the top-level values win).
 A group of learners needs as many shards as learners, as the configuration's own check says. */}}
 {{- define "drl.configJson" -}}
@@ -77,6 +77,9 @@ A group of learners needs as many shards as learners, as the configuration's own
 {{- $_ := set $cfg "preset" .Values.preset -}}
 {{- if .Values.env -}}
 {{- $_ := set $cfg "env" .Values.env -}}
+{{- end -}}
+{{- if .Values.plugins -}}
+{{- $_ := set $cfg "plugins" .Values.plugins -}}
 {{- end -}}
 {{- $_ := set $cfg "workers" (int .Values.workers) -}}
 {{- if .Values.mode -}}

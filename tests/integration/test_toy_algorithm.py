@@ -1,10 +1,11 @@
-"""A toy algorithm from outside drl (tests/plugins/toy_algorithm.py), named in DRL_PLUGINS, runs end to end
+"""A toy algorithm from outside drl (tests/plugins/toy_algorithm.py), named in DRL_PLUGINS or --plugins, runs end to end
 through the real command line, processes and memory server: adding an algorithm needs no change to services/,
 orchestrator/, drl/config.py or the codec.
 
 ``test_toy_plugin_reaches_every_layer_but_the_services`` checks what needs no service (registry, config block,
 flags, wire layout, the worker's and the trainer's steps done by hand); ``test_toy_algorithm_runs_end_to_end``
-runs it for real."""
+runs it for real, named by ``--plugins`` alone: the run's configuration carries it to every service and to
+``evaluate``."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from drl.store import PolicyStore, run_store
 from tests.conftest import ROOT, read_summary, run_cli
 
 PLUGIN = "tests.plugins.toy_algorithm"
-ENV = {"DRL_PLUGINS": PLUGIN, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+PATH = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+ENV = {"DRL_PLUGINS": PLUGIN, **PATH}
 
 WITHOUT_SERVICES = r"""
 import numpy as np
@@ -106,6 +108,8 @@ def test_toy_algorithm_runs_end_to_end(tmp_path):
     run = "toy-pendulum"
     proc = run_cli(
         [
+            "--plugins",
+            PLUGIN,
             "--algorithm",
             "toy",
             "--env",
@@ -132,7 +136,7 @@ def test_toy_algorithm_runs_end_to_end(tmp_path):
             run,
         ],
         timeout=300,
-        env=ENV,
+        env=PATH,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = read_summary(tmp_path / run)
@@ -142,6 +146,9 @@ def test_toy_algorithm_runs_end_to_end(tmp_path):
     assert summary["policy_version"] >= 1
     config = json.loads((tmp_path / run / "config.json").read_text())
     assert config["algorithm"] == "toy" and config["toy"] == {"action": 0.25, "batch_size": 8}
+    assert config["plugins"] == PLUGIN
+    scored = run_cli(["evaluate", "--run", run, "--output", str(tmp_path), "--episodes", "1"], timeout=300, env=PATH)
+    assert scored.returncode == 0 and "return" in scored.stdout, scored.stderr[-3000:]
 
     # --toy.action reached the learner (its metrics, its published policy) and, through the policy, the workers
     # (the mark they computed for every transition came back in the learner's batches)

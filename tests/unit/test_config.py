@@ -323,7 +323,7 @@ def test_the_built_in_blocks_are_the_registrys_and_the_algorithms_its_choices():
         assert fields[name].default == ALGORITHMS[name].config()
     assert next(c for n, *_, c in iter_options() if n == "algorithm") == tuple(ALGORITHMS)
     assert list(fields).index("algorithm") == 1
-    assert ExperimentConfig().plugins == {} and "plugins" not in ExperimentConfig().to_dict()
+    assert ExperimentConfig().plugin_blocks == {} and "plugin_blocks" not in ExperimentConfig().to_dict()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,7 +353,7 @@ def toyx(monkeypatch):
 
 def test_a_registered_algorithm_gets_its_block_json_options_and_checks(toyx):
     cfg = ExperimentConfig()
-    assert cfg.toyx == ToyConfig() and cfg.plugins == {"toyx": ToyConfig()} and type(cfg) is ExperimentConfig
+    assert cfg.toyx == ToyConfig() and cfg.plugin_blocks == {"toyx": ToyConfig()} and type(cfg) is ExperimentConfig
     cfg = ExperimentConfig.from_json('{"algorithm": "toyx", "toyx": {"scale": 2}}')
     assert cfg.toyx.scale == 2.0 and json.loads(cfg.to_json())["toyx"] == {"scale": 2.0}
     assert ExperimentConfig.from_json(cfg.to_json()) == cfg
@@ -377,7 +377,7 @@ def test_an_algorithm_not_registered_has_no_block_and_is_no_choice():
     with pytest.raises(ConfigError, match="unknown configuration key.*toyx"):
         ExperimentConfig.from_json('{"toyx": {"scale": 2}}')
     with pytest.raises(ConfigError, match="unknown configuration key.*toyx"):
-        ExperimentConfig(plugins={"toyx": ToyConfig()})
+        ExperimentConfig(plugin_blocks={"toyx": ToyConfig()})
 
 
 def test_a_plugin_algorithm_named_like_an_option_is_refused(monkeypatch):
@@ -396,8 +396,8 @@ def test_plugin_blocks_are_read_only_and_copy_as_the_configuration_does(toyx):
 
     cfg = ExperimentConfig()
     with pytest.raises(TypeError, match="read-only"):
-        cfg.plugins["toyx"] = ToyConfig(scale=2.0)
+        cfg.plugin_blocks["toyx"] = ToyConfig(scale=2.0)
     with pytest.raises(TypeError, match="read-only"):
-        cfg.plugins.update(toyx=ToyConfig(scale=2.0))
+        cfg.plugin_blocks.update(toyx=ToyConfig(scale=2.0))
     assert copy.deepcopy(cfg) == cfg and pickle.loads(pickle.dumps(cfg)) == cfg and hash(copy.copy(cfg)) == hash(cfg)
-    assert dataclasses.asdict(cfg)["plugins"] == {"toyx": {"scale": 1.0}}
+    assert dataclasses.asdict(cfg)["plugin_blocks"] == {"toyx": {"scale": 1.0}}
