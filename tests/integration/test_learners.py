@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from drl.store import run_store
 from drl.store.base import PrefixedStore
@@ -86,8 +87,17 @@ def test_two_learners_count_every_transition_once_and_only_the_trainer_publishes
     assert not (tmp_path / run / "learners" / "1" / "policies").exists(), "learner 1 published a policy"
 
 
-def test_a_group_needs_a_stream_per_learner(tmp_path):
-    proc = run_cli([*SAC, "--learners", "2", "--steps", "1000", "--output", str(tmp_path)], timeout=60)
+def test_a_group_gets_a_stream_per_learner_unless_told_fewer(tmp_path):
+    """``--learners 3`` alone gives each learner its stream; ``--memory-shards`` given too must be enough."""
+    rendered = run_cli(["render", *SAC, "--learners", "3", "--steps", "1000"], timeout=60)
+    assert rendered.returncode == 0, rendered.stderr[-2000:]
+    maps = [
+        d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] == "ConfigMap" and "config.json" in d["data"]
+    ]
+    assert [json.loads(m["data"]["config.json"])["memory_shards"] for m in maps] == [3]
+    proc = run_cli(
+        [*SAC, "--learners", "2", "--memory-shards", "1", "--steps", "1000", "--output", str(tmp_path)], timeout=60
+    )
     assert proc.returncode == 2
     assert "--learners 2 needs --memory-shards 2 or more" in proc.stderr
     assert "Traceback" not in proc.stderr

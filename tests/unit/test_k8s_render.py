@@ -618,7 +618,7 @@ def test_generated_credentials_differ_between_renders(capsys, monkeypatch):
         (["--workers", "0"], "--workers must be a positive integer, got 0"),
         (["--resume", "r1"], "--resume applies to local runs"),
         (
-            ["--learners", "2"],
+            ["--learners", "2", "--memory-shards", "1"],
             "--learners 2 needs --memory-shards 2 or more: each learner reads whole experience streams",
         ),
     ],
