@@ -11,6 +11,7 @@ cleanly from outside the cluster yet) raises ``UserError`` with one line saying 
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -80,3 +81,17 @@ class Backend(Protocol):
 
     def delete(self, run: str, deployment: Deployment) -> int:
         """Removes what the backend created for the run."""
+
+
+def warn_if_too_short_to_learn(cfg: ExperimentConfig) -> None:
+    """A line on stderr, as a run starts, when its learner would make no gradient update (a replay algorithm
+    whose ``--learning-starts`` is not below ``--steps``): a first short try of a preset otherwise ends with exit 0
+    and nothing learned."""
+    from drl.algorithms import get as get_algorithm
+
+    if get_algorithm(cfg.algorithm).replay and cfg.learning_starts >= cfg.steps:
+        print(
+            f"drl: warning: --learning-starts {cfg.learning_starts:,} is not below --steps {cfg.steps:,}: the "
+            "learner makes no gradient update in this run (lower --learning-starts or raise --steps)",
+            file=sys.stderr,
+        )

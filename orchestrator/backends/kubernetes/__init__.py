@@ -16,7 +16,7 @@ from typing import Any
 from drl.config import ExperimentConfig
 from drl.errors import UserError
 from drl.naming import check_workers, default_kubernetes_run_name
-from orchestrator.backends.base import Deployment
+from orchestrator.backends.base import Deployment, warn_if_too_short_to_learn
 from orchestrator.backends.kubernetes import manifests
 from orchestrator.backends.kubernetes.api import default_namespace
 
@@ -99,6 +99,7 @@ class KubernetesBackend:
         from orchestrator.backends.kubernetes.run import run_kubernetes
 
         cfg, namespace, objects = self.objects(cfg, deployment)
+        warn_if_too_short_to_learn(cfg)
         print(
             f"drl: run {cfg.run_name} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, "
             f"{cfg.steps:,} steps) -> Kubernetes namespace {namespace}",

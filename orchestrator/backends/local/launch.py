@@ -22,9 +22,11 @@ import sys
 import time
 from pathlib import Path
 
+from drl.algorithms import get
 from drl.config import ExperimentConfig
 from drl.errors import UserError
 from drl.naming import default_run_name
+from orchestrator.backends.base import warn_if_too_short_to_learn
 from orchestrator.backends.local.ownership import RunLock, end_orphans
 
 DEFAULT_OUTPUT = "runs"
@@ -202,6 +204,7 @@ def _start_locked(cfg: ExperimentConfig, run: str, run_dir: Path, lock: RunLock,
     cfg = dataclasses.replace(cfg, run_name=run)
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
     what = f"resuming at {steps_done:,} of" if resume else "with"
+    warn_if_too_short_to_learn(cfg)
     print(
         f"drl: run {run} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, {what} "
         f"{cfg.steps:,} steps) -> {run_dir}",
@@ -215,6 +218,18 @@ def _start_locked(cfg: ExperimentConfig, run: str, run_dir: Path, lock: RunLock,
     print(json.dumps({k: summary.get(k) for k in SUMMARY_KEYS}))
     if _written(run_dir / "summary.json", summary):
         print(f"drl: summary written to {run_dir / 'summary.json'}", file=sys.stderr)
+    if summary.get("updates") == 0 and get(cfg.algorithm).replay:
+        print(
+            f"drl: warning: the learner made no gradient update: it starts after --learning-starts "
+            f"{cfg.learning_starts:,} transitions and the run consumed {summary.get('transitions_consumed') or 0:,}",
+            file=sys.stderr,
+        )
+    output = shlex.quote(str(Path(cfg.output)))
+    print(
+        f"drl: curves: drl-orchestrate plot {shlex.quote(run)} --output {output} (evaluation returns), "
+        f"tensorboard --logdir {shlex.quote(str(run_dir / 'tensorboard'))}",
+        file=sys.stderr,
+    )
     return code
 
 
