@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from ale_py.env import AtariEnv
 
 STACK = 4
+FRAME_SKIP = 4
+"""Emulator frames per agent step (``AtariPreprocessing``'s frame skip): the field reports Atari speed in frames."""
 """Frames an ALE observation stacks."""
 MINATAR_RENDER_SCALE = 16
 """Pixels per MinAtar cell in a rendered frame: a 10x10 frame is too small to watch."""
@@ -68,7 +70,13 @@ def make_ale(env_id: str, render_mode: str | None, evaluation: bool) -> gym.Env:
     """An ``ALE/`` env with the preprocessing of this module's docstring."""
     env: gym.Env = gym.make(env_id, frameskip=1, render_mode=render_mode)
     env = AtariPreprocessing(
-        env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True, terminal_on_life_loss=False, scale_obs=False
+        env,
+        noop_max=30,
+        frame_skip=FRAME_SKIP,
+        screen_size=84,
+        grayscale_obs=True,
+        terminal_on_life_loss=False,
+        scale_obs=False,
     )
     env = RecordEpisodeStatistics(env)
     if not evaluation:

@@ -35,10 +35,19 @@ def bar(fraction: float, width: int = BAR_WIDTH) -> str:
 
 class Progress:
     def __init__(
-        self, total_steps: int, stream=sys.stderr, every_tty: float = 0.5, every_log: float = 10.0, start: int = 0
+        self,
+        total_steps: int,
+        stream=sys.stderr,
+        every_tty: float = 0.5,
+        every_log: float = 10.0,
+        start: int = 0,
+        frames_per_step: int = 1,
     ):
+        """``frames_per_step`` above 1 (Atari's frame skip) adds the rate in emulator frames, the unit Atari
+        results are compared in."""
         self.total = total_steps
         self.start = start
+        self.frames_per_step = frames_per_step
         self.stream = stream
         self.tty = stream.isatty()
         self.every = every_tty if self.tty else every_log
@@ -72,7 +81,8 @@ class Progress:
         evals = "eval -" if last_eval is None else f"eval {last_eval:.1f} (best {best_eval:.1f})"
         return fraction, [
             f"{100 * fraction:3.0f}% {steps:,}/{self.total:,} steps",
-            f"{rate:,.0f} steps/s",
+            f"{rate:,.0f} steps/s"
+            + (f" ({rate * self.frames_per_step:,.0f} frames/s)" if self.frames_per_step > 1 else ""),
             f"{fmt_duration(left) if left == left else '?'} left",
             evals,
             f"policy v{max(version, 0)}",

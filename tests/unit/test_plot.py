@@ -132,6 +132,17 @@ def test_progress_is_a_fixed_width_bar():
     assert first.index("%") == second.index("%")
 
 
+def test_an_atari_run_shows_its_rate_in_emulator_frames_too():
+    from drl.envs import frames_per_step
+
+    assert frames_per_step("ALE/Pong-v5") == 4 and frames_per_step("Pendulum-v1") == 1
+    stream = _Log()
+    progress = Progress(10_000, stream=stream, every_log=0, frames_per_step=frames_per_step("ALE/Pong-v5"))
+    progress.started -= 10
+    progress.show(steps=2_500, version=3, updates=400, last_eval=None, best_eval=None, backlog=0)
+    assert "| 250 steps/s (1,000 frames/s) |" in stream.getvalue()
+
+
 class _Terminal(io.StringIO):
     def isatty(self):
         return True

@@ -37,6 +37,7 @@ import sys
 from pathlib import Path
 
 from drl.config import ExperimentConfig
+from drl.envs import frames_per_step
 from orchestrator.backends.local.claims import RunClaim
 from orchestrator.backends.local.common import _refused_write, last_error, write_summary
 from orchestrator.backends.local.keeper import MemoryKeeper
@@ -65,7 +66,7 @@ def run_local(
         job.interrupts += 1
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    progress = Progress(cfg.steps, start=steps_done)
+    progress = Progress(cfg.steps, start=steps_done, frames_per_step=frames_per_step(cfg.env))
     summary: dict = {}
     try:
         try:
