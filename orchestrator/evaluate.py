@@ -13,12 +13,17 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from drl.config import ExperimentConfig
 from drl.errors import UserError
+
+if TYPE_CHECKING:
+    from drl.core import Actor
 
 
 def parse(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> argparse.Namespace:
@@ -52,40 +57,63 @@ def parse(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> argpars
     return args
 
 
-def evaluate(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> int:
-    from drl.acting.evaluation import run_episodes
+@dataclass(frozen=True)
+class StoredPolicy:
+    """A published policy version of a run with the run's configuration and its actor, loaded and ready to act."""
+
+    run: str
+    version: int
+    env_steps: int
+    config: ExperimentConfig
+    actor: Actor
+    weights: dict[str, np.ndarray]
+
+
+def load_stored_policy(store_url: str, run: str, version: int | str = "latest", seed: int = 0) -> StoredPolicy:
+    """Policy ``version`` (a number or ``"latest"``) of ``run`` in the data store ``store_url`` (a folder or
+    ``s3://BUCKET/PREFIX``): its manifest checked, its weights in the actor the run's configuration makes (the
+    configuration's plugins imported first). UserError for a run, a version or weights that are not there or do
+    not fit."""
     from drl.algorithms import make_actor
     from drl.envs import space_spec
     from drl.store import ManifestError, PolicyStore, run_store
 
-    args = parse(argv, parser_cls)
-    store = run_store(args.store, args.run)
+    store = run_store(store_url, run)
     raw = store.get_optional("config.json")
     if raw is None:
-        raise UserError(f"no run {args.run!r} in {args.store} (missing {args.run}/config.json)")
+        raise UserError(f"no run {run!r} in {store_url} (missing {run}/config.json)")
     cfg = ExperimentConfig.from_json(raw.decode())
-    policies = PolicyStore(store, args.run)
+    policies = PolicyStore(store, run)
     versions = policies.versions()
     if not versions:
-        raise UserError(f"run {args.run!r} has no published policy in {args.store}")
-    if args.version == "latest":
-        version = versions[-1]
+        raise UserError(f"run {run!r} has no published policy in {store_url}")
+    if version == "latest":
+        number = versions[-1]
     else:
         try:
-            version = int(args.version)
+            number = int(version)
         except ValueError:
-            raise UserError(f"--version must be a number or 'latest', got {args.version!r}") from None
-        if version not in versions:
-            raise UserError(f"run {args.run!r} has no version {version}; stored: {versions[0]}..{versions[-1]}")
+            raise UserError(f"--version must be a number or 'latest', got {version!r}") from None
+        if number not in versions:
+            raise UserError(f"run {run!r} has no version {number}; stored: {versions[0]}..{versions[-1]}")
     try:
-        manifest, weights = policies.load(version)
+        manifest, weights = policies.load(number)
     except ManifestError as exc:
-        raise UserError(f"policy version {version} cannot be trusted: {exc}") from None
-    actor = make_actor(cfg.algorithm, space_spec(cfg.env), cfg, seed=args.seed)
+        raise UserError(f"policy version {number} cannot be trusted: {exc}") from None
+    actor = make_actor(cfg.algorithm, space_spec(cfg.env), cfg, seed=seed)
     try:
         actor.load(weights)
     except ValueError as exc:
-        raise UserError(f"policy version {version} does not fit the run's configuration: {exc}") from None
+        raise UserError(f"policy version {number} does not fit the run's configuration: {exc}") from None
+    return StoredPolicy(run, number, manifest.env_steps, cfg, actor, weights)
+
+
+def evaluate(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> int:
+    from drl.acting.evaluation import run_episodes
+
+    args = parse(argv, parser_cls)
+    policy = load_stored_policy(args.store, args.run, args.version, seed=args.seed)
+    cfg, version, actor = policy.config, policy.version, policy.actor
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     frames: dict[int, list[np.ndarray]] = {}
@@ -96,7 +124,7 @@ def evaluate(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> int:
         "run": args.run,
         "version": version,
         "env": cfg.env,
-        "env_steps": manifest.env_steps,
+        "env_steps": policy.env_steps,
         "episodes": len(returns),
         "mean_return": float(np.mean(returns)),
         "std_return": float(np.std(returns)),
@@ -104,7 +132,7 @@ def evaluate(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> int:
         "videos": [str(v) for v in videos],
     }
     print(
-        f"{args.run} v{version} ({manifest.env_steps:,} env steps) on {cfg.env}: return "
+        f"{args.run} v{version} ({policy.env_steps:,} env steps) on {cfg.env}: return "
         f"{result['mean_return']:.1f} +- {result['std_return']:.1f} over {len(returns)} episodes",
         file=sys.stderr,
     )

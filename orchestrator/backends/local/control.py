@@ -36,7 +36,7 @@ def memory_env(run_dir: Path | None) -> dict[str, str] | None:
     return private_env(path) if path is not None and path.exists() else None
 
 
-def _status_hashes(state: RunState, run_dir: Path | None = None) -> dict[str, dict[str, str]]:
+def status_hashes(state: RunState, run_dir: Path | None = None) -> dict[str, dict[str, str]]:
     """name -> status fields of every process, or {} when the memory server is gone (a finished local run) or
     the state file's memory URL cannot be used."""
     try:
@@ -59,7 +59,7 @@ def local_rows(state: RunState, run_dir: Path | None = None) -> list[Row]:
     for p in state.processes:
         port = p.control_port
         if port is None:
-            hashes = _status_hashes(state, run_dir) if hashes is None else hashes
+            hashes = status_hashes(state, run_dir) if hashes is None else hashes
             text = hashes.get(p.name, {}).get("control_port") or ""
             port = int(text) if text.isascii() and text.isdigit() and 0 < int(text) < 65536 else None
         status = get_status(port) if port and pid_alive(p.pid) else None
@@ -68,7 +68,7 @@ def local_rows(state: RunState, run_dir: Path | None = None) -> list[Row]:
             continue
         alive = pid_alive(p.pid)
         if alive or not p.last_status:
-            hashes = _status_hashes(state, run_dir) if hashes is None else hashes
+            hashes = status_hashes(state, run_dir) if hashes is None else hashes
         last = (hashes or {}).get(p.name) or p.last_status
         if alive:
             label = "unreachable" if port else "starting"
