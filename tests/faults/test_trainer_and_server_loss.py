@@ -22,6 +22,12 @@ def _kill(proc) -> None:
     proc.wait()
 
 
+STEPS = 20_000
+"""Long enough that the workers are still producing when the trainer and the server are killed (with 6,000 a quiet
+machine had them finish their shares first, their done markers then lost with the server, and the trainer waited
+out --member-silence-s past the test's timeout, or was never caught past its checkpoint)."""
+
+
 def _stop_past_its_checkpoint(run: ServiceRun, checkpoints: Path) -> None:
     """SIGSTOPs the trainer at a moment when it has committed entries its newest checkpoint does not hold (what
     its death together with the server's loses), so the test does not depend on how fast this machine runs."""
@@ -47,7 +53,7 @@ def _stop_past_its_checkpoint(run: ServiceRun, checkpoints: Path) -> None:
 def test_trainer_and_memory_server_killed_together_the_run_finishes_and_balances(tmp_path, mode, first):
     server = RedisServer(tmp_path / "redis").start()
     port = server.port
-    cfg = fast_config(mode=mode, workers=2, steps=6000, checkpoint_every_s=1.0, updates_per_transition=0.25)
+    cfg = fast_config(mode=mode, workers=2, steps=STEPS, checkpoint_every_s=1.0, updates_per_transition=0.25)
     run = ServiceRun(cfg, server.url, tmp_path)
     try:
         run.start_all()
@@ -66,7 +72,7 @@ def test_trainer_and_memory_server_killed_together_the_run_finishes_and_balances
         acc = run.accounting()
         status = run.status("trainer")
         assert status["exit_reason"] == "steps_done", status
-        assert acc["produced"] == 6000, acc
+        assert acc["produced"] == STEPS, acc
         assert acc["backlog_entries"] == 0 and acc["backlog_bytes"] == 0, acc
         assert acc["consumed"] + acc["stale"] + acc["lost"] == acc["produced"], acc
         assert acc["lost"] > 0, "the dead trainer took entries after its checkpoint; they must count as lost"
