@@ -19,7 +19,8 @@ held-back writer or a ``wait_for`` wakes when something happened instead of poll
 ``should_stop`` (which no one can notify) is looked at every ``STOP_CHECK_S``.
 
 ``wipe(name)`` makes the server lose its data, as a Redis restarted without persistence does: the reader finds
-its consumer group gone at its next read or reclaim (its ``resets`` grows and ``on_reset`` is called), and the
+its consumer group gone at its next read, reclaim, commit or settle (its ``resets`` grows and ``on_reset`` is
+called before the commit's or settle's own fields are stored, so that nobody reads a partial state), and the
 writers' next append installs a new data epoch, after which they re-send what was not consumed.
 """
 
@@ -513,8 +514,8 @@ class InProcessReader:
         if not acks and not state and not dead:
             return
         values = _fields(state)
-        with self._server.cond:
-            data = self._server.data(self._run, self._shard)
+
+        def _do(data: _RunData, group: _Group) -> list:
             self._fence(data)
             for entry_id, fields, kind, reason in dead:
                 kept = {k: v for k, v in fields.items() if isinstance(k, bytes)}
@@ -530,13 +531,15 @@ class InProcessReader:
             freed = 0
             for entry_id, size in acks:
                 key = _parse_id(entry_id)
-                if data.group is not None:
-                    data.group.pending.pop(key, None)
+                group.pending.pop(key, None)
                 if data.stream.pop(key, None) is not None:
                     freed += int(size)
             data.backlog_bytes = max(0, data.backlog_bytes - freed)
             data.state.update(values)
             self._server.changed()
+            return []
+
+        self._call(_do)
 
     def load_state(self) -> dict[str, str]:
         with self._server.cond:
@@ -557,7 +560,7 @@ class InProcessReader:
         return out
 
     def settle(self, state: dict[str, str | int], produced: dict[str, int]) -> None:
-        self.rewrite(state, produced, widening=0, version=-1)
+        self._call(lambda data, group: self.rewrite(state, produced, widening=0, version=-1) or [])
 
     def rewrite(self, state: dict[str, str | int], produced: dict[str, int], widening: int, version: int) -> None:
         """Also ``settle`` (``widening`` 0 and ``version`` -1 leave both as they are)."""

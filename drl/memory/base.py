@@ -171,7 +171,7 @@ class ReaderRecovery(Protocol):
     def settle(self, state: dict[str, str | int], produced: dict[str, int]) -> None:
         """Records ``state`` (watermarks moved past entries declared lost) and raises (never lowers) the
         ``produced`` counts, in one step: the transitions declared lost were produced, whether or not their writer
-        still appends."""
+        still appends. On a server that lost its data it first counts a reset (as ``ExperienceReader.commit``)."""
 
     def rewrite(self, state: dict[str, str | int], produced: dict[str, int], widening: int, version: int) -> None:
         """After the server lost its data: puts back the reader's state, raises (never lowers) the workers'
@@ -207,7 +207,10 @@ class ExperienceReader(Protocol):
     ) -> None:
         """In one atomic step: dead-letters ``dead`` (entry id, fields, kind, reason), acknowledges and deletes
         ``acks`` (entry id, size in bytes), releases their bytes and records ``state`` (the reader's counters and
-        watermarks), so a crash leaves all of it or none."""
+        watermarks), so a crash leaves all of it or none. On a server that lost its data (the reader's group is
+        gone) it first counts a reset and calls ``on_reset``, whose whole state goes back before these fields:
+        a state holding only the fields of one commit would have a new process of another writer read no
+        position and number its entries from 1 again, every one of them dropped as a duplicate."""
 
     def load_state(self) -> dict[str, str]:
         """The state committed last (empty on a fresh run or after the server lost its data)."""

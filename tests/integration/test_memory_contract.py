@@ -402,25 +402,44 @@ def test_a_writer_held_back_when_the_server_loses_its_data_gets_in_and_resends(m
     assert sorted(s for _, s in got) == [1, 2, 3] and reader.resets == 1
 
 
-def test_a_commit_after_a_data_loss_is_stored_and_the_next_read_finds_the_reset(mem):
-    """A trainer that was between its read and its commit when the server lost its data: the commit finds nothing
-    to acknowledge and stores its state; the read after it notices the loss."""
+def test_a_commit_after_a_data_loss_finds_the_reset_and_the_whole_state_goes_back_first(mem):
+    """A trainer that was between its read and its commit when the server lost its data: the commit finds the loss
+    (one reset) and ``on_reset`` runs before the commit's own fields are stored, so that no writer ever reads a
+    state holding only one commit's fields (a new process of another writer would find no position and number
+    its entries from 1 again, every one dropped as a duplicate). Acknowledging the lost entries releases nothing
+    of the new ones; the next read finds no further reset."""
     resets: list[int] = []
-    reader = mem.open().reader("trainer-0", on_reset=lambda: resets.append(1))
+    reader = mem.open().reader("trainer-0", on_reset=lambda: resets.append(len(reader.load_state())))
     writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
     send(writer, "rollout-0", 1)
     got = reader.read(10, None)
     mem.lose_data()
     send(writer, "rollout-0", 2)
     reader.commit([(eid, size(f[b"h"], f[b"d"])) for eid, f in got], {"consumed": 8, "seq:rollout-0": "1"})
-    assert reader.resets == 0 and resets == []
+    assert reader.resets == 1 and resets == [0], "the loss was not found before the commit stored its fields"
     assert reader.load_state() == {"consumed": "8", "seq:rollout-0": "1"}
     assert reader.backlog() == 2, "the new entry and the re-sent one"
     assert reader.backlog_bytes() == size(*entry("rollout-0", 1)) + size(*entry("rollout-0", 2)), (
         "acknowledging an entry the server lost released another's bytes"
     )
     assert sorted(seqs(reader.read(10, None))) == [("rollout-0", 1), ("rollout-0", 2)]
-    assert reader.resets == 1 and resets == [1]
+    assert reader.resets == 1 and resets == [0]
+
+
+def test_a_settle_after_a_data_loss_finds_the_reset_first(mem):
+    """Settling (watermarks moved past lost entries) on a server that lost its data would store a partial state
+    too: it finds the loss first, as a commit does."""
+    resets: list[int] = []
+    reader = mem.open().reader("trainer-0", on_reset=lambda: resets.append(len(reader.load_state())))
+    writer = mem.open().writer("rollout-0", max_entries=10, max_bytes=1 << 20)
+    send(writer, "rollout-0", 1)
+    reader.read(10, None)
+    mem.lose_data()
+    reader.recovery.settle({"seq:rollout-0": "1"}, {"rollout-0": 8})
+    assert reader.resets == 1 and resets == [0]
+    assert reader.load_state() == {"seq:rollout-0": "1"}
+    reader.recovery.settle({"seq:rollout-0": "2"}, {"rollout-0": 16})
+    assert reader.resets == 1, "a settle on a server that kept its data counted a reset"
 
 
 def test_the_reader_finds_the_reset_on_reclaim_too(mem):

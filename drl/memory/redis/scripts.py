@@ -135,6 +135,13 @@ table.remove(ARGV, 1)
 local fenced, take = fence(KEYS[7], who, epoch)
 if fenced then return fenced end
 if not typed(KEYS[1], 'stream') then return bad(KEYS[1], 'is not a stream') end
+local group = redis.pcall('XPENDING', KEYS[1], ARGV[1])
+if type(group) == 'table' and group.err then
+  if string.find(group.err, 'NOGROUP', 1, true) then
+    return redis.error_reply('NOGROUP consumer group ' .. ARGV[1] .. ' is gone: the server lost its data')
+  end
+  return group
+end
 if not typed(KEYS[2], 'string') then return bad(KEYS[2], 'is not a string') end
 if not typed(KEYS[3], 'hash') then return bad(KEYS[3], 'is not a hash') end
 if not typed(KEYS[4], 'list') then return bad(KEYS[4], 'is not a list') end

@@ -471,20 +471,26 @@ class Consumer:
                 if attempt == ATTEMPTS or "WRONGTYPE" not in str(exc):
                     raise
 
-    def _fenced(self, build: Callable, what: str) -> None:
+    def _fenced(self, build: Callable, what: str, grouped: bool = False) -> None:
         """Runs the commands ``build`` queues on a transaction, only while this reader's identity still holds its
         epoch: its lease is watched, so a newer process taking it in between fails the transaction, which is
-        tried again and then refused (``drl.errors.Superseded``)."""
+        tried again and then refused (``drl.errors.Superseded``). ``grouped``: only while the reader's group
+        exists, checked on the transaction's own connection (a server restarted in between breaks it), so that
+        a partial state never lands on a server that lost its data (NOGROUP, for ``_call``)."""
 
         def _do():
             while True:
                 with self.client.pipeline(transaction=True) as pipe:
+                    if grouped:
+                        pipe.watch(self.keys.consumer_state)
+                        pipe.xpending(self.keys.stream, GROUP)
                     if self.identity is not None:
                         who, epoch = self.identity
                         pipe.watch(self.keys.leases)
                         held = count(pipe.hget(self.keys.leases, who))
                         if held is not None and held > epoch:
                             raise redis.ResponseError(f"{FENCED}{who} holds epoch {held}, this reader {epoch}")
+                    if grouped or self.identity is not None:
                         pipe.multi()
                     build(pipe)
                     try:
@@ -536,7 +542,7 @@ class Consumer:
             if args:
                 self._raise(keys=[self.keys.produced], args=args, client=pipe)
 
-        self._fenced(_do, "settle")
+        self._call(lambda: self._fenced(_do, "settle", grouped=True), "settle")
 
     def backlog(self) -> int:
         return int(self.guard.call(lambda: self.client.xlen(self.keys.stream), "XLEN", key=self.keys.stream))
