@@ -80,17 +80,27 @@ def events(cluster, namespace: str) -> list[dict]:
     return cluster.kubectl_json("-n", namespace, "get", "events")["items"]
 
 
+def settled_revisions(sts: dict) -> tuple | None:
+    """(generation, current revision, update revision) once the StatefulSet controller has observed the generation
+    and written both revisions; None before (its status is filled in a moment after the pods run)."""
+    status = sts.get("status", {})
+    if status.get("observedGeneration") != sts["metadata"]["generation"]:
+        return None
+    if not (status.get("currentRevision") and status.get("updateRevision")):
+        return None
+    return (sts["metadata"]["generation"], status["currentRevision"], status["updateRevision"])
+
+
 def snapshot(cluster, namespace: str) -> dict:
     """What an upgrade must not touch: the Valkey and S3 server pods, the StatefulSets' revisions, the trainer and
     evaluator pods, the ConfigMap and the Secret."""
     pods = pods_by_component(cluster, namespace)
     out = {f"pod/{c}": uid(pods[c][0]) for c in ("redis", "s3", "trainer", "evaluator")}
     for name in ("drl-redis", "drl-s3"):
-        sts = get(cluster, namespace, "statefulset", name)
-        out[f"sts/{name}"] = (
-            sts["metadata"]["generation"],
-            sts["status"].get("currentRevision"),
-            sts["status"].get("updateRevision"),
+        out[f"sts/{name}"] = cluster.wait_for(
+            f"the StatefulSet {name}'s controller to report its revisions",
+            lambda name=name: settled_revisions(get(cluster, namespace, "statefulset", name)),
+            timeout=30,
         )
     for kind, name in (("configmap", "drl-config"), ("secret", "drl-credentials")):
         out[f"{kind}/{name}"] = get(cluster, namespace, kind, name)["metadata"]["resourceVersion"]
