@@ -20,7 +20,7 @@ import json
 import math
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
@@ -37,6 +37,7 @@ from drl.fields import problems as check_ranges
 from drl.naming import memory_servers
 
 MODES = ("sync", "async")
+TRACKERS = ("", "mlflow")
 BLOCKS_FIELD = "plugin_blocks"
 """The field of ``ExperimentConfig`` holding the plugin algorithms' blocks (never a key of its JSON form)."""
 C = TypeVar("C")
@@ -181,6 +182,14 @@ class ExperimentConfig:
         "kills and restarts a process (a hung or stopped process).",
     )
     eval_episodes: int = opt(10, "Deterministic episodes per evaluated policy version.")
+    track: str = opt(
+        "",
+        "Experiment tracking beyond TensorBoard: mlflow logs the configuration as parameters, every evaluation "
+        "and the trainer's throughput as metrics against env steps, and the final policy exported as ONNX, to "
+        "the server MLFLOW_TRACKING_URI names (the evaluator does; needs drl[track]; docs/results.md).",
+        choices=TRACKERS,
+    )
+    track_experiment: str = opt("drl", "The MLflow experiment a tracked run is logged in (--track mlflow).")
     trainer_threads: int = opt(1, "Torch intra-op threads of the trainer.")
     learners: int = opt(
         1,
@@ -480,6 +489,16 @@ def from_dict(cls: type[D], data: dict, prefix: str = "") -> D:
     if unknown:
         raise ConfigError(f"unknown configuration key(s): {', '.join(prefix + u for u in unknown)}")
     return _make(cls, {k: coerce(known[k], v, f"{prefix}{k}") for k, v in data.items()})
+
+
+def learner_shards(learners: Any, named: Container[str], shards: int = 1) -> dict[str, int]:
+    """What ``--learners N`` alone implies: ``{"memory_shards": N}`` (or ``shards``, the shards already set, when
+    more), since each learner reads whole experience streams; nothing when N is not above 1 or when ``named``
+    (the options and file keys given) sets ``memory_shards`` itself, which the configuration's check then holds
+    to at least N. The command line, the Python API and the chart resolve it alike."""
+    if not isinstance(learners, int) or learners <= 1 or "memory_shards" in named:
+        return {}
+    return {"memory_shards": max(learners, shards)}
 
 
 def replace(cfg: C, **changes: Any) -> C:

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from drl.config import ExperimentConfig
+from drl.config import ExperimentConfig, learner_shards
 from drl.errors import UserError
 from drl.naming import default_run_name
 
@@ -103,9 +103,7 @@ def config(preset: str = "sac", env: str | None = None, **options: Any) -> Exper
     from orchestrator.cli import check_environment
 
     data: dict[str, Any] = {"preset": preset, **({"env": env} if env is not None else {}), **options}
-    learners = options.get("learners")
-    if isinstance(learners, int) and learners > 1 and "memory_shards" not in options:
-        data["memory_shards"] = learners
+    data.update(learner_shards(options.get("learners"), options))
     cfg = resolve(data, "the options")
     check_environment(cfg)
     return cfg
@@ -222,6 +220,13 @@ class Policy:
     def act_batch(self, observations: Any, deterministic: bool = True) -> np.ndarray:
         """The actions for a batch of observations (the first axis)."""
         return self._stored.actor.act(np.asarray(observations), deterministic=deterministic)
+
+    def export(self, path: str | Path, format: str = "onnx") -> Path:
+        """Writes the policy's deterministic acting network to ``path`` as ``"onnx"`` or ``"torchscript"``
+        (``drl-orchestrate export``: observations in, actions out, checked against this policy first)."""
+        from orchestrator.export import export_policy
+
+        return export_policy(self._stored, format, Path(path)).path
 
 
 def load_policy(source: str | Path, *, run: str | None = None, version: int | str = "latest") -> Policy:

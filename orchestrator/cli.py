@@ -39,6 +39,7 @@ from drl.config import (
     from_dict,
     import_named_plugins,
     iter_options,
+    learner_shards,
     merge,
     replace,
 )
@@ -93,6 +94,7 @@ SUMMARIES = {
     "scale": ("scale RUN --workers N", "add or remove rollout workers of a running run"),
     "plot": ("plot RUN [--compare RUN ...]", "learning curves of runs as a PNG"),
     "evaluate": ("evaluate --run RUN", "score a published policy of a run"),
+    "export": ("export RUN --format onnx --to FILE", "a published policy as an ONNX or TorchScript file"),
     "render": ("render [flags]", "a run's Kubernetes manifests as YAML"),
     "delete": ("delete RUN", "remove a Kubernetes run's objects"),
 }
@@ -289,8 +291,7 @@ def resolve_config(argv: list[str]) -> ExperimentConfig:
         args["memory"] = os.environ["DRL_MEMORY_URL"]
     types = _option_types()
     changes = {name: coerce(types[name], value, _flag(name)) for name, value in args.items()}
-    if "learners" in changes and "memory_shards" not in changes and "memory_shards" not in file_data:
-        changes["memory_shards"] = max(changes["learners"], cfg.memory_shards)
+    changes.update(learner_shards(changes.get("learners"), {*changes, *file_data}, cfg.memory_shards))
     return replace(cfg, **changes).validate()
 
 
@@ -459,9 +460,16 @@ def cmd_evaluate(argv: list[str]) -> int:
     return evaluate(argv, _Parser)
 
 
+def cmd_export(argv: list[str]) -> int:
+    from orchestrator.export import export
+
+    return export(argv, _Parser)
+
+
 COMMANDS = {
     "presets": cmd_presets,
     "evaluate": cmd_evaluate,
+    "export": cmd_export,
     "render": cmd_render,
     "delete": cmd_delete,
     "plot": lambda argv: __import__("orchestrator.plot", fromlist=["main"]).main(argv),

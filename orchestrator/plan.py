@@ -56,6 +56,7 @@ def plan(
     learner_address: str = "127.0.0.1",
     learner_port: int = 0,
     trainer_writes_run_files: bool = False,
+    tracking_uri: str = "",
 ) -> list[Workload]:
     """The workloads of a run: the trainer, ``cfg.workers`` rollout workers and one evaluator. With
     ``cfg.learners`` K > 1 the trainer has K replicas, ranks 0 to K - 1 of one group (``DRL_LEARNER_RANK``; rank 0
@@ -65,6 +66,8 @@ def plan(
     ``steps_done`` (a resumed run) is what the newest checkpoint already covers; workers share the rest.
     ``trainer_writes_run_files``: the backend has nobody beside the run to write its ``config.json`` and
     ``summary.json`` (Kubernetes), so the trainer does (``DRL_RUN_FILES=trainer``).
+    ``tracking_uri``: with ``--track mlflow``, the evaluator's ``MLFLOW_TRACKING_URI`` (local processes inherit
+    the orchestrator's environment anyway).
     """
     common = {
         "DRL_CONFIG": cfg.to_json(),
@@ -90,6 +93,11 @@ def plan(
             "DRL_LEARNER_RANK" if cfg.learners > 1 else "",
         ),
         Workload("rollout", cfg.workers, (python, "-m", "services.rollout"), common, "DRL_WORKER_INDEX"),
-        Workload("evaluator", 1, (python, "-m", "services.evaluator"), common),
+        Workload(
+            "evaluator",
+            1,
+            (python, "-m", "services.evaluator"),
+            {**common, "MLFLOW_TRACKING_URI": tracking_uri} if cfg.track == "mlflow" and tracking_uri else common,
+        ),
     ]
     return workloads

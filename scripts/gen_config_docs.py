@@ -36,7 +36,8 @@ REGENERATE = "python scripts/gen_config_docs.py"
 
 SCANNED = ("drl", "services", "orchestrator", "helm", "scripts", "docker")
 SCANNED_SUFFIXES = {".py", ".sh", ".tpl", ".yaml", ".yml", ""}
-VARIABLE = re.compile(r"\bDRL_[A-Z0-9_]*[A-Z0-9]\b")
+VARIABLE = re.compile(r"\b(?:DRL_[A-Z0-9_]*[A-Z0-9]|MLFLOW_TRACKING_URI|EXTRA_PACKAGES)\b")
+"""drl's own variables, and the others drl reads or takes (MLflow's server, the image's extra packages)."""
 
 USER_SET = "Set by you, read by `drl-orchestrate` and the services"
 PER_SERVICE = "Set for each service by the orchestrator (local backend, `--backend kubernetes`) and the helm chart"
@@ -116,6 +117,14 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
         USER_SET,
         "Bytes a local run may allocate (a K, M, G or T suffix allowed): a run whose "
         "replay and networks need more is refused before it starts (default: the memory available, MemAvailable).",
+    ),
+    (
+        "MLFLOW_TRACKING_URI",
+        USER_SET,
+        "The MLflow tracking server of `--track mlflow` (MLflow's own variable; its other variables, tokens and TLS "
+        "settings, apply too). A run with `--track mlflow` is refused without it; the local evaluator inherits it, "
+        "`--backend kubernetes` and `render` give it to the evaluator's pod; with the chart, set it in "
+        "`evaluator.extraEnv` (docs/results.md).",
     ),
     (
         "DRL_PLUGINS",
@@ -211,6 +220,12 @@ ENV_VARS: tuple[tuple[str, str, str], ...] = (
         "DRL_EXTRAS",
         TOOLING,
         "Docker build argument: optional dependency groups installed into the image (default `kubernetes,atari`).",
+    ),
+    (
+        "EXTRA_PACKAGES",
+        TOOLING,
+        "Docker build argument: further pip requirements installed into the image, space-separated (default none; "
+        "docs/custom-envs.md, In an image).",
     ),
     (
         "DRL_PIP_INDEX",
@@ -527,7 +542,7 @@ def render() -> str:
 
 
 def code_variables() -> dict[str, list[str]]:
-    """Every ``DRL_*`` name in the product's code, charts and scripts, with the files naming it."""
+    """Every name ``VARIABLE`` matches in the product's code, charts and scripts, with the files naming it."""
     found: dict[str, list[str]] = {}
     this = Path(__file__).resolve()
     for top in SCANNED:

@@ -102,6 +102,13 @@ class Algorithm:
     def make_learner(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Learner:
         raise NotImplementedError(f"algorithm {self.name} has no learner")
 
+    def acting_network(self, spec: SpaceSpec, cfg: ExperimentConfig, weights: dict[str, np.ndarray]) -> Any:
+        """A torch module holding the published ``weights`` that maps a batch of observations, as the environment
+        gives them, to the deterministic action in the environment's units, everything it needs folded in
+        (``drl.algorithms.exporting``): what ``drl-orchestrate export`` writes. An algorithm without one cannot
+        be exported."""
+        raise UserError(f"algorithm {self.name} cannot be exported: its builder has no acting_network")
+
     def make_learning(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> "Learning":
         """The learner with where its data goes: by default a replay (prioritized with ``cfg.prioritized``)
         keeping every wire field of the run for the learner's batches."""

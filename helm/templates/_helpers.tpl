@@ -71,7 +71,9 @@ pods waiting in ImagePullBackOff while Helm reports success. */}}
 
 {{/* The experiment configuration the ConfigMap holds: preset, env (when set), plugins (when set), workers, mode (when set), steps (when set),
 seed, run_name, learners and memory_shards (when above 1) and the config overrides (the top-level values win).
-A group of learners needs as many shards as learners, as the configuration's own check says. */}}
+A group of learners needs as many shards as learners, as the configuration's own check says: learners alone
+(no memory.shards above 1, no config.memory_shards) get one shard each, as --learners alone does on the command
+line (drl.config.learner_shards); shards set below the learners are refused. */}}
 {{- define "drl.configJson" -}}
 {{- $cfg := deepCopy (.Values.config | default dict) -}}
 {{- $_ := set $cfg "preset" .Values.preset -}}
@@ -97,6 +99,9 @@ A group of learners needs as many shards as learners, as the configuration's own
 {{- $_ := set $cfg "memory_shards" (int .Values.memory.shards) -}}
 {{- end -}}
 {{- $learners := int (ternary (get $cfg "learners") 1 (hasKey $cfg "learners")) -}}
+{{- if and (gt $learners 1) (not (hasKey $cfg "memory_shards")) -}}
+{{- $_ := set $cfg "memory_shards" $learners -}}
+{{- end -}}
 {{- $shards := int (ternary (get $cfg "memory_shards") 1 (hasKey $cfg "memory_shards")) -}}
 {{- if gt $learners $shards -}}
 {{- $why := "each learner reads whole experience streams" -}}

@@ -11,9 +11,14 @@ cleanly from outside the cluster yet) raises ``UserError`` with one line saying 
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
+import urllib.request
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+from drl.errors import UserError
 
 if TYPE_CHECKING:
     from drl.config import ExperimentConfig
@@ -83,15 +88,44 @@ class Backend(Protocol):
         """Removes what the backend created for the run."""
 
 
-def warn_if_too_short_to_learn(cfg: ExperimentConfig) -> None:
-    """A line on stderr, as a run starts, when its learner would make no gradient update (a replay algorithm
-    whose ``--learning-starts`` is not below ``--steps``): a first short try of a preset otherwise ends with exit 0
-    and nothing learned."""
+def check_tracking(cfg: ExperimentConfig, local: bool) -> None:
+    """Refuses ``--track mlflow`` before a run starts when the evaluator could not track it: no
+    ``MLFLOW_TRACKING_URI``, MLflow's client missing here (``local``: the evaluator runs in this environment; a
+    Kubernetes run's image must have it, ``drl[track]``), or an HTTP tracking server that does not answer its
+    ``/health`` check."""
+    if cfg.track != "mlflow":
+        return
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if not uri:
+        raise UserError("--track mlflow needs MLFLOW_TRACKING_URI (the tracking server's address)")
+    if local and importlib.util.find_spec("mlflow") is None:
+        raise UserError("--track mlflow needs MLflow's client: pip install 'drl[track]'")
+    if uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10) as reply:
+                reply.read()
+        except (OSError, ValueError) as exc:
+            raise UserError(f"--track mlflow: the MLflow server at {uri} does not answer ({exc})") from None
+
+
+def warn_if_too_short_to_learn(cfg: ExperimentConfig, ended: dict | None = None) -> None:
+    """A line on stderr when a replay learner makes no gradient update: as a run starts, when its
+    ``--learning-starts`` is not below ``--steps``; as it ends (``ended``: its summary), when it made none. A first
+    short try of a preset otherwise ends with exit 0 and nothing learned."""
     from drl.algorithms import get as get_algorithm
 
-    if get_algorithm(cfg.algorithm).replay and cfg.learning_starts >= cfg.steps:
-        print(
-            f"drl: warning: --learning-starts {cfg.learning_starts:,} is not below --steps {cfg.steps:,}: the "
-            "learner makes no gradient update in this run (lower --learning-starts or raise --steps)",
-            file=sys.stderr,
+    if not get_algorithm(cfg.algorithm).replay:
+        return
+    line = None
+    if ended is None and cfg.learning_starts >= cfg.steps:
+        line = (
+            f"--learning-starts {cfg.learning_starts:,} is not below --steps {cfg.steps:,}: the learner makes no "
+            "gradient update in this run (lower --learning-starts or raise --steps)"
         )
+    elif ended is not None and ended.get("updates") == 0:
+        line = (
+            f"the learner made no gradient update: it starts after --learning-starts {cfg.learning_starts:,} "
+            f"transitions and the run consumed {ended.get('transitions_consumed') or 0:,}"
+        )
+    if line:
+        print(f"drl: warning: {line}", file=sys.stderr)

@@ -3,7 +3,8 @@
 It always jumps to the newest version (intermediate ones are skipped when training outpaces evaluation),
 appends one ``drl.v1.EvaluationResult`` per evaluated version to ``<run dir>/evaluations.jsonl``, and sets the
 run's stop flag once ``--target-return`` is reached. It ends after evaluating the trainer's final version.
-Each result is also a TensorBoard point, against env steps and against wall seconds (``eval/*`` tags).
+Each result is also a TensorBoard point, against env steps and against wall seconds (``eval/*`` tags), and with
+``--track mlflow`` an MLflow metric (``services.evaluator.tracking``), the last version exported there at the end.
 """
 
 from __future__ import annotations
@@ -42,6 +43,21 @@ class Evaluator(Service):
         self.evaluated = -1
         self.count = 0
         self.continue_from(self.control.status("evaluator"))
+        self.last: tuple[int, int, dict[str, np.ndarray]] | None = None
+        self.tracker = self.start_tracking()
+
+    def start_tracking(self):
+        """The MLflow tracker (``--track mlflow``), or None; a server that cannot be reached costs the run its
+        tracking, said once, not its training."""
+        if self.cfg.track != "mlflow":
+            return None
+        from services.evaluator.tracking import MlflowTracker
+
+        try:
+            return MlflowTracker(self.cfg, self.ctx.run, self.policies.store)
+        except Exception as exc:  # an HTTP or client error of MLflow's, whatever its class
+            log.error("--track mlflow: tracking is off for this process: %s", exc)
+            return None
 
     def continue_from(self, status: dict[str, str]) -> None:
         """Goes on from the last evaluation recorded in this identity's status (a process that took the identity
@@ -59,6 +75,7 @@ class Evaluator(Service):
         try:
             manifest, weights = self.policies.load(version)
             self.actor.load(weights)
+            self.last = (version, manifest.env_steps, weights)
         except (ManifestError, ValueError) as exc:
             log.error("version %d not evaluated: %s", version, exc)
             return None
@@ -100,6 +117,7 @@ class Evaluator(Service):
             {"eval/mean_return_by_wall_s": result.mean_return}, step=int(round(result.wall_seconds))
         )
         self.tensorboard.flush()
+        self.track(result)
         log.info(
             "version %d (%d env steps): return %.1f +- %.1f",
             version,
@@ -108,6 +126,48 @@ class Evaluator(Service):
             result.std_return,
         )
         return result
+
+    def track(self, result: evaluation_pb2.EvaluationResult) -> None:
+        if self.tracker is None:
+            return
+        try:
+            self.tracker.evaluation(result, self.best, self.control.status("trainer"))
+        except Exception as exc:  # an HTTP or client error of MLflow's, whatever its class
+            log.warning("--track mlflow: version %d not logged: %s", result.version, exc)
+
+    def finish_tracking(self, code: int) -> None:
+        """Ends the MLflow run with the last evaluated version exported as ONNX; a process that a replacement
+        continues (``EXIT_INTERRUPTED``) leaves it running."""
+        if self.tracker is None or code == EXIT_INTERRUPTED:
+            return
+        exported = None
+        if self.last is not None:
+            from drl.algorithms.exporting import exported as export_bytes
+
+            version, env_steps, weights = self.last
+            try:
+                data, difference = export_bytes(self.spec, self.cfg, weights, self.actor, "onnx")
+                about = {
+                    "run": self.ctx.run,
+                    "version": version,
+                    "env_steps": env_steps,
+                    "algorithm": self.cfg.algorithm,
+                    "env": self.cfg.env,
+                    "input": {
+                        "name": "obs",
+                        "shape": ["batch", *self.spec.obs_shape],
+                        "dtype": np.dtype(self.spec.obs_dtype).name,
+                    },
+                    "output": "action",
+                    "max_difference": difference,
+                }
+                exported = (data, about)
+            except Exception as exc:  # the exporter's errors are many; the run's results stand without the file
+                log.warning("--track mlflow: version %d not exported: %s", version, exc)
+        try:
+            self.tracker.finish(exported, "FINISHED" if code == 0 else "FAILED")
+        except Exception as exc:  # an HTTP or client error of MLflow's, whatever its class
+            log.warning("--track mlflow: the run's end not logged: %s", exc)
 
     def record(self, result: evaluation_pb2.EvaluationResult) -> None:
         """Appends the result to ``evaluations.jsonl`` and copies the file to the store. It follows the status
@@ -156,8 +216,11 @@ def serve(ctx: ServiceContext) -> int:
     complete the Job, and the run's later versions would go unevaluated)."""
     stop_on_sigterm()
     evaluator = Evaluator(ctx)
+    code = 1
     try:
-        return evaluator.run()
+        code = evaluator.run()
+        return code
     finally:
+        evaluator.finish_tracking(code)
         evaluator.tensorboard.close()
         evaluator.close()

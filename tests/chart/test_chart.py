@@ -986,17 +986,26 @@ def test_learners_and_shards_come_from_the_values_or_the_config_overrides():
     ] == ["drl-redis", "drl-s3", "drl-trainer-group"]
 
 
+def test_learners_alone_get_a_shard_each_as_on_the_command_line():
+    """trainer.learners (or config.learners) without any shard count: one shard per learner, as ``--learners N``
+    alone gives (``drl.config.learner_shards``), and config.json passes the configuration's own check."""
+    for values in ({"trainer": {"learners": 2}}, {"config": {"learners": 3}}):
+        config = json.loads(find(render(values), "ConfigMap", "drl-config")["data"]["config.json"])
+        learners = config["learners"]
+        assert config["memory_shards"] == learners > 1
+        assert resolve(config).memory_shards == learners
+
+
 @pytest.mark.parametrize(
     "values, got",
     [
         (
-            {"trainer": {"learners": 2}},
+            {"trainer": {"learners": 2}, "config": {"memory_shards": 1}},
             "trainer.learners 2 needs memory.shards 2 or more: each learner reads whole "
             "experience streams (got memory.shards 1)",
         ),
         ({"trainer": {"learners": 4}, "memory": {"shards": 3}}, "trainer.learners 4 needs memory.shards 4 or more"),
         ({"config": {"learners": 3, "memory_shards": 2}}, "trainer.learners 3 needs memory.shards 3 or more"),
-        ({"trainer": {"learners": 2}, "config": {"memory_shards": 1}}, "got memory.shards 1"),
     ],
 )
 def test_more_learners_than_shards_is_refused_as_the_cli_refuses_it(values, got):

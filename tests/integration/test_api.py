@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from drl.errors import UserError
 from orchestrator import api
@@ -58,6 +59,15 @@ def test_a_background_run_is_watched_and_ends_with_a_balanced_summary(tmp_path):
     assert run.status().state == "finished"
     policy = api.load_policy(tmp_path, run=run.name, version=summary.policy_version)
     assert policy.version == summary.policy_version and policy.act_batch(np.zeros((5, 3))).shape == (5, 1)
+    written = policy.export(tmp_path / "exported" / "policy.pt", format="torchscript")
+    module = torch.jit.load(str(written))
+    observations = np.random.default_rng(0).normal(size=(9, 3)).astype(np.float32)
+    with torch.no_grad():
+        np.testing.assert_allclose(
+            module(torch.from_numpy(observations)).numpy(), policy.act_batch(observations), atol=1e-5
+        )
+    with pytest.raises(UserError, match="--format must be one of onnx, torchscript"):
+        policy.export(tmp_path / "policy.tflite", format="tflite")
 
 
 def test_bad_input_is_a_user_error_with_the_command_lines_message(tmp_path):

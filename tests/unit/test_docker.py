@@ -161,7 +161,12 @@ def test_the_image_installs_every_requirement_of_the_project_and_its_extras_befo
     assert set(groups["kubernetes"]) | set(groups["atari"]) <= set(listed)
     assert module.requirements(project, "test") == list(
         dict.fromkeys(
-            [*project["dependencies"], *[r for r in groups["test"] if not r.startswith("drl[")], *groups["atari"]]
+            [
+                *project["dependencies"],
+                *[r for r in groups["test"] if not r.startswith("drl[")],
+                *groups["atari"],
+                *groups["export"],
+            ]
         )
     )
     assert module.requirements(project, "") == project["dependencies"]
@@ -445,3 +450,24 @@ def test_a_bad_box2d_value_and_a_box2d_the_step_cannot_remove_stop_the_build(tmp
             ["sh", "-c", box2d_step()], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
         )
         assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def test_extra_packages_install_after_the_requirements_layer_and_only_when_named(tmp_path):
+    """``EXTRA_PACKAGES`` (docs/custom-envs.md, "In an image") installs what it names into the image's
+    environment; it is declared after the requirements' layer, so that naming packages reinstalls only them,
+    and left empty it installs nothing."""
+    deps = stages(DOCKERFILE)[1]
+    lines = [(word, args) for word, args in deps]
+    requirements = lines.index(("RUN", "pip install --no-cache-dir -r requirements.txt"))
+    declared = lines.index(("ARG", 'EXTRA_PACKAGES=""'))
+    assert declared > requirements
+    [extra] = [args for word, args in lines[declared:] if word == "RUN" and "EXTRA_PACKAGES" in args]
+    script = extra.replace("pip install", "cat /tmp/extra-packages.txt; echo pip install").replace(
+        "/tmp/extra-packages.txt", str(tmp_path / "extra.txt")
+    )
+    for value, want in (
+        ("", ""),
+        ("highway-env==1.10 foo", f"highway-env==1.10\nfoo\npip install --no-cache-dir -r {tmp_path / 'extra.txt'}"),
+    ):
+        ran = subprocess.run(["sh", "-c", script], env={"EXTRA_PACKAGES": value}, capture_output=True, text=True)
+        assert ran.returncode == 0 and ran.stdout.strip() == want, (script, ran)

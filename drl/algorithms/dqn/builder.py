@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from drl import device
 from drl.acting.nstep import NSTEP_FIELDS, NStepFolder
@@ -14,6 +14,8 @@ from drl.algorithms.encoders import encoder_parameters
 from drl.envs import SpaceSpec
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from drl.config import ExperimentConfig
 
 PRIORITY_FIELD: FieldSpecs = {"priority": ("<f4", ())}
@@ -52,6 +54,11 @@ class DQNBuilder(Algorithm):
         from drl.algorithms.dqn.actor import DQNActor
 
         return DQNActor(spec, self.hyper(cfg), seed, worker_priorities=self._worker_priorities(cfg))
+
+    def acting_network(self, spec: SpaceSpec, cfg: ExperimentConfig, weights: dict[str, np.ndarray]) -> Any:
+        from drl.algorithms import exporting
+
+        return exporting.dqn(spec, self.hyper(cfg), weights)
 
     def make_learner(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Learner:
         from drl.algorithms.dqn.learner import DQNLearner

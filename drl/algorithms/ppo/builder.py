@@ -5,7 +5,7 @@ never from replay, and its transitions carry what rebuilds per-environment traje
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from drl import device
 from drl.algorithms.base import (
@@ -22,6 +22,8 @@ from drl.algorithms.ppo.config import PPOConfig
 from drl.envs import TRAJECTORY_FIELDS, SpaceSpec
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from drl.config import ExperimentConfig
 
 
@@ -56,6 +58,11 @@ class PPOBuilder(Algorithm):
         from drl.algorithms.ppo.actor import PPOActor
 
         return PPOActor(spec, self.hyper(cfg), seed)
+
+    def acting_network(self, spec: SpaceSpec, cfg: ExperimentConfig, weights: dict[str, np.ndarray]) -> Any:
+        from drl.algorithms import exporting
+
+        return exporting.ppo(spec, self.hyper(cfg), weights)
 
     def make_learner(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> RolloutLearner:
         from drl.algorithms.ppo.learner import PPOLearner

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from drl import device
 from drl.algorithms.base import Actor, Algorithm, Learner, Parameters, mlp_parameters, register
@@ -11,6 +11,8 @@ from drl.algorithms.sac.config import SACConfig
 from drl.envs import SpaceSpec
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from drl.config import ExperimentConfig
 
 
@@ -33,6 +35,11 @@ class SACBuilder(Algorithm):
         from drl.algorithms.sac.actor import SACActor
 
         return SACActor(spec, self.hyper(cfg), seed)
+
+    def acting_network(self, spec: SpaceSpec, cfg: ExperimentConfig, weights: dict[str, np.ndarray]) -> Any:
+        from drl.algorithms import exporting
+
+        return exporting.sac(spec, self.hyper(cfg).hidden, weights)
 
     def make_learner(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Learner:
         from drl.algorithms.sac.learner import SACLearner

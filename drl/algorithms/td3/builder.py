@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from drl import device
 from drl.algorithms.base import Actor, Algorithm, Learner, Parameters, mlp_parameters, register
@@ -11,6 +11,8 @@ from drl.algorithms.td3.config import TD3Config
 from drl.envs import SpaceSpec
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from drl.config import ExperimentConfig
 
 
@@ -32,6 +34,11 @@ class TD3Builder(Algorithm):
         from drl.algorithms.td3.actor import TD3Actor
 
         return TD3Actor(spec, self.hyper(cfg), seed)
+
+    def acting_network(self, spec: SpaceSpec, cfg: ExperimentConfig, weights: dict[str, np.ndarray]) -> Any:
+        from drl.algorithms import exporting
+
+        return exporting.td3(spec, self.hyper(cfg).hidden, weights)
 
     def make_learner(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Learner:
         from drl.algorithms.td3.learner import TD3Learner

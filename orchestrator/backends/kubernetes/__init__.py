@@ -16,7 +16,7 @@ from typing import Any
 from drl.config import ExperimentConfig
 from drl.errors import UserError
 from drl.naming import check_workers, default_kubernetes_run_name
-from orchestrator.backends.base import Deployment, warn_if_too_short_to_learn
+from orchestrator.backends.base import Deployment, check_tracking, warn_if_too_short_to_learn
 from orchestrator.backends.kubernetes import manifests
 from orchestrator.backends.kubernetes.api import default_namespace
 
@@ -98,6 +98,7 @@ class KubernetesBackend:
     def run(self, cfg: ExperimentConfig, deployment: Deployment, resume: bool = False) -> int:
         from orchestrator.backends.kubernetes.run import run_kubernetes
 
+        check_tracking(cfg, local=False)
         cfg, namespace, objects = self.objects(cfg, deployment)
         warn_if_too_short_to_learn(cfg)
         print(

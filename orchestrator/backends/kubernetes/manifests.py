@@ -454,6 +454,7 @@ def manifests(
         learner_address=f"{name}-trainer-0.{group}",
         learner_port=RENDEZVOUS_PORT,
         trainer_writes_run_files=True,
+        tracking_uri=os.environ.get("MLFLOW_TRACKING_URI", ""),
     )
     if cfg.learners > 1:
         objects.append(_group_service(ctx))

@@ -26,7 +26,7 @@ from drl.algorithms import get
 from drl.config import ExperimentConfig
 from drl.errors import UserError
 from drl.naming import default_run_name
-from orchestrator.backends.base import warn_if_too_short_to_learn
+from orchestrator.backends.base import check_tracking, warn_if_too_short_to_learn
 from orchestrator.backends.local.ownership import RunLock, end_orphans
 
 DEFAULT_OUTPUT = "runs"
@@ -115,7 +115,6 @@ def check_memory(cfg: ExperimentConfig) -> None:
     """Refuses a run whose replay and networks (``Algorithm.memory_needs``) would not fit in this machine's
     memory, naming the option behind the largest part: such a run would otherwise start, fail to allocate in
     the trainer (or be killed for memory) and be restarted until it gives up."""
-    from drl.algorithms import get
     from drl.envs import space_spec
 
     limit = memory_limit()
@@ -151,6 +150,7 @@ def start(cfg: ExperimentConfig, resume: bool, detach: bool) -> int:
 
     check_output(cfg.output)
     check_memory(cfg)
+    check_tracking(cfg, local=True)
     preflight_memory(cfg)
     open_store(store_url(cfg))
     run = cfg.run_name or default_run_name(cfg.preset, cfg.env, cfg.mode)
@@ -218,12 +218,7 @@ def _start_locked(cfg: ExperimentConfig, run: str, run_dir: Path, lock: RunLock,
     print(json.dumps({k: summary.get(k) for k in SUMMARY_KEYS}))
     if _written(run_dir / "summary.json", summary):
         print(f"drl: summary written to {run_dir / 'summary.json'}", file=sys.stderr)
-    if summary.get("updates") == 0 and get(cfg.algorithm).replay:
-        print(
-            f"drl: warning: the learner made no gradient update: it starts after --learning-starts "
-            f"{cfg.learning_starts:,} transitions and the run consumed {summary.get('transitions_consumed') or 0:,}",
-            file=sys.stderr,
-        )
+    warn_if_too_short_to_learn(cfg, ended=summary)
     output = shlex.quote(str(Path(cfg.output)))
     print(
         f"drl: curves: drl-orchestrate plot {shlex.quote(run)} --output {output} (evaluation returns), "
