@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from drl.algorithms.sac import SACConfig
-from drl.config import ExperimentConfig
+from drl.config import ExperimentConfig, replace
 from orchestrator.plan import plan
 
 SECRET = "s3cr3t-p4ss"
@@ -117,3 +117,13 @@ def test_a_group_of_learners_is_the_trainers_replicas(cfg):
     } == {("10.0.0.5", "29500")}
     alone = by_role(make_plan(cfg))["trainer"]
     assert alone.replicas == 1 and alone.replica_name(0) == "trainer" and "DRL_LEARNER_RANK" not in alone.env
+
+
+def test_a_tracked_run_gives_the_evaluator_alone_the_tracking_server(cfg):
+    """``--track mlflow`` on Kubernetes: the evaluator, the one process that tracks, gets ``MLFLOW_TRACKING_URI``
+    (the command's own); no other role gets it, and an untracked run gives it to nobody."""
+    uri = "http://mlflow.tracking:5000"
+    tracked = replace(cfg, track="mlflow")
+    got = {w.role: w.env.get("MLFLOW_TRACKING_URI") for w in make_plan(tracked, tracking_uri=uri)}
+    assert got == {"trainer": None, "rollout": None, "evaluator": uri}
+    assert all("MLFLOW_TRACKING_URI" not in w.env for w in make_plan(cfg, tracking_uri=uri))
