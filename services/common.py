@@ -127,7 +127,12 @@ class Service:
         self.memory = ctx.memory()
         self.control = self.memory.control()
         self.announcer = self.memory.announcements()
-        self.release = take_identity(self.memory, self.control, ctx.name)
+        self.release = take_identity(self.memory, self.control, ctx.name, give_up=self.nothing_left)
+
+    def nothing_left(self) -> str | None:
+        """Why a process waiting for this identity has nothing left to do (``take_identity``): ``run_over`` by
+        default."""
+        return run_over(self.control)
 
     def close(self) -> None:
         """Gives the identity up (a process waiting for it goes on at once) and closes the connection."""
@@ -144,20 +149,21 @@ def run_over(control: RunStop) -> str | None:
     return None if control.trainer_done() is None else "the trainer finished"
 
 
-def take_identity(memory: MemoryBackend, control: RunControl, name: str) -> Callable[[], None]:
+def take_identity(
+    memory: MemoryBackend, control: RunControl, name: str, give_up: Callable[[], str | None] | None = None
+) -> Callable[[], None]:
     """Makes this process the one that writes run state as ``name``: the holder of ``name``'s claim (waiting
     while another live process holds it, ``hold_claim``), then the owner of a fresh fencing epoch
     (``MemoryBackend.take_identity``), which every later write of it carries. The holder wins: a second process
     with the same identity waits until the first ends or stops renewing for the claim's lease; should the first
     then wake (a paused process, a partitioned node), its next write is refused and it exits with
-    ``EXIT_SUPERSEDED``. A waiter whose run ends meanwhile (``run_over``), or that takes the identity from a
+    ``EXIT_SUPERSEDED``. A waiter whose run ends meanwhile (``give_up``, by default ``run_over``), or that takes the identity from a
     process that reported it finished (its status ``state``: a learner of a group ends before the trainer marks
     the run done), exits 0 without having written anything. Returns the function that gives the claim up."""
-    release = hold_claim(control, name, give_up=lambda: run_over(control))
+    why = give_up or (lambda: run_over(control))
+    release = hold_claim(control, name, give_up=why)
     if release is None:
-        logging.getLogger("drl").info(
-            "%s: %s while another process held this identity; nothing to do", name, run_over(control)
-        )
+        logging.getLogger("drl").info("%s: %s while another process held this identity; nothing to do", name, why())
         sys.exit(0)
     if control.status(name).get("state") == "finished":
         release()

@@ -59,6 +59,22 @@ class Evaluator(Service):
             log.error("--track mlflow: tracking is off for this process: %s", exc)
             return None
 
+    def nothing_left(self) -> str | None:
+        """A replacement waiting for the identity still has work once the trainer finished: the final version,
+        unless its predecessor recorded it (a predecessor killed first would otherwise leave it unevaluated, when
+        the trainer finishes before the dead process's claim runs out). A stop request ends the wait."""
+        reason = self.control.stop_reason()
+        if reason is not None:
+            return f"the run is stopping ({reason})"
+        done = self.control.trainer_done()
+        if done is None:
+            return None
+        try:
+            evaluated = int(self.control.status("evaluator").get("policy_version", "-1"))
+        except ValueError:
+            evaluated = -1
+        return f"the trainer finished and its final version {done} is evaluated" if evaluated >= done else None
+
     def continue_from(self, status: dict[str, str]) -> None:
         """Goes on from the last evaluation recorded in this identity's status (a process that took the identity
         over from another, or was restarted), so that no version's result is recorded twice: the status is
