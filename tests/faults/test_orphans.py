@@ -62,7 +62,9 @@ def _resume(tmp_path, name: str, steps: int) -> dict:
 
 
 def test_orchestrator_sigkilled_in_the_foreground_its_services_end_and_the_run_resumes(tmp_path):
-    steps = 6000
+    # long enough that the kill falls mid-run on a loaded machine too: with 6,000 steps a CI run had all of them
+    # in its checkpoint by the time all six processes were up, and --resume rightly had nothing left to do
+    steps = 20_000
     run = Run(
         tmp_path, "fg-kill", ["--mode", "async", "--workers", "2", "--steps", str(steps), "--checkpoint-every-s", "1"]
     )
