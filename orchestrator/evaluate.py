@@ -26,12 +26,9 @@ if TYPE_CHECKING:
     from drl.core import Actor
 
 
-def parse(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> argparse.Namespace:
-    parser = parser_cls(
-        prog="drl-orchestrate evaluate",
-        description="Score a published policy of a run over deterministic episodes, optionally "
-        "saving one video per episode.",
-    )
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--output``, ``--store`` and ``--version``: where a published policy is read from (``evaluate``,
+    ``export``); after parsing, ``args.store = args.store or args.output``."""
     parser.add_argument(
         "--output",
         default="runs",
@@ -39,8 +36,17 @@ def parse(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> argpars
         help="folder of the local runs, which is their data store unless --store names another",
     )
     parser.add_argument("--store", help="the run's data store (directory or s3://BUCKET/PREFIX) [default: --output]")
-    parser.add_argument("--run", required=True, help="run name")
     parser.add_argument("--version", default="latest", help="policy version number or 'latest'")
+
+
+def parse(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> argparse.Namespace:
+    parser = parser_cls(
+        prog="drl-orchestrate evaluate",
+        description="Score a published policy of a run over deterministic episodes, optionally "
+        "saving one video per episode.",
+    )
+    add_source_arguments(parser)
+    parser.add_argument("--run", required=True, help="run name")
     parser.add_argument(
         "--episodes",
         type=int,

@@ -49,15 +49,10 @@ def parse(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> argpars
         description="Write a published policy of a run as an ONNX or TorchScript file: observations in, the "
         "deterministic action out, with the observation statistics and action bounds folded in.",
     )
+    from orchestrator.evaluate import add_source_arguments
+
     parser.add_argument("run", help="run name")
-    parser.add_argument(
-        "--output",
-        default="runs",
-        metavar="DIR",
-        help="folder of the local runs, which is their data store unless --store names another",
-    )
-    parser.add_argument("--store", help="the run's data store (directory or s3://BUCKET/PREFIX) [default: --output]")
-    parser.add_argument("--version", default="latest", help="policy version number or 'latest'")
+    add_source_arguments(parser)
     parser.add_argument("--format", required=True, choices=("onnx", "torchscript"), help="file format")
     parser.add_argument("--to", required=True, metavar="FILE", help="the file to write")
     args = parser.parse_args(argv)

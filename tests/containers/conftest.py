@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.containers.node import TIER_LABEL, Podman
+from tests.containers.node import AS_A_POD, TIER_LABEL, Podman
 
 HERE = Path(__file__).resolve().parent
 IMAGE_SH = ROOT / "scripts" / "image.sh"
@@ -194,14 +194,7 @@ class Preparation:
         # no network: the tests this overlaps make their own namespaces and bridges (tests/hosts)
         ran = tool(
             "run",
-            "--rm",
-            "--pull",
-            "never",
-            "--network",
-            "none",
-            "--read-only",
-            "--user",
-            "10001:10001",
+            *AS_A_POD,
             tag,
             "true",
             check=False,

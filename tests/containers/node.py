@@ -296,6 +296,10 @@ class Container:
     env: dict[str, str]
 
 
+AS_A_POD = ("--rm", "--pull", "never", "--network", "none", "--read-only", "--user", "10001:10001")
+"""``podman run`` options of a container run as the pods run (their user, a read-only root) with no network."""
+
+
 class Podman:
     """The podman command, with the containers.conf this machine needs (``CONTAINERS_CONF``)."""
 

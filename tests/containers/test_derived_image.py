@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.containers.conftest import BUILD_TIMEOUT_S, IMAGE_SH
+from tests.containers.node import AS_A_POD
 
 EXAMPLE = ROOT / "examples" / "custom_env"
 TARGET = -8.0
@@ -62,16 +63,9 @@ def test_the_example_env_trains_and_is_scored_in_an_image_built_from_drls(podman
     score = "drl-orchestrate evaluate --run point --output /tmp/runs --episodes 3"
     ran = podman(
         "run",
-        "--rm",
-        "--pull",
-        "never",
-        "--network",
-        "none",
-        "--read-only",
+        *AS_A_POD,
         "--tmpfs",
         "/tmp:rw,mode=1777",
-        "--user",
-        "10001:10001",
         "--env",
         "PYTHONPATH=",
         derived,

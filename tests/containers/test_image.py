@@ -6,6 +6,7 @@ import hashlib
 import json
 
 from tests.conftest import ROOT
+from tests.containers.node import AS_A_POD
 
 PACKAGES = ("drl", "services", "orchestrator")
 DIGESTS = """
@@ -33,14 +34,7 @@ def test_the_image_under_this_trees_tag_runs_this_trees_code(podman, images):
     tree's content tag with older code: every Python file of the project in the image is the one here."""
     ran = podman(
         "run",
-        "--rm",
-        "--pull",
-        "never",
-        "--network",
-        "none",
-        "--read-only",
-        "--user",
-        "10001:10001",
+        *AS_A_POD,
         images.drl,
         "python",
         "-I",
