@@ -47,7 +47,10 @@ from tests.harness import assert_balanced, wait_until
 
 HERE = Path(__file__).resolve().parent
 RELEASE, NAMESPACE, RUN = "drl", "drl-containers", "containers"
-WORKERS, STEPS, KILLED = 3, 3000, 1
+WORKERS, STEPS, KILLED = 3, 12_000, 1
+"""A share of 4,000 transitions a worker: between the trainer going on and its freeze (two podman commands, which
+take a good part of a second on a loaded machine) a worker steps thousands of transitions; with shares of 1,000 a CI
+run froze it only after worker 1 had finished its share."""
 RUN_VALUES = {
     "workers": WORKERS,
     "mode": "async",
