@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 if TYPE_CHECKING:
     from orchestrator.evaluate import StoredPolicy
 
@@ -38,8 +36,7 @@ class Exported:
     env_steps: int
     algorithm: str
     env: str
-    obs_shape: tuple[int, ...]
-    obs_dtype: str
+    signature: dict
     max_difference: float
 
 
@@ -78,8 +75,7 @@ def export(argv: list[str], parser_cls: type[argparse.ArgumentParser]) -> int:
                 "version": done.version,
                 "format": done.format,
                 "file": str(done.path),
-                "input": {"name": "obs", "shape": ["batch", *done.obs_shape], "dtype": done.obs_dtype},
-                "output": "action",
+                **done.signature,
                 "max_difference": done.max_difference,
             }
         )
@@ -91,7 +87,7 @@ def export_policy(policy: StoredPolicy, fmt: str, path: Path) -> Exported:
     """Writes ``policy``'s acting network to ``path`` in ``fmt`` (``FORMATS``) after checking the file's actions
     against the actor's (``check``); UserError for an unknown format, an algorithm without an acting network,
     an exporter that is not installed or a file that acts differently."""
-    from drl.algorithms.exporting import exported
+    from drl.algorithms.exporting import exported, signature
     from drl.envs import space_spec
 
     cfg = policy.config
@@ -107,7 +103,6 @@ def export_policy(policy: StoredPolicy, fmt: str, path: Path) -> Exported:
         policy.env_steps,
         cfg.algorithm,
         cfg.env,
-        tuple(spec.obs_shape),
-        np.dtype(spec.obs_dtype).name,
+        signature(spec),
         difference,
     )

@@ -178,6 +178,12 @@ def exported(spec, cfg, weights: dict[str, np.ndarray], actor, fmt: str) -> tupl
     return data, check(run_file, actor, observations, bool(spec.discrete_actions))
 
 
+def signature(spec: SpaceSpec) -> dict:
+    """What an exported file takes and gives, as ``export`` prints it and the tracked artifact's JSON holds it."""
+    shape = ["batch", *spec.obs_shape]
+    return {"input": {"name": "obs", "shape": shape, "dtype": np.dtype(spec.obs_dtype).name}, "output": "action"}
+
+
 def sample_observations(spec, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` random observations of ``spec``'s shape and dtype: every pixel value for images, a standard normal
     spread (scaled up, so that saturating layers are reached too) for vectors."""

@@ -159,6 +159,7 @@ class Evaluator(Service):
         exported = None
         if self.last is not None:
             from drl.algorithms.exporting import exported as export_bytes
+            from drl.algorithms.exporting import signature
 
             version, env_steps, weights = self.last
             try:
@@ -169,12 +170,7 @@ class Evaluator(Service):
                     "env_steps": env_steps,
                     "algorithm": self.cfg.algorithm,
                     "env": self.cfg.env,
-                    "input": {
-                        "name": "obs",
-                        "shape": ["batch", *self.spec.obs_shape],
-                        "dtype": np.dtype(self.spec.obs_dtype).name,
-                    },
-                    "output": "action",
+                    **signature(self.spec),
                     "max_difference": difference,
                 }
                 exported = (data, about)
