@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import signal
 import socket
 from pathlib import Path
@@ -18,10 +19,29 @@ def die_with_parent() -> None:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free on ``host`` a moment ago (the caller binds it next)."""
+    """A port that was free on ``host`` a moment ago (the caller binds it next), chosen below the kernel's
+    ephemeral range: a port from that range can be taken, before the caller binds it, as the local end of any
+    outgoing connection on the machine, which a busy machine makes many of each second."""
+    low = _ephemeral_low()
+    chooser = random.SystemRandom()
+    for _ in range(64):
+        port = chooser.randrange(min(20000, low - 1), low)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    try:
+        return max(1025, int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]))
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def pid_alive(pid: int) -> bool:

@@ -86,13 +86,6 @@ def policy_lag(trainer: dict) -> dict:
         return {}
 
 
-def free_port() -> int:
-    """A free TCP port on loopback (the learners' rendezvous; the trainer binds it a moment later)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def refusal(log: Path, tail_bytes: int = 8192) -> str:
     """The reason a service gave when it refused its input: the last ``drl ROLE: error: ...`` line of its log
     (``services.common`` prints one before it exits with the usage code), or "" when there is none."""

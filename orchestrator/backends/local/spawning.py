@@ -6,7 +6,8 @@ import os
 import sys
 
 from drl.memory import MemoryUnavailable
-from orchestrator.backends.local.common import HEARTBEATS, ROLLOUT_NICENESS, Proc, RunParts, free_port
+from drl.process import free_port
+from orchestrator.backends.local.common import HEARTBEATS, ROLLOUT_NICENESS, Proc, RunParts
 from orchestrator.plan import plan
 from orchestrator.state import ProcessState, RunState, write_state
 

@@ -9,6 +9,7 @@ import time
 from drl.errors import EXIT_SUPERSEDED, EXIT_USAGE
 from drl.memory import RETIRED
 from drl.naming import worker_index
+from drl.process import free_port
 from orchestrator.backends.local.common import (
     BACKOFF_S,
     EVALUATOR_GRACE_S,
@@ -18,6 +19,7 @@ from orchestrator.backends.local.common import (
     _float,
     refusal,
 )
+from orchestrator.plan import TRAINER
 from orchestrator.progress import Progress
 
 
@@ -81,7 +83,8 @@ class Supervision(RunParts):
         """With ``--learners`` K > 1: when one learner of the group (the trainer or a ``learner-<r>``) exits
         other than 0 or 2, the others are killed and all are restarted together, as torchrun's elastic agent
         restarts a group: the survivors would only fail at their next all-reduce, one by one, and restarts out of
-        step could not meet. Each then resumes from its checkpoint and its shards' committed state."""
+        step could not meet. The group meets again at a fresh port: the old rendezvous may still be held
+        (a connection of the killed group in TIME_WAIT, or the port taken since by another socket). Each then resumes from its checkpoint and its shards' committed state."""
         if self.cfg.learners < 2:
             return None
         group = [p for p in self.procs if p.role in ("trainer", "learner")]
@@ -102,8 +105,11 @@ class Supervision(RunParts):
                 p.popen.kill()
                 p.popen.wait()
         when = now + BACKOFF_S[min(restarts, len(BACKOFF_S) - 1)]
+        port = str(free_port())
         for p in group:
             p.restart_at = when
+            for workload in {id(w): w for w in (p.workload, self.workloads.get(TRAINER)) if w}.values():
+                workload.env["MASTER_PORT"] = port
         self.note(
             progress,
             f"drl: {first.name} exited with code {first.popen.poll()}; restarting the learner group "
