@@ -17,6 +17,13 @@ it, with the sticky actions of Machado et al. (2018) that ``-v5`` sets, built fr
 Evaluation reports the game's real score: the whole game (every life), unclipped rewards; an episode ends when
 the game does or at ``-v5``'s limit of 108,000 emulator frames.
 
+With ``--vector-env envpool`` (or ``auto`` and the ``envpool`` extra installed), a rollout worker steps its ALE
+``-v5`` games in EnvPool's C++ threads with the same rules (``make_envpool``): EnvPool's own no-ops, frame skip with
+max-pooling, 84x84 area-resized gray frames, stack and sticky actions, its episodic life (a lost life ends the
+episode; the auto-reset step that follows continues the game) and reward clipping; the game's real score is the
+sum of the unclipped rewards EnvPool reports in ``info["reward"]`` until ``info["terminated"]`` says the game is over.
+Evaluation always uses the gymnasium path: it is scored on the rules above, one game at a time.
+
 MinAtar ids (10x10xC images of five Atari games) get their boolean observations as uint8 0 and 255 and no stack:
 the encoders scale every uint8 image by 1/255 (``drl.algorithms.encoders``), so the game's 0/1 planes reach the
 first layer as 0/1, the MinAtar paper's input (cast to 0/1 they would reach it 255 times too small, and learning
@@ -26,6 +33,7 @@ MinAtar's own DQN baseline reads it unstacked.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
@@ -56,6 +64,56 @@ def register_ale() -> None:
 
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
     gym.register_envs(ale_py)
+
+
+ENVPOOL_IDS = re.compile(r"ALE/(\w+)-v5$")
+ENVPOOL_INSTALL = "pip install 'drl[envpool]' (in a checkout of drl: pip install -e '.[envpool]')"
+
+
+def envpool_task(env_id: str) -> str | None:
+    """EnvPool's id for an ALE ``-v5`` id it has (``ALE/Pong-v5`` -> ``Pong-v5``), else None."""
+    match = ENVPOOL_IDS.match(env_id)
+    return f"{match.group(1)}-v5" if match else None
+
+
+def envpool_available() -> bool:
+    try:
+        import envpool  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def make_envpool(env_id: str, num_envs: int, seed: int, threads: int) -> Any:
+    """``num_envs`` training games of an ALE ``-v5`` id in one EnvPool (gymnasium API, stepped in lock-step by
+    ``threads`` C++ threads), with the rules ``make_ale`` gives the gymnasium path (this module's docstring);
+    EnvPool presses no FIRE at reset, as the gymnasium path does not."""
+    import envpool
+
+    task = envpool_task(env_id)
+    if task is None or task not in envpool.list_all_envs():
+        raise ValueError(f"EnvPool has no game for {env_id!r}")
+    return envpool.make(
+        task,
+        env_type="gymnasium",
+        num_envs=num_envs,
+        batch_size=num_envs,
+        num_threads=max(1, threads),
+        seed=seed,
+        noop_max=30,
+        frame_skip=FRAME_SKIP,
+        img_height=84,
+        img_width=84,
+        gray_scale=True,
+        use_inter_area_resize=True,
+        stack_num=STACK,
+        repeat_action_probability=0.25,
+        full_action_space=False,
+        use_fire_reset=False,
+        episodic_life=True,
+        reward_clip=True,
+        max_episode_steps=108_000 // FRAME_SKIP,
+    )
 
 
 def register_minatar() -> None:

@@ -89,6 +89,18 @@ class ExperimentConfig:
     )
     workers: int = opt(2, "Rollout worker processes.")
     envs_per_worker: int = opt(1, "Environments stepped together inside each rollout worker.")
+    vector_env: str = opt(
+        "auto",
+        "How a rollout worker steps its environments: gymnasium (one Python env each), envpool (EnvPool's C++ "
+        "threads; ALE -v5 games, the envpool extra), or auto (envpool for ALE -v5 games when it is installed). "
+        "Both give the same Atari rules (drl.atari).",
+        choices=("auto", "gymnasium", "envpool"),
+    )
+    env_threads: int = opt(
+        0,
+        "EnvPool threads per rollout worker; 0 takes the worker's CPU limit in a pod, else its share of the "
+        "machine's cores among --workers.",
+    )
     mode: str = opt(
         "sync", "sync: workers and trainer take turns per policy version; async: both run continuously.", choices=MODES
     )
@@ -281,6 +293,7 @@ class ExperimentConfig:
                 "max_policy_lag",
                 "max_restarts",
                 "entry_fill_ms",
+                "env_threads",
             ),
             positive=(
                 "updates_per_transition",

@@ -8,6 +8,7 @@ autoreset step in between.
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -260,6 +261,7 @@ class VecEnv:
     """
 
     def __init__(self, env_id: str, n: int, seed: int):
+        self.num_envs = n
         self.envs = [make_env(env_id) for _ in range(n)]
         self.spec = SpaceSpec.from_env(self.envs[0])
         self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
@@ -274,6 +276,9 @@ class VecEnv:
         self.finished_returns: deque[float] = deque(maxlen=RECENT_RETURNS)
         self._index = np.arange(n, dtype=np.uint16)
 
+    def describe(self) -> str:
+        return "gymnasium envs, stepped one after another"
+
     def random_actions(self) -> np.ndarray:
         return np.stack([env.action_space.sample() for env in self.envs]).astype(self.spec.act_dtype)
 
@@ -284,7 +289,7 @@ class VecEnv:
         Box actions are clipped to the space's bounds for the environment, while the transition records the
         action as given: an on-policy learner needs the sampled action to recompute its probability.
         """
-        n = len(self.envs)
+        n = self.num_envs
         rows = self.obs if self.frames is None else self.ids
         out = {
             "obs": np.empty_like(rows),
@@ -306,7 +311,7 @@ class VecEnv:
         send joins nothing: at tens of thousands of steps a second, allocating, holding and joining each step's
         arrays is a measurable part of a fast env's worker (bench/README.md, "Measurements behind the code").
         """
-        n = len(self.envs)
+        n = self.num_envs
         end = row + n
         actions = np.asarray(actions, dtype=self.spec.act_dtype)
         env_actions = actions if self._low is None else np.clip(actions, self._low, self._high)
@@ -363,3 +368,128 @@ class VecEnv:
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+VECTOR_ENVS = ("auto", "gymnasium", "envpool")
+
+
+def make_vec_env(env_id: str, n: int, seed: int, backend: str = "auto", threads: int = 0, workers: int = 1) -> VecEnv:
+    """A worker's ``n`` training envs: EnvPool's for ALE ``-v5`` games when ``backend`` is ``envpool``, or ``auto``
+    with the package installed; gymnasium's (``VecEnv``) otherwise. UserError when EnvPool is asked for and
+    cannot serve the id. ``threads`` 0 sizes EnvPool's threads by ``env_threads``."""
+    if backend == "gymnasium" or (backend == "auto" and not atari.envpool_available()):
+        return VecEnv(env_id, n, seed)
+    check_env_id(env_id)
+    task = atari.envpool_task(env_id)
+    if task is None:
+        if backend == "envpool":
+            raise UserError(f"--vector-env envpool steps ALE -v5 games (ALE/Pong-v5 ...), not {env_id!r}")
+        return VecEnv(env_id, n, seed)
+    if not atari.envpool_available():
+        raise UserError(f"--vector-env envpool: the envpool package is not installed; {atari.ENVPOOL_INSTALL}")
+    try:
+        return PoolVecEnv(env_id, n, seed, threads or env_threads(n, workers))
+    except ValueError as exc:
+        if backend == "envpool":
+            raise UserError(f"--vector-env envpool: {exc}") from None
+        return VecEnv(env_id, n, seed)
+
+
+def usable_cpus() -> float:
+    """CPUs this process may use: its cgroup's quota when one is set (a pod's CPU limit), else its affinity."""
+    for path, parse in (
+        ("/sys/fs/cgroup/cpu.max", lambda t: t.split()),
+        ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", lambda t: [t.strip(), _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us")]),
+    ):
+        try:
+            quota, period = parse(_read(path))
+            if quota not in ("max", "-1") and float(period) > 0:
+                return float(quota) / float(period)
+        except (OSError, ValueError):
+            continue
+    return float(len(os.sched_getaffinity(0)))
+
+
+def _read(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()
+
+
+def env_threads(n: int, workers: int) -> int:
+    """EnvPool threads for a worker of ``n`` envs: its cgroup's CPU limit when it has one (a pod), else its share of
+    the machine's cores among ``workers`` workers, at least 1 and at most ``n``."""
+    cpus = usable_cpus()
+    share = cpus if cpus < len(os.sched_getaffinity(0)) else cpus / max(1, workers)
+    return max(1, min(n, int(share)))
+
+
+class PoolVecEnv(VecEnv):
+    """``VecEnv``'s contract (lock-step steps, transitions written in place, frames logged once, real scores in
+    ``finished_returns``) over EnvPool's C++ envs (``drl.atari.make_envpool``).
+
+    EnvPool resets an env on the step after its episode ended (the action is ignored; after a lost life the
+    game continues, after game over a new one starts): the envs that ended are stepped once more at once, alone,
+    so that every transition's next observation is the true final one and the next step starts from the reset
+    observation, as gymnasium's path does."""
+
+    def __init__(self, env_id: str, n: int, seed: int, threads: int):
+        self.num_envs = n
+        self.envs = []
+        self.spec = space_spec(env_id)
+        self.pool = atari.make_envpool(env_id, n, seed, threads)
+        self.threads = threads
+        obs, _ = self.pool.reset()
+        if tuple(obs.shape[1:]) != self.spec.obs_shape:
+            raise ValueError(f"EnvPool's observations {obs.shape[1:]} differ from {self.spec.obs_shape}")
+        self.obs = np.array(obs)
+        self.frames = None
+        self._scored = True
+        self._rng = np.random.default_rng(seed + 10_000)
+        self.episode_returns = np.zeros(n)
+        self._low, self._high = None, None
+        self.finished_returns = deque(maxlen=RECENT_RETURNS)
+        self._index = np.arange(n, dtype=np.uint16)
+        self._ids = np.arange(n, dtype=np.int32)
+
+    def describe(self) -> str:
+        return f"EnvPool, {self.threads} thread{'s' if self.threads > 1 else ''}"
+
+    def random_actions(self) -> np.ndarray:
+        return self._rng.integers(0, self.spec.discrete_actions, self.num_envs).astype(self.spec.act_dtype)
+
+    def step_into(self, actions: np.ndarray, out: dict[str, np.ndarray], row: int) -> None:
+        end = row + self.num_envs
+        actions = np.asarray(actions, dtype=self.spec.act_dtype)
+        frames = self.frames
+        out["obs"][row:end] = self.obs if frames is None else self.ids
+        out["action"][row:end] = actions
+        obs, reward, terminated, truncated, info = self.pool.step(actions.astype(np.int32), self._ids)
+        out["reward"][row:end] = reward
+        out["terminated"][row:end] = terminated
+        if "truncated" in out:
+            out["truncated"][row:end] = truncated & ~terminated
+        if frames is None:
+            out["next_obs"][row:end] = obs
+        else:
+            ids = self.ids
+            ids[:, :-1] = ids[:, 1:]
+            ids[:, -1] = frames.extend(obs[:, -1]) + np.arange(self.num_envs)
+            out["next_obs"][row:end] = ids
+        self.obs[:] = obs
+        self.episode_returns += info["reward"]
+        ended = terminated | truncated
+        if ended.any():
+            for i in np.flatnonzero(truncated | (info["terminated"] != 0)):
+                self.finished_returns.append(float(self.episode_returns[i]))
+                self.episode_returns[i] = 0.0
+            which = np.flatnonzero(ended).astype(np.int32)
+            reset, *_, reset_info = self.pool.step(np.zeros(len(which), np.int32), which)
+            for i, o in zip(reset_info["env_id"], reset):
+                self.obs[i] = o
+                if frames is not None:
+                    self.ids[i] = self._number_reset(o)
+        if "env_index" in out:
+            out["env_index"][row:end] = self._index
+
+    def close(self) -> None:
+        self.pool.close()

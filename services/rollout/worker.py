@@ -31,7 +31,7 @@ from drl import frames
 from drl._proto import experience_pb2
 from drl.acting.entries import EntryBuffer, EntryFill, Folding, StepInto, StepRecording
 from drl.algorithms import get as get_algorithm
-from drl.envs import VecEnv
+from drl.envs import make_vec_env
 from drl.errors import EXIT_INTERRUPTED, Superseded
 from drl.memory import RETIRED, codec
 from drl.memory.backlog import backlog_limits
@@ -55,7 +55,15 @@ class RolloutWorker(Service):
         cfg = self.cfg
         self.policies = ctx.policy_store()
         algorithm = get_algorithm(cfg.algorithm)
-        self.envs = VecEnv(cfg.env, cfg.envs_per_worker, seed=cfg.seed * 100_003 + 1000 * ctx.worker_index)
+        self.envs = make_vec_env(
+            cfg.env,
+            cfg.envs_per_worker,
+            seed=cfg.seed * 100_003 + 1000 * ctx.worker_index,
+            backend=cfg.vector_env,
+            threads=cfg.env_threads,
+            workers=cfg.workers,
+        )
+        log.info("%s steps %d envs: %s", ctx.name, cfg.envs_per_worker, self.envs.describe())
         layout = codec.expected_layout(self.envs.spec, algorithm.wire_fields(cfg))
         self.segment_rows = algorithm.entry_transitions(cfg)
         self.limits = limits = backlog_limits(cfg, layout, self.segment_rows)
@@ -160,7 +168,7 @@ class RolloutWorker(Service):
             return
         act, limit = self.policy(target)
         progress, total = self.actor.set_progress, max(self.total, 1)
-        width, stopping = len(envs.envs), TELEMETRY.stop.is_set
+        width, stopping = envs.num_envs, TELEMETRY.stop.is_set
         stepped = self.stepped
         entry.reserve(width)
         try:
@@ -214,7 +222,7 @@ class RolloutWorker(Service):
         if reply.widening != self.widening:
             self.widening = reply.widening
             self.fill.most = self.segment_rows or self.limits.most_in(self.widening)
-            self.entry.reserve(self.fill.most + len(self.envs.envs))
+            self.entry.reserve(self.fill.most + self.envs.num_envs)
             if self.envs.frames is not None:
                 self.envs.frames.resize(self.frame_log_size(self.fill.most))
         self.stop = reply.stop
