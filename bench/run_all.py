@@ -81,6 +81,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+KEPT = "<!-- Below: sections other commands write (bench.scores, bench/gpu_pong.sh); bench.run_all keeps them. -->"
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -1457,7 +1458,8 @@ def write_report(
         )
     out += table(["benchmark", "headline (medians)", "goal", "goal met", "duration", "status"], summary_rows)
     out += [""] + sections
-    doc.write_text("\n".join(out).rstrip() + "\n")
+    kept = doc.read_text().partition(KEPT)[1:] if doc.exists() else ("", "")
+    doc.write_text("\n".join(out).rstrip() + "\n" + ("\n" + "".join(kept) if kept[0] else ""))
 
 
 def anchor(title: str) -> str:

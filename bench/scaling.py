@@ -363,8 +363,20 @@ def process_cpu_s(pid: int) -> float | None:
     return (int(rest[11]) + int(rest[12])) / TICKS  # utime + stime
 
 
-def children_of(pid: int) -> dict[int, str]:
-    """Direct children of ``pid`` with a role name from their command line (the run's services and server)."""
+STATE_ROLES = {"rollout": "workers", "trainer": "trainer", "learner": "trainer", "evaluator": "evaluator"}
+
+
+def children_of(pid: int, run_dir: Path | None = None) -> dict[int, str]:
+    """Direct children of ``pid`` with a role name: from the run's ``state.json`` where it names the process (a
+    service forked by the run's fork server carries the fork server's command line), else from the command line
+    (the run's services and server)."""
+    named: dict[int, str] = {}
+    if run_dir is not None:
+        try:
+            state = json.loads((run_dir / "state.json").read_text())
+            named = {p["pid"]: STATE_ROLES.get(p["role"], "other") for p in state.get("processes", [])}
+        except (OSError, ValueError, KeyError, TypeError):
+            named = {}
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -378,7 +390,11 @@ def children_of(pid: int) -> dict[int, str]:
                 cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError, IndexError):
             continue
-        if "services.rollout" in cmdline:
+        if int(entry) in named:
+            found[int(entry)] = named[int(entry)]
+        elif "forkserver" in cmdline:
+            found[int(entry)] = "orchestrator"
+        elif "services.rollout" in cmdline:
             found[int(entry)] = "workers"
         elif "services.trainer" in cmdline:
             found[int(entry)] = "trainer"
@@ -397,8 +413,8 @@ class CpuMeter:
     ROLES = ("workers", "trainer", "valkey", "evaluator", "orchestrator", "bench", "others")
     SYSTEM = ("workers", "trainer", "valkey", "evaluator", "orchestrator")
 
-    def __init__(self, orchestrator_pid: int):
-        self.roles = children_of(orchestrator_pid)
+    def __init__(self, orchestrator_pid: int, run_dir: Path | None = None):
+        self.roles = children_of(orchestrator_pid, run_dir)
         self.roles[orchestrator_pid] = "orchestrator"
 
     def sample(self) -> tuple[float, float, dict[int, float | None], float]:
@@ -539,7 +555,7 @@ class SystemRun:
                 break
             time.sleep(0.1)
         self.startup_s = round(time.perf_counter() - self.launched, 2)
-        self.meter = CpuMeter(self.proc.pid)
+        self.meter = CpuMeter(self.proc.pid, self.run_dir)
 
     def _counters(self) -> tuple[float, int, int]:
         pipe = self.client.pipeline(transaction=False)

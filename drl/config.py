@@ -202,7 +202,11 @@ class ExperimentConfig:
         choices=TRACKERS,
     )
     track_experiment: str = opt("drl", "The MLflow experiment a tracked run is logged in (--track mlflow).")
-    trainer_threads: int = opt(1, "Torch intra-op threads of the trainer.")
+    trainer_threads: int = opt(
+        1,
+        "Torch intra-op threads of the trainer; 0 takes the CPUs it may use (its pod's CPU limit, else its "
+        "affinity): on a machine shared with niced rollout workers it uses the cores they leave idle.",
+    )
     learners: int = opt(
         1,
         "Trainer processes in one data-parallel group (torch.distributed: gloo on CPUs, NCCL on "
@@ -277,7 +281,6 @@ class ExperimentConfig:
                 "batch_transitions",
                 "eval_episodes",
                 "memory_shards",
-                "trainer_threads",
                 "keep_policies",
                 "keep_checkpoints",
                 "sync_steps_per_iteration",
@@ -294,6 +297,7 @@ class ExperimentConfig:
                 "max_restarts",
                 "entry_fill_ms",
                 "env_threads",
+                "trainer_threads",
             ),
             positive=(
                 "updates_per_transition",

@@ -20,6 +20,7 @@ import numpy as np
 from drl import atari
 from drl.errors import UserError
 from drl.frames import FrameRing
+from drl.process import usable_cpus
 
 RECENT_RETURNS = 10  # finished episodes' returns kept for status reports: a long run must not grow a list
 TRAJECTORY_FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {
@@ -279,8 +280,25 @@ class VecEnv:
     def describe(self) -> str:
         return "gymnasium envs, stepped one after another"
 
-    def random_actions(self) -> np.ndarray:
-        return np.stack([env.action_space.sample() for env in self.envs]).astype(self.spec.act_dtype)
+    def random_actions(self, count: int | None = None) -> np.ndarray:
+        envs = self.envs if count is None else self.envs[:count]
+        return np.stack([env.action_space.sample() for env in envs]).astype(self.spec.act_dtype)
+
+    def step_with(
+        self,
+        act: Callable[[np.ndarray], np.ndarray],
+        out: dict[str, np.ndarray],
+        row: int,
+        recorded: Callable[[], dict[str, np.ndarray]] | None = None,
+    ) -> None:
+        """Acts on every env's observation with ``act`` and steps, writing rows ``row`` to ``row + n`` of ``out``
+        as ``step_into`` does, and beside them the fields ``recorded`` gives for the actions (``Actor.records``)."""
+        actions = act(self.obs)
+        self.step_into(actions, out, row)
+        if recorded is not None:
+            for name, values in recorded().items():
+                if name in out:
+                    out[name][row : row + len(actions)] = values
 
     def step(self, actions: np.ndarray) -> dict[str, np.ndarray]:
         """Steps every env once; returns the transitions (obs, action, reward, next_obs, terminated, truncated,
@@ -289,9 +307,15 @@ class VecEnv:
         Box actions are clipped to the space's bounds for the environment, while the transition records the
         action as given: an on-policy learner needs the sampled action to recompute its probability.
         """
+        out = self.rows()
+        self.step_into(actions, out, 0)
+        return out
+
+    def rows(self) -> dict[str, np.ndarray]:
+        """Fresh arrays for one step's transitions (``step_into``'s ``out``)."""
         n = self.num_envs
         rows = self.obs if self.frames is None else self.ids
-        out = {
+        return {
             "obs": np.empty_like(rows),
             "action": np.empty((n, *self.spec.act_shape), self.spec.act_dtype),
             "reward": np.empty(n, dtype=np.float32),
@@ -300,8 +324,6 @@ class VecEnv:
             "truncated": np.empty(n, dtype=np.uint8),
             "env_index": np.empty(n, dtype=np.uint16),
         }
-        self.step_into(actions, out, 0)
-        return out
 
     def step_into(self, actions: np.ndarray, out: dict[str, np.ndarray], row: int) -> None:
         """Steps every env once and writes its transitions into rows ``row`` to ``row + n`` of ``out``'s arrays
@@ -373,10 +395,20 @@ class VecEnv:
 VECTOR_ENVS = ("auto", "gymnasium", "envpool")
 
 
-def make_vec_env(env_id: str, n: int, seed: int, backend: str = "auto", threads: int = 0, workers: int = 1) -> VecEnv:
+def make_vec_env(
+    env_id: str,
+    n: int,
+    seed: int,
+    backend: str = "auto",
+    threads: int = 0,
+    workers: int = 1,
+    overlap: bool = False,
+) -> VecEnv:
     """A worker's ``n`` training envs: EnvPool's for ALE ``-v5`` games when ``backend`` is ``envpool``, or ``auto``
     with the package installed; gymnasium's (``VecEnv``) otherwise. UserError when EnvPool is asked for and
-    cannot serve the id. ``threads`` 0 sizes EnvPool's threads by ``env_threads``."""
+    cannot serve the id. ``threads`` 0 sizes EnvPool's threads by ``env_threads``; ``overlap`` lets EnvPool step
+    half of the envs while the worker acts on the other half (``PoolVecEnv``) when the worker has threads for it
+    (more than one: with a core per worker, measured, the overlap's two halves cost more than they hide)."""
     if backend == "gymnasium" or (backend == "auto" and not atari.envpool_available()):
         return VecEnv(env_id, n, seed)
     check_env_id(env_id)
@@ -388,31 +420,12 @@ def make_vec_env(env_id: str, n: int, seed: int, backend: str = "auto", threads:
     if not atari.envpool_available():
         raise UserError(f"--vector-env envpool: the envpool package is not installed; {atari.ENVPOOL_INSTALL}")
     try:
-        return PoolVecEnv(env_id, n, seed, threads or env_threads(n, workers))
+        threads = threads or env_threads(n, workers)
+        return PoolVecEnv(env_id, n, seed, threads, overlap and threads > 1)
     except ValueError as exc:
         if backend == "envpool":
             raise UserError(f"--vector-env envpool: {exc}") from None
         return VecEnv(env_id, n, seed)
-
-
-def usable_cpus() -> float:
-    """CPUs this process may use: its cgroup's quota when one is set (a pod's CPU limit), else its affinity."""
-    for path, parse in (
-        ("/sys/fs/cgroup/cpu.max", lambda t: t.split()),
-        ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", lambda t: [t.strip(), _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us")]),
-    ):
-        try:
-            quota, period = parse(_read(path))
-            if quota not in ("max", "-1") and float(period) > 0:
-                return float(quota) / float(period)
-        except (OSError, ValueError):
-            continue
-    return float(len(os.sched_getaffinity(0)))
-
-
-def _read(path: str) -> str:
-    with open(path) as fh:
-        return fh.read()
 
 
 def env_threads(n: int, workers: int) -> int:
@@ -430,15 +443,26 @@ class PoolVecEnv(VecEnv):
     EnvPool resets an env on the step after its episode ended (the action is ignored; after a lost life the
     game continues, after game over a new one starts): the envs that ended are stepped once more at once, alone,
     so that every transition's next observation is the true final one and the next step starts from the reset
-    observation, as gymnasium's path does."""
+    observation, as gymnasium's path does.
 
-    def __init__(self, env_id: str, n: int, seed: int, threads: int):
+    With ``overlap`` the envs are two halves, each its own pool, and ``step_with`` acts on one half while the
+    other's threads step it (EnvPool's ``send``/``recv``): a step's rows are still one per env in env order, but
+    half of a step's actions were chosen one acting call earlier, before a policy the worker loaded in between;
+    the actor's ``recorded`` fields travel with the actions they belong to. An on-policy iteration, which must act
+    with one version only, steps without overlap."""
+
+    def __init__(self, env_id: str, n: int, seed: int, threads: int, overlap: bool = False):
         self.num_envs = n
         self.envs = []
         self.spec = space_spec(env_id)
-        self.pool = atari.make_envpool(env_id, n, seed, threads)
         self.threads = threads
-        obs, _ = self.pool.reset()
+        cuts = [0, n // 2, n] if overlap and n >= 2 else [0, n]
+        self.halves = [(lo, hi) for lo, hi in zip(cuts, cuts[1:])]
+        share = max(1, threads // len(self.halves))
+        self.pools = [
+            atari.make_envpool(env_id, hi - lo, seed + 7 * k, share) for k, (lo, hi) in enumerate(self.halves)
+        ]
+        obs = np.concatenate([pool.reset()[0] for pool in self.pools])
         if tuple(obs.shape[1:]) != self.spec.obs_shape:
             raise ValueError(f"EnvPool's observations {obs.shape[1:]} differ from {self.spec.obs_shape}")
         self.obs = np.array(obs)
@@ -449,47 +473,97 @@ class PoolVecEnv(VecEnv):
         self._low, self._high = None, None
         self.finished_returns = deque(maxlen=RECENT_RETURNS)
         self._index = np.arange(n, dtype=np.uint16)
-        self._ids = np.arange(n, dtype=np.int32)
+        self._sent: list[tuple[np.ndarray, dict[str, np.ndarray]]] | None = None
 
     def describe(self) -> str:
-        return f"EnvPool, {self.threads} thread{'s' if self.threads > 1 else ''}"
+        threads = f"{self.threads} thread{'s' if self.threads > 1 else ''}"
+        return f"EnvPool, {threads}" + (", acting on one half while the other steps" if len(self.halves) > 1 else "")
 
-    def random_actions(self) -> np.ndarray:
-        return self._rng.integers(0, self.spec.discrete_actions, self.num_envs).astype(self.spec.act_dtype)
+    def random_actions(self, count: int | None = None) -> np.ndarray:
+        count = self.num_envs if count is None else count
+        return self._rng.integers(0, self.spec.discrete_actions, count).astype(self.spec.act_dtype)
 
     def step_into(self, actions: np.ndarray, out: dict[str, np.ndarray], row: int) -> None:
-        end = row + self.num_envs
+        if self._sent is not None:
+            raise RuntimeError("step_into after step_with: the overlapped halves have actions in flight")
         actions = np.asarray(actions, dtype=self.spec.act_dtype)
-        frames = self.frames
-        out["obs"][row:end] = self.obs if frames is None else self.ids
-        out["action"][row:end] = actions
-        obs, reward, terminated, truncated, info = self.pool.step(actions.astype(np.int32), self._ids)
-        out["reward"][row:end] = reward
-        out["terminated"][row:end] = terminated
+        for k, (lo, hi) in enumerate(self.halves):
+            self._rows_before(actions[lo:hi], out, row, lo, hi)
+            self.pools[k].send(actions[lo:hi].astype(np.int32))
+            self._rows_after(k, out, row)
+
+    def step_with(
+        self,
+        act: Callable[[np.ndarray], np.ndarray],
+        out: dict[str, np.ndarray],
+        row: int,
+        recorded: Callable[[], dict[str, np.ndarray]] | None = None,
+    ) -> None:
+        if len(self.halves) == 1:
+            super().step_with(act, out, row, recorded)
+            return
+        if self._sent is None:
+            self._sent = [self._act(k, act, recorded) for k in range(len(self.halves))]
+        for k, (lo, hi) in enumerate(self.halves):
+            actions, fields = self._sent[k]
+            self._rows_before(actions, out, row, lo, hi)
+            for name, values in fields.items():
+                if name in out:
+                    out[name][row + lo : row + hi] = values
+            self._rows_after(k, out, row)
+            self._sent[k] = self._act(k, act, recorded)
+
+    def _act(self, k: int, act, recorded) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Chooses half ``k``'s actions and sends them: its envs step while the caller acts on the other half."""
+        lo, hi = self.halves[k]
+        actions = np.asarray(act(self.obs[lo:hi]), dtype=self.spec.act_dtype)
+        fields = {name: np.array(v) for name, v in recorded().items()} if recorded is not None else {}
+        self.pools[k].send(actions.astype(np.int32))
+        return actions, fields
+
+    def _rows_before(self, actions: np.ndarray, out: dict[str, np.ndarray], row: int, lo: int, hi: int) -> None:
+        out["obs"][row + lo : row + hi] = self.obs[lo:hi] if self.frames is None else self.ids[lo:hi]
+        out["action"][row + lo : row + hi] = actions
+
+    def _rows_after(self, k: int, out: dict[str, np.ndarray], row: int) -> None:
+        """Receives half ``k``'s step and writes the rest of its rows; resets the envs whose episode ended."""
+        lo, hi = self.halves[k]
+        pool, frames = self.pools[k], self.frames
+        obs, reward, terminated, truncated, info = pool.recv()
+        order = np.argsort(info["env_id"])
+        if not np.array_equal(order, np.arange(hi - lo)):
+            obs, reward, terminated, truncated = obs[order], reward[order], terminated[order], truncated[order]
+            info = {key: info[key][order] for key in ("reward", "terminated")}
+        a, b = row + lo, row + hi
+        out["reward"][a:b] = reward
+        out["terminated"][a:b] = terminated
         if "truncated" in out:
-            out["truncated"][row:end] = truncated & ~terminated
+            out["truncated"][a:b] = truncated & ~terminated
         if frames is None:
-            out["next_obs"][row:end] = obs
+            out["next_obs"][a:b] = obs
         else:
-            ids = self.ids
+            ids = self.ids[lo:hi]
             ids[:, :-1] = ids[:, 1:]
-            ids[:, -1] = frames.extend(obs[:, -1]) + np.arange(self.num_envs)
-            out["next_obs"][row:end] = ids
-        self.obs[:] = obs
-        self.episode_returns += info["reward"]
-        ended = terminated | truncated
-        if ended.any():
-            for i in np.flatnonzero(truncated | (info["terminated"] != 0)):
-                self.finished_returns.append(float(self.episode_returns[i]))
-                self.episode_returns[i] = 0.0
-            which = np.flatnonzero(ended).astype(np.int32)
-            reset, *_, reset_info = self.pool.step(np.zeros(len(which), np.int32), which)
-            for i, o in zip(reset_info["env_id"], reset):
-                self.obs[i] = o
-                if frames is not None:
-                    self.ids[i] = self._number_reset(o)
+            ids[:, -1] = frames.extend(obs[:, -1]) + np.arange(hi - lo)
+            out["next_obs"][a:b] = ids
+        self.obs[lo:hi] = obs
+        returns = self.episode_returns[lo:hi]
+        returns += info["reward"]
         if "env_index" in out:
-            out["env_index"][row:end] = self._index
+            out["env_index"][a:b] = self._index[lo:hi]
+        ended = terminated | truncated
+        if not ended.any():
+            return
+        for i in np.flatnonzero(truncated | (info["terminated"] != 0)):
+            self.finished_returns.append(float(returns[i]))
+            returns[i] = 0.0
+        which = np.flatnonzero(ended).astype(np.int32)
+        reset, *_, reset_info = pool.step(np.zeros(len(which), np.int32), which)
+        for i, o in zip(reset_info["env_id"], reset):
+            self.obs[lo + i] = o
+            if frames is not None:
+                self.ids[lo + i] = self._number_reset(o)
 
     def close(self) -> None:
-        self.pool.close()
+        for pool in self.pools:
+            pool.close()

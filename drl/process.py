@@ -59,3 +59,23 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return True
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def usable_cpus() -> float:
+    """CPUs this process may use: its cgroup's quota when one is set (a pod's CPU limit), else its affinity."""
+    for path, parse in (
+        ("/sys/fs/cgroup/cpu.max", lambda t: t.split()),
+        ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", lambda t: [t.strip(), _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us")]),
+    ):
+        try:
+            quota, period = parse(_read(path))
+            if quota not in ("max", "-1") and float(period) > 0:
+                return float(quota) / float(period)
+        except (OSError, ValueError):
+            continue
+    return float(len(os.sched_getaffinity(0)))
+
+
+def _read(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()

@@ -79,7 +79,11 @@ def plan(
         "PYTHONUNBUFFERED": "1",
         "OMP_NUM_THREADS": "1",
     }
-    trainer_env = {**common, "OMP_NUM_THREADS": str(cfg.trainer_threads)}
+    trainer_env = dict(common)
+    if cfg.trainer_threads:
+        trainer_env["OMP_NUM_THREADS"] = str(cfg.trainer_threads)
+    else:
+        del trainer_env["OMP_NUM_THREADS"]  # the trainer sizes its threads itself (drl.process.usable_cpus)
     if cfg.learners > 1:
         trainer_env.update({"MASTER_ADDR": learner_address, "MASTER_PORT": str(learner_port)})
     if trainer_writes_run_files:

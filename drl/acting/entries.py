@@ -3,12 +3,13 @@ filled in (``EntryBuffer``), and how a vectorised step reaches them (``StepInto`
 that folds transitions before they are sent, such as DQN's n-step returns).
 
 Steps are written straight into the entry being filled (one preallocated array per wire field, reused for every
-entry; ``VecEnv.step_into`` writes a step's rows in place), so a step allocates nothing and a send joins nothing.
+entry; ``VecEnv.step_with`` acts and writes a step's rows in place), so a step allocates nothing and a send joins nothing.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -95,11 +96,11 @@ class StepInto:
     def __init__(self, envs: VecEnv, entry: EntryBuffer):
         self.envs, self.entry = envs, entry
 
-    def __call__(self, actions: np.ndarray, count: int) -> None:
-        """Steps every env once and keeps the first ``count`` transitions; the entry has room for a whole step
-        (the caller reserved it)."""
+    def __call__(self, act: Callable[[np.ndarray], np.ndarray], count: int) -> None:
+        """Acts on and steps every env once (``VecEnv.step_with``) and keeps the first ``count`` transitions; the
+        entry has room for a whole step (the caller reserved it)."""
         entry = self.entry
-        self.envs.step_into(actions, entry.arrays, entry.n)
+        self.envs.step_with(act, entry.arrays, entry.n)
         entry.n += count
 
     def flush(self) -> None:
@@ -114,11 +115,12 @@ class StepRecording(StepInto):
         super().__init__(envs, entry)
         self.actor = actor
 
-    def __call__(self, actions: np.ndarray, count: int) -> None:
-        entry, recorded, row = self.entry, self.actor.recorded, self.entry.n
-        self.envs.step_into(actions, entry.arrays, row)
-        for name in self.actor.records:
-            entry.arrays[name][row : row + len(actions)] = recorded[name]
+    def recorded(self) -> dict[str, np.ndarray]:
+        return {name: self.actor.recorded[name] for name in self.actor.records}
+
+    def __call__(self, act: Callable[[np.ndarray], np.ndarray], count: int) -> None:
+        entry = self.entry
+        self.envs.step_with(act, entry.arrays, entry.n, self.recorded)
         entry.n += count
 
 
@@ -128,8 +130,10 @@ class Folding:
     def __init__(self, envs: VecEnv, entry: EntryBuffer, folder):
         self.envs, self.entry, self.folder = envs, entry, folder
 
-    def __call__(self, actions: np.ndarray, count: int) -> None:
-        self.entry.put(self.folder.push(self.envs.step(actions), count))
+    def __call__(self, act: Callable[[np.ndarray], np.ndarray], count: int) -> None:
+        rows = self.envs.rows()
+        self.envs.step_with(act, rows, 0)
+        self.entry.put(self.folder.push(rows, count))
 
     def flush(self) -> None:
         """Hands over every transition the folder still holds (the end of a share or of an iteration)."""

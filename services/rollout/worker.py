@@ -62,6 +62,7 @@ class RolloutWorker(Service):
             backend=cfg.vector_env,
             threads=cfg.env_threads,
             workers=cfg.workers,
+            overlap=cfg.mode == "async",
         )
         log.info("%s steps %d envs: %s", ctx.name, cfg.envs_per_worker, self.envs.describe())
         layout = codec.expected_layout(self.envs.spec, algorithm.wire_fields(cfg))
@@ -151,9 +152,9 @@ class RolloutWorker(Service):
         """Where actions come from until step ``target``, and up to which step: uniform random actions for the
         worker's part of ``--random-steps`` and while no policy is loaded, the actor's otherwise."""
         if self.version < 0:
-            return (lambda obs: self.envs.random_actions()), target
+            return (lambda obs: self.envs.random_actions(len(obs))), target
         if self.stepped < self.random_steps:
-            return (lambda obs: self.envs.random_actions()), min(target, self.random_steps)
+            return (lambda obs: self.envs.random_actions(len(obs))), min(target, self.random_steps)
         return self.actor.act, target
 
     def step_until(self, target: int) -> None:
@@ -175,7 +176,7 @@ class RolloutWorker(Service):
             while stepped < limit and not stopping():
                 n = min(limit - stepped, width)
                 progress(stepped / total)
-                write(act(envs.obs), n)
+                write(act, n)
                 stepped += n
                 if stepped < target and entry.n >= fill.check_at and fill.full(entry.n):
                     self.stepped = stepped

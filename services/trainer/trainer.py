@@ -17,6 +17,7 @@ import time
 import torch
 
 from drl.errors import EXIT_INTERRUPTED
+from drl.process import usable_cpus
 from drl.training import loops
 from drl.training.collective import any_of, newest
 from drl.training.status import trainer_fields
@@ -164,7 +165,7 @@ def serve(ctx: ServiceContext) -> int:
     run's stop flag set the run ends there (the local orchestrator sets it before it signals); without it the pod
     was deleted, evicted or drained under a run that goes on, so the trainer exits ``EXIT_INTERRUPTED`` without
     marking the run finished, and its Job's replacement pod continues from that checkpoint."""
-    torch.set_num_threads(ctx.config.trainer_threads)
+    torch.set_num_threads(ctx.config.trainer_threads or max(1, int(usable_cpus())))
     trainer = Trainer(ctx)
     signal.signal(signal.SIGTERM, lambda signum, frame: trainer.should_stop.stop(SIGTERM_REASON))
     try:

@@ -398,7 +398,7 @@ def test_worker_entries_are_fixed_length_segments_with_behaviour_log_probabiliti
     write, fill = StepRecording(envs, entry, actor), EntryFill(rows, rows, 0.0)
     sent = []
     for _ in range(12):
-        write(actor.act(envs.obs), 3)
+        write(actor.act, 3)
         if fill.full(entry.n):
             sent.append({k: v.copy() for k, v in entry.filled().items()})
             entry.n = 0

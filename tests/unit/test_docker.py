@@ -166,6 +166,7 @@ def test_the_image_installs_every_requirement_of_the_project_and_its_extras_befo
                 *[r for r in groups["test"] if not r.startswith("drl[")],
                 *groups["atari"],
                 *groups["export"],
+                *[r for r in groups["envpool"] if not r.startswith("drl[")],
             ]
         )
     )

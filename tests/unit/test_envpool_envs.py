@@ -114,3 +114,54 @@ def test_envpool_is_refused_clearly_where_it_cannot_serve():
     with pytest.raises(UserError, match="ALE -v5"):
         make_vec_env("CartPole-v1", 2, seed=0, backend="envpool")
     assert type(make_vec_env("CartPole-v1", 2, seed=0, backend="auto")) is VecEnv
+
+
+def test_overlapped_halves_pair_each_action_and_record_with_the_observation_it_was_chosen_for():
+    """``step_with`` acts on one half while the other steps; every row still holds the observation its action
+    was chosen on, the fields recorded with that action, and the next observation the env then showed."""
+    envs = make_vec_env("ALE/Breakout-v5", N, seed=11, backend="envpool", threads=2, overlap=True)
+    assert len(envs.halves) == 2 and "one half while the other steps" in envs.describe()
+    last: dict[str, np.ndarray] = {}
+
+    def act(obs):
+        actions = (obs.reshape(len(obs), -1).sum(1) // 7 % 4).astype(np.int64)
+        last["tag"] = actions.astype(np.float32) + 0.5
+        return actions
+
+    out = envs.rows()
+    out["tag"] = np.empty(N, np.float32)
+    previous = None
+    try:
+        for _ in range(400):
+            envs.step_with(act, out, 0, recorded=lambda: {"tag": last["tag"]})
+            np.testing.assert_array_equal(out["action"], act(out["obs"]))
+            np.testing.assert_array_equal(out["tag"], out["action"] + 0.5)
+            if previous is not None:
+                going = ~(previous["terminated"].astype(bool) | previous["truncated"].astype(bool))
+                np.testing.assert_array_equal(out["obs"][going], previous["next_obs"][going])
+            previous = {k: v.copy() for k, v in out.items()}
+        with pytest.raises(RuntimeError, match="in flight"):
+            envs.step_into(envs.random_actions(), out, 0)
+    finally:
+        envs.close()
+
+
+def test_acting_through_step_with_matches_step_into_without_overlap():
+    envs = make_vec_env("ALE/Pong-v5", N, seed=13, backend="envpool", threads=1)
+    try:
+        assert len(envs.halves) == 1
+        out = envs.rows()
+        envs.step_with(lambda obs: np.zeros(len(obs), np.int64), out, 0)
+        assert (out["action"] == 0).all() and out["next_obs"].shape == (N, 4, 84, 84)
+    finally:
+        envs.close()
+
+
+def test_a_worker_with_one_thread_steps_without_the_overlap():
+    """With one EnvPool thread (a core per worker) acting and stepping take turns: two halves would only add
+    switches between them."""
+    envs = make_vec_env("ALE/Pong-v5", N, seed=15, backend="envpool", threads=1, overlap=True)
+    try:
+        assert len(envs.halves) == 1 and "one half" not in envs.describe()
+    finally:
+        envs.close()

@@ -146,13 +146,13 @@ def test_the_worker_entry_path_steps_into_serials():
     entry = EntryBuffer(layout, 64)
     write = Folding(envs, entry, NStepFolder(2, 0.99, 2))
     for _ in range(10):
-        write(np.zeros(2, dtype=np.int64), 2)
+        write(lambda obs: np.zeros(len(obs), dtype=np.int64), 2)
     write.flush()
     packed = frames.pack(entry.filled(), envs.frames)
     assert entry.n == 20 and packed["obs"].max() < len(packed[frames.TABLE])
     plain = EntryBuffer({k: v for k, v in layout.items() if k != "nsteps"}, 64)
     step = StepInto(envs, plain)
-    step(np.zeros(2, dtype=np.int64), 2)
+    step(lambda obs: np.zeros(len(obs), dtype=np.int64), 2)
     assert plain.n == 2
 
 

@@ -401,3 +401,36 @@ def test_image_checkpoint_round_trip():
     b.train([seg])
     for name, value in a.policy_weights().items():
         np.testing.assert_array_equal(value, b.policy_weights()[name])
+
+
+def test_bfloat16_updates_run_under_autocast_and_stay_close_to_float32(monkeypatch):
+    """``--ppo.precision bfloat16`` (and APPO's) runs the update's passes under autocast: the weights stay float32,
+    the first update moves them as float32's does to bfloat16's rounding, and the convolutions see bfloat16."""
+    import dataclasses
+
+    seen: list[torch.dtype] = []
+    conv = torch.nn.Conv2d.forward
+
+    def watch(self, x):
+        out = conv(self, x)
+        seen.append(out.dtype)
+        return out
+
+    monkeypatch.setattr(torch.nn.Conv2d, "forward", watch)
+    cfg = dataclasses.replace(IMAGE_CFG, epochs=1, minibatches=1)
+    learners = {p: PPOLearner(MINATAR, dataclasses.replace(cfg, precision=p), seed=0) for p in ("float32", "bfloat16")}
+    segments = [image_segment(MINATAR, 32, seed) for seed in range(2)]
+    moved = {}
+    for precision, learner in learners.items():
+        before = learner.policy_weights()
+        seen.clear()
+        metrics = learner.train(segments)
+        assert all(np.isfinite(v) for v in metrics.values())
+        assert (torch.bfloat16 in seen) == (precision == "bfloat16")
+        after = learner.policy_weights()
+        assert after["head.weight"].dtype == np.float32
+        moved[precision] = after["encoder.convs.0.weight"] - before["encoder.convs.0.weight"]
+    cosine = float((moved["float32"] * moved["bfloat16"]).sum()) / (
+        float(np.linalg.norm(moved["float32"])) * float(np.linalg.norm(moved["bfloat16"]))
+    )
+    assert cosine > 0.9, cosine

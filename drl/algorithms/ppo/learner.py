@@ -206,12 +206,14 @@ class PPOLearner:
         for group in self.opt.param_groups:
             group["lr"] = lr
         params = [self.flat.param]
+        low_precision = cfg.precision == "bfloat16"
         stats_per_step: list[dict[str, torch.Tensor]] = []
         for _ in range(cfg.epochs):
             rows = list(self.minibatch_rows(data))
             for idx in rows[: self.collective.min_int(len(rows))]:
                 idx = idx.to(self.device, non_blocking=True)
-                total, stats = self.loss({k: v[idx] for k, v in data.items() if k not in self.WHOLE})
+                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=low_precision):
+                    total, stats = self.loss({k: v[idx] for k, v in data.items() if k not in self.WHOLE})
                 self.flat.zero_grad()
                 total.backward()
                 self.collective.mean_(self.flat.gradient)

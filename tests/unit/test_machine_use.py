@@ -1,0 +1,102 @@
+"""How the processes of a run size themselves to the machine: the CPUs a process may use (a pod's CPU limit, else
+its affinity), EnvPool's threads per worker, the trainer's threads with ``--trainer-threads 0``, the evaluator
+niced as the workers are; and the benchmark helpers that report it (bench.gpu_roles, bench.scores, bench.run_all
+keeping the sections other commands write)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from drl import process
+from drl.config import ExperimentConfig
+from drl.envs import env_threads
+from orchestrator.backends.local.common import EVALUATOR_NICENESS, ROLLOUT_NICENESS
+from orchestrator.plan import plan
+from tests.conftest import ROOT
+
+
+def test_usable_cpus_is_the_affinity_without_a_quota():
+    cpus = process.usable_cpus()
+    assert 0 < cpus <= len(os.sched_getaffinity(0))
+
+
+def test_a_cgroup_quota_bounds_the_usable_cpus(monkeypatch):
+    files = {"/sys/fs/cgroup/cpu.max": "150000 100000\n"}
+
+    def read(path):
+        if path not in files:
+            raise OSError(path)
+        return files[path]
+
+    monkeypatch.setattr(process, "_read", read)
+    assert process.usable_cpus() == 1.5
+    files.clear()
+    files.update({"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n"})
+    assert process.usable_cpus() == len(os.sched_getaffinity(0))
+
+
+def test_envpool_threads_share_the_cores_among_the_workers(monkeypatch):
+    monkeypatch.setattr("drl.envs.usable_cpus", lambda: float(len(os.sched_getaffinity(0))))
+    cores = len(os.sched_getaffinity(0))
+    assert env_threads(64, 1) == cores
+    assert env_threads(64, 2 * cores) == 1
+    assert env_threads(1, 1) == 1
+    monkeypatch.setattr("drl.envs.usable_cpus", lambda: 0.5)
+    assert env_threads(8, 1) == 1
+
+
+def test_trainer_threads_zero_leaves_the_trainer_to_size_itself():
+    def trainer_env(threads):
+        cfg = ExperimentConfig(trainer_threads=threads, run_name="r")
+        workloads = plan(cfg, run="r", run_dir="/runs/r", memory_url="redis://h:1/0", store_url="/runs/r/store")
+        return {w.role: w.env for w in workloads}
+
+    assert trainer_env(3)["trainer"]["OMP_NUM_THREADS"] == "3"
+    envs = trainer_env(0)
+    assert "OMP_NUM_THREADS" not in envs["trainer"] and envs["rollout"]["OMP_NUM_THREADS"] == "1"
+    with pytest.raises(Exception, match="--trainer-threads"):
+        ExperimentConfig(trainer_threads=-1).validate()
+
+
+def test_the_evaluator_is_as_nice_as_the_workers():
+    assert EVALUATOR_NICENESS == ROLLOUT_NICENESS > 0
+
+
+def test_gpu_roles_reports_time_to_score_cores_and_gpu(tmp_path):
+    evaluations = [
+        {"mean_return": -21.0, "wall_seconds": 10.0, "env_steps": 0, "version": 0},
+        {"mean_return": 18.5, "wall_seconds": 400.0, "env_steps": 2_000_000, "version": 90},
+    ]
+    (tmp_path / "evaluations.jsonl").write_text("\n".join(json.dumps(e) for e in evaluations) + "\n")
+    (tmp_path / "config.json").write_text(json.dumps({"target_return": 18.0}))
+    (tmp_path / "cpu.tsv").write_text("t\trole\tpid\tcpu_s\n0\ttrainer\t7\t1.0\n10\ttrainer\t7\t10.0\n")
+    (tmp_path / "gpu.csv").write_text("2026/11/29 00:00:00.000, 80 %, 9 MiB\n2026/11/29 00:00:01.000, 90 %, 9 MiB\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.gpu_roles", "--report", str(tmp_path)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert "time to score 18: 400 s, 2,000,000 agent steps (8,000,000 frames)" in done.stdout
+    assert "trainer 0.90" in done.stdout and "GPU utilisation: mean 85%" in done.stdout
+
+
+def test_the_score_table_replaces_its_rows_and_keeps_the_others(tmp_path):
+    from bench import scores
+
+    doc = tmp_path / "b.md"
+    old_row = "| dqn | CartPole-v1 | 50,000 | 500.0 (500.0) | 500.0 (500.0) | 1.0 | 500.0 | x |"
+    doc.write_text(f"# B\n\n{scores.MARK_BEGIN}\n| preset | env |\n|---|---|\n{old_row}\n{scores.MARK_END}\nafter\n")
+    runs = [{"seed": s, "final": -150.0 - s, "best": -140.0, "seconds": 60.0} for s in range(3)]
+    row = {"preset": "sac", "env": "Pendulum-v1", "steps": 20_000, "reference": -157.0, "source": "zoo", "runs": runs}
+    scores.write(doc, scores.table([row]), "python -m bench.scores --only sac:Pendulum-v1")
+    text = doc.read_text()
+    assert old_row in text and text.endswith(f"{scores.MARK_END}\nafter\n")
+    assert (
+        "| sac | Pendulum-v1 | 20,000 | -151.0 (-150.0, -151.0, -152.0) | -140.0 (-140.0, -140.0, -140.0) | 1.0 |"
+        in text
+    )
+    assert text.index("| dqn | CartPole") < text.index("| sac |")  # the rows keep bench.scores' order
