@@ -22,6 +22,10 @@ from drl.errors import UserError
 from drl.frames import FrameRing
 from drl.process import usable_cpus
 
+Act = Callable[[np.ndarray], np.ndarray]
+"""A policy's acting call: observations in, actions out (``Actor.act``)."""
+Recorded = Callable[[], dict[str, np.ndarray]] | None
+"""What the actor recorded with its last actions (``Actor.recorded``), or None."""
 RECENT_RETURNS = 10  # finished episodes' returns kept for status reports: a long run must not grow a list
 TRAJECTORY_FIELDS: dict[str, tuple[str, tuple[int, ...]]] = {
     "truncated": ("|u1", ()),  # the episode hit a time limit: bootstrap from next_obs (on-policy advantages)
@@ -284,13 +288,7 @@ class VecEnv:
         envs = self.envs if count is None else self.envs[:count]
         return np.stack([env.action_space.sample() for env in envs]).astype(self.spec.act_dtype)
 
-    def step_with(
-        self,
-        act: Callable[[np.ndarray], np.ndarray],
-        out: dict[str, np.ndarray],
-        row: int,
-        recorded: Callable[[], dict[str, np.ndarray]] | None = None,
-    ) -> None:
+    def step_with(self, act: Act, out: dict[str, np.ndarray], row: int, recorded: Recorded = None) -> None:
         """Acts on every env's observation with ``act`` and steps, writing rows ``row`` to ``row + n`` of ``out``
         as ``step_into`` does, and beside them the fields ``recorded`` gives for the actions (``Actor.records``)."""
         actions = act(self.obs)
@@ -492,13 +490,7 @@ class PoolVecEnv(VecEnv):
             self.pools[k].send(actions[lo:hi].astype(np.int32))
             self._rows_after(k, out, row)
 
-    def step_with(
-        self,
-        act: Callable[[np.ndarray], np.ndarray],
-        out: dict[str, np.ndarray],
-        row: int,
-        recorded: Callable[[], dict[str, np.ndarray]] | None = None,
-    ) -> None:
+    def step_with(self, act: Act, out: dict[str, np.ndarray], row: int, recorded: Recorded = None) -> None:
         if len(self.halves) == 1:
             super().step_with(act, out, row, recorded)
             return
@@ -513,7 +505,7 @@ class PoolVecEnv(VecEnv):
             self._rows_after(k, out, row)
             self._sent[k] = self._act(k, act, recorded)
 
-    def _act(self, k: int, act, recorded) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def _act(self, k: int, act: Act, recorded: Recorded) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Chooses half ``k``'s actions and sends them: its envs step while the caller acts on the other half."""
         lo, hi = self.halves[k]
         actions = np.asarray(act(self.obs[lo:hi]), dtype=self.spec.act_dtype)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from drl.algorithms.encoders import ENCODERS
+from drl.algorithms.ppo.config import precision_option
 from drl.fields import opt, problems
 
 
@@ -80,14 +81,7 @@ class APPOConfig:
         "policy version (image observations are scaled by 1/255 in the encoder).",
     )
     init_log_std: float = opt(0.0, "Initial log standard deviation of the Gaussian policy (continuous actions).")
-    precision: str = opt(
-        "float32",
-        "Precision of the update's forward and backward passes: bfloat16 runs them under torch.autocast "
-        "(convolutions and matrix products in bfloat16 with float32 sums; weights, optimiser, losses and "
-        "gradients' updates stay float32): faster on CPUs with bfloat16 instructions and on GPUs, not checked "
-        "against float32 for learning (docs/benchmarks.md).",
-        choices=("float32", "bfloat16"),
-    )
+    precision: str = precision_option()
 
     def problems(self, prefix: str) -> list[str]:
         """What is wrong with these values, one message per problem (flags named with ``prefix``)."""

@@ -8,6 +8,18 @@ from drl.algorithms.encoders import ENCODERS
 from drl.fields import opt, problems
 
 
+def precision_option():
+    """The ``precision`` field PPO's and APPO's blocks share (both train with ``PPOLearner.train``)."""
+    return opt(
+        "float32",
+        "Precision of the update's forward and backward passes: bfloat16 runs them under torch.autocast "
+        "(convolutions and matrix products in bfloat16 with float32 sums; weights, optimiser, losses and "
+        "gradients' updates stay float32): faster on CPUs with bfloat16 instructions and on GPUs, not checked "
+        "against float32 for learning (docs/benchmarks.md).",
+        choices=("float32", "bfloat16"),
+    )
+
+
 @dataclass(frozen=True)
 class PPOConfig:
     """PPO with the clipped surrogate objective (Schulman et al. 2017) and generalised advantage estimation.
@@ -45,14 +57,7 @@ class PPOConfig:
         "scaled by 1/255 in the encoder instead).",
     )
     init_log_std: float = opt(0.0, "Initial log standard deviation of the Gaussian policy (continuous actions).")
-    precision: str = opt(
-        "float32",
-        "Precision of the update's forward and backward passes: bfloat16 runs them under torch.autocast "
-        "(convolutions and matrix products in bfloat16 with float32 sums; weights, optimiser, losses and "
-        "gradients' updates stay float32): faster on CPUs with bfloat16 instructions and on GPUs, not checked "
-        "against float32 for learning (docs/benchmarks.md).",
-        choices=("float32", "bfloat16"),
-    )
+    precision: str = precision_option()
 
     def problems(self, prefix: str) -> list[str]:
         """What is wrong with these values, one message per problem (flags named with ``prefix``)."""
