@@ -31,6 +31,7 @@ from drl.algorithms.dqn.config import DQNConfig
 from drl.algorithms.ppo.config import PPOConfig
 from drl.algorithms.sac.config import SACConfig
 from drl.algorithms.td3.config import TD3Config
+from drl.envs import VECTOR_ENVS
 from drl.errors import ConfigError
 from drl.fields import choices_of, opt
 from drl.fields import problems as check_ranges
@@ -94,7 +95,7 @@ class ExperimentConfig:
         "How a rollout worker steps its environments: gymnasium (one Python env each), envpool (EnvPool's C++ "
         "threads; ALE -v5 games, the envpool extra), or auto (envpool for ALE -v5 games when it is installed). "
         "Both give the same Atari rules (drl.atari).",
-        choices=("auto", "gymnasium", "envpool"),
+        choices=VECTOR_ENVS,
     )
     env_threads: int = opt(
         0,

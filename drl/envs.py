@@ -391,6 +391,7 @@ class VecEnv:
 
 
 VECTOR_ENVS = ("auto", "gymnasium", "envpool")
+"""The choices of ``--vector-env`` (``make_vec_env``'s ``backend``)."""
 
 
 def make_vec_env(
@@ -465,7 +466,6 @@ class PoolVecEnv(VecEnv):
             raise ValueError(f"EnvPool's observations {obs.shape[1:]} differ from {self.spec.obs_shape}")
         self.obs = np.array(obs)
         self.frames = None
-        self._scored = True
         self._rng = np.random.default_rng(seed + 10_000)
         self.episode_returns = np.zeros(n)
         self._low, self._high = None, None

@@ -9,11 +9,10 @@ entry; ``VecEnv.step_with`` acts and writes a step's rows in place), so a step a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import numpy as np
 
-from drl.envs import VecEnv
+from drl.envs import Act, VecEnv
 
 FILL_WALL_FACTOR = 100
 FILL_CLOCK_EVERY = 8
@@ -96,7 +95,7 @@ class StepInto:
     def __init__(self, envs: VecEnv, entry: EntryBuffer):
         self.envs, self.entry = envs, entry
 
-    def __call__(self, act: Callable[[np.ndarray], np.ndarray], count: int) -> None:
+    def __call__(self, act: Act, count: int) -> None:
         """Acts on and steps every env once (``VecEnv.step_with``) and keeps the first ``count`` transitions; the
         entry has room for a whole step (the caller reserved it)."""
         entry = self.entry
@@ -118,7 +117,7 @@ class StepRecording(StepInto):
     def recorded(self) -> dict[str, np.ndarray]:
         return {name: self.actor.recorded[name] for name in self.actor.records}
 
-    def __call__(self, act: Callable[[np.ndarray], np.ndarray], count: int) -> None:
+    def __call__(self, act: Act, count: int) -> None:
         entry = self.entry
         self.envs.step_with(act, entry.arrays, entry.n, self.recorded)
         entry.n += count
@@ -130,7 +129,7 @@ class Folding:
     def __init__(self, envs: VecEnv, entry: EntryBuffer, folder):
         self.envs, self.entry, self.folder = envs, entry, folder
 
-    def __call__(self, act: Callable[[np.ndarray], np.ndarray], count: int) -> None:
+    def __call__(self, act: Act, count: int) -> None:
         rows = self.envs.rows()
         self.envs.step_with(act, rows, 0)
         self.entry.put(self.folder.push(rows, count))

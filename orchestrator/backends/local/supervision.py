@@ -83,8 +83,9 @@ class Supervision(RunParts):
         """With ``--learners`` K > 1: when one learner of the group (the trainer or a ``learner-<r>``) exits
         other than 0 or 2, the others are killed and all are restarted together, as torchrun's elastic agent
         restarts a group: the survivors would only fail at their next all-reduce, one by one, and restarts out of
-        step could not meet. The group meets again at a fresh port: the old rendezvous may still be held
-        (a connection of the killed group in TIME_WAIT, or the port taken since by another socket). Each then resumes from its checkpoint and its shards' committed state."""
+        step could not meet. The group meets again at a fresh port: the old rendezvous may still be held (a
+        connection of the killed group in TIME_WAIT, or the port taken since by another socket). Each then
+        resumes from its checkpoint and its shards' committed state."""
         if self.cfg.learners < 2:
             return None
         group = [p for p in self.procs if p.role in ("trainer", "learner")]
@@ -105,11 +106,11 @@ class Supervision(RunParts):
                 p.popen.kill()
                 p.popen.wait()
         when = now + BACKOFF_S[min(restarts, len(BACKOFF_S) - 1)]
-        port = str(free_port())
         for p in group:
             p.restart_at = when
-            for workload in {id(w): w for w in (p.workload, self.workloads.get(TRAINER)) if w}.values():
-                workload.env["MASTER_PORT"] = port
+        port = str(free_port())
+        for workload in {id(w): w for p in group for w in (p.workload, self.workloads.get(TRAINER)) if w}.values():
+            workload.env["MASTER_PORT"] = port
         self.note(
             progress,
             f"drl: {first.name} exited with code {first.popen.poll()}; restarting the learner group "
