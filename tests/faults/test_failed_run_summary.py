@@ -18,7 +18,7 @@ def _committed(run: Run) -> int:
 
 
 def test_a_run_failed_by_a_killed_trainer_counts_what_it_committed_after_its_last_status(tmp_path):
-    run = Run(tmp_path, "failed", ["--mode", "async", "--workers", "2", "--steps", "8000", "--max-restarts", "0"])
+    run = Run(tmp_path, "failed", ["--mode", "async", "--workers", "2", "--steps", "40000", "--max-restarts", "0"])
     try:
         run.wait_until("1,000 transitions consumed", lambda: run.consumed() >= 1000)
         trainer = run.pid("trainer")
