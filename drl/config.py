@@ -31,6 +31,7 @@ from drl.algorithms.dqn.config import DQNConfig
 from drl.algorithms.ppo.config import PPOConfig
 from drl.algorithms.sac.config import SACConfig
 from drl.algorithms.td3.config import TD3Config
+from drl.atari import envpool_task
 from drl.envs import VECTOR_ENVS
 from drl.errors import ConfigError
 from drl.fields import choices_of, opt
@@ -39,6 +40,7 @@ from drl.naming import memory_servers
 
 MODES = ("sync", "async")
 TRACKERS = ("", "mlflow")
+COMPILE_MODES = ("off", "auto", "on")
 BLOCKS_FIELD = "plugin_blocks"
 """The field of ``ExperimentConfig`` holding the plugin algorithms' blocks (never a key of its JSON form)."""
 C = TypeVar("C")
@@ -208,6 +210,14 @@ class ExperimentConfig:
         "Torch intra-op threads of the trainer; 0 takes the CPUs it may use (its pod's CPU limit, else its "
         "affinity): on a machine shared with niced rollout workers it uses the cores they leave idle.",
     )
+    compile: str = opt(
+        "off",
+        "torch.compile the trainer's image encoders (almost all of a pixel learner's work): on compiles them "
+        "(the trainer needs a C/C++ compiler: the project's image has none), auto compiles them when a compiler "
+        "is on the trainer's PATH and trains eagerly otherwise; weights, checkpoints and acting are the same "
+        "either way (bench/README.md, torch.compile).",
+        choices=COMPILE_MODES,
+    )
     learners: int = opt(
         1,
         "Trainer processes in one data-parallel group (torch.distributed: gloo on CPUs, NCCL on "
@@ -343,6 +353,8 @@ class ExperimentConfig:
         for name, block in self.blocks().items():
             if hasattr(block, "problems"):
                 problems += block.problems(f"--{name}.")
+        if self.vector_env == "envpool" and envpool_task(self.env) is None:
+            problems.append(f"--vector-env envpool steps ALE -v5 games (ALE/Pong-v5 ...), not {self.env!r}")
         package = {"zstd": "zstandard", "lz4": "lz4"}.get(self.compression)
         if package and importlib.util.find_spec(package) is None:
             problems.append(

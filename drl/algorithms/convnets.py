@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import math
+import os
+import shutil
 from typing import TypeVar
 
 import torch
@@ -78,6 +80,42 @@ class ImageEncoder(nn.Module):
         if self.training and torch.is_grad_enabled():
             x = x.contiguous(memory_format=torch.channels_last)
         return self.fc(self.convs(x).flatten(1))
+
+
+COMPILERS = {"cpu": ("CXX", ("g++", "c++", "clang++")), "cuda": ("CC", ("cc", "gcc", "clang"))}
+"""What torch.compile's code generators call per device type: inductor's C++ for the CPU, Triton's C launcher
+stubs for CUDA (each first takes the environment variable)."""
+
+
+def compiler(device_type: str) -> str | None:
+    """The C/C++ compiler torch.compile would use for ``device_type`` here, or None."""
+    variable, names = COMPILERS.get(device_type, COMPILERS["cpu"])
+    if os.environ.get(variable):
+        return shutil.which(os.environ[variable].split()[0])
+    return next((path for path in map(shutil.which, names) if path), None)
+
+
+def compile_encoders(owner: object, mode: str, device_type: str = "cpu") -> str:
+    """Compiles (``nn.Module.compile``, in place: parameter names, state dicts and checkpoints unchanged) every
+    ``ImageEncoder`` in the modules ``owner`` holds as attributes (a learner's networks and target networks), as
+    ``--compile`` says: ``off`` none, ``on`` all, ``auto`` all when a compiler for ``device_type`` is on the PATH,
+    with any later compilation failure falling back to eager (dynamo's ``suppress_errors``). Returns what was done,
+    for the log."""
+    if mode == "off":
+        return "off"
+    modules = [value for value in vars(owner).values() if isinstance(value, nn.Module)]
+    found = {id(m): m for module in modules for m in module.modules() if isinstance(m, ImageEncoder)}
+    if not found:
+        return "nothing to compile (no image encoder)"
+    if mode == "auto":
+        if compiler(device_type) is None:
+            return f"eager (--compile auto: no C/C++ compiler for {device_type} on the PATH)"
+        import torch._dynamo
+
+        torch._dynamo.config.suppress_errors = True
+    for encoder in found.values():
+        encoder.compile()
+    return f"{len(found)} image encoder(s) compiled for {device_type}"
 
 
 M = TypeVar("M", bound=nn.Module)

@@ -11,6 +11,7 @@ import torch
 
 from drl import device as devices
 from drl.algorithms import get as get_algorithm
+from drl.algorithms.convnets import compile_encoders
 from drl.envs import space_spec
 from drl.memory import codec
 from drl.memory.backlog import backlog_limits
@@ -47,6 +48,10 @@ class TrainerParts(Service):
         self.spec = space_spec(cfg.env)
         layout = codec.expected_layout(self.spec, algorithm.wire_fields(cfg))
         self.learning = algorithm.make_learning(self.spec, cfg, seed=cfg.seed)
+        compiled = compile_encoders(
+            getattr(self.learning, "learner", self.learning), cfg.compile, torch.device(self.device).type
+        )
+        log.info("--compile %s: %s", cfg.compile, compiled)
         self.rank, self.size = ctx.learner_rank, cfg.learners
         shards = self.memory.shard_map.of_learner(self.rank, self.size)
         self.ledger = Ledgers({s: Ledger() for s in shards}, cfg.memory_shards)

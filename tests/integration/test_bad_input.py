@@ -41,6 +41,16 @@ CASES = {
         "config file /nonexistent/drl.json does not exist",
     ),
     "unknown_flag": (["--wrokers", "2"], {}, "unrecognized arguments: --wrokers 2"),
+    "envpool_for_a_non_atari_env": (
+        ["--preset", "ppo", "--env", "CartPole-v1", "--vector-env", "envpool"],
+        {},
+        "--vector-env envpool steps ALE -v5 games (ALE/Pong-v5 ...), not 'CartPole-v1'",
+    ),
+    "unknown_compile_mode": (
+        ["--compile", "sometimes"],
+        {},
+        "invalid choice: 'sometimes' (choose from 'off', 'auto', 'on')",
+    ),
     "ppo_async": (["--preset", "ppo", "--mode", "async"], {}, "ppo is on-policy and runs only in --mode sync"),
     "continuous_env_for_dqn": (
         ["--preset", "dqn", "--env", "Pendulum-v1"],
