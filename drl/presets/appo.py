@@ -21,6 +21,8 @@
   clip 0.1, entropy 0.01, value 0.5, gradient norm 0.5, 10M steps; the Nature encoder (MinAtar: its own, with
   Adam 1e-3 and clip 0.2 as the ``ppo`` preset's MinAtar settings). Sample Factory runs these values
   synchronously (``async_rl=False``, no V-trace); here the workers never wait and V-trace corrects for the lag.
+  The trainer takes every CPU it may use (``--trainer-threads 0``; ``drl.presets.atari``).
+  The backlog holds 4 entries (``ATARI_BACKLOG_ENTRIES``), which bounds the policy lag.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ from drl.presets.dqn import is_minatar
 ONE_VERSION_PER_BATCH = 1
 """``--publish-every-updates`` for the presets: an update runs a batch's epochs and minibatches, so a version
 follows every batch."""
+
+
+ATARI_BACKLOG_ENTRIES = 4
+"""``--max-backlog-entries`` of ``appo-atari``: a segment's policy lag is about the entries ahead of it (the
+backlog's, and one held by each back-pressured worker) counted in batches, so the backlog holds 4 entries (one
+batch at the preset's 2 envs per worker) instead of 16; the trainer, not the backlog, bounds the frames/s (bench/README.md, "Issue 45")."""
 
 
 def appo(env: str | None = None) -> ExperimentConfig:
@@ -123,6 +131,8 @@ def appo_atari(env: str | None = None, preset: str = "appo-atari") -> Experiment
         random_steps=0,
         learning_starts=0,
         publish_every_updates=ONE_VERSION_PER_BATCH,
+        trainer_threads=0,
+        max_backlog_entries=ATARI_BACKLOG_ENTRIES,
         appo=APPOConfig(
             encoder="nature",
             segment=128,

@@ -14,6 +14,10 @@ network until learning starts.
 steps per iteration (4 workers of 2 environments: ``--sync-steps-per-iteration 1024``), Adam lr 2.5e-4 falling
 linearly to 0, gamma 0.99, GAE lambda 0.95, 4 epochs of 4 minibatches, clip 0.1, entropy 0.01, value 0.5,
 gradient norm 0.5, 10,000,000 steps. CleanRL also clips the value loss; drl's PPO does not.
+
+``ppo-atari`` and ``appo-atari`` give the trainer every CPU it may use (``--trainer-threads 0``): ppo's workers
+wait while it trains, appo's are niced and back-pressured most of the time, so its intra-op threads take the
+cores they leave (bench/README.md, "Issue 45").
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ def ppo_atari(env: str | None = None, preset: str = "ppo-atari") -> ExperimentCo
         learning_starts=0,
         sync_steps_per_iteration=1024,
         batch_transitions=128,
+        trainer_threads=0,
         ppo=PPOConfig(
             encoder="nature",
             lr=2.5e-4,
