@@ -11,6 +11,8 @@
 # $OUT, else /tmp/gpu-pong): evaluations.jsonl (return against wall seconds and env steps), summary.json,
 # config.json, the services' logs, cpu.tsv (CPU seconds per role every 5 s, from /proc), gpu.csv (nvidia-smi's
 # utilisation and memory every second) and report.txt (the figures bench/README.md quotes).
+# The trainer compiles its encoder when the machine has a C compiler for Triton (--compile auto: eager otherwise);
+# `python -m bench.pixel_learner --device cuda --quick` measures what that and bfloat16 give there.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 PRESET=appo-atari WORKERS=12 ENVS=8 MINUTES=10 TARGET=18 WHEELS="$REPO/.gpu-wheels" OUTDIR="${OUT:-/tmp/gpu-pong}"
@@ -45,7 +47,7 @@ export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 start=$(date +%s)
 set +e
 timeout --signal=INT "$((MINUTES * 60 + 30))" "$VENV/bin/python" -m orchestrator.cli --preset "$PRESET" --env ALE/Pong-v5 \
-    --workers "$WORKERS" --envs-per-worker "$ENVS" --device cuda --trainer-threads 0 --target-return "$TARGET" \
+    --workers "$WORKERS" --envs-per-worker "$ENVS" --device cuda --trainer-threads 0 --compile auto --target-return "$TARGET" \
     --steps 50000000 --output "$OUTDIR/runs" --run-name "$RUN" "${EXTRA[@]}" >"$OUTDIR/orchestrator.out" 2>&1 &
 DRL=$!
 "$VENV/bin/python" -m bench.gpu_roles "$OUTDIR/runs/$RUN" "$OUTDIR/cpu.tsv" "$DRL" &
