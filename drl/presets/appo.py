@@ -42,7 +42,8 @@ follows every batch."""
 ATARI_BACKLOG_ENTRIES = 4
 """``--max-backlog-entries`` of ``appo-atari``: a segment's policy lag is about the entries ahead of it (the
 backlog's, and one held by each back-pressured worker) counted in batches, so the backlog holds 4 entries (one
-batch at the preset's 2 envs per worker) instead of 16; the trainer, not the backlog, bounds the frames/s (bench/README.md, "Issue 45")."""
+batch at the preset's 2 envs per worker) instead of 16; the trainer, not the backlog, bounds the frames/s
+(bench/README.md, "Issue 45")."""
 
 
 def appo(env: str | None = None) -> ExperimentConfig:
