@@ -31,8 +31,7 @@ from drl.algorithms.dqn.config import DQNConfig
 from drl.algorithms.ppo.config import PPOConfig
 from drl.algorithms.sac.config import SACConfig
 from drl.algorithms.td3.config import TD3Config
-from drl.atari import envpool_task
-from drl.envs import VECTOR_ENVS
+from drl.envs import VECTOR_ENVS, envpool_refusal
 from drl.errors import ConfigError
 from drl.fields import choices_of, opt
 from drl.fields import problems as check_ranges
@@ -353,8 +352,9 @@ class ExperimentConfig:
         for name, block in self.blocks().items():
             if hasattr(block, "problems"):
                 problems += block.problems(f"--{name}.")
-        if self.vector_env == "envpool" and envpool_task(self.env) is None:
-            problems.append(f"--vector-env envpool steps ALE -v5 games (ALE/Pong-v5 ...), not {self.env!r}")
+        refusal = envpool_refusal(self.env) if self.vector_env == "envpool" else None
+        if refusal:
+            problems.append(refusal)
         package = {"zstd": "zstandard", "lz4": "lz4"}.get(self.compression)
         if package and importlib.util.find_spec(package) is None:
             problems.append(

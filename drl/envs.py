@@ -394,6 +394,14 @@ VECTOR_ENVS = ("auto", "gymnasium", "envpool")
 """The choices of ``--vector-env`` (``make_vec_env``'s ``backend``)."""
 
 
+def envpool_refusal(env_id: str) -> str | None:
+    """Why ``--vector-env envpool`` cannot step ``env_id`` (EnvPool serves ALE ``-v5`` games), or None; the
+    configuration refuses it before a run, a worker's ``make_vec_env`` when called without one."""
+    if atari.envpool_task(env_id) is None:
+        return f"--vector-env envpool steps ALE -v5 games (ALE/Pong-v5 ...), not {env_id!r}"
+    return None
+
+
 def make_vec_env(
     env_id: str,
     n: int,
@@ -411,10 +419,10 @@ def make_vec_env(
     if backend == "gymnasium" or (backend == "auto" and not atari.envpool_available()):
         return VecEnv(env_id, n, seed)
     check_env_id(env_id)
-    task = atari.envpool_task(env_id)
-    if task is None:
+    refusal = envpool_refusal(env_id)
+    if refusal:
         if backend == "envpool":
-            raise UserError(f"--vector-env envpool steps ALE -v5 games (ALE/Pong-v5 ...), not {env_id!r}")
+            raise UserError(refusal)
         return VecEnv(env_id, n, seed)
     if not atari.envpool_available():
         raise UserError(f"--vector-env envpool: the envpool package is not installed; {atari.ENVPOOL_INSTALL}")
