@@ -8,7 +8,8 @@ Each run is the real command line, ``drl-orchestrate --preset P --env E --seed S
 preset's own values (workers, envs, learning rates), one run at a time. From its ``summary.json``: the **final**
 mean evaluation return (the last version the evaluator scored, ``last_eval_return``) and the **best** one
 (``best_eval_return``), with the run's wall seconds. The table gives the median over the seeds and every seed's
-figure, so a seed that failed to learn shows.
+figure, so a seed that failed to learn shows. A run that stopped before its budget (other than at a ``--target-return``)
+has no score in the table (``-``); Ctrl-C ends the benchmark and leaves the table as it was.
 
 The reference column is a published figure for the same environment, never measured here: RL Baselines3 Zoo's
 ``benchmark.md`` (DLR-RM/rl-baselines3-zoo, its "Performance of trained agents" table: one trained agent per
@@ -75,17 +76,27 @@ ROWS = (
 )
 
 
+INTERRUPTED = 130
+"""drl-orchestrate's exit code when it was interrupted (Ctrl-C): the table is left as it was."""
+
+
 def run_one(row: Row, seed: int, workdir: Path, extra: list[str]) -> dict:
+    """One seed's run to its whole budget; a run that stopped before it counts as failed (no score), not as a
+    score at fewer steps."""
     name = f"{row.preset}-{row.env.replace('/', '-')}-s{seed}"
     command = [orchestrate_exe(), "--preset", row.preset, "--env", row.env, "--seed", str(seed)]
     command += ["--steps", str(row.steps), *extra, "--output", str(workdir), "--run-name", name]
     started = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True)
     result: dict = {"seed": seed, "exit_code": done.returncode, "seconds": round(time.monotonic() - started, 1)}
+    if done.returncode == INTERRUPTED:
+        raise KeyboardInterrupt
     try:
         summary = json.loads((workdir / name / "summary.json").read_text())
     except (OSError, ValueError):
         return {**result, "error": done.stderr[-600:]}
+    if summary.get("exit_reason") not in ("steps_done", "target_reached"):
+        return {**result, "error": f"stopped before its budget: {summary.get('exit_reason')}"}
     return {
         **result,
         "final": summary.get("last_eval_return"),
@@ -158,12 +169,26 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"no such rows: {', '.join(sorted(unknown))} (rows: {', '.join(r.key for r in ROWS)})")
     command = "python -m bench.scores " + " ".join(argv if argv is not None else sys.argv[1:])
+    try:
+        results = run_rows(rows, seeds, args.drl_args.split())
+    except KeyboardInterrupt:
+        print("bench.scores: interrupted; nothing written", file=sys.stderr)
+        return INTERRUPTED
+    lines = table(results)
+    print("\n".join(lines))
+    if args.write:
+        write(args.write, lines, command)
+    print(json.dumps({"rows": results, "seeds": seeds, "command": command, "drl": git_commit()}))
+    return 0
+
+
+def run_rows(rows: list[Row], seeds: list[int], extra: list[str]) -> list[dict]:
     results = []
     with tempfile.TemporaryDirectory(prefix="drl-scores-") as tmp:
         for row in rows:
             runs = []
             for seed in seeds:
-                run = run_one(row, seed, Path(tmp), args.drl_args.split())
+                run = run_one(row, seed, Path(tmp), extra)
                 runs.append(run)
                 print(
                     f"{row.key} seed {seed}: final {fmt(run.get('final'))}, best {fmt(run.get('best'))}, "
@@ -172,12 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
             results.append({**row.__dict__, "runs": runs})
-    lines = table(results)
-    print("\n".join(lines))
-    if args.write:
-        write(args.write, lines, command)
-    print(json.dumps({"rows": results, "seeds": seeds, "command": command, "drl": git_commit()}))
-    return 0
+    return results
 
 
 if __name__ == "__main__":

@@ -100,3 +100,43 @@ def test_the_score_table_replaces_its_rows_and_keeps_the_others(tmp_path):
         in text
     )
     assert text.index("| dqn | CartPole") < text.index("| sac |")  # the rows keep bench.scores' order
+
+
+def _stand_in_orchestrator(tmp_path, exit_code: int, exit_reason: str) -> str:
+    """An executable in drl-orchestrate's place that writes a summary with ``exit_reason`` and exits so."""
+    script = tmp_path / "drl-orchestrate"
+    summary = {"exit_reason": exit_reason, "last_eval_return": -150.0, "best_eval_return": -140.0, "env_steps": 50}
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import json, pathlib, sys\n"
+        "a = sys.argv\n"
+        "run = pathlib.Path(a[a.index('--output') + 1]) / a[a.index('--run-name') + 1]\n"
+        "run.mkdir(parents=True)\n"
+        f"(run / 'summary.json').write_text(json.dumps({summary!r}))\n"
+        f"sys.exit({exit_code})\n"
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_score_run_stopped_before_its_budget_has_no_score_with_a_stand_in_orchestrator(tmp_path, monkeypatch):
+    from bench import scores
+
+    row = scores.ROWS[0]
+    monkeypatch.setattr(scores, "orchestrate_exe", lambda: _stand_in_orchestrator(tmp_path, 0, "stopped"))
+    run = scores.run_one(row, 0, tmp_path / "runs", [])
+    assert "final" not in run and "stopped before its budget: stopped" in run["error"]
+    monkeypatch.setattr(scores, "orchestrate_exe", lambda: _stand_in_orchestrator(tmp_path / "b", 0, "steps_done"))
+    (tmp_path / "b").mkdir()
+    assert scores.run_one(row, 1, tmp_path / "runs", [])["final"] == -150.0
+
+
+def test_an_interrupted_score_run_leaves_the_table_as_it_was_with_a_stand_in_orchestrator(tmp_path, monkeypatch):
+    from bench import scores
+
+    doc = tmp_path / "b.md"
+    doc.write_text(f"# B\n\n{scores.MARK_BEGIN}\n| preset | env |\n|---|---|\n{scores.MARK_END}\n")
+    before = doc.read_text()
+    monkeypatch.setattr(scores, "orchestrate_exe", lambda: _stand_in_orchestrator(tmp_path, 130, "interrupted"))
+    code = scores.main(["--only", scores.ROWS[0].key, "--seeds", "0,1", "--write", str(doc)])
+    assert code == scores.INTERRUPTED and doc.read_text() == before
