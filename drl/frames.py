@@ -10,6 +10,8 @@ wire or in replay repeat every frame 2k times. Here a frame is the unit instead:
   (``obs``, ``next_obs``: k ``<u4`` each). An entry carries every frame its transitions refer to, history
   included, so no entry depends on another: a lost, re-sent or dead-lettered entry leaves no stack incomplete;
 - ``expand`` rebuilds whole observations from a table and indices (an on-policy rollout, Ape-X priorities);
+  ``segment`` rebuilds one environment's rows of an entry, with next observations only where a learner
+  bootstraps from them (the asynchronous on-policy queue);
 - the replay (``drl.training.replay``) keeps the tables' frames in a ``FrameRing`` too and each transition's 2k frame references.
 
 A stack never mixes two episodes: after a reset the worker numbers the reset observation's own frames, so the
@@ -131,6 +133,13 @@ def pack(arrays: dict[str, np.ndarray], log: FrameRing) -> dict[str, np.ndarray]
     return out
 
 
+def _whole(table: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """Observations from a frame table and their (n, k) indices: k frames stacked along the first axis, one
+    frame as it is when k is 1."""
+    stacks = table[index]
+    return stacks[:, 0] if stacks.shape[1] == 1 else stacks
+
+
 def expand(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Whole observations rebuilt from a frame table: each ``obs``/``next_obs`` row becomes its k frames
     stacked along the first axis (one frame as it is when k is 1); the table is left out."""
@@ -139,6 +148,35 @@ def expand(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return arrays
     out = {name: arr for name, arr in arrays.items() if name != TABLE}
     for name in INDEXED:
-        stacks = table[arrays[name]]
-        out[name] = stacks[:, 0] if stacks.shape[1] == 1 else stacks
+        out[name] = _whole(table, arrays[name])
+    return out
+
+
+END_OBS = "end_obs"
+"""A segment's field that holds, in place of ``next_obs``, the next observations of its ``bootstrap_rows`` only,
+in order: elsewhere in a segment (consecutive steps of one environment) the next observation is the next row's
+observation, or the episode terminated and none is needed."""
+
+
+def bootstrap_rows(terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
+    """Where a segment's learner bootstraps from a next observation of its own: its last row and the rows where
+    an episode was cut short (truncated), unless the episode terminated there."""
+    rows = np.asarray(truncated).astype(bool)
+    if len(rows):
+        rows[-1] = True
+    return rows & ~np.asarray(terminated).astype(bool)
+
+
+def segment(arrays: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+    """An entry's ``rows`` (consecutive steps of one environment, in order) as a segment: whole observations,
+    rebuilt from the entry's frame table when it has one, straight into the segment (one copy, not an expanded
+    entry split again), every other field's rows, and ``END_OBS`` in place of ``next_obs``: a queue then holds,
+    and builds, one observation per transition rather than two."""
+    table = arrays.get(TABLE)
+    out = {name: arr[rows] for name, arr in arrays.items() if name != TABLE and name not in INDEXED}
+    ends = rows[bootstrap_rows(out["terminated"], out["truncated"])]
+    if table is None:
+        out["obs"], out[END_OBS] = arrays["obs"][rows], arrays["next_obs"][ends]
+    else:
+        out["obs"], out[END_OBS] = _whole(table, arrays["obs"][rows]), _whole(table, arrays["next_obs"][ends])
     return out

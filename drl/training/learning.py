@@ -240,12 +240,12 @@ class QueueLearning(LearningBase):
         self.lag_dropped = 0
 
     def add(self, worker: str, seq: int, arrays: dict[str, np.ndarray], version: int = 0) -> None:
-        """Queues the entry's segments, one per environment, with the version that collected them."""
-        arrays = frames.expand(arrays)
+        """Queues the entry's segments, one per environment, with the version that collected them; each with
+        its whole observations and, in place of ``next_obs``, the next observations its learner bootstraps
+        from (``frames.segment``)."""
         index = arrays["env_index"]
         for env in np.unique(index):
-            rows = np.flatnonzero(index == env)
-            self.queue.append((version, {k: v[rows] for k, v in arrays.items()}))
+            self.queue.append((version, frames.segment(arrays, np.flatnonzero(index == env))))
         self.queued += len(index)
 
     def size(self) -> int:

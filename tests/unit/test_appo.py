@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from drl import frames
 from drl.algorithms.appo import APPOActor, APPOConfig, APPOLearner
 from drl.algorithms.appo.vtrace import vtrace
 from drl.algorithms.ppo.advantages import gae
@@ -294,7 +295,16 @@ def _entry(version_rows: list[tuple[int, int]], start: int = 0) -> dict[str, np.
     """An entry whose rows alternate over ``envs`` environments: env e's rows are consecutive steps."""
     envs = [e for e, _ in version_rows]
     n = len(envs)
-    return {"reward": np.arange(start, start + n, dtype=np.float32), "env_index": np.array(envs, np.uint16)}
+    zeros = np.zeros(n, np.float32)
+    obs = np.arange(start, start + n, dtype=np.float32)[:, None]
+    return {
+        "obs": obs,
+        "next_obs": obs + 1,
+        "reward": np.arange(start, start + n, dtype=np.float32),
+        "terminated": zeros,
+        "truncated": zeros,
+        "env_index": np.array(envs, np.uint16),
+    }
 
 
 class RecordingLearner:
@@ -464,3 +474,42 @@ def test_image_segments_train_through_the_shared_encoder():
     metrics = learner.train(segs)
     assert learner.updates == 2 and np.isfinite(metrics["policy_loss"])
     assert any(not np.array_equal(before[k], v) for k, v in learner.policy_weights().items())
+
+
+def test_queue_segments_carry_next_observations_only_where_the_learner_bootstraps(cartpole):
+    """The queue's segments hold ``end_obs`` (next observations of the last row and of truncated rows, not
+    of terminated ones) in place of ``next_obs``, and the learner trains on them exactly as on whole segments."""
+    rng = np.random.default_rng(4)
+    n, envs = 24, 3
+    entry = {
+        "obs": rng.standard_normal((n, 4)).astype(np.float32),
+        "next_obs": rng.standard_normal((n, 4)).astype(np.float32),
+        "action": rng.integers(0, 2, n).astype(np.int64),
+        "reward": rng.standard_normal(n).astype(np.float32),
+        "terminated": (rng.random(n) < 0.15).astype(np.uint8),
+        "truncated": np.zeros(n, np.uint8),
+        "behaviour_logp": np.full(n, np.log(0.5), np.float32),
+        "env_index": np.tile(np.arange(envs, dtype=np.uint16), n // envs),
+    }
+    entry["truncated"][[4, 10]] = 1  # env 1 has two episodes cut short
+    entry["terminated"][[4, 10, n - 3, n - 2, n - 1]] = [0, 0, 1, 0, 0]  # env 0 terminates on its last row
+    cfg = replace(ExperimentConfig(), algorithm="appo", mode="async", steps=100, random_steps=0)
+    cfg = replace(cfg, appo=APPOConfig(hidden=(8,), batch_size=n, epochs=2, minibatches=2))
+    queued = QueueLearning(APPOLearner(cartpole, cfg.appo, seed=0), cfg)
+    queued.add("rollout-0", 1, entry)
+    segments = [s for _, s in queued.queue]
+    whole = [{k: v[entry["env_index"] == e] for k, v in entry.items()} for e in range(envs)]
+    for seg, full in zip(segments, whole):
+        assert "next_obs" not in seg
+        ends = ((full["truncated"] == 1) | (np.arange(len(full["reward"])) == len(full["reward"]) - 1)) & (
+            full["terminated"] == 0
+        )
+        np.testing.assert_array_equal(seg[frames.END_OBS], full["next_obs"][ends])
+        np.testing.assert_array_equal(seg["obs"], full["obs"])
+    assert [len(s[frames.END_OBS]) for s in segments] == [0, 3, 1]
+    eager = APPOLearner(cartpole, cfg.appo, seed=0)
+    expected = eager.train(whole)
+    queued.update(consumed=n)
+    assert queued.metrics == pytest.approx(expected, rel=1e-6)
+    for name, value in eager.policy_weights().items():
+        np.testing.assert_array_equal(queued.learner.policy_weights()[name], value)

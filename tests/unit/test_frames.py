@@ -116,6 +116,32 @@ def test_a_stack_never_mixes_two_episodes():
     assert ends.sum() > 6
 
 
+@pytest.mark.parametrize("env_id", [STACKED, SINGLE])
+def test_a_segment_rebuilds_its_environments_rows_and_next_observations_where_they_are_needed(env_id):
+    """``frames.segment`` of a packed entry against the whole observations the env gave: each environment's
+    observations bit-exactly, and its next observations at its last row and at truncated rows (not at
+    terminated ones), as ``bootstrap_rows`` says."""
+    whole_envs, whole = stepped(env_id, 3, 40, log=None)
+    envs, serial = stepped(env_id, 3, 40, log=10_000)
+    rows = {k: np.concatenate([s[k] for s in serial]) for k in serial[0]}
+    expect = {k: np.concatenate([s[k] for s in whole]) for k in whole[0]}
+    packed = frames.pack(rows, envs.frames)
+    index = np.tile(np.arange(3), 40)
+    bootstrapped = 0
+    for env in range(3):
+        own = np.flatnonzero(index == env)
+        seg = frames.segment(packed, own)
+        assert "next_obs" not in seg and frames.TABLE not in seg
+        np.testing.assert_array_equal(seg["obs"], expect["obs"][own])
+        np.testing.assert_array_equal(seg["reward"], expect["reward"][own])
+        terminated, truncated = expect["terminated"][own] == 1, expect["truncated"][own] == 1
+        needed = (truncated | (np.arange(40) == 39)) & ~terminated
+        np.testing.assert_array_equal(frames.bootstrap_rows(terminated, truncated), needed)
+        np.testing.assert_array_equal(seg[frames.END_OBS], expect["next_obs"][own][needed])
+        bootstrapped += int(truncated.sum())
+    assert bootstrapped > 2  # Painted truncates about half of its episodes
+
+
 def test_folded_n_step_transitions_keep_their_frames():
     spec_envs = VecEnv(STACKED, 2, seed=5)
     spec_envs.log_frames(5_000)

@@ -4,7 +4,9 @@ learner's policy before the batch (``drl.algorithms.appo.vtrace``), then ``epoch
 The trainer hands over a batch as segments in order of arrival: each one the consecutive transitions of one
 environment of one worker, collected with one policy version, with the behaviour policy's log-probability of
 each action (``behaviour_logp``). Values of next observations are computed only where a segment ends or an
-episode was truncated (elsewhere the next observation is the next step's), and not at all where it terminated.
+episode was truncated (elsewhere the next observation is the next step's), and not at all where it terminated;
+so a segment may carry those next observations alone (``frames.END_OBS``, as the trainer's queue does) in place
+of ``next_obs``.
 
 The policy loss is PPO's clipped surrogate with V-trace's advantages (APPO), or with ``clip`` 0 IMPALA's
 -A_s log pi_theta(a_s|x_s). The ratio is pi_theta / mu, or with ``proximal`` pi_theta / pi_prox, pi_prox the
@@ -26,9 +28,21 @@ from drl.algorithms.appo.config import APPOConfig
 from drl.algorithms.appo.vtrace import vtrace
 from drl.algorithms.ppo.learner import EVAL_CHUNK, PPOLearner, shuffled_slices
 from drl.envs import SpaceSpec
+from drl.frames import END_OBS, bootstrap_rows
 
 PROXIMAL_LOGP = "proximal_logp"
-FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", BEHAVIOUR_LOGP)
+FIELDS = ("obs", "action", "reward", "terminated", "truncated", BEHAVIOUR_LOGP)
+
+
+def end_observations(segments: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """The next observations of the segments' ``frames.bootstrap_rows``, in order: a segment's ``END_OBS`` as
+    the trainer's queue hands it over (``frames.segment``), else those rows of its ``next_obs``."""
+    return np.concatenate(
+        [
+            s[END_OBS] if END_OBS in s else s["next_obs"][bootstrap_rows(s["terminated"], s["truncated"])]
+            for s in segments
+        ]
+    )
 
 
 class APPOLearner(PPOLearner):
@@ -79,7 +93,7 @@ class APPOLearner(PPOLearner):
         next_value[follows] = value[follows + 1]
         ends = np.flatnonzero(cut & ~terminated)
         if len(ends):
-            next_obs = self.normalised(self.observations(cat["next_obs"][ends]))
+            next_obs = self.normalised(self.observations(end_observations(segments)))
             next_value[ends] = self._values(next_obs, None)[0].cpu().numpy()
         shape = (int(lengths.max()), len(segments))
 
