@@ -1,12 +1,13 @@
 """The APPO time-to-score benchmark's verdicts (``bench.appo_time_to_score``): a side that crashed or did not run is
 "no comparison", never "met"; a run that did not reach the target counts as infinite time. Runs without Ray: the
-RLlib side's crash comes from a real subprocess that fails."""
+RLlib side's crash comes from a real subprocess that fails. And the entries ``bench.queue_path`` times."""
 
 from __future__ import annotations
 
 import math
 import sys
 
+import numpy as np
 import pytest
 
 from bench import appo_time_to_score as bench
@@ -171,3 +172,26 @@ def test_report_section_shows_the_crash_and_no_verdict(tmp_path):
     assert (met, status) == ("-", "ok")
     assert "| CartPole-v1 | 40.0 | 90.0 | crashed | 0.444 (met) | - (no comparison) |" in text
     assert "| CartPole-v1 | 0 | rllib | **crashed** |" in text
+
+
+def test_queue_path_entries_decode_as_the_trainer_reads_them_and_stack_each_environments_frames():
+    """``bench.queue_path`` times real work only if its entries are what a worker sends: they pass the codec
+    against the preset's own layout, and each environment's stacks are consecutive frames of its own."""
+    from bench import queue_path
+    from drl import frames
+    from drl.algorithms import wire_extras
+    from drl.envs import space_spec
+    from drl.memory import codec
+    from drl.presets import get_preset
+
+    spec, cfg = space_spec(queue_path.ENV), get_preset("appo-atari", queue_path.ENV)
+    layout = codec.expected_layout(spec, wire_extras(cfg))
+    fields = queue_path.wire(queue_path.entry(spec, 3, 8, np.random.default_rng(0)), layout, "zstd", 1)
+    batch = codec.decode(fields, "bench", layout)
+    assert batch.count == 24 and len(fields[b"d"]) < batch.arrays[frames.TABLE].nbytes / 4  # zstd finds Pong-like
+    whole = frames.expand(batch.arrays)
+    for env in range(3):
+        rows = np.flatnonzero(batch.arrays["env_index"] == env)
+        np.testing.assert_array_equal(whole["next_obs"][rows[:-1]], whole["obs"][rows[1:]])
+        np.testing.assert_array_equal(whole["obs"][rows[1:], :3], whole["obs"][rows[:-1], 1:])
+    assert not np.array_equal(whole["obs"][0, 0], whole["obs"][0, 3])
