@@ -3,7 +3,7 @@
 # return reaches the target or the time budget ends; then the curve, the summary and where the CPU and the GPU went.
 #
 #   bash bench/gpu_pong.sh [--preset appo-atari] [--workers 12] [--envs-per-worker 8] [--minutes 10] [--target 18]
-#                          [--wheels .gpu-wheels] [--out DIR] [-- EXTRA drl-orchestrate FLAGS]
+#                          [--wheels .gpu-wheels] [--out DIR] [--benches] [-- EXTRA drl-orchestrate FLAGS]
 #
 # The machine needs Python 3 with torch (CUDA), numpy and opencv; the other packages come from --wheels
 # (bench/gpu_wheels.sh makes the folder where there is an index), installed into a venv that sees the system's
@@ -12,10 +12,12 @@
 # config.json, the services' logs, cpu.tsv (CPU seconds per role every 5 s, from /proc), gpu.csv (nvidia-smi's
 # utilisation and memory every second) and report.txt (the figures bench/README.md quotes).
 # The trainer compiles its encoder when the machine has a C compiler for Triton (--compile auto: eager otherwise);
-# `python -m bench.pixel_learner --device cuda --quick` measures what that and bfloat16 give there.
+# `python -m bench.pixel_learner --device cuda --quick` measures what that and bfloat16 give there, and
+# `python -m bench.queue_path --device cuda` the host side's share of the learner's path; --benches runs both
+# first (about a minute; pixel_learner.txt and queue_path.txt in --out).
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
-PRESET=appo-atari WORKERS=12 ENVS=8 MINUTES=10 TARGET=18 WHEELS="$REPO/.gpu-wheels" OUTDIR="${OUT:-/tmp/gpu-pong}"
+PRESET=appo-atari WORKERS=12 ENVS=8 MINUTES=10 TARGET=18 WHEELS="$REPO/.gpu-wheels" OUTDIR="${OUT:-/tmp/gpu-pong}" BENCHES=0
 EXTRA=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -26,6 +28,7 @@ while [ $# -gt 0 ]; do
         --target) TARGET="$2"; shift 2 ;;
         --wheels) WHEELS="$2"; shift 2 ;;
         --out) OUTDIR="$2"; shift 2 ;;
+        --benches) BENCHES=1; shift ;;
         --) shift; EXTRA=("$@"); break ;;
         *) echo "gpu_pong.sh: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -40,10 +43,16 @@ fi
 "$VENV/bin/python" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print('gpu:', torch.cuda.get_device_name(0), 'torch', torch.__version__)" | tee "$OUTDIR/report.txt"
 echo "cpus: $(nproc)" | tee -a "$OUTDIR/report.txt"
 
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+if [ "$BENCHES" = 1 ]; then
+    (cd "$REPO" && "$VENV/bin/python" -m bench.queue_path --device cuda --repeats 3) >"$OUTDIR/queue_path.txt" 2>&1 || true
+    (cd "$REPO" && "$VENV/bin/python" -m bench.pixel_learner --device cuda --quick) >"$OUTDIR/pixel_learner.txt" 2>&1 || true
+    { tail -n 8 "$OUTDIR/queue_path.txt" "$OUTDIR/pixel_learner.txt" | grep -v "^{" || true; } | tee -a "$OUTDIR/report.txt"
+fi
+
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 1 >"$OUTDIR/gpu.csv" 2>/dev/null &
 SMI=$!
 RUN=pong
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 start=$(date +%s)
 set +e
 timeout --signal=INT "$((MINUTES * 60 + 30))" "$VENV/bin/python" -m orchestrator.cli --preset "$PRESET" --env ALE/Pong-v5 \
