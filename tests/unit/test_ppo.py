@@ -434,3 +434,71 @@ def test_bfloat16_updates_run_under_autocast_and_stay_close_to_float32(monkeypat
         float(np.linalg.norm(moved["float32"])) * float(np.linalg.norm(moved["bfloat16"]))
     )
     assert cosine > 0.9, cosine
+
+
+def _next_values_everywhere(learner: PPOLearner, segments) -> np.ndarray:
+    """GAE with the network run on every row's next observation: how advantages were computed before the next
+    row's value stood in where the next observation is that row's."""
+    cat = {k: np.concatenate([s[k] for s in segments]) for k in segments[0]}
+    with torch.no_grad():
+        value = learner.value(learner.policy.trunk(learner.obs_norm(torch.as_tensor(cat["obs"])))).numpy()
+        nxt = learner.value(learner.policy.trunk(learner.obs_norm(torch.as_tensor(cat["next_obs"])))).numpy()
+    ends = np.concatenate([np.arange(len(s["reward"])) == len(s["reward"]) - 1 for s in segments])
+    cut = ends | (cat["terminated"] == 1) | (cat["truncated"] == 1)
+    return gae(
+        cat["reward"].astype(np.float64),
+        value.astype(np.float64),
+        nxt.astype(np.float64),
+        cat["terminated"].astype(np.float64),
+        cut.astype(np.float64),
+        CFG.gamma,
+        CFG.gae_lambda,
+    )
+
+
+def test_next_values_come_from_the_next_row_only_where_it_holds_the_next_observation(cartpole, monkeypatch):
+    """Consecutive steps share an observation (s'_t = s_{t+1}); an episode's end, a truncation and a rollout
+    joined across a missing entry do not, and there the network runs on s'_t: the advantages are those of a
+    pass over every next observation, and the pass covers only the rows that need it."""
+    import drl.algorithms.ppo.learner as module
+
+    rng = np.random.default_rng(5)
+    states = rng.standard_normal((40, 4)).astype(np.float32)
+    steps = np.r_[0:12, 13:20]  # step 12 missing: the rollout was joined across a lost entry
+    seg = {
+        "obs": states[steps],
+        "next_obs": states[steps + 1].copy(),
+        "action": rng.integers(0, 2, len(steps)).astype(np.int64),
+        "reward": rng.standard_normal(len(steps)).astype(np.float32),
+        "terminated": np.zeros(len(steps), np.uint8),
+        "truncated": np.zeros(len(steps), np.uint8),
+    }
+    seg["next_obs"][4] = states[30]  # a truncation: the final observation, not the next episode's first
+    seg["truncated"][4] = 1
+    seg["terminated"][8] = 1
+    seg["next_obs"][8] = states[31]
+    other = {k: v[:5].copy() for k, v in seg.items()}
+    other["obs"], other["next_obs"] = states[25:30], states[26:31]
+    learner = PPOLearner(cartpole, CFG, seed=0)
+    learner.obs_norm.update(torch.as_tensor(states))
+    same = module.next_is_next_row(
+        np.concatenate([seg["obs"], other["obs"]]), np.concatenate([seg["next_obs"], other["next_obs"]])
+    )
+    assert np.flatnonzero(~same).tolist() == [4, 8, 11, 18, 23]  # truncated, terminated, the gap, two ends
+    passes = []
+    trunk = learner.policy.trunk
+    monkeypatch.setattr(learner.policy, "trunk", lambda x: passes.append(len(x)) or trunk(x))
+    data = learner.prepare([seg, other])
+    assert passes == [24, 4]  # every row once, then the four next observations no row holds (not the terminated)
+    monkeypatch.undo()
+    expected = _next_values_everywhere(learner, [seg, other])
+    assert data["advantage"].numpy() == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+def test_next_is_next_row_compares_whole_images_byte_for_byte():
+    from drl.algorithms.ppo.learner import next_is_next_row
+
+    frames = np.random.default_rng(0).integers(0, 255, (6, 4, 84, 84), dtype=np.uint8)
+    obs, nxt = frames[:5], frames[1:].copy()
+    nxt[2, 3, 83, 83] ^= 1  # one pixel of one frame differs
+    assert next_is_next_row(obs, nxt).tolist() == [True, True, False, True, False]

@@ -8,7 +8,8 @@ ordering across segments:
     A_t     = delta_t + gamma lambda (1 - cut_t) A_{t+1},      cut_t = terminated, truncated or segment end
 
 A truncated episode or a segment cut off by the end of the iteration bootstraps from V(s'_t); a terminated one
-does not. The behaviour policy's log-probabilities are recomputed here: in SYNC mode the rollout was collected
+does not. V(s'_t) is the next row's V(s_{t+1}) wherever s'_t is that row's observation (``next_is_next_row``), so
+the network's extra pass covers only the other rows. The behaviour policy's log-probabilities are recomputed here: in SYNC mode the rollout was collected
 with exactly the policy the learner holds before this iteration (older versions are dropped by the trainer).
 Observation statistics are frozen during the iteration (they are the ones the workers used) and merged with the
 iteration's observations afterwards, for the next version. The policy's and value's parameters are views of one
@@ -53,6 +54,22 @@ def shuffled_slices(rng: np.random.Generator, n: int, parts: int):
         yield order[start : start + size]
 
 
+def next_is_next_row(obs: np.ndarray, next_obs: np.ndarray) -> np.ndarray:
+    """Rows whose next observation is, byte for byte, the following row's observation: within a segment every
+    step but its last and an episode's end. Their next value is that row's value, so the network runs on the
+    others' next observations only. Checked rather than assumed from the segments' shape, so a rollout joined
+    across a missing entry still bootstraps from the right observation."""
+    n = len(obs)
+    same = np.zeros(n, dtype=bool)
+    if n > 1:
+        a = np.ascontiguousarray(next_obs[:-1]).reshape(n - 1, -1).view(np.uint8)
+        b = np.ascontiguousarray(obs[1:]).reshape(n - 1, -1).view(np.uint8)
+        if a.shape[1] % 8 == 0:
+            a, b = a.view(np.uint64), b.view(np.uint64)
+        same[:-1] = (a == b).all(axis=1)
+    return same
+
+
 class PPOLearner:
     collective: Collective = SOLO
     """The learners this one averages its gradients with (``drl.core.Collective``; alone by default)."""
@@ -79,21 +96,30 @@ class PPOLearner:
         }
         cut = np.concatenate([np.eye(1, len(s["reward"]), len(s["reward"]) - 1)[0] for s in segments])
         cut = np.maximum(cut, np.maximum(cat["terminated"], cat["truncated"]).astype(np.float64))
-        raw, next_obs = self.observations(cat["obs"]), self.observations(cat["next_obs"])
+        raw = self.observations(cat["obs"])
         action = torch.as_tensor(cat["action"], device=self.device)
         with torch.no_grad():
             obs = raw if self.image else self.obs_norm(raw)
-            next_obs = next_obs if self.image else self.obs_norm(next_obs)
-            logps, values, next_values = [], [], []
+            logps, values = [], []
             chunk = EVAL_CHUNK if self.image else max(len(obs), 1)
             for rows in (slice(i, i + chunk) for i in range(0, len(obs), chunk)):
                 dist, value = self.evaluate(obs[rows])
                 logps.append(self.policy.log_prob(dist, action[rows]))
                 values.append(value)
-                next_values.append(self.value(self.policy.trunk(next_obs[rows])))
             old_logp = torch.cat(logps)
             value = torch.cat(values).cpu().numpy().astype(np.float64)
-            next_value = torch.cat(next_values).cpu().numpy().astype(np.float64)
+            next_value = np.zeros_like(value)
+            same = next_is_next_row(cat["obs"], cat["next_obs"])
+            next_value[:-1][same[:-1]] = value[1:][same[:-1]]
+            own = np.flatnonzero(~same & (cat["terminated"] == 0))
+            if len(own):
+                next_obs = self.observations(cat["next_obs"][own])
+                next_obs = next_obs if self.image else self.obs_norm(next_obs)
+                next_values = [
+                    self.value(self.policy.trunk(next_obs[rows]))
+                    for rows in (slice(i, i + chunk) for i in range(0, len(own), chunk))
+                ]
+                next_value[own] = torch.cat(next_values).cpu().numpy()
         cfg = self.cfg
         assert isinstance(cfg, PPOConfig)  # GAE's lambda is PPO's own: APPO's learner prepares its batches itself
         adv = gae(
