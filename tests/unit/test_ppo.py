@@ -351,13 +351,14 @@ def test_image_train_on_uint8_segments_and_the_actor_acts_with_its_policy(spec):
     assert sampled.dtype == np.int64 and sampled.shape == (32,)
 
 
-def test_image_rollout_is_evaluated_in_chunks_like_whole(monkeypatch):
-    import drl.algorithms.ppo.learner as module
+def test_image_rollout_is_evaluated_in_chunks_like_whole():
+    from drl.algorithms.ppo.learner import CPU_EVAL_CHUNK, EVAL_CHUNK
 
     learner = PPOLearner(MINATAR, IMAGE_CFG, seed=0)
+    assert learner.eval_chunk == CPU_EVAL_CHUNK < EVAL_CHUNK  # a GPU takes the larger passes
     segments = [image_segment(MINATAR, 20, seed) for seed in range(3)]
     whole = learner.prepare(segments)
-    monkeypatch.setattr(module, "EVAL_CHUNK", 7)
+    learner.eval_chunk = 7
     chunked = learner.prepare(segments)
     for key in ("old_logp", "advantage", "return"):
         torch.testing.assert_close(chunked[key], whole[key], rtol=1e-5, atol=1e-6)

@@ -26,7 +26,7 @@ import torch
 from drl.algorithms.appo.actor import BEHAVIOUR_LOGP
 from drl.algorithms.appo.config import APPOConfig
 from drl.algorithms.appo.vtrace import vtrace
-from drl.algorithms.ppo.learner import EVAL_CHUNK, PPOLearner, shuffled_slices
+from drl.algorithms.ppo.learner import PPOLearner, shuffled_slices
 from drl.envs import SpaceSpec
 from drl.frames import END_OBS, bootstrap_rows
 
@@ -61,7 +61,7 @@ class APPOLearner(PPOLearner):
 
     def _values(self, obs_n: torch.Tensor, action: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Values (and log-probabilities of ``action``) without gradients, in chunks for images."""
-        chunk = EVAL_CHUNK if self.image else max(len(obs_n), 1)
+        chunk = self.eval_chunk if self.image else max(len(obs_n), 1)
         values, logps = [], []
         with torch.no_grad():
             for rows in (slice(i, i + chunk) for i in range(0, len(obs_n), chunk)):

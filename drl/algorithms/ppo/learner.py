@@ -42,8 +42,11 @@ from drl.core import SOLO, Collective
 from drl.envs import SpaceSpec
 
 EVAL_CHUNK = 1024
-"""Rows per forward pass when a whole image rollout is evaluated without gradients: bounds the encoder's
+"""Rows per forward pass when a whole image rollout is evaluated without gradients on a GPU: bounds the encoder's
 activations of a long rollout."""
+CPU_EVAL_CHUNK = 256
+"""The same on a CPU, smaller: there a pass over more rows runs slower per row (its activations leave the
+caches; ``bench/pixel_learner.py``'s batches, bench/README.md)."""
 
 
 def shuffled_slices(rng: np.random.Generator, n: int, parts: int):
@@ -79,6 +82,7 @@ class PPOLearner:
         self.cfg, self.spec = cfg, spec
         self.image = spec.image
         self.device = torch.device(device)
+        self.eval_chunk = CPU_EVAL_CHUNK if self.device.type == "cpu" else EVAL_CHUNK
         policy, value = networks(spec, cfg)
         self.policy, self.value = policy.to(self.device), value.to(self.device)
         self.flat = FlatParams([*self.policy.parameters(), *self.value.parameters()], grads=True, tie_grads=True)
@@ -101,7 +105,7 @@ class PPOLearner:
         with torch.no_grad():
             obs = raw if self.image else self.obs_norm(raw)
             logps, values = [], []
-            chunk = EVAL_CHUNK if self.image else max(len(obs), 1)
+            chunk = self.eval_chunk if self.image else max(len(obs), 1)
             for rows in (slice(i, i + chunk) for i in range(0, len(obs), chunk)):
                 dist, value = self.evaluate(obs[rows])
                 logps.append(self.policy.log_prob(dist, action[rows]))
