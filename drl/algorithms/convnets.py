@@ -50,7 +50,9 @@ class ImageEncoder(nn.Module):
     """Images (B, *obs_shape), uint8 or float, to ``features`` floats (see the module docstring).
 
     A learner's batch goes through the convolutions in channels-last memory order (the weights keep theirs):
-    oneDNN's and cuDNN's faster kernels for a gradient step; the values are the same up to float rounding.
+    oneDNN's and cuDNN's faster kernels for a gradient step; the values are the same up to float rounding. The
+    order changes while the pixels are still bytes, a quarter of the floats' memory to move, and the conversion
+    to float keeps it.
     Acting, evaluation and export (no gradient, or eval mode) keep the input's order."""
 
     def __init__(self, obs_shape: tuple[int, ...], kind: str = "auto"):
@@ -76,9 +78,9 @@ class ImageEncoder(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.unsqueeze(1) if self.plane else obs.permute(0, 3, 1, 2) if self.channels_last else obs
-        x = x.float().div_(255) if x.dtype == torch.uint8 else x.float()
         if self.training and torch.is_grad_enabled():
             x = x.contiguous(memory_format=torch.channels_last)
+        x = x.float().div_(255) if x.dtype == torch.uint8 else x.float()
         return self.fc(self.convs(x).flatten(1))
 
 

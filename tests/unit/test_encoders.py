@@ -86,3 +86,23 @@ def test_sizes_an_encoder_cannot_read_are_refused_in_one_line():
     with pytest.raises(UserError, match="unknown encoder 'resnet'"):
         choose("resnet", (4, 84, 84))
     assert choose("auto", (4, 36, 36)) == "nature" and choose("auto", (4, 35, 84)) == "minatar"
+
+
+@pytest.mark.parametrize("shape", [(4, 84, 84), (84, 84, 3)])
+def test_a_gradient_step_reads_the_batch_channels_last_and_leaves_the_bytes_as_they_were(shape):
+    """While training the first convolution gets the scaled pixels in channels-last order (the order changed
+    while they are bytes), the same numbers as without gradients, and the learner's uint8 batch is not
+    touched."""
+    torch.manual_seed(0)
+    encoder = ImageEncoder(shape, "nature")
+    seen = []
+    encoder.convs[0].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    x = images(shape, n=3)
+    before = x.clone()
+    trained = encoder(x)
+    with torch.no_grad():
+        evaluated = encoder(x)
+    assert seen[0].is_contiguous(memory_format=torch.channels_last) and seen[0].dtype == torch.float32
+    torch.testing.assert_close(seen[0], seen[1], rtol=0, atol=0)
+    torch.testing.assert_close(trained.detach(), evaluated, rtol=1e-5, atol=1e-6)
+    assert torch.equal(x, before)
