@@ -9,8 +9,9 @@ ordering across segments:
 
 A truncated episode or a segment cut off by the end of the iteration bootstraps from V(s'_t); a terminated one
 does not. V(s'_t) is the next row's V(s_{t+1}) wherever s'_t is that row's observation (``next_is_next_row``), so
-the network's extra pass covers only the other rows. The behaviour policy's log-probabilities are recomputed here: in SYNC mode the rollout was collected
-with exactly the policy the learner holds before this iteration (older versions are dropped by the trainer).
+the network's extra pass covers only the other rows. The behaviour policy's log-probabilities are recomputed
+here: in SYNC mode the rollout was collected with exactly the policy the learner holds before this iteration
+(older versions are dropped by the trainer).
 Observation statistics are frozen during the iteration (they are the ones the workers used) and merged with the
 iteration's observations afterwards, for the next version. The policy's and value's parameters are views of one
 flat tensor (``drl.algorithms.common.FlatParams``): with networks this small a minibatch step's cost is mostly
