@@ -2,20 +2,58 @@
 
 from __future__ import annotations
 
-import ctypes
+import errno
 import os
 import random
-import signal
+import shutil
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
-
-def die_with_parent() -> None:
-    """In a child before exec: ask Linux to send SIGTERM when the parent dies (PR_SET_PDEATHSIG)."""
+_TRAMPOLINE = """
+import ctypes, os, signal, sys
+parent, die, nice = int(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
+if die:
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
     except OSError:
         pass
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+if nice:
+    os.nice(nice)
+try:
+    os.execvp(sys.argv[4], sys.argv[4:])
+except OSError as exc:
+    sys.stderr.write(f"drl: cannot run {sys.argv[4]}: {exc.strerror}\\n")
+    os._exit(127)
+"""
+
+
+def spawn(argv: list[str], *, die_with_parent: bool = True, nice: int = 0, **popen_kwargs) -> subprocess.Popen:
+    """``subprocess.Popen(argv, **popen_kwargs)`` whose process gets SIGTERM when this thread ends
+    (PR_SET_PDEATHSIG, when ``die_with_parent``) and runs ``nice`` steps nicer, with no Python code run between
+    fork and exec in this process.
+
+    Why not ``preexec_fn``: with it, ``Popen`` uses ``fork()`` instead of ``vfork()``, so grpcio's fork handlers
+    run in the child and restart its poller there; the child then closes its inherited descriptors before exec,
+    the poller's among them, and grpcio aborts the child (grpc/grpc#43055). That happens now and then, whenever
+    this process holds a gRPC channel or server, as the orchestrator and the test processes do. A short exec
+    trampoline (a bare interpreter that sets the signal and the niceness, then execs ``argv``) keeps ``Popen``
+    on ``vfork()``. A missing program still raises ``FileNotFoundError`` here, as ``Popen`` would."""
+    env = popen_kwargs.get("env")
+    program = argv[0]
+    if os.sep in program:
+        found = os.access(program, os.X_OK)
+    else:
+        found = shutil.which(program, path=os.pathsep.join(os.get_exec_path(env))) is not None
+    if not found:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    if not die_with_parent and not nice:
+        return subprocess.Popen(argv, **popen_kwargs)
+    head = [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()), "1" if die_with_parent else "0"]
+    return subprocess.Popen([*head, str(nice), *argv], **popen_kwargs)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -89,20 +89,21 @@ def restricted(cluster, make_namespace):
 class Attached:
     """``drl-orchestrate`` running in the cluster's network namespace, its stderr read line by line. It starts
     with SIGINT ignored, as a background job of a non-interactive shell does (a CI job's, say): Ctrl-C
-    (``interrupt``) must end it all the same."""
+    (``interrupt``) must end it all the same. A shell's ``trap`` ignores it rather than a ``preexec_fn``, which
+    would have ``Popen`` fork this process (gRPC's fork handlers then abort the child now and then, see
+    ``drl.process.spawn``)."""
 
     def __init__(self, cluster, args: list[str], kubeconfig):
         self.lines: list[str] = []
         self.out: list[str] = []
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", cluster.netns, str(ORCHESTRATE), *args],
+            ["sh", "-c", 'trap "" INT; exec "$@"', "sh", "ip", "netns", "exec", cluster.netns, str(ORCHESTRATE), *args],
             env=cluster.env(kubeconfig=kubeconfig),
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
         )
         self.readers = [
             threading.Thread(target=self._read, args=(pipe, into), daemon=True)

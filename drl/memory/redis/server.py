@@ -23,7 +23,7 @@ from pathlib import Path
 import redis
 
 from drl.errors import UserError
-from drl.process import die_with_parent, free_port
+from drl.process import free_port, spawn
 
 
 def find_server_binary() -> str:
@@ -113,13 +113,12 @@ class RedisServer:
             args.append("-")
         log = open(self.log_path, "ab")
         try:
-            self.proc = subprocess.Popen(
+            self.proc = spawn(
                 args,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL if self.password is None else subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=die_with_parent,
             )
         except OSError as exc:
             raise UserError(f"cannot start {self.binary}: {exc.strerror}") from None

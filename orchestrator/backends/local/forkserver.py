@@ -39,6 +39,8 @@ import threading
 import time
 from typing import IO
 
+from drl.process import spawn
+
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
@@ -131,14 +133,13 @@ class Launcher:
             return
         server_env = {k: v for k, v in env.items() if not k.startswith("DRL_") or k in INHERITED}
         self.server_env = server_env
-        self.server = subprocess.Popen(
+        self.server = spawn(
             [self.python, "-m", __name__, env.get("DRL_RUN", "")],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env=server_env,
             start_new_session=True,
-            preexec_fn=lambda: _prctl(PR_SET_PDEATHSIG, signal.SIGTERM),
         )
 
     def _ensure(self, env: dict[str, str]) -> bool:
@@ -219,20 +220,15 @@ class Launcher:
                     return ForkedProcess(int(answer))
                 self._give_up("no pid for a child")
 
-            def before_exec():
-                if die_with_parent:
-                    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-                if nice:
-                    os.nice(nice)
-
-            return subprocess.Popen(
+            return spawn(
                 command,
+                die_with_parent=die_with_parent,
+                nice=nice,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=before_exec,
                 cwd=cwd,
             )
 
