@@ -56,23 +56,6 @@ class APPOLearner(PPOLearner):
         super().__init__(spec, cfg, seed, device)
         self.batch_size = cfg.batch_size
 
-    def normalised(self, raw: torch.Tensor) -> torch.Tensor:
-        return raw if self.image else self.obs_norm(raw)
-
-    def _values(self, obs_n: torch.Tensor, action: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Values (and log-probabilities of ``action``) without gradients, in chunks for images."""
-        chunk = self.eval_chunk if self.image else max(len(obs_n), 1)
-        values, logps = [], []
-        with torch.no_grad():
-            for rows in (slice(i, i + chunk) for i in range(0, len(obs_n), chunk)):
-                if action is None:
-                    values.append(self.value(self.policy.trunk(obs_n[rows])))
-                    continue
-                dist, value = self.evaluate(obs_n[rows])
-                values.append(value)
-                logps.append(self.policy.log_prob(dist, action[rows]))
-        return torch.cat(values), (torch.cat(logps) if action is not None else None)
-
     def prepare(self, segments: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
         """The batch as flat rows with V-trace targets and advantages, and each row's segment."""
         cfg = self.cfg

@@ -103,28 +103,17 @@ class PPOLearner:
         cut = np.maximum(cut, np.maximum(cat["terminated"], cat["truncated"]).astype(np.float64))
         raw = self.observations(cat["obs"])
         action = torch.as_tensor(cat["action"], device=self.device)
-        with torch.no_grad():
-            obs = raw if self.image else self.obs_norm(raw)
-            logps, values = [], []
-            chunk = self.eval_chunk if self.image else max(len(obs), 1)
-            for rows in (slice(i, i + chunk) for i in range(0, len(obs), chunk)):
-                dist, value = self.evaluate(obs[rows])
-                logps.append(self.policy.log_prob(dist, action[rows]))
-                values.append(value)
-            old_logp = torch.cat(logps)
-            value = torch.cat(values).cpu().numpy().astype(np.float64)
-            next_value = np.zeros_like(value)
-            same = next_is_next_row(cat["obs"], cat["next_obs"])
-            next_value[:-1][same[:-1]] = value[1:][same[:-1]]
-            own = np.flatnonzero(~same & (cat["terminated"] == 0))
-            if len(own):
-                next_obs = self.observations(cat["next_obs"][own])
-                next_obs = next_obs if self.image else self.obs_norm(next_obs)
-                next_values = [
-                    self.value(self.policy.trunk(next_obs[rows]))
-                    for rows in (slice(i, i + chunk) for i in range(0, len(own), chunk))
-                ]
-                next_value[own] = torch.cat(next_values).cpu().numpy()
+        obs = self.normalised(raw)
+        value_t, old_logp = self._values(obs, action)
+        assert old_logp is not None  # asked for with the actions
+        value = value_t.cpu().numpy().astype(np.float64)
+        next_value = np.zeros_like(value)
+        same = next_is_next_row(cat["obs"], cat["next_obs"])
+        next_value[:-1][same[:-1]] = value[1:][same[:-1]]
+        own = np.flatnonzero(~same & (cat["terminated"] == 0))
+        if len(own):
+            next_obs = self.normalised(self.observations(cat["next_obs"][own]))
+            next_value[own] = self._values(next_obs, None)[0].cpu().numpy()
         cfg = self.cfg
         assert isinstance(cfg, PPOConfig)  # GAE's lambda is PPO's own: APPO's learner prepares its batches itself
         adv = gae(
@@ -145,6 +134,24 @@ class PPOLearner:
             "return": self.tensor(adv + value),
             "old_value": self.tensor(value),
         }
+
+    def normalised(self, raw: torch.Tensor) -> torch.Tensor:
+        """Observations as the policy takes them: images as they are, vectors through the running statistics."""
+        return raw if self.image else self.obs_norm(raw)
+
+    def _values(self, obs_n: torch.Tensor, action: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Values (and log-probabilities of ``action``) without gradients, in chunks for images."""
+        chunk = self.eval_chunk if self.image else max(len(obs_n), 1)
+        values, logps = [], []
+        with torch.no_grad():
+            for rows in (slice(i, i + chunk) for i in range(0, len(obs_n), chunk)):
+                if action is None:
+                    values.append(self.value(self.policy.trunk(obs_n[rows])))
+                    continue
+                dist, value = self.evaluate(obs_n[rows])
+                values.append(value)
+                logps.append(self.policy.log_prob(dist, action[rows]))
+        return torch.cat(values), (torch.cat(logps) if action is not None else None)
 
     @property
     def obs_norm(self) -> ObsNorm:
