@@ -133,9 +133,14 @@ def table(results: list[dict]) -> list[str]:
     return lines
 
 
+def not_run(row: Row) -> str:
+    where = " (a GPU machine's, `--atari`)" if row.atari else ""
+    return f"| {row.preset} | {row.env} | {row.steps:,} | not run yet{where} | - | - | {fmt(row.reference)} | {row.source} |"
+
+
 def write(path: Path, lines: list[str], command: str) -> None:
     """Replaces the rows of the table between the markers in ``path`` with these (rows not measured this time
-    stay as they were)."""
+    stay as they were; a row never measured is listed as not run, with its budget and reference)."""
     text = path.read_text()
     if MARK_BEGIN not in text or MARK_END not in text:
         raise SystemExit(f"bench.scores: {path} has no {MARK_BEGIN} ... {MARK_END} section")
@@ -148,6 +153,9 @@ def write(path: Path, lines: list[str], command: str) -> None:
     }
     for line in lines[2:]:
         kept[tuple(cell.strip() for cell in line.split("|")[1:3])] = line
+    for row in ROWS:
+        if (row.preset, row.env) not in kept:
+            kept[(row.preset, row.env)] = not_run(row)
     order = {(row.preset, row.env): i for i, row in enumerate(ROWS)}
     rows = sorted(kept.values(), key=lambda line: order.get(tuple(c.strip() for c in line.split("|")[1:3]), 999))
     body = "\n".join([lines[0], lines[1], *rows, "", f"Last written by `{command}` at {git_commit()[:12]}."])

@@ -100,6 +100,8 @@ def test_the_score_table_replaces_its_rows_and_keeps_the_others(tmp_path):
         in text
     )
     assert text.index("| dqn | CartPole") < text.index("| sac |")  # the rows keep bench.scores' order
+    assert "| sac-lunar | LunarLanderContinuous-v3 | 500,000 | not run yet | - | - | 260.4 |" in text
+    assert "| appo-atari | ALE/Pong-v5 | 10,000,000 | not run yet (a GPU machine's, `--atari`) |" in text
 
 
 def _stand_in_orchestrator(tmp_path, exit_code: int, exit_reason: str) -> str:
