@@ -3,12 +3,15 @@
     python -m bench.scores                          # every row that fits this machine (Atari rows need --atari)
     python -m bench.scores --only ppo:CartPole-v1,sac:Pendulum-v1 --seeds 0,1,2
     python -m bench.scores --write docs/benchmarks.md   # also rewrites the table between its markers there
+    python -m bench.scores --only sac-lunar:LunarLanderContinuous-v3 --jobs 3   # the 3 seeds at once
 
 Each run is the real command line, ``drl-orchestrate --preset P --env E --seed S --steps BUDGET`` with the
-preset's own values (workers, envs, learning rates), one run at a time. From its ``summary.json``: the **final**
-mean evaluation return (the last version the evaluator scored, ``last_eval_return``) and the **best** one
-(``best_eval_return``), with the run's wall seconds. The table gives the median over the seeds and every seed's
-figure, so a seed that failed to learn shows. A run that stopped before its budget (other than at a ``--target-return``)
+preset's own values (workers, envs, learning rates), one run at a time unless ``--jobs`` runs a row's seeds at
+once (the presets fix the updates per transition, so learning does not depend on it; the minutes, and which
+versions the evaluator gets to score, do). From its ``summary.json``: the **final** mean evaluation return (the
+last version the evaluator scored, ``last_eval_return``) and the **best** one (``best_eval_return``), with the
+run's wall seconds. The table gives the median over the seeds and every seed's figure, so a seed that failed to
+learn shows. A run that stopped before its budget (other than at a ``--target-return``)
 has no score in the table (``-``); Ctrl-C ends the benchmark and leaves the table as it was.
 
 The reference column is a published figure for the same environment, never measured here: RL Baselines3 Zoo's
@@ -28,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,6 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated preset:env rows (default: all that fit)")
     parser.add_argument("--atari", action="store_true", help="include the Atari rows (a GPU machine's budget)")
     parser.add_argument("--drl-args", default="", help="extra drl-orchestrate flags for every run")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="seeds of a row run at once (default 1; the runs then share the machine, so their minutes grow)",
+    )
     parser.add_argument("--write", type=Path, help="rewrite the table in this markdown file (docs/benchmarks.md)")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -178,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no such rows: {', '.join(sorted(unknown))} (rows: {', '.join(r.key for r in ROWS)})")
     command = "python -m bench.scores " + " ".join(argv if argv is not None else sys.argv[1:])
     try:
-        results = run_rows(rows, seeds, args.drl_args.split())
+        results = run_rows(rows, seeds, args.drl_args.split(), args.jobs)
     except KeyboardInterrupt:
         print("bench.scores: interrupted; nothing written", file=sys.stderr)
         return INTERRUPTED
@@ -190,20 +200,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_rows(rows: list[Row], seeds: list[int], extra: list[str]) -> list[dict]:
+def run_rows(rows: list[Row], seeds: list[int], extra: list[str], jobs: int = 1) -> list[dict]:
+    """Each row's seeds, ``jobs`` of them at a time (the results in seed order)."""
     results = []
-    with tempfile.TemporaryDirectory(prefix="drl-scores-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="drl-scores-") as tmp, ThreadPoolExecutor(max(jobs, 1)) as pool:
         for row in rows:
-            runs = []
-            for seed in seeds:
+
+            def one(seed: int, row: Row = row) -> dict:
                 run = run_one(row, seed, Path(tmp), extra)
-                runs.append(run)
                 print(
                     f"{row.key} seed {seed}: final {fmt(run.get('final'))}, best {fmt(run.get('best'))}, "
                     f"{run['seconds']:.0f} s, exit {run['exit_code']}"
                     + (f" ({run['error'][-200:]})" if "error" in run else ""),
                     flush=True,
                 )
+                return run
+
+            runs = list(pool.map(one, seeds))
             results.append({**row.__dict__, "runs": runs})
     return results
 

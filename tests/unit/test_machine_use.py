@@ -142,3 +142,32 @@ def test_an_interrupted_score_run_leaves_the_table_as_it_was_with_a_stand_in_orc
     monkeypatch.setattr(scores, "orchestrate_exe", lambda: _stand_in_orchestrator(tmp_path, 130, "interrupted"))
     code = scores.main(["--only", scores.ROWS[0].key, "--seeds", "0,1", "--write", str(doc)])
     assert code == scores.INTERRUPTED and doc.read_text() == before
+
+
+def test_score_runs_of_a_row_run_at_once_with_jobs_and_keep_seed_order_with_a_stand_in_orchestrator(
+    tmp_path, monkeypatch
+):
+    from bench import scores
+
+    script = tmp_path / "drl-orchestrate"
+    summary = {"exit_reason": "steps_done", "last_eval_return": 0.0, "best_eval_return": 1.0, "env_steps": 50}
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import json, pathlib, sys, time\n"
+        "a = sys.argv\n"
+        "run = pathlib.Path(a[a.index('--output') + 1]) / a[a.index('--run-name') + 1]\n"
+        "run.mkdir(parents=True)\n"
+        "seed = int(a[a.index('--seed') + 1])\n"
+        "started = time.time()\n"
+        "time.sleep(1.5)\n"
+        f"summary = {summary!r}\n"
+        "summary['last_eval_return'] = float(seed)\n"
+        "(run / 'summary.json').write_text(json.dumps(summary))\n"
+        f"pathlib.Path({str(tmp_path)!r}, f'span{{seed}}').write_text(f'{{started}} {{time.time()}}')\n"
+    )
+    script.chmod(0o755)
+    monkeypatch.setattr(scores, "orchestrate_exe", lambda: str(script))
+    [result] = scores.run_rows([scores.ROWS[0]], [0, 1, 2], [], jobs=3)
+    assert [run["final"] for run in result["runs"]] == [0.0, 1.0, 2.0]
+    spans = sorted(tuple(map(float, (tmp_path / f"span{s}").read_text().split())) for s in range(3))
+    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])), f"no two runs overlapped: {spans}"
