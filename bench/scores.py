@@ -11,8 +11,8 @@ once (the presets fix the updates per transition, so learning does not depend on
 versions the evaluator gets to score, do). From its ``summary.json``: the **final** mean evaluation return (the
 last version the evaluator scored, ``last_eval_return``) and the **best** one (``best_eval_return``), with the
 run's wall seconds. The table gives the median over the seeds and every seed's figure, so a seed that failed to
-learn shows. A run that stopped before its budget (other than at a ``--target-return``)
-has no score in the table (``-``); Ctrl-C ends the benchmark and leaves the table as it was.
+learn shows. A run that stopped before its budget (other than at a ``--target-return``) has no score in the table
+(``-``); Ctrl-C ends the benchmark and leaves the table as it was.
 
 The reference column is a published figure for the same environment, never measured here: RL Baselines3 Zoo's
 ``benchmark.md`` (DLR-RM/rl-baselines3-zoo, its "Performance of trained agents" table: one trained agent per
