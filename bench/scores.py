@@ -4,6 +4,8 @@
     python -m bench.scores --only ppo:CartPole-v1,sac:Pendulum-v1 --seeds 0,1,2
     python -m bench.scores --write docs/benchmarks.md   # also rewrites the table between its markers there
     python -m bench.scores --only sac-lunar:LunarLanderContinuous-v3 --jobs 3   # the 3 seeds at once
+    python -m bench.scores --only sac-lunar:LunarLanderContinuous-v3 --seeds 2 --write docs/benchmarks.md
+                                                    # one more seed; the row keeps the seeds written before
 
 Each run is the real command line, ``drl-orchestrate --preset P --env E --seed S --steps BUDGET`` with the
 preset's own values (workers, envs, learning rates), one run at a time unless ``--jobs`` runs a row's seeds at
@@ -12,7 +14,9 @@ versions the evaluator gets to score, do). From its ``summary.json``: the **fina
 last version the evaluator scored, ``last_eval_return``) and the **best** one (``best_eval_return``), with the
 run's wall seconds. The table gives the median over the seeds and every seed's figure, so a seed that failed to
 learn shows. A run that stopped before its budget (other than at a ``--target-return``) has no score in the table
-(``-``); Ctrl-C ends the benchmark and leaves the table as it was.
+(``-``); Ctrl-C ends the benchmark and leaves the table as it was. ``--write`` keeps every seed's figures, with
+the command and commit that measured it, in ``docs/benchmarks/scores.json``, and writes a row from all the seeds
+measured for it at its budget: a row's missing seeds can be run another day.
 
 The reference column is a published figure for the same environment, never measured here: RL Baselines3 Zoo's
 ``benchmark.md`` (DLR-RM/rl-baselines3-zoo, its "Performance of trained agents" table: one trained agent per
@@ -142,12 +146,43 @@ def not_run(row: Row) -> str:
     return f"| {row.preset} | {row.env} | {row.steps:,} | not run yet{where} | - | - | {fmt(row.reference)} | {row.source} |"
 
 
-def write(path: Path, lines: list[str], command: str) -> None:
-    """Replaces the rows of the table between the markers in ``path`` with these (rows not measured this time
-    stay as they were; a row never measured is listed as not run, with its budget and reference)."""
+def seeds_file(path: Path) -> Path:
+    """Where ``--write`` keeps each row's per-seed results: ``docs/benchmarks/scores.json`` beside
+    ``docs/benchmarks.md``."""
+    return path.parent / path.stem / "scores.json"
+
+
+def merged(path: Path, results: list[dict], command: str) -> list[dict]:
+    """The rows of ``results`` with the seeds measured for them before, at the same budget, so that a row's
+    missing seeds can be run later (``--seeds 1,2``) without losing the others; a seed measured again replaces
+    its old figure. Every seed keeps the command and commit that measured it; the file is written back."""
+    store = seeds_file(path)
+    kept = json.loads(store.read_text()) if store.exists() else {}
+    commit = git_commit()[:12]
+    rows = []
+    for result in results:
+        key = f"{result['preset']}:{result['env']}"
+        before = kept.get(key, {})
+        runs = (
+            {int(s): run for s, run in before.get("runs", {}).items()} if before.get("steps") == result["steps"] else {}
+        )
+        for run in result["runs"]:
+            runs[int(run["seed"])] = {**run, "command": command, "commit": commit}
+        kept[key] = {"steps": result["steps"], "runs": {str(s): runs[s] for s in sorted(runs)}}
+        rows.append({**result, "runs": [runs[s] for s in sorted(runs)]})
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
+    return rows
+
+
+def write(path: Path, results: list[dict], command: str) -> None:
+    """Replaces the rows of the table between the markers in ``path`` with these, each with the seeds measured
+    for it before (``merged``); rows not measured this time stay as they were, and a row never measured is
+    listed as not run, with its budget and reference."""
     text = path.read_text()
     if MARK_BEGIN not in text or MARK_END not in text:
         raise SystemExit(f"bench.scores: {path} has no {MARK_BEGIN} ... {MARK_END} section")
+    lines = table(merged(path, results, command))
     head, rest = text.split(MARK_BEGIN, 1)
     old, tail = rest.split(MARK_END, 1)
     kept = {
@@ -162,7 +197,11 @@ def write(path: Path, lines: list[str], command: str) -> None:
             kept[(row.preset, row.env)] = not_run(row)
     order = {(row.preset, row.env): i for i, row in enumerate(ROWS)}
     rows = sorted(kept.values(), key=lambda line: order.get(tuple(c.strip() for c in line.split("|")[1:3]), 999))
-    body = "\n".join([lines[0], lines[1], *rows, "", f"Last written by `{command}` at {git_commit()[:12]}."])
+    footer = (
+        f"Last written by `{command}` at {git_commit()[:12]}; the command and commit of each seed are in "
+        f"`{path.stem}/{seeds_file(path).name}` beside this file."
+    )
+    body = "\n".join([lines[0], lines[1], *rows, "", footer])
     path.write_text(f"{head}{MARK_BEGIN}\n{body}\n{MARK_END}{tail}")
 
 
@@ -192,10 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("bench.scores: interrupted; nothing written", file=sys.stderr)
         return INTERRUPTED
-    lines = table(results)
-    print("\n".join(lines))
+    print("\n".join(table(results)))
     if args.write:
-        write(args.write, lines, command)
+        write(args.write, results, command)
     print(json.dumps({"rows": results, "seeds": seeds, "command": command, "drl": git_commit()}))
     return 0
 

@@ -92,7 +92,7 @@ def test_the_score_table_replaces_its_rows_and_keeps_the_others(tmp_path):
     doc.write_text(f"# B\n\n{scores.MARK_BEGIN}\n| preset | env |\n|---|---|\n{old_row}\n{scores.MARK_END}\nafter\n")
     runs = [{"seed": s, "final": -150.0 - s, "best": -140.0, "seconds": 60.0} for s in range(3)]
     row = {"preset": "sac", "env": "Pendulum-v1", "steps": 20_000, "reference": -157.0, "source": "zoo", "runs": runs}
-    scores.write(doc, scores.table([row]), "python -m bench.scores --only sac:Pendulum-v1")
+    scores.write(doc, [row], "python -m bench.scores --only sac:Pendulum-v1")
     text = doc.read_text()
     assert old_row in text and text.endswith(f"{scores.MARK_END}\nafter\n")
     assert (
@@ -102,6 +102,32 @@ def test_the_score_table_replaces_its_rows_and_keeps_the_others(tmp_path):
     assert text.index("| dqn | CartPole") < text.index("| sac |")  # the rows keep bench.scores' order
     assert "| sac-lunar | LunarLanderContinuous-v3 | 500,000 | not run yet | - | - | 260.4 |" in text
     assert "| appo-atari | ALE/Pong-v5 | 10,000,000 | not run yet (a GPU machine's, `--atari`) |" in text
+
+
+def test_the_score_table_keeps_a_rows_earlier_seeds_when_others_are_run_later(tmp_path):
+    from bench import scores
+
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# B\n\n{scores.MARK_BEGIN}\n{scores.MARK_END}\n")
+    row = {"preset": "sac", "env": "Pendulum-v1", "steps": 20_000, "reference": -157.0, "source": "zoo"}
+    first = [{"seed": 0, "final": -150.0, "best": -140.0, "seconds": 60.0, "exit_code": 0}]
+    scores.write(doc, [{**row, "runs": first}], "python -m bench.scores --seeds 0")
+    later = [{"seed": s, "final": -160.0 - s, "best": -145.0, "seconds": 120.0, "exit_code": 0} for s in (2, 1)]
+    scores.write(doc, [{**row, "runs": later}], "python -m bench.scores --seeds 2,1")
+    text = doc.read_text()
+    assert (
+        "| sac | Pendulum-v1 | 20,000 | -161.0 (-150.0, -161.0, -162.0) | -145.0 (-140.0, -145.0, -145.0) | 2.0 |"
+        in text
+    )
+    kept = json.loads((tmp_path / "benchmarks" / "scores.json").read_text())["sac:Pendulum-v1"]
+    assert [kept["runs"][s]["command"] for s in "012"] == ["python -m bench.scores --seeds 0"] + 2 * [
+        "python -m bench.scores --seeds 2,1"
+    ]
+    again = [{"seed": 0, "final": -130.0, "best": -120.0, "seconds": 60.0, "exit_code": 0}]
+    scores.write(doc, [{**row, "runs": again}], "python -m bench.scores --seeds 0")
+    assert "| -161.0 (-130.0, -161.0, -162.0) | -145.0 (-120.0, -145.0, -145.0) |" in doc.read_text()
+    scores.write(doc, [{**row, "steps": 40_000, "runs": first}], "python -m bench.scores --seeds 0")
+    assert "| sac | Pendulum-v1 | 40,000 | -150.0 (-150.0) |" in doc.read_text()  # another budget starts afresh
 
 
 def _stand_in_orchestrator(tmp_path, exit_code: int, exit_reason: str) -> str:
