@@ -20,6 +20,12 @@ frames, 84x84 grayscale, no life-loss terminal) and a stack of 4 frames: (4, 84,
   ``drl.atari``). The network is the ``dqn-atari`` preset's DQN actor, the one drl's workers act with, with random
   weights; on a tree without the preset, the Nature DQN CNN in torch (random weights, greedy). Torch uses one
   thread in each process. Rate = the sum of the N processes' frames over ``--raw-seconds`` after a warm-up.
+  **raw-overlap**: the same, each process acting on one half of its envs while EnvPool's thread steps the other.
+- **raw-one**, **raw-one-overlap** (per N): **one** process stepping all N x E envs, EnvPool's threads sized for
+  the machine (``drl.envs.env_threads``: one a core), acting on them with the same network (one torch thread):
+  in lock-step, or on one half while the other half steps. This is issue 45's baseline, "a raw loop that steps
+  the same EnvPool env and acts with the same network in one process" (what a single-process trainer such as
+  CleanRL's EnvPool loop collects); ``drl/1p`` is drl's rate over the faster of the two in the same repeat.
 - **sf**: Sample Factory 2.1.1 (APPO: ``--async_rl True``) in its own environment (``/work/venvs/sf``, built by
   ``bench/peers/setup_atari_peers.sh``), ``bench/peers/sf_pong.py`` with its own tuned Atari configuration
   (Nature CNN, no RNN, batch 256, rollout 128, 4 epochs of 4 minibatches), ``--num_workers N
@@ -93,7 +99,8 @@ SF_PYTHON = Path(os.environ.get("DRL_PEERS", "/work/venvs")) / "sf" / "bin" / "p
 SF_SCRIPT = REPO / "bench" / "peers" / "sf_pong.py"
 SF_REPORT = re.compile(r"Total num frames: (\d+)\. .*Samples: (\d+)\.")
 SF_SAMPLED = re.compile(r"^sampled (\d+)$")
-SIDES = ("raw", "raw-overlap", "sf", "sf-sampler", "drl")
+SIDES = ("raw", "raw-overlap", "raw-one", "raw-one-overlap", "sf", "sf-sampler", "drl")
+ONE_PROCESS = ("raw-one", "raw-one-overlap")
 
 
 def drl_has_preset() -> bool:
@@ -263,25 +270,27 @@ def raw_child(job: dict) -> int:
     return 0
 
 
-def measure_raw(n: int, seed: int, args: argparse.Namespace, overlap: bool = False) -> dict:
+def measure_raw(n: int, seed: int, args: argparse.Namespace, overlap: bool = False, one: bool = False) -> dict:
     """N raw loops in N processes started together (after their imports and env construction); the rate is
     their sum. ``overlap`` (side ``raw-overlap``): each loop acts on half of its EnvPool envs while the other half
-    steps (``VecEnv.step_with``), as drl's ASYNC workers do."""
+    steps (``VecEnv.step_with``), as drl's ASYNC workers do. ``one`` (sides ``raw-one``, ``raw-one-overlap``): one
+    process steps all N x E envs with EnvPool's threads sized for the whole machine."""
+    processes = 1 if one else n
     job = {
         "env": args.env,
-        "envs_per_worker": args.envs_per_worker,
+        "envs_per_worker": args.envs_per_worker * (n if one else 1),
         "seconds": args.raw_seconds,
         "warmup_s": 1.0,
         "source": args.raw_source,
         "policy": args.raw_policy,
         "vector_env": args.vector_env,
-        "workers": n,
+        "workers": processes,
         "overlap": overlap,
         "preset": args.preset,
-        "start_at": time.time() + 6.0 + 1.5 * n,
+        "start_at": time.time() + 6.0 + 1.5 * processes,
     }
     result: dict = {
-        "side": "raw-overlap" if overlap else "raw",
+        "side": ("raw-one" if one else "raw") + ("-overlap" if overlap else ""),
         "workers": n,
         "seed": seed,
         "load_at_start": round(os.getloadavg()[0], 2),
@@ -300,10 +309,10 @@ def measure_raw(n: int, seed: int, args: argparse.Namespace, overlap: bool = Fal
             stderr=subprocess.PIPE,
             text=True,
         )
-        for i in range(n)
+        for i in range(processes)
     ]
     try:
-        outs = [p.communicate(timeout=180 + 2 * args.raw_seconds + 5 * n) for p in procs]
+        outs = [p.communicate(timeout=180 + 2 * args.raw_seconds + 5 * processes) for p in procs]
     except subprocess.TimeoutExpired:
         for p in procs:
             p.kill()
@@ -572,10 +581,15 @@ def summarise(worker_counts: list[int], results: list[dict], n_cores: int, peer:
         def ratio(x: str, y: str, paired: list = paired) -> float | None:
             return median(p[x] / p[y] for p in paired if p.get(x) and p.get(y))
 
+        for p in paired:
+            p["raw-one-best"] = max((p[side] for side in ONE_PROCESS if p.get(side)), default=None)
+
         row = {
             "workers": n,
             "raw_fps": rate["raw"],
             "raw_overlap_fps": rate["raw-overlap"],
+            "raw_one_fps": rate["raw-one"],
+            "raw_one_overlap_fps": rate["raw-one-overlap"],
             "sf_fps": rate["sf"],
             "sf_sampler_fps": rate["sf-sampler"],
             "drl_fps": rate["drl"],
@@ -583,6 +597,7 @@ def summarise(worker_counts: list[int], results: list[dict], n_cores: int, peer:
             "drl_whole_run_fps": median(r.get("summary", {}).get("whole_run_rate") for r in mine if r["side"] == "drl"),
             "drl_over_raw": ratio("drl", "raw"),
             "drl_over_raw_overlap": ratio("drl", "raw-overlap"),
+            "drl_over_raw_one": ratio("drl", "raw-one-best"),
             "drl_over_sf": ratio("drl", "sf"),
             "drl_over_sf_sampler": ratio("drl", "sf-sampler"),
             "sf_over_raw": ratio("sf", "raw"),
@@ -603,20 +618,23 @@ def summarise(worker_counts: list[int], results: list[dict], n_cores: int, peer:
 def print_table(rows: list[dict]) -> None:
     print()
     print(
-        f"{'N':>3} {'raw':>7} {'raw-ovl':>7} {'sf':>7} {'sf coll.':>8} {'sf-samp':>8} {'drl':>7} {'drl run':>8} "
-        f"{'drl/raw':>8} {'drl/ovl':>8} {'drl/sf':>7} {'drl/sf-samp':>11} {'sf/raw':>7} {'sf-samp/raw':>11}"
+        f"{'N':>3} {'raw':>7} {'raw-ovl':>7} {'1p':>7} {'1p-ovl':>7} {'sf':>7} {'sf coll.':>8} {'sf-samp':>8} {'drl':>7} {'drl run':>8} "
+        f"{'drl/raw':>8} {'drl/ovl':>8} {'drl/1p':>7} {'drl/sf':>7} {'drl/sf-samp':>11} {'sf/raw':>7} {'sf-samp/raw':>11}"
     )
     for r in rows:
         print(
-            f"{r['workers']:>3} {fmt(r['raw_fps']):>7} {fmt(r['raw_overlap_fps']):>7} {fmt(r['sf_fps']):>7} {fmt(r['sf_collected_fps']):>8} "
+            f"{r['workers']:>3} {fmt(r['raw_fps']):>7} {fmt(r['raw_overlap_fps']):>7} "
+            f"{fmt(r['raw_one_fps']):>7} {fmt(r['raw_one_overlap_fps']):>7} {fmt(r['sf_fps']):>7} {fmt(r['sf_collected_fps']):>8} "
             f"{fmt(r['sf_sampler_fps']):>8} {fmt(r['drl_fps']):>7} {fmt(r['drl_whole_run_fps']):>8} "
             f"{fmt(r['drl_over_raw'], '.3f'):>8} {fmt(r['drl_over_raw_overlap'], '.3f'):>8} "
+            f"{fmt(r['drl_over_raw_one'], '.3f'):>7} "
             f"{fmt(r['drl_over_sf'], '.2f'):>7} "
             f"{fmt(r['drl_over_sf_sampler'], '.2f'):>11} {fmt(r['sf_over_raw'], '.3f'):>7} "
             f"{fmt(r['sf_sampler_over_raw'], '.3f'):>11}"
         )
     print(
-        "frames/s, frames = agent steps x 4. raw: N loops acting, nothing sent. sf: frames its learner trained on "
+        "frames/s, frames = agent steps x 4. raw: N loops acting, nothing sent (ovl: on one half while the "
+        "other steps). 1p: one process stepping all the envs (drl/1p: against the faster 1p loop). sf: frames its learner trained on "
         "(sf coll.: collected). sf-samp: Sample Factory's sampler alone. drl: frames the trainer consumed in the "
         "steady window (drl run: over the whole run, start-up included, from summary.json)"
     )
@@ -642,7 +660,7 @@ def main(argv: list[str] | None = None) -> int:
         default="auto",
         help="raw loop's network: the dqn-atari preset's actor or the Nature CNN in torch",
     )
-    parser.add_argument("--sides", default=",".join(SIDES), help="which of raw,sf,sf-sampler,drl to measure")
+    parser.add_argument("--sides", default=",".join(SIDES), help="which of " + ",".join(SIDES) + " to measure")
     parser.add_argument("--sf-args", default="", help="extra Sample Factory flags (e.g. '--num_epochs 1')")
     parser.add_argument("--drl-args", default="", help="extra drl-orchestrate flags")
     parser.add_argument("--drl-train", action="store_true", help="drl's trainer learns (preset's learning start)")
@@ -708,6 +726,8 @@ def main(argv: list[str] | None = None) -> int:
     measure = {
         "raw": lambda n, s, d: measure_raw(n, s, args),
         "raw-overlap": lambda n, s, d: measure_raw(n, s, args, overlap=True),
+        "raw-one": lambda n, s, d: measure_raw(n, s, args, one=True),
+        "raw-one-overlap": lambda n, s, d: measure_raw(n, s, args, overlap=True, one=True),
         "sf": lambda n, s, d: measure_sf(n, s, args, d),
         "sf-sampler": lambda n, s, d: measure_sf(n, s, args, d, sampler=True),
         "drl": lambda n, s, d: measure_drl(n, s, args, d),
@@ -737,6 +757,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{shown}; load average {machine['load_average_start']:.2f} at start, "
         f"{machine['load_average_end']:.2f} at end"
     )
+    one = [row for row in rows if row["drl_over_raw_one"] is not None]
+    if one:
+        print(
+            f"issue 45: drl >= {GOAL_RAW} x the one-process raw loop: "
+            + ", ".join(
+                f"N={row['workers']} {row['drl_over_raw_one']:.3f} "
+                f"({'met' if row['drl_over_raw_one'] >= GOAL_RAW else 'not met'})"
+                for row in one
+            )
+        )
     print(
         json.dumps(
             {

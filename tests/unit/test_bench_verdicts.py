@@ -80,6 +80,19 @@ def test_atari_throughput_verdicts_when_compared():
     assert atari_results(peer_rate=800.0, drl_rate=None)[1] is False, "drl's own failure is not met"
 
 
+def test_atari_throughput_compares_drl_with_the_faster_one_process_loop_of_each_repeat():
+    """Issue 45's baseline is one process stepping every env: drl over the faster of its two forms, repeat by
+    repeat, then the median."""
+    runs = [
+        {"workers": 2, "repeat": rep, "side": side, "rate": rate}
+        for rep, rates in enumerate([(1000.0, 1250.0, 900.0), (1200.0, 800.0, 960.0), (1000.0, None, 1000.0)])
+        for side, rate in zip(("raw-one", "raw-one-overlap", "drl"), rates)
+    ]
+    row = summarise([2], runs, n_cores=2, peer="sf")[0][0]
+    assert row["drl_over_raw_one"] == 0.8  # median of 900/1250, 960/1200 and 1000/1000
+    assert row["raw_one_fps"] == 1000.0 and row["raw_one_overlap_fps"] == 1025.0
+
+
 def test_combined_verdicts():
     assert combined([True, True]) is True and combined([True, None]) is None and combined([None, False]) is False
     assert combined([]) is None
