@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
 
-def _run(args: list[str]) -> None:
-    done = subprocess.run(args, capture_output=True, text=True, timeout=30)
+def _run(args: list[str], busy_s: float = 0.0) -> None:
+    """Runs a mount command; ``busy_s`` seconds of retries while the kernel answers that the mount is busy
+    (a read-only remount is refused while a file on the mount is open for writing, and the run writes its store
+    now and then)."""
+    deadline = time.monotonic() + busy_s
+    while True:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=30)
+        if done.returncode == 0 or "busy" not in done.stderr or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
     if done.returncode != 0:
         raise AssertionError(
             f"{' '.join(args)} failed ({done.stderr.strip() or done.returncode}): this fault test "
@@ -25,7 +34,7 @@ def read_only(path: Path):
     path.mkdir(parents=True, exist_ok=True)
     _run(["mount", "--bind", str(path), str(path)])
     try:
-        _run(["mount", "-o", "remount,bind,ro", str(path)])
+        _run(["mount", "-o", "remount,bind,ro", str(path)], busy_s=20.0)
         yield path
     finally:
         _run(["umount", "-l", str(path)])
