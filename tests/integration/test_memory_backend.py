@@ -113,9 +113,10 @@ def test_entries_pending_at_a_dead_consumer_are_reclaimed(tmp_path, redis_server
     taken = dead.read(count=5, block_ms=None)
     assert len(taken) == 5
     assert redis_client.xpending(keys.stream, "trainer")["pending"] == 5
-    trainer = _trainer(tmp_path, redis_server.url, workers=1, reclaim_idle_s=0.2)
+    trainer = _trainer(tmp_path, redis_server.url, workers=1, reclaim_idle_s=60.0)
     assert trainer.channels.read(count=10, block_ms=None) == [], "claimed before the idle time passed"
-    trainer.channels[0].feed.reclaimed_at = 0.0
+    feed = trainer.channels[0].feed
+    feed.reclaim_idle_ms, feed.reclaimed_at = 200, 0.0
     import time
 
     time.sleep(0.3)
