@@ -22,7 +22,13 @@ if die:
     if os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGTERM)
 if nice:
-    os.nice(nice)
+    level = os.nice(nice)
+    if os.getsid(0) == os.getpid():
+        try:
+            with open("/proc/self/autogroup", "w") as fh:
+                fh.write(str(level))
+        except OSError:
+            pass
 try:
     os.execvp(sys.argv[4], sys.argv[4:])
 except OSError as exc:
@@ -41,7 +47,11 @@ def spawn(argv: list[str], *, die_with_parent: bool = True, nice: int = 0, **pop
     the poller's among them, and grpcio aborts the child (grpc/grpc#43055). That happens now and then, whenever
     this process holds a gRPC channel or server, as the orchestrator and the test processes do. A short exec
     trampoline (a bare interpreter that sets the signal and the niceness, then execs ``argv``) keeps ``Popen``
-    on ``vfork()``. A missing program still raises ``FileNotFoundError`` here, as ``Popen`` would."""
+    on ``vfork()``. A missing program still raises ``FileNotFoundError`` here, as ``Popen`` would.
+
+    The niceness is set as ``nicer`` sets it (the trampoline repeats its few lines: it runs without drl on its
+    path), so a process started in a session of its own (``start_new_session``) is nicer than other sessions
+    too, not only within its own."""
     env = popen_kwargs.get("env")
     program = argv[0]
     if os.sep in program:
@@ -54,6 +64,27 @@ def spawn(argv: list[str], *, die_with_parent: bool = True, nice: int = 0, **pop
         return subprocess.Popen(argv, **popen_kwargs)
     head = [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()), "1" if die_with_parent else "0"]
     return subprocess.Popen([*head, str(nice), *argv], **popen_kwargs)
+
+
+def nicer(steps: int) -> int:
+    """Makes this process ``steps`` nicer and returns its niceness; a session leader's whole session too.
+
+    Where the kernel groups processes by session for scheduling (``CONFIG_SCHED_AUTOGROUP``, on by default in
+    most distributions' kernels), a process's niceness weighs only against the processes of its own session;
+    between sessions, each session's group counts as one task of its own (the group's niceness, that of
+    ``/proc/self/autogroup``). The local backend starts every service in a session of its own, so without the
+    group's niceness a niced rollout worker or evaluator would take an equal share of the CPU beside the
+    trainer, whatever its own niceness. Only a session leader renices its group: any other process would renice
+    the session it shares with its parent. Where there are no groups the file is absent and niceness works
+    alone."""
+    level = os.nice(steps)
+    if steps and os.getsid(0) == os.getpid():
+        try:
+            with open("/proc/self/autogroup", "w") as fh:
+                fh.write(str(level))
+        except OSError:
+            pass
+    return level
 
 
 def free_port(host: str = "127.0.0.1") -> int:

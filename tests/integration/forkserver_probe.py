@@ -9,6 +9,16 @@ import time
 
 import torch
 
+
+def group_nice() -> int | None:
+    """The niceness of this process's scheduling group (its session's autogroup), None where there are none."""
+    try:
+        with open("/proc/self/autogroup") as fh:
+            return int(fh.read().split("nice")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 print(
     json.dumps(
         {
@@ -17,6 +27,7 @@ print(
             "ppid": os.getppid(),
             "session_leader": os.getsid(0) == os.getpid(),
             "nice": os.nice(0),
+            "group_nice": group_nice(),
             "cwd": os.getcwd(),
             "probe": os.environ.get("PROBE"),
             "stray": os.environ.get("STRAY"),

@@ -81,6 +81,7 @@ def test_a_forked_service_sees_what_a_popen_started_one_sees(tmp_path, threads):
         "main": "__main__",
         "session_leader": True,
         "nice": 3,
+        "group_nice": 3 if os.path.exists("/proc/self/autogroup") else None,
         "probe": "seen",
         "stray": None,
         "threads": int(threads),

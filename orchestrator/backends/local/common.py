@@ -50,7 +50,8 @@ MAX_WORKERS = 4096
 
 # Rollout workers run this many steps nicer than the trainer. With more workers than cores the scheduler would
 # otherwise give the one consumer a 1/(N+2) share of the CPU: it falls behind, back-pressure holds every
-# producer, and more workers collect less. Niced, the workers take what the trainer leaves.
+# producer, and more workers collect less. Niced, the workers take what the trainer leaves. Each service runs in
+# a session of its own, so the niceness is also its session's scheduling group's (drl.process.nicer).
 ROLLOUT_NICENESS = 5
 # The evaluator runs as nice as the workers: it is off the learning's critical path (it scores what the trainer
 # published, whenever it gets to it), so on a busy machine it takes its share from the workers, not the trainer.

@@ -39,7 +39,7 @@ import threading
 import time
 from typing import IO
 
-from drl.process import spawn
+from drl.process import nicer, spawn
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
@@ -306,7 +306,7 @@ def become(request: dict) -> None:
     os.setsid()
     _prctl_name(request.get("name", ""))
     if request["nice"]:
-        os.nice(request["nice"])
+        nicer(request["nice"])
     signal.signal(signal.SIGINT, signal.default_int_handler)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
