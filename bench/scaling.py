@@ -91,6 +91,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import select
 import shlex
 import shutil
@@ -523,7 +524,8 @@ class SystemRun:
             )
 
     def wait_steady(self) -> None:
-        """Until every worker has appended and the evaluator has scored version 0 (start-up excluded)."""
+        """Until every worker has appended and the evaluator has scored its first version (start-up excluded; the
+        evaluator scores the newest version when it is ready, which is version 0 only when it is ready first)."""
         import redis
 
         deadline = self.launched + self.args.start_timeout
@@ -550,7 +552,9 @@ class SystemRun:
                     f"({self.client.hlen(self.keys.produced)} of {self.workers} workers producing)"
                 )
             eval_log = self.run_dir / "logs" / "evaluator.log"
-            evaluated = eval_log.exists() and "version 0 (" in eval_log.read_text(errors="replace")
+            evaluated = eval_log.exists() and re.search(
+                r"version \d+ \(\d+ env steps\)", eval_log.read_text(errors="replace")
+            )
             if self.client.hlen(self.keys.produced) >= self.workers and evaluated:
                 break
             time.sleep(0.1)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -153,6 +154,33 @@ def _rollout_pids(run_dir) -> dict[int, int]:
         for p in processes
         if p["role"] == "rollout" and p["exit_code"] is None and pid_alive(p["pid"])
     }
+
+
+def _niceness(pid: int) -> tuple[int, int | None]:
+    """A process's niceness and its scheduling group's (None where the kernel has no groups)."""
+    nice = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[16])
+    try:
+        group = int(Path(f"/proc/{pid}/autogroup").read_text().split("nice")[1])
+    except (OSError, IndexError, ValueError):
+        group = None
+    return nice, group
+
+
+def test_each_service_runs_as_nice_as_its_role_asks_with_its_session_group(tmp_path):
+    """Workers 5 steps nicer than the trainer; beside a trainer that takes every CPU, the evaluator 19 steps (its
+    session's scheduling group too, or the kernel would weigh each service's session as an equal)."""
+    run = "niceness"
+    proc = _start(tmp_path, run, extra=("--trainer-threads", "0"))
+    try:
+        _wait_until_running(tmp_path, run, proc)
+        processes = json.loads((tmp_path / run / "state.json").read_text())["processes"]
+        seen = {p["role"]: _niceness(p["pid"]) for p in processes}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    grouped = Path("/proc/self/autogroup").exists()
+    for role, nice in (("trainer", 0), ("rollout", 5), ("evaluator", 19)):
+        assert seen[role] == (nice, nice if grouped else None), role
 
 
 def test_ctrl_c_stops_every_process(tmp_path):

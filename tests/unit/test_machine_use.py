@@ -1,6 +1,6 @@
 """How the processes of a run size themselves to the machine: the CPUs a process may use (a pod's CPU limit, else
 its affinity), EnvPool's threads per worker, the trainer's threads with ``--trainer-threads 0``, the evaluator
-niced as the workers are; and the benchmark helpers that report it (bench.gpu_roles, bench.scores, bench.run_all
+niced as the workers are (at the lowest priority beside a trainer that takes every CPU); and the benchmark helpers that report it (bench.gpu_roles, bench.scores, bench.run_all
 keeping the sections other commands write)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from drl import process
 from drl.config import ExperimentConfig
 from drl.envs import env_threads
-from orchestrator.backends.local.common import EVALUATOR_NICENESS, ROLLOUT_NICENESS
+from orchestrator.backends.local.common import ROLLOUT_NICENESS, niceness
 from orchestrator.plan import plan
 from tests.conftest import ROOT
 
@@ -63,8 +63,10 @@ def test_trainer_threads_zero_leaves_the_trainer_to_size_itself():
         ExperimentConfig(trainer_threads=-1).validate()
 
 
-def test_the_evaluator_is_as_nice_as_the_workers():
-    assert EVALUATOR_NICENESS == ROLLOUT_NICENESS > 0
+def test_the_evaluator_is_as_nice_as_the_workers_unless_the_trainer_takes_every_cpu():
+    assert niceness("evaluator", 1) == niceness("rollout", 1) == niceness("rollout", 0) == ROLLOUT_NICENESS > 0
+    assert niceness("evaluator", 0) == 19
+    assert niceness("trainer", 0) == niceness("learner", 0) == niceness("trainer", 1) == 0
 
 
 def test_gpu_roles_reports_time_to_score_cores_and_gpu(tmp_path):

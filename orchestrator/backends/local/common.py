@@ -57,6 +57,20 @@ ROLLOUT_NICENESS = 5
 # published, whenever it gets to it), so on a busy machine it takes its share from the workers, not the trainer.
 # On Kubernetes its pod's own CPU request and limit are its budget.
 EVALUATOR_NICENESS = ROLLOUT_NICENESS
+# Beside a trainer that takes every CPU (--trainer-threads 0) the evaluator runs at the lowest priority: any time it
+# takes a core from one of the trainer's intra-op threads, the others wait for that thread at the end of the
+# operation, so the trainer loses more than the evaluator gains (bench/README.md, "Issue 45").
+IDLE_NICENESS = 19
+
+
+def niceness(role: str, trainer_threads: int) -> int:
+    """How much nicer than the trainer a local service of ``role`` runs."""
+    if role == "rollout":
+        return ROLLOUT_NICENESS
+    if role == "evaluator":
+        return IDLE_NICENESS if trainer_threads == 0 else EVALUATOR_NICENESS
+    return 0
+
 
 PASSWORD_FILE = "memory.password"
 

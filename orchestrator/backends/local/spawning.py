@@ -7,7 +7,7 @@ import sys
 
 from drl.memory import MemoryUnavailable
 from drl.process import free_port
-from orchestrator.backends.local.common import EVALUATOR_NICENESS, HEARTBEATS, ROLLOUT_NICENESS, Proc, RunParts
+from orchestrator.backends.local.common import HEARTBEATS, Proc, RunParts, niceness
 from orchestrator.plan import plan
 from orchestrator.state import ProcessState, RunState, write_state
 
@@ -70,7 +70,7 @@ class Spawning(RunParts):
                 list(workload.command),
                 env,
                 log,
-                nice={"rollout": ROLLOUT_NICENESS, "evaluator": EVALUATOR_NICENESS}.get(workload.role, 0),
+                nice=niceness(workload.role, self.cfg.trainer_threads),
                 name=f"drl-{name}",
             )
         proc = Proc(
