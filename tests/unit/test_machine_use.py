@@ -1,7 +1,7 @@
 """How the processes of a run size themselves to the machine: the CPUs a process may use (a pod's CPU limit, else
 its affinity), EnvPool's threads per worker, the trainer's threads with ``--trainer-threads 0``, the evaluator
-niced as the workers are (at the lowest priority beside a trainer that takes every CPU); and the benchmark helpers that report it (bench.gpu_roles, bench.scores, bench.run_all
-keeping the sections other commands write)."""
+niced as the workers are (at the lowest priority beside a trainer that takes every CPU); and the benchmark helpers
+that report it (bench.gpu_roles, bench.scores, bench.run_all keeping the sections other commands write)."""
 
 from __future__ import annotations
 
