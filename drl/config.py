@@ -207,7 +207,8 @@ class ExperimentConfig:
     trainer_threads: int = opt(
         1,
         "Torch intra-op threads of the trainer; 0 takes the CPUs it may use (its pod's CPU limit, else its "
-        "affinity): on a machine shared with niced rollout workers it uses the cores they leave idle.",
+        "affinity): on a machine shared with niced rollout workers it uses the cores they leave idle, and a "
+        "local run's evaluator then runs at the lowest priority.",
     )
     compile: str = opt(
         "off",
