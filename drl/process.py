@@ -13,7 +13,7 @@ from pathlib import Path
 
 _TRAMPOLINE = """
 import ctypes, os, signal, sys
-parent, die, nice = int(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
+parent, die, nice, session = int(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3]), sys.argv[4] == "1"
 if die:
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
@@ -23,21 +23,23 @@ if die:
         os.kill(os.getpid(), signal.SIGTERM)
 if nice:
     level = os.nice(nice)
-    if os.getsid(0) == os.getpid():
+    if session and os.getsid(0) == os.getpid():
         try:
             with open("/proc/self/autogroup", "w") as fh:
                 fh.write(str(level))
         except OSError:
             pass
 try:
-    os.execvp(sys.argv[4], sys.argv[4:])
+    os.execvp(sys.argv[5], sys.argv[5:])
 except OSError as exc:
-    sys.stderr.write(f"drl: cannot run {sys.argv[4]}: {exc.strerror}\\n")
+    sys.stderr.write(f"drl: cannot run {sys.argv[5]}: {exc.strerror}\\n")
     os._exit(127)
 """
 
 
-def spawn(argv: list[str], *, die_with_parent: bool = True, nice: int = 0, **popen_kwargs) -> subprocess.Popen:
+def spawn(
+    argv: list[str], *, die_with_parent: bool = True, nice: int = 0, nice_session: bool = False, **popen_kwargs
+) -> subprocess.Popen:
     """``subprocess.Popen(argv, **popen_kwargs)`` whose process gets SIGTERM when this thread ends
     (PR_SET_PDEATHSIG, when ``die_with_parent``) and runs ``nice`` steps nicer, with no Python code run between
     fork and exec in this process.
@@ -49,9 +51,8 @@ def spawn(argv: list[str], *, die_with_parent: bool = True, nice: int = 0, **pop
     trampoline (a bare interpreter that sets the signal and the niceness, then execs ``argv``) keeps ``Popen``
     on ``vfork()``. A missing program still raises ``FileNotFoundError`` here, as ``Popen`` would.
 
-    The niceness is set as ``nicer`` sets it (the trampoline repeats its few lines: it runs without drl on its
-    path), so a process started in a session of its own (``start_new_session``) is nicer than other sessions
-    too, not only within its own."""
+    The niceness is set as ``nicer`` sets it, ``nice_session`` as its ``whole_session`` (the trampoline repeats
+    its few lines: it runs without drl on its path)."""
     env = popen_kwargs.get("env")
     program = argv[0]
     if os.sep in program:
@@ -63,11 +64,12 @@ def spawn(argv: list[str], *, die_with_parent: bool = True, nice: int = 0, **pop
     if not die_with_parent and not nice:
         return subprocess.Popen(argv, **popen_kwargs)
     head = [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()), "1" if die_with_parent else "0"]
-    return subprocess.Popen([*head, str(nice), *argv], **popen_kwargs)
+    return subprocess.Popen([*head, str(nice), "1" if nice_session else "0", *argv], **popen_kwargs)
 
 
-def nicer(steps: int) -> int:
-    """Makes this process ``steps`` nicer and returns its niceness; a session leader's whole session too.
+def nicer(steps: int, whole_session: bool = False) -> int:
+    """Makes this process ``steps`` nicer and returns its niceness; with ``whole_session``, a session leader's
+    whole session too.
 
     Where the kernel groups processes by session for scheduling (``CONFIG_SCHED_AUTOGROUP``, on by default in
     most distributions' kernels), a process's niceness weighs only against the processes of its own session;
@@ -76,9 +78,10 @@ def nicer(steps: int) -> int:
     group's niceness a niced rollout worker or evaluator would take an equal share of the CPU beside the
     trainer, whatever its own niceness. Only a session leader renices its group: any other process would renice
     the session it shares with its parent. Where there are no groups the file is absent and niceness works
-    alone."""
+    alone. The local backend asks for the whole session only where it measured what it gives (the evaluator
+    beside a trainer that takes every CPU, ``orchestrator.backends.local.common.niceness``)."""
     level = os.nice(steps)
-    if steps and os.getsid(0) == os.getpid():
+    if steps and whole_session and os.getsid(0) == os.getpid():
         try:
             with open("/proc/self/autogroup", "w") as fh:
                 fh.write(str(level))

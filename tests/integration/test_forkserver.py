@@ -26,7 +26,7 @@ env = {**{k: v for k, v in os.environ.items() if k != "STRAY"}, "PROBE": "seen",
 os.chdir(sys.argv[4])
 with open(sys.argv[5], "ab") as log:
     child = launcher.start([sys.executable, "-m", "tests.integration.forkserver_probe", sys.argv[2], "x"], env, log,
-                           nice=3, name="drl-probe")
+                           nice=3, nice_session=True, name="drl-probe")
 print(json.dumps({"pid": child.pid, "forked": isinstance(child, ForkedProcess),
                   "server": launcher.server.pid if launcher.server else None}), flush=True)
 if sys.argv[2] == "wait":

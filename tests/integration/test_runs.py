@@ -167,8 +167,8 @@ def _niceness(pid: int) -> tuple[int, int | None]:
 
 
 def test_each_service_runs_as_nice_as_its_role_asks_with_its_session_group(tmp_path):
-    """Workers 5 steps nicer than the trainer; beside a trainer that takes every CPU, the evaluator 19 steps (its
-    session's scheduling group too, or the kernel would weigh each service's session as an equal)."""
+    """Workers 5 steps nicer than the trainer; beside a trainer that takes every CPU, the evaluator 19 steps, its
+    session's scheduling group too (or the kernel would weigh its session as the trainer's equal)."""
     run = "niceness"
     proc = _start(tmp_path, run, extra=("--trainer-threads", "0"))
     try:
@@ -179,8 +179,8 @@ def test_each_service_runs_as_nice_as_its_role_asks_with_its_session_group(tmp_p
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
     grouped = Path("/proc/self/autogroup").exists()
-    for role, nice in (("trainer", 0), ("rollout", 5), ("evaluator", 19)):
-        assert seen[role] == (nice, nice if grouped else None), role
+    for role, nice, group in (("trainer", 0, 0), ("rollout", 5, 0), ("evaluator", 19, 19)):
+        assert seen[role] == (nice, group if grouped else None), role
 
 
 def test_ctrl_c_stops_every_process(tmp_path):

@@ -64,21 +64,25 @@ def test_the_child_gets_the_niceness_asked_for():
 
 
 BUSY = (
-    "import os, time\n"
+    "import os, sys, time\n"
     "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
-    "end = time.monotonic() + 3\n"
-    "while time.monotonic() < end: pass\n"
+    "start = float(sys.argv[1])\n"
+    "time.sleep(max(0.0, start - time.time()))\n"
     "t = os.times()\n"
-    "print(t.user + t.system)\n"
+    "while time.time() < start + 3: pass\n"
+    "u = os.times()\n"
+    "print(u.user + u.system - t.user - t.system)\n"
 )
 
 
 def test_a_niced_child_in_a_session_of_its_own_leaves_the_cpu_to_another_session():
-    """Two busy loops on one CPU, each in a session of its own (as the local backend starts its services): the
-    one spawned 19 steps nicer gets a small share of the CPU, whether or not the kernel groups sessions."""
+    """Two busy loops on one CPU over the same 3 s, each in a session of its own (as the local backend starts its
+    services): the one spawned 19 steps nicer, its session too, gets a small share of the CPU, whether or not the
+    kernel groups sessions."""
     kwargs = {"stdout": subprocess.PIPE, "text": True, "start_new_session": True}
-    normal = spawn([sys.executable, "-c", BUSY], **kwargs)
-    niced = spawn([sys.executable, "-c", BUSY], nice=19, **kwargs)
+    start = str(time.time() + 5)
+    normal = spawn([sys.executable, "-c", BUSY, start], **kwargs)
+    niced = spawn([sys.executable, "-c", BUSY, start], nice=19, nice_session=True, **kwargs)
     normal_s, niced_s = (float(p.communicate(timeout=60)[0]) for p in (normal, niced))
     assert niced_s < 0.25 * normal_s, f"niced child {niced_s:.2f} s of CPU beside {normal_s:.2f} s"
 
@@ -88,7 +92,8 @@ def test_a_niced_child_in_its_parents_session_leaves_the_sessions_niceness_alone
     if not group.exists():
         pytest.skip("this kernel does not group processes by session (no /proc/self/autogroup)")
     before = group.read_text()
-    out = spawn([sys.executable, "-c", "import os; print(os.nice(0))"], nice=3, stdout=subprocess.PIPE, text=True)
+    probe = [sys.executable, "-c", "import os; print(os.nice(0))"]
+    out = spawn(probe, nice=3, nice_session=True, stdout=subprocess.PIPE, text=True)
     assert int(out.communicate(timeout=30)[0]) >= 3
     assert group.read_text() == before
 

@@ -64,9 +64,10 @@ def test_trainer_threads_zero_leaves_the_trainer_to_size_itself():
 
 
 def test_the_evaluator_is_as_nice_as_the_workers_unless_the_trainer_takes_every_cpu():
-    assert niceness("evaluator", 1) == niceness("rollout", 1) == niceness("rollout", 0) == ROLLOUT_NICENESS > 0
-    assert niceness("evaluator", 0) == 19
-    assert niceness("trainer", 0) == niceness("learner", 0) == niceness("trainer", 1) == 0
+    assert niceness("evaluator", 1) == niceness("rollout", 1) == niceness("rollout", 0) == (ROLLOUT_NICENESS, False)
+    assert ROLLOUT_NICENESS > 0
+    assert niceness("evaluator", 0) == (19, True)
+    assert niceness("trainer", 0) == niceness("learner", 0) == niceness("trainer", 1) == (0, False)
 
 
 def test_gpu_roles_reports_time_to_score_cores_and_gpu(tmp_path):

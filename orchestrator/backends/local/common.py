@@ -50,8 +50,9 @@ MAX_WORKERS = 4096
 
 # Rollout workers run this many steps nicer than the trainer. With more workers than cores the scheduler would
 # otherwise give the one consumer a 1/(N+2) share of the CPU: it falls behind, back-pressure holds every
-# producer, and more workers collect less. Niced, the workers take what the trainer leaves. Each service runs in
-# a session of its own, so the niceness is also its session's scheduling group's (drl.process.nicer).
+# producer, and more workers collect less. Niced, the workers take what the trainer leaves (within the session
+# scheduling groups of kernels that have them, drl.process.nicer: their groups are not reniced, which slowed the
+# test suite's parallel runs when tried).
 ROLLOUT_NICENESS = 5
 # The evaluator runs as nice as the workers: it is off the learning's critical path (it scores what the trainer
 # published, whenever it gets to it), so on a busy machine it takes its share from the workers, not the trainer.
@@ -63,13 +64,15 @@ EVALUATOR_NICENESS = ROLLOUT_NICENESS
 IDLE_NICENESS = 19
 
 
-def niceness(role: str, trainer_threads: int) -> int:
-    """How much nicer than the trainer a local service of ``role`` runs."""
+def niceness(role: str, trainer_threads: int) -> tuple[int, bool]:
+    """How much nicer than the trainer a local service of ``role`` runs, and whether its whole session (its
+    scheduling group, ``drl.process.nicer``) does: only the evaluator at the lowest priority, where the gain
+    was measured."""
     if role == "rollout":
-        return ROLLOUT_NICENESS
+        return ROLLOUT_NICENESS, False
     if role == "evaluator":
-        return IDLE_NICENESS if trainer_threads == 0 else EVALUATOR_NICENESS
-    return 0
+        return (IDLE_NICENESS, True) if trainer_threads == 0 else (EVALUATOR_NICENESS, False)
+    return 0, False
 
 
 PASSWORD_FILE = "memory.password"

@@ -192,6 +192,7 @@ class Launcher:
         die_with_parent: bool = True,
         name: str = "",
         cwd: str | None = None,
+        nice_session: bool = False,
     ):
         """A running child for ``command`` (a ``ForkedProcess``, or a ``Popen`` where it could not be forked);
         ``log`` is an open binary file for its stdout and stderr."""
@@ -205,6 +206,7 @@ class Launcher:
                     "cwd": cwd or os.getcwd(),
                     "log": log.name,
                     "nice": nice,
+                    "nice_session": nice_session,
                     "parent": os.getpid(),
                     "pdeathsig": die_with_parent,
                     "name": name,
@@ -224,6 +226,7 @@ class Launcher:
                 command,
                 die_with_parent=die_with_parent,
                 nice=nice,
+                nice_session=nice_session,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -306,7 +309,7 @@ def become(request: dict) -> None:
     os.setsid()
     _prctl_name(request.get("name", ""))
     if request["nice"]:
-        nicer(request["nice"])
+        nicer(request["nice"], request.get("nice_session", False))
     signal.signal(signal.SIGINT, signal.default_int_handler)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

@@ -65,12 +65,14 @@ class Spawning(RunParts):
             "DRL_RESTARTS": str(restarts),
             "DRL_ORCHESTRATOR_PID": str(os.getpid()),
         }
+        nice, nice_session = niceness(workload.role, self.cfg.trainer_threads)
         with open(log_path, "ab") as log:
             popen = self.launcher.start(
                 list(workload.command),
                 env,
                 log,
-                nice=niceness(workload.role, self.cfg.trainer_threads),
+                nice=nice,
+                nice_session=nice_session,
                 name=f"drl-{name}",
             )
         proc = Proc(
