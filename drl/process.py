@@ -90,6 +90,22 @@ def nicer(steps: int, whole_session: bool = False) -> int:
     return level
 
 
+def raise_group(pid: int) -> bool:
+    """Puts the scheduling group of the session that ``pid`` leads (``nicer``'s ``whole_session``) back at niceness
+    0; True once it is there, or where the kernel has no groups. The owner of a process may lower its group's
+    niceness to 0 without privilege (unlike a task's own niceness, which only a privileged process may lower);
+    an unprivileged write is refused (False) within a tenth of a second of any other group's change on the
+    machine, so a caller tries again later."""
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as fh:
+            fh.write("0")
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        return exc.errno != errno.EAGAIN
+    return True
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port that was free on ``host`` a moment ago (the caller binds it next), chosen below the kernel's
     ephemeral range: a port from that range can be taken, before the caller binds it, as the local end of any

@@ -183,6 +183,38 @@ def test_each_service_runs_as_nice_as_its_role_asks_with_its_session_group(tmp_p
         assert seen[role] == (nice, group if grouped else None), role
 
 
+def test_the_evaluators_group_returns_to_niceness_0_once_the_trainer_has_finished(tmp_path):
+    """The run's end waits for the evaluator's last evaluation: from then on a busy machine must not hold it back
+    at the lowest priority (its group niced beside a trainer that takes every CPU)."""
+    if not Path("/proc/self/autogroup").exists():
+        pytest.skip("this kernel does not group processes by session (no /proc/self/autogroup)")
+    run = "raised"
+    extra = ("--preset", "sac", "--env", "Pendulum-v1", "--trainer-threads", "0", "--eval-episodes", "300")
+    proc = _start(tmp_path, run, steps="2000", extra=extra)
+    seen: list[tuple[bool, int | None]] = []
+    try:
+        _wait_until_running(tmp_path, run, proc)
+        processes = json.loads((tmp_path / run / "state.json").read_text())["processes"]
+        pids = {p["role"]: p["pid"] for p in processes}
+        deadline = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < deadline:
+            trainer_alive = Path(f"/proc/{pids['trainer']}").exists()
+            group = _niceness(pids["evaluator"])[1] if Path(f"/proc/{pids['evaluator']}").exists() else None
+            if not seen or seen[-1] != (trainer_alive, group):
+                seen.append((trainer_alive, group))
+            if not trainer_alive and group == 0:
+                break
+            time.sleep(0.1)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    assert (True, 19) in seen, seen
+    assert (False, 0) in seen, seen
+
+
 def test_ctrl_c_stops_every_process(tmp_path):
     run = "interrupted"
     proc = _start(tmp_path, run)

@@ -156,6 +156,7 @@ class RunParts:
         self.interrupted = False
         self.interrupts = 0
         self.superseded: set[str] = set()
+        self.raised: set[int] = set()
         self.started = time.time()
         self.memory_url = ""
         self.state: RunState | None = None

@@ -9,7 +9,7 @@ import time
 from drl.errors import EXIT_SUPERSEDED, EXIT_USAGE
 from drl.memory import RETIRED
 from drl.naming import worker_index
-from drl.process import free_port
+from drl.process import free_port, raise_group
 from orchestrator.backends.local.common import (
     BACKOFF_S,
     EVALUATOR_GRACE_S,
@@ -17,6 +17,7 @@ from orchestrator.backends.local.common import (
     Proc,
     RunParts,
     _float,
+    niceness,
     refusal,
 )
 from orchestrator.plan import TRAINER
@@ -119,6 +120,17 @@ class Supervision(RunParts):
         )
         return None
 
+    def raise_evaluator(self) -> None:
+        """Once the trainer has finished, the run waits only for the evaluator's last evaluation: an evaluator
+        whose session's group runs at the lowest priority beside a busy trainer (``niceness``) gets its group
+        back to 0, so that a busy machine (another run, other work) cannot hold the run's end back."""
+        if not niceness("evaluator", self.cfg.trainer_threads)[1]:
+            return
+        for p in self.procs:
+            pid = p.popen.pid
+            if p.role == "evaluator" and pid not in self.raised and p.popen.poll() is None and raise_group(pid):
+                self.raised.add(pid)
+
     def hung(self, p: Proc, now: float) -> bool:
         """Whether a live process stopped touching its heartbeat file (a daemon thread touches it every few
         seconds, so a stopped or wedged process falls silent); start-up counts from the process's start."""
@@ -166,6 +178,7 @@ class Supervision(RunParts):
             trainer = next(p for p in self.procs if p.role == "trainer")
             if trainer.popen.poll() == 0 or (trainer.popen.poll() == EXIT_SUPERSEDED and self.trainer_finished()):
                 trainer_done_at = trainer_done_at or time.monotonic()
+                self.raise_evaluator()
                 if all(p.popen.poll() is not None for p in self.procs):
                     return "finished"
                 evaluator_done = all(p.popen.poll() is not None for p in self.procs if p.role == "evaluator")
