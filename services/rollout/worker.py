@@ -293,6 +293,7 @@ class RolloutWorker(Service):
         return TELEMETRY.stop.is_set() or self.stopped()
 
     def run(self) -> int:
+        log.info("%s waits for a policy version (its numbering continues after entry %d)", self.ctx.name, self.seq)
         if self.cfg.mode == "async":
             first = self.announcer.wait_for(0, timeout=FIRST_POLICY_TIMEOUT_S, should_stop=self.asked_or_stopped)
         else:

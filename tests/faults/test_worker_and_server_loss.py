@@ -51,11 +51,10 @@ def test_a_worker_and_the_memory_server_sigkilled_together_the_new_worker_proces
         server = RedisServer(tmp_path / "redis2", port=port).start()
         run.start("rollout", 0)
         run.wait_until(
-            lambda: run.log_tail("rollout-0", 100_000).count("control endpoint") == 2,
+            lambda: run.log_tail("rollout-0", 100_000).count("waits for a policy version") == 2,
             60,
-            "the new rollout-0 process started",
+            "the new rollout-0 process read its position and waits for a policy",
         )
-        time.sleep(1.0)
         os.kill(run.procs["trainer"].pid, signal.SIGCONT)
         run.wait_all(timeout=180)
         acc = run.accounting()
