@@ -51,8 +51,8 @@ MAX_WORKERS = 4096
 # Rollout workers run this many steps nicer than the trainer. With more workers than cores the scheduler would
 # otherwise give the one consumer a 1/(N+2) share of the CPU: it falls behind, back-pressure holds every
 # producer, and more workers collect less. Niced, the workers take what the trainer leaves (within the session
-# scheduling groups of kernels that have them, drl.process.nicer: their groups are not reniced until what that
-# costs the test suite's parallel runs is settled, bench/README.md).
+# scheduling groups of kernels that have them, drl.process.nicer: their groups stay at 0, since renicing them too
+# gave the trainer nothing beside an evaluator at the lowest priority, bench/README.md).
 ROLLOUT_NICENESS = 5
 # The evaluator runs as nice as the workers: it is off the learning's critical path (it scores what the trainer
 # published, whenever it gets to it), so on a busy machine it takes its share from the workers, not the trainer.
