@@ -92,10 +92,10 @@ def nicer(steps: int, whole_session: bool = False) -> int:
 
 def raise_group(pid: int) -> bool:
     """Puts the scheduling group of the session that ``pid`` leads (``nicer``'s ``whole_session``) back at niceness
-    0; True once it is there, or where the kernel has no groups. The owner of a process may lower its group's
-    niceness to 0 without privilege (unlike a task's own niceness, which only a privileged process may lower);
-    an unprivileged write is refused (False) within a tenth of a second of any other group's change on the
-    machine, so a caller tries again later."""
+    0; True once it is there, or where that cannot be (no groups in this kernel, the process gone, no permission).
+    The owner of a process may lower its group's niceness to 0 without privilege (unlike a task's own niceness,
+    which only a privileged process may lower); an unprivileged write is refused (False) within a tenth of a
+    second of any other group's change on the machine, so a caller tries again later."""
     try:
         with open(f"/proc/{pid}/autogroup", "w") as fh:
             fh.write("0")

@@ -199,7 +199,10 @@ def test_the_evaluators_group_returns_to_niceness_0_once_the_trainer_has_finishe
         deadline = time.monotonic() + 240
         while proc.poll() is None and time.monotonic() < deadline:
             trainer_alive = Path(f"/proc/{pids['trainer']}").exists()
-            group = _niceness(pids["evaluator"])[1] if Path(f"/proc/{pids['evaluator']}").exists() else None
+            try:
+                group = _niceness(pids["evaluator"])[1]
+            except OSError:
+                group = None
             if not seen or seen[-1] != (trainer_alive, group):
                 seen.append((trainer_alive, group))
             if not trainer_alive and group == 0:
