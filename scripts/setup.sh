@@ -41,8 +41,11 @@ python3 -m venv .venv
 # uv installs what pip would (same resolution, PyPI) but links the wheels from its cache: about 12 s for the 5 GB
 # of the test set-up once its cache is warm, against about 230 s for pip on 2 cores.
 .venv/bin/pip install -q --disable-pip-version-check uv
-# torch is pinned first so that the range in pyproject.toml installs nothing bigger
-.venv/bin/uv pip install --python .venv/bin/python torch==2.13.0 -e ".${extras}"
+# torch is pinned first so that the range in pyproject.toml installs nothing bigger. --compile-bytecode writes
+# every module's bytecode now, as pip does and uv does not by default: Python then only reads it, and where it may
+# not write it (PYTHONDONTWRITEBYTECODE, as on this project's CI machines) every process would otherwise compile
+# torch and each other module it imports anew, each time (tests/README.md, "Time").
+.venv/bin/uv pip install --python .venv/bin/python --compile-bytecode torch==2.13.0 -e ".${extras}"
 if [ -n "$extras" ]; then
   # The cluster tier (tests/cluster) runs a real control plane built from the Go module proxy: about 20 minutes
   # once on a fresh machine, nothing when the tools are cached.
