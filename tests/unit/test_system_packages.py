@@ -88,3 +88,23 @@ def test_each_needs_package_is_the_one_that_provides_the_program_here():
                 wrong.append(f"{tier}: {n.tool} comes from {package}, not {n.package}")
     assert checked >= 5, "too few of the needed programs are on this machine to check the table"
     assert not wrong, wrong
+
+
+def test_the_environment_holds_its_libraries_bytecode():
+    """scripts/setup.sh installs with ``--compile-bytecode``: without bytecode on disk, every process where Python
+    may not write it (PYTHONDONTWRITEBYTECODE, as on CI machines) compiles torch anew when it imports it, and the
+    suite's hundreds of processes pay that each time."""
+    import importlib.util
+
+    import numpy
+    import torch
+
+    missing = [
+        module.__name__
+        for module in (torch, numpy)
+        if not os.path.exists(importlib.util.cache_from_source(module.__file__))
+    ]
+    assert not missing, (
+        f"no compiled bytecode for {missing} in {os.path.dirname(os.path.dirname(torch.__file__))}: "
+        "bash scripts/setup.sh --test installs with it (uv pip install --compile-bytecode)"
+    )
