@@ -46,6 +46,12 @@ python3 -m venv .venv
 # not write it (PYTHONDONTWRITEBYTECODE, as on this project's CI machines) every process would otherwise compile
 # torch and each other module it imports anew, each time (tests/README.md, "Time").
 .venv/bin/uv pip install --python .venv/bin/python --compile-bytecode torch==2.13.0 -e ".${extras}"
+# uv compiles only what it installs: a .venv made before it did gets its libraries' bytecode once (some packages
+# ship files that do not compile; Python never imports those, so compileall's complaint about them is dropped).
+if ! .venv/bin/python -c 'import importlib.util as u, os, sys; sys.exit(not os.path.exists(u.cache_from_source(u.find_spec("torch").origin)))'; then
+  echo "setup: compiling the bytecode of .venv's libraries once" >&2
+  .venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 || true
+fi
 if [ -n "$extras" ]; then
   # The cluster tier (tests/cluster) runs a real control plane built from the Go module proxy: about 20 minutes
   # once on a fresh machine, nothing when the tools are cached.

@@ -72,9 +72,10 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(items):
-    """Marks the tier's tests; the real node's (test_real_node.py) go to the end of the session, beside the
-    containers tier, whose preparation builds the drl image their chart run imports in the background meanwhile
-    (and the control plane of kwok's nodes is down by then)."""
+    """Marks the tier's tests; the real node's (test_real_node.py) go to the end of a one-process session, beside
+    the containers tier, whose preparation builds the drl image their chart run imports in the background
+    meanwhile (and the control plane of kwok's nodes is down by then). pytest-xdist's workers, the suite's
+    default, take the files with the most tests first instead, so there the file runs after the larger ones."""
     for item in items:
         if "tests/cluster/" in str(item.fspath):
             item.add_marker(pytest.mark.cluster)

@@ -1,10 +1,12 @@
 """The containers tier: the drl image built (or found again by the hash of what it is built from) and every pod the
 chart renders run as a podman container (``tests.containers.node``). It runs in every suite: podman is installed
 where it is missing (root with apt) and the images are built where missing (about 4-5 minutes on a fresh 2-core
-machine, about 11 s after a change to the code), then the tier takes about 25 s. The tier runs last, and that
-preparation starts in the background as soon as the session's tests are collected, so that it overlaps the tests
-before it instead of adding to the session's time. ``DRL_TESTS_CONTAINERS=0`` leaves the tier out of a quick local
-run; where podman cannot be installed or cannot run a container, every test here is skipped with that one reason."""
+machine, about 11 s after a change to the code), then the tier takes about 25 s. The tier runs last in a one-process
+run (pytest-xdist's workers, the suite's default, take the files with the most tests first, so it runs after the
+larger files), and that preparation starts in the background as soon as the session's tests are collected, so
+that it overlaps the tests before it instead of adding to the session's time. ``DRL_TESTS_CONTAINERS=0`` leaves
+the tier out of a quick local run; where podman cannot be installed or cannot run a container, every test here is
+skipped with that one reason."""
 
 from __future__ import annotations
 
@@ -225,7 +227,8 @@ def _in_tier(item) -> bool:
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The tier runs last, after the tests its preparation overlaps."""
+    """The tier runs last in a one-process run, after the tests its preparation overlaps (pytest-xdist orders the
+    files by their number of tests instead)."""
     ours = [item for item in items if _in_tier(item)]
     if ours and len(ours) < len(items):
         items[:] = [item for item in items if not _in_tier(item)] + ours
