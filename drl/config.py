@@ -32,7 +32,7 @@ from drl.algorithms.ppo.config import PPOConfig
 from drl.algorithms.sac.config import SACConfig
 from drl.algorithms.td3.config import TD3Config
 from drl.envs import VECTOR_ENVS, envpool_refusal
-from drl.errors import ConfigError
+from drl.errors import ConfigError, UserError
 from drl.fields import choices_of, opt
 from drl.fields import problems as check_ranges
 from drl.naming import memory_servers
@@ -500,12 +500,16 @@ def coerce(tp: Any, value: Any, where: str) -> Any:
 
 def import_named_plugins(data: Any, where: str = "the configuration") -> None:
     """Imports the plugins a configuration's JSON form names (its ``plugins``), before anything in it is read:
-    their algorithms' blocks and presets, and their environments, are then known."""
+    their algorithms' blocks and presets, and their environments, are then known. One that cannot be imported
+    is the configuration's error (ConfigError, with ``import_plugins``' message)."""
     if not isinstance(data, dict) or not data.get("plugins"):
         return
     if not isinstance(data["plugins"], str):
         raise ConfigError(f"{where}: plugins expects a comma-separated str, got {data['plugins']!r}")
-    import_plugins(split_modules(data["plugins"]), f"{where}'s plugins")
+    try:
+        import_plugins(split_modules(data["plugins"]), f"{where}'s plugins")
+    except UserError as exc:
+        raise ConfigError(str(exc)) from exc.__cause__
 
 
 def from_dict(cls: type[D], data: dict, prefix: str = "") -> D:

@@ -20,7 +20,7 @@ from unittest import mock
 import grpc
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from drl._proto.drl.v1 import control_pb2
@@ -221,6 +221,7 @@ def _config_dicts():
 
 @FUZZ
 @given(st.text(max_size=200) | DEEP | _config_dicts().map(json.dumps))
+@example('{"plugins": "0"}')
 def test_config_json_from_store_or_run_dir(text):
     try:
         ExperimentConfig.from_json(text).validate()
