@@ -2,8 +2,9 @@
 # Pong on a GPU machine in one command: drl's Atari preset with the learner on the GPU, until the mean evaluation
 # return reaches the target or the time budget ends; then the curve, the summary and where the CPU and the GPU went.
 #
-#   bash bench/gpu_pong.sh [--preset appo-atari] [--workers 12] [--envs-per-worker 8] [--minutes 10] [--target 18]
-#                          [--wheels .gpu-wheels] [--out DIR] [--benches] [-- EXTRA drl-orchestrate FLAGS]
+#   bash bench/gpu_pong.sh [--preset appo-atari] [--workers 12] [--envs-per-worker 8] [--minutes 9] [--target 18]
+#                          [--wheels .gpu-wheels] [--out DIR] [--benches] [--device cuda]
+#                          [-- EXTRA drl-orchestrate FLAGS]
 #
 # The machine needs Python 3 with torch (CUDA), numpy and opencv; the other packages come from --wheels
 # (bench/gpu_wheels.sh makes the folder where there is an index), installed into a venv that sees the system's
@@ -15,9 +16,15 @@
 # `python -m bench.pixel_learner --device cuda --quick` measures what that and bfloat16 give there, and
 # `python -m bench.queue_path --device cuda` the host side's share of the learner's path; --benches runs both
 # first (about a minute; pixel_learner.txt and queue_path.txt in --out).
+# --device cpu rehearses the whole script where there is no GPU (VENV=.venv uses this checkout's environment), so
+# that a GPU machine's few minutes are not spent finding a flag that changed.
+# The device tool gives one command 600 s: the run gets --minutes (9 by default), then SIGINT (the orchestrator
+# stops, waits for the final checkpoint and writes the summary) and a kill 20 s later, so a cold venv, the run and
+# the report fit in one call. --benches takes about two minutes more: give them a call of their own with
+# --minutes 0, which runs no Pong.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
-PRESET=appo-atari WORKERS=12 ENVS=8 MINUTES=10 TARGET=18 WHEELS="$REPO/.gpu-wheels" OUTDIR="${OUT:-/tmp/gpu-pong}" BENCHES=0
+PRESET=appo-atari WORKERS=12 ENVS=8 MINUTES=9 TARGET=18 WHEELS="$REPO/.gpu-wheels" OUTDIR="${OUT:-/tmp/gpu-pong}" BENCHES=0 DEVICE=cuda
 EXTRA=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -29,6 +36,7 @@ while [ $# -gt 0 ]; do
         --wheels) WHEELS="$2"; shift 2 ;;
         --out) OUTDIR="$2"; shift 2 ;;
         --benches) BENCHES=1; shift ;;
+        --device) DEVICE="$2"; shift 2 ;;
         --) shift; EXTRA=("$@"); break ;;
         *) echo "gpu_pong.sh: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -40,23 +48,30 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import ale_py, valkey
     "$PY" -m venv --system-site-packages "$VENV"
     "$VENV/bin/pip" install --quiet --no-index --find-links "$WHEELS" "$WHEELS"/*.whl
 fi
-"$VENV/bin/python" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print('gpu:', torch.cuda.get_device_name(0), 'torch', torch.__version__)" | tee "$OUTDIR/report.txt"
+if [ "$DEVICE" = cuda ]; then
+    "$VENV/bin/python" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print('gpu:', torch.cuda.get_device_name(0), 'torch', torch.__version__)" | tee "$OUTDIR/report.txt"
+else
+    "$VENV/bin/python" -c "import torch; print('a rehearsal on device $DEVICE, torch', torch.__version__)" | tee "$OUTDIR/report.txt"
+fi
 echo "cpus: $(nproc)" | tee -a "$OUTDIR/report.txt"
 
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 if [ "$BENCHES" = 1 ]; then
-    (cd "$REPO" && "$VENV/bin/python" -m bench.queue_path --device cuda --repeats 3) >"$OUTDIR/queue_path.txt" 2>&1 || true
-    (cd "$REPO" && "$VENV/bin/python" -m bench.pixel_learner --device cuda --quick) >"$OUTDIR/pixel_learner.txt" 2>&1 || true
+    (cd "$REPO" && "$VENV/bin/python" -m bench.queue_path --device "$DEVICE" --repeats 3) >"$OUTDIR/queue_path.txt" 2>&1 || true
+    (cd "$REPO" && "$VENV/bin/python" -m bench.pixel_learner --device "$DEVICE" --quick) >"$OUTDIR/pixel_learner.txt" 2>&1 || true
     { tail -n 8 "$OUTDIR/queue_path.txt" "$OUTDIR/pixel_learner.txt" | grep -v "^{" || true; } | tee -a "$OUTDIR/report.txt"
 fi
 
+if [ "$MINUTES" = 0 ]; then
+    exit 0
+fi
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 1 >"$OUTDIR/gpu.csv" 2>/dev/null &
 SMI=$!
 RUN=pong
 start=$(date +%s)
 set +e
-timeout --signal=INT "$((MINUTES * 60 + 30))" "$VENV/bin/python" -m orchestrator.cli --preset "$PRESET" --env ALE/Pong-v5 \
-    --workers "$WORKERS" --envs-per-worker "$ENVS" --device cuda --trainer-threads 0 --compile auto --target-return "$TARGET" \
+timeout --signal=INT --kill-after=20 "$((MINUTES * 60))" "$VENV/bin/python" -m orchestrator.cli --preset "$PRESET" --env ALE/Pong-v5 \
+    --workers "$WORKERS" --envs-per-worker "$ENVS" --device "$DEVICE" --trainer-threads 0 --compile auto --target-return "$TARGET" \
     --steps 50000000 --output "$OUTDIR/runs" --run-name "$RUN" "${EXTRA[@]}" >"$OUTDIR/orchestrator.out" 2>&1 &
 DRL=$!
 "$VENV/bin/python" -m bench.gpu_roles "$OUTDIR/runs/$RUN" "$OUTDIR/cpu.tsv" "$DRL" &
