@@ -9,9 +9,14 @@ summary's ``policy_lag``. Lag is counted in published versions, one per batch un
 collected a segment and the update that used it. The worker counts run one after another; with more workers than
 cores they share the CPU, which is the point: the trainer's share shrinks as the workers' grows, and the lag with
 it shows. ``--max-policy-lag`` stays 0 (no limit) so that the whole tail is seen, unless ``--max-lag`` is given.
+Beside each measured mean stands the estimate the orchestrator warns with (``Algorithm.policy_lag``, from the
+run's configuration alone); ``--preset`` and ``--drl-args`` run other settings (``appo-atari`` on Pong with
+``--envs-per-worker 8``, say).
 
     python -m bench.appo_policy_lag                      # 2, 8, 32 workers, 60,000 steps each
     python -m bench.appo_policy_lag --quick              # 2 and 8 workers, 20,000 steps
+    python -m bench.appo_policy_lag --preset appo-atari --env ALE/Pong-v5 --workers 2,4 --steps 40000 \
+        --drl-args '--envs-per-worker 8'
 """
 
 from __future__ import annotations
@@ -32,12 +37,11 @@ from bench.time_to_score import git_commit, version
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_one(workers: int, args: argparse.Namespace, workdir: Path) -> dict:
-    run = f"lag-{workers}"
-    command = [
-        str(Path(sys.executable).with_name("drl-orchestrate")),
+def command_line(workers: int, args: argparse.Namespace, workdir: Path, run: str) -> list[str]:
+    """The options of one run (after the program's name)."""
+    return [
         "--preset",
-        "appo",
+        args.preset,
         "--env",
         args.env,
         "--workers",
@@ -54,6 +58,22 @@ def run_one(workers: int, args: argparse.Namespace, workdir: Path) -> dict:
         run,
         *args.drl_args,
     ]
+
+
+def estimate(options: list[str]) -> float | None:
+    """The lag the orchestrator's start-up warning reads from the same options (``Algorithm.policy_lag``)."""
+    from drl.algorithms import get
+    from orchestrator.cli import resolve_config
+
+    cfg = resolve_config(options)
+    return get(cfg.algorithm).policy_lag(cfg)
+
+
+def run_one(workers: int, args: argparse.Namespace, workdir: Path) -> dict:
+    run = f"lag-{workers}"
+    options = command_line(workers, args, workdir, run)
+    command = [str(Path(sys.executable).with_name("drl-orchestrate")), *options]
+    expected = estimate(options)
     started = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
     wall = time.perf_counter() - started
@@ -61,6 +81,7 @@ def run_one(workers: int, args: argparse.Namespace, workdir: Path) -> dict:
     if proc.returncode != 0 or not summary_path.exists():
         return {
             "workers": workers,
+            "estimate": expected,
             "failed": True,
             "exit_code": proc.returncode,
             "log_tail": (proc.stdout + proc.stderr)[-2000:],
@@ -70,6 +91,7 @@ def run_one(workers: int, args: argparse.Namespace, workdir: Path) -> dict:
     trained = sum(lag.get("histogram", {}).values())
     return {
         "workers": workers,
+        "estimate": expected,
         "failed": False,
         "env_steps": summary["env_steps"],
         "wall_seconds": summary["wall_seconds"],
@@ -90,6 +112,7 @@ def print_table(rows: list[dict]) -> None:
         "workers",
         "steps/s",
         "mean",
+        "estimate",
         "p95",
         "max",
         "dropped",
@@ -104,6 +127,7 @@ def print_table(rows: list[dict]) -> None:
             str(r["workers"]),
             f"{r['steps_per_s']:,.0f}",
             f"{r['mean']:.2f}",
+            "-" if r["estimate"] is None else f"{r['estimate']:.2f}",
             str(r["p95"]),
             str(r["max"]),
             str(r["dropped"]),
@@ -115,6 +139,7 @@ def print_table(rows: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", default="2,8,32", help="comma-separated worker counts")
+    parser.add_argument("--preset", default="appo")
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--steps", type=int, default=60_000, help="env steps per run")
     parser.add_argument("--seed", type=int, default=0)
@@ -140,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(
             {
                 "rows": rows,
+                "preset": args.preset,
                 "env": args.env,
                 "steps": args.steps,
                 "seed": args.seed,

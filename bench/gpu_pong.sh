@@ -2,7 +2,7 @@
 # Pong on a GPU machine in one command: drl's Atari preset with the learner on the GPU, until the mean evaluation
 # return reaches the target or the time budget ends; then the curve, the summary and where the CPU and the GPU went.
 #
-#   bash bench/gpu_pong.sh [--preset appo-atari] [--workers 12] [--envs-per-worker 8] [--minutes 9] [--target 18]
+#   bash bench/gpu_pong.sh [--preset appo-atari] [--workers 12] [--envs-per-worker 2] [--minutes 9] [--target 18]
 #                          [--wheels .gpu-wheels] [--out DIR] [--benches] [--device cuda]
 #                          [-- EXTRA drl-orchestrate FLAGS]
 #
@@ -16,6 +16,9 @@
 # `python -m bench.pixel_learner --device cuda --quick` measures what that and bfloat16 give there, and
 # `python -m bench.queue_path --device cuda` the host side's share of the learner's path; --benches runs both
 # first (about a minute; pixel_learner.txt and queue_path.txt in --out).
+# Each worker holds one collected entry (envs per worker x 128 steps) while the trainer is the bound, so 12 workers
+# of 2 envs keep the policy lag at about 4.5 versions where 8 envs would make it 16.5 (the run's start warns above
+# 8; bench/README.md, "The policy lag on a large machine").
 # --device cpu rehearses the whole script where there is no GPU (VENV=.venv uses this checkout's environment), so
 # that a GPU machine's few minutes are not spent finding a flag that changed.
 # The device tool gives one command 600 s: the run gets --minutes (9 by default), then SIGINT (the orchestrator
@@ -24,7 +27,7 @@
 # --minutes 0, which runs no Pong.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
-PRESET=appo-atari WORKERS=12 ENVS=8 MINUTES=9 TARGET=18 WHEELS="$REPO/.gpu-wheels" OUTDIR="${OUT:-/tmp/gpu-pong}" BENCHES=0 DEVICE=cuda
+PRESET=appo-atari WORKERS=12 ENVS=2 MINUTES=9 TARGET=18 WHEELS="$REPO/.gpu-wheels" OUTDIR="${OUT:-/tmp/gpu-pong}" BENCHES=0 DEVICE=cuda
 EXTRA=()
 while [ $# -gt 0 ]; do
     case "$1" in

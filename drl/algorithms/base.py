@@ -177,6 +177,11 @@ class Algorithm:
         environments), else 0; workers and the trainer size the backlog's limits by it."""
         return self.segment_steps(cfg) * cfg.envs_per_worker
 
+    def policy_lag(self, cfg: ExperimentConfig) -> float | None:
+        """The policy lag, in published versions, that the data of a run whose trainer is its bound will have
+        about, for an algorithm that trains on each segment once in order of arrival; None for the others."""
+        return None
+
     def make_folder(self, cfg: ExperimentConfig) -> Folder | None:
         """Worker-side folding of transitions; None: transitions go as stepped."""
         return None

@@ -129,3 +129,32 @@ def warn_if_too_short_to_learn(cfg: ExperimentConfig, ended: dict | None = None)
         )
     if line:
         print(f"drl: warning: {line}", file=sys.stderr)
+
+
+LARGE_POLICY_LAG = 8.0
+"""Versions of policy lag above which a run is warned about as it starts (``warn_if_policy_lag_is_large``)."""
+
+
+def policy_lag_warning(cfg: ExperimentConfig) -> str | None:
+    """Why the run's ASYNC data will be many versions old when its trainer is the bound, and what bounds it; None
+    where the algorithm's estimate (``Algorithm.policy_lag``) stays within ``LARGE_POLICY_LAG``."""
+    from drl.algorithms import get as get_algorithm
+
+    algorithm = get_algorithm(cfg.algorithm)
+    lag = algorithm.policy_lag(cfg) if cfg.mode == "async" else None
+    if lag is None or lag <= LARGE_POLICY_LAG:
+        return None
+    return (
+        f"{cfg.algorithm}'s data will be about {lag:.0f} policy versions old when the trainer is the bound: "
+        f"{cfg.workers} workers each hold an entry of {algorithm.entry_transitions(cfg):,} transitions "
+        f"(--envs-per-worker {cfg.envs_per_worker} x --{algorithm.name}.segment {algorithm.segment_steps(cfg)}) "
+        f"while the backlog holds {cfg.max_backlog_entries} more; fewer envs per worker, shorter segments or a "
+        "smaller --max-backlog-entries make it fresher, and --max-policy-lag drops what is older"
+    )
+
+
+def warn_if_policy_lag_is_large(cfg: ExperimentConfig) -> None:
+    """``policy_lag_warning`` on stderr as a run starts."""
+    line = policy_lag_warning(cfg)
+    if line:
+        print(f"drl: warning: {line}", file=sys.stderr)

@@ -513,3 +513,38 @@ def test_queue_segments_carry_next_observations_only_where_the_learner_bootstrap
     assert queued.metrics == pytest.approx(expected, rel=1e-6)
     for name, value in eager.policy_weights().items():
         np.testing.assert_array_equal(queued.learner.policy_weights()[name], value)
+
+
+def test_the_policy_lag_estimate_counts_the_backlog_and_an_entry_held_by_each_worker():
+    """(backlog entries + workers) x entry transitions in batches, plus half the batch being assembled, in
+    versions: the figures of bench/README.md's lag measurements (appo-atari with 2 workers of 4 envs measured a
+    mean of 3.4; 12 workers of 4 envs behind 16 entries, the issue's run on a GPU machine, 17)."""
+    from drl.algorithms import get
+    from drl.presets import get_preset
+
+    appo = get("appo")
+    atari = get_preset("appo-atari", "ALE/Pong-v5")
+    assert appo.policy_lag(replace(atari, workers=2, envs_per_worker=4)) == pytest.approx((4 + 2) * 512 / 1024 + 0.5)
+    big = replace(atari, workers=12, envs_per_worker=4, max_backlog_entries=16)
+    assert appo.policy_lag(big) == pytest.approx((16 + 12) * 512 / 1024 + 0.5)
+    assert appo.policy_lag(replace(atari, workers=12, envs_per_worker=2)) == pytest.approx(4.5)
+    slower = replace(atari, publish_every_updates=2 * 4 * 4)
+    assert appo.policy_lag(slower) == pytest.approx(appo.policy_lag(atari) / 2)
+    assert get("ppo").policy_lag(get_preset("ppo", "CartPole-v1")) is None
+
+
+def test_a_run_whose_data_would_be_many_versions_old_is_warned_about_as_it_starts():
+    from drl.presets import get_preset
+    from orchestrator.backends.base import LARGE_POLICY_LAG, policy_lag_warning
+
+    atari = get_preset("appo-atari", "ALE/Pong-v5")
+    assert policy_lag_warning(atari) is None
+    line = policy_lag_warning(replace(atari, workers=12, envs_per_worker=8))
+    assert line is not None
+    assert "about 16 policy versions old" in line
+    assert "12 workers each hold an entry of 1,024 transitions (--envs-per-worker 8 x --appo.segment 128)" in line
+    assert "--max-policy-lag" in line
+    assert policy_lag_warning(replace(atari, workers=12, envs_per_worker=2)) is None
+    just_over = replace(atari, workers=int(LARGE_POLICY_LAG * 4), envs_per_worker=2)
+    assert policy_lag_warning(just_over) is not None
+    assert policy_lag_warning(get_preset("sac", "Pendulum-v1")) is None

@@ -41,7 +41,7 @@ def test_the_gpu_script_gives_drl_flags_its_cli_accepts(tmp_path):
     assert cfg.compile == "auto"
     assert cfg.trainer_threads == 0
     assert cfg.target_return == 18
-    assert (cfg.workers, cfg.envs_per_worker) == (12, 8)
+    assert (cfg.workers, cfg.envs_per_worker) == (12, 2)
     assert cfg.output == f"{tmp_path}/runs"
     assert cfg.run_name == "pong"
     deployment_options(argv)
@@ -70,3 +70,9 @@ def test_the_gpu_script_rehearses_on_the_cpu_and_refuses_unknown_arguments(tmp_p
     wrong = subprocess.run(["bash", str(SCRIPT), "--minuets", "3"], capture_output=True, text=True, timeout=60)
     assert wrong.returncode == 2
     assert "unknown argument --minuets" in wrong.stderr
+
+
+def test_the_gpu_script_runs_without_the_large_lag_warning(tmp_path):
+    from orchestrator.backends.base import policy_lag_warning
+
+    assert policy_lag_warning(resolve_config(_drl_argv(SCRIPT.read_text(), str(tmp_path)))) is None

@@ -4,6 +4,7 @@ per-environment trajectories and the behaviour policy's log-probabilities."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from drl import device
@@ -29,6 +30,17 @@ class APPOBuilder(PPOBuilder):
 
     def segment_steps(self, cfg: ExperimentConfig) -> int:
         return self.hyper(cfg).segment
+
+    def policy_lag(self, cfg: ExperimentConfig) -> float:
+        """What lies between collecting a segment and training on it when the trainer is the bound, counted in
+        batches and turned into versions: the backlog's ``--max-backlog-entries`` and one entry held by each
+        back-pressured worker, each of ``entry_transitions``, and half the batch being assembled. Workers wait
+        for room with their entry already collected, so on a large machine the workers' entries, not the
+        backlog, make most of it: the lag grows with workers x envs per worker x segment steps."""
+        hyper = self.hyper(cfg)
+        waiting = (cfg.max_backlog_entries + cfg.workers) * self.entry_transitions(cfg)
+        batches_per_version = max(1, math.ceil(cfg.publish_every_updates / (hyper.epochs * hyper.minibatches)))
+        return (waiting / hyper.batch_size + 0.5) / batches_per_version
 
     def make_actor(self, spec: SpaceSpec, cfg: ExperimentConfig, seed: int) -> Actor:
         from drl.algorithms.appo.actor import APPOActor

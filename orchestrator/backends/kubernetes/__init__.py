@@ -16,7 +16,12 @@ from typing import Any
 from drl.config import ExperimentConfig
 from drl.errors import UserError
 from drl.naming import check_workers, default_kubernetes_run_name
-from orchestrator.backends.base import Deployment, check_tracking, warn_if_too_short_to_learn
+from orchestrator.backends.base import (
+    Deployment,
+    check_tracking,
+    warn_if_policy_lag_is_large,
+    warn_if_too_short_to_learn,
+)
 from orchestrator.backends.kubernetes import manifests
 from orchestrator.backends.kubernetes.api import default_namespace
 
@@ -101,6 +106,7 @@ class KubernetesBackend:
         check_tracking(cfg, local=False)
         cfg, namespace, objects = self.objects(cfg, deployment)
         warn_if_too_short_to_learn(cfg)
+        warn_if_policy_lag_is_large(cfg)
         print(
             f"drl: run {cfg.run_name} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, "
             f"{cfg.steps:,} steps) -> Kubernetes namespace {namespace}",
