@@ -9,7 +9,7 @@ summary's ``policy_lag``. Lag is counted in published versions, one per batch un
 collected a segment and the update that used it. The worker counts run one after another; with more workers than
 cores they share the CPU, which is the point: the trainer's share shrinks as the workers' grows, and the lag with
 it shows. ``--max-policy-lag`` stays 0 (no limit) so that the whole tail is seen, unless ``--max-lag`` is given.
-Beside each measured mean stands the estimate the orchestrator warns with (``Algorithm.policy_lag``, from the
+Beside each measured mean stands the estimate the orchestrator notes at start (``Algorithm.policy_lag``, from the
 run's configuration alone); ``--preset`` and ``--drl-args`` run other settings (``appo-atari`` on Pong with
 ``--envs-per-worker 8``, say).
 
@@ -61,7 +61,7 @@ def command_line(workers: int, args: argparse.Namespace, workdir: Path, run: str
 
 
 def estimate(options: list[str]) -> float | None:
-    """The lag the orchestrator's start-up warning reads from the same options (``Algorithm.policy_lag``)."""
+    """The lag the orchestrator's start-up note reads from the same options (``Algorithm.policy_lag``)."""
     from drl.algorithms import get
     from orchestrator.cli import resolve_config
 

@@ -17,7 +17,7 @@
 # `python -m bench.queue_path --device cuda` the host side's share of the learner's path; --benches runs both
 # first (about a minute; pixel_learner.txt and queue_path.txt in --out).
 # Each worker holds one collected entry (envs per worker x 128 steps) while the trainer is the bound, so 12 workers
-# of 2 envs keep the policy lag at about 4.5 versions where 8 envs would make it 16.5 (the run's start warns above
+# of 2 envs keep the policy lag at about 4.5 versions where 8 envs would make it 16.5 (the run's start notes it above
 # 8; bench/README.md, "The policy lag on a large machine").
 # --device cpu rehearses the whole script where there is no GPU (VENV=.venv uses this checkout's environment), so
 # that a GPU machine's few minutes are not spent finding a flag that changed.

@@ -132,12 +132,14 @@ def warn_if_too_short_to_learn(cfg: ExperimentConfig, ended: dict | None = None)
 
 
 LARGE_POLICY_LAG = 8.0
-"""Versions of policy lag above which a run is warned about as it starts (``warn_if_policy_lag_is_large``)."""
+"""Versions of policy lag above which a run's start says how old its data will be (``note_a_large_policy_lag``)."""
 
 
-def policy_lag_warning(cfg: ExperimentConfig) -> str | None:
-    """Why the run's ASYNC data will be many versions old when its trainer is the bound, and what bounds it; None
-    where the algorithm's estimate (``Algorithm.policy_lag``) stays within ``LARGE_POLICY_LAG``."""
+def policy_lag_note(cfg: ExperimentConfig) -> str | None:
+    """How many versions old the run's ASYNC data will be when its trainer is the bound, why, and what changes it;
+    None where the algorithm's estimate (``Algorithm.policy_lag``) stays within ``LARGE_POLICY_LAG``. A note, not
+    a warning: V-trace corrects for the lag, and what the lag costs or gains depends on the task
+    (bench/README.md, "The policy lag on a large machine")."""
     from drl.algorithms import get as get_algorithm
 
     algorithm = get_algorithm(cfg.algorithm)
@@ -153,8 +155,8 @@ def policy_lag_warning(cfg: ExperimentConfig) -> str | None:
     )
 
 
-def warn_if_policy_lag_is_large(cfg: ExperimentConfig) -> None:
-    """``policy_lag_warning`` on stderr as a run starts."""
-    line = policy_lag_warning(cfg)
+def note_a_large_policy_lag(cfg: ExperimentConfig) -> None:
+    """``policy_lag_note`` on stderr as a run starts."""
+    line = policy_lag_note(cfg)
     if line:
-        print(f"drl: warning: {line}", file=sys.stderr)
+        print(f"drl: note: {line}", file=sys.stderr)

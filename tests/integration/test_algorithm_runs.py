@@ -13,14 +13,14 @@ from drl.store import PolicyStore, run_store
 from tests.conftest import read_summary, run_cli
 from tests.harness import FULL_TIER
 
-LAG_WARNING = "policy versions old when the trainer is the bound"
+LAG_NOTE = "policy versions old when the trainer is the bound"
 
 
-def _run(tmp_path, run: str, args: list[str], lag_warned: bool = False) -> dict:
-    """The run's summary, checked to balance; ``lag_warned``: whether its start warned of a large policy lag."""
+def _run(tmp_path, run: str, args: list[str], lag_noted: bool = False) -> dict:
+    """The run's summary, checked to balance; ``lag_noted``: whether its start noted a large policy lag."""
     proc = run_cli([*args, "--eval-episodes", "1", "--output", str(tmp_path), "--run-name", run], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (LAG_WARNING in proc.stderr) == lag_warned, proc.stderr[-3000:]
+    assert (LAG_NOTE in proc.stderr) == lag_noted, proc.stderr[-3000:]
     summary = read_summary(tmp_path / run)
     assert summary["exit_reason"] == "steps_done"
     assert summary["transitions_produced"] == summary["transitions_consumed"] + summary.get("stale_dropped", 0)
@@ -149,7 +149,7 @@ def test_appo_consumes_fixed_segments_once_and_reports_the_policy_lag(tmp_path):
 
 def test_appo_drops_and_counts_segments_older_than_the_lag_limit(tmp_path):
     """A trainer that publishes at every update while 4 workers send faster than it learns, behind a backlog of
-    32 entries (so the start warns that the data will be many versions old): with --max-policy-lag 1 the segments
+    32 entries (so the start notes that the data will be many versions old): with --max-policy-lag 1 the segments
     collected more than one version before the newest are dropped and counted, the rest trained, and the summary
     still balances (drops count as consumed)."""
     run = "appo-lag"
@@ -176,7 +176,7 @@ def test_appo_drops_and_counts_segments_older_than_the_lag_limit(tmp_path):
             "--max-backlog-entries",
             "32",
         ],
-        lag_warned=True,
+        lag_noted=True,
     )
     lag = summary["policy_lag"]
     assert lag["dropped"] > 0 and lag["max"] <= 1

@@ -533,18 +533,18 @@ def test_the_policy_lag_estimate_counts_the_backlog_and_an_entry_held_by_each_wo
     assert get("ppo").policy_lag(get_preset("ppo", "CartPole-v1")) is None
 
 
-def test_a_run_whose_data_would_be_many_versions_old_is_warned_about_as_it_starts():
+def test_a_run_whose_data_would_be_many_versions_old_says_so_as_it_starts():
     from drl.presets import get_preset
-    from orchestrator.backends.base import LARGE_POLICY_LAG, policy_lag_warning
+    from orchestrator.backends.base import LARGE_POLICY_LAG, policy_lag_note
 
     atari = get_preset("appo-atari", "ALE/Pong-v5")
-    assert policy_lag_warning(atari) is None
-    line = policy_lag_warning(replace(atari, workers=12, envs_per_worker=8))
+    assert policy_lag_note(atari) is None
+    line = policy_lag_note(replace(atari, workers=12, envs_per_worker=8))
     assert line is not None
     assert "about 16 policy versions old" in line
     assert "12 workers each hold an entry of 1,024 transitions (--envs-per-worker 8 x --appo.segment 128)" in line
     assert "--max-policy-lag" in line
-    assert policy_lag_warning(replace(atari, workers=12, envs_per_worker=2)) is None
+    assert policy_lag_note(replace(atari, workers=12, envs_per_worker=2)) is None
     just_over = replace(atari, workers=int(LARGE_POLICY_LAG * 4), envs_per_worker=2)
-    assert policy_lag_warning(just_over) is not None
-    assert policy_lag_warning(get_preset("sac", "Pendulum-v1")) is None
+    assert policy_lag_note(just_over) is not None
+    assert policy_lag_note(get_preset("sac", "Pendulum-v1")) is None

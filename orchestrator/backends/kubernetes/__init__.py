@@ -19,7 +19,7 @@ from drl.naming import check_workers, default_kubernetes_run_name
 from orchestrator.backends.base import (
     Deployment,
     check_tracking,
-    warn_if_policy_lag_is_large,
+    note_a_large_policy_lag,
     warn_if_too_short_to_learn,
 )
 from orchestrator.backends.kubernetes import manifests
@@ -106,7 +106,7 @@ class KubernetesBackend:
         check_tracking(cfg, local=False)
         cfg, namespace, objects = self.objects(cfg, deployment)
         warn_if_too_short_to_learn(cfg)
-        warn_if_policy_lag_is_large(cfg)
+        note_a_large_policy_lag(cfg)
         print(
             f"drl: run {cfg.run_name} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, "
             f"{cfg.steps:,} steps) -> Kubernetes namespace {namespace}",

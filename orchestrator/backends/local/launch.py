@@ -26,7 +26,7 @@ from drl.algorithms import get
 from drl.config import ExperimentConfig
 from drl.errors import UserError
 from drl.naming import default_run_name
-from orchestrator.backends.base import check_tracking, warn_if_policy_lag_is_large, warn_if_too_short_to_learn
+from orchestrator.backends.base import check_tracking, note_a_large_policy_lag, warn_if_too_short_to_learn
 from orchestrator.backends.local.ownership import RunLock, end_orphans
 
 DEFAULT_OUTPUT = "runs"
@@ -205,7 +205,7 @@ def _start_locked(cfg: ExperimentConfig, run: str, run_dir: Path, lock: RunLock,
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
     what = f"resuming at {steps_done:,} of" if resume else "with"
     warn_if_too_short_to_learn(cfg)
-    warn_if_policy_lag_is_large(cfg)
+    note_a_large_policy_lag(cfg)
     print(
         f"drl: run {run} ({cfg.algorithm} on {cfg.env}, {cfg.mode}, {cfg.workers} workers, {what} "
         f"{cfg.steps:,} steps) -> {run_dir}",
