@@ -150,7 +150,7 @@ def policy_lag_note(cfg: ExperimentConfig) -> str | None:
         f"{cfg.algorithm}'s data will be about {lag:.0f} policy versions old when the trainer is the bound: "
         f"{cfg.workers} workers each hold an entry of {algorithm.entry_transitions(cfg):,} transitions "
         f"(--envs-per-worker {cfg.envs_per_worker} x --{algorithm.name}.segment {algorithm.segment_steps(cfg)}) "
-        f"while the backlog holds {cfg.max_backlog_entries} more; fewer envs per worker, shorter segments or a "
+        f"while the backlog holds {cfg.memory_shards * cfg.max_backlog_entries} more; fewer envs per worker, shorter segments or a "
         "smaller --max-backlog-entries make it fresher, and --max-policy-lag drops what is older"
     )
 

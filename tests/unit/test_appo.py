@@ -530,6 +530,10 @@ def test_the_policy_lag_estimate_counts_the_backlog_and_an_entry_held_by_each_wo
     assert appo.policy_lag(replace(atari, workers=12, envs_per_worker=2)) == pytest.approx(4.5)
     slower = replace(atari, publish_every_updates=2 * 4 * 4)
     assert appo.policy_lag(slower) == pytest.approx(appo.policy_lag(atari) / 2)
+    sharded = replace(atari, workers=2, envs_per_worker=4, memory_shards=2)
+    assert appo.policy_lag(sharded) == pytest.approx((2 * 4 + 2) * 512 / 1024 + 0.5)
+    group = replace(sharded, learners=2)
+    assert appo.policy_lag(group) == pytest.approx((2 * 4 + 2) * 512 / 1024 / 2 + 0.5)
     assert get("ppo").policy_lag(get_preset("ppo", "CartPole-v1")) is None
 
 

@@ -36,9 +36,12 @@ class APPOBuilder(PPOBuilder):
         batches and turned into versions: the backlog's ``--max-backlog-entries`` and one entry held by each
         back-pressured worker, each of ``entry_transitions``, and half the batch being assembled. Workers wait
         for room with their entry already collected, so on a large machine the workers' entries, not the
-        backlog, make most of it: the lag grows with workers x envs per worker x segment steps."""
+        backlog, make most of it: the lag grows with workers x envs per worker x segment steps. Each stream
+        (``--memory-shards``) has a backlog of its own, and a group of learners shares the streams, the workers
+        and the versions, each learner training batches of its own."""
         hyper = self.hyper(cfg)
-        waiting = (cfg.max_backlog_entries + cfg.workers) * self.entry_transitions(cfg)
+        entries = cfg.memory_shards * cfg.max_backlog_entries + cfg.workers
+        waiting = entries * self.entry_transitions(cfg) / cfg.learners
         batches_per_version = max(1, math.ceil(cfg.publish_every_updates / (hyper.epochs * hyper.minibatches)))
         return (waiting / hyper.batch_size + 0.5) / batches_per_version
 
