@@ -23,8 +23,8 @@
 # that a GPU machine's few minutes are not spent finding a flag that changed.
 # The device tool gives one command 600 s: the run gets --minutes (9 by default), then SIGINT (the orchestrator
 # stops, waits for the final checkpoint and writes the summary) and a kill 20 s later, so a cold venv, the run and
-# the report fit in one call. --benches takes about two minutes more: give them a call of their own with
-# --minutes 0, which runs no Pong.
+# the report fit in one call. --benches takes a minute or two more (two on a 2-core CPU): give them a call of their
+# own with --minutes 0, which runs no Pong.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 PRESET=appo-atari WORKERS=12 ENVS=2 MINUTES=9 TARGET=18 WHEELS="$REPO/.gpu-wheels" OUTDIR="${OUT:-/tmp/gpu-pong}" BENCHES=0 DEVICE=cuda

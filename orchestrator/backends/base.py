@@ -143,7 +143,7 @@ def policy_lag_note(cfg: ExperimentConfig) -> str | None:
     from drl.algorithms import get as get_algorithm
 
     algorithm = get_algorithm(cfg.algorithm)
-    lag = algorithm.policy_lag(cfg) if cfg.mode == "async" else None
+    lag = algorithm.policy_lag(cfg)
     if lag is None or lag <= LARGE_POLICY_LAG:
         return None
     return (

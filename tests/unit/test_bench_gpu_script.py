@@ -72,7 +72,7 @@ def test_the_gpu_script_rehearses_on_the_cpu_and_refuses_unknown_arguments(tmp_p
     assert "unknown argument --minuets" in wrong.stderr
 
 
-def test_the_gpu_script_runs_without_the_large_lag_warning(tmp_path):
+def test_the_gpu_script_runs_without_the_large_lag_note(tmp_path):
     from orchestrator.backends.base import policy_lag_note
 
     assert policy_lag_note(resolve_config(_drl_argv(SCRIPT.read_text(), str(tmp_path)))) is None
